@@ -1,0 +1,35 @@
+// Metrics as JSON lines (DESIGN.md contract): one object per line, always with t (seconds since
+// start), peer and event. Thread-safe: the training loop and the network thread both write.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace gossiptrain::core {
+
+class Metrics {
+ public:
+  // An empty path writes nothing (metrics off). Throws std::runtime_error if the file cannot be
+  // opened for appending.
+  Metrics(const std::string& path, std::string peer);
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Writes {"t":..., "peer":..., "event": event, ...fields} and flushes the line.
+  void emit(const std::string& event, nlohmann::json fields = nlohmann::json::object());
+  void set_peer(std::string peer);
+  double seconds() const;  // since construction
+
+ private:
+  std::mutex mu_;
+  std::FILE* f_ = nullptr;
+  std::string peer_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace gossiptrain::core

@@ -1,0 +1,130 @@
+// The Backend interface: every numeric operation of a training step, of averaging and of the wire
+// encodings goes through it. Two implementations: cpu (OpenBLAS + loops) and cuda (cuBLAS + ours).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace gossiptrain::kernels {
+
+// Thrown for any backend failure (CUDA error, unavailable device, bad argument); the message names
+// the call site.
+struct BackendError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class Act { None, Relu };
+
+// Wire encodings for parameter vectors (DESIGN.md, "The averaging exchange").
+enum class Wire { Fp32, Fp16, Bf16, Int8 };
+constexpr std::size_t kInt8BlockSize = 256;  // floats per int8 block, each block has one fp32 scale
+
+// Parses "fp32|fp16|bf16|int8"; throws std::invalid_argument otherwise.
+Wire parse_wire(std::string_view s);
+std::string_view wire_name(Wire w);
+// Bytes needed to encode n floats. Int8 layout: ceil(n/256) fp32 scales, then n int8 values.
+std::size_t encoded_size(Wire w, std::size_t n);
+
+// All pointers passed to a Backend method are "device" pointers obtained from alloc() of that same
+// backend (host memory for cpu), unless the name says host. Matrices are row-major.
+// Methods may run asynchronously on the backend's stream; methods returning a value from the device
+// (softmax_xent, count_correct, all_finite, sq_diff_norm) synchronize. download() synchronizes.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;    // "cpu" or "cuda"
+  virtual std::string device() const = 0;  // human-readable, e.g. "NVIDIA H100 80GB HBM3"
+
+  // ---- memory ----
+  virtual void* alloc(std::size_t bytes) = 0;  // zero-filled; throws BackendError on failure
+  virtual void free(void* p) noexcept = 0;
+  virtual void upload(void* dst, const void* src_host, std::size_t bytes) = 0;
+  virtual void download(void* dst_host, const void* src, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void fill(float* x, std::size_t n, float v) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- dense layers ----
+  // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major; op(A) is [M,K], op(B) is [K,N].
+  virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                    const float* B, float beta, float* C) = 0;
+  // y[rows,cols] = act(y + b[cols]) in place.
+  virtual void bias_act_forward(float* y, const float* b, int rows, int cols, Act act) = 0;
+  // Given dy (gradient w.r.t. the activated output y, which holds act(...)): dy <- dy * act'(y)
+  // in place, and db[cols] = sum over rows of the result (overwritten, not accumulated).
+  virtual void bias_act_backward(float* dy, const float* y, float* db, int rows, int cols,
+                                 Act act) = 0;
+  // Softmax cross-entropy over rows of logits[rows,cols] with integer labels (int32, device).
+  // Writes dlogits = (softmax - onehot) / rows (may alias logits) and returns the mean loss.
+  virtual float softmax_xent(const float* logits, const std::int32_t* labels, float* dlogits,
+                             int rows, int cols) = 0;
+  // Number of rows whose argmax equals the label, and the summed (not mean) cross-entropy loss.
+  virtual void eval_batch(const float* logits, const std::int32_t* labels, int rows, int cols,
+                          std::int64_t* correct, double* loss_sum) = 0;
+
+  // ---- optimizers: one pass over the whole parameter arena ----
+  // v = momentum * v + (g + wd * w); w -= lr * v
+  virtual void sgd_momentum(float* w, const float* g, float* v, std::size_t n, float lr,
+                            float momentum, float weight_decay) = 0;
+  // Adam with bias correction at step t (1-based); decoupled weight decay (AdamW) when wd > 0.
+  virtual void adam(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float b1,
+                    float b2, float eps, float weight_decay, std::int64_t t) = 0;
+
+  // ---- averaging ----
+  // x += w * (r - s)
+  virtual void mix(float* x, const float* r, const float* s, std::size_t n, float w) = 0;
+  virtual bool all_finite(const float* x, std::size_t n) = 0;
+  // sum_i (a_i - b_i)^2, accumulated in double
+  virtual double sq_diff_norm(const float* a, const float* b, std::size_t n) = 0;
+
+  // ---- wire encodings (device buffers of encoded_size(w, n) bytes) ----
+  virtual void encode(Wire w, const float* x, std::size_t n, void* out) = 0;
+  virtual void decode(Wire w, const void* in, std::size_t n, float* x) = 0;
+};
+
+// "cpu", "cuda" or "auto" (cuda when a device is present, else cpu; logs the choice).
+// Throws BackendError for "cuda" without a device or a build without CUDA, std::invalid_argument
+// for an unknown name.
+std::unique_ptr<Backend> make_backend(std::string_view name);
+bool cuda_available();  // built with CUDA and at least one device visible
+
+// Owning device buffer of T, tied to one backend.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& be, std::size_t n) : be_(&be), n_(n) {
+    if (n) p_ = static_cast<T*>(be.alloc(n * sizeof(T)));
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { swap(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    DeviceBuffer tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (p_) be_->free(p_);
+  }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  std::size_t size() const { return n_; }
+  std::size_t bytes() const { return n_ * sizeof(T); }
+
+ private:
+  void swap(DeviceBuffer& o) noexcept {
+    std::swap(be_, o.be_);
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+  }
+  Backend* be_ = nullptr;
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+}  // namespace gossiptrain::kernels
