@@ -1,16 +1,36 @@
-// gossip-bench subjects. Each takes the arguments after the subject name, prints one JSON object
-// (DESIGN.md: the measured figure, the reference measured in the same run, and their ratio) and
-// returns the process exit code (2 for bad arguments).
+// gossip-bench subjects. Each subject lives in its own bench_<subject>.cpp and registers itself with
+// GT_BENCH_SUBJECT. A subject takes the arguments after its name, prints one JSON object (DESIGN.md:
+// the measured figure, the reference measured in the same run, and their ratio) and returns the
+// process exit code (2 for bad arguments).
 #pragma once
 
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace gossiptrain::apps {
 
 using Args = std::vector<std::string>;
-int bench_train(const Args& args);      // bench_train.cpp
-int bench_transport(const Args& args);  // bench_transport.cpp
-int bench_average(const Args& args);    // bench_average.cpp
+using BenchFn = std::function<int(const Args&)>;
+
+struct BenchSubject {
+  std::string summary;
+  BenchFn run;
+};
+
+inline std::map<std::string, BenchSubject>& bench_registry() {
+  static std::map<std::string, BenchSubject> r;
+  return r;
+}
+
+struct BenchRegistrar {
+  BenchRegistrar(const std::string& name, const std::string& summary, BenchFn fn) {
+    bench_registry()[name] = BenchSubject{summary, std::move(fn)};
+  }
+};
+
+#define GT_BENCH_SUBJECT(name, summary, fn) \
+  static ::gossiptrain::apps::BenchRegistrar gt_bench_registrar_##fn(name, summary, fn)
 
 }  // namespace gossiptrain::apps

@@ -1,4 +1,4 @@
-// gossip-bench: benchmarks that print JSON. Dispatches to one subject per source file.
+// gossip-bench: benchmarks that print JSON. Dispatches to the subjects registered by bench_*.cpp.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -8,13 +8,10 @@
 using namespace gossiptrain::apps;
 
 static void usage(std::FILE* f) {
-  std::fprintf(f,
-               "usage: gossip-bench SUBJECT [options] --json\n"
-               "subjects:\n"
-               "  train      samples/s and ms/step of a real training step vs the matrix products alone\n"
-               "  transport  plain TCP vs AEAD alone vs the encrypted channel, handshake time\n"
-               "  average    one pairwise averaging exchange vs the channel carrying the same bytes\n"
-               "run 'gossip-bench SUBJECT --help' for a subject's options\n");
+  std::fprintf(f, "usage: gossip-bench SUBJECT [options] --json\nsubjects:\n");
+  for (const auto& [name, s] : bench_registry())
+    std::fprintf(f, "  %-10s %s\n", name.c_str(), s.summary.c_str());
+  std::fprintf(f, "run 'gossip-bench SUBJECT --help' for a subject's options\n");
 }
 
 int main(int argc, char** argv) {
@@ -23,16 +20,16 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   std::string subject = argv[1];
-  Args args(argv + 2, argv + argc);
+  auto it = bench_registry().find(subject);
+  if (it == bench_registry().end()) {
+    std::fprintf(stderr, "gossip-bench: unknown subject '%s'\n", subject.c_str());
+    usage(stderr);
+    return 2;
+  }
   try {
-    if (subject == "train") return bench_train(args);
-    if (subject == "transport") return bench_transport(args);
-    if (subject == "average") return bench_average(args);
+    return it->second.run(Args(argv + 2, argv + argc));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gossip-bench %s: %s\n", subject.c_str(), e.what());
     return 1;
   }
-  std::fprintf(stderr, "gossip-bench: unknown subject '%s'\n", subject.c_str());
-  usage(stderr);
-  return 2;
 }
