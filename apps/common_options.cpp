@@ -1,0 +1,300 @@
+// Flag and --config parsing for gossip-peer; one table of options drives parsing, JSON and --help.
+#include "apps/common_options.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/partition.hpp"
+#include "kernels/backend.hpp"
+
+namespace gossiptrain::apps {
+
+namespace {
+
+struct Option {
+  std::string name;  // without the leading dashes
+  std::string arg;   // value placeholder for --help
+  std::string help;
+  std::function<void(PeerConfig&, const std::string&)> set;
+};
+
+UsageError bad_value(const std::string& flag, const std::string& v, const std::string& want) {
+  return UsageError("--" + flag + ": bad value '" + v + "' (" + want + ")");
+}
+
+long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi) {
+  long long x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || x < lo || x > hi)
+    throw bad_value(flag, v, "an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
+  return x;
+}
+
+double to_double(const std::string& flag, const std::string& v, double lo, double hi) {
+  double x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(x) || x < lo || x > hi) {
+    std::ostringstream os;
+    os << "a number in [" << lo << ", " << hi << "]";
+    throw bad_value(flag, v, os.str());
+  }
+  return x;
+}
+
+std::string one_of(const std::string& flag, const std::string& v,
+                   std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return v;
+    list += (list.empty() ? "" : "|") + std::string(a);
+  }
+  throw bad_value(flag, v, "one of " + list);
+}
+
+const std::vector<Option>& options() {
+  static const std::vector<Option> opts = {
+      {"listen", "HOST:PORT", "address to listen on for other peers (port 0: any free port)",
+       [](PeerConfig& c, const std::string& v) {
+         check_host_port(v, "listen");
+         c.listen = v;
+         c.listen_given = true;
+       }},
+      {"advertise", "HOST:PORT", "address other peers should dial (default: the listen address)",
+       [](PeerConfig& c, const std::string& v) {
+         check_host_port(v, "advertise");
+         c.advertise = v;
+       }},
+      {"seeds", "HOST:PORT,...", "peers to join through; none: train alone",
+       [](PeerConfig& c, const std::string& v) { c.seeds = parse_addr_list(v, "seeds"); }},
+      {"identity", "FILE", "Ed25519 identity key file, created (mode 0600) if missing",
+       [](PeerConfig& c, const std::string& v) { c.identity = v; }},
+      {"network-key", "FILE", "32-byte pre-shared network key; peers without it are refused",
+       [](PeerConfig& c, const std::string& v) { c.network_key = v; }},
+      {"allowlist", "FILE", "hex public keys, one per line: admit only these peers",
+       [](PeerConfig& c, const std::string& v) { c.allowlist = v; }},
+      {"data", "DIR|synthetic", "Fashion-MNIST IDX directory, or 'synthetic' for generated data",
+       [](PeerConfig& c, const std::string& v) { c.data = v; }},
+      {"partition", "iid|dirichlet:ALPHA|shards:K", "how the training set is split over shards",
+       [](PeerConfig& c, const std::string& v) {
+         try {
+           core::parse_partition(v);
+         } catch (const std::invalid_argument& e) {
+           throw UsageError(std::string("--partition: ") + e.what());
+         }
+         c.partition = v;
+       }},
+      {"num-shards", "N", "number of shards the training set is split into",
+       [](PeerConfig& c, const std::string& v) {
+         c.num_shards = int(to_int("num-shards", v, 1, 100000));
+       }},
+      {"shard", "I", "which shard this peer trains on (0-based)",
+       [](PeerConfig& c, const std::string& v) { c.shard = int(to_int("shard", v, 0, 99999)); }},
+      {"seed", "S", "seed of the partition, the initial weights and the batch order",
+       [](PeerConfig& c, const std::string& v) {
+         c.train.seed = std::uint64_t(to_int("seed", v, 0, (1ll << 53)));
+       }},
+      {"model", "SPEC", "model, e.g. mlp:784-256-256-10",
+       [](PeerConfig& c, const std::string& v) { c.train.model = v; }},
+      {"backend", "auto|cpu|cuda", "compute backend (auto: cuda when a GPU is present)",
+       [](PeerConfig& c, const std::string& v) {
+         c.backend = one_of("backend", v, {"auto", "cpu", "cuda"});
+       }},
+      {"epochs", "E", "local epochs over this peer's shard",
+       [](PeerConfig& c, const std::string& v) {
+         c.train.epochs = int(to_int("epochs", v, 1, 100000));
+       }},
+      {"batch", "B", "minibatch size",
+       [](PeerConfig& c, const std::string& v) {
+         c.train.batch = int(to_int("batch", v, 1, 65536));
+       }},
+      {"lr", "LR", "peak learning rate",
+       [](PeerConfig& c, const std::string& v) { c.train.lr = float(to_double("lr", v, 1e-9, 10)); }},
+      {"momentum", "M", "SGD momentum",
+       [](PeerConfig& c, const std::string& v) {
+         c.train.momentum = float(to_double("momentum", v, 0, 0.999999));
+       }},
+      {"weight-decay", "WD", "L2 weight decay",
+       [](PeerConfig& c, const std::string& v) {
+         c.train.weight_decay = float(to_double("weight-decay", v, 0, 0.999999));
+       }},
+      {"optimizer", "sgd|adam", "optimizer (sgd = SGD with momentum)",
+       [](PeerConfig& c, const std::string& v) {
+         c.train.optimizer = one_of("optimizer", v, {"sgd", "adam"});
+       }},
+      {"schedule", "cosine|constant", "learning-rate schedule (cosine decays to 0 at the end)",
+       [](PeerConfig& c, const std::string& v) {
+         c.train.schedule = one_of("schedule", v, {"cosine", "constant"});
+       }},
+      {"gossip-every", "STEPS", "start an averaging exchange every STEPS training steps",
+       [](PeerConfig& c, const std::string& v) {
+         c.gossip_every = int(to_int("gossip-every", v, 1, 1000000));
+       }},
+      {"wire", "fp32|fp16|bf16|int8", "encoding of parameters on the wire",
+       [](PeerConfig& c, const std::string& v) {
+         c.wire = one_of("wire", v, {"fp32", "fp16", "bf16", "int8"});
+       }},
+      {"weighting", "uniform|samples", "mix weight: 1/2, or by the two shards' sample counts",
+       [](PeerConfig& c, const std::string& v) {
+         c.weighting = one_of("weighting", v, {"uniform", "samples"});
+       }},
+      {"max-diff-norm", "X", "refuse a partner whose ||r - s|| exceeds X (0: no bound)",
+       [](PeerConfig& c, const std::string& v) {
+         c.max_diff_norm = to_double("max-diff-norm", v, 0, 1e30);
+       }},
+      {"linger", "SECONDS", "keep serving exchanges after training (default 10 with gossip)",
+       [](PeerConfig& c, const std::string& v) { c.linger_s = to_double("linger", v, 0, 86400); }},
+      {"metrics", "FILE.jsonl", "append metrics as JSON lines to FILE",
+       [](PeerConfig& c, const std::string& v) { c.metrics = v; }},
+      {"checkpoint-dir", "DIR", "write checkpoints to DIR and resume from it on restart",
+       [](PeerConfig& c, const std::string& v) { c.train.checkpoint_dir = v; }},
+      {"log-level", "LEVEL", "trace|debug|info|warn|error",
+       [](PeerConfig& c, const std::string& v) {
+         c.log_level = one_of("log-level", v, {"trace", "debug", "info", "warn", "error"});
+       }},
+  };
+  return opts;
+}
+
+const Option* find_option(const std::string& name) {
+  for (const auto& o : options())
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+void apply_config_file(PeerConfig& c, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("--config: cannot read '" + path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError("--config " + path + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw UsageError("--config " + path + ": expected a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    const Option* o = find_option(key);
+    if (!o || key == "config")
+      throw UsageError("--config " + path + ": unknown key '" + key + "'");
+    std::string v;
+    if (value.is_string())
+      v = value.get<std::string>();
+    else if (value.is_array() && key == "seeds") {
+      for (const auto& s : value) {
+        if (!s.is_string()) throw UsageError("--config " + path + ": seeds must be strings");
+        v += (v.empty() ? "" : ",") + s.get<std::string>();
+      }
+    } else if (value.is_number_integer())
+      v = std::to_string(value.get<long long>());
+    else if (value.is_number()) {
+      std::ostringstream os;
+      os.precision(17);
+      os << value.get<double>();
+      v = os.str();
+    } else
+      throw UsageError("--config " + path + ": bad type for '" + key + "'");
+    o->set(c, v);
+  }
+}
+
+}  // namespace
+
+void check_host_port(const std::string& addr, const std::string& flag) {
+  auto colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    throw bad_value(flag, addr, "HOST:PORT");
+  to_int(flag, addr.substr(colon + 1), 0, 65535);
+}
+
+std::vector<std::string> parse_addr_list(const std::string& s, const std::string& flag) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    auto comma = s.find(',', start);
+    std::string a = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!a.empty()) {
+      check_host_port(a, flag);
+      out.push_back(a);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (out.empty()) throw bad_value(flag, s, "HOST:PORT,...");
+  return out;
+}
+
+PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
+  PeerConfig c;
+  *help = false;
+  // --config is applied first, so flags on the command line override the file.
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--config") {
+      if (i + 1 >= args.size()) throw UsageError("--config needs a FILE");
+      apply_config_file(c, args[i + 1]);
+    } else if (args[i].rfind("--config=", 0) == 0) {
+      apply_config_file(c, args[i].substr(9));
+    }
+  }
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    if (a == "--help" || a == "-h") {
+      *help = true;
+      return c;
+    }
+    if (a.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + a + "'");
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (name == "config") {
+      if (!has_value) ++i;
+      continue;
+    }
+    const Option* o = find_option(name);
+    if (!o) throw UsageError("unknown flag '--" + name + "' (see --help)");
+    if (!has_value) {
+      if (i + 1 >= args.size()) throw UsageError("--" + name + " needs a value (" + o->arg + ")");
+      value = args[++i];
+    }
+    o->set(c, value);
+  }
+  if (c.shard >= c.num_shards)
+    throw UsageError("--shard " + std::to_string(c.shard) + " is out of range for --num-shards " +
+                     std::to_string(c.num_shards));
+  try {
+    core::validate(c.train);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  if (c.linger_s < 0) c.linger_s = c.gossip_enabled() ? 10.0 : 0.0;
+  return c;
+}
+
+std::string peer_usage() {
+  std::ostringstream os;
+  os << "usage: gossip-peer [--config FILE.json] [flags]\n\n"
+        "One gossiptrain peer: trains a model replica on its data shard and, given --seeds,\n"
+        "averages parameters with random live peers over an encrypted channel.\n"
+        "Without --seeds it trains alone. Every flag may also be a key of the --config file.\n\n";
+  const PeerConfig d;
+  for (const auto& o : options()) {
+    std::string left = "  --" + o.name + " " + o.arg;
+    os << left;
+    if (left.size() < 40) os << std::string(40 - left.size(), ' ');
+    else os << "\n" << std::string(40, ' ');
+    os << o.help << "\n";
+  }
+  os << "  --config FILE.json                    the same keys as the flags, without '--'\n"
+        "  --help                                this text\n\n"
+        "Exit codes: 0 done, 1 runtime failure, 2 bad flag or value, 130 interrupted.\n";
+  return os.str();
+}
+
+}  // namespace gossiptrain::apps

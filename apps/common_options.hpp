@@ -1,0 +1,51 @@
+// The peer's configuration: every gossip-peer flag (DESIGN.md contract), the same keys in a
+// --config JSON file, validation with messages that name the flag, and the --help text.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/trainer.hpp"
+
+namespace gossiptrain::apps {
+
+// Bad flags or values: the app prints the message and exits with code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct PeerConfig {
+  core::TrainConfig train;
+  std::string listen = "127.0.0.1:0";
+  std::string advertise;  // address others dial; default: the listen address
+  std::vector<std::string> seeds;
+  std::string identity = "gossip-peer.key";
+  std::string network_key;
+  std::string allowlist;
+  std::string data = "/usr/share/datasets/fashion-mnist";  // a directory, or "synthetic"
+  std::string partition = "iid";
+  int num_shards = 1;
+  int shard = 0;
+  std::string backend = "auto";
+  int gossip_every = 10;
+  std::string wire = "fp32";
+  std::string weighting = "uniform";  // uniform (w = 1/2) | samples
+  double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
+  double linger_s = -1.0;             // serve exchanges after training; <0: 10 with seeds, else 0
+  std::string metrics;
+  std::string log_level = "info";
+  bool listen_given = false;
+  // A peer gossips when it has seeds to join through, or listens so that others can join it.
+  bool gossip_enabled() const { return !seeds.empty() || listen_given; }
+};
+
+// Parses argv (without argv[0]). Throws UsageError. Sets *help when --help was given.
+PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help);
+std::string peer_usage();
+// Splits "a:1,b:2" and checks each is HOST:PORT with a port in 0..65535.
+std::vector<std::string> parse_addr_list(const std::string& s, const std::string& flag);
+void check_host_port(const std::string& addr, const std::string& flag);
+
+}  // namespace gossiptrain::apps

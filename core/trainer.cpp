@@ -1,0 +1,247 @@
+// The training loop: shuffled minibatches of the local shard, optimizer over the whole arena,
+// per-epoch evaluation, checkpoints (epoch ends, periodic, on stop) and the StepHook between steps.
+#include "core/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "core/checkpoint.hpp"
+#include "core/rng.hpp"
+
+namespace gossiptrain::core {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+constexpr int kEvalBatch = 500;
+}  // namespace
+
+void validate(const TrainConfig& c) {
+  parse_model_spec(c.model);
+  if (c.optimizer != "sgd" && c.optimizer != "adam")
+    throw std::invalid_argument("--optimizer must be sgd or adam, got '" + c.optimizer + "'");
+  if (c.schedule != "cosine" && c.schedule != "constant")
+    throw std::invalid_argument("--schedule must be cosine or constant, got '" + c.schedule + "'");
+  if (!(c.lr > 0.0f && c.lr < 10.0f)) throw std::invalid_argument("--lr must be in (0, 10)");
+  if (!(c.momentum >= 0.0f && c.momentum < 1.0f))
+    throw std::invalid_argument("--momentum must be in [0, 1)");
+  if (!(c.weight_decay >= 0.0f && c.weight_decay < 1.0f))
+    throw std::invalid_argument("--weight-decay must be in [0, 1)");
+  if (c.epochs < 1 || c.epochs > 100000) throw std::invalid_argument("--epochs must be 1..100000");
+  if (c.batch < 1 || c.batch > 65536) throw std::invalid_argument("--batch must be 1..65536");
+}
+
+Trainer::Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, const Dataset& test,
+                 Metrics& metrics, StepHook* hook)
+    : be_(be),
+      cfg_(std::move(cfg)),
+      shard_(shard),
+      test_(test),
+      metrics_(metrics),
+      hook_(hook),
+      model_(be, cfg_.model, std::max(cfg_.batch, kEvalBatch)) {
+  validate(cfg_);
+  if (shard_.size() == 0) throw std::invalid_argument("the training shard is empty");
+  if (shard_.features != model_.input_dim())
+    throw std::invalid_argument("model " + cfg_.model + " takes " +
+                                std::to_string(model_.input_dim()) + " inputs but the data has " +
+                                std::to_string(shard_.features) + " features");
+  if (shard_.classes > model_.num_classes())
+    throw std::invalid_argument("model " + cfg_.model + " has " +
+                                std::to_string(model_.num_classes()) +
+                                " outputs but the data has " + std::to_string(shard_.classes) +
+                                " classes");
+  model_.init(cfg_.seed);
+  const std::size_t n = model_.num_params();
+  opt_a_ = kernels::DeviceBuffer<float>(be_, n);
+  if (cfg_.optimizer == "adam") opt_b_ = kernels::DeviceBuffer<float>(be_, n);
+  x_dev_ = kernels::DeviceBuffer<float>(be_, std::size_t(model_.max_batch()) * shard_.features);
+  y_dev_ = kernels::DeviceBuffer<std::int32_t>(be_, model_.max_batch());
+  steps_per_epoch_ = std::int64_t((shard_.size() + cfg_.batch - 1) / cfg_.batch);
+  total_steps_ = steps_per_epoch_ * cfg_.epochs;
+}
+
+float Trainer::lr_at(std::int64_t step) const {
+  if (cfg_.schedule == "constant") return cfg_.lr;
+  const double p = std::min(1.0, double(step) / double(std::max<std::int64_t>(1, total_steps_)));
+  return float(cfg_.lr * 0.5 * (1.0 + std::cos(std::numbers::pi * p)));
+}
+
+void Trainer::call_hook(bool done) {
+  if (!hook_) return;
+  StepContext ctx{be_,     model_.params(),          model_.num_params(), step_, samples_,
+                  std::int64_t(shard_.size()), epoch_, done};
+  hook_->between_steps(ctx);
+}
+
+bool Trainer::resume() {
+  if (cfg_.checkpoint_dir.empty() || !checkpoint_exists(cfg_.checkpoint_dir)) return false;
+  Checkpoint c = load_checkpoint(cfg_.checkpoint_dir);
+  const std::string where = "checkpoint in " + cfg_.checkpoint_dir;
+  if (c.fingerprint != model_.fingerprint() || c.params.size() != model_.num_params())
+    throw CheckpointError(where + " belongs to another model than " + cfg_.model);
+  const std::size_t want_state = cfg_.optimizer == "adam" ? 2 : 1;
+  if (c.opt_state.size() != want_state)
+    throw CheckpointError(where + " was written with another optimizer than " + cfg_.optimizer);
+  for (const auto& s : c.opt_state)
+    if (s.size() != model_.num_params()) throw CheckpointError(where + ": optimizer state size");
+  if (c.step < 0 || c.epoch < 0 || c.samples < 0 || c.epoch > cfg_.epochs ||
+      c.step > total_steps_)
+    throw CheckpointError(where + " has counters outside this run (step " +
+                          std::to_string(c.step) + ", epoch " + std::to_string(c.epoch) + ")");
+  be_.upload(model_.params(), c.params.data(), c.params.size() * sizeof(float));
+  be_.upload(opt_a_.data(), c.opt_state[0].data(), opt_a_.bytes());
+  if (want_state == 2) be_.upload(opt_b_.data(), c.opt_state[1].data(), opt_b_.bytes());
+  step_ = c.step;
+  epoch_ = int(c.epoch);
+  samples_ = c.samples;
+  spdlog::info("resumed from {}: epoch {}, step {}", where, epoch_, step_);
+  return true;
+}
+
+void Trainer::save_checkpoint_now() {
+  if (cfg_.checkpoint_dir.empty()) return;
+  Checkpoint c;
+  c.fingerprint = model_.fingerprint();
+  c.step = step_;
+  c.epoch = epoch_;
+  c.samples = samples_;
+  c.params.resize(model_.num_params());
+  be_.download(c.params.data(), model_.params(), c.params.size() * sizeof(float));
+  c.opt_state.emplace_back(model_.num_params());
+  be_.download(c.opt_state[0].data(), opt_a_.data(), opt_a_.bytes());
+  if (opt_b_.size()) {
+    c.opt_state.emplace_back(model_.num_params());
+    be_.download(c.opt_state[1].data(), opt_b_.data(), opt_b_.bytes());
+  }
+  c.meta = nlohmann::json{{"model", cfg_.model}, {"optimizer", cfg_.optimizer}}.dump();
+  save_checkpoint(cfg_.checkpoint_dir, c);
+  metrics_.emit("checkpoint", {{"step", step_}, {"epoch", epoch_}, {"dir", cfg_.checkpoint_dir}});
+}
+
+EvalResult Trainer::evaluate(const Dataset& d) {
+  std::int64_t correct = 0;
+  double loss = 0.0;
+  const int C = model_.num_classes();
+  for (std::size_t i = 0; i < d.size(); i += kEvalBatch) {
+    const int b = int(std::min<std::size_t>(kEvalBatch, d.size() - i));
+    be_.upload(x_dev_.data(), d.x.data() + i * d.features, std::size_t(b) * d.features * 4);
+    be_.upload(y_dev_.data(), d.y.data() + i, std::size_t(b) * 4);
+    const float* logits = model_.forward(x_dev_.data(), b);
+    std::int64_t c = 0;
+    double l = 0.0;
+    be_.eval_batch(logits, y_dev_.data(), b, C, &c, &l);
+    correct += c;
+    loss += l;
+  }
+  EvalResult r;
+  if (d.size()) {
+    r.acc = double(correct) / double(d.size());
+    r.loss = loss / double(d.size());
+  }
+  return r;
+}
+
+TrainResult Trainer::run(const std::atomic<bool>& stop) {
+  TrainResult res;
+  const auto t_start = Clock::now();
+  auto t_ckpt = Clock::now();
+  const int F = shard_.features;
+  std::vector<float> xb(std::size_t(cfg_.batch) * F);
+  std::vector<std::int32_t> yb(cfg_.batch);
+  std::vector<std::size_t> order(shard_.size());
+
+  while (epoch_ < cfg_.epochs && !stop.load()) {
+    // The order of epoch e depends only on (seed, e), so a resumed run continues where it stopped.
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    SplitMix64 rng(cfg_.seed * 0x9E3779B97F4A7C15ull + std::uint64_t(epoch_) + 1);
+    for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+
+    const auto t_epoch = Clock::now();
+    double loss_sum = 0.0;
+    std::int64_t loss_n = 0, epoch_samples = 0;
+    std::int64_t first = step_ - std::int64_t(epoch_) * steps_per_epoch_;
+    for (std::int64_t s = first; s < steps_per_epoch_ && !stop.load(); ++s) {
+      const std::size_t lo = std::size_t(s) * cfg_.batch;
+      const int b = int(std::min<std::size_t>(cfg_.batch, order.size() - lo));
+      for (int j = 0; j < b; ++j) {
+        const std::size_t k = order[lo + j];
+        std::copy_n(shard_.x.data() + k * F, F, xb.data() + std::size_t(j) * F);
+        yb[j] = shard_.y[k];
+      }
+      be_.upload(x_dev_.data(), xb.data(), std::size_t(b) * F * sizeof(float));
+      be_.upload(y_dev_.data(), yb.data(), std::size_t(b) * sizeof(std::int32_t));
+      const float loss = model_.forward_backward(x_dev_.data(), y_dev_.data(), b);
+      if (!std::isfinite(loss))
+        throw std::runtime_error("training diverged: loss is " + std::to_string(loss) +
+                                 " at step " + std::to_string(step_) + " (try a smaller --lr)");
+      const float lr = lr_at(step_);
+      ++step_;
+      if (cfg_.optimizer == "adam")
+        be_.adam(model_.params(), model_.grads(), opt_a_.data(), opt_b_.data(),
+                 model_.num_params(), lr, 0.9f, 0.999f, 1e-8f, cfg_.weight_decay, step_);
+      else
+        be_.sgd_momentum(model_.params(), model_.grads(), opt_a_.data(), model_.num_params(), lr,
+                         cfg_.momentum, cfg_.weight_decay);
+      samples_ += b;
+      epoch_samples += b;
+      loss_sum += loss;
+      ++loss_n;
+      if (cfg_.log_every_steps > 0 && step_ % cfg_.log_every_steps == 0)
+        metrics_.emit("step", {{"step", step_},
+                               {"epoch", epoch_},
+                               {"loss", loss},
+                               {"lr", lr},
+                               {"samples_per_s", double(epoch_samples) / since(t_epoch)}});
+      call_hook(false);
+      if (!cfg_.checkpoint_dir.empty() && since(t_ckpt) > cfg_.checkpoint_every_s) {
+        save_checkpoint_now();
+        t_ckpt = Clock::now();
+      }
+    }
+    if (stop.load()) break;
+    const double sps = double(epoch_samples) / std::max(1e-9, since(t_epoch));
+    ++epoch_;
+    const EvalResult ev = evaluate(test_);
+    res.best_test_acc = std::max(res.best_test_acc, ev.acc);
+    res.final_test_acc = ev.acc;
+    res.final_test_loss = ev.loss;
+    const double mean_loss = loss_n ? loss_sum / double(loss_n) : 0.0;
+    metrics_.emit("eval", {{"epoch", epoch_},
+                           {"step", step_},
+                           {"train_loss", mean_loss},
+                           {"test_acc", ev.acc},
+                           {"test_loss", ev.loss},
+                           {"samples_per_s", sps}});
+    if (on_epoch) on_epoch(epoch_, mean_loss, ev, sps);
+    save_checkpoint_now();
+    t_ckpt = Clock::now();
+  }
+  if (stop.load()) {
+    res.stopped = true;
+    save_checkpoint_now();
+  }
+  res.steps = step_;
+  res.epochs_done = epoch_;
+  res.seconds = since(t_start);
+  return res;
+}
+
+void Trainer::linger(const std::atomic<bool>& stop, double linger_s) {
+  if (!hook_) return;
+  const auto t0 = Clock::now();
+  while (!stop.load() && since(t0) < linger_s) {
+    call_hook(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace gossiptrain::core

@@ -1,0 +1,92 @@
+// The training loop of one peer: minibatch SGD (momentum) or Adam over its local shard, a learning
+// rate schedule, evaluation each epoch, checkpoints, metrics, and the one StepHook between steps.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/dataset.hpp"
+#include "core/metrics.hpp"
+#include "core/model.hpp"
+#include "core/step_hook.hpp"
+
+namespace gossiptrain::core {
+
+struct TrainConfig {
+  std::string model = "mlp:784-256-256-10";
+  std::string optimizer = "sgd";  // sgd (with momentum) | adam
+  std::string schedule = "cosine";  // cosine (to 0 over all steps) | constant
+  float lr = 0.02f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  int epochs = 10;
+  int batch = 64;
+  std::uint64_t seed = 1;
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int checkpoint_every_s = 60;  // also at every epoch end and on stop
+  int log_every_steps = 50;     // `step` metric lines
+};
+
+// Validates ranges and names; throws std::invalid_argument with a message naming the flag.
+void validate(const TrainConfig& c);
+
+struct TrainResult {
+  std::int64_t steps = 0;
+  int epochs_done = 0;
+  double final_test_acc = 0.0;
+  double best_test_acc = 0.0;
+  double final_test_loss = 0.0;
+  double seconds = 0.0;
+  bool stopped = false;  // interrupted by the stop flag
+};
+
+struct EvalResult {
+  double acc = 0.0;
+  double loss = 0.0;
+};
+
+class Trainer {
+ public:
+  // shard and test must outlive the trainer. hook may be null (training alone).
+  Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, const Dataset& test,
+          Metrics& metrics, StepHook* hook);
+
+  Mlp& model() { return model_; }
+  // Restores from cfg.checkpoint_dir when a checkpoint is there; throws CheckpointError when it is
+  // corrupt or belongs to another model. Returns true when something was restored.
+  bool resume();
+  // Trains until cfg.epochs are done or stop becomes true; checkpoints at epoch ends and on stop.
+  TrainResult run(const std::atomic<bool>& stop);
+  EvalResult evaluate(const Dataset& d);
+  // Calls the hook with training_done = true until stop becomes true or linger_s pass, so the peer
+  // keeps serving exchanges after its last step.
+  void linger(const std::atomic<bool>& stop, double linger_s);
+  void save_checkpoint_now();
+
+  // Progress callback for the per-epoch line (the app prints it).
+  std::function<void(int epoch, double loss, const EvalResult& ev, double samples_per_s)> on_epoch;
+
+ private:
+  float lr_at(std::int64_t step) const;
+  void call_hook(bool done);
+
+  kernels::Backend& be_;
+  TrainConfig cfg_;
+  const Dataset& shard_;
+  const Dataset& test_;
+  Metrics& metrics_;
+  StepHook* hook_;
+  Mlp model_;
+  kernels::DeviceBuffer<float> opt_a_, opt_b_;  // sgd: velocity; adam: m, v
+  kernels::DeviceBuffer<float> x_dev_;
+  kernels::DeviceBuffer<std::int32_t> y_dev_;
+  std::int64_t step_ = 0;
+  std::int64_t samples_ = 0;
+  int epoch_ = 0;
+  std::int64_t steps_per_epoch_ = 0;
+  std::int64_t total_steps_ = 0;
+};
+
+}  // namespace gossiptrain::core
