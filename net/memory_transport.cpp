@@ -1,0 +1,373 @@
+// The seeded in-memory network: one event queue on a virtual clock drives every node's timers,
+// connects and message deliveries, so a whole simulated cluster is deterministic for a seed.
+#include "net/memory_transport.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <stdexcept>
+
+namespace gossiptrain::net {
+
+namespace {
+std::uint64_t splitmix64(std::uint64_t& x) {
+  std::uint64_t z = (x += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+SimRng::SimRng(std::uint64_t seed) {
+  for (auto& s : s_) s = splitmix64(seed);
+}
+
+std::uint64_t SimRng::next() {
+  const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const std::uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double SimRng::uniform01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+std::uint64_t SimRng::below(std::uint64_t n) {
+  assert(n > 0);
+  // Rejection sampling keeps it exactly uniform (modulo alone is biased for large n).
+  const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);
+  std::uint64_t x;
+  do {
+    x = next();
+  } while (x >= limit);
+  return x % n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SimTransport
+
+SimTransport::SimTransport(SimNetwork& net, std::size_t index, std::string addr, std::string id)
+    : net_(net), index_(index), addr_(std::move(addr)), id_(std::move(id)) {}
+
+void SimTransport::connect(const std::string& addr, ConnectCallback done) {
+  net_.do_connect(index_, addr, std::move(done));
+}
+
+Millis SimTransport::now() const { return net_.now(); }
+
+Scheduler::TimerId SimTransport::schedule(Millis delay, std::function<void()> fn) {
+  if (delay < Millis(0)) delay = Millis(0);
+  return net_.enqueue(net_.now() + delay, index_, generation_, std::move(fn), true);
+}
+
+void SimTransport::cancel(TimerId id) { net_.cancel_timer(id); }
+
+void SimTransport::post(std::function<void()> fn) {
+  net_.enqueue(net_.now(), index_, generation_, std::move(fn), false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SimConnection
+
+SimConnection::SimConnection(SimNetwork& net, std::size_t owner, std::uint64_t owner_gen,
+                             std::string peer_id, std::string remote_addr)
+    : net_(net),
+      owner_(owner),
+      owner_gen_(owner_gen),
+      peer_id_(std::move(peer_id)),
+      remote_addr_(std::move(remote_addr)) {}
+
+bool SimConnection::send(std::uint8_t type, SharedBytes payload) {
+  if (!open_) return false;
+  auto& st = net_.stats_;
+  ++st.sent;
+  auto other = other_.lock();
+  if (!other || !net_.nodes_[other->owner_]->alive_ ||
+      net_.nodes_[other->owner_]->generation_ != other->owner_gen_) {
+    ++st.dropped_dead;
+    return true;  // the sender cannot tell: like bytes written into a dead TCP peer
+  }
+  if (!net_.reachable_idx(owner_, other->owner_)) {
+    ++st.dropped_partition;
+    return true;
+  }
+  if (net_.lossy(type)) {
+    ++st.dropped_loss;
+    return true;
+  }
+  Millis at = std::max(net_.now() + net_.one_way_delay(), last_delivery_);
+  last_delivery_ = at;
+  std::weak_ptr<SimConnection> weak = other;
+  SimNetwork* net = &net_;
+  net_.enqueue(at, other->owner_, other->owner_gen_, [net, weak, type, payload]() {
+    auto to = weak.lock();
+    if (!to || !to->open_ || !to->reported_) {
+      ++net->stats_.dropped_dead;
+      return;
+    }
+    TransportHandler* h = net->nodes_[to->owner_]->handler_;
+    if (!h) {
+      ++net->stats_.dropped_dead;
+      return;
+    }
+    ++net->stats_.delivered;
+    Bytes copy = payload ? *payload : Bytes{};
+    h->on_message(to, type, std::move(copy));
+  }, false);
+  return true;
+}
+
+void SimConnection::close(const std::string& reason) {
+  if (!open_) return;
+  open_ = false;
+  // Our own on_closed runs as the next event, never inside close(), so handlers may close from
+  // within their callbacks without re-entrancy.
+  auto self = shared_from_this();
+  SimNetwork* net = &net_;
+  net_.enqueue(net_.now(), owner_, owner_gen_, [net, self, reason]() {
+    net->report_closed(self, reason);
+  }, false);
+  // The FIN travels like data, after everything already sent on this direction; a partition
+  // swallows it (the other end then learns by its own timeouts, as with TCP).
+  auto other = other_.lock();
+  if (!other || !net_.reachable_idx(owner_, other->owner_)) return;
+  Millis at = std::max(net_.now() + net_.one_way_delay(), last_delivery_);
+  last_delivery_ = at;
+  std::weak_ptr<SimConnection> weak = other;
+  net_.enqueue(at, other->owner_, other->owner_gen_, [net, weak, reason]() {
+    auto to = weak.lock();
+    if (!to || !to->open_) return;
+    to->open_ = false;
+    net->report_closed(to, "closed by peer: " + reason);
+  }, false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SimNetwork
+
+SimNetwork::SimNetwork(SimOptions opts) : opts_(opts), rng_(opts.seed) {}
+
+SimTransport& SimNetwork::add_node(const std::string& addr, const std::string& id) {
+  if (by_addr_.count(addr)) throw std::invalid_argument("SimNetwork: address taken: " + addr);
+  const std::size_t idx = nodes_.size();
+  nodes_.push_back(std::make_unique<SimTransport>(*this, idx, addr, id));
+  by_addr_[addr] = idx;
+  if (!group_of_.empty()) group_of_.push_back(unnamed_group_);
+  return *nodes_.back();
+}
+
+SimTransport* SimNetwork::node(const std::string& addr) {
+  auto it = by_addr_.find(addr);
+  return it == by_addr_.end() ? nullptr : nodes_[it->second].get();
+}
+
+void SimNetwork::set_latency(Millis base, Millis jitter) {
+  opts_.latency = base;
+  opts_.jitter = jitter;
+}
+
+void SimNetwork::set_loss(double p, std::uint8_t first_type, std::uint8_t last_type) {
+  opts_.loss = p;
+  loss_first_ = first_type;
+  loss_last_ = last_type;
+}
+
+void SimNetwork::partition(std::vector<std::vector<std::string>> groups) {
+  unnamed_group_ = static_cast<int>(groups.size());
+  group_of_.assign(nodes_.size(), unnamed_group_);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& a : groups[g]) {
+      auto it = by_addr_.find(a);
+      if (it == by_addr_.end()) throw std::invalid_argument("SimNetwork: unknown address: " + a);
+      group_of_[it->second] = static_cast<int>(g);
+    }
+  }
+}
+
+void SimNetwork::heal() { group_of_.clear(); }
+
+bool SimNetwork::reachable(const std::string& from, const std::string& to) const {
+  auto a = by_addr_.find(from), b = by_addr_.find(to);
+  if (a == by_addr_.end() || b == by_addr_.end()) return false;
+  return reachable_idx(a->second, b->second);
+}
+
+bool SimNetwork::reachable_idx(std::size_t a, std::size_t b) const {
+  return group_of_.empty() || group_of_[a] == group_of_[b];
+}
+
+bool SimNetwork::lossy(std::uint8_t type) {
+  if (opts_.loss <= 0.0 || type < loss_first_ || type > loss_last_) return false;
+  return rng_.uniform01() < opts_.loss;
+}
+
+Millis SimNetwork::one_way_delay() {
+  Millis d = opts_.latency;
+  if (opts_.jitter.count() > 0) {
+    d += Millis(static_cast<Millis::rep>(rng_.below(static_cast<std::uint64_t>(opts_.jitter.count()) + 1)));
+  }
+  return d;
+}
+
+std::string SimNetwork::ephemeral_addr(const std::string& addr) {
+  const auto colon = addr.rfind(':');
+  const std::string host = colon == std::string::npos ? addr : addr.substr(0, colon);
+  return host + ":" + std::to_string(next_port_++);
+}
+
+void SimNetwork::do_connect(std::size_t from, const std::string& addr,
+                            Transport::ConnectCallback done) {
+  SimTransport& src = *nodes_[from];
+  const std::uint64_t src_gen = src.generation_;
+  const Millis started = now();
+  // The SYN reaches the target after one latency; the dialer completes one latency later.
+  enqueue(now() + one_way_delay(), from, src_gen, [this, from, src_gen, addr, started,
+                                                   done = std::move(done)]() mutable {
+    auto it = by_addr_.find(addr);
+    SimTransport* dst = it == by_addr_.end() ? nullptr : nodes_[it->second].get();
+    if (!dst || !dst->alive_ || !dst->handler_ || !reachable_idx(from, dst->index_)) {
+      ++stats_.connects_failed;
+      enqueue(started + opts_.connect_timeout, from, src_gen,
+              [done = std::move(done)]() { done(nullptr, "connect timeout"); }, false);
+      return;
+    }
+    SimTransport& src = *nodes_[from];
+    auto a = std::make_shared<SimConnection>(*this, from, src_gen, dst->id_, dst->addr_);
+    auto b = std::make_shared<SimConnection>(*this, dst->index_, dst->generation_, src.id_,
+                                             ephemeral_addr(src.addr_));
+    a->other_ = b;
+    b->other_ = a;
+    prune(src.conns_);
+    prune(dst->conns_);
+    src.conns_.push_back(a);
+    dst->conns_.push_back(b);
+    const Millis complete_at = now() + one_way_delay();
+    // Nothing from the acceptor may overtake the dialer's completion.
+    b->last_delivery_ = complete_at;
+    ++stats_.connects_ok;
+    enqueue(complete_at, from, src_gen, [this, a, from, done = std::move(done)]() {
+      if (!a->open_) {
+        done(nullptr, "connection closed during handshake");
+        return;
+      }
+      a->reported_ = true;
+      if (TransportHandler* h = nodes_[from]->handler_) h->on_connection(a, false);
+      done(a, "");
+    }, false);
+    b->reported_ = true;
+    dst->handler_->on_connection(b, true);
+  }, false);
+}
+
+void SimNetwork::prune(std::vector<std::weak_ptr<SimConnection>>& v) {
+  // Amortised: only when the list has grown, drop the ends nobody holds any more.
+  if (v.size() < 64 || (v.size() & (v.size() - 1)) != 0) return;
+  v.erase(std::remove_if(v.begin(), v.end(), [](const auto& w) { return w.expired(); }), v.end());
+}
+
+void SimNetwork::report_closed(const std::shared_ptr<SimConnection>& c, const std::string& reason) {
+  if (!c->reported_ || c->closed_reported_) return;
+  c->closed_reported_ = true;
+  SimTransport& n = *nodes_[c->owner_];
+  if (n.generation_ != c->owner_gen_) return;
+  if (TransportHandler* h = n.handler_) h->on_closed(c, reason);
+}
+
+void SimNetwork::kill(const std::string& addr, bool reset) {
+  SimTransport* n = node(addr);
+  if (!n) throw std::invalid_argument("SimNetwork: unknown address: " + addr);
+  if (!n->alive_) return;
+  n->alive_ = false;
+  ++n->generation_;
+  n->handler_ = nullptr;
+  for (auto& w : n->conns_) {
+    auto c = w.lock();
+    if (!c) continue;
+    c->open_ = false;
+    auto other = c->other_.lock();
+    if (!reset || !other || !other->open_ || !reachable_idx(n->index_, other->owner_)) continue;
+    std::weak_ptr<SimConnection> weak = other;
+    enqueue(now() + one_way_delay(), other->owner_, other->owner_gen_, [this, weak]() {
+      auto to = weak.lock();
+      if (!to || !to->open_) return;
+      to->open_ = false;
+      report_closed(to, "connection reset");
+    }, false);
+  }
+  n->conns_.clear();
+}
+
+SimTransport& SimNetwork::revive(const std::string& addr) {
+  SimTransport* n = node(addr);
+  if (!n) throw std::invalid_argument("SimNetwork: unknown address: " + addr);
+  if (!n->alive_) {
+    // A second bump: anything the dead incarnation's objects scheduled while dead is discarded.
+    ++n->generation_;
+    n->alive_ = true;
+  }
+  return *n;
+}
+
+std::uint64_t SimNetwork::enqueue(Millis at, std::size_t node, std::uint64_t gen,
+                                  std::function<void()> fn, bool cancellable) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::uint64_t id = 0;
+  if (cancellable) {
+    id = next_timer_++;
+    pending_timers_.insert(id);
+  }
+  queue_.push(Event{at, next_seq_++, node, gen, id, std::move(fn)});
+  return id;
+}
+
+void SimNetwork::cancel_timer(std::uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending_timers_.erase(id)) cancelled_.insert(id);
+}
+
+bool SimNetwork::step() {
+  std::function<void()> fn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (;;) {
+      if (queue_.empty()) return false;
+      Event ev = std::move(const_cast<Event&>(queue_.top()));
+      queue_.pop();
+      if (ev.timer) {
+        if (cancelled_.erase(ev.timer)) continue;
+        pending_timers_.erase(ev.timer);
+      }
+      if (ev.at.count() > now_ms_.load()) now_ms_.store(ev.at.count());
+      if (ev.node != kNoNode && nodes_[ev.node]->generation_ != ev.gen) continue;
+      fn = std::move(ev.fn);
+      break;
+    }
+  }
+  fn();
+  return true;
+}
+
+void SimNetwork::run_until(Millis t) {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty() || queue_.top().at > t) break;
+    }
+    step();
+  }
+  if (t.count() > now_ms_.load()) now_ms_.store(t.count());
+}
+
+bool SimNetwork::run_until_idle(std::size_t max_events) {
+  for (std::size_t i = 0; i < max_events; ++i) {
+    if (!step()) return true;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.empty();
+}
+
+}  // namespace gossiptrain::net

@@ -1,0 +1,218 @@
+// A seeded, deterministic in-memory network with a virtual clock (c-toxcore style) for protocol
+// tests and simulation: latency + jitter, per-message loss, partitions, node kill/revive.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "net/transport.hpp"
+
+namespace gossiptrain::net {
+
+// xoshiro256** seeded through splitmix64: same sequence on every platform and standard library
+// (std:: distributions are implementation-defined, which would break seed determinism).
+class SimRng {
+ public:
+  explicit SimRng(std::uint64_t seed);
+  std::uint64_t next();
+  double uniform01();                      // [0, 1)
+  std::uint64_t below(std::uint64_t n);    // [0, n); n > 0
+
+ private:
+  std::uint64_t s_[4];
+};
+
+struct SimOptions {
+  std::uint64_t seed = 1;
+  Millis latency{5};   // one-way base latency
+  Millis jitter{0};    // extra one-way latency, uniform in [0, jitter]
+  double loss = 0.0;   // probability that one message is dropped (see SimNetwork::set_loss)
+  // Dials to an unknown, dead, handler-less or partitioned address fail after this long.
+  Millis connect_timeout{1000};
+};
+
+struct SimStats {
+  std::uint64_t sent = 0;               // send() calls that returned true
+  std::uint64_t delivered = 0;          // on_message calls
+  std::uint64_t dropped_loss = 0;       // random loss
+  std::uint64_t dropped_partition = 0;  // sender and receiver in different groups
+  std::uint64_t dropped_dead = 0;       // receiver killed or its end already closed
+  std::uint64_t connects_ok = 0;
+  std::uint64_t connects_failed = 0;
+};
+
+class SimNetwork;
+class SimConnection;
+
+// One node: both its Transport and its Scheduler (now() is the network's virtual clock).
+// All callbacks run on the thread that drives the SimNetwork; post() may be called from any thread.
+class SimTransport final : public Transport, public Scheduler {
+ public:
+  SimTransport(SimNetwork& net, std::size_t index, std::string addr, std::string id);
+
+  // Transport
+  void set_handler(TransportHandler* h) override { handler_ = h; }
+  Scheduler& scheduler() override { return *this; }
+  const std::string& local_id() const override { return id_; }
+  const std::string& listen_addr() const override { return addr_; }
+  void connect(const std::string& addr, ConnectCallback done) override;
+
+  // Scheduler
+  Millis now() const override;
+  TimerId schedule(Millis delay, std::function<void()> fn) override;
+  void cancel(TimerId id) override;
+  void post(std::function<void()> fn) override;
+
+  bool alive() const { return alive_.load(); }
+  TransportHandler* handler() const { return handler_; }
+
+ private:
+  friend class SimNetwork;
+  friend class SimConnection;
+  SimNetwork& net_;
+  std::size_t index_;
+  std::string addr_;
+  std::string id_;
+  TransportHandler* handler_ = nullptr;
+  std::atomic<bool> alive_{true};
+  // Bumped by kill(): events (timers, deliveries, connects) of an older generation are discarded,
+  // so a killed node's timers never fire and a revived node starts clean.
+  std::atomic<std::uint64_t> generation_{0};
+  std::vector<std::weak_ptr<SimConnection>> conns_;
+};
+
+// One end of an in-memory connection pair.
+class SimConnection final : public Connection, public std::enable_shared_from_this<SimConnection> {
+ public:
+  SimConnection(SimNetwork& net, std::size_t owner, std::uint64_t owner_gen, std::string peer_id,
+                std::string remote_addr);
+  const std::string& peer_id() const override { return peer_id_; }
+  const std::string& remote_addr() const override { return remote_addr_; }
+  bool send(std::uint8_t type, SharedBytes payload) override;
+  void close(const std::string& reason) override;
+  bool is_open() const override { return open_; }
+
+ private:
+  friend class SimNetwork;
+  friend class SimTransport;
+  SimNetwork& net_;
+  std::size_t owner_;        // node index of this end
+  std::uint64_t owner_gen_;  // that node's generation when the connection was made
+  std::string peer_id_;
+  std::string remote_addr_;
+  std::weak_ptr<SimConnection> other_;
+  bool open_ = true;
+  bool reported_ = false;         // on_connection was called (so on_closed is owed)
+  bool closed_reported_ = false;  // on_closed was called
+  Millis last_delivery_{0};       // keeps this direction FIFO under jitter
+};
+
+// The simulated network: owns the virtual clock, the single event queue and the nodes.
+// Deterministic for a given seed and call sequence: events run by (time, sequence number).
+class SimNetwork {
+ public:
+  explicit SimNetwork(SimOptions opts = {});
+  SimNetwork(const SimNetwork&) = delete;
+  SimNetwork& operator=(const SimNetwork&) = delete;
+
+  // Adds a node reachable at addr with identity id. The reference stays valid for the network's
+  // lifetime. Throws std::invalid_argument if addr is already taken.
+  SimTransport& add_node(const std::string& addr, const std::string& id);
+  SimTransport* node(const std::string& addr);
+
+  void set_latency(Millis base, Millis jitter);
+  // Loss applies to messages whose type is in [first_type, last_type] (all by default), so a test
+  // can make the small UDP-like membership messages lossy and leave bulk transfers alone.
+  void set_loss(double p, std::uint8_t first_type = 0, std::uint8_t last_type = 255);
+
+  // Splits the nodes into groups; nodes not named form one extra group together. Messages (and
+  // connect attempts) between groups are dropped silently; existing connections stay "open", as a
+  // real network partition looks to TCP until its timeouts fire.
+  void partition(std::vector<std::vector<std::string>> groups);
+  void heal();
+  bool reachable(const std::string& from, const std::string& to) const;
+
+  // Makes a node vanish like a crashed machine: its timers and pending events are dropped, its
+  // handler is cleared and its own ends of connections turn closed without callbacks. The other
+  // side learns only by its own timeouts (messages to it are silently dropped), unless reset is
+  // true: then, like a kernel sending RST for a killed process, each peer end gets
+  // on_closed("connection reset") after one latency.
+  void kill(const std::string& addr, bool reset = false);
+  // Brings a killed node back with no connections and no handler: call set_handler again (the
+  // "restarted process"). Returns the node.
+  SimTransport& revive(const std::string& addr);
+
+  Millis now() const { return Millis(now_ms_.load()); }
+  // Runs the next event (advancing the clock to it). False when the queue is empty.
+  bool step();
+  // Runs every event due at or before t, then sets the clock to t.
+  void run_until(Millis t);
+  void run_for(Millis d) { run_until(now() + d); }
+  // Runs until no events are left or max_events ran; true when idle.
+  bool run_until_idle(std::size_t max_events = 10'000'000);
+
+  const SimStats& stats() const { return stats_; }
+  SimRng& rng() { return rng_; }
+  const SimOptions& options() const { return opts_; }
+
+ private:
+  friend class SimTransport;
+  friend class SimConnection;
+  static constexpr std::size_t kNoNode = static_cast<std::size_t>(-1);
+
+  struct Event {
+    Millis at;
+    std::uint64_t seq;
+    std::size_t node;  // owner whose generation must still match; kNoNode: always runs
+    std::uint64_t gen;
+    std::uint64_t timer;  // non-zero: cancellable timer id
+    std::function<void()> fn;
+  };
+  struct Later {
+    bool operator()(const Event& a, const Event& b) const {
+      return a.at != b.at ? a.at > b.at : a.seq > b.seq;
+    }
+  };
+
+  std::uint64_t enqueue(Millis at, std::size_t node, std::uint64_t gen, std::function<void()> fn,
+                        bool cancellable);
+  void cancel_timer(std::uint64_t id);
+  Millis one_way_delay();
+  bool reachable_idx(std::size_t a, std::size_t b) const;
+  bool lossy(std::uint8_t type);
+  void do_connect(std::size_t from, const std::string& addr, Transport::ConnectCallback done);
+  static void prune(std::vector<std::weak_ptr<SimConnection>>& v);
+  void report_closed(const std::shared_ptr<SimConnection>& c, const std::string& reason);
+  std::string ephemeral_addr(const std::string& addr);
+
+  SimOptions opts_;
+  SimRng rng_;
+  std::atomic<std::int64_t> now_ms_{0};
+  std::deque<std::unique_ptr<SimTransport>> nodes_;
+  std::unordered_map<std::string, std::size_t> by_addr_;
+  std::vector<int> group_of_;  // per node; equal groups can talk. Empty: no partition
+  int unnamed_group_ = 0;      // group of nodes not named in partition() (also later nodes)
+  std::uint8_t loss_first_ = 0, loss_last_ = 255;
+  std::uint32_t next_port_ = 40000;
+  SimStats stats_;
+
+  mutable std::mutex mu_;  // guards the queue and timer bookkeeping (post() is cross-thread)
+  std::priority_queue<Event, std::vector<Event>, Later> queue_;
+  std::uint64_t next_seq_ = 0;
+  std::uint64_t next_timer_ = 1;
+  std::unordered_set<std::uint64_t> pending_timers_;
+  std::unordered_set<std::uint64_t> cancelled_;
+};
+
+}  // namespace gossiptrain::net
