@@ -1,0 +1,146 @@
+// gossip-bench train: ms/step and samples/s of a real training step (batch upload, forward, loss,
+// backward, optimizer) against the same matrix products alone (the floor), measured in one run.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/bench.hpp"
+#include "core/model.hpp"
+#include "core/rng.hpp"
+#include "kernels/backend.hpp"
+
+namespace gossiptrain::apps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int run(const Args& args) {
+  std::string backend_name = "auto", model = "mlp:784-256-256-10";
+  int batch = 128, steps = 100, rounds = 7;
+  bool json = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+      return args[++i];
+    };
+    try {
+      if (a == "--backend") backend_name = next();
+      else if (a == "--model") model = next();
+      else if (a == "--batch") batch = std::stoi(next());
+      else if (a == "--steps") steps = std::stoi(next());
+      else if (a == "--rounds") rounds = std::stoi(next());
+      else if (a == "--json") json = true;
+      else if (a == "--help" || a == "-h") {
+        std::printf(
+            "usage: gossip-bench train [--backend auto|cpu|cuda] [--model SPEC] [--batch B]\n"
+            "                          [--steps N] [--rounds R] --json\n"
+            "Times R rounds of N training steps and of N passes of the same matrix products\n"
+            "alone (the floor), interleaved; reports medians and the ratio step/floor.\n");
+        return 0;
+      } else {
+        std::fprintf(stderr, "gossip-bench train: unknown option '%s'\n", a.c_str());
+        return 2;
+      }
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "gossip-bench train: %s\n", e.what());
+      return 2;
+    }
+  }
+  if (batch < 1 || steps < 1 || rounds < 1) {
+    std::fprintf(stderr, "gossip-bench train: --batch, --steps and --rounds must be >= 1\n");
+    return 2;
+  }
+  auto be = kernels::make_backend(backend_name);
+  core::Mlp m(*be, model, batch);
+  m.init(1);
+  const int F = m.input_dim(), C = m.num_classes();
+  // Host-side batch, uploaded every step as the training loop does.
+  std::vector<float> xh(std::size_t(batch) * F);
+  std::vector<std::int32_t> yh(batch);
+  core::SplitMix64 r(1);
+  for (auto& v : xh) v = float(r.uniform());
+  for (auto& v : yh) v = std::int32_t(r.below(C));
+  kernels::DeviceBuffer<float> x(*be, xh.size()), vel(*be, m.num_params());
+  kernels::DeviceBuffer<std::int32_t> y(*be, batch);
+  // Scratch for the floor: the same gemm shapes as forward + backward.
+  std::vector<kernels::DeviceBuffer<float>> out, dx;
+  kernels::DeviceBuffer<float> dw(*be, m.num_params());
+  for (const auto& l : m.layers()) {
+    out.emplace_back(*be, std::size_t(batch) * l.out);
+    dx.emplace_back(*be, std::size_t(batch) * l.in);
+  }
+
+  auto train_step = [&] {
+    be->upload(x.data(), xh.data(), xh.size() * sizeof(float));
+    be->upload(y.data(), yh.data(), yh.size() * sizeof(std::int32_t));
+    m.forward_backward(x.data(), y.data(), batch);  // reads the loss back: synchronizes
+    be->sgd_momentum(m.params(), m.grads(), vel.data(), m.num_params(), 1e-4f, 0.9f, 0.0f);
+  };
+  auto floor_step = [&] {
+    const float* in = x.data();
+    const auto& L = m.layers();
+    for (std::size_t i = 0; i < L.size(); ++i) {
+      be->gemm(false, true, batch, L[i].out, L[i].in, 1.f, in, m.params() + L[i].w_offset, 0.f,
+               out[i].data());
+      in = out[i].data();
+    }
+    for (std::size_t i = L.size(); i-- > 0;) {
+      const float* lin = i == 0 ? x.data() : out[i - 1].data();
+      be->gemm(true, false, L[i].out, L[i].in, batch, 1.f, out[i].data(), lin, 0.f,
+               dw.data() + L[i].w_offset);
+      if (i > 0)
+        be->gemm(false, false, batch, L[i].in, L[i].out, 1.f, out[i].data(),
+                 m.params() + L[i].w_offset, 0.f, dx[i].data());
+    }
+  };
+  auto time_ms = [&](auto&& fn) {
+    be->synchronize();
+    const auto t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) fn();
+    be->synchronize();
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
+  };
+  for (int w = 0; w < 10; ++w) {  // warm-up: caches, BLAS threads, cuBLAS heuristics
+    train_step();
+    floor_step();
+  }
+  std::vector<double> step_ms, floor_ms;
+  for (int k = 0; k < rounds; ++k) {
+    step_ms.push_back(time_ms(train_step));
+    floor_ms.push_back(time_ms(floor_step));
+  }
+  const double s = median(step_ms), f = median(floor_ms);
+  nlohmann::json j = {{"subject", "train"},
+                      {"backend", be->name()},
+                      {"device", be->device()},
+                      {"model", model},
+                      {"params", m.num_params()},
+                      {"batch", batch},
+                      {"steps_per_round", steps},
+                      {"rounds", rounds},
+                      {"step_ms", s},
+                      {"samples_per_s", batch / (s / 1000.0)},
+                      {"floor_gemm_ms", f},
+                      {"ratio_step_over_floor", s / f}};
+  if (json)
+    std::printf("%s\n", j.dump().c_str());
+  else
+    std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+
+GT_BENCH_SUBJECT("train", "samples/s of a training step vs its matrix products alone", run);
+
+}  // namespace gossiptrain::apps

@@ -1,0 +1,113 @@
+// gossip-peer: one peer. Flags -> config -> data shard, backend, training loop, and (with --seeds or
+// --listen) the encrypted transport, membership and the averaging exchange behind the step hook.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "apps/common_options.hpp"
+#include "core/checkpoint.hpp"
+#include "core/dataset.hpp"
+#include "core/partition.hpp"
+#include "core/trainer.hpp"
+#include "kernels/backend.hpp"
+
+using namespace gossiptrain;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_signal(int) { g_stop.store(true); }
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "gossip-peer: %s\nrun 'gossip-peer --help' for the flags\n", msg.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  apps::PeerConfig cfg;
+  try {
+    bool help = false;
+    cfg = apps::parse_peer_args(std::vector<std::string>(argv + 1, argv + argc), &help);
+    if (help) {
+      std::fputs(apps::peer_usage().c_str(), stdout);
+      return 0;
+    }
+  } catch (const apps::UsageError& e) {
+    return usage_error(e.what());
+  }
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
+  install_signal_handlers();
+
+  // Bad input (data, partition, backend choice, checkpoint) -> a clear message and exit code 2.
+  core::TrainTest data;
+  core::Dataset shard;
+  std::unique_ptr<kernels::Backend> backend;
+  try {
+    data = core::load_dataset(cfg.data);
+    const auto spec = core::parse_partition(cfg.partition);
+    auto parts =
+        core::partition(data.train.y, data.train.classes, cfg.num_shards, spec, cfg.train.seed);
+    shard = core::subset(data.train, parts[std::size_t(cfg.shard)]);
+    backend = kernels::make_backend(cfg.backend);
+  } catch (const core::DataError& e) {
+    return usage_error(e.what());
+  } catch (const std::invalid_argument& e) {
+    return usage_error(e.what());
+  } catch (const kernels::BackendError& e) {
+    return usage_error(e.what());
+  }
+
+  try {
+    core::Metrics metrics(cfg.metrics, "local");
+    spdlog::info("backend {} ({}), model {}, shard {}/{} ({} samples, partition {}), test set {}",
+                 backend->name(), backend->device(), cfg.train.model, cfg.shard, cfg.num_shards,
+                 shard.size(), cfg.partition, data.test.size());
+    core::StepHook* hook = nullptr;
+    core::Trainer trainer(*backend, cfg.train, shard, data.test, metrics, hook);
+    try {
+      trainer.resume();
+    } catch (const core::CheckpointError& e) {
+      return usage_error(std::string(e.what()) +
+                         " (move the checkpoint away or pass another --checkpoint-dir)");
+    }
+    const int epochs = cfg.train.epochs;
+    trainer.on_epoch = [epochs](int epoch, double loss, const core::EvalResult& ev, double sps) {
+      spdlog::info("epoch {}/{}  loss {:.4f}  test_acc {:.2f}%  test_loss {:.4f}  {:.0f} samples/s",
+                   epoch, epochs, loss, 100.0 * ev.acc, ev.loss, sps);
+    };
+    const core::TrainResult res = trainer.run(g_stop);
+    trainer.linger(g_stop, cfg.linger_s);
+    metrics.emit("done", {{"steps", res.steps},
+                          {"epochs", res.epochs_done},
+                          {"final_test_acc", res.final_test_acc},
+                          {"best_test_acc", res.best_test_acc},
+                          {"seconds", res.seconds},
+                          {"stopped", res.stopped}});
+    spdlog::info("{} after {} epochs, {} steps, {:.1f} s: final test_acc {:.2f}%",
+                 res.stopped ? "stopped" : "done", res.epochs_done, res.steps, res.seconds,
+                 100.0 * res.final_test_acc);
+    return res.stopped ? 130 : 0;
+  } catch (const std::invalid_argument& e) {
+    return usage_error(e.what());
+  } catch (const std::exception& e) {
+    spdlog::error("gossip-peer failed: {}", e.what());
+    return 1;
+  }
+}
