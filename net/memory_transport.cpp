@@ -263,10 +263,9 @@ void SimNetwork::do_connect(std::size_t from, const std::string& addr,
   }, false);
 }
 
-void SimNetwork::prune(std::vector<std::weak_ptr<SimConnection>>& v) {
-  // Amortised: only when the list has grown, drop the ends nobody holds any more.
-  if (v.size() < 64 || (v.size() & (v.size() - 1)) != 0) return;
-  v.erase(std::remove_if(v.begin(), v.end(), [](const auto& w) { return w.expired(); }), v.end());
+void SimNetwork::prune(std::vector<std::shared_ptr<SimConnection>>& v) {
+  // Closed ends are released here; a pending on_closed event holds its own reference.
+  v.erase(std::remove_if(v.begin(), v.end(), [](const auto& c) { return !c->open_; }), v.end());
 }
 
 void SimNetwork::report_closed(const std::shared_ptr<SimConnection>& c, const std::string& reason) {
@@ -284,9 +283,7 @@ void SimNetwork::kill(const std::string& addr, bool reset) {
   n->alive_ = false;
   ++n->generation_;
   n->handler_ = nullptr;
-  for (auto& w : n->conns_) {
-    auto c = w.lock();
-    if (!c) continue;
+  for (auto& c : n->conns_) {
     c->open_ = false;
     auto other = c->other_.lock();
     if (!reset || !other || !other->open_ || !reachable_idx(n->index_, other->owner_)) continue;

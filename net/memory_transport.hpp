@@ -89,7 +89,9 @@ class SimTransport final : public Transport, public Scheduler {
   // Bumped by kill(): events (timers, deliveries, connects) of an older generation are discarded,
   // so a killed node's timers never fire and a revived node starts clean.
   std::atomic<std::uint64_t> generation_{0};
-  std::vector<std::weak_ptr<SimConnection>> conns_;
+  // Open connections are owned here, as a real transport's reader keeps its socket alive; the
+  // handler may drop its pointers without closing the connection.
+  std::vector<std::shared_ptr<SimConnection>> conns_;
 };
 
 // One end of an in-memory connection pair.
@@ -192,7 +194,7 @@ class SimNetwork {
   bool reachable_idx(std::size_t a, std::size_t b) const;
   bool lossy(std::uint8_t type);
   void do_connect(std::size_t from, const std::string& addr, Transport::ConnectCallback done);
-  static void prune(std::vector<std::weak_ptr<SimConnection>>& v);
+  static void prune(std::vector<std::shared_ptr<SimConnection>>& v);
   void report_closed(const std::shared_ptr<SimConnection>& c, const std::string& reason);
   std::string ephemeral_addr(const std::string& addr);
 

@@ -1,0 +1,42 @@
+// Shares one Transport between several protocols (membership 0x10-0x2F, the averaging exchange
+// 0x40-0x5F): routes each message by its type byte to the handler that registered that range.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "net/transport.hpp"
+
+namespace gossiptrain::gossip {
+
+// Message type ranges of the protocols that share a transport (the wire contract).
+inline constexpr std::uint8_t kMembershipTypeFirst = 0x10;
+inline constexpr std::uint8_t kMembershipTypeLast = 0x2F;
+inline constexpr std::uint8_t kExchangeTypeFirst = 0x40;
+inline constexpr std::uint8_t kExchangeTypeLast = 0x5F;
+
+class Dispatcher : public net::TransportHandler {
+ public:
+  // Registers h (not owned; must outlive the dispatcher's use) for types first..last inclusive.
+  // Throws std::invalid_argument on an empty or overlapping range or a null handler. Call before
+  // the transport starts delivering events.
+  void add(std::uint8_t first_type, std::uint8_t last_type, net::TransportHandler* h);
+
+  // Forwarded to every registered handler (each once, in registration order): every protocol sees
+  // every connection, and decides itself whether it cares.
+  void on_connection(const net::ConnectionPtr& c, bool inbound) override;
+  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
+  // Routed by type; a type nobody registered closes the connection with "unknown message type".
+  void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) override;
+
+ private:
+  struct Route {
+    std::uint8_t first, last;
+    net::TransportHandler* h;
+  };
+  std::vector<Route> routes_;
+  std::vector<net::TransportHandler*> handlers_;  // distinct, in registration order
+};
+
+}  // namespace gossiptrain::gossip
