@@ -1,0 +1,665 @@
+// The pairwise push-pull averaging exchange. Protocol (message layouts in exchange_messages.hpp):
+//   initiator                                  responder
+//   REQUEST(id, fingerprint, n, wire, samples) ->
+//                                              <- BUSY | REFUSE(code) | ACCEPT(id, samples)
+//   CHUNK* (own snapshot, as soon as ACCEPT)    <- CHUNK* (as soon as its training thread made one)
+//   VALID (all of r received + validated)       <- VALID
+// Each side applies x += w (r - s) once it has validated r AND holds the other's VALID (a two-vote
+// commit); anything else (close, timeout, Abort, bad data) ends the exchange with nothing applied.
+// The one window left, inherent to any commit over a lossy link: a side whose VALID is lost after
+// it committed applies alone; the other side then reports "closed" or "timeout".
+//
+// Connections: the initiator dials a dedicated connection per partner for exchanges (reused while
+// open, closed after idle_close), so membership traffic on the other connection never queues behind
+// a 100 MB payload. The responder answers on the connection the REQUEST came in on. A failed
+// exchange closes its connection so no stale chunk can ever reach a later exchange.
+#include "gossip/averager.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "gossip/dispatcher.hpp"
+
+namespace gossiptrain::gossip {
+
+namespace {
+using kernels::encoded_size;
+using net::Millis;
+constexpr auto kReq = static_cast<std::uint8_t>(ExchangeType::Request);
+constexpr auto kAcc = static_cast<std::uint8_t>(ExchangeType::Accept);
+constexpr auto kBusy = static_cast<std::uint8_t>(ExchangeType::Busy);
+constexpr auto kRef = static_cast<std::uint8_t>(ExchangeType::Refuse);
+constexpr auto kChunk = static_cast<std::uint8_t>(ExchangeType::Chunk);
+constexpr auto kValid = static_cast<std::uint8_t>(ExchangeType::Valid);
+constexpr auto kAbort = static_cast<std::uint8_t>(ExchangeType::Abort);
+
+std::string short_id(const std::string& id) { return id.substr(0, 8); }
+}  // namespace
+
+std::string_view role_name(ExchangeRole r) {
+  return r == ExchangeRole::Initiator ? "initiator" : "responder";
+}
+
+Averager::Averager(AveragerConfig cfg, net::Transport& transport, Dispatcher& dispatcher,
+                   const PeerDirectory& peers, kernels::Backend& backend)
+    : Averager(std::move(cfg), transport, peers, backend) {
+  dispatcher.add(kExchangeTypeFirst, kExchangeTypeLast, this);
+}
+
+Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDirectory& peers,
+                   kernels::Backend& backend)
+    : cfg_(std::move(cfg)),
+      transport_(transport),
+      sched_(transport.scheduler()),
+      peers_(peers),
+      be_(backend) {
+  if (cfg_.gossip_every < 1) throw std::invalid_argument("averager: gossip_every must be >= 1");
+  if (cfg_.max_tries < 1) throw std::invalid_argument("averager: max_tries must be >= 1");
+  if (cfg_.chunk_bytes < 1) throw std::invalid_argument("averager: chunk_bytes must be >= 1");
+  if (!(cfg_.min_rate_bytes_per_s > 0))
+    throw std::invalid_argument("averager: min_rate_bytes_per_s must be > 0");
+  if (!(cfg_.max_diff_norm >= 0)) throw std::invalid_argument("averager: max_diff_norm < 0");
+  rng_.seed(cfg_.seed ? cfg_.seed : std::random_device{}());
+  next_initiate_step_ = cfg_.gossip_every;
+}
+
+Averager::~Averager() {
+  alive_.reset();
+  if (ex_) {
+    if (ex_->deadline) sched_.cancel(ex_->deadline);
+    if (ex_->retry) sched_.cancel(ex_->retry);
+  }
+}
+
+AveragerStats Averager::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+bool Averager::in_exchange() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return active_;
+}
+
+template <typename Fn>
+void Averager::post(Fn fn) {
+  std::weak_ptr<bool> alive = alive_;
+  sched_.post([alive, fn = std::move(fn)]() mutable {
+    if (alive.lock()) fn();
+  });
+}
+
+float Averager::weight(std::int64_t n_self, std::int64_t n_other) const {
+  if (!cfg_.weight_by_samples || n_self < 0 || n_other < 0 || n_self + n_other <= 0) return 0.5f;
+  return static_cast<float>(static_cast<double>(n_other) /
+                            (static_cast<double>(n_self) + static_cast<double>(n_other)));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Training thread
+
+void Averager::ensure_buffers(core::StepContext& ctx) {
+  if (&ctx.backend != &be_)
+    throw std::logic_error("averager: between_steps called with another backend");
+  if (s_.size() == ctx.n_params) return;
+  if (s_.size() != 0)
+    throw std::logic_error("averager: the parameter count changed between steps");
+  s_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
+  r_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
+  enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(cfg_.wire, ctx.n_params));
+  n_params_.store(ctx.n_params);
+}
+
+net::SharedBytes Averager::snapshot(core::StepContext& ctx) {
+  be_.copy(s_.data(), ctx.params, ctx.n_params * sizeof(float));
+  be_.encode(cfg_.wire, s_.data(), ctx.n_params, enc_.data());
+  auto out = std::make_shared<net::Bytes>(enc_.size());
+  be_.download(out->data(), enc_.data(), enc_.size());
+  return out;
+}
+
+std::string Averager::validate(core::StepContext& ctx, const net::Bytes& r) {
+  if (r.size() != enc_.size()) return "invalid:length";
+  be_.upload(enc_.data(), r.data(), r.size());
+  be_.decode(cfg_.wire, enc_.data(), ctx.n_params, r_.data());
+  if (!be_.all_finite(r_.data(), ctx.n_params)) return "invalid:non-finite";
+  if (cfg_.max_diff_norm > 0) {
+    const double d = std::sqrt(be_.sq_diff_norm(r_.data(), s_.data(), ctx.n_params));
+    if (!(d <= cfg_.max_diff_norm)) return "invalid:norm";
+  }
+  return "";
+}
+
+void Averager::between_steps(core::StepContext& ctx) {
+  ensure_buffers(ctx);
+  own_samples_.store(ctx.shard_size);
+  bool do_commit = false, do_snapshot = false, initiate = false;
+  float w = 0.5f;
+  std::uint64_t seq = 0;
+  std::shared_ptr<net::Bytes> in;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    seq = seq_;
+    if (active_ && commit_) {
+      do_commit = true;
+      commit_ = false;
+      w = commit_w_;
+    }
+    if (active_ && incoming_) in = std::move(incoming_);
+    if (active_ && want_snapshot_) {
+      do_snapshot = true;
+      want_snapshot_ = false;
+    }
+    const bool may_start = ctx.training_done ? cfg_.initiate_when_done
+                                             : ctx.step >= next_initiate_step_;
+    if (!active_ && may_start) {
+      active_ = true;
+      seq = ++seq_;
+      initiate = true;
+    }
+  }
+  try {
+    if (do_commit) {
+      be_.mix(ctx.params, r_.data(), s_.data(), ctx.n_params, w);
+      post([this, seq] { applied(seq); });
+    }
+    if (in) {
+      std::string reason = validate(ctx, *in);
+      in.reset();
+      post([this, seq, reason] { validated(seq, reason.empty(), reason); });
+    }
+    if (do_snapshot || initiate) {
+      net::SharedBytes own = snapshot(ctx);
+      if (initiate) {
+        next_initiate_step_ = ctx.step + cfg_.gossip_every;
+        const std::int64_t samples = ctx.shard_size;
+        post([this, seq, own, samples] { start_initiator(seq, own, samples); });
+      } else {
+        post([this, seq, own] { snapshot_ready(seq, own); });
+      }
+    }
+  } catch (const std::exception& e) {
+    // A backend failure is not the network's fault: end the exchange cleanly, then let the
+    // training loop see the error.
+    spdlog::error("averager: backend failure during an exchange: {}", e.what());
+    if (initiate) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (seq_ == seq) active_ = false;
+    } else {
+      post([this, seq] {
+        if (ex_ && ex_->seq == seq) fail("backend", ExchangeCode::Shutdown);
+      });
+    }
+    throw;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Protocol thread: initiator side
+
+void Averager::start_initiator(std::uint64_t seq, net::SharedBytes own, std::int64_t samples) {
+  assert(!ex_ && "an exchange was claimed while another was in flight");
+  Exchange e;
+  e.seq = seq;
+  e.role = ExchangeRole::Initiator;
+  e.own = std::move(own);
+  e.n_self = samples;
+  e.started = sched_.now();
+  ex_ = std::move(e);
+  try_next_peer();
+}
+
+void Averager::try_next_peer() {
+  Exchange& e = *ex_;
+  if (e.tries >= cfg_.max_tries) {
+    fail(e.last_reason.empty() ? "busy" : e.last_reason, std::nullopt);
+    return;
+  }
+  std::vector<PeerRef> cands;
+  for (auto& p : peers_.live_peers())
+    if (p.id != transport_.local_id() && !e.excluded.count(p.id)) cands.push_back(std::move(p));
+  if (cands.empty()) {
+    if (e.tries > 0) {
+      fail(e.last_reason, std::nullopt);
+      return;
+    }
+    // Nothing to ask (alone, or membership not there yet): not an exchange, no event.
+    spdlog::debug("averager: no live peer to average with");
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.no_peer;
+    active_ = false;
+    ex_.reset();
+    return;
+  }
+  const PeerRef p = cands[rng_() % cands.size()];
+  ++e.tries;
+  e.partner = p.id;
+  e.phase = Phase::Connecting;
+  e.conn = nullptr;
+  e.id = 0;
+  auto it = own_conns_.find(p.id);
+  if (it != own_conns_.end() && it->second.conn->is_open()) {
+    ask(it->second.conn);
+    return;
+  }
+  arm_deadline(cfg_.answer_timeout, "timeout:connect");
+  std::weak_ptr<bool> alive = alive_;
+  const std::uint64_t seq = e.seq;
+  transport_.connect(p.addr, [this, alive, seq, id = p.id](net::ConnectionPtr c,
+                                                           const std::string& err) {
+    if (!alive.lock()) return;
+    if (!ex_ || ex_->seq != seq || ex_->phase != Phase::Connecting || ex_->partner != id) {
+      if (c) c->close("exchange connection no longer needed");
+      return;
+    }
+    if (!c) {
+      spdlog::debug("averager: connect to {} failed: {}", short_id(id), err);
+      try_failed("connect", false);
+      return;
+    }
+    if (c->peer_id() != id) {
+      c->close("exchange: unexpected peer id");
+      try_failed("connect", false);
+      return;
+    }
+    own_conns_[id] = OwnConn{c, sched_.now()};
+    ask(c);
+  });
+}
+
+void Averager::ask(const net::ConnectionPtr& c) {
+  Exchange& e = *ex_;
+  e.conn = c;
+  e.phase = Phase::Requested;
+  do e.id = rng_();
+  while (e.id == 0);
+  own_conns_[e.partner].last_used = sched_.now();
+  RequestMsg m;
+  m.exchange_id = e.id;
+  m.fingerprint = cfg_.fingerprint;
+  m.n_params = n_params_.load();
+  m.wire = cfg_.wire;
+  m.weighted = cfg_.weight_by_samples;
+  m.samples = e.n_self;
+  if (!c->send(kReq, encode_request(m))) {
+    try_failed("send", true);
+    return;
+  }
+  arm_deadline(cfg_.answer_timeout, "timeout:answer");
+}
+
+// The current peer did not take part (busy, refused, unreachable, silent): ask another one.
+void Averager::try_failed(const std::string& reason, bool close_conn) {
+  Exchange& e = *ex_;
+  if (e.deadline) sched_.cancel(e.deadline);
+  e.deadline = 0;
+  e.excluded.insert(e.partner);
+  e.last_reason = reason;
+  if (close_conn && e.conn) {
+    // A late answer on this connection must not be mistaken for a new exchange's.
+    own_conns_.erase(e.partner);
+    e.conn->close("exchange: " + reason);
+  }
+  e.conn = nullptr;
+  try_next_peer();
+}
+
+void Averager::on_accept(const net::ConnectionPtr& c, const net::Bytes& b) {
+  auto m = parse_accept(b);
+  if (!m) return violation(c, "malformed accept");
+  if (!is_current(c, m->exchange_id) || ex_->role != ExchangeRole::Initiator ||
+      ex_->phase != Phase::Requested)
+    return violation(c, "unexpected accept");
+  Exchange& e = *ex_;
+  e.n_other = m->samples;
+  e.w = weight(e.n_self, e.n_other);
+  e.phase = Phase::Transferring;
+  begin_transfer();
+}
+
+void Averager::on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8_t type,
+                                 const net::Bytes& b) {
+  std::uint64_t id = 0;
+  std::string reason = "busy";
+  if (type == kBusy) {
+    auto m = parse_id(b);
+    if (!m) return violation(c, "malformed busy");
+    id = m->exchange_id;
+  } else {
+    auto m = parse_code(b);
+    if (!m) return violation(c, "malformed refuse");
+    id = m->exchange_id;
+    reason = "refused:" + std::string(code_name(m->code));
+  }
+  if (!is_current(c, id) || ex_->role != ExchangeRole::Initiator || ex_->phase != Phase::Requested)
+    return violation(c, "unexpected busy/refuse");
+  if (type == kRef)
+    spdlog::warn("averager: peer {} refused to average: {}", short_id(ex_->partner), reason);
+  try_failed(reason, false);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Protocol thread: responder side
+
+void Averager::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
+  auto m = parse_request(b);
+  if (!m) return violation(c, "malformed request");
+  const std::size_t n = n_params_.load();
+  std::optional<ExchangeCode> refuse;
+  if (n != 0) {
+    if (m->fingerprint != cfg_.fingerprint) refuse = ExchangeCode::Fingerprint;
+    else if (m->n_params != n) refuse = ExchangeCode::Size;
+    else if (m->wire != cfg_.wire) refuse = ExchangeCode::Wire;
+    else if (m->weighted != cfg_.weight_by_samples) refuse = ExchangeCode::Weighting;
+  }
+  if (refuse) {
+    spdlog::warn("averager: refusing exchange from {}: {} mismatch", short_id(c->peer_id()),
+                 code_name(*refuse));
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.refused_sent;
+    }
+    c->send(kRef, encode_code(m->exchange_id, *refuse));
+    return;
+  }
+  std::uint64_t seq = 0;
+  bool busy = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    // Before our first step boundary we have no parameters to offer: as good as busy.
+    if (active_ || n == 0) {
+      busy = true;
+      ++stats_.busy_sent;
+    } else {
+      active_ = true;
+      seq = ++seq_;
+      want_snapshot_ = true;
+    }
+  }
+  if (busy) {
+    c->send(kBusy, encode_id(m->exchange_id));
+    return;
+  }
+  assert(!ex_);
+  Exchange e;
+  e.seq = seq;
+  e.id = m->exchange_id;
+  e.role = ExchangeRole::Responder;
+  e.phase = Phase::Transferring;
+  e.partner = c->peer_id();
+  e.conn = c;
+  e.started = sched_.now();
+  e.n_self = own_samples_.load();
+  e.n_other = m->samples;
+  e.w = weight(e.n_self, e.n_other);
+  ex_ = std::move(e);
+  if (!c->send(kAcc, encode_accept({m->exchange_id, ex_->n_self}))) {
+    fail("closed", std::nullopt);
+    return;
+  }
+  begin_transfer();
+}
+
+void Averager::snapshot_ready(std::uint64_t seq, net::SharedBytes own) {
+  if (!ex_ || ex_->seq != seq || ex_->phase != Phase::Transferring) return;
+  ex_->own = std::move(own);
+  pump_send();
+}
+
+// ------------------------------------------------------------------------------------------------
+// Protocol thread: both sides
+
+void Averager::arm_deadline(Millis d, const std::string& what) {
+  Exchange& e = *ex_;
+  if (e.deadline) sched_.cancel(e.deadline);
+  std::weak_ptr<bool> alive = alive_;
+  const std::uint64_t seq = e.seq;
+  e.deadline = sched_.schedule(d, [this, alive, seq, what] {
+    if (!alive.lock() || !ex_ || ex_->seq != seq) return;
+    ex_->deadline = 0;
+    if (ex_->phase == Phase::Connecting || ex_->phase == Phase::Requested)
+      try_failed(what, true);
+    else if (ex_->phase == Phase::Transferring)
+      fail(what, ExchangeCode::Timeout);
+  });
+}
+
+void Averager::begin_transfer() {
+  const std::size_t bytes = encoded_size(cfg_.wire, n_params_.load());
+  const double both_ways = 2.0 * static_cast<double>(bytes + (bytes / cfg_.chunk_bytes + 1) *
+                                                                 kChunkHeaderBytes);
+  const auto scaled = Millis(static_cast<std::int64_t>(1000.0 * both_ways / cfg_.min_rate_bytes_per_s));
+  arm_deadline(cfg_.transfer_timeout_floor + scaled, "timeout:transfer");
+  pump_send();
+}
+
+void Averager::pump_send() {
+  if (!ex_ || ex_->phase != Phase::Transferring || !ex_->own) return;
+  Exchange& e = *ex_;
+  if (e.retry) sched_.cancel(e.retry);
+  e.retry = 0;
+  const net::Bytes& own = *e.own;
+  while (e.sent < own.size()) {
+    const std::size_t len = std::min(cfg_.chunk_bytes, own.size() - e.sent);
+    auto msg = encode_chunk(e.id, e.sent, own.data() + e.sent, len);
+    if (!e.conn->send(kChunk, msg)) {
+      if (!e.conn->is_open()) return;  // on_closed ends the exchange
+      // Back-pressure: the connection's queue is full; come back shortly.
+      std::weak_ptr<bool> alive = alive_;
+      const std::uint64_t seq = e.seq;
+      e.retry = sched_.schedule(cfg_.send_retry, [this, alive, seq] {
+        if (!alive.lock() || !ex_ || ex_->seq != seq) return;
+        ex_->retry = 0;
+        pump_send();
+      });
+      return;
+    }
+    e.sent += len;
+    e.bytes_sent += msg->size();
+  }
+  maybe_commit();
+}
+
+void Averager::on_chunk(const net::ConnectionPtr& c, const net::Bytes& b) {
+  auto v = parse_chunk(b);
+  if (!v) return violation(c, "malformed chunk");
+  if (!is_current(c, v->exchange_id) || ex_->phase != Phase::Transferring || ex_->recv_done)
+    return violation(c, "unexpected chunk");
+  Exchange& e = *ex_;
+  const std::size_t expected = encoded_size(cfg_.wire, n_params_.load());
+  if (v->offset != e.received || v->size > expected - e.received) {
+    spdlog::warn("averager: chunk from {} at offset {} (+{}) does not fit {} bytes",
+                 short_id(e.partner), v->offset, v->size, expected);
+    return fail("invalid:length", ExchangeCode::Invalid);
+  }
+  if (!chunk_crc_ok(*v)) return fail("corrupt", ExchangeCode::Corrupt);
+  // The size is ours (checked against our own n and wire), never the peer's word.
+  if (e.recv.empty()) e.recv.resize(expected);
+  std::memcpy(e.recv.data() + e.received, v->data, v->size);
+  e.received += v->size;
+  e.bytes_received += b.size();
+  if (e.received == expected) {
+    e.recv_done = true;
+    std::lock_guard<std::mutex> lk(mu_);
+    if (seq_ == e.seq) incoming_ = std::make_shared<net::Bytes>(std::move(e.recv));
+  }
+}
+
+void Averager::validated(std::uint64_t seq, bool ok, const std::string& reason) {
+  if (!ex_ || ex_->seq != seq || ex_->phase != Phase::Transferring) return;
+  if (!ok) {
+    spdlog::warn("averager: vector from {} refused: {}", short_id(ex_->partner), reason);
+    return fail(reason, ExchangeCode::Invalid);
+  }
+  ex_->local_valid = true;
+  if (!ex_->conn->send(kValid, encode_id(ex_->id))) return fail("closed", std::nullopt);
+  maybe_commit();
+}
+
+void Averager::on_valid(const net::ConnectionPtr& c, const net::Bytes& b) {
+  auto m = parse_id(b);
+  if (!m) return violation(c, "malformed valid");
+  if (!is_current(c, m->exchange_id) || ex_->phase != Phase::Transferring || ex_->peer_valid)
+    return violation(c, "unexpected valid");
+  // The partner cannot have validated a vector we have not finished sending.
+  if (!ex_->own || ex_->sent != ex_->own->size()) return violation(c, "valid before our payload");
+  ex_->peer_valid = true;
+  maybe_commit();
+}
+
+void Averager::maybe_commit() {
+  if (!ex_ || ex_->phase != Phase::Transferring) return;
+  Exchange& e = *ex_;
+  if (!e.local_valid || !e.peer_valid || !e.own || e.sent != e.own->size()) return;
+  if (e.deadline) sched_.cancel(e.deadline);
+  e.deadline = 0;
+  e.phase = Phase::Committed;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (seq_ == e.seq) {
+    commit_ = true;
+    commit_w_ = e.w;
+  }
+}
+
+void Averager::applied(std::uint64_t seq) {
+  if (!ex_ || ex_->seq != seq || ex_->phase != Phase::Committed) return;
+  finish(true, "");
+}
+
+void Averager::on_abort(const net::ConnectionPtr& c, const net::Bytes& b) {
+  auto m = parse_code(b);
+  if (!m) return violation(c, "malformed abort");
+  if (!is_current(c, m->exchange_id)) return violation(c, "unexpected abort");
+  const std::string reason = "peer-abort:" + std::string(code_name(m->code));
+  if (ex_->phase == Phase::Committed) {
+    // Inherent commit window: our vote reached them too late. We apply; they do not.
+    spdlog::warn("averager: {} aborted after we committed ({})", short_id(ex_->partner), reason);
+    return;
+  }
+  if (ex_->phase == Phase::Transferring) return fail(reason, std::nullopt);
+  violation(c, "abort before accept");
+}
+
+void Averager::fail(const std::string& reason, std::optional<ExchangeCode> notify) {
+  if (!ex_ || ex_->phase == Phase::Committed) return;
+  Exchange& e = *ex_;
+  if (e.phase == Phase::Transferring && e.conn && e.conn->is_open()) {
+    if (notify) e.conn->send(kAbort, encode_code(e.id, *notify));
+    own_conns_.erase(e.partner);
+    e.conn->close("exchange failed: " + reason);
+  }
+  finish(false, reason);
+}
+
+void Averager::finish(bool ok, const std::string& reason) {
+  Exchange& e = *ex_;
+  if (e.deadline) sched_.cancel(e.deadline);
+  if (e.retry) sched_.cancel(e.retry);
+  ExchangeEvent ev;
+  ev.partner = e.partner;
+  ev.role = e.role;
+  ev.ok = ok;
+  ev.reason = reason;
+  ev.exchange_id = e.id;
+  ev.bytes_sent = e.bytes_sent;
+  ev.bytes_received = e.bytes_received;
+  ev.ms = static_cast<double>((sched_.now() - e.started).count());
+  ev.w = ok ? e.w : 0.0f;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    active_ = false;
+    want_snapshot_ = false;
+    incoming_.reset();
+    commit_ = false;
+    if (ok) ++stats_.ok;
+    else {
+      ++stats_.failed;
+      ++stats_.failed_by_reason[reason];
+    }
+    stats_.bytes_sent += e.bytes_sent;
+    stats_.bytes_received += e.bytes_received;
+  }
+  if (e.role == ExchangeRole::Initiator && !e.partner.empty()) schedule_idle_close(e.partner);
+  ex_.reset();
+  if (ok)
+    spdlog::debug("averager: exchange with {} done as {} in {} ms, w={}", short_id(ev.partner),
+                  role_name(ev.role), ev.ms, ev.w);
+  else
+    spdlog::info("averager: exchange with {} failed as {}: {}", short_id(ev.partner),
+                 role_name(ev.role), reason);
+  if (on_event_) on_event_(ev);
+}
+
+void Averager::schedule_idle_close(const std::string& peer) {
+  auto it = own_conns_.find(peer);
+  if (it == own_conns_.end()) return;
+  it->second.last_used = sched_.now();
+  std::weak_ptr<bool> alive = alive_;
+  sched_.schedule(cfg_.idle_close, [this, alive, peer] {
+    if (!alive.lock()) return;
+    auto it = own_conns_.find(peer);
+    if (it == own_conns_.end()) return;
+    if (ex_ && ex_->conn == it->second.conn) return;
+    if (sched_.now() - it->second.last_used < cfg_.idle_close) return;
+    auto c = it->second.conn;
+    own_conns_.erase(it);
+    c->close("exchange connection idle");
+  });
+}
+
+bool Averager::is_current(const net::ConnectionPtr& c, std::uint64_t id) const {
+  return ex_ && ex_->conn == c && ex_->id == id && id != 0;
+}
+
+void Averager::violation(const net::ConnectionPtr& c, const std::string& what) {
+  spdlog::warn("averager: protocol violation from {}: {}", short_id(c->peer_id()), what);
+  if (ex_ && ex_->conn == c) {
+    if (ex_->phase == Phase::Transferring) return fail("protocol", ExchangeCode::Protocol);
+    if (ex_->phase == Phase::Requested) return try_failed("protocol", true);
+  }
+  for (auto it = own_conns_.begin(); it != own_conns_.end(); ++it)
+    if (it->second.conn == c) {
+      own_conns_.erase(it);
+      break;
+    }
+  c->close("exchange protocol violation: " + what);
+}
+
+// ------------------------------------------------------------------------------------------------
+// TransportHandler
+
+void Averager::on_connection(const net::ConnectionPtr&, bool) {}
+
+void Averager::on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) {
+  switch (type) {
+    case kReq: return on_request(c, payload);
+    case kAcc: return on_accept(c, payload);
+    case kBusy:
+    case kRef: return on_busy_or_refuse(c, type, payload);
+    case kChunk: return on_chunk(c, payload);
+    case kValid: return on_valid(c, payload);
+    case kAbort: return on_abort(c, payload);
+    default: return violation(c, "unknown message type " + std::to_string(type));
+  }
+}
+
+void Averager::on_closed(const net::ConnectionPtr& c, const std::string& reason) {
+  for (auto it = own_conns_.begin(); it != own_conns_.end(); ++it)
+    if (it->second.conn == c) {
+      own_conns_.erase(it);
+      break;
+    }
+  if (!ex_ || ex_->conn != c) return;
+  spdlog::debug("averager: exchange connection to {} closed: {}", short_id(ex_->partner), reason);
+  if (ex_->phase == Phase::Requested || ex_->phase == Phase::Connecting)
+    try_failed("closed", false);
+  else if (ex_->phase == Phase::Transferring)
+    fail("closed", std::nullopt);
+}
+
+}  // namespace gossiptrain::gossip

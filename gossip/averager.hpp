@@ -1,0 +1,202 @@
+// The pairwise push-pull averaging exchange (DESIGN.md, "The averaging exchange"): a StepHook on
+// the training thread plus a TransportHandler on the protocol thread, meeting through a small
+// mutex-guarded handoff so training never waits for the network.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "core/step_hook.hpp"
+#include "gossip/exchange_messages.hpp"
+#include "gossip/peer_directory.hpp"
+#include "kernels/backend.hpp"
+#include "net/transport.hpp"
+
+namespace gossiptrain::gossip {
+
+class Dispatcher;
+
+struct AveragerConfig {
+  int gossip_every = 1;  // steps between the exchanges this peer starts (>= 1)
+  kernels::Wire wire = kernels::Wire::Fp32;
+  bool weight_by_samples = false;  // w = n_other / (n_self + n_other) instead of 1/2
+  std::uint64_t fingerprint = 0;   // model fingerprint; peers with another one are refused
+  double max_diff_norm = 0.0;      // refuse r when ||r - s||_2 exceeds this; 0 = off
+  int max_tries = 3;               // peers asked per exchange (BUSY, refused, unreachable)
+  bool initiate_when_done = false; // keep starting exchanges after training is done
+  net::Millis answer_timeout{5000};         // REQUEST -> ACCEPT/BUSY/REFUSE
+  net::Millis transfer_timeout_floor{10000};  // ACCEPT -> commit, plus the size-scaled part
+  double min_rate_bytes_per_s = 20e6;  // transfer deadline = floor + bytes both ways / this rate
+  std::size_t chunk_bytes = 1 << 20;   // payload bytes per Chunk message
+  net::Millis send_retry{1};           // wait before retrying a send refused by back-pressure
+  net::Millis idle_close{30000};       // close our dedicated exchange connection after this idle
+  std::uint64_t seed = 0;              // peer choice and exchange ids; 0 = from random_device
+};
+
+enum class ExchangeRole { Initiator, Responder };
+std::string_view role_name(ExchangeRole r);
+
+// One finished exchange, successful or not (the `exchange` metric line).
+struct ExchangeEvent {
+  std::string partner;  // peer id of the other side
+  ExchangeRole role = ExchangeRole::Initiator;
+  bool ok = false;
+  std::string reason;  // "" when ok; else a short token: busy, timeout, closed, refused:fingerprint,
+                       // invalid:non-finite, corrupt, peer-abort:..., protocol, connect, ...
+  std::uint64_t exchange_id = 0;
+  std::uint64_t bytes_sent = 0;      // payload chunk bytes (headers included) sent
+  std::uint64_t bytes_received = 0;  // and received
+  double ms = 0.0;                   // from the start (REQUEST sent / received) to the end
+  float w = 0.0f;                    // mixing weight applied (0 when nothing was applied)
+};
+
+struct AveragerStats {
+  std::uint64_t ok = 0;
+  std::uint64_t failed = 0;
+  std::map<std::string, std::uint64_t> failed_by_reason;  // reason token before any ':'
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint64_t no_peer = 0;      // exchanges not started: no live peer to ask
+  std::uint64_t busy_sent = 0;    // requests we answered BUSY
+  std::uint64_t refused_sent = 0; // requests we refused (incompatible)
+};
+
+// Lifetime: construct before the transport starts delivering; destroy after it has stopped (or on
+// its protocol thread) and after the training loop stopped calling between_steps.
+class Averager final : public core::StepHook, public net::TransportHandler {
+ public:
+  using EventFn = std::function<void(const ExchangeEvent&)>;
+
+  // Registers itself with the dispatcher for the exchange types (0x40-0x5F). The directory, the
+  // transport and the backend must outlive the averager. Throws std::invalid_argument on a bad
+  // config.
+  Averager(AveragerConfig cfg, net::Transport& transport, Dispatcher& dispatcher,
+           const PeerDirectory& peers, kernels::Backend& backend);
+  // Same without a dispatcher: the caller routes the exchange types to this handler itself.
+  Averager(AveragerConfig cfg, net::Transport& transport, const PeerDirectory& peers,
+           kernels::Backend& backend);
+  ~Averager() override;
+
+  // Called on the protocol thread for every finished exchange. Set before traffic starts.
+  void set_event_callback(EventFn fn) { on_event_ = std::move(fn); }
+
+  // StepHook (training thread): applies a committed mix, validates a received vector, takes the
+  // snapshot a new or accepted exchange needs. Never waits on the network.
+  void between_steps(core::StepContext& ctx) override;
+
+  // TransportHandler (protocol thread), exchange message types only.
+  void on_connection(const net::ConnectionPtr& c, bool inbound) override;
+  void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) override;
+  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
+
+  AveragerStats stats() const;
+  // True while this peer takes part in an exchange (any thread).
+  bool in_exchange() const;
+  const AveragerConfig& config() const { return cfg_; }
+
+ private:
+  enum class Phase { Connecting, Requested, Transferring, Committed };
+  // Protocol-thread state of the one exchange in flight.
+  struct Exchange {
+    std::uint64_t seq = 0;  // local number, matches the training-thread handoff
+    std::uint64_t id = 0;   // exchange id on the wire
+    ExchangeRole role = ExchangeRole::Initiator;
+    Phase phase = Phase::Connecting;
+    std::string partner;
+    net::ConnectionPtr conn;
+    net::Millis started{0};
+    net::SharedBytes own;  // our encoded snapshot (null until the training thread made it)
+    std::size_t sent = 0;  // bytes of own already queued
+    net::Bytes recv;       // the partner's encoded snapshot being assembled
+    std::size_t received = 0;
+    bool recv_done = false, local_valid = false, peer_valid = false;
+    std::int64_t n_self = 0, n_other = 0;
+    float w = 0.5f;
+    std::uint64_t bytes_sent = 0, bytes_received = 0;
+    net::Scheduler::TimerId deadline = 0;
+    net::Scheduler::TimerId retry = 0;
+    int tries = 0;
+    std::set<std::string> excluded;  // asked this round: busy, refused or unreachable
+    std::string last_reason;
+  };
+
+  // --- protocol thread ---
+  void start_initiator(std::uint64_t seq, net::SharedBytes own, std::int64_t samples);
+  void try_next_peer();
+  void ask(const net::ConnectionPtr& c);
+  void try_failed(const std::string& reason, bool close_conn);
+  void on_request(const net::ConnectionPtr& c, const net::Bytes& b);
+  void on_accept(const net::ConnectionPtr& c, const net::Bytes& b);
+  void on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& b);
+  void on_chunk(const net::ConnectionPtr& c, const net::Bytes& b);
+  void on_valid(const net::ConnectionPtr& c, const net::Bytes& b);
+  void on_abort(const net::ConnectionPtr& c, const net::Bytes& b);
+  void begin_transfer();
+  void pump_send();
+  void snapshot_ready(std::uint64_t seq, net::SharedBytes own);
+  void validated(std::uint64_t seq, bool ok, const std::string& reason);
+  void maybe_commit();
+  void applied(std::uint64_t seq);
+  // Ends the exchange in flight without applying anything; sends Abort(code) when notify.
+  void fail(const std::string& reason, std::optional<ExchangeCode> notify);
+  void finish(bool ok, const std::string& reason);
+  // A message that does not fit the protocol state: the connection is closed with a reason.
+  void violation(const net::ConnectionPtr& c, const std::string& what);
+  bool is_current(const net::ConnectionPtr& c, std::uint64_t id) const;
+  void arm_deadline(net::Millis d, const std::string& what);
+  void schedule_idle_close(const std::string& peer);
+  float weight(std::int64_t n_self, std::int64_t n_other) const;
+  template <typename Fn>
+  void post(Fn fn);
+
+  // --- training thread ---
+  void ensure_buffers(core::StepContext& ctx);
+  net::SharedBytes snapshot(core::StepContext& ctx);
+  std::string validate(core::StepContext& ctx, const net::Bytes& r);
+
+  AveragerConfig cfg_;
+  net::Transport& transport_;
+  net::Scheduler& sched_;
+  const PeerDirectory& peers_;
+  kernels::Backend& be_;
+  EventFn on_event_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // guards posted callbacks
+
+  // Protocol thread only.
+  std::optional<Exchange> ex_;
+  std::mt19937_64 rng_;
+  struct OwnConn {
+    net::ConnectionPtr conn;
+    net::Millis last_used{0};
+  };
+  std::unordered_map<std::string, OwnConn> own_conns_;  // dedicated exchange connections we dialled
+
+  // Training thread <-> protocol thread handoff.
+  mutable std::mutex mu_;
+  bool active_ = false;  // an exchange is in flight (claimed by either thread)
+  std::uint64_t seq_ = 0;
+  bool want_snapshot_ = false;         // the responder needs a snapshot for seq_
+  std::shared_ptr<net::Bytes> incoming_;  // the partner's vector to validate for seq_
+  bool commit_ = false;                // apply x += w (r - s) for seq_
+  float commit_w_ = 0.5f;
+  AveragerStats stats_;
+
+  std::atomic<std::size_t> n_params_{0};   // known after the first between_steps
+  std::atomic<std::int64_t> own_samples_{0};
+
+  // Training thread only: device buffers reused by every exchange.
+  kernels::DeviceBuffer<float> s_, r_;
+  kernels::DeviceBuffer<std::uint8_t> enc_;
+  std::int64_t next_initiate_step_ = 0;
+};
+
+}  // namespace gossiptrain::gossip

@@ -1,0 +1,153 @@
+// Encoding and checked parsing of the averaging exchange messages (layouts in exchange_messages.hpp).
+#include "gossip/exchange_messages.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include <zlib.h>
+
+namespace gossiptrain::gossip {
+namespace {
+
+void put_u64(std::uint8_t* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+void put_u32(std::uint8_t* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+std::uint64_t get_u64(const std::uint8_t* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+std::uint32_t get_u32(const std::uint8_t* p) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// zlib's crc32 takes a uInt length; feed it in slices so any size is safe.
+std::uint32_t crc32_of(const std::uint8_t* p, std::size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (n > 0) {
+    const uInt len = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
+    crc = crc32(crc, p, len);
+    p += len;
+    n -= len;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+bool valid_wire(std::uint8_t w) { return w <= static_cast<std::uint8_t>(kernels::Wire::Int8); }
+
+}  // namespace
+
+std::string_view code_name(ExchangeCode c) {
+  switch (c) {
+    case ExchangeCode::Fingerprint: return "fingerprint";
+    case ExchangeCode::Size: return "size";
+    case ExchangeCode::Wire: return "wire";
+    case ExchangeCode::Weighting: return "weighting";
+    case ExchangeCode::Timeout: return "timeout";
+    case ExchangeCode::Invalid: return "invalid";
+    case ExchangeCode::Corrupt: return "corrupt";
+    case ExchangeCode::Protocol: return "protocol";
+    case ExchangeCode::Shutdown: return "shutdown";
+  }
+  return "unknown";
+}
+
+net::SharedBytes encode_request(const RequestMsg& m) {
+  auto b = std::make_shared<net::Bytes>(kRequestBytes);
+  std::uint8_t* p = b->data();
+  put_u64(p, m.exchange_id);
+  put_u64(p + 8, m.fingerprint);
+  put_u64(p + 16, m.n_params);
+  p[24] = static_cast<std::uint8_t>(m.wire);
+  p[25] = m.weighted ? 1 : 0;
+  put_u64(p + 26, static_cast<std::uint64_t>(m.samples));
+  return b;
+}
+
+net::SharedBytes encode_accept(const AcceptMsg& m) {
+  auto b = std::make_shared<net::Bytes>(kAcceptBytes);
+  put_u64(b->data(), m.exchange_id);
+  put_u64(b->data() + 8, static_cast<std::uint64_t>(m.samples));
+  return b;
+}
+
+net::SharedBytes encode_id(std::uint64_t exchange_id) {
+  auto b = std::make_shared<net::Bytes>(kIdBytes);
+  put_u64(b->data(), exchange_id);
+  return b;
+}
+
+net::SharedBytes encode_code(std::uint64_t exchange_id, ExchangeCode code) {
+  auto b = std::make_shared<net::Bytes>(kCodeBytes);
+  put_u64(b->data(), exchange_id);
+  (*b)[8] = static_cast<std::uint8_t>(code);
+  return b;
+}
+
+net::SharedBytes encode_chunk(std::uint64_t exchange_id, std::uint64_t offset,
+                              const std::uint8_t* data, std::size_t size) {
+  auto b = std::make_shared<net::Bytes>(kChunkHeaderBytes + size);
+  std::uint8_t* p = b->data();
+  put_u64(p, exchange_id);
+  put_u64(p + 8, offset);
+  put_u32(p + 16, crc32_of(data, size));
+  if (size) std::memcpy(p + kChunkHeaderBytes, data, size);
+  return b;
+}
+
+std::optional<RequestMsg> parse_request(const net::Bytes& b) {
+  if (b.size() != kRequestBytes) return std::nullopt;
+  const std::uint8_t* p = b.data();
+  if (!valid_wire(p[24]) || p[25] > 1) return std::nullopt;
+  RequestMsg m;
+  m.exchange_id = get_u64(p);
+  m.fingerprint = get_u64(p + 8);
+  m.n_params = get_u64(p + 16);
+  m.wire = static_cast<kernels::Wire>(p[24]);
+  m.weighted = p[25] == 1;
+  m.samples = static_cast<std::int64_t>(get_u64(p + 26));
+  if (m.samples < 0) return std::nullopt;
+  return m;
+}
+
+std::optional<AcceptMsg> parse_accept(const net::Bytes& b) {
+  if (b.size() != kAcceptBytes) return std::nullopt;
+  AcceptMsg m{get_u64(b.data()), static_cast<std::int64_t>(get_u64(b.data() + 8))};
+  if (m.samples < 0) return std::nullopt;
+  return m;
+}
+
+std::optional<IdMsg> parse_id(const net::Bytes& b) {
+  if (b.size() != kIdBytes) return std::nullopt;
+  return IdMsg{get_u64(b.data())};
+}
+
+std::optional<CodeMsg> parse_code(const net::Bytes& b) {
+  if (b.size() != kCodeBytes) return std::nullopt;
+  const std::uint8_t c = b[8];
+  if (c < static_cast<std::uint8_t>(ExchangeCode::Fingerprint) ||
+      c > static_cast<std::uint8_t>(ExchangeCode::Shutdown))
+    return std::nullopt;
+  return CodeMsg{get_u64(b.data()), static_cast<ExchangeCode>(c)};
+}
+
+std::optional<ChunkView> parse_chunk(const net::Bytes& b) {
+  if (b.size() <= kChunkHeaderBytes) return std::nullopt;
+  ChunkView c;
+  c.exchange_id = get_u64(b.data());
+  c.offset = get_u64(b.data() + 8);
+  c.crc = get_u32(b.data() + 16);
+  c.data = b.data() + kChunkHeaderBytes;
+  c.size = b.size() - kChunkHeaderBytes;
+  return c;
+}
+
+bool chunk_crc_ok(const ChunkView& c) { return crc32_of(c.data, c.size) == c.crc; }
+
+}  // namespace gossiptrain::gossip
