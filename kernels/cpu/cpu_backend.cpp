@@ -1,0 +1,397 @@
+// CPU backend: cblas_sgemm for the matrix products; every other op is one pass of a plain loop.
+// Hot loops process fixed blocks of kLanes elements with restrict pointers so that g++ -O2 (whose
+// "very cheap" vectorizer refuses loops that would need a scalar epilogue or alias checks)
+// vectorizes the block body, and a short scalar tail finishes the remainder.
+#include "kernels/cpu/cpu_backend.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <new>
+#include <string>
+
+#include "kernels/float_convert.hpp"
+
+namespace gossiptrain::kernels {
+namespace {
+
+constexpr std::size_t kLanes = 16;       // elements per vectorized block (one AVX-512 or 2-4 SSE/AVX regs)
+constexpr std::size_t kAlignBytes = 64;  // cache line; also enough for any SIMD load
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto pos = line.find(':');
+      if (pos != std::string::npos) {
+        auto s = line.substr(pos + 1);
+        s.erase(0, s.find_first_not_of(' '));
+        return s;
+      }
+    }
+  }
+  return "host cpu";
+}
+
+void check_dims(int rows, int cols, const char* what) {
+  if (rows < 0 || cols < 0)
+    throw BackendError(std::string("cpu ") + what + ": negative dimension");
+}
+
+// ---- elementwise kernels (restrict: the arrays are distinct or identical, never offset) ----
+
+inline void relu_bias_row(float* __restrict y, const float* __restrict b, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      const float v = y[i + j] + b[i + j];
+      y[i + j] = v > 0.0f ? v : 0.0f;
+    }
+  for (; i < n; ++i) {
+    const float v = y[i] + b[i];
+    y[i] = v > 0.0f ? v : 0.0f;
+  }
+}
+
+inline void bias_row(float* __restrict y, const float* __restrict b, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) y[i + j] += b[i + j];
+  for (; i < n; ++i) y[i] += b[i];
+}
+
+// dy *= (y > 0); db += dy
+inline void relu_grad_row(float* __restrict dy, const float* __restrict y, float* __restrict db,
+                          std::size_t n) {
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      const float g = y[i + j] > 0.0f ? dy[i + j] : 0.0f;
+      dy[i + j] = g;
+      db[i + j] += g;
+    }
+  for (; i < n; ++i) {
+    const float g = y[i] > 0.0f ? dy[i] : 0.0f;
+    dy[i] = g;
+    db[i] += g;
+  }
+}
+
+inline void accumulate_row(float* __restrict db, const float* __restrict dy, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) db[i + j] += dy[i + j];
+  for (; i < n; ++i) db[i] += dy[i];
+}
+
+inline void sgd_loop(float* __restrict w, const float* __restrict g, float* __restrict v,
+                     std::size_t n, float lr, float mom, float wd) {
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      const float vk = mom * v[i + j] + (g[i + j] + wd * w[i + j]);
+      v[i + j] = vk;
+      w[i + j] -= lr * vk;
+    }
+  for (; i < n; ++i) {
+    const float vk = mom * v[i] + (g[i] + wd * w[i]);
+    v[i] = vk;
+    w[i] -= lr * vk;
+  }
+}
+
+// sqrt vectorizes only without errno (kernels/CMakeLists.txt passes -fno-math-errno here).
+inline void adam_loop(float* __restrict w, const float* __restrict g, float* __restrict m,
+                      float* __restrict v, std::size_t n, float b1, float b2, float eps,
+                      float step, float inv_sqrt_bc2, float decay) {
+  const float c1 = 1.0f - b1, c2 = 1.0f - b2;
+#define GT_ADAM_BODY(k)                                          \
+  do {                                                           \
+    const float gk = g[k];                                       \
+    const float mk = b1 * m[k] + c1 * gk;                        \
+    const float vk = b2 * v[k] + c2 * gk * gk;                   \
+    m[k] = mk;                                                   \
+    v[k] = vk;                                                   \
+    const float denom = std::sqrt(vk) * inv_sqrt_bc2 + eps;      \
+    w[k] = w[k] - decay * w[k] - step * mk / denom;              \
+  } while (0)
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) GT_ADAM_BODY(i + j);
+  for (; i < n; ++i) GT_ADAM_BODY(i);
+#undef GT_ADAM_BODY
+}
+
+inline void mix_loop(float* __restrict x, const float* __restrict r, const float* __restrict s,
+                     std::size_t n, float w) {
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) x[i + j] += w * (r[i + j] - s[i + j]);
+  for (; i < n; ++i) x[i] += w * (r[i] - s[i]);
+}
+
+inline bool non_finite(float f) { return (f32_bits(f) & 0x7f800000u) == 0x7f800000u; }
+
+}  // namespace
+
+CpuBackend::CpuBackend() : device_(cpu_model_name()) {}
+
+// ---- memory ----
+
+void* CpuBackend::alloc(std::size_t bytes) {
+  const std::size_t rounded = std::max<std::size_t>(kAlignBytes, (bytes + kAlignBytes - 1) /
+                                                                      kAlignBytes * kAlignBytes);
+  void* p = std::aligned_alloc(kAlignBytes, rounded);
+  if (!p) throw BackendError("cpu alloc: out of memory for " + std::to_string(bytes) + " bytes");
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+void CpuBackend::free(void* p) noexcept { std::free(p); }
+
+void CpuBackend::upload(void* dst, const void* src_host, std::size_t bytes) {
+  if (bytes) std::memcpy(dst, src_host, bytes);
+}
+void CpuBackend::download(void* dst_host, const void* src, std::size_t bytes) {
+  if (bytes) std::memcpy(dst_host, src, bytes);
+}
+void CpuBackend::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes && dst != src) std::memmove(dst, src, bytes);
+}
+void CpuBackend::fill(float* x, std::size_t n, float v) { std::fill(x, x + n, v); }
+
+// ---- dense layers ----
+
+void CpuBackend::gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                      const float* B, float beta, float* C) {
+  if (M < 0 || N < 0 || K < 0) throw BackendError("cpu gemm: negative dimension");
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // BLAS would still scale C by beta; do it here without calling into BLAS
+    for (std::size_t i = 0, n = std::size_t(M) * N; i < n; ++i) C[i] = beta == 0.0f ? 0.0f : beta * C[i];
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              M, N, K, alpha, A, trans_a ? M : K, B, trans_b ? K : N, beta, C, N);
+}
+
+void CpuBackend::bias_act_forward(float* y, const float* b, int rows, int cols, Act act) {
+  check_dims(rows, cols, "bias_act_forward");
+  for (int r = 0; r < rows; ++r) {
+    float* row = y + std::size_t(r) * cols;
+    if (act == Act::Relu)
+      relu_bias_row(row, b, cols);
+    else
+      bias_row(row, b, cols);
+  }
+}
+
+void CpuBackend::bias_act_backward(float* dy, const float* y, float* db, int rows, int cols,
+                                   Act act) {
+  check_dims(rows, cols, "bias_act_backward");
+  std::fill(db, db + cols, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const std::size_t off = std::size_t(r) * cols;
+    if (act == Act::Relu)
+      relu_grad_row(dy + off, y + off, db, cols);
+    else
+      accumulate_row(db, dy + off, cols);
+  }
+}
+
+// One pass over each row: max, then exp(x - max) written straight into dlogits while summing,
+// then one scaling pass. The label's logit is read before anything is written, so dlogits may
+// alias logits.
+float CpuBackend::softmax_xent(const float* logits, const std::int32_t* labels, float* dlogits,
+                               int rows, int cols) {
+  check_dims(rows, cols, "softmax_xent");
+  if (rows == 0) return 0.0f;
+  if (cols == 0) throw BackendError("cpu softmax_xent: zero classes");
+  const float inv_rows = 1.0f / static_cast<float>(rows);
+  double loss = 0.0;
+  for (int r = 0; r < rows; ++r) {
+    const float* x = logits + std::size_t(r) * cols;
+    float* d = dlogits + std::size_t(r) * cols;
+    const int label = labels[r];
+    if (label < 0 || label >= cols)
+      throw BackendError("cpu softmax_xent: label " + std::to_string(label) + " out of range [0, " +
+                         std::to_string(cols) + ")");
+    float mx = x[0];
+    for (int c = 1; c < cols; ++c) mx = x[c] > mx ? x[c] : mx;
+    const float x_label = x[label];
+    float sum = 0.0f;
+    for (int c = 0; c < cols; ++c) {
+      const float e = std::exp(x[c] - mx);
+      d[c] = e;
+      sum += e;
+    }
+    loss += static_cast<double>(std::log(sum) - (x_label - mx));
+    const float scale = inv_rows / sum;
+    for (int c = 0; c < cols; ++c) d[c] *= scale;
+    d[label] -= inv_rows;
+  }
+  return static_cast<float>(loss / rows);
+}
+
+void CpuBackend::eval_batch(const float* logits, const std::int32_t* labels, int rows, int cols,
+                            std::int64_t* correct, double* loss_sum) {
+  check_dims(rows, cols, "eval_batch");
+  if (rows > 0 && cols == 0) throw BackendError("cpu eval_batch: zero classes");
+  std::int64_t hits = 0;
+  double loss = 0.0;
+  for (int r = 0; r < rows; ++r) {
+    const float* x = logits + std::size_t(r) * cols;
+    const int label = labels[r];
+    if (label < 0 || label >= cols)
+      throw BackendError("cpu eval_batch: label " + std::to_string(label) + " out of range");
+    int arg = 0;
+    float mx = x[0];
+    for (int c = 1; c < cols; ++c)
+      if (x[c] > mx) {  // first index wins ties, as on the GPU
+        mx = x[c];
+        arg = c;
+      }
+    float sum = 0.0f;
+    for (int c = 0; c < cols; ++c) sum += std::exp(x[c] - mx);
+    loss += static_cast<double>(std::log(sum) - (x[label] - mx));
+    hits += arg == label;
+  }
+  *correct = hits;
+  *loss_sum = loss;
+}
+
+// ---- optimizers ----
+
+void CpuBackend::sgd_momentum(float* w, const float* g, float* v, std::size_t n, float lr,
+                              float momentum, float weight_decay) {
+  sgd_loop(w, g, v, n, lr, momentum, weight_decay);
+}
+
+void CpuBackend::adam(float* w, const float* g, float* m, float* v, std::size_t n, float lr,
+                      float b1, float b2, float eps, float weight_decay, std::int64_t t) {
+  if (t < 1) throw BackendError("cpu adam: step t must be >= 1, got " + std::to_string(t));
+  const double bc1 = 1.0 - std::pow(double(b1), double(t));
+  const double bc2 = 1.0 - std::pow(double(b2), double(t));
+  adam_loop(w, g, m, v, n, b1, b2, eps, static_cast<float>(lr / bc1),
+            static_cast<float>(1.0 / std::sqrt(bc2)), lr * weight_decay);
+}
+
+// ---- averaging ----
+
+void CpuBackend::mix(float* x, const float* r, const float* s, std::size_t n, float w) {
+  mix_loop(x, r, s, n, w);
+}
+
+bool CpuBackend::all_finite(const float* x, std::size_t n) {
+  // Exponent bits all set means inf or nan. Integer OR over lanes vectorizes; checking once per
+  // chunk lets a bad vector stop early.
+  constexpr std::size_t kChunk = 4096;
+  std::size_t i = 0;
+  while (i + kLanes <= n) {
+    const std::size_t end = std::min(n, i + kChunk) / kLanes * kLanes;
+    std::uint32_t bad[kLanes] = {};
+    for (; i < end; i += kLanes)
+      for (std::size_t j = 0; j < kLanes; ++j)
+        bad[j] |= ~f32_bits(x[i + j]) & 0x7f800000u ? 0u : 1u;
+    std::uint32_t any = 0;
+    for (auto b : bad) any |= b;
+    if (any) return false;
+  }
+  for (; i < n; ++i)
+    if (non_finite(x[i])) return false;
+  return true;
+}
+
+double CpuBackend::sq_diff_norm(const float* a, const float* b, std::size_t n) {
+  // kLanes independent double accumulators: vectorizes without reassociating a single sum.
+  double acc[kLanes] = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      const double d = double(a[i + j]) - double(b[i + j]);
+      acc[j] += d * d;
+    }
+  double total = 0.0;
+  for (; i < n; ++i) {
+    const double d = double(a[i]) - double(b[i]);
+    total += d * d;
+  }
+  for (double v : acc) total += v;
+  return total;
+}
+
+// ---- wire encodings ----
+
+void CpuBackend::encode(Wire w, const float* x, std::size_t n, void* out) {
+  switch (w) {
+    case Wire::Fp32:
+      if (n) std::memcpy(out, x, n * sizeof(float));
+      return;
+    case Wire::Fp16: {
+      auto* o = static_cast<std::uint16_t*>(out);
+      for (std::size_t i = 0; i < n; ++i) o[i] = f32_to_f16_bits(x[i]);
+      return;
+    }
+    case Wire::Bf16: {
+      auto* o = static_cast<std::uint16_t*>(out);
+      for (std::size_t i = 0; i < n; ++i) o[i] = f32_to_bf16_bits(x[i]);
+      return;
+    }
+    case Wire::Int8: {
+      const std::size_t blocks = (n + kInt8BlockSize - 1) / kInt8BlockSize;
+      auto* bytes = static_cast<unsigned char*>(out);
+      auto* q = reinterpret_cast<std::int8_t*>(bytes + blocks * sizeof(float));
+      for (std::size_t blk = 0; blk < blocks; ++blk) {
+        const std::size_t lo = blk * kInt8BlockSize, hi = std::min(n, lo + kInt8BlockSize);
+        float mx = 0.0f;
+        for (std::size_t i = lo; i < hi; ++i) {
+          const float a = std::fabs(x[i]);
+          mx = a > mx ? a : mx;
+        }
+        const float scale = int8_scale(mx);
+        std::memcpy(bytes + blk * sizeof(float), &scale, sizeof scale);  // unaligned-safe
+        for (std::size_t i = lo; i < hi; ++i) q[i] = int8_quantize(x[i], scale);
+      }
+      return;
+    }
+  }
+  throw BackendError("cpu encode: unknown wire encoding");
+}
+
+void CpuBackend::decode(Wire w, const void* in, std::size_t n, float* x) {
+  switch (w) {
+    case Wire::Fp32:
+      if (n) std::memcpy(x, in, n * sizeof(float));
+      return;
+    case Wire::Fp16: {
+      const auto* h = static_cast<const std::uint16_t*>(in);
+      for (std::size_t i = 0; i < n; ++i) x[i] = f16_bits_to_f32(h[i]);
+      return;
+    }
+    case Wire::Bf16: {
+      const auto* h = static_cast<const std::uint16_t*>(in);
+      for (std::size_t i = 0; i < n; ++i) x[i] = bf16_bits_to_f32(h[i]);
+      return;
+    }
+    case Wire::Int8: {
+      const std::size_t blocks = (n + kInt8BlockSize - 1) / kInt8BlockSize;
+      const auto* bytes = static_cast<const unsigned char*>(in);
+      const auto* q = reinterpret_cast<const std::int8_t*>(bytes + blocks * sizeof(float));
+      for (std::size_t blk = 0; blk < blocks; ++blk) {
+        float scale;
+        std::memcpy(&scale, bytes + blk * sizeof(float), sizeof scale);
+        const std::size_t lo = blk * kInt8BlockSize, hi = std::min(n, lo + kInt8BlockSize);
+        for (std::size_t i = lo; i < hi; ++i) x[i] = static_cast<float>(q[i]) * scale;
+      }
+      return;
+    }
+  }
+  throw BackendError("cpu decode: unknown wire encoding");
+}
+
+}  // namespace gossiptrain::kernels

@@ -1,0 +1,51 @@
+// The CPU backend: OpenBLAS for the matrix products, plain loops (written so the compiler
+// vectorizes them) for everything else. Memory is ordinary aligned host memory.
+#pragma once
+
+#include <memory>
+
+#include "kernels/backend.hpp"
+
+namespace gossiptrain::kernels {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend();
+  std::string name() const override { return "cpu"; }
+  std::string device() const override { return device_; }
+
+  void* alloc(std::size_t bytes) override;
+  void free(void* p) noexcept override;
+  void upload(void* dst, const void* src_host, std::size_t bytes) override;
+  void download(void* dst_host, const void* src, std::size_t bytes) override;
+  void copy(void* dst, const void* src, std::size_t bytes) override;
+  void fill(float* x, std::size_t n, float v) override;
+  void synchronize() override {}
+
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+            const float* B, float beta, float* C) override;
+  void bias_act_forward(float* y, const float* b, int rows, int cols, Act act) override;
+  void bias_act_backward(float* dy, const float* y, float* db, int rows, int cols,
+                         Act act) override;
+  float softmax_xent(const float* logits, const std::int32_t* labels, float* dlogits, int rows,
+                     int cols) override;
+  void eval_batch(const float* logits, const std::int32_t* labels, int rows, int cols,
+                  std::int64_t* correct, double* loss_sum) override;
+
+  void sgd_momentum(float* w, const float* g, float* v, std::size_t n, float lr, float momentum,
+                    float weight_decay) override;
+  void adam(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float b1,
+            float b2, float eps, float weight_decay, std::int64_t t) override;
+
+  void mix(float* x, const float* r, const float* s, std::size_t n, float w) override;
+  bool all_finite(const float* x, std::size_t n) override;
+  double sq_diff_norm(const float* a, const float* b, std::size_t n) override;
+
+  void encode(Wire w, const float* x, std::size_t n, void* out) override;
+  void decode(Wire w, const void* in, std::size_t n, float* x) override;
+
+ private:
+  std::string device_;
+};
+
+}  // namespace gossiptrain::kernels

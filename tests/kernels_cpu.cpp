@@ -1,0 +1,413 @@
+// Tests of the CPU backend: every op against a naive reference on random inputs, the wire
+// encodings (round trips, error bounds, special values) and backend selection.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/float_convert.hpp"
+#include "tests/kernels_util.hpp"
+
+using namespace gossiptrain::kernels;
+using namespace gossiptrain::kernels::test;
+
+namespace {
+
+float bits_to_float(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+std::uint32_t float_to_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+}  // namespace
+
+TEST_CASE("cpu alloc is zero-filled and copies round trip", "[kernels]") {
+  CpuBackend be;
+  DeviceBuffer<float> a(be, 1000);
+  std::vector<float> host(1000, 1.0f);
+  be.download(host.data(), a.data(), a.bytes());
+  for (float x : host) REQUIRE(x == 0.0f);
+
+  auto src = random_floats(1000, 1);
+  be.upload(a.data(), src.data(), a.bytes());
+  DeviceBuffer<float> b(be, 1000);
+  be.copy(b.data(), a.data(), a.bytes());
+  REQUIRE(to_host(be, b) == src);
+  be.fill(b.data(), b.size(), 2.5f);
+  for (float x : to_host(be, b)) REQUIRE(x == 2.5f);
+  REQUIRE(be.name() == "cpu");
+  REQUIRE_FALSE(be.device().empty());
+}
+
+TEST_CASE("cpu gemm matches the naive reference for all transposes", "[kernels]") {
+  CpuBackend be;
+  struct Shape {
+    int M, N, K;
+  };
+  for (Shape s : {Shape{7, 5, 9}, Shape{33, 17, 65}, Shape{128, 10, 256}}) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const float alpha = 0.75f, beta = t == 3 ? 0.0f : 0.5f;
+      auto A = random_floats(std::size_t(s.M) * s.K, 10 + t);
+      auto B = random_floats(std::size_t(s.K) * s.N, 20 + t);
+      auto C = random_floats(std::size_t(s.M) * s.N, 30 + t);
+      auto ref = C;
+      gemm_ref(ta, tb, s.M, s.N, s.K, alpha, A, B, beta, ref);
+      be.gemm(ta, tb, s.M, s.N, s.K, alpha, A.data(), B.data(), beta, C.data());
+      INFO("M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << ta << " tb=" << tb);
+      REQUIRE(max_rel_err(C, ref) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("cpu bias_act forward and backward match the reference", "[kernels]") {
+  CpuBackend be;
+  const int rows = 37, cols = 45;  // not multiples of the vector width: exercises the tails
+  auto b = random_floats(cols, 2);
+  for (Act act : {Act::Relu, Act::None}) {
+    auto y = random_floats(std::size_t(rows) * cols, 3);
+    auto ref = y;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        float v = ref[std::size_t(r) * cols + c] + b[c];
+        ref[std::size_t(r) * cols + c] = act == Act::Relu ? std::max(v, 0.0f) : v;
+      }
+    be.bias_act_forward(y.data(), b.data(), rows, cols, act);
+    REQUIRE(y == ref);
+
+    auto dy = random_floats(y.size(), 4);
+    auto dy_ref = dy;
+    std::vector<double> db_ref(cols, 0.0);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        auto& g = dy_ref[std::size_t(r) * cols + c];
+        if (act == Act::Relu && !(y[std::size_t(r) * cols + c] > 0.0f)) g = 0.0f;
+        db_ref[c] += g;
+      }
+    std::vector<float> db(cols, 123.0f);  // overwritten, not accumulated
+    be.bias_act_backward(dy.data(), y.data(), db.data(), rows, cols, act);
+    REQUIRE(dy == dy_ref);
+    for (int c = 0; c < cols; ++c) REQUIRE(db[c] == Approx(db_ref[c]).epsilon(1e-5).margin(1e-5));
+  }
+}
+
+TEST_CASE("cpu softmax_xent loss and gradient match the reference", "[kernels]") {
+  CpuBackend be;
+  const int rows = 29, cols = 10;
+  auto logits = random_floats(std::size_t(rows) * cols, 5, -4.0f, 4.0f);
+  logits[3] = 80.0f;  // large logits must not overflow (max subtraction)
+  auto labels = random_labels(rows, cols, 6);
+
+  double loss_ref = 0.0;
+  std::vector<float> grad_ref(logits.size());
+  for (int r = 0; r < rows; ++r) {
+    const float* x = &logits[std::size_t(r) * cols];
+    double mx = x[0];
+    for (int c = 1; c < cols; ++c) mx = std::max<double>(mx, x[c]);
+    double sum = 0.0;
+    for (int c = 0; c < cols; ++c) sum += std::exp(x[c] - mx);
+    loss_ref += std::log(sum) - (x[labels[r]] - mx);
+    for (int c = 0; c < cols; ++c)
+      grad_ref[std::size_t(r) * cols + c] =
+          float((std::exp(x[c] - mx) / sum - (c == labels[r] ? 1.0 : 0.0)) / rows);
+  }
+  loss_ref /= rows;
+
+  std::vector<float> grad(logits.size());
+  const float loss = be.softmax_xent(logits.data(), labels.data(), grad.data(), rows, cols);
+  REQUIRE(loss == Approx(loss_ref).epsilon(1e-5));
+  REQUIRE(max_rel_err(grad, grad_ref, 1e-3) < 1e-4);
+
+  SECTION("dlogits may alias logits") {
+    auto inplace = logits;
+    const float loss2 = be.softmax_xent(inplace.data(), labels.data(), inplace.data(), rows, cols);
+    REQUIRE(loss2 == loss);
+    REQUIRE(inplace == grad);
+  }
+  SECTION("a label out of range is an error") {
+    labels[0] = cols;
+    REQUIRE_THROWS_AS(be.softmax_xent(logits.data(), labels.data(), grad.data(), rows, cols),
+                      BackendError);
+  }
+}
+
+TEST_CASE("cpu eval_batch counts argmax hits and sums the loss", "[kernels]") {
+  CpuBackend be;
+  const int rows = 50, cols = 7;
+  auto logits = random_floats(std::size_t(rows) * cols, 7, -3.0f, 3.0f);
+  auto labels = random_labels(rows, cols, 8);
+  std::int64_t hits_ref = 0;
+  double loss_ref = 0.0;
+  for (int r = 0; r < rows; ++r) {
+    const float* x = &logits[std::size_t(r) * cols];
+    int arg = 0;
+    for (int c = 1; c < cols; ++c)
+      if (x[c] > x[arg]) arg = c;
+    hits_ref += arg == labels[r];
+    double sum = 0.0;
+    for (int c = 0; c < cols; ++c) sum += std::exp(double(x[c]) - x[arg]);
+    loss_ref += std::log(sum) - (x[labels[r]] - x[arg]);
+  }
+  REQUIRE(hits_ref > 0);  // the check below must be able to tell hits from misses
+  REQUIRE(hits_ref < rows);
+  std::int64_t hits = -1;
+  double loss = -1.0;
+  be.eval_batch(logits.data(), labels.data(), rows, cols, &hits, &loss);
+  REQUIRE(hits == hits_ref);
+  REQUIRE(loss == Approx(loss_ref).epsilon(1e-5));
+}
+
+TEST_CASE("cpu sgd_momentum matches the reference over several steps", "[kernels]") {
+  CpuBackend be;
+  const std::size_t n = 1003;
+  auto w = random_floats(n, 9);
+  std::vector<float> v(n, 0.0f);
+  auto w_ref = std::vector<double>(w.begin(), w.end());
+  std::vector<double> v_ref(n, 0.0);
+  const float lr = 0.05f, mom = 0.9f, wd = 1e-3f;
+  for (int step = 0; step < 3; ++step) {
+    auto g = random_floats(n, 100 + step);
+    for (std::size_t i = 0; i < n; ++i) {
+      v_ref[i] = mom * v_ref[i] + (g[i] + wd * w_ref[i]);
+      w_ref[i] -= lr * v_ref[i];
+    }
+    be.sgd_momentum(w.data(), g.data(), v.data(), n, lr, mom, wd);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    REQUIRE(w[i] == Approx(w_ref[i]).epsilon(1e-5).margin(1e-6));
+    REQUIRE(v[i] == Approx(v_ref[i]).epsilon(1e-5).margin(1e-6));
+  }
+}
+
+TEST_CASE("cpu adam matches the reference with bias correction and decoupled decay", "[kernels]") {
+  CpuBackend be;
+  const std::size_t n = 517;
+  auto w = random_floats(n, 11);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  std::vector<double> w_ref(w.begin(), w.end()), m_ref(n, 0.0), v_ref(n, 0.0);
+  const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
+  for (std::int64_t t = 1; t <= 4; ++t) {
+    auto g = random_floats(n, 200 + std::uint32_t(t));
+    const double bc1 = 1.0 - std::pow(double(b1), double(t));
+    const double bc2 = 1.0 - std::pow(double(b2), double(t));
+    for (std::size_t i = 0; i < n; ++i) {
+      m_ref[i] = b1 * m_ref[i] + (1.0 - b1) * g[i];
+      v_ref[i] = b2 * v_ref[i] + (1.0 - b2) * double(g[i]) * g[i];
+      const double upd = (m_ref[i] / bc1) / (std::sqrt(v_ref[i] / bc2) + eps);
+      w_ref[i] = w_ref[i] - lr * wd * w_ref[i] - lr * upd;
+    }
+    be.adam(w.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t);
+  }
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(w[i] == Approx(w_ref[i]).epsilon(1e-5).margin(1e-6));
+  REQUIRE_THROWS_AS(be.adam(w.data(), w.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, 0),
+                    BackendError);
+}
+
+TEST_CASE("cpu mix, all_finite and sq_diff_norm", "[kernels]") {
+  CpuBackend be;
+  const std::size_t n = 4099;  // a whole number of chunks plus a tail
+  auto x = random_floats(n, 12), r = random_floats(n, 13), s = random_floats(n, 14);
+
+  SECTION("mix") {
+    auto ref = x;
+    for (std::size_t i = 0; i < n; ++i) ref[i] += 0.25f * (r[i] - s[i]);
+    be.mix(x.data(), r.data(), s.data(), n, 0.25f);
+    REQUIRE(x == ref);
+    auto y = r;  // s aliasing x: x <- x + w (r - x)
+    be.mix(y.data(), s.data(), y.data(), n, 0.5f);
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(y[i] == Approx(0.5 * (double(r[i]) + s[i])).margin(1e-6));
+  }
+  SECTION("all_finite") {
+    REQUIRE(be.all_finite(x.data(), n));
+    REQUIRE(be.all_finite(x.data(), 0));
+    for (std::size_t pos : {std::size_t(0), std::size_t(17), std::size_t(4095), n - 1}) {
+      for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                        std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity()}) {
+        auto y = x;
+        y[pos] = bad;
+        INFO("pos " << pos << " value " << bad);
+        REQUIRE_FALSE(be.all_finite(y.data(), n));
+      }
+    }
+    x[5] = std::numeric_limits<float>::max();
+    x[6] = std::numeric_limits<float>::denorm_min();
+    REQUIRE(be.all_finite(x.data(), n));
+  }
+  SECTION("sq_diff_norm") {
+    double ref = 0.0;
+    for (std::size_t i = 0; i < n; ++i) ref += (double(r[i]) - s[i]) * (double(r[i]) - s[i]);
+    REQUIRE(be.sq_diff_norm(r.data(), s.data(), n) == Approx(ref).epsilon(1e-12));
+    REQUIRE(be.sq_diff_norm(r.data(), r.data(), n) == 0.0);
+    REQUIRE(be.sq_diff_norm(r.data(), s.data(), 0) == 0.0);
+  }
+}
+
+TEST_CASE("wire names, parsing and encoded sizes", "[kernels]") {
+  for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8})
+    REQUIRE(parse_wire(wire_name(w)) == w);
+  REQUIRE_THROWS_AS(parse_wire("fp8"), std::invalid_argument);
+  REQUIRE_THROWS_AS(parse_wire(""), std::invalid_argument);
+  REQUIRE(encoded_size(Wire::Fp32, 10) == 40);
+  REQUIRE(encoded_size(Wire::Fp16, 10) == 20);
+  REQUIRE(encoded_size(Wire::Bf16, 10) == 20);
+  REQUIRE(encoded_size(Wire::Int8, 0) == 0);
+  REQUIRE(encoded_size(Wire::Int8, 1) == 4 + 1);
+  REQUIRE(encoded_size(Wire::Int8, 256) == 4 + 256);
+  REQUIRE(encoded_size(Wire::Int8, 257) == 8 + 257);
+  REQUIRE(encoded_size(Wire::Int8, 269322) == 1053 * 4 + 269322);
+}
+
+TEST_CASE("cpu wire round trips stay within each encoding's error bound", "[kernels]") {
+  CpuBackend be;
+  const std::size_t n = 1000;  // 3 full int8 blocks and a partial one
+  auto x = random_floats(n, 15, -3.0f, 3.0f);
+  for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8}) {
+    std::vector<unsigned char> enc(encoded_size(w, n));
+    std::vector<float> y(n);
+    be.encode(w, x.data(), n, enc.data());
+    be.decode(w, enc.data(), n, y.data());
+    INFO("wire " << wire_name(w));
+    for (std::size_t i = 0; i < n; ++i) {
+      const double err = std::fabs(double(y[i]) - x[i]);
+      switch (w) {
+        case Wire::Fp32: REQUIRE(y[i] == x[i]); break;
+        // half a unit in the last place, relative: 2^-11 (fp16), 2^-8 (bf16); values >= 2^-14
+        case Wire::Fp16: REQUIRE(err <= std::ldexp(std::fabs(x[i]), -11) + 1e-7); break;
+        case Wire::Bf16: REQUIRE(err <= std::ldexp(std::fabs(x[i]), -8)); break;
+        case Wire::Int8: {
+          const std::size_t lo = i / kInt8BlockSize * kInt8BlockSize;
+          float mx = 0.0f;
+          for (std::size_t k = lo; k < std::min(n, lo + kInt8BlockSize); ++k)
+            mx = std::max(mx, std::fabs(x[k]));
+          REQUIRE(err <= mx / 127.0f * 0.5f * (1.0f + 1e-5f));
+          break;
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("int8 encoding: layout, an all-zero block, exact integers", "[kernels]") {
+  CpuBackend be;
+  const std::size_t n = 600;
+  std::vector<float> x(n, 0.0f);
+  for (std::size_t i = 0; i < 256; ++i) x[i] = float(int(i % 255) - 127);  // max |x| = 127
+  for (std::size_t i = 512; i < n; ++i) x[i] = (i % 2 ? 127.0f : 3.0f);    // partial last block
+  x[512] = -63.5f;
+  x[514] = 62.5f;
+  std::vector<unsigned char> enc(encoded_size(Wire::Int8, n));
+  be.encode(Wire::Int8, x.data(), n, enc.data());
+  float scales[3];
+  std::memcpy(scales, enc.data(), sizeof scales);
+  REQUIRE(scales[0] == 1.0f);
+  REQUIRE(scales[1] == 0.0f);  // the all-zero block
+  REQUIRE(scales[2] == 1.0f);
+  const auto* q = reinterpret_cast<const std::int8_t*>(enc.data() + 3 * sizeof(float));
+  REQUIRE(q[0] == -127);
+  REQUIRE(q[254] == 127);
+  REQUIRE(q[513] == 127);
+  REQUIRE(q[512] == -64);  // halves round to even
+  REQUIRE(q[514] == 62);
+  std::vector<float> y(n, 9.0f);
+  be.decode(Wire::Int8, enc.data(), n, y.data());
+  for (std::size_t i = 0; i < n; ++i)
+    if (i != 512 && i != 514) REQUIRE(y[i] == x[i]);
+}
+
+TEST_CASE("fp16 conversion: special values and rounding", "[kernels]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  REQUIRE(f32_to_f16_bits(0.0f) == 0x0000);
+  REQUIRE(f32_to_f16_bits(-0.0f) == 0x8000);
+  REQUIRE(f32_to_f16_bits(1.0f) == 0x3c00);
+  REQUIRE(f32_to_f16_bits(-2.0f) == 0xc000);
+  REQUIRE(f32_to_f16_bits(inf) == 0x7c00);
+  REQUIRE(f32_to_f16_bits(-inf) == 0xfc00);
+  const std::uint16_t nan = f32_to_f16_bits(std::numeric_limits<float>::quiet_NaN());
+  REQUIRE((nan & 0x7c00) == 0x7c00);
+  REQUIRE((nan & 0x03ff) != 0);
+  REQUIRE((f32_to_f16_bits(bits_to_float(0x7f800001u)) & 0x3ff) != 0);  // sNaN stays a NaN
+  REQUIRE(f32_to_f16_bits(65504.0f) == 0x7bff);                             // largest finite
+  REQUIRE(f32_to_f16_bits(65519.0f) == 0x7bff);
+  REQUIRE(f32_to_f16_bits(65520.0f) == 0x7c00);  // halfway to 65536: ties to even = inf
+  REQUIRE(f32_to_f16_bits(1e10f) == 0x7c00);
+  REQUIRE(f32_to_f16_bits(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);      // tie -> even
+  REQUIRE(f32_to_f16_bits(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);  // tie -> even (up)
+  REQUIRE(f32_to_f16_bits(std::ldexp(1.0f, -14)) == 0x0400);             // smallest normal
+  REQUIRE(f32_to_f16_bits(std::ldexp(1.0f, -24)) == 0x0001);             // smallest subnormal
+  REQUIRE(f32_to_f16_bits(std::ldexp(1.0f, -25)) == 0x0000);             // tie -> even (zero)
+  REQUIRE(f32_to_f16_bits(std::ldexp(1.5f, -25)) == 0x0001);
+  REQUIRE(f32_to_f16_bits(std::ldexp(3.0f, -25)) == 0x0002);             // 1.5 units: tie -> 2
+  REQUIRE(f32_to_f16_bits(-std::ldexp(1023.0f, -24)) == 0x83ff);         // largest subnormal
+  REQUIRE(f32_to_f16_bits(std::ldexp(2047.0f, -25)) == 0x0400);  // rounds up into the normals
+  REQUIRE(f32_to_f16_bits(std::numeric_limits<float>::denorm_min()) == 0x0000);
+
+  // Every fp16 value decodes exactly and re-encodes to itself (NaNs stay NaN).
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = f16_bits_to_f32(std::uint16_t(h));
+    const bool is_nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+    if (is_nan) {
+      REQUIRE(std::isnan(f));
+      continue;
+    }
+    REQUIRE(f32_to_f16_bits(f) == h);
+  }
+  REQUIRE(f16_bits_to_f32(0x0001) == std::ldexp(1.0f, -24));
+  REQUIRE(f16_bits_to_f32(0x3555) == Approx(0.333251953125));
+  REQUIRE(std::signbit(f16_bits_to_f32(0x8000)));
+
+#if defined(__FLT16_MAX__)
+  // The compiler's own _Float16 conversion (round to nearest even) as an independent reference.
+  std::mt19937 rng(16);
+  for (int i = 0; i < 200000; ++i) {
+    const float f = bits_to_float(static_cast<std::uint32_t>(rng()));
+    if (std::isnan(f)) continue;
+    const _Float16 h = static_cast<_Float16>(f);
+    std::uint16_t hb;
+    std::memcpy(&hb, &h, sizeof hb);
+    INFO("f32 bits " << float_to_bits(f));
+    REQUIRE(f32_to_f16_bits(f) == hb);
+  }
+#endif
+}
+
+TEST_CASE("bf16 conversion: special values and rounding", "[kernels]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  REQUIRE(f32_to_bf16_bits(1.0f) == 0x3f80);
+  REQUIRE(f32_to_bf16_bits(-0.0f) == 0x8000);
+  REQUIRE(f32_to_bf16_bits(inf) == 0x7f80);
+  REQUIRE(f32_to_bf16_bits(-inf) == 0xff80);
+  REQUIRE(std::isnan(bf16_bits_to_f32(f32_to_bf16_bits(std::numeric_limits<float>::quiet_NaN()))));
+  REQUIRE(std::isnan(bf16_bits_to_f32(f32_to_bf16_bits(bits_to_float(0x7f800001u)))));  // sNaN
+  REQUIRE(f32_to_bf16_bits(std::numeric_limits<float>::max()) == 0x7f80);  // rounds to inf
+  REQUIRE(f32_to_bf16_bits(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);        // tie -> even
+  REQUIRE(f32_to_bf16_bits(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);    // tie -> even (up)
+  REQUIRE(f32_to_bf16_bits(1.0f + 1.5f * std::ldexp(1.0f, -8)) == 0x3f81); // above the tie
+  REQUIRE(f32_to_bf16_bits(bits_to_float(0x00010000u)) == 0x0001);         // subnormal kept
+  REQUIRE(f32_to_bf16_bits(bits_to_float(0x00008000u)) == 0x0000);         // tie -> even
+  REQUIRE(f32_to_bf16_bits(bits_to_float(0x00018000u)) == 0x0002);
+  for (std::uint32_t b = 0; b < 0x10000; ++b) {
+    const float f = bf16_bits_to_f32(std::uint16_t(b));
+    if (std::isnan(f)) continue;
+    REQUIRE(f32_to_bf16_bits(f) == b);
+  }
+}
+
+TEST_CASE("backend selection", "[kernels]") {
+  REQUIRE(make_backend("cpu")->name() == "cpu");
+  REQUIRE_THROWS_AS(make_backend("tpu"), std::invalid_argument);
+  auto chosen = make_backend("auto");
+  REQUIRE(chosen->name() == (cuda_available() ? "cuda" : "cpu"));
+  if (!cuda_available()) REQUIRE_THROWS_AS(make_backend("cuda"), BackendError);
+}
