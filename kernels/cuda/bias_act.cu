@@ -1,0 +1,74 @@
+// Fused bias + activation of a dense layer: forward in place, and backward that applies the
+// activation's derivative in place and reduces the bias gradient in the same pass.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launchers.cuh"
+
+namespace gossiptrain::kernels::cuda {
+namespace {
+
+constexpr int kColTile = 32;  // columns per block of the backward kernel (one warp wide)
+constexpr int kRowLanes = 16;  // rows handled in parallel per column tile
+
+// y[rows,cols] = act(y + b[cols])
+template <bool kRelu>
+__global__ void bias_act_forward_kernel(float* y, const float* b, std::size_t n, int cols) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const float v = y[i] + b[i % cols];
+    y[i] = kRelu ? (v > 0.0f ? v : 0.0f) : v;
+  }
+}
+
+// dy[rows,cols] *= act'(y[rows,cols]); db[cols] = sum over rows of dy.
+// block (kColTile, kRowLanes), grid CEIL_DIV(cols, kColTile): reads stay coalesced along a row,
+// and the column sums need no atomics, so db is deterministic.
+template <bool kRelu>
+__global__ void bias_act_backward_kernel(float* dy, const float* y, float* db, int rows, int cols) {
+  __shared__ float partial[kRowLanes][kColTile + 1];
+  const int c = blockIdx.x * kColTile + threadIdx.x;
+  float acc = 0.0f;
+  if (c < cols) {
+    for (int r = threadIdx.y; r < rows; r += kRowLanes) {
+      const std::size_t i = std::size_t(r) * cols + c;
+      float g = dy[i];
+      if (kRelu) {
+        g = y[i] > 0.0f ? g : 0.0f;
+        dy[i] = g;
+      }
+      acc += g;
+    }
+  }
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float s = 0.0f;
+    for (int k = 0; k < kRowLanes; ++k) s += partial[k][threadIdx.x];
+    db[c] = s;
+  }
+}
+
+}  // namespace
+
+void bias_act_forward(float* y, const float* b, int rows, int cols, Act act, cudaStream_t stream) {
+  const std::size_t n = std::size_t(rows) * std::size_t(cols);
+  if (!n) return;
+  if (act == Act::Relu)
+    bias_act_forward_kernel<true><<<grid_for(n), kBlockSize, 0, stream>>>(y, b, n, cols);
+  else
+    bias_act_forward_kernel<false><<<grid_for(n), kBlockSize, 0, stream>>>(y, b, n, cols);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void bias_act_backward(float* dy, const float* y, float* db, int rows, int cols, Act act,
+                       cudaStream_t stream) {
+  if (cols <= 0) return;
+  const dim3 block(kColTile, kRowLanes);
+  const unsigned grid = CEIL_DIV(unsigned(cols), unsigned(kColTile));
+  if (act == Act::Relu)
+    bias_act_backward_kernel<true><<<grid, block, 0, stream>>>(dy, y, db, rows, cols);
+  else
+    bias_act_backward_kernel<false><<<grid, block, 0, stream>>>(dy, y, db, rows, cols);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace gossiptrain::kernels::cuda

@@ -1,0 +1,76 @@
+// The CUDA backend: cuBLAS for the matrix products, our kernels (kernels/cuda/*.cu) for the rest.
+// One stream and one cuBLAS handle per backend object; parameters never leave the device.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/backend.hpp"
+
+namespace gossiptrain::kernels::cuda {
+
+// Device scalars the reductions write, mirrored in pinned host memory for the one read back.
+struct Scratch {
+  double loss_sum;
+  double sq_norm;
+  unsigned long long correct;
+  int non_finite;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();  // on the current device
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  std::string device() const override { return device_name_; }
+
+  void* alloc(std::size_t bytes) override;
+  void free(void* p) noexcept override;
+  void upload(void* dst, const void* src_host, std::size_t bytes) override;
+  void download(void* dst_host, const void* src, std::size_t bytes) override;
+  void copy(void* dst, const void* src, std::size_t bytes) override;
+  void fill(float* x, std::size_t n, float v) override;
+  void synchronize() override;
+
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+            const float* B, float beta, float* C) override;
+  void bias_act_forward(float* y, const float* b, int rows, int cols, Act act) override;
+  void bias_act_backward(float* dy, const float* y, float* db, int rows, int cols,
+                         Act act) override;
+  float softmax_xent(const float* logits, const std::int32_t* labels, float* dlogits, int rows,
+                     int cols) override;
+  void eval_batch(const float* logits, const std::int32_t* labels, int rows, int cols,
+                  std::int64_t* correct, double* loss_sum) override;
+
+  void sgd_momentum(float* w, const float* g, float* v, std::size_t n, float lr, float momentum,
+                    float weight_decay) override;
+  void adam(float* w, const float* g, float* m, float* v, std::size_t n, float lr, float b1,
+            float b2, float eps, float weight_decay, std::int64_t t) override;
+
+  void mix(float* x, const float* r, const float* s, std::size_t n, float w) override;
+  bool all_finite(const float* x, std::size_t n) override;
+  double sq_diff_norm(const float* a, const float* b, std::size_t n) override;
+
+  void encode(Wire w, const float* x, std::size_t n, void* out) override;
+  void decode(Wire w, const void* in, std::size_t n, float* x) override;
+
+ private:
+  // Copies the device scratch into the pinned mirror and waits for the stream.
+  const Scratch& read_scratch();
+  void release() noexcept;
+
+  int device_id_ = 0;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  Scratch* scratch_ = nullptr;       // device
+  Scratch* host_scratch_ = nullptr;  // pinned host mirror
+  double* partials_ = nullptr;       // device, kMaxReduceBlocks doubles for sq_diff_norm
+};
+
+}  // namespace gossiptrain::kernels::cuda

@@ -1,0 +1,238 @@
+// Parity of the CUDA backend with the CPU backend on random inputs (within 1e-4 relative error),
+// and bit parity of the wire encodings. Every case skips with a warning when no GPU is present.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "tests/kernels_util.hpp"
+
+using namespace gossiptrain::kernels;
+using namespace gossiptrain::kernels::test;
+
+namespace {
+
+constexpr double kRelTol = 1e-4;
+
+#define GT_REQUIRE_GPU()                                 \
+  do {                                                   \
+    if (!cuda_available()) {                             \
+      WARN("no CUDA device: skipping [cuda] test");      \
+      return;                                            \
+    }                                                    \
+  } while (0)
+
+struct Pair {
+  std::unique_ptr<Backend> cpu = make_backend("cpu");
+  std::unique_ptr<Backend> gpu = make_backend("cuda");
+};
+
+}  // namespace
+
+TEST_CASE("cuda backend basics: alloc zero-fills, copies round trip", "[cuda]") {
+  GT_REQUIRE_GPU();
+  Pair p;
+  Backend& gpu = *p.gpu;
+  REQUIRE(gpu.name() == "cuda");
+  REQUIRE_FALSE(gpu.device().empty());
+  DeviceBuffer<float> a(gpu, 3000);
+  for (float x : to_host(gpu, a)) REQUIRE(x == 0.0f);
+  auto src = random_floats(3000, 1);
+  gpu.upload(a.data(), src.data(), a.bytes());
+  DeviceBuffer<float> b(gpu, 3000);
+  gpu.copy(b.data(), a.data(), a.bytes());
+  REQUIRE(to_host(gpu, b) == src);
+  gpu.fill(b.data(), b.size(), -1.5f);
+  for (float x : to_host(gpu, b)) REQUIRE(x == -1.5f);
+  REQUIRE_THROWS_AS(gpu.gemm(false, false, -1, 2, 2, 1.0f, a.data(), a.data(), 0.0f, b.data()),
+                    BackendError);
+}
+
+TEST_CASE("cuda gemm matches the cpu backend for all transposes", "[cuda]") {
+  GT_REQUIRE_GPU();
+  Pair p;
+  struct Shape {
+    int M, N, K;
+  };
+  // The MLP's products (forward, dW, dX) and an odd shape.
+  for (Shape s : {Shape{128, 256, 784}, Shape{256, 784, 128}, Shape{128, 10, 256},
+                  Shape{33, 17, 65}}) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const float alpha = 1.0f, beta = t == 1 ? 0.5f : 0.0f;
+      auto A = random_floats(std::size_t(s.M) * s.K, 10 + t);
+      auto B = random_floats(std::size_t(s.K) * s.N, 20 + t);
+      auto C = random_floats(std::size_t(s.M) * s.N, 30 + t);
+      auto dA = to_device(*p.gpu, A);
+      auto dB = to_device(*p.gpu, B);
+      auto dC = to_device(*p.gpu, C);
+      p.cpu->gemm(ta, tb, s.M, s.N, s.K, alpha, A.data(), B.data(), beta, C.data());
+      p.gpu->gemm(ta, tb, s.M, s.N, s.K, alpha, dA.data(), dB.data(), beta, dC.data());
+      INFO("M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << ta << " tb=" << tb);
+      REQUIRE(max_rel_err(to_host(*p.gpu, dC), C) < kRelTol);
+    }
+  }
+}
+
+TEST_CASE("cuda bias_act forward and backward match the cpu backend", "[cuda]") {
+  GT_REQUIRE_GPU();
+  Pair p;
+  for (int cols : {256, 10, 45}) {
+    const int rows = 128;
+    auto b = random_floats(cols, 2);
+    for (Act act : {Act::Relu, Act::None}) {
+      auto y = random_floats(std::size_t(rows) * cols, 3);
+      auto dy = to_device(*p.gpu, y);
+      auto db_bias = to_device(*p.gpu, b);
+      p.cpu->bias_act_forward(y.data(), b.data(), rows, cols, act);
+      p.gpu->bias_act_forward(dy.data(), db_bias.data(), rows, cols, act);
+      INFO("cols " << cols << " relu " << (act == Act::Relu));
+      REQUIRE(max_rel_err(to_host(*p.gpu, dy), y) < kRelTol);
+
+      auto g = random_floats(y.size(), 4);
+      auto dg = to_device(*p.gpu, g);
+      std::vector<float> db(cols);
+      DeviceBuffer<float> ddb(*p.gpu, cols);
+      p.gpu->fill(ddb.data(), cols, 7.0f);  // must be overwritten, not accumulated
+      p.cpu->bias_act_backward(g.data(), y.data(), db.data(), rows, cols, act);
+      p.gpu->bias_act_backward(dg.data(), dy.data(), ddb.data(), rows, cols, act);
+      REQUIRE(max_rel_err(to_host(*p.gpu, dg), g) < kRelTol);
+      REQUIRE(max_rel_err(to_host(*p.gpu, ddb), db) < kRelTol);
+    }
+  }
+}
+
+TEST_CASE("cuda softmax_xent and eval_batch match the cpu backend", "[cuda]") {
+  GT_REQUIRE_GPU();
+  Pair p;
+  for (int cols : {10, 100}) {
+    const int rows = 128;
+    auto logits = random_floats(std::size_t(rows) * cols, 5, -5.0f, 5.0f);
+    auto labels = random_labels(rows, cols, 6);
+    auto dl = to_device(*p.gpu, logits);
+    auto dlab = to_device(*p.gpu, labels);
+    INFO("cols " << cols);
+
+    std::int64_t hits_cpu = 0, hits_gpu = -1;
+    double loss_cpu = 0.0, loss_gpu = 0.0;
+    p.cpu->eval_batch(logits.data(), labels.data(), rows, cols, &hits_cpu, &loss_cpu);
+    p.gpu->eval_batch(dl.data(), dlab.data(), rows, cols, &hits_gpu, &loss_gpu);
+    REQUIRE(hits_gpu == hits_cpu);
+    REQUIRE(loss_gpu == Approx(loss_cpu).epsilon(kRelTol));
+
+    std::vector<float> grad(logits.size());
+    const float l_cpu = p.cpu->softmax_xent(logits.data(), labels.data(), grad.data(), rows, cols);
+    // In place on the device (dlogits aliasing logits), as the training step uses it.
+    const float l_gpu = p.gpu->softmax_xent(dl.data(), dlab.data(), dl.data(), rows, cols);
+    REQUIRE(l_gpu == Approx(l_cpu).epsilon(kRelTol));
+    REQUIRE(max_rel_err(to_host(*p.gpu, dl), grad, 1e-3) < kRelTol);
+  }
+}
+
+TEST_CASE("cuda optimizers match the cpu backend", "[cuda]") {
+  GT_REQUIRE_GPU();
+  Pair p;
+  const std::size_t n = 269322;  // the mlp:784-256-256-10 arena
+  auto w = random_floats(n, 9);
+  auto dw = to_device(*p.gpu, w);
+
+  SECTION("sgd momentum") {
+    std::vector<float> v(n, 0.0f);
+    DeviceBuffer<float> dv(*p.gpu, n);
+    for (int step = 0; step < 3; ++step) {
+      auto g = random_floats(n, 100 + step);
+      auto dg = to_device(*p.gpu, g);
+      p.cpu->sgd_momentum(w.data(), g.data(), v.data(), n, 0.02f, 0.9f, 5e-4f);
+      p.gpu->sgd_momentum(dw.data(), dg.data(), dv.data(), n, 0.02f, 0.9f, 5e-4f);
+    }
+    REQUIRE(max_rel_err(to_host(*p.gpu, dw), w) < kRelTol);
+    REQUIRE(max_rel_err(to_host(*p.gpu, dv), v) < kRelTol);
+  }
+  SECTION("adam") {
+    std::vector<float> m(n, 0.0f), v(n, 0.0f);
+    DeviceBuffer<float> dm(*p.gpu, n), dv(*p.gpu, n);
+    for (std::int64_t t = 1; t <= 3; ++t) {
+      auto g = random_floats(n, 200 + std::uint32_t(t));
+      auto dg = to_device(*p.gpu, g);
+      p.cpu->adam(w.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, t);
+      p.gpu->adam(dw.data(), dg.data(), dm.data(), dv.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                  0.01f, t);
+    }
+    REQUIRE(max_rel_err(to_host(*p.gpu, dw), w) < kRelTol);
+    REQUIRE(max_rel_err(to_host(*p.gpu, dm), m) < kRelTol);
+    REQUIRE(max_rel_err(to_host(*p.gpu, dv), v, 1e-6) < kRelTol);
+  }
+}
+
+TEST_CASE("cuda mix and reductions match the cpu backend", "[cuda]") {
+  GT_REQUIRE_GPU();
+  Pair p;
+  const std::size_t n = 269322;
+  auto x = random_floats(n, 12), r = random_floats(n, 13), s = random_floats(n, 14);
+  auto dx = to_device(*p.gpu, x), dr = to_device(*p.gpu, r), ds = to_device(*p.gpu, s);
+
+  p.cpu->mix(x.data(), r.data(), s.data(), n, 0.5f);
+  p.gpu->mix(dx.data(), dr.data(), ds.data(), n, 0.5f);
+  REQUIRE(max_rel_err(to_host(*p.gpu, dx), x) < kRelTol);
+
+  const double sq_cpu = p.cpu->sq_diff_norm(r.data(), s.data(), n);
+  const double sq_gpu = p.gpu->sq_diff_norm(dr.data(), ds.data(), n);
+  REQUIRE(sq_gpu == Approx(sq_cpu).epsilon(1e-9));
+  REQUIRE(p.gpu->sq_diff_norm(dr.data(), dr.data(), n) == 0.0);
+
+  REQUIRE(p.gpu->all_finite(dx.data(), n));
+  for (std::size_t pos : {std::size_t(0), n / 2, n - 1}) {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                      std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      auto y = x;
+      y[pos] = bad;
+      auto dy = to_device(*p.gpu, y);
+      INFO("pos " << pos << " value " << bad);
+      REQUIRE_FALSE(p.gpu->all_finite(dy.data(), n));
+      REQUIRE(p.gpu->all_finite(dy.data(), pos));  // the prefix before it is clean
+    }
+  }
+}
+
+TEST_CASE("cuda wire encodings are bit-identical to the cpu backend's and round trip", "[cuda]") {
+  GT_REQUIRE_GPU();
+  Pair p;
+  const std::size_t n = 269322;  // ends with a partial int8 block
+  auto x = random_floats(n, 15, -3.0f, 3.0f);
+  for (std::size_t i = 512; i < 768; ++i) x[i] = 0.0f;  // an all-zero int8 block
+  // Special values: fp16 overflow, subnormals, rounding ties, signed zero, inf and nan.
+  const float specials[] = {65504.0f, 65520.0f, 1e-7f, -6e-8f, 1.0f + 0x1p-11f, -0.0f,
+                            std::numeric_limits<float>::infinity(), 3e38f,
+                            std::numeric_limits<float>::quiet_NaN(), 0x1p-25f, 0x1.8p-25f};
+  std::memcpy(x.data() + 2000, specials, sizeof specials);  // in an int8 block of its own
+  auto dx = to_device(*p.gpu, x);
+
+  for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8}) {
+    INFO("wire " << wire_name(w));
+    const std::size_t bytes = encoded_size(w, n);
+    std::vector<unsigned char> enc_cpu(bytes);
+    p.cpu->encode(w, x.data(), n, enc_cpu.data());
+    DeviceBuffer<unsigned char> enc_gpu(*p.gpu, bytes);
+    p.gpu->encode(w, dx.data(), n, enc_gpu.data());
+    REQUIRE(to_host(*p.gpu, enc_gpu) == enc_cpu);
+
+    std::vector<float> dec_cpu(n);
+    p.cpu->decode(w, enc_cpu.data(), n, dec_cpu.data());
+    DeviceBuffer<float> dec_gpu(*p.gpu, n);
+    p.gpu->decode(w, enc_gpu.data(), n, dec_gpu.data());
+    auto back = to_host(*p.gpu, dec_gpu);
+    REQUIRE(std::memcmp(back.data(), dec_cpu.data(), n * sizeof(float)) == 0);
+    if (w == Wire::Fp32) REQUIRE(std::memcmp(back.data(), x.data(), n * sizeof(float)) == 0);
+    // Round trip within the encoding's bound on the ordinary values.
+    const double bound = w == Wire::Fp32 ? 0.0
+                         : w == Wire::Fp16 ? 3.0 * 0x1p-11
+                         : w == Wire::Bf16 ? 3.0 * 0x1p-8
+                                           : 3.0 / 127.0 * 0.5 * (1.0 + 1e-5);
+    for (std::size_t i = 0; i < 1792; ++i) REQUIRE(std::fabs(double(back[i]) - x[i]) <= bound);
+  }
+}
