@@ -1,0 +1,247 @@
+// Handshake state machine tests, without sockets.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+
+#include "net/handshake.hpp"
+
+using namespace gossiptrain::net;
+using Role = Handshake::Role;
+
+namespace {
+
+struct Peer {
+  Identity id = Identity::generate();
+  HandshakeParams params(std::uint64_t fp = 42) const {
+    HandshakeParams p;
+    p.identity = &id;
+    p.fingerprint = fp;
+    p.listen_addr = "127.0.0.1:" + std::to_string(1000 + (id.public_key()[0]));
+    return p;
+  }
+};
+
+// Optional tamper hook: (message index 1..4, bytes) may change the bytes in flight.
+using Tamper = std::function<void(int, Bytes&)>;
+
+// Drives both machines to the end; returns the number of messages exchanged.
+int drive(Handshake& i, Handshake& r, const Tamper& tamper = {}) {
+  Bytes msg = i.start();
+  int n = 0;
+  bool to_r = true;
+  while (!msg.empty()) {
+    ++n;
+    if (tamper) tamper(n, msg);
+    Handshake& dst = to_r ? r : i;
+    if (dst.expected_bytes() == 0) break;
+    msg = dst.on_message(msg);
+    to_r = !to_r;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("handshake: both sides derive crossed session keys and learn each other", "[net]") {
+  Peer a, b;
+  Handshake i(Role::kInitiator, a.params()), r(Role::kResponder, b.params());
+  CHECK(r.expected_bytes() == Handshake::kM1Bytes);
+  CHECK(drive(i, r) == 4);
+  REQUIRE(i.done());
+  REQUIRE(r.done());
+  auto ri = i.take_result();
+  auto rr = r.take_result();
+  CHECK(std::memcmp(ri.send_key.data(), rr.recv_key.data(), 32) == 0);
+  CHECK(std::memcmp(ri.recv_key.data(), rr.send_key.data(), 32) == 0);
+  CHECK(std::memcmp(ri.send_key.data(), ri.recv_key.data(), 32) != 0);
+  CHECK(ri.remote_key == b.id.public_key());
+  CHECK(rr.remote_key == a.id.public_key());
+  CHECK(ri.remote_peer_id == b.id.peer_id());
+  CHECK(rr.remote_listen_addr == a.params().listen_addr);
+  CHECK(ri.remote_fingerprint == 42);
+  CHECK(ri.aead == rr.aead);
+  CHECK(ri.aead == (crypto::aes256gcm_available() ? crypto::Aead::kAes256Gcm
+                                                  : crypto::Aead::kChaCha20Poly1305));
+}
+
+TEST_CASE("handshake: fresh ephemeral keys give fresh session keys", "[net]") {
+  Peer a, b;
+  Handshake i1(Role::kInitiator, a.params()), r1(Role::kResponder, b.params());
+  Handshake i2(Role::kInitiator, a.params()), r2(Role::kResponder, b.params());
+  drive(i1, r1);
+  drive(i2, r2);
+  REQUIRE(i1.done());
+  REQUIRE(i2.done());
+  CHECK(std::memcmp(i1.take_result().send_key.data(), i2.take_result().send_key.data(), 32) != 0);
+}
+
+TEST_CASE("handshake: AEAD negotiation follows the forced choice", "[net]") {
+  Peer a, b;
+  auto pa = a.params(), pb = b.params();
+  pa.aead = AeadPreference::kChaCha20Poly1305;
+  Handshake i(Role::kInitiator, pa), r(Role::kResponder, pb);
+  drive(i, r);
+  REQUIRE(i.done());
+  CHECK(i.take_result().aead == crypto::Aead::kChaCha20Poly1305);
+  if (crypto::aes256gcm_available()) {
+    pa.aead = AeadPreference::kAes256Gcm;
+    pb.aead = AeadPreference::kChaCha20Poly1305;
+    Handshake i2(Role::kInitiator, pa), r2(Role::kResponder, pb);
+    drive(i2, r2);
+    CHECK(r2.failed());
+    CHECK(r2.error().find("no common AEAD") != std::string::npos);
+    pb.aead = AeadPreference::kAes256Gcm;
+    Handshake i3(Role::kInitiator, pa), r3(Role::kResponder, pb);
+    drive(i3, r3);
+    REQUIRE(i3.done());
+    CHECK(i3.take_result().aead == crypto::Aead::kAes256Gcm);
+  }
+}
+
+TEST_CASE("handshake: a peer without the network key cannot complete", "[net]") {
+  Peer a, b;
+  crypto::SymKey k1, k2;
+  crypto::random_bytes(k1.span());
+  crypto::random_bytes(k2.span());
+  SECTION("responder has a key, initiator none") {
+    auto pb = b.params();
+    pb.network_key = k1;
+    Handshake i(Role::kInitiator, a.params()), r(Role::kResponder, pb);
+    drive(i, r);
+    CHECK(r.failed());
+    CHECK(r.error().find("network key") != std::string::npos);
+    CHECK_FALSE(i.done());
+  }
+  SECTION("different keys") {
+    auto pa = a.params(), pb = b.params();
+    pa.network_key = k1;
+    pb.network_key = k2;
+    Handshake i(Role::kInitiator, pa), r(Role::kResponder, pb);
+    drive(i, r);
+    CHECK(r.failed());
+    CHECK_FALSE(i.done());
+  }
+  SECTION("same key") {
+    auto pa = a.params(), pb = b.params();
+    pa.network_key = k1;
+    pb.network_key = k1;
+    Handshake i(Role::kInitiator, pa), r(Role::kResponder, pb);
+    drive(i, r);
+    CHECK(i.done());
+    CHECK(r.done());
+  }
+}
+
+TEST_CASE("handshake: allowlist is checked on the remote identity", "[net]") {
+  Peer a, b, c;
+  Allowlist only_c;
+  only_c.add(c.id.public_key());
+  SECTION("responder refuses an unlisted initiator") {
+    auto pb = b.params();
+    pb.allowlist = &only_c;
+    Handshake i(Role::kInitiator, a.params()), r(Role::kResponder, pb);
+    drive(i, r);
+    CHECK(r.failed());
+    CHECK(r.error().find("allowlist") != std::string::npos);
+    CHECK(r.error().find(a.id.peer_id()) != std::string::npos);
+    CHECK_FALSE(i.done());
+  }
+  SECTION("initiator refuses an unlisted responder") {
+    auto pa = a.params();
+    pa.allowlist = &only_c;
+    Handshake i(Role::kInitiator, pa), r(Role::kResponder, b.params());
+    drive(i, r);
+    CHECK(i.failed());
+    CHECK(i.error().find("allowlist") != std::string::npos);
+    CHECK_FALSE(r.done());
+  }
+  SECTION("listed keys pass") {
+    Allowlist both;
+    both.add(a.id.public_key());
+    both.add(b.id.public_key());
+    auto pa = a.params(), pb = b.params();
+    pa.allowlist = &both;
+    pb.allowlist = &both;
+    Handshake i(Role::kInitiator, pa), r(Role::kResponder, pb);
+    drive(i, r);
+    CHECK(i.done());
+    CHECK(r.done());
+  }
+}
+
+TEST_CASE("handshake: fingerprint and version mismatch fail on both sides with a reason", "[net]") {
+  Peer a, b;
+  Handshake i(Role::kInitiator, a.params(1)), r(Role::kResponder, b.params(2));
+  CHECK(drive(i, r) == 4);  // R still sends M4 so that I learns the reason too
+  CHECK(r.failed());
+  CHECK(i.failed());
+  CHECK(r.error().find("fingerprint mismatch") != std::string::npos);
+  CHECK(i.error().find("fingerprint mismatch") != std::string::npos);
+  auto pa = a.params(), pb = b.params();
+  pa.version = 7;
+  Handshake i2(Role::kInitiator, pa), r2(Role::kResponder, pb);
+  drive(i2, r2);
+  CHECK(r2.error().find("version mismatch") != std::string::npos);
+}
+
+TEST_CASE("handshake: a flipped bit in any message fails the handshake", "[net]") {
+  Peer a, b;
+  std::size_t sizes[] = {Handshake::kM1Bytes, Handshake::kM2Bytes, Handshake::kM3Bytes,
+                         Handshake::kM4Bytes};
+  for (int which = 1; which <= 4; ++which) {
+    for (std::size_t pos = 0; pos < sizes[which - 1]; pos += 3) {
+      Handshake i(Role::kInitiator, a.params()), r(Role::kResponder, b.params());
+      drive(i, r, [&](int n, Bytes& m) {
+        if (n == which) m[pos] ^= std::uint8_t(1u << (pos % 8));
+      });
+      INFO("message " << which << " byte " << pos);
+      CHECK_FALSE((i.done() && r.done()));
+      CHECK((i.failed() || r.failed()));
+    }
+  }
+}
+
+TEST_CASE("handshake: garbage, wrong sizes and replays at each step fail", "[net]") {
+  Peer a, b;
+  std::mt19937 rng(1234);
+  auto garbage = [&](std::size_t n) {
+    Bytes g(n);
+    for (auto& x : g) x = std::uint8_t(rng());
+    return g;
+  };
+  for (int step = 1; step <= 4; ++step) {
+    for (int trial = 0; trial < 20; ++trial) {
+      Handshake i(Role::kInitiator, a.params()), r(Role::kResponder, b.params());
+      drive(i, r, [&](int n, Bytes& m) {
+        if (n != step) return;
+        m = garbage(trial % 2 ? m.size() : rng() % 400);
+      });
+      CHECK_FALSE((i.done() && r.done()));
+      CHECK((i.failed() || r.failed()));
+    }
+  }
+  // M3 from one session replayed into another responder session.
+  Handshake i1(Role::kInitiator, a.params()), r1(Role::kResponder, b.params());
+  Bytes m3_old;
+  drive(i1, r1, [&](int n, Bytes& m) {
+    if (n == 3) m3_old = m;
+  });
+  Handshake i2(Role::kInitiator, a.params()), r2(Role::kResponder, b.params());
+  drive(i2, r2, [&](int n, Bytes& m) {
+    if (n == 3) m = m3_old;
+  });
+  CHECK(r2.failed());
+  // Messages in a finished or failed machine are refused.
+  Bytes junk(Handshake::kM1Bytes);
+  CHECK(r2.on_message(junk).empty());
+  CHECK(r2.failed());
+}
+
+TEST_CASE("handshake: connecting to ourselves is refused", "[net]") {
+  Peer a;
+  Handshake i(Role::kInitiator, a.params()), r(Role::kResponder, a.params());
+  drive(i, r);
+  CHECK(i.failed());
+  CHECK(i.error().find("ourselves") != std::string::npos);
+}
