@@ -9,12 +9,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include "apps/common_node.hpp"
 #include "apps/common_options.hpp"
 #include "core/checkpoint.hpp"
 #include "core/dataset.hpp"
 #include "core/partition.hpp"
 #include "core/trainer.hpp"
 #include "kernels/backend.hpp"
+#include "net/identity.hpp"
 
 using namespace gossiptrain;
 
@@ -79,21 +81,48 @@ int main(int argc, char** argv) {
     spdlog::info("backend {} ({}), model {}, shard {}/{} ({} samples, partition {}), test set {}",
                  backend->name(), backend->device(), cfg.train.model, cfg.shard, cfg.num_shards,
                  shard.size(), cfg.partition, data.test.size());
-    core::StepHook* hook = nullptr;
-    core::Trainer trainer(*backend, cfg.train, shard, data.test, metrics, hook);
+    // The trainer owns the model; the gossip node needs only its fingerprint, known from the spec.
+    std::unique_ptr<apps::GossipNode> node;
+    core::Trainer trainer(*backend, cfg.train, shard, data.test, metrics, nullptr);
     try {
       trainer.resume();
     } catch (const core::CheckpointError& e) {
       return usage_error(std::string(e.what()) +
                          " (move the checkpoint away or pass another --checkpoint-dir)");
     }
+    if (cfg.gossip_enabled()) {
+      try {
+        node = std::make_unique<apps::GossipNode>(cfg, trainer.model().fingerprint(), *backend,
+                                                  metrics);
+        metrics.set_peer(node->peer_id());
+        node->start();
+      } catch (const net::ConfigError& e) {
+        return usage_error(e.what());
+      }
+      trainer.set_hook(&node->hook());
+    }
     const int epochs = cfg.train.epochs;
     trainer.on_epoch = [epochs](int epoch, double loss, const core::EvalResult& ev, double sps) {
       spdlog::info("epoch {}/{}  loss {:.4f}  test_acc {:.2f}%  test_loss {:.4f}  {:.0f} samples/s",
                    epoch, epochs, loss, 100.0 * ev.acc, ev.loss, sps);
     };
-    const core::TrainResult res = trainer.run(g_stop);
-    trainer.linger(g_stop, cfg.linger_s);
+    core::TrainResult res = trainer.run(g_stop);
+    if (node) {
+      trainer.linger(g_stop, cfg.linger_s);
+      // Exchanges served while lingering changed the parameters: evaluate and save once more.
+      const core::EvalResult ev = trainer.evaluate(data.test);
+      if (!res.stopped) {
+        res.final_test_acc = ev.acc;
+        res.best_test_acc = std::max(res.best_test_acc, ev.acc);
+      }
+      metrics.emit("eval", {{"epoch", res.epochs_done}, {"step", res.steps}, {"final", true},
+                            {"test_acc", ev.acc}, {"test_loss", ev.loss}});
+      trainer.save_checkpoint_now();
+      const auto st = node->stats();
+      spdlog::info("exchanges: {} ok, {} failed, {:.1f} MB sent", st.ok, st.failed,
+                   st.bytes_sent / 1e6);
+      node->stop();
+    }
     metrics.emit("done", {{"steps", res.steps},
                           {"epochs", res.epochs_done},
                           {"final_test_acc", res.final_test_acc},

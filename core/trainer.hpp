@@ -54,6 +54,8 @@ class Trainer {
           Metrics& metrics, StepHook* hook);
 
   Mlp& model() { return model_; }
+  // Sets the step hook (null: none); before run().
+  void set_hook(StepHook* hook) { hook_ = hook; }
   // Restores from cfg.checkpoint_dir when a checkpoint is there; throws CheckpointError when it is
   // corrupt or belongs to another model. Returns true when something was restored.
   bool resume();

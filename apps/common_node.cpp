@@ -1,0 +1,108 @@
+// Wires the TCP transport, membership and the averager of one peer, and logs their events as
+// `member` and `exchange` metric lines (DESIGN.md contract).
+#include "apps/common_node.hpp"
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "net/identity.hpp"
+
+namespace gossiptrain::apps {
+
+GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint,
+                       kernels::Backend& backend, core::Metrics& metrics)
+    : metrics_(metrics) {
+  identity_ = std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
+  net::TcpTransportConfig tc;
+  tc.listen = cfg.listen;
+  tc.advertise = cfg.advertise;
+  tc.identity = identity_;
+  if (!cfg.network_key.empty()) tc.network_key = net::load_network_key(cfg.network_key);
+  if (!cfg.allowlist.empty()) tc.allowlist = net::Allowlist::load(cfg.allowlist);
+  tc.model_fingerprint = fingerprint;
+  tc.on_handshake_failed = [](const std::string& addr, const std::string& reason) {
+    spdlog::warn("handshake with {} failed: {}", addr, reason);
+  };
+  transport_ = std::make_unique<net::TcpTransport>(std::move(tc));
+
+  transport_->set_handler(&dispatcher_);
+  // The membership reads the transport's bound address, so the protocols are built once the
+  // transport listens; on its io thread, so no event can reach the dispatcher half-registered.
+  transport_->start();
+  started_ = true;
+  gossip::MembershipConfig mc;
+  mc.seeds = cfg.seeds;
+  mc.validate();
+  gossip::AveragerConfig ac;
+  ac.gossip_every = cfg.gossip_every;
+  ac.wire = kernels::parse_wire(cfg.wire);
+  ac.weight_by_samples = cfg.weighting == "samples";
+  ac.fingerprint = fingerprint;
+  ac.max_diff_norm = cfg.max_diff_norm;
+  auto built = std::make_shared<std::promise<void>>();
+  auto ready = built->get_future();
+  transport_->post([this, mc, ac, &backend, built] {
+    try {
+      build_protocols(mc, ac, backend);
+      built->set_value();
+    } catch (...) {
+      built->set_exception(std::current_exception());
+    }
+  });
+  ready.get();
+}
+
+void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
+                                 const gossip::AveragerConfig& ac, kernels::Backend& backend) {
+  membership_ = std::make_unique<gossip::Membership>(*transport_, mc);
+  membership_->set_listener([this](const gossip::MemberInfo& m) {
+    metrics_.emit("member", {{"member", m.id},
+                             {"addr", m.addr},
+                             {"state", gossip::to_string(m.state)},
+                             {"incarnation", m.incarnation}});
+  });
+  dispatcher_.add(gossip::kMembershipTypeFirst, gossip::kMembershipTypeLast, membership_.get());
+
+  averager_ = std::make_unique<gossip::Averager>(ac, *transport_, dispatcher_, *membership_, backend);
+  averager_->set_event_callback([this](const gossip::ExchangeEvent& e) {
+    metrics_.emit("exchange", {{"partner", e.partner},
+                               {"role", gossip::role_name(e.role)},
+                               {"ok", e.ok},
+                               {"reason", e.reason},
+                               {"bytes", e.bytes_sent + e.bytes_received},
+                               {"bytes_sent", e.bytes_sent},
+                               {"bytes_received", e.bytes_received},
+                               {"ms", e.ms},
+                               {"w", e.w}});
+    if (!e.ok) spdlog::debug("exchange with {} failed: {}", e.partner, e.reason);
+  });
+}
+
+GossipNode::~GossipNode() { stop(); }
+
+const std::string& GossipNode::peer_id() const { return identity_->peer_id(); }
+
+void GossipNode::start() {
+  transport_->post([this] { membership_->start(); });
+  spdlog::info("peer {} listening on {}", peer_id(), transport_->listen_addr());
+}
+
+void GossipNode::stop() {
+  if (!started_) return;
+  started_ = false;
+  // Leave gracefully, give the leave time to go out, then close everything.
+  auto left = std::make_shared<std::promise<void>>();
+  auto done = left->get_future();
+  transport_->post([this, left] {
+    if (membership_) membership_->leave();
+    left->set_value();
+  });
+  done.wait_for(std::chrono::seconds(2));
+  std::this_thread::sleep_for(membership_->config().leave_linger + std::chrono::milliseconds(100));
+  transport_->stop();
+}
+
+}  // namespace gossiptrain::apps
