@@ -254,7 +254,13 @@ void Averager::try_next_peer() {
                                                            const std::string& err) {
     if (!alive.lock()) return;
     if (!ex_ || ex_->seq != seq || ex_->phase != Phase::Connecting || ex_->partner != id) {
-      if (c) c->close("exchange connection no longer needed");
+      // We yielded or gave up meanwhile: keep a good connection for later exchanges.
+      if (c && c->is_open() && c->peer_id() == id && !own_conns_.count(id)) {
+        own_conns_[id] = OwnConn{c, sched_.now()};
+        schedule_idle_close(id);
+      } else if (c) {
+        c->close("exchange connection no longer needed");
+      }
       return;
     }
     if (!c) {
@@ -336,6 +342,10 @@ void Averager::on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8_t type,
     id = m->exchange_id;
     reason = "refused:" + std::string(code_name(m->code));
   }
+  if (c == withdrawn_.conn && id == withdrawn_.id) {
+    withdrawn_ = {};
+    return;
+  }
   if (!is_current(c, id) || ex_->role != ExchangeRole::Initiator || ex_->phase != Phase::Requested)
     return violation(c, "unexpected busy/refuse");
   if (type == kRef)
@@ -367,6 +377,7 @@ void Averager::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
     c->send(kRef, encode_code(m->exchange_id, *refuse));
     return;
   }
+  if (ex_ && should_yield(c, *m)) return yield_to(c, *m);
   std::uint64_t seq = 0;
   bool busy = false;
   {
@@ -399,6 +410,42 @@ void Averager::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
   e.w = weight(e.n_self, e.n_other);
   ex_ = std::move(e);
   if (!c->send(kAcc, encode_accept({m->exchange_id, ex_->n_self}))) {
+    fail("closed", std::nullopt);
+    return;
+  }
+  begin_transfer();
+}
+
+// An initiator that has not been answered yet may become the responder of an incoming request
+// instead, reusing the snapshot it already took: always while still dialling (nothing sent yet),
+// and when two peers ask each other at once (crossing requests), the lower exchange id wins on both
+// sides. Without this, two peers stepping in lockstep would answer each other BUSY forever.
+bool Averager::should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const {
+  if (ex_->role != ExchangeRole::Initiator || !ex_->own) return false;
+  if (ex_->phase == Phase::Connecting) return true;
+  return ex_->phase == Phase::Requested && ex_->partner == c->peer_id() && m.exchange_id < ex_->id;
+}
+
+void Averager::yield_to(const net::ConnectionPtr& c, const RequestMsg& m) {
+  Exchange& e = *ex_;
+  if (e.deadline) sched_.cancel(e.deadline);
+  e.deadline = 0;
+  // The partner answers our withdrawn request with BUSY (it applies the same rule): ignore it.
+  if (e.phase == Phase::Requested) withdrawn_ = {e.conn, e.id};
+  spdlog::debug("averager: yielding our request to {} for {}'s", short_id(e.partner),
+                short_id(c->peer_id()));
+  e.role = ExchangeRole::Responder;
+  e.phase = Phase::Transferring;
+  e.id = m.exchange_id;
+  e.partner = c->peer_id();
+  e.conn = c;
+  e.started = sched_.now();
+  e.n_other = m.samples;
+  e.w = weight(e.n_self, e.n_other);
+  e.tries = 0;
+  e.excluded.clear();
+  e.last_reason.clear();
+  if (!c->send(kAcc, encode_accept({m.exchange_id, e.n_self}))) {
     fail("closed", std::nullopt);
     return;
   }
@@ -589,6 +636,8 @@ void Averager::finish(bool ok, const std::string& reason) {
   if (ok)
     spdlog::debug("averager: exchange with {} done as {} in {} ms, w={}", short_id(ev.partner),
                   role_name(ev.role), ev.ms, ev.w);
+  else if (reason == "busy")  // routine when many peers gossip at once
+    spdlog::debug("averager: every peer asked was busy (last {})", short_id(ev.partner));
   else
     spdlog::info("averager: exchange with {} failed as {}: {}", short_id(ev.partner),
                  role_name(ev.role), reason);

@@ -142,6 +142,8 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void on_abort(const net::ConnectionPtr& c, const net::Bytes& b);
   void begin_transfer();
   void pump_send();
+  bool should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const;
+  void yield_to(const net::ConnectionPtr& c, const RequestMsg& m);
   void snapshot_ready(std::uint64_t seq, net::SharedBytes own);
   void validated(std::uint64_t seq, bool ok, const std::string& reason);
   void maybe_commit();
@@ -179,6 +181,10 @@ class Averager final : public core::StepHook, public net::TransportHandler {
     net::Millis last_used{0};
   };
   std::unordered_map<std::string, OwnConn> own_conns_;  // dedicated exchange connections we dialled
+  struct Withdrawn {
+    net::ConnectionPtr conn;
+    std::uint64_t id = 0;
+  } withdrawn_;  // our request given up for a crossing one; its BUSY answer is expected
 
   // Training thread <-> protocol thread handoff.
   mutable std::mutex mu_;
