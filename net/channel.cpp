@@ -1,0 +1,301 @@
+// The Asio session of one encrypted connection (see channel.hpp for the shape and error policy).
+#include "net/channel.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+#include <asio/co_spawn.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+#include <spdlog/spdlog.h>
+
+namespace gossiptrain::net {
+namespace {
+
+constexpr auto kUseTuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+// Exceptions out of a session coroutine are bugs (remote input never throws): let them surface.
+void rethrow(std::exception_ptr e) {
+  if (e) std::rethrow_exception(e);
+}
+
+std::string io_reason(const std::error_code& ec, const char* where) {
+  if (ec == asio::error::eof) return std::string("connection closed by remote ") + where;
+  return ec.message() + " " + where;
+}
+
+}  // namespace
+
+Channel::Channel(asio::ip::tcp::socket socket, bool inbound,
+                 std::shared_ptr<const ChannelOptions> opts, ChannelHost& host)
+    : socket_(std::move(socket)), inbound_(inbound), opts_(std::move(opts)), host_(host),
+      watchdog_timer_(socket_.get_executor()), writer_signal_(socket_.get_executor()) {
+  std::error_code ec;
+  auto ep = socket_.remote_endpoint(ec);
+  if (!ec) {
+    auto a = ep.address();
+    remote_addr_ = (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" +
+                   std::to_string(ep.port());
+  } else {
+    remote_addr_ = "?";
+  }
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+}
+
+Channel::~Channel() = default;
+
+void Channel::start(Clock::time_point handshake_deadline) {
+  deadline_ = handshake_deadline;
+  deadline_reason_ = "handshake timeout";
+  auto self = shared_from_this();
+  asio::co_spawn(socket_.get_executor(), watchdog(), rethrow);
+  asio::co_spawn(socket_.get_executor(), run(), rethrow);
+}
+
+void Channel::set_deadline(Clock::time_point t, std::string reason) {
+  bool earlier = t < deadline_;
+  deadline_ = t;
+  deadline_reason_ = std::move(reason);
+  if (earlier) watchdog_timer_.cancel();  // the watchdog re-arms for the new deadline
+}
+
+asio::awaitable<void> Channel::watchdog() {
+  auto self = shared_from_this();
+  while (!closed_) {
+    if (Clock::now() >= deadline_) {
+      fail(deadline_reason_);
+      co_return;
+    }
+    watchdog_timer_.expires_at(deadline_);
+    co_await watchdog_timer_.async_wait(kUseTuple);
+  }
+}
+
+asio::awaitable<bool> Channel::write_all(const std::uint8_t* data, std::size_t n) {
+  auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(data, n), kUseTuple);
+  if (ec) {
+    fail(io_reason(ec, established_ ? "while writing" : "during handshake"));
+    co_return false;
+  }
+  last_tx_ = Clock::now();
+  co_return true;
+}
+
+asio::awaitable<void> Channel::run() {
+  auto self = shared_from_this();
+  Handshake hs(inbound_ ? Handshake::Role::kResponder : Handshake::Role::kInitiator,
+               opts_->handshake);
+  if (!inbound_) {
+    Bytes m1 = hs.start();
+    if (!co_await write_all(m1.data(), m1.size())) co_return;
+  }
+  Bytes buf;
+  while (!hs.done() && !hs.failed()) {
+    buf.resize(hs.expected_bytes());  // fixed per step, at most Handshake::kM3Bytes
+    auto [ec, got] = co_await asio::async_read(socket_, asio::buffer(buf), kUseTuple);
+    if (closed_) co_return;
+    if (ec) {
+      peer_id_ = hs.remote_peer_id();
+      fail("handshake: " + io_reason(ec, "during handshake"));
+      co_return;
+    }
+    Bytes out = hs.on_message(buf);
+    if (!out.empty() && !co_await write_all(out.data(), out.size())) co_return;
+  }
+  peer_id_ = hs.remote_peer_id();
+  if (hs.failed()) {
+    fail(hs.error());
+    co_return;
+  }
+  HandshakeResult r = hs.take_result();
+  remote_listen_addr_ = r.remote_listen_addr;
+  aead_ = r.aead;
+  sealer_ = std::make_unique<FrameSealer>(r.aead, r.send_key, opts_->limits);
+  receiver_ = std::make_unique<FrameReceiver>(r.aead, r.recv_key, opts_->limits);
+  established_ = true;
+  last_tx_ = Clock::now();
+  set_deadline(Clock::now() + opts_->limits.idle_timeout, "idle timeout");
+  watchdog_timer_.cancel();  // the idle deadline may be later than the handshake one: re-arm
+  spdlog::debug("net: {} {} established ({}, {})", peer_id_, remote_addr_,
+                inbound_ ? "inbound" : "outbound", crypto::aead_name(aead_));
+  host_.channel_established(self);
+  if (closed_) co_return;
+  asio::co_spawn(socket_.get_executor(), writer(), rethrow);
+  co_await reader();
+}
+
+asio::awaitable<void> Channel::reader() {
+  auto self = shared_from_this();
+  std::uint8_t header[kFrameHeaderBytes];
+  Bytes body;
+  for (;;) {
+    auto [ec, n] = co_await asio::async_read(socket_, asio::buffer(header), kUseTuple);
+    if (closed_) co_return;
+    if (ec) {
+      if (ec != asio::error::eof)
+        fail(io_reason(ec, "while reading"));
+      else if (closing_)
+        fail(close_reason_);  // the remote finished after our close frame
+      else
+        fail(receiver_->mid_message() ? "truncated stream: EOF inside a message"
+                                      : "truncated stream: EOF without a close frame");
+      co_return;
+    }
+    std::size_t body_bytes = 0;
+    std::string err;
+    if (!receiver_->on_header(header, body_bytes, err)) {
+      fail("protocol error: " + err);
+      co_return;
+    }
+    if (body.size() < body_bytes) body.resize(body_bytes);  // <= max_frame_bytes + tag
+    auto [ec2, n2] =
+        co_await asio::async_read(socket_, asio::buffer(body.data(), body_bytes), kUseTuple);
+    if (closed_) co_return;
+    if (ec2) {
+      fail(ec2 == asio::error::eof ? std::string("truncated stream: EOF inside a frame")
+                                   : io_reason(ec2, "while reading"));
+      co_return;
+    }
+    auto ev = receiver_->on_body(body.data(), body_bytes);
+    if (!closing_) set_deadline(Clock::now() + opts_->limits.idle_timeout, "idle timeout");
+    switch (ev) {
+      case FrameReceiver::Event::kNothing: break;
+      case FrameReceiver::Event::kMessage:
+        if (!closing_) host_.channel_message(self, receiver_->message_type(), receiver_->take_message());
+        break;
+      case FrameReceiver::Event::kClose:
+        fail(closing_ ? close_reason_ : "closed by remote: " + receiver_->text());
+        co_return;
+      case FrameReceiver::Event::kError:
+        fail("protocol error: " + receiver_->text());
+        co_return;
+    }
+    if (closed_) co_return;
+  }
+}
+
+asio::awaitable<bool> Channel::send_frame(FrameType type, const std::uint8_t* plain,
+                                          std::size_t len) {
+  std::size_t n = sealer_->seal(type, plain, len, wire_.data());
+  co_return co_await write_all(wire_.data(), n);
+}
+
+asio::awaitable<bool> Channel::send_message(const Outgoing& m) {
+  const Bytes& p = *m.payload;
+  std::size_t max_small = std::min(kSmallMessageBytes, opts_->limits.max_frame_bytes);
+  if (p.size() + 1 <= max_small) {
+    small_.resize(p.size() + 1);
+    small_[0] = m.type;
+    if (!p.empty()) std::memcpy(small_.data() + 1, p.data(), p.size());
+    co_return co_await send_frame(FrameType::kMessage, small_.data(), small_.size());
+  }
+  std::uint8_t start[kMessageStartBytes];
+  start[0] = m.type;
+  std::uint64_t total = p.size();
+  for (int i = 0; i < 8; ++i) start[1 + i] = static_cast<std::uint8_t>(total >> (8 * i));
+  if (!co_await send_frame(FrameType::kMessageStart, start, sizeof start)) co_return false;
+  std::size_t chunk = opts_->limits.max_frame_bytes;
+  for (std::size_t off = 0; off < p.size(); off += chunk) {
+    if (closed_) co_return false;
+    if (closing_ && !flush_) co_return true;  // shutdown: the close frame follows mid-message
+    std::size_t len = std::min(chunk, p.size() - off);
+    if (!co_await send_frame(FrameType::kData, p.data() + off, len)) co_return false;
+  }
+  co_return true;
+}
+
+asio::awaitable<void> Channel::writer() {
+  auto self = shared_from_this();
+  wire_.resize(sealer_->max_wire_bytes());
+  while (!closed_) {
+    if (closing_ && (!flush_ || queue_.empty())) {
+      queue_.clear();
+      queued_bytes_ = 0;
+      std::string r = close_reason_.substr(0, kMaxCloseReasonBytes);
+      if (!co_await send_frame(FrameType::kClose, reinterpret_cast<const std::uint8_t*>(r.data()),
+                               r.size()))
+        co_return;
+      std::error_code ec;
+      socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+      co_return;  // the reader waits for the remote's end within the linger deadline
+    }
+    if (queue_.empty()) {
+      writer_signal_.expires_at(last_tx_ + opts_->limits.keepalive_interval);
+      co_await writer_signal_.async_wait(kUseTuple);
+      if (closed_) co_return;
+      if (queue_.empty() && !closing_ &&
+          Clock::now() >= last_tx_ + opts_->limits.keepalive_interval) {
+        if (!co_await send_frame(FrameType::kPing, nullptr, 0)) co_return;
+      }
+      continue;
+    }
+    Outgoing m = std::move(queue_.front());
+    queue_.pop_front();
+    queued_bytes_ -= m.payload->size();
+    if (!co_await send_message(m)) co_return;
+  }
+}
+
+bool Channel::send(std::uint8_t type, SharedBytes payload) {
+  if (!is_open() || !payload) return false;
+  const Limits& l = opts_->limits;
+  if (payload->size() > l.max_message_bytes) {
+    spdlog::warn("net: {} refusing to send a {}-byte message (limit {})", peer_id_,
+                 payload->size(), l.max_message_bytes);
+    return false;
+  }
+  if (queue_.size() >= l.send_queue_max_messages) return false;
+  if (!queue_.empty() && queued_bytes_ + payload->size() > l.send_queue_max_bytes) return false;
+  queued_bytes_ += payload->size();
+  queue_.push_back(Outgoing{type, std::move(payload)});
+  writer_signal_.cancel();
+  return true;
+}
+
+void Channel::close(const std::string& reason) { begin_close(reason, true); }
+
+void Channel::shutdown(const std::string& reason) { begin_close(reason, false); }
+
+void Channel::begin_close(const std::string& reason, bool flush) {
+  if (closing_ || closed_) return;
+  if (!established_) {
+    fail(reason);
+    return;
+  }
+  closing_ = true;
+  flush_ = flush;
+  close_reason_ = reason;
+  if (!reported_) {
+    // Posted: on_closed never runs inside the caller's close().
+    reported_ = true;
+    auto self = shared_from_this();
+    asio::post(socket_.get_executor(),
+               [self, reason] { self->host_.channel_report_closed(self, reason); });
+  }
+  set_deadline(std::min(deadline_, Clock::now() + opts_->limits.close_linger),
+               "close linger expired");
+  writer_signal_.cancel();
+}
+
+void Channel::fail(const std::string& reason) {
+  if (closed_) return;
+  closed_ = true;
+  auto self = shared_from_this();
+  if (established_ && !reported_) {
+    reported_ = true;
+    close_reason_ = reason;
+    host_.channel_report_closed(self, reason);
+  }
+  std::error_code ec;
+  socket_.close(ec);
+  watchdog_timer_.cancel();
+  writer_signal_.cancel();
+  queue_.clear();
+  host_.channel_gone(self, reason);
+}
+
+}  // namespace gossiptrain::net

@@ -1,0 +1,338 @@
+// TcpTransport: accept loop, dialing, limits, channel bookkeeping and the Asio-timer Scheduler.
+#include "net/tcp_transport.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/connect.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
+namespace gossiptrain::net {
+namespace {
+
+constexpr auto kUseTuple = asio::experimental::as_tuple(asio::use_awaitable);
+constexpr std::chrono::milliseconds kAcceptErrorBackoffMs{50};
+constexpr std::chrono::milliseconds kStopPollMs{5};
+constexpr std::chrono::milliseconds kStopSlackMs{200};
+
+void rethrow(std::exception_ptr e) {
+  if (e) std::rethrow_exception(e);
+}
+
+std::string endpoint_str(const asio::ip::tcp::endpoint& ep) {
+  auto a = ep.address();
+  return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(ep.port());
+}
+
+}  // namespace
+
+bool split_host_port(const std::string& addr, std::string& host, std::uint16_t& port) {
+  std::string p;
+  if (!addr.empty() && addr[0] == '[') {
+    auto close = addr.find(']');
+    if (close == std::string::npos || close + 1 >= addr.size() || addr[close + 1] != ':')
+      return false;
+    host = addr.substr(1, close - 1);
+    p = addr.substr(close + 2);
+  } else {
+    auto colon = addr.rfind(':');
+    if (colon == std::string::npos || colon == 0) return false;
+    host = addr.substr(0, colon);
+    if (host.find(':') != std::string::npos) return false;
+    p = addr.substr(colon + 1);
+  }
+  if (p.empty() || p.size() > 5 || host.empty()) return false;
+  unsigned v = 0;
+  for (char c : p) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + unsigned(c - '0');
+  }
+  if (v > 65535) return false;
+  port = static_cast<std::uint16_t>(v);
+  return true;
+}
+
+TcpTransport::TcpTransport(TcpTransportConfig config)
+    : config_(std::move(config)), acceptor_(io_), epoch_(std::chrono::steady_clock::now()) {
+  crypto::init();
+  if (!config_.identity) throw ConfigError("tcp transport: no identity");
+  config_.limits.validate();
+  if (aead_mask(config_.aead) == 0)
+    throw ConfigError("tcp transport: AES-256-GCM required but not available on this CPU");
+  if (config_.advertise.size() > kMaxAddrBytes)
+    throw ConfigError("tcp transport: advertised address too long");
+  std::string h;
+  std::uint16_t p;
+  if (!config_.listen.empty() && !split_host_port(config_.listen, h, p))
+    throw ConfigError("tcp transport: bad listen address '" + config_.listen + "' (host:port)");
+  local_id_ = config_.identity->peer_id();
+  options_ = std::make_shared<ChannelOptions>();
+  options_->limits = config_.limits;
+  options_->handshake.identity = config_.identity.get();
+  options_->handshake.network_key = config_.network_key;
+  options_->handshake.allowlist = config_.allowlist ? &*config_.allowlist : nullptr;
+  options_->handshake.fingerprint = config_.model_fingerprint;
+  options_->handshake.aead = config_.aead;
+}
+
+TcpTransport::~TcpTransport() { stop(); }
+
+void TcpTransport::start() {
+  if (started_) throw std::logic_error("TcpTransport::start called twice");
+  if (!config_.listen.empty()) {
+    std::string host;
+    std::uint16_t port = 0;
+    split_host_port(config_.listen, host, port);
+    std::error_code ec;
+    asio::ip::tcp::resolver resolver(io_);
+    auto results = resolver.resolve(host, std::to_string(port), ec);
+    if (ec || results.empty())
+      throw ConfigError("tcp transport: cannot resolve listen host '" + host + "': " + ec.message());
+    asio::ip::tcp::endpoint ep = *results.begin();
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) throw ConfigError("tcp transport: cannot listen on " + config_.listen + ": " + ec.message());
+    listen_addr_ = endpoint_str(acceptor_.local_endpoint());
+    asio::co_spawn(io_, accept_loop(), rethrow);
+  }
+  std::string adv = config_.advertise.empty() ? listen_addr_ : config_.advertise;
+  if (adv.size() > kMaxAddrBytes) throw ConfigError("tcp transport: listen address too long");
+  options_->handshake.listen_addr = adv;
+  started_ = true;
+  thread_ = std::thread([this] {
+    io_thread_id_ = std::this_thread::get_id();
+    auto work = asio::make_work_guard(io_);
+    try {
+      io_.run();
+    } catch (const std::exception& e) {
+      spdlog::critical("net: io thread: uncaught exception (a bug): {}", e.what());
+      throw;
+    }
+  });
+  spdlog::info("net: peer {} listening on {}", local_id_, listen_addr_.empty() ? "-" : listen_addr_);
+}
+
+void TcpTransport::stop() {
+  if (!started_ || stopped_) return;
+  if (on_io_thread()) throw std::logic_error("TcpTransport::stop called on the io thread");
+  stopped_ = true;
+  asio::post(io_, [this] {
+    stopping_ = true;
+    std::error_code ec;
+    acceptor_.close(ec);
+    for (auto& [id, t] : timers_) t->cancel();
+    timers_.clear();
+    std::vector<std::shared_ptr<Channel>> all(channels_.begin(), channels_.end());
+    for (auto& ch : all) ch->shutdown("shutdown");
+    asio::co_spawn(
+        io_,
+        [this]() -> asio::awaitable<void> {
+          asio::steady_timer t(io_);
+          auto until = std::chrono::steady_clock::now() + config_.limits.close_linger + kStopSlackMs;
+          while (!channels_.empty() && std::chrono::steady_clock::now() < until) {
+            t.expires_after(kStopPollMs);
+            co_await t.async_wait(kUseTuple);
+          }
+          io_.stop();
+        },
+        rethrow);
+  });
+  thread_.join();
+  channels_.clear();
+  pending_connects_.clear();
+  channel_count_ = 0;
+}
+
+std::size_t TcpTransport::handshaking() const {
+  std::size_t n = 0;
+  for (auto& ch : channels_) n += ch->established() ? 0 : 1;
+  return n;
+}
+
+asio::awaitable<void> TcpTransport::accept_loop() {
+  asio::steady_timer backoff(io_);
+  for (;;) {
+    auto [ec, sock] = co_await acceptor_.async_accept(kUseTuple);
+    if (stopping_ || ec == asio::error::operation_aborted) co_return;
+    if (ec) {
+      spdlog::warn("net: accept failed: {}", ec.message());
+      backoff.expires_after(kAcceptErrorBackoffMs);  // e.g. out of file descriptors
+      co_await backoff.async_wait(kUseTuple);
+      continue;
+    }
+    std::string reason;
+    if (channels_.size() >= config_.limits.max_connections)
+      reason = "connection limit reached";
+    else if (handshaking() >= config_.limits.max_handshakes_in_flight)
+      reason = "too many handshakes in flight";
+    {
+      std::lock_guard lk(stats_mu_);
+      ++stats_.accepted;
+      if (!reason.empty()) ++stats_.refused;
+    }
+    if (!reason.empty()) {
+      std::error_code e2;
+      std::string addr = endpoint_str(sock.remote_endpoint(e2));
+      spdlog::warn("net: refused connection from {}: {}", addr, reason);
+      if (config_.on_handshake_failed) config_.on_handshake_failed(addr, reason);
+      sock.close(e2);
+      continue;
+    }
+    auto ch = std::make_shared<Channel>(std::move(sock), true, options_, channel_host());
+    channels_.insert(ch);
+    ++channel_count_;
+    ch->start(std::chrono::steady_clock::now() + config_.limits.handshake_timeout);
+  }
+}
+
+void TcpTransport::connect(const std::string& addr, ConnectCallback done) {
+  asio::post(io_, [this, addr, done = std::move(done)]() mutable {
+    asio::co_spawn(io_, dial(addr, std::move(done)), rethrow);
+  });
+}
+
+asio::awaitable<void> TcpTransport::dial(std::string addr, ConnectCallback done) {
+  auto refuse = [&](const std::string& reason) {
+    spdlog::warn("net: connect to {} failed: {}", addr, reason);
+    {
+      std::lock_guard lk(stats_mu_);
+      ++stats_.handshake_failures;
+    }
+    if (done) done(nullptr, reason);
+  };
+  if (stopping_) co_return refuse("transport stopped");
+  if (channels_.size() >= config_.limits.max_connections)
+    co_return refuse("connection limit reached");
+  if (handshaking() >= config_.limits.max_handshakes_in_flight)
+    co_return refuse("too many handshakes in flight");
+  std::string host;
+  std::uint16_t port = 0;
+  if (!split_host_port(addr, host, port)) co_return refuse("bad address (expected host:port)");
+  auto deadline = std::chrono::steady_clock::now() + config_.limits.handshake_timeout;
+  asio::ip::tcp::resolver resolver(io_);
+  auto [rec, results] = co_await resolver.async_resolve(host, std::to_string(port), kUseTuple);
+  if (rec || results.empty()) co_return refuse("cannot resolve " + host + ": " + rec.message());
+  auto sock = std::make_shared<asio::ip::tcp::socket>(io_);
+  asio::steady_timer timer(io_);
+  timer.expires_at(deadline);
+  bool timed_out = false;
+  timer.async_wait([sock, &timed_out](std::error_code ec) {
+    if (ec) return;
+    timed_out = true;
+    std::error_code e2;
+    sock->close(e2);
+  });
+  auto [cec, ep] = co_await asio::async_connect(*sock, results, kUseTuple);
+  bool expired = timed_out;
+  timer.cancel();
+  if (expired) co_return refuse("connect timeout");
+  if (cec) co_return refuse("connect failed: " + cec.message());
+  if (stopping_) co_return refuse("transport stopped");
+  auto ch = std::make_shared<Channel>(std::move(*sock), false, options_, channel_host());
+  channels_.insert(ch);
+  ++channel_count_;
+  pending_connects_[ch.get()] = std::move(done);
+  ch->start(deadline);
+}
+
+void TcpTransport::channel_established(const std::shared_ptr<Channel>& ch) {
+  {
+    std::lock_guard lk(stats_mu_);
+    ++stats_.established;
+  }
+  spdlog::info("net: connected {} {} ({}, {})", ch->peer_id(), ch->remote_addr(),
+               ch->inbound() ? "inbound" : "outbound", crypto::aead_name(ch->aead()));
+  if (handler_) handler_->on_connection(ch, ch->inbound());
+  auto it = pending_connects_.find(ch.get());
+  if (it != pending_connects_.end()) {
+    auto cb = std::move(it->second);
+    pending_connects_.erase(it);
+    if (cb) cb(ch, "");
+  }
+}
+
+void TcpTransport::channel_message(const std::shared_ptr<Channel>& ch, std::uint8_t type,
+                                   Bytes&& payload) {
+  if (handler_) handler_->on_message(ch, type, std::move(payload));
+}
+
+void TcpTransport::channel_report_closed(const std::shared_ptr<Channel>& ch,
+                                         const std::string& reason) {
+  {
+    std::lock_guard lk(stats_mu_);
+    ++stats_.closed;
+  }
+  spdlog::info("net: connection {} {} closed: {}", ch->peer_id(), ch->remote_addr(), reason);
+  if (handler_) handler_->on_closed(ch, reason);
+}
+
+void TcpTransport::channel_gone(const std::shared_ptr<Channel>& ch, const std::string& reason) {
+  if (channels_.erase(ch)) --channel_count_;
+  if (ch->established()) return;
+  {
+    std::lock_guard lk(stats_mu_);
+    ++stats_.handshake_failures;
+  }
+  spdlog::warn("net: handshake with {}{} failed: {}", ch->remote_addr(),
+               ch->peer_id().empty() ? "" : " (" + ch->peer_id() + ")", reason);
+  if (config_.on_handshake_failed) config_.on_handshake_failed(ch->remote_addr(), reason);
+  auto it = pending_connects_.find(ch.get());
+  if (it != pending_connects_.end()) {
+    auto cb = std::move(it->second);
+    pending_connects_.erase(it);
+    if (cb) cb(nullptr, reason);
+  }
+}
+
+TcpTransportStats TcpTransport::stats() const {
+  std::lock_guard lk(stats_mu_);
+  return stats_;
+}
+
+Millis TcpTransport::now() const {
+  return std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - epoch_);
+}
+
+Scheduler::TimerId TcpTransport::schedule(Millis delay, std::function<void()> fn) {
+  TimerId id = next_timer_++;
+  auto arm = [this, id, delay, fn = std::move(fn)]() mutable {
+    if (stopping_) return;
+    auto t = std::make_unique<asio::steady_timer>(io_, delay);
+    auto* tp = t.get();
+    timers_[id] = std::move(t);
+    tp->async_wait([this, id, fn = std::move(fn)](std::error_code ec) {
+      if (ec) return;
+      auto it = timers_.find(id);
+      if (it == timers_.end()) return;
+      timers_.erase(it);
+      fn();
+    });
+  };
+  if (on_io_thread())
+    arm();
+  else
+    asio::post(io_, std::move(arm));
+  return id;
+}
+
+void TcpTransport::cancel(TimerId id) {
+  auto do_cancel = [this, id] {
+    auto it = timers_.find(id);
+    if (it == timers_.end()) return;
+    it->second->cancel();
+    timers_.erase(it);
+  };
+  if (on_io_thread())
+    do_cancel();
+  else
+    asio::post(io_, do_cancel);
+}
+
+void TcpTransport::post(std::function<void()> fn) { asio::post(io_, std::move(fn)); }
+
+}  // namespace gossiptrain::net

@@ -1,0 +1,127 @@
+// The TCP Transport + Scheduler: encrypted channels (channel.hpp) on one asio::io_context that runs
+// on the transport's own thread, the protocol thread.
+//
+// Threading: start() spawns the io thread; every TransportHandler callback, connect callback and
+// timer runs on it. post() may be called from any thread; connect(), schedule() and cancel() too
+// (they hop onto the io thread). Connection methods must be called on the io thread (i.e. from
+// callbacks or posted functions). stop() must be called from another thread (it joins the io
+// thread); the destructor calls it.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "net/channel.hpp"
+#include "net/identity.hpp"
+#include "net/limits.hpp"
+#include "net/transport.hpp"
+
+namespace gossiptrain::net {
+
+struct TcpTransportConfig {
+  std::string listen = "127.0.0.1:0";  // host:port to bind; port 0 picks a free one
+  std::string advertise;               // address announced to peers; default: listen_addr()
+  std::shared_ptr<const Identity> identity;  // required
+  std::optional<crypto::SymKey> network_key;
+  std::optional<Allowlist> allowlist;
+  std::uint64_t model_fingerprint = 0;
+  Limits limits;
+  AeadPreference aead = AeadPreference::kAuto;
+  // Optional observer of failed handshakes and refused sockets (metrics, tests); io thread.
+  std::function<void(const std::string& remote_addr, const std::string& reason)> on_handshake_failed;
+};
+
+struct TcpTransportStats {
+  std::uint64_t accepted = 0;          // sockets accepted
+  std::uint64_t refused = 0;           // dropped at once by the connection/handshake limits
+  std::uint64_t established = 0;       // handshakes completed
+  std::uint64_t handshake_failures = 0;
+  std::uint64_t closed = 0;            // established connections closed
+};
+
+class TcpTransport : public Transport, public Scheduler, private ChannelHost {
+ public:
+  // Validates the configuration (ConfigError on bad values).
+  explicit TcpTransport(TcpTransportConfig config);
+  ~TcpTransport() override;
+  TcpTransport(const TcpTransport&) = delete;
+  TcpTransport& operator=(const TcpTransport&) = delete;
+
+  // Binds and listens (ConfigError if the address is bad or taken), then starts the io thread.
+  void start();
+  // Closes every connection with reason "shutdown" (close frames sent within the close linger),
+  // stops the io thread and joins it. Idempotent. Not from the io thread.
+  void stop();
+
+  // Transport.
+  void set_handler(TransportHandler* h) override { handler_ = h; }
+  Scheduler& scheduler() override { return *this; }
+  const std::string& local_id() const override { return local_id_; }
+  const std::string& listen_addr() const override { return listen_addr_; }
+  void connect(const std::string& addr, ConnectCallback done) override;
+
+  // Scheduler.
+  Millis now() const override;
+  TimerId schedule(Millis delay, std::function<void()> fn) override;
+  void cancel(TimerId id) override;
+  void post(std::function<void()> fn) override;
+
+  TcpTransportStats stats() const;
+  // Open channels (handshaking + established); any thread.
+  std::size_t channel_count() const { return channel_count_.load(); }
+  const TcpTransportConfig& config() const { return config_; }
+
+ private:
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> dial(std::string addr, ConnectCallback done);
+  void channel_established(const std::shared_ptr<Channel>& ch) override;
+  void channel_message(const std::shared_ptr<Channel>& ch, std::uint8_t type,
+                       Bytes&& payload) override;
+  void channel_report_closed(const std::shared_ptr<Channel>& ch,
+                             const std::string& reason) override;
+  void channel_gone(const std::shared_ptr<Channel>& ch, const std::string& reason) override;
+  ChannelHost& channel_host() { return *this; }
+  bool on_io_thread() const { return std::this_thread::get_id() == io_thread_id_.load(); }
+  std::size_t handshaking() const;
+
+  TcpTransportConfig config_;
+  std::shared_ptr<ChannelOptions> options_;
+  std::string local_id_;
+  std::string listen_addr_;
+  TransportHandler* handler_ = nullptr;
+
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acceptor_;
+  std::thread thread_;
+  std::atomic<std::thread::id> io_thread_id_{};
+  std::chrono::steady_clock::time_point epoch_;
+  bool started_ = false;
+  bool stopped_ = false;
+  bool stopping_ = false;  // io thread: no new connections
+
+  // io thread only.
+  std::set<std::shared_ptr<Channel>> channels_;
+  std::map<Channel*, ConnectCallback> pending_connects_;
+  std::map<TimerId, std::unique_ptr<asio::steady_timer>> timers_;
+  std::atomic<TimerId> next_timer_{1};
+  std::atomic<std::size_t> channel_count_{0};
+
+  mutable std::mutex stats_mu_;
+  TcpTransportStats stats_;
+};
+
+// Splits "host:port" / "[v6]:port"; false when malformed.
+bool split_host_port(const std::string& addr, std::string& host, std::uint16_t& port);
+
+}  // namespace gossiptrain::net

@@ -1,0 +1,260 @@
+// TcpTransport over real loopback sockets: handshakes, refusals, large messages, close reasons,
+// back-pressure, shutdown and the Scheduler.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+
+#include "tests/net_test_util.hpp"
+
+using namespace gossiptrain::net;
+using namespace gossiptrain::net::test;
+
+namespace {
+
+struct Pair {
+  Recorder server_events, client_events;
+  FailureLog server_failures;
+  std::unique_ptr<TcpTransport> server, client;
+  Pair(TcpTransportConfig sc, TcpTransportConfig cc) {
+    sc.on_handshake_failed = server_failures.hook();
+    server = std::make_unique<TcpTransport>(std::move(sc));
+    client = std::make_unique<TcpTransport>(std::move(cc));
+    server->set_handler(&server_events);
+    client->set_handler(&client_events);
+    server->start();
+    client->start();
+  }
+};
+
+Bytes pattern(std::size_t n, std::uint32_t seed) {
+  Bytes b(n);
+  std::mt19937 rng(seed);
+  auto* w = reinterpret_cast<std::uint32_t*>(b.data());
+  for (std::size_t i = 0; i < n / 4; ++i) w[i] = rng();
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("tcp: handshake and round trip of a 100 MB message, both AEADs", "[net]") {
+  std::vector<AeadPreference> prefs{AeadPreference::kChaCha20Poly1305};
+  if (crypto::aes256gcm_available()) prefs.push_back(AeadPreference::kAes256Gcm);
+  const std::size_t kBytes = 100u << 20;
+  auto big = std::make_shared<const Bytes>(pattern(kBytes, 99));
+  for (auto pref : prefs) {
+    Limits l = short_limits();
+    l.idle_timeout = 5000ms;  // sanitizer builds are slow
+    l.keepalive_interval = 1000ms;
+    auto sc = make_config(7, l), cc = make_config(7, l);
+    sc.aead = pref;
+    cc.aead = AeadPreference::kAuto;
+    Pair p(std::move(sc), std::move(cc));
+    p.server_events.echo = true;
+    auto r = dial(*p.client, p.server->listen_addr());
+    REQUIRE(r.error.empty());
+    REQUIRE(r.conn);
+    CHECK(r.conn->peer_id() == p.server->local_id());
+    REQUIRE(wait_for([&] { return p.server_events.n_conns() == 1; }));
+    CHECK(p.server_events.conns[0]->peer_id() == p.client->local_id());
+    auto* ch = dynamic_cast<Channel*>(r.conn.get());
+    REQUIRE(ch);
+    CHECK(ch->aead() == (pref == AeadPreference::kAes256Gcm ? crypto::Aead::kAes256Gcm
+                                                            : crypto::Aead::kChaCha20Poly1305));
+    CHECK(ch->remote_listen_addr() == p.server->listen_addr());
+    CHECK(on_io(*p.client, [&] { return r.conn->send(42, big); }));
+    REQUIRE(wait_for([&] { return p.client_events.n_msgs() == 1; }, 60000ms));
+    std::lock_guard lk(p.client_events.mu);
+    CHECK(p.client_events.msgs[0].first == 42);
+    REQUIRE(p.client_events.msgs[0].second.size() == kBytes);
+    CHECK(std::memcmp(p.client_events.msgs[0].second.data(), big->data(), kBytes) == 0);
+  }
+}
+
+TEST_CASE("tcp: small messages keep their order and types", "[net]") {
+  Pair p(make_config(), make_config());
+  auto r = dial(*p.client, p.server->listen_addr());
+  REQUIRE(r.conn);
+  on_io(*p.client, [&] {
+    for (int i = 0; i < 50; ++i)
+      REQUIRE(r.conn->send(std::uint8_t(i), std::make_shared<const Bytes>(Bytes(std::size_t(i * 1000), std::uint8_t(i)))));
+  });
+  REQUIRE(wait_for([&] { return p.server_events.n_msgs() == 50; }));
+  std::lock_guard lk(p.server_events.mu);
+  for (int i = 0; i < 50; ++i) {
+    CHECK(p.server_events.msgs[i].first == i);
+    CHECK(p.server_events.msgs[i].second == Bytes(std::size_t(i * 1000), std::uint8_t(i)));
+  }
+}
+
+TEST_CASE("tcp: wrong network key is refused", "[net]") {
+  crypto::SymKey k1, k2;
+  crypto::random_bytes(k1.span());
+  crypto::random_bytes(k2.span());
+  auto sc = make_config(), cc = make_config();
+  sc.network_key = k1;
+  SECTION("client without a key") {}
+  SECTION("client with another key") { cc.network_key = k2; }
+  Pair p(std::move(sc), std::move(cc));
+  auto r = dial(*p.client, p.server->listen_addr());
+  CHECK_FALSE(r.conn);
+  CHECK_FALSE(r.error.empty());
+  REQUIRE(wait_for([&] { return p.server_failures.size() >= 1; }));
+  CHECK(p.server_failures.last().find("network key") != std::string::npos);
+  CHECK(p.server_events.n_conns() == 0);
+}
+
+TEST_CASE("tcp: matching network keys connect", "[net]") {
+  crypto::SymKey k;
+  crypto::random_bytes(k.span());
+  auto sc = make_config(), cc = make_config();
+  sc.network_key = k;
+  cc.network_key = k;
+  Pair p(std::move(sc), std::move(cc));
+  CHECK(dial(*p.client, p.server->listen_addr()).conn);
+}
+
+TEST_CASE("tcp: a key not on the allowlist is refused", "[net]") {
+  auto sc = make_config(), cc = make_config(), other = make_config();
+  Allowlist list;
+  list.add(other.identity->public_key());
+  sc.allowlist = list;
+  Pair p(std::move(sc), std::move(cc));
+  auto r = dial(*p.client, p.server->listen_addr());
+  CHECK_FALSE(r.conn);
+  REQUIRE(wait_for([&] { return p.server_failures.size() >= 1; }));
+  CHECK(p.server_failures.last().find("allowlist") != std::string::npos);
+  CHECK(p.server_failures.last().find(p.client->local_id()) != std::string::npos);
+  CHECK(p.server_events.n_conns() == 0);
+}
+
+TEST_CASE("tcp: model fingerprint mismatch is refused with a reason on both sides", "[net]") {
+  Pair p(make_config(1), make_config(2));
+  auto r = dial(*p.client, p.server->listen_addr());
+  CHECK_FALSE(r.conn);
+  CHECK(r.error.find("fingerprint mismatch") != std::string::npos);
+  REQUIRE(wait_for([&] { return p.server_failures.size() >= 1; }));
+  CHECK(p.server_failures.last().find("fingerprint mismatch") != std::string::npos);
+}
+
+TEST_CASE("tcp: close reasons reach both sides", "[net]") {
+  Pair p(make_config(), make_config());
+  auto r = dial(*p.client, p.server->listen_addr());
+  REQUIRE(r.conn);
+  REQUIRE(wait_for([&] { return p.server_events.n_conns() == 1; }));
+  on_io(*p.client, [&] {
+    r.conn->send(1, std::make_shared<const Bytes>(Bytes{1, 2, 3}));
+    r.conn->close("bye");
+    CHECK_FALSE(r.conn->is_open());
+    CHECK_FALSE(r.conn->send(1, std::make_shared<const Bytes>(Bytes{4})));
+  });
+  REQUIRE(wait_for([&] { return p.server_events.n_closed() == 1 && p.client_events.n_closed() == 1; }));
+  CHECK(p.client_events.last_closed() == "bye");
+  CHECK(p.server_events.last_closed() == "closed by remote: bye");
+  CHECK(p.server_events.n_msgs() == 1);  // queued before close: flushed
+  REQUIRE(wait_for([&] { return p.server->channel_count() == 0 && p.client->channel_count() == 0; }));
+}
+
+TEST_CASE("tcp: the send queue is bounded (back-pressure)", "[net]") {
+  Limits l = short_limits();
+  l.send_queue_max_messages = 2;
+  Pair p(make_config(7, l), make_config(7, l));
+  auto r = dial(*p.client, p.server->listen_addr());
+  REQUIRE(r.conn);
+  auto payload = std::make_shared<const Bytes>(Bytes(1 << 20, 1));
+  int accepted = on_io(*p.client, [&] {
+    int n = 0;
+    for (int i = 0; i < 5; ++i) n += r.conn->send(1, payload) ? 1 : 0;
+    return n;
+  });
+  CHECK(accepted == 2);
+  REQUIRE(wait_for([&] { return p.server_events.n_msgs() == 2; }));
+  CHECK(on_io(*p.client, [&] { return r.conn->send(1, payload); }));
+  // Larger than max_message_bytes: refused up front.
+  CHECK_FALSE(on_io(*p.client, [&] {
+    return r.conn->send(1, std::make_shared<const Bytes>(Bytes(l.max_message_bytes + 1)));
+  }));
+}
+
+TEST_CASE("tcp: stop closes every connection with reason shutdown", "[net]") {
+  Pair p(make_config(), make_config());
+  auto r = dial(*p.client, p.server->listen_addr());
+  REQUIRE(r.conn);
+  REQUIRE(wait_for([&] { return p.server_events.n_conns() == 1; }));
+  auto t0 = Clock::now();
+  p.server->stop();
+  CHECK(Clock::now() - t0 < 2000ms);
+  CHECK(p.server_events.last_closed() == "shutdown");
+  REQUIRE(wait_for([&] { return p.client_events.n_closed() == 1; }));
+  CHECK(p.client_events.last_closed() == "closed by remote: shutdown");
+  p.server->stop();  // idempotent
+}
+
+TEST_CASE("tcp: idle connections stay up through keepalives", "[net]") {
+  Pair p(make_config(), make_config());
+  auto r = dial(*p.client, p.server->listen_addr());
+  REQUIRE(r.conn);
+  // Three idle timeouts of silence from the application.
+  auto until = Clock::now() + 3 * short_limits().idle_timeout;
+  wait_for([&] { return Clock::now() > until || p.client_events.n_closed() > 0; }, 5000ms);
+  CHECK(p.client_events.n_closed() == 0);
+  CHECK(on_io(*p.client, [&] { return r.conn->is_open(); }));
+}
+
+TEST_CASE("tcp: connect failures are reported within the deadline", "[net]") {
+  auto c = make_config();
+  TcpTransport t(std::move(c));
+  t.start();
+  // Nothing listens on this port (we bound then closed it).
+  std::string addr;
+  {
+    asio::io_context io;
+    asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    addr = "127.0.0.1:" + std::to_string(a.local_endpoint().port());
+  }
+  auto r = dial(t, addr);
+  CHECK_FALSE(r.conn);
+  CHECK(r.error.find("connect failed") != std::string::npos);
+  CHECK(dial(t, "not-an-address").error.find("bad address") != std::string::npos);
+  CHECK_FALSE(dial(t, t.listen_addr()).conn);  // ourselves
+}
+
+TEST_CASE("tcp: scheduler timers fire on the protocol thread and can be cancelled", "[net]") {
+  TcpTransport t(make_config());
+  t.start();
+  std::atomic<int> fired{0}, cancelled{0};
+  std::atomic<bool> on_thread{false};
+  std::thread::id io_id;
+  on_io(t, [&] { io_id = std::this_thread::get_id(); });
+  auto t0 = t.now();
+  t.schedule(20ms, [&] {
+    on_thread = std::this_thread::get_id() == io_id;
+    ++fired;
+  });
+  auto id = t.schedule(30ms, [&] { ++cancelled; });
+  t.cancel(id);
+  REQUIRE(wait_for([&] { return fired == 1; }));
+  CHECK(on_thread);
+  CHECK(t.now() - t0 >= 20ms);
+  on_io(t, [&] { t.schedule(1ms, [&] { ++fired; }); });
+  REQUIRE(wait_for([&] { return fired == 2; }));
+  CHECK(cancelled == 0);
+}
+
+TEST_CASE("tcp: bad configuration throws ConfigError", "[net]") {
+  auto c = make_config();
+  c.identity = nullptr;
+  CHECK_THROWS_AS(TcpTransport(c), ConfigError);
+  auto d = make_config();
+  d.limits.max_frame_bytes = 1u << 30;
+  CHECK_THROWS_AS(TcpTransport(d), ConfigError);
+  auto e = make_config();
+  e.listen = "nohostport";
+  CHECK_THROWS_AS(TcpTransport(e), ConfigError);
+  TcpTransport a(make_config());
+  a.start();
+  auto f = make_config();
+  f.listen = a.listen_addr();
+  TcpTransport b(f);
+  CHECK_THROWS_AS(b.start(), ConfigError);  // address in use
+}
