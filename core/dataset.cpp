@@ -1,0 +1,302 @@
+// Fashion-MNIST IDX reader (plain or gzip, checked against its own header) and the generated
+// Gaussian-cluster set used by fast tests.
+#include "core/dataset.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+
+namespace gossiptrain::core {
+namespace {
+
+// A bound on the decoded payload so a corrupt or hostile header cannot make us allocate
+// arbitrarily much; Fashion-MNIST's largest file is 47 MB.
+constexpr std::uint64_t kMaxIdxBytes = std::uint64_t{1} << 30;
+constexpr int kMaxIdxDims = 8;
+constexpr std::uint8_t kIdxTypeUbyte = 0x08;
+constexpr int kFashionSide = 28;
+constexpr int kFashionClasses = 10;
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw DataError(path + ": " + what);
+}
+
+// Reads up to n bytes; returns how many were read (less only at end of input). Throws on errors.
+using ReadFn = std::function<std::size_t(void*, std::size_t)>;
+
+// Reads exactly n bytes or throws naming what was being read.
+void read_exact(const ReadFn& read, const std::string& path, void* dst, std::size_t n,
+                const char* what) {
+  std::size_t got = read(dst, n);
+  if (got != n) {
+    fail(path, std::string("truncated: ") + what + " needs " + std::to_string(n) +
+                   " bytes, only " + std::to_string(got) + " present");
+  }
+}
+
+std::vector<std::uint8_t> parse_idx(const ReadFn& read, const std::string& path,
+                                    std::vector<std::uint32_t>* dims_out) {
+  std::uint8_t magic[4];
+  read_exact(read, path, magic, sizeof magic, "the IDX magic number");
+  if (magic[0] != 0 || magic[1] != 0) {
+    fail(path, "not an IDX file (magic number does not start with two zero bytes)");
+  }
+  if (magic[2] != kIdxTypeUbyte) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "0x%02x", magic[2]);
+    fail(path, std::string("unsupported IDX element type ") + buf + " (only 0x08, unsigned byte)");
+  }
+  int ndims = magic[3];
+  if (ndims < 1 || ndims > kMaxIdxDims) {
+    fail(path, "bad IDX dimension count " + std::to_string(ndims) + " (expected 1.." +
+                   std::to_string(kMaxIdxDims) + ")");
+  }
+  std::vector<std::uint32_t> dims(static_cast<std::size_t>(ndims));
+  std::uint64_t total = 1;
+  for (int i = 0; i < ndims; ++i) {
+    std::uint8_t b[4];
+    read_exact(read, path, b, sizeof b, "the IDX dimensions");
+    dims[i] = (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) |
+              (std::uint32_t{b[2]} << 8) | std::uint32_t{b[3]};
+    // Checked one factor at a time, so the product can never overflow before the bound trips.
+    if (dims[i] != 0 && total > kMaxIdxBytes / dims[i]) {
+      fail(path, "IDX dimensions describe more than " + std::to_string(kMaxIdxBytes) +
+                     " bytes; refusing to allocate");
+    }
+    total *= dims[i];
+  }
+  std::vector<std::uint8_t> data(static_cast<std::size_t>(total));
+  std::size_t got = data.empty() ? 0 : read(data.data(), data.size());
+  if (got != data.size()) {
+    fail(path, "truncated: the IDX dimensions need " + std::to_string(total) +
+                   " data bytes, only " + std::to_string(got) + " present");
+  }
+  std::uint8_t extra;
+  if (read(&extra, 1) != 0) {
+    fail(path, "trailing bytes after the " + std::to_string(total) +
+                   " data bytes the IDX dimensions describe");
+  }
+  if (dims_out) *dims_out = std::move(dims);
+  return data;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+std::vector<std::uint8_t> read_idx(const std::string& path, std::vector<std::uint32_t>* dims) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) fail(path, "cannot open: " + errno_text());
+  unsigned char head[2] = {0, 0};
+  std::size_t head_n = std::fread(head, 1, 2, f.get());
+  if (std::ferror(f.get())) fail(path, "read error: " + errno_text());
+  bool gzip = head_n == 2 && head[0] == 0x1f && head[1] == 0x8b;
+
+  if (!gzip) {
+    std::rewind(f.get());
+    ReadFn read = [&](void* dst, std::size_t n) {
+      std::size_t got = std::fread(dst, 1, n, f.get());
+      if (got != n && std::ferror(f.get())) fail(path, "read error: " + errno_text());
+      return got;
+    };
+    return parse_idx(read, path, dims);
+  }
+
+  f.reset();
+  gzFile gz = gzopen(path.c_str(), "rb");
+  if (!gz) fail(path, "cannot open: " + errno_text());
+  std::unique_ptr<gzFile_s, int (*)(gzFile)> gz_guard(gz, &gzclose);
+  gzbuffer(gz, 1 << 17);
+  ReadFn read = [&](void* dst, std::size_t n) {
+    auto* p = static_cast<unsigned char*>(dst);
+    std::size_t done = 0;
+    while (done < n) {
+      unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(n - done, 1u << 30));
+      int r = gzread(gz, p + done, chunk);
+      if (r < 0) {
+        int errnum = 0;
+        const char* msg = gzerror(gz, &errnum);
+        fail(path, std::string("gzip decode error: ") + (msg ? msg : "unknown"));
+      }
+      if (r == 0) break;
+      done += static_cast<std::size_t>(r);
+    }
+    if (done < n) {
+      // A short read is either the true end of the data or a cut-off gzip stream; zlib tells.
+      int errnum = 0;
+      const char* msg = gzerror(gz, &errnum);
+      if (errnum != Z_OK) {
+        fail(path, std::string("gzip stream damaged or cut off: ") + (msg ? msg : "unknown"));
+      }
+    }
+    return done;
+  };
+  return parse_idx(read, path, dims);
+}
+
+namespace {
+
+// Finds NAME.gz, else the uncompressed NAME (some mirrors ship them unpacked).
+std::string find_file(const std::string& dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const std::string& candidate : {name + ".gz", name}) {
+    fs::path p = fs::path(dir) / candidate;
+    if (fs::is_regular_file(p, ec)) return p.string();
+  }
+  return {};
+}
+
+std::string not_found_message(const std::string& dir, const std::string& detail) {
+  return "Fashion-MNIST not found at " + dir + detail +
+         ": install it with `sudo apt-get install dataset-fashion-mnist` (or run "
+         "scripts/setup.sh), or pass --data DIR";
+}
+
+Dataset load_split(const std::string& dir, const std::string& images_name,
+                   const std::string& labels_name) {
+  std::string images_path = find_file(dir, images_name);
+  std::string labels_path = find_file(dir, labels_name);
+  if (images_path.empty() || labels_path.empty()) {
+    throw DataError(not_found_message(
+        dir, " (missing " + (images_path.empty() ? images_name : labels_name) + "[.gz])"));
+  }
+  std::vector<std::uint32_t> idims, ldims;
+  std::vector<std::uint8_t> pixels = read_idx(images_path, &idims);
+  std::vector<std::uint8_t> labels = read_idx(labels_path, &ldims);
+  if (idims.size() != 3 || idims[1] != kFashionSide || idims[2] != kFashionSide) {
+    std::string shape;
+    for (auto d : idims) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    fail(images_path, "expected images of shape Nx28x28, found " + shape);
+  }
+  if (ldims.size() != 1) {
+    fail(labels_path, "expected a 1-dimensional label file, found " +
+                          std::to_string(ldims.size()) + " dimensions");
+  }
+  if (idims[0] != ldims[0]) {
+    fail(labels_path, std::to_string(ldims[0]) + " labels but " + images_path + " has " +
+                          std::to_string(idims[0]) + " images");
+  }
+  Dataset d;
+  d.features = kFashionSide * kFashionSide;
+  d.classes = kFashionClasses;
+  d.y.resize(labels.size());
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] >= kFashionClasses) {
+      fail(labels_path, "label " + std::to_string(labels[i]) + " at index " + std::to_string(i) +
+                            " is out of range 0..9");
+    }
+    d.y[i] = labels[i];
+  }
+  d.x.resize(pixels.size());
+  for (std::size_t i = 0; i < pixels.size(); ++i) d.x[i] = static_cast<float>(pixels[i]) / 255.0f;
+  return d;
+}
+
+// splitmix64: tiny, fast, and gives the same stream on every platform (std distributions do not).
+struct SplitMix64 {
+  std::uint64_t s;
+  std::uint64_t next() {
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  double uniform() {  // in (0, 1): never 0, so log() is safe
+    return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53;
+  }
+  double normal() {  // Box-Muller; the second value is dropped for simplicity
+    double u1 = uniform(), u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+  std::uint64_t below(std::uint64_t n) { return next() % n; }  // bias is negligible here
+};
+
+// Class c's clusters are N(mean_c, kNoise^2 I); the means are spread so that two of them are
+// kSeparation noise deviations apart on average, whatever the feature count. About 6 gives a
+// Bayes accuracy near 99%: learnable fast, yet not separable by an untrained model.
+constexpr double kNoise = 0.25;
+constexpr double kSeparation = 6.0;
+constexpr double kCentre = 0.5;  // keeps values on Fashion-MNIST's scale so the same lr works
+
+Dataset draw_split(std::size_t n, int features, int classes,
+                   const std::vector<double>& means, SplitMix64& rng) {
+  Dataset d;
+  d.features = features;
+  d.classes = classes;
+  d.y.resize(n);
+  for (std::size_t i = 0; i < n; ++i) d.y[i] = static_cast<std::int32_t>(i % classes);
+  for (std::size_t i = n; i > 1; --i) std::swap(d.y[i - 1], d.y[rng.below(i)]);
+  d.x.resize(n * static_cast<std::size_t>(features));
+  for (std::size_t i = 0; i < n; ++i) {
+    const double* mu = &means[static_cast<std::size_t>(d.y[i]) * features];
+    float* row = &d.x[i * features];
+    for (int j = 0; j < features; ++j) row[j] = static_cast<float>(mu[j] + kNoise * rng.normal());
+  }
+  return d;
+}
+
+}  // namespace
+
+TrainTest load_fashion_mnist(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) throw DataError(not_found_message(dir, ""));
+  TrainTest tt;
+  tt.train = load_split(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte");
+  tt.test = load_split(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");
+  return tt;
+}
+
+TrainTest make_synthetic(std::size_t n_train, std::size_t n_test, int features, int classes,
+                         std::uint64_t seed) {
+  if (features < 1 || classes < 2) {
+    throw std::invalid_argument("make_synthetic: need features >= 1 and classes >= 2, got " +
+                                std::to_string(features) + " and " + std::to_string(classes));
+  }
+  SplitMix64 rng{seed};
+  // E||mu_a - mu_b||^2 = 2 * features * spread^2, so this spread gives the intended separation.
+  double spread = kSeparation * kNoise / std::sqrt(2.0 * features);
+  std::vector<double> means(static_cast<std::size_t>(classes) * features);
+  for (double& m : means) m = kCentre + spread * rng.normal();
+  TrainTest tt;
+  // Separate streams so the test split does not change when n_train does.
+  SplitMix64 train_rng{rng.next()};
+  SplitMix64 test_rng{rng.next()};
+  tt.train = draw_split(n_train, features, classes, means, train_rng);
+  tt.test = draw_split(n_test, features, classes, means, test_rng);
+  return tt;
+}
+
+TrainTest load_dataset(const std::string& spec) {
+  if (spec == "synthetic") return make_synthetic(6000, 1000, 784, 10, 1);
+  return load_fashion_mnist(spec.empty() ? std::string(kDefaultFashionMnistDir) : spec);
+}
+
+Dataset subset(const Dataset& d, const std::vector<std::size_t>& idx) {
+  Dataset out;
+  out.features = d.features;
+  out.classes = d.classes;
+  out.y.reserve(idx.size());
+  out.x.reserve(idx.size() * static_cast<std::size_t>(d.features));
+  for (std::size_t i : idx) {
+    if (i >= d.size()) {
+      throw std::out_of_range("subset: index " + std::to_string(i) + " out of range for " +
+                              std::to_string(d.size()) + " rows");
+    }
+    out.y.push_back(d.y[i]);
+    auto row = d.x.begin() + static_cast<std::ptrdiff_t>(i * d.features);
+    out.x.insert(out.x.end(), row, row + d.features);
+  }
+  return out;
+}
+
+}  // namespace gossiptrain::core

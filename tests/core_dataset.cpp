@@ -1,0 +1,343 @@
+// Tests for the IDX reader (plain, gzip, every malformed case), Fashion-MNIST loading, the
+// generated set and subset().
+#include <catch2/catch.hpp>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/dataset.hpp"
+
+using namespace gossiptrain::core;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("gt_core_dataset_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::vector<std::uint8_t> idx_bytes(const std::vector<std::uint32_t>& dims,
+                                    const std::vector<std::uint8_t>& data,
+                                    std::uint8_t type = 0x08) {
+  std::vector<std::uint8_t> out = {0, 0, type, static_cast<std::uint8_t>(dims.size())};
+  for (auto d : dims) {
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<std::uint8_t>(d >> shift));
+  }
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+void write_plain(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(f.good());
+}
+
+void write_gzip(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+  gzFile gz = gzopen(path.c_str(), "wb");
+  REQUIRE(gz != nullptr);
+  if (!bytes.empty()) {
+    REQUIRE(gzwrite(gz, bytes.data(), static_cast<unsigned>(bytes.size())) ==
+            static_cast<int>(bytes.size()));
+  }
+  REQUIRE(gzclose(gz) == Z_OK);
+}
+
+std::vector<std::uint8_t> read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+std::vector<std::uint8_t> pattern(std::size_t n) {
+  std::vector<std::uint8_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>((i * 37 + 11) & 0xff);
+  return v;
+}
+
+// Writes a Fashion-MNIST-shaped folder with n_train/n_test images whose pixels and labels follow
+// pattern() so the test can check scaling and order.
+void write_fake_fashion(const TempDir& dir, std::uint32_t n_train, std::uint32_t n_test) {
+  auto emit = [&](const std::string& prefix, std::uint32_t n) {
+    write_gzip(dir.file(prefix + "-images-idx3-ubyte.gz"), idx_bytes({n, 28, 28}, pattern(n * 784)));
+    std::vector<std::uint8_t> labels(n);
+    for (std::uint32_t i = 0; i < n; ++i) labels[i] = static_cast<std::uint8_t>(i % 10);
+    write_gzip(dir.file(prefix + "-labels-idx1-ubyte.gz"), idx_bytes({n}, labels));
+  };
+  emit("train", n_train);
+  emit("t10k", n_test);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  FAIL("expected a DataError");
+  return {};
+}
+
+// Softmax regression with plain SGD: a stand-in for the MLP that tells whether a set is learnable.
+double softmax_accuracy_after(const Dataset& train, const Dataset& test, int epochs) {
+  const int f = train.features, c = train.classes;
+  std::vector<float> w(static_cast<std::size_t>(f) * c, 0.0f), b(c, 0.0f);
+  std::vector<float> logits(c);
+  auto forward = [&](const float* x) {
+    for (int k = 0; k < c; ++k) {
+      float s = b[k];
+      for (int j = 0; j < f; ++j) s += w[static_cast<std::size_t>(k) * f + j] * x[j];
+      logits[k] = s;
+    }
+  };
+  const float lr = 0.01f;
+  for (int e = 0; e < epochs; ++e) {
+    for (std::size_t i = 0; i < train.size(); ++i) {
+      const float* x = &train.x[i * f];
+      forward(x);
+      float top = *std::max_element(logits.begin(), logits.end()), sum = 0;
+      for (float& l : logits) sum += (l = std::exp(l - top));
+      for (int k = 0; k < c; ++k) {
+        float g = logits[k] / sum - (k == train.y[i] ? 1.0f : 0.0f);
+        b[k] -= lr * g;
+        for (int j = 0; j < f; ++j) w[static_cast<std::size_t>(k) * f + j] -= lr * g * x[j];
+      }
+    }
+  }
+  std::size_t right = 0;
+  for (std::size_t i = 0; i < test.size(); ++i) {
+    forward(&test.x[i * f]);
+    auto pred = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    right += pred == test.y[i];
+  }
+  return static_cast<double>(right) / static_cast<double>(test.size());
+}
+
+}  // namespace
+
+TEST_CASE("read_idx reads plain and gzip files, detecting gzip by content", "[core]") {
+  TempDir dir;
+  auto data = pattern(3 * 4 * 5);
+  auto bytes = idx_bytes({3, 4, 5}, data);
+  // Names that lie about the compression: detection must look at the magic bytes.
+  write_plain(dir.file("plain.gz"), bytes);
+  write_gzip(dir.file("packed.idx"), bytes);
+  for (const auto& name : {"plain.gz", "packed.idx"}) {
+    std::vector<std::uint32_t> dims;
+    auto got = read_idx(dir.file(name), &dims);
+    CHECK(dims == std::vector<std::uint32_t>{3, 4, 5});
+    CHECK(got == data);
+  }
+  CHECK(read_idx(dir.file("packed.idx"), nullptr) == data);
+}
+
+TEST_CASE("read_idx refuses malformed files with a message naming the file", "[core]") {
+  TempDir dir;
+  auto data = pattern(24);
+  struct Case {
+    std::string name;
+    std::vector<std::uint8_t> bytes;
+    std::string expect;
+  };
+  auto good = idx_bytes({2, 3, 4}, data);
+  auto truncated = good;
+  truncated.pop_back();
+  auto trailing = good;
+  trailing.push_back(0);
+  auto bad_magic = good;
+  bad_magic[0] = 0x12;
+  std::vector<Case> cases = {
+      {"empty", {}, "truncated"},
+      {"short_header", {0, 0, 8}, "truncated"},
+      {"short_dims", {0, 0, 8, 2, 0, 0, 0, 5}, "truncated"},
+      {"bad_magic", bad_magic, "not an IDX file"},
+      {"float_type", idx_bytes({2, 3, 4}, data, 0x0D), "unsupported IDX element type 0x0d"},
+      {"zero_dims", {0, 0, 8, 0}, "dimension count 0"},
+      {"missing_byte", truncated, "truncated"},
+      {"trailing_byte", trailing, "trailing bytes"},
+      // 2^16 * 2^16 * 2^16 bytes: must be refused before anything is allocated.
+      {"huge", idx_bytes({65536, 65536, 65536}, {}), "refusing to allocate"},
+  };
+  for (const auto& c : cases) {
+    for (bool gz : {false, true}) {
+      INFO(c.name << (gz ? " (gzip)" : " (plain)"));
+      std::string path = dir.file(c.name + (gz ? ".gz" : ""));
+      gz ? write_gzip(path, c.bytes) : write_plain(path, c.bytes);
+      std::string msg = error_of([&] { read_idx(path, nullptr); });
+      CHECK_THAT(msg, Catch::Contains(path));
+      CHECK_THAT(msg, Catch::Contains(c.expect));
+    }
+  }
+}
+
+TEST_CASE("read_idx refuses damaged gzip streams and missing files", "[core]") {
+  TempDir dir;
+  auto bytes = idx_bytes({100, 28, 28}, pattern(100 * 784));
+  write_gzip(dir.file("good.gz"), bytes);
+  auto packed = read_all(dir.file("good.gz"));
+  REQUIRE(packed.size() > 40);
+
+  SECTION("cut off") {
+    for (std::size_t keep : {packed.size() - 1, packed.size() - 8, packed.size() / 2, std::size_t{12}}) {
+      INFO("keeping " << keep << " of " << packed.size() << " bytes");
+      write_plain(dir.file("cut.gz"), {packed.begin(), packed.begin() + static_cast<long>(keep)});
+      CHECK_THAT(error_of([&] { read_idx(dir.file("cut.gz"), nullptr); }),
+                 Catch::Contains(dir.file("cut.gz")));
+    }
+  }
+  SECTION("checksum trailer damaged") {
+    packed[packed.size() - 6] ^= 0x40;  // inside the CRC-32 of the gzip trailer
+    write_plain(dir.file("crc.gz"), packed);
+    CHECK_THAT(error_of([&] { read_idx(dir.file("crc.gz"), nullptr); }),
+               Catch::Contains("gzip"));
+  }
+  SECTION("missing") {
+    CHECK_THAT(error_of([&] { read_idx(dir.file("nope.gz"), nullptr); }),
+               Catch::Contains(dir.file("nope.gz")) && Catch::Contains("cannot open"));
+  }
+}
+
+TEST_CASE("load_fashion_mnist explains how to install a missing data set", "[core]") {
+  TempDir dir;
+  for (const std::string& where : {dir.file("does-not-exist"), dir.path.string()}) {
+    std::string msg = error_of([&] { load_fashion_mnist(where); });
+    CHECK_THAT(msg, Catch::Contains("Fashion-MNIST not found at " + where));
+    CHECK_THAT(msg, Catch::Contains("sudo apt-get install dataset-fashion-mnist"));
+    CHECK_THAT(msg, Catch::Contains("scripts/setup.sh"));
+    CHECK_THAT(msg, Catch::Contains("--data DIR"));
+  }
+}
+
+TEST_CASE("load_fashion_mnist scales pixels and keeps labels in order", "[core]") {
+  TempDir dir;
+  write_fake_fashion(dir, 30, 12);
+  TrainTest tt = load_fashion_mnist(dir.path.string());
+  REQUIRE(tt.train.size() == 30);
+  REQUIRE(tt.test.size() == 12);
+  for (const Dataset* d : {&tt.train, &tt.test}) {
+    CHECK(d->features == 784);
+    CHECK(d->classes == 10);
+    REQUIRE(d->x.size() == d->size() * 784);
+    auto px = pattern(d->size() * 784);
+    for (std::size_t i = 0; i < px.size(); ++i) REQUIRE(d->x[i] == static_cast<float>(px[i]) / 255.0f);
+    for (std::size_t i = 0; i < d->size(); ++i) REQUIRE(d->y[i] == static_cast<int>(i % 10));
+  }
+}
+
+TEST_CASE("load_fashion_mnist refuses inconsistent files", "[core]") {
+  TempDir dir;
+  write_fake_fashion(dir, 20, 10);
+  auto train_labels = dir.file("train-labels-idx1-ubyte.gz");
+  auto train_images = dir.file("train-images-idx3-ubyte.gz");
+  SECTION("count mismatch") {
+    write_gzip(train_labels, idx_bytes({19}, std::vector<std::uint8_t>(19, 1)));
+    CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string()); }),
+               Catch::Contains("19 labels") && Catch::Contains("20 images"));
+  }
+  SECTION("label out of range") {
+    std::vector<std::uint8_t> labels(20, 3);
+    labels[7] = 10;
+    write_gzip(train_labels, idx_bytes({20}, labels));
+    CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string()); }),
+               Catch::Contains(train_labels) && Catch::Contains("label 10 at index 7"));
+  }
+  SECTION("wrong image shape") {
+    write_gzip(train_images, idx_bytes({20, 27, 28}, pattern(20 * 27 * 28)));
+    CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string()); }),
+               Catch::Contains(train_images) && Catch::Contains("20x27x28"));
+  }
+  SECTION("one file missing") {
+    fs::remove(dir.file("t10k-labels-idx1-ubyte.gz"));
+    CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string()); }),
+               Catch::Contains("t10k-labels-idx1-ubyte") && Catch::Contains("apt-get install"));
+  }
+}
+
+TEST_CASE("the installed Fashion-MNIST loads completely", "[core]") {
+  if (!fs::exists(fs::path(kDefaultFashionMnistDir) / "train-images-idx3-ubyte.gz")) {
+    WARN("Fashion-MNIST is not installed at " << kDefaultFashionMnistDir << "; skipping");
+    return;
+  }
+  TrainTest tt = load_dataset(kDefaultFashionMnistDir);
+  CHECK(tt.train.size() == 60000);
+  CHECK(tt.test.size() == 10000);
+  for (const Dataset* d : {&tt.train, &tt.test}) {
+    CHECK(d->features == 784);
+    CHECK(d->classes == 10);
+    CHECK(d->x.size() == d->size() * 784);
+    auto [lo, hi] = std::minmax_element(d->x.begin(), d->x.end());
+    CHECK(*lo == 0.0f);
+    CHECK(*hi == 1.0f);
+    // The set is balanced: every class has exactly a tenth of the samples.
+    std::vector<std::size_t> count(10, 0);
+    for (auto y : d->y) ++count.at(static_cast<std::size_t>(y));
+    for (auto n : count) CHECK(n == d->size() / 10);
+  }
+}
+
+TEST_CASE("make_synthetic is deterministic, balanced and learnable", "[core]") {
+  TrainTest a = make_synthetic(3000, 1000, 784, 10, 7);
+  TrainTest b = make_synthetic(3000, 1000, 784, 10, 7);
+  TrainTest other = make_synthetic(3000, 1000, 784, 10, 8);
+  CHECK(a.train.x == b.train.x);
+  CHECK(a.train.y == b.train.y);
+  CHECK(a.test.x == b.test.x);
+  CHECK(a.train.x != other.train.x);
+  REQUIRE(a.train.size() == 3000);
+  REQUIRE(a.test.size() == 1000);
+  REQUIRE(a.train.x.size() == 3000u * 784u);
+  CHECK(a.train.features == 784);
+  CHECK(a.train.classes == 10);
+  std::vector<std::size_t> count(10, 0);
+  for (auto y : a.train.y) ++count.at(static_cast<std::size_t>(y));
+  for (auto n : count) CHECK(n == 300);
+  for (float v : a.train.x) REQUIRE(std::isfinite(v));
+
+  // An untrained model is at chance; two epochs of softmax regression are far above it.
+  double before = softmax_accuracy_after(a.train, a.test, 0);
+  double after = softmax_accuracy_after(a.train, a.test, 2);
+  CHECK(before < 0.2);
+  CHECK(after > 0.9);
+}
+
+TEST_CASE("load_dataset understands synthetic", "[core]") {
+  TrainTest tt = load_dataset("synthetic");
+  TrainTest ref = make_synthetic(6000, 1000, 784, 10, 1);
+  CHECK(tt.train.size() == ref.train.size());
+  CHECK(tt.test.size() == ref.test.size());
+  CHECK(tt.train.x == ref.train.x);
+  CHECK(tt.test.y == ref.test.y);
+}
+
+TEST_CASE("subset copies the chosen rows", "[core]") {
+  TrainTest tt = make_synthetic(50, 10, 6, 3, 3);
+  std::vector<std::size_t> idx = {4, 0, 49, 4};
+  Dataset s = subset(tt.train, idx);
+  REQUIRE(s.size() == idx.size());
+  CHECK(s.features == 6);
+  CHECK(s.classes == 3);
+  for (std::size_t r = 0; r < idx.size(); ++r) {
+    CHECK(s.y[r] == tt.train.y[idx[r]]);
+    for (int j = 0; j < 6; ++j) CHECK(s.x[r * 6 + j] == tt.train.x[idx[r] * 6 + j]);
+  }
+  CHECK_THROWS_AS(subset(tt.train, {50}), std::out_of_range);
+}
