@@ -1,0 +1,262 @@
+// Deterministic partitioners (iid, dirichlet:ALPHA, shards:K). All randomness comes from our own
+// xoshiro256** and gamma sampler, so a seed gives the same split with every standard library.
+#include "core/partition.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace gossiptrain::core {
+namespace {
+
+constexpr const char* kAcceptedForms =
+    "expected iid, dirichlet:ALPHA (ALPHA > 0) or shards:K (K >= 1)";
+
+// xoshiro256** seeded through splitmix64 (the authors' recommended seeding).
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) {
+    for (auto& w : s_) {
+      std::uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      w = z ^ (z >> 31);
+    }
+  }
+  std::uint64_t next() {
+    std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    std::uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  // Uniform in [0, n) without modulo bias (rejection of the short top range).
+  std::uint64_t below(std::uint64_t n) {
+    std::uint64_t threshold = (0 - n) % n;
+    for (;;) {
+      std::uint64_t r = next();
+      if (r >= threshold) return r % n;
+    }
+  }
+  double uniform() {  // in (0, 1): never 0, so log() is safe
+    return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53;
+  }
+  double normal() {  // Box-Muller, one value per call
+    double u1 = uniform(), u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+ private:
+  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  std::uint64_t s_[4];
+};
+
+template <typename T>
+void shuffle(std::vector<T>& v, Rng& rng) {
+  for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
+}
+
+// log of a Gamma(alpha, 1) draw (Marsaglia-Tsang). Working in logs matters for small alpha: the
+// alpha < 1 boost multiplies by U^(1/alpha), which underflows to 0 in doubles for alpha ~ 0.01.
+double log_gamma_draw(double alpha, Rng& rng) {
+  if (alpha < 1.0) return log_gamma_draw(alpha + 1.0, rng) + std::log(rng.uniform()) / alpha;
+  double d = alpha - 1.0 / 3.0;
+  double c = 1.0 / std::sqrt(9.0 * d);
+  for (;;) {
+    double x = rng.normal();
+    double v = 1.0 + c * x;
+    if (v <= 0.0) continue;
+    v = v * v * v;
+    if (std::log(rng.uniform()) < 0.5 * x * x + d - d * v + d * std::log(v)) {
+      return std::log(d * v);
+    }
+  }
+}
+
+std::vector<double> dirichlet_draw(double alpha, int k, Rng& rng) {
+  std::vector<double> p(static_cast<std::size_t>(k));
+  double top = -std::numeric_limits<double>::infinity();
+  for (double& v : p) {
+    v = log_gamma_draw(alpha, rng);
+    top = std::max(top, v);
+  }
+  double sum = 0.0;
+  for (double& v : p) sum += (v = std::exp(v - top));  // the largest is exp(0) = 1, so sum >= 1
+  for (double& v : p) v /= sum;
+  return p;
+}
+
+std::vector<std::vector<std::size_t>> split_iid(std::size_t n, int num_shards, Rng& rng) {
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  shuffle(order, rng);
+  std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(num_shards));
+  std::size_t s = static_cast<std::size_t>(num_shards);
+  for (std::size_t k = 0; k < s; ++k) {
+    out[k].assign(order.begin() + static_cast<std::ptrdiff_t>(k * n / s),
+                  order.begin() + static_cast<std::ptrdiff_t>((k + 1) * n / s));
+  }
+  return out;
+}
+
+std::vector<std::vector<std::size_t>> by_class(const std::vector<std::int32_t>& labels,
+                                               int classes) {
+  std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(classes));
+  for (std::size_t i = 0; i < labels.size(); ++i) out[static_cast<std::size_t>(labels[i])].push_back(i);
+  return out;
+}
+
+std::vector<std::vector<std::size_t>> split_dirichlet(const std::vector<std::int32_t>& labels,
+                                                      int classes, int num_shards, double alpha,
+                                                      Rng& rng) {
+  std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(num_shards));
+  for (auto& members : by_class(labels, classes)) {
+    shuffle(members, rng);
+    std::vector<double> p = dirichlet_draw(alpha, num_shards, rng);
+    // Cut the class at rounded cumulative proportions: counts sum to the class size exactly.
+    double cum = 0.0;
+    std::size_t begin = 0, n = members.size();
+    for (int k = 0; k < num_shards; ++k) {
+      cum += p[static_cast<std::size_t>(k)];
+      std::size_t end = k + 1 == num_shards
+                            ? n
+                            : std::min(n, static_cast<std::size_t>(std::llround(cum * double(n))));
+      end = std::max(end, begin);
+      out[static_cast<std::size_t>(k)].insert(out[static_cast<std::size_t>(k)].end(),
+                                              members.begin() + static_cast<std::ptrdiff_t>(begin),
+                                              members.begin() + static_cast<std::ptrdiff_t>(end));
+      begin = end;
+    }
+  }
+  // Small alpha leaves shards empty; a peer with no data cannot train, so lend each one a sample
+  // from the largest shard (there is always one with two or more, since n >= num_shards).
+  for (auto& shard : out) {
+    if (!shard.empty()) continue;
+    auto largest = std::max_element(out.begin(), out.end(), [](const auto& a, const auto& b) {
+      return a.size() < b.size();
+    });
+    shard.push_back(largest->back());
+    largest->pop_back();
+  }
+  return out;
+}
+
+std::vector<std::vector<std::size_t>> split_shards(const std::vector<std::int32_t>& labels,
+                                                   int classes, int num_shards, int k, Rng& rng) {
+  std::size_t n = labels.size();
+  std::size_t total = static_cast<std::size_t>(num_shards) * static_cast<std::size_t>(k);
+  if (total > n) {
+    throw std::invalid_argument("partition shards:" + std::to_string(k) + " over " +
+                                std::to_string(num_shards) + " shards needs " +
+                                std::to_string(total) + " label shards but there are only " +
+                                std::to_string(n) + " samples");
+  }
+  // Label-sorted order (classes in turn, each shuffled) so each cut holds one or two labels.
+  std::vector<std::size_t> order;
+  order.reserve(n);
+  for (auto& members : by_class(labels, classes)) {
+    shuffle(members, rng);
+    order.insert(order.end(), members.begin(), members.end());
+  }
+  std::vector<std::size_t> deal(total);
+  for (std::size_t t = 0; t < total; ++t) deal[t] = t;
+  shuffle(deal, rng);
+  std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(num_shards));
+  for (std::size_t slot = 0; slot < total; ++slot) {
+    std::size_t t = deal[slot];
+    auto& dst = out[slot / static_cast<std::size_t>(k)];
+    dst.insert(dst.end(), order.begin() + static_cast<std::ptrdiff_t>(t * n / total),
+               order.begin() + static_cast<std::ptrdiff_t>((t + 1) * n / total));
+  }
+  return out;
+}
+
+}  // namespace
+
+PartitionSpec parse_partition(std::string_view s) {
+  auto fail = [&](const std::string& why) -> PartitionSpec {
+    throw std::invalid_argument("bad partition '" + std::string(s) + "': " + why + "; " +
+                                kAcceptedForms);
+  };
+  PartitionSpec spec;
+  if (s == "iid") return spec;
+  constexpr std::string_view kDir = "dirichlet:", kShards = "shards:";
+  if (s.starts_with(kDir)) {
+    std::string_view num = s.substr(kDir.size());
+    double alpha = 0.0;
+    auto [ptr, ec] = std::from_chars(num.data(), num.data() + num.size(), alpha);
+    if (num.empty() || ec != std::errc() || ptr != num.data() + num.size()) {
+      return fail("ALPHA is not a number");
+    }
+    if (!(alpha > 0.0) || !std::isfinite(alpha)) return fail("ALPHA must be a finite number > 0");
+    spec.kind = PartitionSpec::Kind::Dirichlet;
+    spec.alpha = alpha;
+    return spec;
+  }
+  if (s.starts_with(kShards)) {
+    std::string_view num = s.substr(kShards.size());
+    int k = 0;
+    auto [ptr, ec] = std::from_chars(num.data(), num.data() + num.size(), k);
+    if (num.empty() || ec != std::errc() || ptr != num.data() + num.size()) {
+      return fail("K is not an integer");
+    }
+    if (k < 1) return fail("K must be >= 1");
+    spec.kind = PartitionSpec::Kind::Shards;
+    spec.k = k;
+    return spec;
+  }
+  throw std::invalid_argument("unknown partition '" + std::string(s) + "': " + kAcceptedForms);
+}
+
+std::vector<std::vector<std::size_t>> partition(const std::vector<std::int32_t>& labels,
+                                                int classes, int num_shards,
+                                                const PartitionSpec& spec, std::uint64_t seed) {
+  if (num_shards < 1) {
+    throw std::invalid_argument("partition: the number of shards must be >= 1, got " +
+                                std::to_string(num_shards));
+  }
+  if (labels.size() < static_cast<std::size_t>(num_shards)) {
+    throw std::invalid_argument("partition: cannot split " + std::to_string(labels.size()) +
+                                " samples into " + std::to_string(num_shards) +
+                                " non-empty shards");
+  }
+  if (classes < 1) {
+    throw std::invalid_argument("partition: classes must be >= 1, got " + std::to_string(classes));
+  }
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] < 0 || labels[i] >= classes) {
+      throw std::invalid_argument("partition: label " + std::to_string(labels[i]) + " at index " +
+                                  std::to_string(i) + " is outside 0.." +
+                                  std::to_string(classes - 1));
+    }
+  }
+  Rng rng(seed);
+  std::vector<std::vector<std::size_t>> out;
+  switch (spec.kind) {
+    case PartitionSpec::Kind::Iid:
+      out = split_iid(labels.size(), num_shards, rng);
+      break;
+    case PartitionSpec::Kind::Dirichlet:
+      if (!(spec.alpha > 0.0) || !std::isfinite(spec.alpha)) {
+        throw std::invalid_argument("partition: dirichlet ALPHA must be a finite number > 0");
+      }
+      out = split_dirichlet(labels, classes, num_shards, spec.alpha, rng);
+      break;
+    case PartitionSpec::Kind::Shards:
+      if (spec.k < 1) throw std::invalid_argument("partition: shards K must be >= 1");
+      out = split_shards(labels, classes, num_shards, spec.k, rng);
+      break;
+  }
+  // Ascending order within a shard: the order carries no information and reads are friendlier.
+  for (auto& shard : out) std::sort(shard.begin(), shard.end());
+  return out;
+}
+
+}  // namespace gossiptrain::core
