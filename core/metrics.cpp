@@ -1,0 +1,62 @@
+// JSON-lines metrics writer: t, peer and event first on every line, one flushed write per line
+// under a mutex so lines from the training and network threads never interleave.
+#include "core/metrics.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace gossiptrain::core {
+
+Metrics::Metrics(const std::string& path, std::string peer)
+    : peer_(std::move(peer)), start_(std::chrono::steady_clock::now()) {
+  if (path.empty()) return;
+  f_ = std::fopen(path.c_str(), "a");
+  if (!f_) {
+    throw std::runtime_error("cannot open metrics file " + path + " for appending: " +
+                             std::strerror(errno));
+  }
+}
+
+Metrics::~Metrics() {
+  if (f_) std::fclose(f_);
+}
+
+void Metrics::set_peer(std::string peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  peer_ = std::move(peer);
+}
+
+double Metrics::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void Metrics::emit(const std::string& event, nlohmann::json fields) {
+  if (!f_) return;
+  // Invalid UTF-8 in a field (a peer id read off the wire, say) must not throw from here.
+  auto dump = [](const nlohmann::json& j) {
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  // The body is built outside the lock; t is taken under it so t never decreases down the file.
+  std::string body = ",\"event\":" + dump(event);
+  if (fields.is_object()) {
+    for (auto it = fields.begin(); it != fields.end(); ++it) {
+      // A field may not shadow the header (e.g. a `member` event's own `peer`): a duplicate key
+      // would be dropped or misread by JSON readers, so it is written as EVENT_KEY instead.
+      std::string key = it.key();
+      if (key == "t" || key == "peer" || key == "event") key = event + "_" + key;
+      body += "," + dump(key) + ":" + dump(it.value());
+    }
+  } else if (!fields.is_null()) {
+    body += ",\"value\":" + dump(fields);
+  }
+  body += "}\n";
+  std::lock_guard<std::mutex> lock(mu_);
+  char tbuf[48];
+  std::snprintf(tbuf, sizeof tbuf, "{\"t\":%.6f,\"peer\":", seconds());
+  std::string line = tbuf + dump(peer_) + body;
+  std::fwrite(line.data(), 1, line.size(), f_);
+  std::fflush(f_);
+}
+
+}  // namespace gossiptrain::core
