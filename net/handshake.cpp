@@ -192,7 +192,7 @@ Bytes Handshake::on_message(U8Span in) {
 // R: M1 -> M2.
 Bytes Handshake::on_m1(U8Span in) {
   if (std::memcmp(in.data(), kMagic, 4) != 0) return fail("bad magic (not a gossiptrain peer)");
-  if (!check_mac(in)) return fail("bad MAC on first message (network key mismatch)");
+  if (!check_mac(in)) return fail("bad MAC on first message (corrupt, or network key mismatch)");
   std::uint8_t theirs = in[4];
   if (theirs & ~(kMaskAes | kMaskChaCha)) return fail("bad AEAD mask");
   std::uint8_t common = theirs & my_mask_;
@@ -224,7 +224,7 @@ Bytes Handshake::on_m1(U8Span in) {
 
 // I: M2 -> M3.
 Bytes Handshake::on_m2(U8Span in) {
-  if (!check_mac(in)) return fail("bad MAC on second message (network key mismatch)");
+  if (!check_mac(in)) return fail("bad MAC on second message (corrupt, or network key mismatch)");
   crypto::PublicKey e_r;
   std::memcpy(e_r.data(), in.data(), 32);
   std::uint8_t chosen_byte = in[32];
@@ -277,7 +277,7 @@ Bytes Handshake::on_m2(U8Span in) {
 
 // R: M3 -> M4 (M4 is still returned on a hello mismatch so that I sees the reason too).
 Bytes Handshake::on_m3(U8Span in) {
-  if (!check_mac(in)) return fail("bad MAC on third message (network key mismatch)");
+  if (!check_mac(in)) return fail("bad MAC on third message (corrupt, or network key mismatch)");
   Bytes plain(32 + crypto::kSignatureBytes + kHelloBytes);
   if (!hs_open(k_i_, 0, transcript_hash(), in.first(kM3Bytes - kMacBytes), plain.data()))
     return fail("cannot decrypt initiator identity");
@@ -323,7 +323,7 @@ Bytes Handshake::on_m3(U8Span in) {
 
 // I: M4 -> done.
 Bytes Handshake::on_m4(U8Span in) {
-  if (!check_mac(in)) return fail("bad MAC on fourth message (network key mismatch)");
+  if (!check_mac(in)) return fail("bad MAC on fourth message (corrupt, or network key mismatch)");
   Bytes plain(crypto::kSignatureBytes + kHelloBytes);
   if (!hs_open(k_r_, 1, transcript_hash(), in.first(kM4Bytes - kMacBytes), plain.data()))
     return fail("cannot decrypt responder signature");
