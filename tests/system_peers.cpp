@@ -1,0 +1,186 @@
+// Multi-process tests over loopback: real gossip-peer processes on the encrypted channel train
+// together, end closer to each other than without gossip, and survive a peer killed for real.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "core/checkpoint.hpp"
+#include "tests/system_process.hpp"
+
+using namespace std::chrono_literals;
+using gt_test::Process;
+
+namespace {
+
+struct Swarm {
+  gt_test::TempDir dir;
+  int n;
+  std::vector<int> ports;
+  std::vector<std::unique_ptr<Process>> procs;
+  std::vector<std::string> extra;  // flags for every peer
+
+  Swarm(const std::string& name, int n_peers, std::vector<std::string> flags)
+      : dir(name), n(n_peers), extra(std::move(flags)) {
+    for (int i = 0; i < n; ++i) ports.push_back(gt_test::free_port());
+    std::ofstream(dir / "net.key") << "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n";
+  }
+  std::string peer_dir(int i) const { return dir / ("peer" + std::to_string(i)); }
+  std::string metrics(int i) const { return peer_dir(i) + "/metrics.jsonl"; }
+  std::string log(int i) const { return peer_dir(i) + "/log.txt"; }
+  std::string addr(int i) const { return "127.0.0.1:" + std::to_string(ports[i]); }
+
+  std::vector<std::string> argv(int i, bool gossip) const {
+    std::vector<std::string> a = {gt_test::peer_bin(),
+                                  "--num-shards", std::to_string(n),
+                                  "--shard", std::to_string(i),
+                                  "--metrics", metrics(i),
+                                  "--checkpoint-dir", peer_dir(i) + "/ckpt"};
+    if (gossip) {
+      a.insert(a.end(), {"--listen", addr(i), "--identity", peer_dir(i) + "/identity.key",
+                         "--network-key", dir / "net.key"});
+      if (i > 0) a.insert(a.end(), {"--seeds", addr(0)});
+    }
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  void start(int i, bool gossip) {
+    std::filesystem::create_directories(peer_dir(i));
+    procs.at(i) = std::make_unique<Process>(argv(i, gossip), log(i));
+  }
+  void start_all(bool gossip) {
+    procs.resize(n);
+    for (int i = 0; i < n; ++i) start(i, gossip);
+  }
+  // Final parameter vectors from the checkpoints; mean distance of each to their average.
+  double consensus_distance() const {
+    std::vector<std::vector<float>> p;
+    for (int i = 0; i < n; ++i) p.push_back(gossiptrain::core::load_checkpoint(peer_dir(i) + "/ckpt").params);
+    std::vector<double> avg(p[0].size(), 0.0);
+    for (const auto& v : p)
+      for (std::size_t k = 0; k < v.size(); ++k) avg[k] += v[k] / double(n);
+    double sum = 0;
+    for (const auto& v : p) {
+      double d = 0;
+      for (std::size_t k = 0; k < v.size(); ++k) d += (v[k] - avg[k]) * (v[k] - avg[k]);
+      sum += std::sqrt(d);
+    }
+    return sum / n;
+  }
+  std::string peer_id(int i) const {
+    for (const auto& j : gt_test::read_metrics(metrics(i)))
+      if (j.contains("peer") && j["peer"] != "local") return j["peer"];
+    return "";
+  }
+  // Distinct partners of successful exchanges of peer i.
+  std::set<std::string> partners(int i) const {
+    std::set<std::string> s;
+    for (const auto& j : gt_test::read_metrics(metrics(i)))
+      if (j["event"] == "exchange" && j["ok"] == true) s.insert(j["partner"].get<std::string>());
+    return s;
+  }
+  int ok_exchanges(int i) const {
+    int c = 0;
+    for (const auto& j : gt_test::read_metrics(metrics(i)))
+      if (j["event"] == "exchange" && j["ok"] == true) ++c;
+    return c;
+  }
+  // Index of the first `member` line of peer i saying `who` is in `state`, after line `from`.
+  long member_event(int i, const std::string& who, const std::string& state, long from = -1) const {
+    const auto lines = gt_test::read_metrics(metrics(i));
+    for (long k = from + 1; k < long(lines.size()); ++k) {
+      const auto& j = lines[std::size_t(k)];
+      if (j["event"] == "member" && j["member"] == who && j["state"] == state) return k;
+    }
+    return -1;
+  }
+};
+
+const std::vector<std::string> kTrainFlags = {
+    "--data", "synthetic", "--backend", "cpu", "--model", "mlp:784-32-10", "--batch", "32",
+    "--seed", "3", "--gossip-every", "2", "--log-level", "info"};
+
+}  // namespace
+
+TEST_CASE("4 peers on the encrypted channel train together and end closer than alone",
+          "[system][gossip]") {
+  auto flags = kTrainFlags;
+  flags.insert(flags.end(), {"--epochs", "150", "--linger", "3"});
+
+  Swarm gossip("gt-swarm-gossip", 4, flags);
+  gossip.start_all(true);
+  for (int i = 0; i < 4; ++i) {
+    INFO("peer " << i << " log:\n" << gt_test::read_file(gossip.log(i)));
+    REQUIRE(gossip.procs[i]->wait_for(180s));
+    CHECK(gossip.procs[i]->exit_code() == 0);
+  }
+  for (int i = 0; i < 4; ++i) {
+    INFO("peer " << i);
+    CHECK(gossip.partners(i).size() >= 2);
+  }
+
+  Swarm alone("gt-swarm-alone", 4, flags);
+  alone.start_all(false);
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(alone.procs[i]->wait_for(180s));
+    CHECK(alone.procs[i]->exit_code() == 0);
+  }
+  const double d_gossip = gossip.consensus_distance(), d_alone = alone.consensus_distance();
+  WARN("consensus distance of the final parameters: gossip " << d_gossip << ", alone " << d_alone);
+  CHECK(d_gossip < 0.5 * d_alone);
+}
+
+TEST_CASE("a peer killed with SIGKILL is declared dead, the rest go on, and it rejoins from its "
+          "checkpoint", "[system][fault]") {
+  auto flags = kTrainFlags;
+  // Long enough that the test, not the epochs, decides when the peers stop.
+  flags.insert(flags.end(), {"--epochs", "100000"});
+  Swarm s("gt-swarm-fault", 3, flags);
+  s.start_all(true);
+  for (int i = 0; i < 3; ++i) {
+    INFO("peer " << i << " log:\n" << gt_test::read_file(s.log(i)));
+    REQUIRE(gt_test::eventually(60s, [&] { return s.ok_exchanges(i) >= 1; }));
+  }
+  const std::string victim = s.peer_id(2);
+  REQUIRE(!victim.empty());
+  REQUIRE(gt_test::eventually(30s, [&] {
+    return std::filesystem::exists(s.peer_dir(2) + "/ckpt/checkpoint.bin");
+  }));
+  s.procs[2]->signal(SIGKILL);
+  REQUIRE(s.procs[2]->wait_for(10s));
+  CHECK(s.procs[2]->exit_code() == 128 + SIGKILL);
+
+  // Both survivors declare it dead within the suspicion bound (4 s at n = 3, plus probing).
+  long dead_at[2];
+  for (int i = 0; i < 2; ++i) {
+    INFO("peer " << i << " log:\n" << gt_test::read_file(s.log(i)));
+    REQUIRE(gt_test::eventually(30s, [&] { return s.member_event(i, victim, "dead") >= 0; }));
+    dead_at[i] = s.member_event(i, victim, "dead");
+    CHECK(s.procs[i]->running());
+  }
+  // ... and keep averaging with each other.
+  const int before = s.ok_exchanges(0);
+  CHECK(gt_test::eventually(30s, [&] { return s.ok_exchanges(0) > before + 2; }));
+
+  // Restarted with the same identity and checkpoint folder: it resumes and rejoins.
+  s.start(2, true);
+  {
+    INFO("restarted peer log:\n" << gt_test::read_file(s.log(2)));
+    CHECK(gt_test::eventually(30s, [&] {
+      return gt_test::read_file(s.log(2)).find("resumed from checkpoint") != std::string::npos;
+    }));
+  }
+  for (int i = 0; i < 2; ++i) {
+    INFO("peer " << i << " sees the restarted peer alive again");
+    CHECK(gt_test::eventually(30s, [&] { return s.member_event(i, victim, "alive", dead_at[i]) >= 0; }));
+  }
+
+  for (int i = 0; i < 3; ++i) s.procs[i]->signal(SIGTERM);
+  for (int i = 0; i < 3; ++i) {
+    INFO("peer " << i << " stops cleanly on SIGTERM");
+    REQUIRE(s.procs[i]->wait_for(20s));
+    CHECK(s.procs[i]->exit_code() == 130);
+  }
+}

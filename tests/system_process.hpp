@@ -1,0 +1,147 @@
+// Helpers for the multi-process tests: start real gossip-peer processes, wait for them with a bound,
+// kill them for real, and read their metrics files.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace gt_test {
+
+inline std::string peer_bin() { return std::string(GT_BIN_DIR) + "/gossip-peer"; }
+
+// A child process with stdout+stderr in a log file; killed (SIGKILL) if still running on scope exit.
+class Process {
+ public:
+  Process(const std::vector<std::string>& argv, const std::string& log) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + " failed");
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+  ~Process() {
+    if (running()) {
+      ::kill(pid_, SIGKILL);
+      wait_for(std::chrono::seconds(10));
+    }
+  }
+  pid_t pid() const { return pid_; }
+  bool running() const { return !exited_; }
+  void signal(int sig) { ::kill(pid_, sig); }
+  // Waits up to timeout; returns true when the process has exited (status() then valid).
+  bool wait_for(std::chrono::milliseconds timeout) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (!exited_) {
+      int st = 0;
+      const pid_t r = ::waitpid(pid_, &st, WNOHANG);
+      if (r == pid_) {
+        exited_ = true;
+        status_ = st;
+        break;
+      }
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+  // Exit code, or 128 + signal for a killed process.
+  int exit_code() const {
+    return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int status_ = 0;
+};
+
+// Every whole JSON line of a metrics file (a partial last line is skipped).
+inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    try {
+      out.push_back(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  return out;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Polls pred every 50 ms until it holds or timeout passes.
+template <typename Pred>
+bool eventually(std::chrono::milliseconds timeout, Pred pred) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+// A fresh scratch folder for one test, removed on scope exit.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_(std::filesystem::temp_directory_path() /
+              (name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string operator/(const std::string& s) const { return (path_ / s).string(); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A free TCP port on 127.0.0.1 (bound to 0 and released; good enough for tests).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("free_port: cannot bind");
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace gt_test
