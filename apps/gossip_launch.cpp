@@ -1,0 +1,870 @@
+// gossip-launch: starts N gossip-peer processes on this machine, shows them live on stderr, stops
+// them cleanly on Ctrl-C, and leaves a run folder (config, metrics, logs, summary.json, plots).
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/launch_metrics.hpp"
+#include "apps/launch_options.hpp"
+#include "apps/launch_summary.hpp"
+#include "core/checkpoint.hpp"
+
+namespace fs = std::filesystem;
+using namespace gossiptrain;
+using namespace gossiptrain::apps;
+
+namespace {
+
+constexpr int kTickMs = 200;
+constexpr double kTtyRedrawS = 1.0;
+constexpr double kPlainProgressS = 10.0;
+constexpr double kPlotTimeoutS = 120.0;
+constexpr int kLogTailLines = 5;
+constexpr double kSeedWaitS = 60.0;  // loading Fashion-MNIST on a busy machine takes a while
+
+std::atomic<int> g_signals{0};
+extern "C" void on_signal(int) { g_signals.fetch_add(1); }
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "gossip-launch: %s\nrun 'gossip-launch --help' for the flags\n", msg.c_str());
+  return 2;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789-_./:=,+@%") == std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string utc_now(const char* format) {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
+  return buf;
+}
+
+fs::path self_dir() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path(".") : p.parent_path();
+}
+
+// Ports for gossip mode: the user's base port (each one checked free), or ports the OS hands out
+// for port 0, all held open together so they differ, then released for the peers.
+std::vector<int> pick_ports(int n, int base_port) {
+  std::vector<int> ports;
+  std::vector<int> fds;
+  auto cleanup = [&] {
+    for (int fd : fds) ::close(fd);
+  };
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      cleanup();
+      throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+    }
+    fds.push_back(fd);
+    // SO_REUSEADDR as the peers' acceptors use it: a port in TIME_WAIT is free, a listener is not.
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(std::uint16_t(base_port ? base_port + i : 0));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      int err = errno;
+      cleanup();
+      if (base_port)
+        throw UsageError("port " + std::to_string(base_port + i) + " on 127.0.0.1 is in use (" +
+                         std::strerror(err) + "): pick another --base-port or leave it out");
+      throw std::runtime_error(std::string("bind: ") + std::strerror(err));
+    }
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  cleanup();
+  return ports;
+}
+
+std::string write_network_key(const fs::path& path) {
+  std::ifstream rnd("/dev/urandom", std::ios::binary);
+  unsigned char key[32];
+  if (!rnd.read(reinterpret_cast<char*>(key), sizeof key))
+    throw std::runtime_error("cannot read /dev/urandom for the network key");
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char b : key) {
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::runtime_error("cannot create " + path.string() + ": " + std::strerror(errno));
+  hex += "\n";
+  bool ok = ::write(fd, hex.data(), hex.size()) == ssize_t(hex.size());
+  ::close(fd);
+  if (!ok) throw std::runtime_error("cannot write " + path.string());
+  return path.string();
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+std::vector<std::string> last_lines(const fs::path& path, int n) {
+  std::ifstream in(path);
+  std::deque<std::string> q;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    q.push_back(line);
+    if (int(q.size()) > n) q.pop_front();
+  }
+  return {q.begin(), q.end()};
+}
+
+struct Child {
+  pid_t pid = -1;
+  bool running = false;
+  bool failed_before_stop = false;
+  Clock::time_point started;
+  PeerOutcome outcome;
+};
+
+// fork + exec with stdout/stderr into log, stdin from /dev/null, and SIGTERM to the child if the
+// launcher itself dies, so no peer outlives a killed launcher.
+pid_t spawn(const std::string& bin, const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> argv_s;
+  argv_s.push_back(bin);
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(127);
+    int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int in = ::open("/dev/null", O_RDONLY);
+    if (out < 0 || in < 0) ::_exit(127);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(out, 2);
+    ::signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execv(bin.c_str(), argv.data());
+    std::fprintf(stderr, "gossip-launch: cannot exec %s: %s\n", bin.c_str(), std::strerror(errno));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+std::string pct(const std::optional<double>& v) {
+  if (!v) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f%%", 100.0 * *v);
+  return b;
+}
+
+class Launch {
+ public:
+  Launch(LaunchOptions o, std::string peer_bin) : o_(std::move(o)), peer_bin_(std::move(peer_bin)) {}
+  int run(int argc, char** argv);
+
+ private:
+  void prepare(int argc, char** argv);
+  void start_peers();
+  void spawn_peer(std::size_t i);
+  bool seeds_ready() const;
+  void start_rest();
+  void write_config();
+  void reap();
+  void poll_metrics();
+  void sample_consensus(bool final);
+  void handle_stop();
+  void draw(bool force);
+  std::vector<std::string> table() const;
+  std::string progress_line() const;
+  void note(const std::string& line);
+  void finish_plots(nlohmann::json& summary);
+  int exit_code() const;
+
+  LaunchOptions o_;
+  std::string peer_bin_;
+  fs::path run_dir_;
+  std::string network_key_;
+  std::vector<PeerPlan> plans_;
+  std::vector<Child> children_;
+  std::size_t seeds_ = 0;  // peers started first
+  bool all_started_ = false;
+  std::vector<MetricsTail> tails_;
+  std::vector<PeerStats> stats_;
+  Clock::time_point t0_;
+  std::string started_at_;
+  bool tty_ = false;
+  int drawn_lines_ = 0;
+  double last_draw_ = -1e9;
+  // Stop handling.
+  int signals_seen_ = 0;
+  bool stop_requested_ = false;
+  bool interrupted_ = false;
+  bool config_rejected_ = false;
+  double stop_deadline_ = 0;
+  bool killed_ = false;
+  // Consensus sampling: the checkpoint times of the last sample.
+  std::vector<fs::file_time_type> sampled_mtime_;
+  double last_sample_ = -1e9;
+  int consensus_points_ = 0;
+  std::optional<double> final_consensus_;
+  std::string consensus_note_;
+  std::vector<std::optional<double>> final_per_peer_;
+  Consensus last_consensus_;
+  std::vector<std::size_t> last_who_;
+  std::vector<std::optional<std::int64_t>> final_samples_;
+};
+
+void Launch::prepare(int argc, char** argv) {
+  t0_ = Clock::now();
+  started_at_ = utc_now("%Y-%m-%dT%H:%M:%SZ");
+  std::string part = o_.partition;
+  for (char& c : part)
+    if (c == ':') c = '-';
+  run_dir_ = o_.out.empty() ? fs::path("runs") / (std::string(mode_name(o_.mode)) + "-" + part + "-" +
+                                                  std::to_string(o_.peers) + "p-" +
+                                                  utc_now("%Y%m%d-%H%M%S"))
+                            : fs::path(o_.out);
+  std::error_code ec;
+  if (fs::exists(run_dir_, ec) && !(fs::is_directory(run_dir_, ec) && fs::is_empty(run_dir_, ec)))
+    throw UsageError("run folder " + run_dir_.string() +
+                     " exists and is not empty (peers would resume from its checkpoints and append "
+                     "to its metrics): pass another --out");
+  std::vector<int> ports(std::size_t(o_.peers), 0);
+  if (o_.mode == LaunchMode::Gossip) ports = pick_ports(o_.peers, o_.base_port);
+  fs::create_directories(run_dir_);
+  if (o_.mode == LaunchMode::Gossip && o_.network_key.empty())
+    network_key_ = write_network_key(run_dir_ / "network.key");
+  plans_ = plan_peers(o_, run_dir_.string(), ports, network_key_);
+  for (const auto& p : plans_) fs::create_directories(p.dir);
+
+  std::string cmd;
+  for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + shell_quote(argv[i]);
+  write_file(run_dir_ / "command.txt", cmd + "\n");
+  tty_ = ::isatty(STDERR_FILENO) == 1;
+}
+
+void Launch::start_peers() {
+  children_.resize(plans_.size());
+  stats_.resize(plans_.size());
+  sampled_mtime_.resize(plans_.size());
+  final_per_peer_.resize(plans_.size());
+  final_samples_.resize(plans_.size());
+  for (const auto& p : plans_) tails_.emplace_back(p.dir + "/metrics.jsonl");
+  for (auto& c : children_) c.outcome.state = "waiting for the seeds";
+  // In gossip mode the seeds (peers 0 and 1) start first and the others once the seeds listen:
+  // a peer whose seeds refuse it trains alone until its next re-dial, seconds later.
+  seeds_ = o_.mode == LaunchMode::Gossip && plans_.size() > 2 ? 2 : plans_.size();
+  for (std::size_t i = 0; i < seeds_; ++i) spawn_peer(i);
+  if (seeds_ == plans_.size()) start_rest();
+}
+
+void Launch::spawn_peer(std::size_t i) {
+  Child& c = children_[i];
+  c.started = Clock::now();
+  c.outcome.start_offset_s = since(t0_);
+  c.pid = spawn(peer_bin_, plans_[i].argv, plans_[i].dir + "/log.txt");
+  c.running = true;
+  c.outcome.state = "running";
+}
+
+// Whether something listens on 127.0.0.1:port (or any address), read from /proc/net/tcp so that
+// no probe connection shows up in the peer's log as a failed handshake.
+bool port_listening(int port) {
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  std::getline(in, line);  // header
+  char want[8];
+  std::snprintf(want, sizeof want, ":%04X", port);
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string sl, local, remote, st;
+    ls >> sl >> local >> remote >> st;
+    if (st == "0A" && local.size() >= 5 && local.compare(local.size() - 5, 5, want) == 0) return true;
+  }
+  return false;
+}
+
+bool Launch::seeds_ready() const {
+  for (std::size_t i = 0; i < seeds_; ++i) {
+    if (!children_[i].running) return true;  // a dead seed will not start listening: go on
+    const std::string& l = plans_[i].listen;
+    if (!port_listening(std::stoi(l.substr(l.rfind(':') + 1)))) return false;
+  }
+  return true;
+}
+
+void Launch::start_rest() {
+  for (std::size_t i = seeds_; i < plans_.size(); ++i) spawn_peer(i);
+  all_started_ = true;
+  write_config();
+}
+
+void Launch::write_config() {
+  // config.json after the spawn so it records the pids and start offsets as well.
+  nlohmann::json peers = nlohmann::json::array();
+  for (std::size_t i = 0; i < plans_.size(); ++i) {
+    const auto& p = plans_[i];
+    std::vector<std::string> full{peer_bin_};
+    full.insert(full.end(), p.argv.begin(), p.argv.end());
+    peers.push_back({{"peer", p.index},
+                     {"dir", p.dir},
+                     {"listen", p.listen},
+                     {"seeds", p.seeds},
+                     {"shard", p.config.shard},
+                     {"num_shards", p.config.num_shards},
+                     {"pid", children_[i].pid},
+                     {"start_offset_s", children_[i].outcome.start_offset_s},
+                     {"argv", full}});
+  }
+  std::error_code ec;
+  nlohmann::json cfg = {
+      {"mode", mode_name(o_.mode)},
+      {"peers", o_.peers},
+      {"peers_requested", o_.peers_requested},
+      {"run_dir", run_dir_.string()},
+      {"cwd", fs::current_path(ec).string()},
+      {"started_at", started_at_},
+      {"peer_bin", peer_bin_},
+      {"partition", o_.partition},
+      {"data", o_.data},
+      {"seed", o_.seed},
+      {"model", plans_[0].config.train.model},
+      {"epochs", plans_[0].config.train.epochs},
+      {"batch", plans_[0].config.train.batch},
+      {"lr", plans_[0].config.train.lr},
+      {"gossip_every", plans_[0].config.gossip_every},
+      {"wire", plans_[0].config.wire},
+      {"network_key", o_.network_key.empty() ? network_key_ : o_.network_key},
+      {"base_port", o_.base_port},
+      {"target_acc", o_.target_acc},
+      {"stop_timeout_s", o_.stop_timeout_s},
+      {"consensus_every_s", o_.consensus_every_s},
+      {"forwarded", o_.forward},
+      {"peer_list", peers},
+  };
+  write_file(run_dir_ / "config.json", cfg.dump(2) + "\n");
+}
+
+void Launch::note(const std::string& line) {
+  if (tty_ && drawn_lines_ > 0) {
+    std::fprintf(stderr, "\x1b[%dA\r\x1b[J", drawn_lines_);
+    drawn_lines_ = 0;
+    last_draw_ = -1e9;  // redraw the table under the note at the next tick
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void Launch::reap() {
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    Child& c = children_[i];
+    if (!c.running) continue;
+    int status = 0;
+    pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+    if (r != c.pid) continue;
+    c.running = false;
+    PeerOutcome& out = c.outcome;
+    const std::string log = plans_[i].dir + "/log.txt";
+    if (WIFEXITED(status)) {
+      out.exit_code = WEXITSTATUS(status);
+      if (out.exit_code == 0) {
+        out.state = "done";
+      } else if (out.exit_code == 130 && stop_requested_) {
+        out.state = "stopped";
+      } else {
+        out.state = "exited with code " + std::to_string(out.exit_code);
+        out.failed = true;
+      }
+    } else if (WIFSIGNALED(status)) {
+      out.signal = WTERMSIG(status);
+      out.state = "killed by " + signal_name(out.signal);
+      if (killed_) out.state += " after --stop-timeout";
+      out.failed = true;
+    }
+    c.failed_before_stop = out.failed && !stop_requested_;
+    if (out.failed) {
+      note("gossip-launch: peer " + std::to_string(i) + " " + out.state + " (log: " + log + ")");
+      for (const auto& l : last_lines(log, kLogTailLines)) note("  | " + l);
+    }
+    // Exit code 2 is the peer refusing its configuration (bad data, too many shards, ...): every
+    // peer got the same flags, so the run cannot go on.
+    if (out.exit_code == 2 && !stop_requested_) {
+      config_rejected_ = true;
+      note("gossip-launch: peer " + std::to_string(i) +
+           " rejected its configuration; stopping the other peers");
+      handle_stop();
+    }
+  }
+}
+
+void Launch::poll_metrics() {
+  for (std::size_t i = 0; i < tails_.size(); ++i) {
+    auto& offset = children_[i].outcome.clock_offset_s;
+    const double now = since(t0_);
+    std::error_code ec;
+    // The peer creates its metrics file when its clock starts, so seeing the file bounds t = 0.
+    if (!offset && fs::exists(plans_[i].dir + "/metrics.jsonl", ec)) offset = now;
+    tails_[i].poll([&](const std::string& line) {
+      if (auto t = stats_[i].add_line(line, o_.target_acc))
+        if (!offset || now - *t < *offset) offset = std::max(0.0, now - *t);
+    });
+  }
+}
+
+void Launch::sample_consensus(bool final) {
+  const std::size_t n = plans_.size();
+  std::vector<fs::file_time_type> mt(n);
+  std::error_code ec;
+  bool all = true, all_newer = true, any_newer = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    mt[i] = fs::last_write_time(fs::path(plans_[i].dir) / "ckpt" / "checkpoint.bin", ec);
+    if (ec) {
+      all = false;
+      continue;
+    }
+    bool newer = mt[i] != sampled_mtime_[i];
+    any_newer |= newer;
+    all_newer &= newer;
+  }
+  const double now = since(t0_);
+  if (!final) {
+    if (n < 2 || !all || !any_newer) return;
+  } else if (!any_newer && consensus_points_ > 0) {
+    // The last sample already holds the final checkpoints: keep its figures, add no duplicate.
+    for (std::size_t i = 0; i < n; ++i) {
+      try {
+        final_samples_[i] = core::load_checkpoint(plans_[i].dir + "/ckpt").samples;
+      } catch (const core::CheckpointError&) {
+      }
+    }
+    final_consensus_ = last_consensus_.mean;
+    for (std::size_t k = 0; k < last_who_.size(); ++k)
+      final_per_peer_[last_who_[k]] = last_consensus_.per_peer[k];
+    return;
+    if (!all_newer && now - last_sample_ < o_.consensus_every_s) return;
+  }
+  std::vector<std::vector<float>> params;
+  std::vector<std::size_t> who;
+  nlohmann::json steps = nlohmann::json::array(), epochs = nlohmann::json::array();
+  for (std::size_t i = 0; i < n; ++i) {
+    try {
+      core::Checkpoint c = core::load_checkpoint(fs::path(plans_[i].dir + "/ckpt").string());
+      if (final) final_samples_[i] = c.samples;
+      steps.push_back(c.step);
+      epochs.push_back(c.epoch);
+      params.push_back(std::move(c.params));
+      who.push_back(i);
+    } catch (const core::CheckpointError& e) {
+      // A missing checkpoint (peer died early) leaves that peer out of the final figure.
+      if (final) consensus_note_ += "peer " + std::to_string(i) + ": " + e.what() + "; ";
+      else return;
+    }
+  }
+  sampled_mtime_ = mt;
+  last_sample_ = now;
+  if (params.size() < 2) {
+    if (final)
+      consensus_note_ += n < 2 ? "one peer: no consensus to measure"
+                               : "fewer than two final checkpoints";
+    return;
+  }
+  Consensus c;
+  try {
+    c = consensus_distance(params);
+  } catch (const std::invalid_argument& e) {
+    consensus_note_ = e.what();
+    return;
+  }
+  last_consensus_ = c;
+  last_who_ = who;
+  if (final) {
+    final_consensus_ = c.mean;
+    for (std::size_t k = 0; k < who.size(); ++k) final_per_peer_[who[k]] = c.per_peer[k];
+  }
+  nlohmann::json point = {{"t", now},           {"distance", c.mean}, {"per_peer", c.per_peer},
+                          {"peers", who},       {"steps", steps},     {"epochs", epochs},
+                          {"final", final}};
+  std::ofstream out(run_dir_ / "consensus.jsonl", std::ios::app);
+  out << point.dump() << "\n";
+  ++consensus_points_;
+}
+
+void Launch::handle_stop() {
+  if (!stop_requested_) {
+    stop_requested_ = true;
+    stop_deadline_ = since(t0_) + o_.stop_timeout_s;
+    for (auto& c : children_)
+      if (c.running) ::kill(c.pid, SIGTERM);
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "gossip-launch: stopping the peers (SIGTERM; SIGKILL in %.0f s or on a second "
+                  "Ctrl-C)",
+                  o_.stop_timeout_s);
+    note(buf);
+    return;
+  }
+  if (!killed_) {
+    killed_ = true;
+    for (auto& c : children_)
+      if (c.running) ::kill(c.pid, SIGKILL);
+    note("gossip-launch: SIGKILL sent to the peers still running");
+  }
+}
+
+std::vector<std::string> Launch::table() const {
+  std::vector<std::string> lines;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "gossip-launch  %s  %d peer%s  %s  %.0f s", mode_name(o_.mode),
+                o_.peers, o_.peers == 1 ? "" : "s", run_dir_.c_str(), since(t0_));
+  lines.push_back(buf);
+  std::snprintf(buf, sizeof buf, "%-4s %-16s %7s %7s %8s %8s %8s %13s %8s %4s  %s", "peer", "id",
+                "epoch", "step", "loss", "acc", "best", "exch ok/fail", "MB sent", "live", "state");
+  lines.push_back(buf);
+  const int epochs = plans_.empty() ? 0 : plans_[0].config.train.epochs;
+  for (std::size_t i = 0; i < stats_.size(); ++i) {
+    const PeerStats& s = stats_[i];
+    const Child& c = children_[i];
+    std::string state = c.outcome.state;
+    if (c.running && s.lines == 0) state = "starting";
+    else if (c.running && s.done) state = "finishing";
+    std::string ep = std::to_string(s.epoch) + "/" + std::to_string(epochs);
+    char loss[32] = "-";
+    if (s.loss) std::snprintf(loss, sizeof loss, "%.4f", *s.loss);
+    std::string exch = std::to_string(s.exchanges_ok) + "/" + std::to_string(s.exchanges_failed);
+    std::snprintf(buf, sizeof buf, "%-4zu %-16.16s %7s %7lld %8s %8s %8s %13s %8.2f %4d  %s", i,
+                  s.id.empty() ? "-" : s.id.c_str(), ep.c_str(), (long long)s.step, loss,
+                  pct(s.test_acc).c_str(), pct(s.best_test_acc).c_str(), exch.c_str(),
+                  double(s.bytes) / 1e6, s.members_alive(), state.c_str());
+    lines.push_back(buf);
+  }
+  return lines;
+}
+
+std::string Launch::progress_line() const {
+  int running = 0, emin = 1 << 30, emax = 0, ok = 0, failed = 0;
+  double bytes = 0, sum = 0, mn = 2;
+  int with_acc = 0;
+  for (std::size_t i = 0; i < stats_.size(); ++i) {
+    running += children_[i].running;
+    emin = std::min(emin, stats_[i].epoch);
+    emax = std::max(emax, stats_[i].epoch);
+    ok += stats_[i].exchanges_ok;
+    failed += stats_[i].exchanges_failed;
+    bytes += double(stats_[i].bytes);
+    if (stats_[i].test_acc) {
+      sum += *stats_[i].test_acc;
+      mn = std::min(mn, *stats_[i].test_acc);
+      ++with_acc;
+    }
+  }
+  char buf[256];
+  const int epochs = plans_.empty() ? 0 : plans_[0].config.train.epochs;
+  std::string acc = with_acc ? "acc mean " + pct(sum / with_acc) + " min " + pct(mn) : "acc -";
+  std::snprintf(buf, sizeof buf,
+                "gossip-launch: %4.0f s  running %d/%zu  epoch %d..%d/%d  %s  exchanges %d ok %d "
+                "failed  %.1f MB",
+                since(t0_), running, stats_.size(), emin, emax, epochs, acc.c_str(), ok, failed,
+                bytes / 1e6);
+  return buf;
+}
+
+void Launch::draw(bool force) {
+  const double now = since(t0_);
+  if (tty_) {
+    if (!force && now - last_draw_ < kTtyRedrawS) return;
+    last_draw_ = now;
+    std::string out;
+    if (drawn_lines_ > 0) out += "\x1b[" + std::to_string(drawn_lines_) + "A\r\x1b[J";
+    auto lines = table();
+    for (const auto& l : lines) out += l + "\n";
+    std::fputs(out.c_str(), stderr);
+    drawn_lines_ = int(lines.size());
+  } else {
+    if (!force && now - last_draw_ < kPlainProgressS) return;
+    last_draw_ = now;
+    std::fprintf(stderr, "%s\n", progress_line().c_str());
+  }
+  std::fflush(stderr);
+}
+
+std::optional<fs::path> find_plot_script() {
+  std::vector<fs::path> dirs;
+  if (const char* env = std::getenv("GT_SCRIPTS_DIR")) dirs.emplace_back(env);
+  const fs::path self = self_dir();
+  dirs.push_back(self / ".." / ".." / "scripts");
+  dirs.push_back(self / ".." / "scripts");
+#ifdef GT_SOURCE_DIR
+  dirs.push_back(fs::path(GT_SOURCE_DIR) / "scripts");
+#endif
+  std::error_code ec;
+  for (const auto& d : dirs)
+    if (fs::is_regular_file(d / "plot_run.py", ec)) return fs::weakly_canonical(d / "plot_run.py", ec);
+  return std::nullopt;
+}
+
+void Launch::finish_plots(nlohmann::json& summary) {
+  nlohmann::json plots = {{"ok", false}};
+  auto script = find_plot_script();
+  if (!o_.plots) {
+    plots["message"] = "skipped (--no-plots)";
+  } else if (!script) {
+    plots["message"] =
+        "scripts/plot_run.py not found (set GT_SCRIPTS_DIR to the folder that holds it)";
+  } else {
+    // Debian's python3 has matplotlib; the python3 first on PATH may be another one.
+    std::string python = ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+    const std::string log = (run_dir_ / "plot.log").string();
+    pid_t pid = -1;
+    std::vector<std::string> args{script->string(), run_dir_.string()};
+    std::vector<char*> argv;
+    argv.push_back(python.data());
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid = ::fork();
+    if (pid == 0) {
+      int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (out >= 0) {
+        ::dup2(out, 1);
+        ::dup2(out, 2);
+      }
+      ::execvp(python.c_str(), argv.data());
+      std::fprintf(stderr, "cannot run %s: %s\n", python.c_str(), std::strerror(errno));
+      ::_exit(127);
+    }
+    int status = 0;
+    const auto t = Clock::now();
+    bool done = false;
+    while (pid > 0 && since(t) < kPlotTimeoutS) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        done = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
+    }
+    if (!done && pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+    if (done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      plots["ok"] = true;
+      plots["message"] = "accuracy.png, consensus.png, bytes.png";
+    } else {
+      auto tail = last_lines(log, 1);
+      plots["message"] = std::string(done ? "plot_run.py failed" : "plot_run.py timed out") +
+                         " (" + python + "; see " + log + ")" +
+                         (tail.empty() ? "" : ": " + tail.back());
+    }
+  }
+  summary["plots"] = plots;
+  if (o_.plots)
+    std::fprintf(stderr, "plots: %s%s\n", plots["ok"].get<bool>() ? "" : "NOT MADE: ",
+                 plots["message"].get<std::string>().c_str());
+}
+
+int Launch::exit_code() const {
+  if (config_rejected_) return 2;
+  // A peer that failed on its own is a failure even when the user stopped the run later; one that
+  // only failed to stop in time after Ctrl-C is part of the interruption.
+  bool failed_on_its_own = false, failed = false;
+  for (const auto& c : children_) {
+    failed |= c.outcome.failed;
+    failed_on_its_own |= c.failed_before_stop;
+  }
+  if (failed_on_its_own) return 1;
+  if (interrupted_) return 130;
+  return failed ? 1 : 0;
+}
+
+int Launch::run(int argc, char** argv) {
+  prepare(argc, argv);
+  if (o_.mode == LaunchMode::Central && o_.peers_requested != 1)
+    std::fprintf(stderr, "gossip-launch: central mode runs one peer on all the data (--peers %d ignored)\n",
+                 o_.peers_requested);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  start_peers();
+  std::fprintf(stderr, "gossip-launch: %d peer%s (%s, partition %s) -> %s\n", o_.peers,
+               o_.peers == 1 ? "" : "s", mode_name(o_.mode), o_.partition.c_str(),
+               run_dir_.c_str());
+  for (;;) {
+    int sig = g_signals.load();
+    if (sig > signals_seen_) {
+      signals_seen_ = sig;
+      interrupted_ = true;
+      handle_stop();
+    }
+    if (stop_requested_ && !killed_ && since(t0_) > stop_deadline_) handle_stop();
+    reap();
+    if (!all_started_ && !stop_requested_ &&
+        (seeds_ready() || since(t0_) > kSeedWaitS)) {
+      if (!seeds_ready())
+        note("gossip-launch: the seeds do not listen after " + std::to_string(int(kSeedWaitS)) +
+             " s; starting the other peers anyway");
+      start_rest();
+    }
+    poll_metrics();
+    sample_consensus(false);
+    bool any = false;
+    for (const auto& c : children_) any |= c.running;
+    if (!any) break;
+    draw(false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
+  }
+  if (!all_started_) {
+    for (auto& c : children_)
+      if (c.pid < 0) c.outcome.state = "not started (the run stopped first)";
+    write_config();
+  }
+  poll_metrics();
+  sample_consensus(true);
+  draw(true);
+  if (!tty_)
+    for (const auto& l : table()) std::fprintf(stderr, "%s\n", l.c_str());
+
+  RunFacts facts;
+  facts.options = &o_;
+  facts.run_dir = run_dir_.string();
+  facts.started_at = started_at_;
+  facts.seconds = since(t0_);
+  facts.interrupted = interrupted_;
+  facts.consensus_distance = final_consensus_;
+  facts.consensus_note = consensus_note_;
+  facts.consensus_points = consensus_points_;
+  facts.epochs = plans_[0].config.train.epochs;
+  facts.batch = plans_[0].config.train.batch;
+  facts.model = plans_[0].config.train.model;
+  std::vector<PeerOutcome> outcomes;
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    PeerOutcome out = children_[i].outcome;
+    out.ckpt_samples = final_samples_[i];
+    out.consensus = final_per_peer_[i];
+    outcomes.push_back(out);
+  }
+  nlohmann::json summary = make_summary(facts, stats_, outcomes);
+  // Written before plotting so plot_run.py can read it, and again with the plot result.
+  write_file(run_dir_ / "summary.json", summary.dump(2) + "\n");
+  finish_plots(summary);
+  write_file(run_dir_ / "summary.json", summary.dump(2) + "\n");
+
+  auto fig = [&](const char* k) {
+    const auto& v = summary[k];
+    return v.is_number() ? std::optional<double>(v.get<double>()) : std::nullopt;
+  };
+  char ttt[32] = "not reached", cons[32] = "-";
+  if (auto v = fig("time_to_target_s")) std::snprintf(ttt, sizeof ttt, "%.1f s", *v);
+  if (auto v = fig("consensus_distance")) std::snprintf(cons, sizeof cons, "%.4g", *v);
+  std::fprintf(stderr,
+               "final test acc: mean %s  min %s  max %s  best %s  time to %.0f%% (all peers): %s  "
+               "consensus distance: %s\n",
+               pct(fig("final_test_acc_mean")).c_str(), pct(fig("final_test_acc_min")).c_str(),
+               pct(fig("final_test_acc_max")).c_str(), pct(fig("best_test_acc")).c_str(),
+               100 * o_.target_acc, ttt, cons);
+  const int code = exit_code();
+  int failed = 0;
+  for (const auto& c : children_) failed += c.outcome.failed;
+  std::fprintf(stderr, "gossip-launch: %s; run folder %s (summary.json)\n",
+               code == 0     ? "all peers done"
+               : code == 130 ? "interrupted"
+               : code == 2   ? "a peer rejected its configuration"
+                             : (std::to_string(failed) + " peer(s) failed").c_str(),
+               run_dir_.c_str());
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  LaunchOptions o;
+  try {
+    o = parse_launch_args(std::vector<std::string>(argv + 1, argv + argc));
+    if (o.help) {
+      std::fputs(launch_usage().c_str(), stdout);
+      return 0;
+    }
+    if (!o.compare.empty()) {
+      std::fputs(compare_runs(o.compare, o.markdown).c_str(), stdout);
+      return 0;
+    }
+  } catch (const UsageError& e) {
+    return usage_error(e.what());
+  }
+  std::string bin = o.peer_bin.empty() ? (self_dir() / "gossip-peer").string() : o.peer_bin;
+  if (::access(bin.c_str(), X_OK) != 0)
+    return usage_error("gossip-peer not found or not executable at " + bin +
+                       " (build it: ninja -C BUILD gossip-peer, or pass --peer-bin)");
+  if (o.data != "synthetic") {
+    std::error_code ec;
+    if (!fs::is_directory(o.data, ec))
+      return usage_error("data set folder " + o.data +
+                         " not found: install Fashion-MNIST with 'sudo apt-get install "
+                         "dataset-fashion-mnist' (or scripts/setup.sh), or pass --data DIR, or "
+                         "--data synthetic for a small generated set");
+  }
+  try {
+    Launch launch(std::move(o), bin);
+    return launch.run(argc, argv);
+  } catch (const UsageError& e) {
+    return usage_error(e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gossip-launch: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,114 @@
+// Incremental metrics reading and per-peer figures for gossip-launch (see launch_metrics.hpp).
+#include "apps/launch_metrics.hpp"
+
+#include <cstdio>
+
+namespace gossiptrain::apps {
+
+void MetricsTail::read_more() {
+  std::FILE* f = std::fopen(path_.c_str(), "rb");
+  if (!f) return;
+  if (std::fseek(f, long(offset_), SEEK_SET) == 0) {
+    char chunk[65536];
+    std::size_t n;
+    while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) {
+      buf_.append(chunk, n);
+      offset_ += n;
+    }
+  }
+  std::fclose(f);
+}
+
+namespace {
+
+std::optional<double> num(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+}  // namespace
+
+std::optional<double> PeerStats::add_line(const std::string& line, double target_acc) {
+  if (line.empty()) return std::nullopt;
+  auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("t") || !j.contains("peer") ||
+      !j.contains("event") || !j["t"].is_number() || !j["event"].is_string()) {
+    ++bad_lines;
+    return std::nullopt;
+  }
+  add_event(j, target_acc);
+  return j["t"].get<double>();
+}
+
+void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
+  ++lines;
+  const double t = j["t"].get<double>();
+  last_t = std::max(last_t, t);
+  if (j["peer"].is_string()) id = j["peer"].get<std::string>();
+  const std::string ev = j["event"].get<std::string>();
+  if (ev == "step") {
+    if (auto v = num(j, "step")) step = std::int64_t(*v);
+    if (auto v = num(j, "loss")) loss = v;
+    if (auto v = num(j, "samples_per_s")) samples_per_s = v;
+  } else if (ev == "eval") {
+    if (auto v = num(j, "epoch")) epoch = int(*v);
+    if (auto v = num(j, "step")) step = std::max(step, std::int64_t(*v));
+    if (auto v = num(j, "train_loss")) loss = v;
+    if (auto v = num(j, "samples_per_s")) samples_per_s = v;
+    if (auto v = num(j, "test_acc")) {
+      test_acc = v;
+      if (!best_test_acc || *v > *best_test_acc) best_test_acc = v;
+      if (!time_to_target && *v >= target_acc) time_to_target = t;
+    }
+  } else if (ev == "exchange") {
+    bool ok = j.contains("ok") && j["ok"].is_boolean() && j["ok"].get<bool>();
+    if (ok) {
+      ++exchanges_ok;
+    } else {
+      ++exchanges_failed;
+      std::string reason = "unknown";
+      if (j.contains("reason") && j["reason"].is_string() && !j["reason"].get<std::string>().empty())
+        reason = j["reason"].get<std::string>();
+      ++failed_by_reason[reason];
+    }
+    // bytes_sent is this peer's share; `bytes` (both directions) only when that is missing.
+    if (auto v = num(j, "bytes_sent")) bytes += std::int64_t(*v);
+    else if (auto w = num(j, "bytes")) bytes += std::int64_t(*w);
+    if (auto v = num(j, "bytes")) bytes_wire += std::int64_t(*v);
+  } else if (ev == "member") {
+    // Metrics writes a field that would shadow the header as EVENT_KEY: the member is member_peer.
+    for (const char* k : {"member_peer", "member", "id"})
+      if (j.contains(k) && j[k].is_string() && j.contains("state") && j["state"].is_string()) {
+        members[j[k].get<std::string>()] = j["state"].get<std::string>();
+        break;
+      }
+  } else if (ev == "checkpoint") {
+    if (auto v = num(j, "epoch")) epoch = std::max(epoch, int(*v));
+  } else if (ev == "done") {
+    done = true;
+    if (auto v = num(j, "final_test_acc")) final_test_acc = v;
+    if (auto v = num(j, "best_test_acc"))
+      if (!best_test_acc || *v > *best_test_acc) best_test_acc = v;
+    if (auto v = num(j, "steps")) done_steps = std::int64_t(*v);
+    if (auto v = num(j, "epochs")) epoch = int(*v);
+    if (auto v = num(j, "seconds")) seconds = v;
+    stopped = j.contains("stopped") && j["stopped"].is_boolean() && j["stopped"].get<bool>();
+  } else if (ev == "error") {
+    ++errors;
+    for (const char* k : {"message", "error", "what", "reason"})
+      if (j.contains(k) && j[k].is_string()) {
+        last_error = j[k].get<std::string>();
+        break;
+      }
+  }
+}
+
+int PeerStats::members_alive() const {
+  int n = 0;
+  for (const auto& [who, state] : members)
+    if (state == "alive" || state == "suspect") ++n;
+  return n;
+}
+
+}  // namespace gossiptrain::apps

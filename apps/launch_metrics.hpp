@@ -1,0 +1,76 @@
+// What gossip-launch learns from a peer's metrics.jsonl: an incremental reader that tolerates a
+// partial last line, and the running figures (epoch, loss, accuracy, exchanges) it folds them into.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace gossiptrain::apps {
+
+// Reads the lines appended to a file since the last call. A line without its newline yet is kept
+// until the rest arrives; a file that does not exist yet is simply empty.
+class MetricsTail {
+ public:
+  explicit MetricsTail(std::string path) : path_(std::move(path)) {}
+  // Calls on_line for every complete new line; returns how many.
+  template <class F>
+  int poll(F&& on_line) {
+    int n = 0;
+    read_more();
+    std::size_t start = 0;
+    for (;;) {
+      auto nl = buf_.find('\n', start);
+      if (nl == std::string::npos) break;
+      on_line(buf_.substr(start, nl - start));
+      start = nl + 1;
+      ++n;
+    }
+    buf_.erase(0, start);
+    return n;
+  }
+
+ private:
+  void read_more();
+  std::string path_;
+  std::uint64_t offset_ = 0;
+  std::string buf_;
+};
+
+struct PeerStats {
+  std::string id;           // the peer's own name in its metrics (`peer` field)
+  int lines = 0;
+  int bad_lines = 0;        // not JSON or missing t/peer/event
+  double last_t = 0.0;
+  std::int64_t step = 0;
+  int epoch = 0;            // completed epochs (from eval/checkpoint/done)
+  std::optional<double> loss;
+  std::optional<double> test_acc;       // last eval
+  std::optional<double> best_test_acc;
+  std::optional<double> final_test_acc;  // from `done`
+  std::optional<double> time_to_target;  // peer's t of the first eval at or above the target
+  std::optional<double> samples_per_s;
+  std::int64_t done_steps = -1;
+  bool done = false;
+  bool stopped = false;     // done with stopped = true
+  std::optional<double> seconds;
+  int exchanges_ok = 0;
+  int exchanges_failed = 0;
+  std::map<std::string, int> failed_by_reason;
+  std::int64_t bytes = 0;       // sent by this peer
+  std::int64_t bytes_wire = 0;  // sent + received
+  std::map<std::string, std::string> members;  // member id -> last state
+  int errors = 0;
+  std::string last_error;
+
+  // Folds one metrics line in. target_acc decides time_to_target. Returns the line's t, or
+  // nothing for a line that is not a metrics event.
+  std::optional<double> add_line(const std::string& line, double target_acc);
+  void add_event(const nlohmann::json& j, double target_acc);
+  int members_alive() const;
+};
+
+}  // namespace gossiptrain::apps

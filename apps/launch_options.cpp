@@ -1,0 +1,212 @@
+// gossip-launch flag parsing and the per-peer argv plan (see launch_options.hpp).
+#include "apps/launch_options.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+namespace gossiptrain::apps {
+
+namespace {
+
+// Peer flags the launcher sets for each peer itself; a user value would break the run's layout.
+const std::set<std::string>& owned_peer_flags() {
+  static const std::set<std::string> s = {"listen", "advertise", "seeds",     "identity",
+                                          "metrics", "checkpoint-dir", "shard", "num-shards"};
+  return s;
+}
+
+long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi) {
+  long long x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || x < lo || x > hi)
+    throw UsageError("--" + flag + ": bad value '" + v + "' (an integer in " + std::to_string(lo) +
+                     ".." + std::to_string(hi) + ")");
+  return x;
+}
+
+double to_double(const std::string& flag, const std::string& v, double lo, double hi) {
+  double x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(x) || x < lo || x > hi) {
+    std::ostringstream os;
+    os << "--" << flag << ": bad value '" << v << "' (a number in [" << lo << ", " << hi << "])";
+    throw UsageError(os.str());
+  }
+  return x;
+}
+
+}  // namespace
+
+const char* mode_name(LaunchMode m) {
+  switch (m) {
+    case LaunchMode::Gossip: return "gossip";
+    case LaunchMode::Local: return "local";
+    case LaunchMode::Central: return "central";
+  }
+  return "?";
+}
+
+LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
+  LaunchOptions o;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      o.help = true;
+      return o;
+    }
+    if (a.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + a + "'");
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    // Flags without a value.
+    if (name == "no-plots" || name == "markdown") {
+      if (has_value) throw UsageError("--" + name + " takes no value");
+      if (name == "no-plots") o.plots = false;
+      else o.markdown = true;
+      continue;
+    }
+    if (name == "compare") {
+      if (has_value) o.compare.push_back(value);
+      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) o.compare.push_back(args[++i]);
+      if (o.compare.empty()) throw UsageError("--compare needs one or more run folders");
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) throw UsageError("--" + name + " needs a value");
+      value = args[++i];
+    }
+    if (name == "peers") {
+      o.peers = int(to_int("peers", value, 1, 256));
+    } else if (name == "out") {
+      if (value.empty()) throw UsageError("--out needs a folder");
+      o.out = value;
+    } else if (name == "mode") {
+      if (value == "gossip") o.mode = LaunchMode::Gossip;
+      else if (value == "local") o.mode = LaunchMode::Local;
+      else if (value == "central") o.mode = LaunchMode::Central;
+      else throw UsageError("--mode: bad value '" + value + "' (one of gossip|local|central)");
+    } else if (name == "base-port") {
+      o.base_port = int(to_int("base-port", value, 1024, 65535));
+    } else if (name == "target-acc") {
+      o.target_acc = to_double("target-acc", value, 0, 1);
+    } else if (name == "stop-timeout") {
+      o.stop_timeout_s = to_double("stop-timeout", value, 0, 3600);
+    } else if (name == "consensus-every") {
+      o.consensus_every_s = to_double("consensus-every", value, 0.5, 3600);
+    } else if (name == "peer-bin") {
+      o.peer_bin = value;
+    } else if (owned_peer_flags().count(name)) {
+      throw UsageError("--" + name +
+                       " is set by gossip-launch for each peer (ports, seeds, shards and files "
+                       "follow from --peers, --mode, --base-port and --out)");
+    } else {
+      o.forward.push_back("--" + name);
+      o.forward.push_back(value);
+    }
+  }
+  if (!o.compare.empty()) return o;
+  o.peers_requested = o.peers;
+  if (o.mode == LaunchMode::Central) o.peers = 1;
+  if (o.base_port > 0 && o.base_port + o.peers - 1 > 65535)
+    throw UsageError("--base-port " + std::to_string(o.base_port) + " leaves no room for " +
+                     std::to_string(o.peers) + " ports");
+  // The forwarded flags go through gossip-peer's own parser once here, so a bad value or an
+  // unknown flag stops the launch before any process starts, with the peer's message.
+  bool help = false;
+  PeerConfig base = parse_peer_args(o.forward, &help);
+  o.partition = base.partition;
+  o.data = base.data;
+  o.seed = base.train.seed;
+  o.network_key = base.network_key;
+  return o;
+}
+
+std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_dir,
+                                 const std::vector<int>& ports, const std::string& network_key) {
+  std::vector<PeerPlan> plans;
+  const bool gossip = o.mode == LaunchMode::Gossip;
+  auto addr = [&](int i) { return "127.0.0.1:" + std::to_string(ports.at(std::size_t(i))); };
+  for (int i = 0; i < o.peers; ++i) {
+    PeerPlan p;
+    p.index = i;
+    p.dir = run_dir + "/peer" + std::to_string(i);
+    std::vector<std::string>& a = p.argv;
+    a = o.forward;
+    if (o.network_key.empty() && !network_key.empty()) a.insert(a.end(), {"--network-key", network_key});
+    a.insert(a.end(), {"--num-shards", std::to_string(o.peers), "--shard", std::to_string(i),
+                       "--identity", p.dir + "/identity.key", "--metrics", p.dir + "/metrics.jsonl",
+                       "--checkpoint-dir", p.dir + "/ckpt"});
+    if (gossip) {
+      p.listen = addr(i);
+      // Peers 1.. join through peer 0 (and peer 1 as a second way in); peer 0 names peer 1 so
+      // that, having lost everyone, it still has someone to re-dial.
+      if (i == 0) {
+        if (o.peers > 1) p.seeds.push_back(addr(1));
+      } else {
+        p.seeds.push_back(addr(0));
+        if (o.peers > 2 && i != 1) p.seeds.push_back(addr(1));
+      }
+      a.insert(a.end(), {"--listen", p.listen});
+      if (!p.seeds.empty()) {
+        std::string s;
+        for (const auto& x : p.seeds) s += (s.empty() ? "" : ",") + x;
+        a.insert(a.end(), {"--seeds", s});
+      }
+    }
+    bool help = false;
+    try {
+      p.config = parse_peer_args(a, &help);
+    } catch (const UsageError& e) {
+      throw UsageError("peer " + std::to_string(i) + ": " + e.what());
+    }
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+std::string launch_usage() {
+  return R"(usage: gossip-launch --peers N [--out DIR] [--mode gossip|local|central] [peer flags...]
+       gossip-launch --compare RUN_DIR... [--markdown]
+
+Starts N gossip-peer processes on this machine, shows their progress live on stderr, and
+writes a run folder a person can read: command.txt, config.json, peerI/{metrics.jsonl,
+log.txt,ckpt/,identity.key}, consensus.jsonl, summary.json and PNG plots.
+
+Launcher flags:
+  --peers N              number of peers (default 3)
+  --mode MODE            gossip (default): peers on 127.0.0.1 average with each other;
+                         local: the same peers and shards, no network, no averaging;
+                         central: one peer on all the data (--num-shards 1); --peers is
+                         ignored (a note says so), so the same flags serve all three modes
+  --out DIR              run folder (default runs/<mode>-<partition>-<N>p-<UTC timestamp>);
+                         must not exist or be empty
+  --base-port P          peers listen on P, P+1, ... (default: free ports picked by the OS)
+  --target-acc X         accuracy for the time-to-target figures (default 0.85)
+  --stop-timeout S       on Ctrl-C / SIGTERM, seconds to wait before SIGKILL (default 15)
+  --consensus-every S    how often to sample the consensus distance (default 5)
+  --no-plots             skip scripts/plot_run.py
+  --peer-bin PATH        the gossip-peer to run (default: next to gossip-launch)
+  --compare DIR...       print the summaries of finished runs side by side
+  --markdown             with --compare: a Markdown table
+  --help                 this text
+
+Peer flags (see gossip-peer --help) are passed to every peer: --data, --partition, --seed,
+--model, --backend, --epochs, --batch, --lr, --gossip-every, --wire, --network-key, ...
+The launcher sets --listen, --seeds, --identity, --metrics, --checkpoint-dir, --shard and
+--num-shards itself. In gossip mode it writes a fresh network key into the run folder
+unless --network-key is given.
+
+Exit codes: 0 every peer finished, 1 a peer failed (its row and summary.json say how),
+2 bad flag, value or input, 130 interrupted (the summary is still written).
+Plots need python3 with matplotlib (/usr/bin/python3 is tried first); set GT_SCRIPTS_DIR
+to the folder holding plot_run.py if it is not found.
+)";
+}
+
+}  // namespace gossiptrain::apps

@@ -1,0 +1,58 @@
+// gossip-launch's configuration: its own flags, the peer flags it forwards, and the argv of every
+// peer it starts (ports, seeds, shard, per-peer files), checked up front with the peer's own parser.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "apps/common_options.hpp"
+
+namespace gossiptrain::apps {
+
+enum class LaunchMode { Gossip, Local, Central };
+const char* mode_name(LaunchMode m);
+
+struct LaunchOptions {
+  LaunchMode mode = LaunchMode::Gossip;
+  int peers = 3;
+  int peers_requested = 3;  // what --peers said (central runs one peer whatever it says)
+  std::string out;          // run folder; empty: runs/<mode>-<partition>-<N>p-<timestamp>
+  int base_port = 0;        // 0: free ports picked by binding port 0
+  double target_acc = 0.85;
+  double stop_timeout_s = 15.0;  // SIGTERM -> SIGKILL grace on stop
+  double consensus_every_s = 5.0;
+  bool plots = true;
+  std::string peer_bin;     // empty: gossip-peer next to this executable
+  // Forwarded peer flags, as given ("--name", "value" pairs, --name=value split up).
+  std::vector<std::string> forward;
+  // Peer flags the launcher reads as well as forwarding.
+  std::string partition = "iid";
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string network_key;  // user's; empty: the launcher writes one into the run folder
+  std::uint64_t seed = 1;
+  // --compare mode.
+  std::vector<std::string> compare;
+  bool markdown = false;
+  bool help = false;
+};
+
+// Parses argv (without argv[0]). Throws UsageError (exit code 2) on bad or owned flags.
+LaunchOptions parse_launch_args(const std::vector<std::string>& args);
+std::string launch_usage();
+
+struct PeerPlan {
+  int index = 0;
+  std::string dir;       // run/peerI
+  std::string listen;    // empty in local/central mode
+  std::vector<std::string> seeds;
+  std::vector<std::string> argv;  // without the program name
+  PeerConfig config;     // argv as gossip-peer will read it
+};
+
+// Builds every peer's argv for the run folder and the given listen ports (one per peer, unused
+// outside gossip mode), and validates each with gossip-peer's parser. Throws UsageError.
+std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_dir,
+                                 const std::vector<int>& ports, const std::string& network_key);
+
+}  // namespace gossiptrain::apps

@@ -1,0 +1,245 @@
+// summary.json, consensus distance and the --compare table for gossip-launch.
+#include "apps/launch_summary.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace gossiptrain::apps {
+
+Consensus consensus_distance(const std::vector<std::vector<float>>& params) {
+  Consensus c;
+  if (params.empty()) return c;
+  const std::size_t n = params[0].size();
+  for (const auto& p : params)
+    if (p.size() != n)
+      throw std::invalid_argument("parameter vectors differ in length (" + std::to_string(n) +
+                                  " vs " + std::to_string(p.size()) + "): different models");
+  // Double accumulation: the average of a few hundred thousand floats must not drift.
+  std::vector<double> avg(n, 0.0);
+  for (const auto& p : params)
+    for (std::size_t k = 0; k < n; ++k) avg[k] += p[k];
+  for (auto& a : avg) a /= double(params.size());
+  for (const auto& p : params) {
+    double s = 0.0;
+    for (std::size_t k = 0; k < n; ++k) {
+      const double d = double(p[k]) - avg[k];
+      s += d * d;
+    }
+    c.per_peer.push_back(std::sqrt(s));
+  }
+  for (double d : c.per_peer) c.mean += d;
+  c.mean /= double(c.per_peer.size());
+  return c;
+}
+
+namespace {
+
+nlohmann::json opt(const std::optional<double>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& stats,
+                            const std::vector<PeerOutcome>& outcomes) {
+  const LaunchOptions& o = *run.options;
+  nlohmann::json peers = nlohmann::json::array();
+  std::vector<double> finals;
+  std::optional<double> best, t_all, t_first;
+  bool all_reached = !stats.empty();
+  std::int64_t samples_total = 0, bytes_total = 0;
+  int ok_total = 0, failed_total = 0;
+  std::map<std::string, int> reasons_total;
+  nlohmann::json failed_peers = nlohmann::json::array();
+  for (std::size_t i = 0; i < stats.size(); ++i) {
+    const PeerStats& s = stats[i];
+    const PeerOutcome& out = outcomes[i];
+    // A peer killed before `done` still has its last evaluation: report that as its final figure.
+    std::optional<double> final_acc = s.final_test_acc ? s.final_test_acc : s.test_acc;
+    if (final_acc) finals.push_back(*final_acc);
+    if (s.best_test_acc && (!best || *s.best_test_acc > *best)) best = s.best_test_acc;
+    std::optional<double> t_launch;
+    if (s.time_to_target) {
+      t_launch = *s.time_to_target + out.clock_offset_s.value_or(out.start_offset_s);
+      if (!t_all || *t_launch > *t_all) t_all = t_launch;
+      if (!t_first || *t_launch < *t_first) t_first = t_launch;
+    } else {
+      all_reached = false;
+    }
+    std::int64_t steps = s.done_steps >= 0 ? s.done_steps : s.step;
+    std::int64_t samples = 0;
+    std::string samples_from = "checkpoint";
+    if (out.ckpt_samples) {
+      samples = *out.ckpt_samples;
+    } else {
+      // Without a checkpoint the count is steps x batch, an upper bound (the last batch of an
+      // epoch can be short).
+      samples = steps * std::int64_t(run.batch);
+      samples_from = "steps_x_batch";
+    }
+    samples_total += samples;
+    bytes_total += s.bytes;
+    ok_total += s.exchanges_ok;
+    failed_total += s.exchanges_failed;
+    for (const auto& [r, n] : s.failed_by_reason) reasons_total[r] += n;
+    if (out.failed) failed_peers.push_back(int(i));
+    peers.push_back({
+        {"peer", int(i)},
+        {"id", s.id},
+        {"state", out.state},
+        {"exit_code", out.exit_code >= 0 ? nlohmann::json(out.exit_code) : nlohmann::json(nullptr)},
+        {"signal", out.signal ? nlohmann::json(out.signal) : nlohmann::json(nullptr)},
+        {"failed", out.failed},
+        {"final_test_acc", opt(final_acc)},
+        {"best_test_acc", opt(s.best_test_acc)},
+        {"time_to_target_s", opt(s.time_to_target)},
+        {"time_to_target_launch_s", opt(t_launch)},
+        {"epochs", s.epoch},
+        {"steps", steps},
+        {"samples", samples},
+        {"samples_from", samples_from},
+        {"seconds", opt(s.seconds)},
+        {"exchanges_ok", s.exchanges_ok},
+        {"exchanges_failed", s.exchanges_failed},
+        {"exchanges_failed_by_reason", s.failed_by_reason},
+        {"bytes_sent", s.bytes},
+        {"bytes_sent_and_received", s.bytes_wire},
+        {"consensus_distance", opt(out.consensus)},
+        {"metrics_lines", s.lines},
+        {"metrics_bad_lines", s.bad_lines},
+        {"errors", s.errors},
+        {"last_error", s.last_error},
+        {"start_offset_s", out.start_offset_s},
+        {"clock_offset_s", opt(out.clock_offset_s)},
+    });
+  }
+  std::optional<double> mean, mn, mx, spread;
+  if (!finals.empty()) {
+    double sum = 0;
+    for (double f : finals) sum += f;
+    mean = sum / double(finals.size());
+    mn = *std::min_element(finals.begin(), finals.end());
+    mx = *std::max_element(finals.begin(), finals.end());
+    spread = *mean - *mn;
+  }
+  nlohmann::json j = {
+      {"run_dir", run.run_dir},
+      {"mode", mode_name(o.mode)},
+      {"partition", o.partition},
+      {"data", o.data},
+      {"model", run.model},
+      {"epochs", run.epochs},
+      {"batch", run.batch},
+      {"seed", o.seed},
+      {"num_peers", int(stats.size())},
+      {"started_at", run.started_at},
+      {"seconds", run.seconds},
+      {"interrupted", run.interrupted},
+      {"failed_peers", failed_peers},
+      {"target_acc", o.target_acc},
+      {"final_test_acc_mean", opt(mean)},
+      {"final_test_acc_min", opt(mn)},
+      {"final_test_acc_max", opt(mx)},
+      {"final_test_acc_spread", opt(spread)},
+      {"best_test_acc", opt(best)},
+      // Launch clock: when every peer had reached the target (null if one never did), and the
+      // first peer to reach it.
+      {"time_to_target_s", all_reached ? opt(t_all) : nlohmann::json(nullptr)},
+      {"time_to_target_first_s", opt(t_first)},
+      {"samples", samples_total},
+      {"exchanges_ok", ok_total},
+      {"exchanges_failed", failed_total},
+      {"exchanges_failed_by_reason", reasons_total},
+      {"bytes_sent", bytes_total},
+      {"consensus_distance", opt(run.consensus_distance)},
+      {"consensus_note", run.consensus_note},
+      {"consensus_points", run.consensus_points},
+      {"peers", peers},
+  };
+  return j;
+}
+
+namespace {
+
+std::string fmt(const nlohmann::json& v, const char* f, double scale = 1.0) {
+  if (!v.is_number()) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v.get<double>() * scale);
+  return buf;
+}
+
+std::string get_str(const nlohmann::json& j, const char* k) {
+  auto it = j.find(k);
+  if (it == j.end()) return "-";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_number()) return it->dump();
+  return "-";
+}
+
+}  // namespace
+
+std::string compare_runs(const std::vector<std::string>& dirs, bool markdown) {
+  const std::vector<std::string> head = {"run",    "mode",     "partition", "peers",
+                                         "mean acc", "min acc", "best",     "t->target s",
+                                         "exch ok/failed", "MB sent", "consensus"};
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& d : dirs) {
+    const std::string path = d + "/summary.json";
+    std::ifstream in(path);
+    if (!in) throw UsageError("--compare: cannot read " + path);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError("--compare: " + path + " is not valid JSON: " + e.what());
+    }
+    std::string name = std::filesystem::path(d).lexically_normal().filename().string();
+    if (name.empty()) name = std::filesystem::path(d).lexically_normal().parent_path().filename();
+    std::string mb = j.contains("bytes_sent") && j["bytes_sent"].is_number()
+                         ? fmt(j["bytes_sent"], "%.1f", 1e-6)
+                         : "-";
+    rows.push_back({name, get_str(j, "mode"), get_str(j, "partition"), get_str(j, "num_peers"),
+                    fmt(j.value("final_test_acc_mean", nlohmann::json()), "%.2f%%", 100),
+                    fmt(j.value("final_test_acc_min", nlohmann::json()), "%.2f%%", 100),
+                    fmt(j.value("best_test_acc", nlohmann::json()), "%.2f%%", 100),
+                    fmt(j.value("time_to_target_s", nlohmann::json()), "%.1f"),
+                    get_str(j, "exchanges_ok") + "/" + get_str(j, "exchanges_failed"), mb,
+                    fmt(j.value("consensus_distance", nlohmann::json()), "%.4g")});
+  }
+  std::ostringstream os;
+  if (markdown) {
+    auto line = [&](const std::vector<std::string>& r) {
+      os << "|";
+      for (const auto& c : r) os << " " << c << " |";
+      os << "\n";
+    };
+    line(head);
+    os << "|";
+    for (std::size_t c = 0; c < head.size(); ++c) os << (c < 4 ? "---|" : "---:|");
+    os << "\n";
+    for (const auto& r : rows) line(r);
+    return os.str();
+  }
+  std::vector<std::size_t> w(head.size());
+  for (std::size_t c = 0; c < head.size(); ++c) {
+    w[c] = head[c].size();
+    for (const auto& r : rows) w[c] = std::max(w[c], r[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& r) {
+    for (std::size_t c = 0; c < r.size(); ++c) {
+      // Text columns left-aligned, figures right-aligned.
+      std::string pad(w[c] - r[c].size(), ' ');
+      os << (c < 3 ? r[c] + pad : pad + r[c]) << (c + 1 < r.size() ? "  " : "\n");
+    }
+  };
+  line(head);
+  for (const auto& r : rows) line(r);
+  return os.str();
+}
+
+}  // namespace gossiptrain::apps

@@ -1,0 +1,160 @@
+#!/usr/bin/python3
+# Plots of one gossip-launch run folder: accuracy.png (test accuracy over time per peer),
+# consensus.png (consensus distance over time) and bytes.png (cumulative bytes on the wire per peer).
+"""usage: plot_run.py RUN_DIR
+
+Reads RUN_DIR/config.json, RUN_DIR/peer*/metrics.jsonl and RUN_DIR/consensus.jsonl and writes the
+PNGs into RUN_DIR. Times are on the launch clock: a peer's own t plus the launch time its clock
+started (summary.json clock_offset_s, else its spawn time from config.json).
+Needs matplotlib (Debian: python3-matplotlib, used through /usr/bin/python3).
+"""
+import json
+import os
+import re
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: files only
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_jsonl(path):
+    """Complete JSON lines of a file; a partial or broken line (a peer killed mid-write) is skipped."""
+    out = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict):
+                    out.append(obj)
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def peer_dirs(run_dir):
+    found = []
+    for name in os.listdir(run_dir):
+        m = re.fullmatch(r"peer(\d+)", name)
+        if m and os.path.isdir(os.path.join(run_dir, name)):
+            found.append((int(m.group(1)), os.path.join(run_dir, name)))
+    return sorted(found)
+
+
+def empty_note(ax, text):
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="gray")
+
+
+def main(argv):
+    if len(argv) != 2 or argv[1] in ("-h", "--help"):
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    run_dir = argv[1]
+    if not os.path.isdir(run_dir):
+        print(f"plot_run.py: {run_dir} is not a folder", file=sys.stderr)
+        return 2
+    config = {}
+    try:
+        with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"plot_run.py: no usable config.json ({e}); peers' own clocks are used", file=sys.stderr)
+    offsets = {p.get("peer"): p.get("start_offset_s", 0.0) for p in config.get("peer_list", [])}
+    # summary.json has a better offset: when each peer's own clock (t = 0) started on the launch
+    # clock, which is after the peer loaded its data.
+    try:
+        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as f:
+            for p in json.load(f).get("peers", []):
+                if isinstance(p.get("clock_offset_s"), (int, float)):
+                    offsets[p.get("peer")] = p["clock_offset_s"]
+    except (OSError, json.JSONDecodeError):
+        pass
+    title = "{} / {} / {} peers".format(
+        config.get("mode", "?"), config.get("partition", "?"), config.get("peers", "?"))
+
+    peers = [(i, read_jsonl(os.path.join(d, "metrics.jsonl"))) for i, d in peer_dirs(run_dir)]
+
+    # Test accuracy over time.
+    fig, ax = plt.subplots(figsize=(8, 5))
+    any_acc = False
+    for i, events in peers:
+        off = offsets.get(i, 0.0)
+        pts = [(e["t"] + off, e["test_acc"]) for e in events
+               if e.get("event") == "eval" and isinstance(e.get("test_acc"), (int, float))]
+        if pts:
+            any_acc = True
+            ax.plot([p[0] for p in pts], [100.0 * p[1] for p in pts], marker="o", ms=3,
+                    label=f"peer {i}")
+    target = config.get("target_acc")
+    if any_acc and isinstance(target, (int, float)):
+        ax.axhline(100.0 * target, color="gray", ls="--", lw=1, label=f"target {100 * target:.0f}%")
+    if any_acc:
+        ax.legend(fontsize="small", ncol=2)
+    else:
+        empty_note(ax, "no eval events")
+    ax.set_xlabel("time since launch (s)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("test accuracy: " + title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(run_dir, "accuracy.png"), dpi=100)
+    plt.close(fig)
+
+    # Consensus distance over time.
+    fig, ax = plt.subplots(figsize=(8, 5))
+    pts = [(c["t"], c["distance"]) for c in read_jsonl(os.path.join(run_dir, "consensus.jsonl"))
+           if isinstance(c.get("t"), (int, float)) and isinstance(c.get("distance"), (int, float))]
+    if pts:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3)
+        ax.set_ylim(bottom=0)
+    else:
+        empty_note(ax, "no consensus samples (fewer than two peers with checkpoints)")
+    ax.set_xlabel("time since launch (s)")
+    ax.set_ylabel("mean ||x_i - avg||")
+    ax.set_title("consensus distance: " + title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(run_dir, "consensus.png"), dpi=100)
+    plt.close(fig)
+
+    # Cumulative bytes of the exchanges over time.
+    fig, ax = plt.subplots(figsize=(8, 5))
+    any_bytes = False
+    for i, events in peers:
+        off = offsets.get(i, 0.0)
+        xs, ys, total = [0.0], [0.0], 0.0
+        for e in events:
+            if e.get("event") != "exchange":
+                continue
+            b = e.get("bytes_sent", e.get("bytes"))  # this peer's share; summed over peers = wire
+            if isinstance(b, (int, float)):
+                total += b
+                xs.append(e["t"] + off)
+                ys.append(total / 1e6)
+        if len(xs) > 1:
+            any_bytes = True
+            ax.step(xs, ys, where="post", label=f"peer {i}")
+    if any_bytes:
+        ax.legend(fontsize="small", ncol=2)
+    else:
+        empty_note(ax, "no exchanges (local/central mode, or gossip off)")
+    ax.set_xlabel("time since launch (s)")
+    ax.set_ylabel("cumulative MB sent")
+    ax.set_title("bytes on the wire, sent by each peer: " + title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(run_dir, "bytes.png"), dpi=100)
+    plt.close(fig)
+    print(f"plot_run.py: wrote accuracy.png, consensus.png, bytes.png in {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
