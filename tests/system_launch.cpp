@@ -1,0 +1,333 @@
+// System tests of gossip-launch: 3-peer runs end to end (local and gossip mode) checked against the
+// peers' own metrics and checkpoints, --compare, Ctrl-C with a peer killed mid-run, and bad input.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+
+#include "core/checkpoint.hpp"
+#include "tests/system_process.hpp"
+
+using namespace std::chrono_literals;
+using gt_test::Process;
+using nlohmann::json;
+
+namespace {
+
+std::string launch_bin() { return std::string(GT_BIN_DIR) + "/gossip-launch"; }
+
+// Runs gossip-launch to the end (bounded); returns its exit code, output in *out.
+int run_launch(const std::vector<std::string>& args, const std::string& log, std::string* out) {
+  std::vector<std::string> argv{launch_bin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Process p(argv, log);
+  REQUIRE(p.wait_for(180s));
+  *out = gt_test::read_file(log);
+  return p.exit_code();
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  INFO(path);
+  REQUIRE(in.good());
+  return json::parse(in);
+}
+
+bool matplotlib_available() {
+  return std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
+}
+
+// Independent of the launcher: mean over peers of ||x_i - avg|| from their final checkpoints.
+double consensus_from_checkpoints(const std::string& run, int n) {
+  std::vector<std::vector<float>> p;
+  for (int i = 0; i < n; ++i)
+    p.push_back(gossiptrain::core::load_checkpoint(run + "/peer" + std::to_string(i) + "/ckpt").params);
+  std::vector<double> avg(p[0].size(), 0.0);
+  for (const auto& v : p)
+    for (std::size_t k = 0; k < v.size(); ++k) avg[k] += v[k] / double(n);
+  double mean = 0;
+  for (const auto& v : p) {
+    double s = 0;
+    for (std::size_t k = 0; k < v.size(); ++k) s += (v[k] - avg[k]) * (v[k] - avg[k]);
+    mean += std::sqrt(s) / n;
+  }
+  return mean;
+}
+
+// Everything a finished run folder must hold, cross-checked against the peers' own files.
+json check_run_folder(const std::string& run, int n, const std::string& mode, double target) {
+  INFO("run folder " << run);
+  CHECK(gt_test::read_file(run + "/command.txt").find("--peers") != std::string::npos);
+  const json cfg = read_json(run + "/config.json");
+  CHECK(cfg["mode"] == mode);
+  REQUIRE(cfg["peer_list"].size() == std::size_t(n));
+  for (const auto& p : cfg["peer_list"]) CHECK(p["argv"].size() > 1);
+
+  const json s = read_json(run + "/summary.json");
+  for (const char* k :
+       {"mode", "partition", "num_peers", "final_test_acc_mean", "final_test_acc_min",
+        "final_test_acc_max", "final_test_acc_spread", "best_test_acc", "time_to_target_s",
+        "samples", "exchanges_ok", "exchanges_failed", "exchanges_failed_by_reason", "bytes_sent",
+        "consensus_distance", "peers", "target_acc", "plots"}) {
+    INFO("summary field " << k);
+    CHECK(s.contains(k));
+  }
+  CHECK(s["mode"] == mode);
+  CHECK(s["num_peers"] == n);
+  CHECK(s["target_acc"].get<double>() == Approx(target));
+  REQUIRE(s["peers"].size() == std::size_t(n));
+
+  std::int64_t samples = 0, bytes = 0;
+  int ok = 0, failed = 0;
+  double min_final = 2, max_final = -1, sum_final = 0, best = -1, sum_dist = 0;
+  for (int i = 0; i < n; ++i) {
+    INFO("peer " << i);
+    const std::string dir = run + "/peer" + std::to_string(i);
+    CHECK(std::filesystem::exists(dir + "/log.txt"));
+    CHECK(gossiptrain::core::checkpoint_exists(dir + "/ckpt"));
+    if (mode == "gossip") CHECK(std::filesystem::exists(dir + "/identity.key"));
+
+    // Every line is a JSON object with t, peer and event; gather what the summary should say.
+    std::ifstream in(dir + "/metrics.jsonl");
+    int lines = 0, evals = 0, ex_ok = 0, ex_failed = 0;
+    std::int64_t ex_bytes = 0;
+    json done;
+    std::optional<double> first_target_t;
+    for (std::string line; std::getline(in, line);) {
+      ++lines;
+      INFO("metrics line: " << line);
+      const json j = json::parse(line);  // throws (fails the test) on a broken line
+      REQUIRE(j.is_object());
+      REQUIRE(j["t"].is_number());
+      REQUIRE(j["peer"].is_string());
+      REQUIRE(j["event"].is_string());
+      const std::string ev = j["event"];
+      if (ev == "eval") {
+        ++evals;
+        const double acc = j["test_acc"];
+        CHECK(acc >= 0.0);
+        CHECK(acc <= 1.0);
+        if (!first_target_t && acc >= target) first_target_t = j["t"].get<double>();
+      } else if (ev == "done") {
+        done = j;
+      } else if (ev == "exchange") {
+        (j["ok"].get<bool>() ? ex_ok : ex_failed) += 1;
+        ex_bytes += j.contains("bytes_sent") ? j["bytes_sent"].get<std::int64_t>()
+                                             : j["bytes"].get<std::int64_t>();
+      }
+    }
+    CHECK(lines > 0);
+    CHECK(evals > 0);
+    REQUIRE(done.is_object());
+
+    const json& p = s["peers"][std::size_t(i)];
+    for (const char* k : {"final_test_acc", "best_test_acc", "time_to_target_s", "samples",
+                          "exchanges_ok", "exchanges_failed", "exchanges_failed_by_reason",
+                          "bytes_sent", "consensus_distance", "state"}) {
+      INFO("peer field " << k);
+      CHECK(p.contains(k));
+    }
+    CHECK(p["state"] == "done");
+    CHECK(p["final_test_acc"].get<double>() == Approx(done["final_test_acc"].get<double>()));
+    CHECK(p["best_test_acc"].get<double>() == Approx(done["best_test_acc"].get<double>()));
+    if (first_target_t)
+      CHECK(p["time_to_target_s"].get<double>() == Approx(*first_target_t));
+    else
+      CHECK(p["time_to_target_s"].is_null());
+    CHECK(p["exchanges_ok"] == ex_ok);
+    CHECK(p["exchanges_failed"] == ex_failed);
+    CHECK(p["bytes_sent"] == ex_bytes);
+    // The final checkpoint counts the samples trained on.
+    CHECK(p["samples"] == gossiptrain::core::load_checkpoint(dir + "/ckpt").samples);
+    CHECK(p["samples"].get<std::int64_t>() > 0);
+
+    const double f = p["final_test_acc"];
+    min_final = std::min(min_final, f);
+    max_final = std::max(max_final, f);
+    sum_final += f;
+    best = std::max(best, p["best_test_acc"].get<double>());
+    sum_dist += p["consensus_distance"].get<double>();
+    samples += p["samples"].get<std::int64_t>();
+    bytes += p["bytes_sent"].get<std::int64_t>();
+    ok += p["exchanges_ok"].get<int>();
+    failed += p["exchanges_failed"].get<int>();
+  }
+  CHECK(s["final_test_acc_min"].get<double>() == Approx(min_final));
+  CHECK(s["final_test_acc_max"].get<double>() == Approx(max_final));
+  CHECK(s["final_test_acc_mean"].get<double>() == Approx(sum_final / n));
+  CHECK(s["final_test_acc_spread"].get<double>() == Approx(sum_final / n - min_final));
+  CHECK(s["best_test_acc"].get<double>() == Approx(best));
+  CHECK(s["samples"] == samples);
+  CHECK(s["bytes_sent"] == bytes);
+  CHECK(s["exchanges_ok"] == ok);
+  CHECK(s["exchanges_failed"] == failed);
+  CHECK(s["consensus_distance"].get<double>() == Approx(sum_dist / n));
+  CHECK(s["consensus_distance"].get<double>() ==
+        Approx(consensus_from_checkpoints(run, n)).epsilon(1e-6));
+
+  // At least one consensus point over time, each with t and distance.
+  std::ifstream cj(run + "/consensus.jsonl");
+  int points = 0;
+  for (std::string line; std::getline(cj, line); ++points) {
+    const json j = json::parse(line);
+    CHECK(j["t"].is_number());
+    CHECK(j["distance"].get<double>() >= 0.0);
+  }
+  CHECK(points >= 1);
+
+  if (matplotlib_available()) {
+    CHECK(s["plots"]["ok"] == true);
+    for (const char* png : {"accuracy.png", "consensus.png", "bytes.png"}) {
+      INFO(png);
+      const std::string data = gt_test::read_file(run + "/" + png);
+      REQUIRE(data.size() > 8);
+      CHECK(data.compare(1, 3, "PNG") == 0);
+    }
+  } else {
+    WARN("/usr/bin/python3 has no matplotlib: plot files not checked (apt-get install "
+         "python3-matplotlib)");
+  }
+  return s;
+}
+
+const std::vector<std::string> kQuickRun = {"--data", "synthetic", "--epochs", "2",
+                                            "--linger", "1", "--consensus-every", "1",
+                                            "--target-acc", "0.3"};
+
+}  // namespace
+
+TEST_CASE("gossip-launch runs 3 peers end to end in local and gossip mode; --compare reads both",
+          "[system]") {
+  gt_test::TempDir tmp("gt-launch-e2e");
+  std::string out;
+
+  std::vector<std::string> local = {"--peers", "3", "--mode", "local", "--out", tmp / "local"};
+  local.insert(local.end(), kQuickRun.begin(), kQuickRun.end());
+  {
+    INFO(out);
+    REQUIRE(run_launch(local, tmp / "local.log", &out) == 0);
+  }
+  const json ls = check_run_folder(tmp / "local", 3, "local", 0.3);
+  CHECK(ls["exchanges_ok"] == 0);  // no averaging without the network
+
+  std::vector<std::string> gossip = {"--peers", "3", "--mode", "gossip", "--out", tmp / "gossip"};
+  gossip.insert(gossip.end(), kQuickRun.begin(), kQuickRun.end());
+  {
+    INFO(out);
+    REQUIRE(run_launch(gossip, tmp / "gossip.log", &out) == 0);
+  }
+  const json gs = check_run_folder(tmp / "gossip", 3, "gossip", 0.3);
+  CHECK(gs["exchanges_ok"].get<int>() > 0);
+  CHECK(gs["bytes_sent"].get<std::int64_t>() > 0);
+  // Every peer was passed the run's generated network key.
+  const json cfg = read_json(tmp / "gossip/config.json");
+  const std::string key = cfg["network_key"];
+  CHECK(gt_test::read_file(key).size() >= 64);
+  for (const auto& p : cfg["peer_list"]) {
+    const auto& a = p["argv"];
+    CHECK(std::find(a.begin(), a.end(), json(key)) != a.end());
+  }
+
+  REQUIRE(run_launch({"--compare", tmp / "local", tmp / "gossip", "--markdown"}, tmp / "cmp.log",
+                     &out) == 0);
+  INFO(out);
+  CHECK(out.find("| run |") != std::string::npos);
+  CHECK(out.find("| local | local |") != std::string::npos);
+  CHECK(out.find("| gossip | gossip |") != std::string::npos);
+}
+
+TEST_CASE("gossip-launch reports a peer killed mid-run and stops the rest cleanly on SIGTERM",
+          "[system]") {
+  gt_test::TempDir tmp("gt-launch-stop");
+  const std::string run = tmp / "run";
+  // Enough epochs that nobody finishes before the test stops the run.
+  Process launch({launch_bin(), "--peers", "3", "--mode", "local", "--out", run, "--data",
+                  "synthetic", "--epochs", "1000", "--no-plots", "--stop-timeout", "20"},
+                 tmp / "launch.log");
+  // Wait until every peer has written an eval line (a checkpoint then exists too).
+  REQUIRE(gt_test::eventually(60s, [&] {
+    for (int i = 0; i < 3; ++i) {
+      bool eval = false;
+      for (const auto& j : gt_test::read_metrics(run + "/peer" + std::to_string(i) + "/metrics.jsonl"))
+        eval |= j["event"] == "eval";
+      if (!eval) return false;
+    }
+    return true;
+  }));
+  const json cfg = read_json(run + "/config.json");
+  const pid_t victim = cfg["peer_list"][1]["pid"].get<pid_t>();
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  REQUIRE(gt_test::eventually(20s, [&] {
+    return gt_test::read_file(tmp / "launch.log").find("peer 1 killed by SIGKILL") !=
+           std::string::npos;
+  }));
+  launch.signal(SIGTERM);
+  REQUIRE(launch.wait_for(60s));
+  const std::string out = gt_test::read_file(tmp / "launch.log");
+  INFO(out);
+  CHECK(launch.exit_code() == 1);  // a peer failed on its own: not hidden behind the interruption
+
+  const json s = read_json(run + "/summary.json");
+  CHECK(s["interrupted"] == true);
+  CHECK(s["failed_peers"] == json::array({1}));
+  CHECK(s["peers"][1]["state"] == "killed by SIGKILL");
+  CHECK(s["peers"][1]["failed"] == true);
+  for (int i : {0, 2}) {
+    INFO("peer " << i);
+    CHECK(s["peers"][std::size_t(i)]["state"] == "stopped");
+    CHECK(s["peers"][std::size_t(i)]["exit_code"] == 130);
+    CHECK(s["peers"][std::size_t(i)]["final_test_acc"].is_number());
+  }
+  // No peer process is left behind.
+  for (const auto& p : cfg["peer_list"]) CHECK(::kill(p["pid"].get<pid_t>(), 0) != 0);
+}
+
+TEST_CASE("gossip-launch refuses bad input with exit code 2 and a message", "[system]") {
+  gt_test::TempDir tmp("gt-launch-bad");
+  std::string out;
+  auto expect_usage_error = [&](std::vector<std::string> args, const std::string& needle) {
+    args.insert(args.end(), {"--out", tmp / "run"});
+    const int rc = run_launch(args, tmp / "bad.log", &out);
+    INFO(out);
+    CHECK(rc == 2);
+    CHECK(out.find(needle) != std::string::npos);
+    std::filesystem::remove(tmp / "bad.log");
+    std::filesystem::remove_all(tmp / "run");
+  };
+  expect_usage_error({"--peers", "3", "--data", "synthetic", "--partition", "bogus"}, "--partition");
+  expect_usage_error({"--peers", "3", "--mode", "sideways"}, "--mode");
+  expect_usage_error({"--peers", "3", "--data", tmp / "no-such-dataset"}, "dataset-fashion-mnist");
+  expect_usage_error({"--peers", "3", "--data", "synthetic", "--listen", "127.0.0.1:1"},
+                     "set by gossip-launch");
+  expect_usage_error({"--peers", "3", "--data", "synthetic", "--no-such-flag", "1"},
+                     "--no-such-flag");
+  expect_usage_error({"--peers", "2", "--data", "synthetic", "--peer-bin", tmp / "nothing"},
+                     "gossip-peer not found");
+
+  // A busy --base-port: something listens on it.
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 1) == 0);
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    const int port = ntohs(a.sin_port);
+    if (port >= 1024)
+      expect_usage_error({"--peers", "2", "--data", "synthetic", "--base-port",
+                          std::to_string(port)},
+                         "in use");
+    ::close(fd);
+  }
+
+  // More label shards than samples: only the peers can tell (they load the data); the launcher
+  // passes on their exit code 2 and shows the message from their log.
+  expect_usage_error({"--peers", "3", "--mode", "local", "--data", "synthetic", "--partition",
+                      "shards:5000", "--no-plots"},
+                     "rejected its configuration");
+  CHECK(out.find("  | gossip-peer: ") != std::string::npos);  // the peer's own message, quoted
+}
