@@ -1,0 +1,237 @@
+// Cluster membership over a net::Transport: join through seeds with push-pull sync, then SWIM
+// failure detection with Lifeguard suspicion, after hashicorp/memberlist (state.go, suspicion.go).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gossip/messages.hpp"
+#include "gossip/peer_directory.hpp"
+#include "core/rng.hpp"
+#include "net/transport.hpp"
+
+namespace gossiptrain::gossip {
+
+using net::Millis;
+
+struct MembershipConfig {
+  std::vector<std::string> seeds;  // "host:port"; our own listen address is skipped
+  Millis probe_interval{1000};     // one probe per period
+  Millis probe_timeout{500};       // direct ack deadline before indirect probes
+  int indirect_checks = 3;         // k members asked to ping on a missed ack
+  // Suspicion timeout: min = suspicion_mult * max(1, log10(n)) * probe_interval, starting at
+  // max = suspicion_max_timeout_mult * min and shrinking towards min with independent
+  // confirmations (Lifeguard), as memberlist.
+  int suspicion_mult = 4;
+  int suspicion_max_timeout_mult = 6;
+  int retransmit_mult = 4;         // each update is piggybacked retransmit_mult*ceil(log10(n+1)) times
+  Millis gossip_interval{200};     // dissemination of pending updates to gossip_nodes members
+  int gossip_nodes = 3;
+  Millis gossip_to_the_dead{30000};  // dead members still get gossip this long (to refute)
+  std::size_t max_piggyback = 16;  // updates per ping/ack/gossip message
+  Millis push_pull_interval{30000};  // anti-entropy full sync with one random member
+  Millis reconnect_interval{10000};  // sync attempt with one random dead member (heals partitions)
+  Millis join_timeout{3000};         // wait for any seed's sync reply
+  Millis join_backoff_initial{1000};  // retry delay when no seed answered, doubling ...
+  Millis join_backoff_max{30000};     // ... up to this
+  Millis idle_connection_timeout{60000};  // connections we dialed, without membership traffic
+  Millis dead_reap_after{3'600'000};      // dead/left members are forgotten after this
+  Millis leave_linger{500};               // after leave(): time for the leave to go out
+  std::size_t max_pending_per_peer = 64;  // messages queued while dialing a peer
+  // Starting incarnation. Unset: wall-clock seconds, so a restarted peer usually starts above
+  // anything it announced before; if not, it refutes when it hears its old state.
+  std::optional<std::uint64_t> initial_incarnation;
+  std::uint64_t rng_seed = 0;  // 0: seeded from std::random_device
+
+  // Throws std::invalid_argument describing the first bad value.
+  void validate() const;
+};
+
+// The push-pull period for n live members (memberlist pushPullScale): the interval up to 32
+// members, then one more interval per doubling.
+Millis push_pull_period(Millis interval, std::size_t n);
+
+struct MemberInfo {
+  std::string id;
+  std::string addr;
+  std::uint64_t incarnation = 0;
+  MemberState state = MemberState::kAlive;
+  bool operator==(const MemberInfo&) const = default;
+};
+
+// Called on the protocol thread for every state change of another member (first sight included).
+using MemberListener = std::function<void(const MemberInfo&)>;
+
+// Register with the transport directly (transport.set_handler(&m)) or, when the transport is
+// shared, through a Dispatcher for [kMembershipTypeFirst, kMembershipTypeLast]. It only uses
+// connections it dialed itself or on which a membership message arrived, and only closes the ones
+// it dialed, so other protocols' connections are left alone. All methods except live_peers(),
+// members(), member() and incarnation() must be called on the transport's protocol thread.
+class Membership : public net::TransportHandler, public PeerDirectory {
+ public:
+  Membership(net::Transport& transport, MembershipConfig config);
+  ~Membership() override;
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  void set_listener(MemberListener listener) { listener_ = std::move(listener); }
+  // Starts the timers and the join through the seeds (none: we are the first member).
+  void start();
+  // Graceful leave: announces "left" to members directly and by gossip, stops after leave_linger.
+  void leave();
+  // Stops timers and closes the connections we dialed; no leave announced (a crash, to others).
+  void stop();
+
+  std::vector<PeerRef> live_peers() const override;  // thread-safe
+  std::vector<MemberInfo> members() const;            // thread-safe; includes ourselves
+  std::optional<MemberInfo> member(const std::string& id) const;  // thread-safe
+  std::uint64_t incarnation() const;                  // thread-safe
+  bool joined() const { return joined_; }
+  const MembershipConfig& config() const { return cfg_; }
+
+  void on_connection(const net::ConnectionPtr& c, bool inbound) override;
+  void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) override;
+  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
+
+ private:
+  struct Member {
+    std::string id;
+    std::string addr;
+    std::uint64_t incarnation = 0;
+    MemberState state = MemberState::kAlive;
+    Millis state_change{0};
+  };
+  // Lifeguard suspicion (memberlist suspicion.go): starts at max, shrinks towards min as k
+  // independent members confirm.
+  struct Suspicion {
+    std::uint64_t incarnation = 0;
+    int k = 0;
+    Millis min{0}, max{0};
+    Millis start{0};
+    std::set<std::string> confirmations;
+    net::Scheduler::TimerId timer = 0;
+  };
+  struct Link {  // the connection we use to talk to one peer
+    net::ConnectionPtr conn;
+    bool dialing = false;
+    std::vector<std::pair<std::uint8_t, net::SharedBytes>> pending;  // while dialing
+  };
+  struct Owned {  // a connection we dialed: ours to close when idle
+    net::ConnectionPtr conn;
+    Millis last_used{0};  // last membership message received on it
+    std::uint64_t order = 0;
+  };
+  struct AckWait {
+    std::function<void()> on_ack;
+    net::Scheduler::TimerId timer = 0;
+  };
+  struct Broadcast {
+    Update update;
+    int transmits = 0;
+    std::uint64_t order = 0;  // newer first among equal transmit counts
+  };
+  struct Probe {
+    std::string target;
+    std::uint32_t seq = 0;
+    bool acked = false;
+    bool active = false;
+  };
+
+  // Timer loops.
+  void probe_tick();
+  void finish_probe();
+  void gossip_tick();
+  void push_pull_tick();
+  void reconnect_tick();
+  void housekeeping_tick();
+  void join_attempt();
+  void join_check();
+  void indirect_probe(std::uint32_t seq);
+
+  // State machine (memberlist state.go).
+  void alive_node(const Update& a, bool bootstrap);
+  void suspect_node(const Update& s);
+  void dead_node(const Update& d);
+  void merge_remote(const std::vector<Update>& remote);
+  void apply(const Update& u);
+  void refute(std::uint64_t accused_incarnation);
+  void start_suspicion(Member& m, const std::string& from);
+  bool confirm_suspicion(const std::string& id, const std::string& from);
+  void suspicion_fired(const std::string& id, std::uint64_t incarnation);
+  void cancel_suspicion(const std::string& id);
+  Millis suspicion_min_timeout(std::size_t n) const;
+
+  // Dissemination.
+  void queue_broadcast(const Update& u);
+  std::vector<Update> take_broadcasts(std::size_t max);
+  int retransmit_limit() const;
+
+  // Messaging.
+  void handle(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& payload);
+  void handle_ping(const net::ConnectionPtr& c, PingMsg m);
+  void handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m);
+  void handle_ack(AckMsg m);
+  void handle_sync(const net::ConnectionPtr& c, SyncMsg m, bool reply);
+  void send_to(const std::string& id, const std::string& addr, std::uint8_t type, net::Bytes payload);
+  void send_on(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes payload);
+  void send_sync_to_addr(const std::string& addr, bool join);
+  void expect_ack(std::uint32_t seq, Millis timeout, std::function<void()> on_ack,
+                  std::function<void()> on_timeout = {});
+  void drop_link(const std::string& id);
+  void adopt(const net::ConnectionPtr& c, bool dialed);
+
+  // Helpers.
+  Update self_update() const;
+  std::vector<Update> full_state() const;
+  std::size_t est_num_nodes() const;
+  std::vector<const Member*> random_members(std::size_t k, const std::string& exclude,
+                                            const std::function<bool(const Member&)>& ok);
+  void set_state(Member& m, MemberState s);
+  void notify(const Member& m);
+  void publish();  // refreshes the thread-safe snapshot
+  // A timer that becomes a no-op once we stop or are destroyed.
+  net::Scheduler::TimerId later(Millis d, std::function<void()> fn);
+
+  net::Transport& transport_;
+  net::Scheduler& sched_;
+  MembershipConfig cfg_;
+  std::string self_id_;
+  std::string self_addr_;
+  core::SplitMix64 rng_;
+  MemberListener listener_;
+  std::shared_ptr<bool> token_;  // weakly held by callbacks that may outlive us
+
+  std::map<std::string, Member> members_;  // includes ourselves
+  std::unordered_map<std::string, Suspicion> suspicions_;
+  std::unordered_map<std::string, Link> links_;
+  std::unordered_map<const net::Connection*, Owned> owned_;
+  std::uint64_t owned_order_ = 0;
+  std::unordered_map<std::uint32_t, AckWait> acks_;
+  std::vector<Broadcast> broadcasts_;
+  std::uint64_t broadcast_order_ = 0;
+  std::vector<std::string> probe_order_;
+  std::size_t probe_index_ = 0;
+  Probe probe_;
+  std::uint32_t next_seq_ = 1;
+
+  bool running_ = false;
+  bool leaving_ = false;
+  bool joined_ = false;
+  bool join_in_progress_ = false;
+  bool join_answered_ = false;
+  std::uint32_t join_seq_lo_ = 0;  // sync replies with seq >= this complete the current join
+  Millis join_backoff_{0};
+
+  mutable std::mutex snapshot_mu_;
+  std::vector<MemberInfo> snapshot_;
+};
+
+}  // namespace gossiptrain::gossip

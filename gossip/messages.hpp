@@ -1,0 +1,93 @@
+// Wire encoding of the membership protocol (SWIM + push-pull sync), message types 0x10-0x2F.
+// Decoding checks every length and field before allocating, and throws DecodeError on bad input.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "net/transport.hpp"
+
+namespace gossiptrain::gossip {
+
+// Every membership message starts with this byte; a mismatch closes the connection.
+inline constexpr std::uint8_t kMembershipWireVersion = 1;
+
+// Message types, inside the membership range of the Dispatcher (0x10-0x2F).
+enum MembershipMsgType : std::uint8_t {
+  kMsgPing = 0x10,       // direct probe: seq, target id, piggybacked updates
+  kMsgAck = 0x11,        // answer to a ping (also relayed by an indirect pinger)
+  kMsgPingReq = 0x12,    // "please ping target for me" (indirect probe)
+  kMsgSync = 0x13,       // push-pull: the sender's full member list (join, anti-entropy)
+  kMsgSyncReply = 0x14,  // the receiver's full member list, after merging the sender's
+  kMsgGossip = 0x15,     // only piggybacked updates (dissemination, leave)
+};
+
+// Input bounds: what a remote may make us parse or allocate.
+inline constexpr std::size_t kMaxPeerIdBytes = 64;
+inline constexpr std::size_t kMaxMemberAddrBytes = 128;   // = net::kMaxAddrBytes
+inline constexpr std::size_t kMaxUpdatesPerMessage = 256;  // piggyback on ping/ack/gossip
+inline constexpr std::size_t kMaxSyncMembers = 8192;
+inline constexpr std::size_t kMaxSmallMessageBytes = 256u << 10;
+inline constexpr std::size_t kMaxSyncMessageBytes = 8u << 20;
+
+enum class MemberState : std::uint8_t { kAlive = 0, kSuspect = 1, kDead = 2, kLeft = 3 };
+const char* to_string(MemberState s);
+
+// One member's state as gossiped: memberlist's alive/suspect/dead messages in one record.
+// For suspect and dead, `from` names who accused; dead with from == id is a graceful leave.
+struct Update {
+  std::string id;
+  std::string addr;
+  std::uint64_t incarnation = 0;
+  MemberState state = MemberState::kAlive;
+  std::string from;
+  bool operator==(const Update&) const = default;
+};
+
+struct PingMsg {
+  std::uint32_t seq = 0;
+  std::string target_id;  // a ping meant for someone else (address reuse) is ignored
+  std::vector<Update> updates;
+};
+struct AckMsg {
+  std::uint32_t seq = 0;
+  std::vector<Update> updates;
+};
+struct PingReqMsg {
+  std::uint32_t seq = 0;
+  std::string target_id;
+  std::string target_addr;
+  std::vector<Update> updates;
+};
+struct SyncMsg {  // kMsgSync and kMsgSyncReply
+  std::uint32_t seq = 0;
+  bool join = false;
+  std::vector<Update> members;
+};
+struct GossipMsg {
+  std::vector<Update> updates;
+};
+
+class DecodeError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+net::Bytes encode(const PingMsg& m);
+net::Bytes encode(const AckMsg& m);
+net::Bytes encode(const PingReqMsg& m);
+net::Bytes encode(const SyncMsg& m);
+net::Bytes encode(const GossipMsg& m);
+
+PingMsg decode_ping(const net::Bytes& b);
+AckMsg decode_ack(const net::Bytes& b);
+PingReqMsg decode_ping_req(const net::Bytes& b);
+SyncMsg decode_sync(const net::Bytes& b);
+GossipMsg decode_gossip(const net::Bytes& b);
+
+// "host:port" with a non-empty host and a port in 1..65535.
+bool valid_addr(const std::string& addr);
+
+}  // namespace gossiptrain::gossip

@@ -1,0 +1,683 @@
+// Tests of SWIM membership on the seeded in-memory network and virtual clock: exact state
+// transitions (as memberlist's state_test.go), then cluster behaviour: join, failure detection,
+// loss without false deaths, partition healing, restart, leave, malformed input.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <deque>
+#include <spdlog/spdlog.h>
+
+#include "gossip/dispatcher.hpp"
+#include "gossip/membership.hpp"
+#include "gossip/messages.hpp"
+#include "net/memory_transport.hpp"
+
+using namespace gossiptrain;
+using gossip::MemberState;
+using gossip::Update;
+using net::Millis;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Quiet {
+  Quiet() { spdlog::set_level(spdlog::level::off); }
+} quiet;
+
+struct Transition {
+  Millis at;
+  std::string subject;
+  MemberState state;
+  std::uint64_t incarnation;
+};
+
+// A hand-driven peer: answers pings (unless told not to) and sync requests, and sends whatever a
+// test injects. It never refutes anything, so suspicion about it runs its course.
+struct FakePeer : net::TransportHandler {
+  FakePeer(net::SimNetwork& net, const std::string& addr, const std::string& id)
+      : net(net), t(net.add_node(addr, id)), addr(addr), id(id) {
+    t.set_handler(this);
+  }
+  void on_connection(const net::ConnectionPtr&, bool) override {}
+  void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& p) override {
+    if (type == gossip::kMsgPing && answer_pings) {
+      auto ping = gossip::decode_ping(p);
+      c->send(gossip::kMsgAck, share(gossip::encode(gossip::AckMsg{ping.seq, {}})));
+    } else if (type == gossip::kMsgSync) {
+      auto s = gossip::decode_sync(p);
+      c->send(gossip::kMsgSyncReply,
+              share(gossip::encode(gossip::SyncMsg{s.seq, s.join, {self_update()}})));
+    }
+  }
+  void on_closed(const net::ConnectionPtr&, const std::string& reason) override {
+    closed.push_back(reason);
+  }
+  static net::SharedBytes share(net::Bytes b) { return std::make_shared<const net::Bytes>(std::move(b)); }
+  Update self_update() const { return Update{id, addr, incarnation, MemberState::kAlive, ""}; }
+  // Dials `to` once and keeps the connection for later sends.
+  void connect(const std::string& to) {
+    t.connect(to, [this](net::ConnectionPtr c, const std::string&) { conn = c; });
+    net.run_for(50ms);
+    REQUIRE(conn);
+  }
+  void send(std::uint8_t type, net::Bytes b) { REQUIRE(conn->send(type, share(std::move(b)))); }
+  void gossip(std::vector<Update> ups) { send(gossip::kMsgGossip, gossip::encode(gossip::GossipMsg{std::move(ups)})); }
+
+  net::SimNetwork& net;
+  net::SimTransport& t;
+  std::string addr, id;
+  std::uint64_t incarnation = 1;
+  bool answer_pings = true;
+  net::ConnectionPtr conn;
+  std::vector<std::string> closed;
+};
+
+std::string addr_of(int i) { return "10.0.0." + std::to_string(i) + ":7000"; }
+std::string id_of(int i) { return "p" + std::to_string(100 + i); }
+
+// N members on one simulated network, each recording the transitions it observes.
+struct Cluster {
+  explicit Cluster(net::SimOptions o = {}, gossip::MembershipConfig c = {}) : net(o), cfg(std::move(c)) {}
+
+  int add(bool start_now = true, std::vector<std::string> seeds = {addr_of(0)}) {
+    const int i = static_cast<int>(nodes.size());
+    nodes.push_back(&net.add_node(addr_of(i), id_of(i)));
+    members.emplace_back();
+    events.emplace_back();
+    if (start_now) start(i, std::move(seeds));
+    return i;
+  }
+  void start(int i, std::vector<std::string> seeds = {addr_of(0)},
+             std::optional<std::uint64_t> incarnation = std::uint64_t{1}) {
+    auto c = cfg;
+    c.seeds = std::move(seeds);
+    c.rng_seed = 1000 + static_cast<std::uint64_t>(i) * 7919 + restarts++;
+    c.initial_incarnation = incarnation;
+    members[i] = std::make_unique<gossip::Membership>(*nodes[i], c);
+    auto* ev = &events[i];
+    auto* n = &net;
+    members[i]->set_listener([ev, n](const gossip::MemberInfo& m) {
+      ev->push_back(Transition{n->now(), m.id, m.state, m.incarnation});
+    });
+    nodes[i]->set_handler(members[i].get());
+    members[i]->start();
+  }
+  gossip::Membership& operator[](int i) { return *members[i]; }
+  std::optional<MemberState> view(int observer, int subject) const {
+    auto m = members[observer]->member(id_of(subject));
+    if (!m) return std::nullopt;
+    return m->state;
+  }
+  // Every running member in `who` sees every member in `who` alive.
+  bool all_alive(const std::vector<int>& who) const {
+    for (int i : who) {
+      for (int j : who) {
+        if (i != j && view(i, j) != MemberState::kAlive) return false;
+      }
+    }
+    return true;
+  }
+  // Runs in steps of `step` until pred holds or `limit` passed; returns the time it held.
+  template <class Pred>
+  std::optional<Millis> run_until(Pred pred, Millis limit, Millis step = 50ms) {
+    const Millis end = net.now() + limit;
+    while (net.now() <= end) {
+      if (pred()) return net.now();
+      net.run_for(step);
+    }
+    return std::nullopt;
+  }
+  // Every member sees every member alive. Bound: one (scaled) push-pull period, the anti-entropy
+  // backstop that repairs whatever gossip missed, plus a join timeout and two probe periods.
+  bool converge() {
+    const Millis bound = gossip::push_pull_period(cfg.push_pull_interval, nodes.size()) + cfg.join_timeout +
+                         2 * cfg.probe_interval;
+    return run_until([&] { return all_alive(all()); }, bound).has_value();
+  }
+  int missing_pairs() const {
+    int n = 0;
+    for (int i : all()) {
+      for (int j : all()) n += (i != j && view(i, j) != MemberState::kAlive) ? 1 : 0;
+    }
+    return n;
+  }
+  int count_events(int observer, MemberState s) const {
+    int n = 0;
+    for (const auto& e : events[observer]) n += e.state == s ? 1 : 0;
+    return n;
+  }
+  std::vector<int> all() const {
+    std::vector<int> v(nodes.size());
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int>(i);
+    return v;
+  }
+
+  net::SimNetwork net;
+  gossip::MembershipConfig cfg;
+  std::vector<net::SimTransport*> nodes;
+  std::vector<std::unique_ptr<gossip::Membership>> members;
+  std::deque<std::vector<Transition>> events;  // deque: listeners hold pointers into it
+  std::uint64_t restarts = 0;
+};
+
+// memberlist's suspicion timeouts, written from the configuration.
+Millis min_suspicion(const gossip::MembershipConfig& c, std::size_t n) {
+  const double scale = std::max(1.0, std::log10(static_cast<double>(n)));
+  return Millis(static_cast<Millis::rep>(std::floor(c.suspicion_mult * scale * c.probe_interval.count())));
+}
+
+gossip::MembershipConfig fast_config() {
+  gossip::MembershipConfig c;
+  c.push_pull_interval = 10s;
+  c.reconnect_interval = 5s;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("membership messages: encode/decode round trip and rejection of bad input", "[gossip]") {
+  const Update a{"p1", "h:1", 7, MemberState::kAlive, ""};
+  const Update s{"p2", "host.example:65535", 1ull << 40, MemberState::kSuspect, "p1"};
+  auto ping = gossip::decode_ping(gossip::encode(gossip::PingMsg{42, "p9", {a, s}}));
+  CHECK(ping.seq == 42);
+  CHECK(ping.target_id == "p9");
+  CHECK(ping.updates == std::vector<Update>{a, s});
+  auto sync = gossip::decode_sync(gossip::encode(gossip::SyncMsg{3, true, {s}}));
+  CHECK(sync.join);
+  CHECK(sync.members == std::vector<Update>{s});
+  auto req = gossip::decode_ping_req(gossip::encode(gossip::PingReqMsg{5, "p2", "h:2", {}}));
+  CHECK(req.target_addr == "h:2");
+
+  net::Bytes good = gossip::encode(gossip::GossipMsg{{a}});
+  net::Bytes truncated(good.begin(), good.end() - 1);
+  CHECK_THROWS_AS(gossip::decode_gossip(truncated), gossip::DecodeError);
+  net::Bytes trailing = good;
+  trailing.push_back(0);
+  CHECK_THROWS_AS(gossip::decode_gossip(trailing), gossip::DecodeError);
+  net::Bytes version = good;
+  version[0] = 99;
+  CHECK_THROWS_AS(gossip::decode_gossip(version), gossip::DecodeError);
+  net::Bytes lying_count = good;
+  lying_count[1] = 0xFF;  // claims 0x..FF updates with only one present
+  CHECK_THROWS_AS(gossip::decode_gossip(lying_count), gossip::DecodeError);
+  CHECK_THROWS_AS(gossip::decode_gossip(gossip::encode(gossip::GossipMsg{{Update{"p1", "nohost", 1, MemberState::kAlive, ""}}})),
+                  gossip::DecodeError);
+  CHECK_THROWS_AS(gossip::decode_gossip(gossip::encode(gossip::GossipMsg{{Update{"p1", "h:1", 1, MemberState::kDead, ""}}})),
+                  gossip::DecodeError);  // an accusation must name its accuser
+  net::Bytes bad_state = gossip::encode(gossip::GossipMsg{{a}});
+  bad_state[bad_state.size() - 2] = 9;  // the state byte precedes the empty `from`
+  CHECK_THROWS_AS(gossip::decode_gossip(bad_state), gossip::DecodeError);
+  CHECK(gossip::valid_addr("10.0.0.1:7000"));
+  CHECK_FALSE(gossip::valid_addr("10.0.0.1:0"));
+  CHECK_FALSE(gossip::valid_addr("10.0.0.1:70000"));
+  CHECK_FALSE(gossip::valid_addr(":7000"));
+}
+
+TEST_CASE("membership: alive -> suspect -> dead after exactly the minimum suspicion timeout", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 1ms;
+  Cluster cl(o);
+  const int a = cl.add(true, {});
+  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
+  FakePeer x(cl.net, "10.9.0.2:7000", "fakeX");
+  f.connect(addr_of(a));
+  // F joins and tells A about X: three members, too few for confirmations (k = 0).
+  f.send(gossip::kMsgSync, gossip::encode(gossip::SyncMsg{1, true, {f.self_update(), x.self_update()}}));
+  cl.net.run_for(10ms);
+  REQUIRE(cl.view(a, 0) == MemberState::kAlive);
+  REQUIRE(cl[a].member("fakeX")->state == MemberState::kAlive);
+
+  f.gossip({Update{"fakeX", x.addr, x.incarnation, MemberState::kSuspect, "fakeF"}});
+  const Millis sent = cl.net.now();
+  cl.net.run_for(o.latency);
+  const Millis suspected = sent + o.latency;
+  REQUIRE(cl[a].member("fakeX")->state == MemberState::kSuspect);
+  const Millis timeout = min_suspicion(cl.cfg, 3);
+  cl.net.run_until(suspected + timeout - 1ms);
+  CHECK(cl[a].member("fakeX")->state == MemberState::kSuspect);
+  cl.net.run_until(suspected + timeout);
+  CHECK(cl[a].member("fakeX")->state == MemberState::kDead);
+
+  std::vector<std::pair<MemberState, Millis>> seen;
+  for (const auto& e : cl.events[a]) {
+    if (e.subject == "fakeX") seen.emplace_back(e.state, e.at);
+  }
+  REQUIRE(seen.size() == 3);
+  CHECK(seen[0].first == MemberState::kAlive);
+  CHECK(seen[1] == std::pair{MemberState::kSuspect, suspected});
+  CHECK(seen[2] == std::pair{MemberState::kDead, suspected + timeout});
+  CHECK(cl[a].live_peers().size() == 1);  // only F
+}
+
+TEST_CASE("membership: Lifeguard confirmations shorten the suspicion from max towards min", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 1ms;
+  Cluster cl(o);
+  const int a = cl.add(true, {});
+  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF"), g(cl.net, "10.9.0.3:7000", "fakeG"),
+      h(cl.net, "10.9.0.4:7000", "fakeH"), x(cl.net, "10.9.0.2:7000", "fakeX");
+  f.connect(addr_of(a));
+  f.send(gossip::kMsgSync, gossip::encode(gossip::SyncMsg{
+                               1, true, {f.self_update(), g.self_update(), h.self_update(), x.self_update()}}));
+  cl.net.run_for(10ms);
+  const std::size_t n = 5;  // A, F, G, H, X
+  REQUIRE(cl[a].live_peers().size() == n - 1);
+  const int k = cl.cfg.suspicion_mult - 2;
+  REQUIRE(k == 2);
+  const Millis min = min_suspicion(cl.cfg, n);
+  const Millis max = cl.cfg.suspicion_max_timeout_mult * min;
+  auto suspect_from = [&](const std::string& from) {
+    f.gossip({Update{"fakeX", x.addr, x.incarnation, MemberState::kSuspect, from}});
+    cl.net.run_for(o.latency);
+  };
+
+  SECTION("no confirmation: dead after max") {
+    suspect_from("fakeF");
+    const Millis start = cl.net.now();
+    cl.net.run_until(start + max - 1ms);
+    CHECK(cl[a].member("fakeX")->state == MemberState::kSuspect);
+    cl.net.run_until(start + max);
+    CHECK(cl[a].member("fakeX")->state == MemberState::kDead);
+  }
+  SECTION("one confirmation: log-scaled remaining time; a repeated accuser does not count") {
+    suspect_from("fakeF");
+    const Millis start = cl.net.now();
+    cl.net.run_for(1000ms);
+    suspect_from("fakeF");  // the same accuser again: no confirmation
+    suspect_from("fakeG");
+    const double frac = std::log(2.0) / std::log(k + 1.0);
+    const Millis expected = Millis(static_cast<Millis::rep>(std::floor(max.count() - frac * (max - min).count())));
+    cl.net.run_until(start + expected - 1ms);
+    CHECK(cl[a].member("fakeX")->state == MemberState::kSuspect);
+    cl.net.run_until(start + expected);
+    CHECK(cl[a].member("fakeX")->state == MemberState::kDead);
+  }
+  SECTION("k confirmations: dead after min") {
+    suspect_from("fakeF");
+    const Millis start = cl.net.now();
+    suspect_from("fakeG");
+    suspect_from("fakeH");
+    cl.net.run_until(start + min - 1ms);
+    CHECK(cl[a].member("fakeX")->state == MemberState::kSuspect);
+    cl.net.run_until(start + min);
+    CHECK(cl[a].member("fakeX")->state == MemberState::kDead);
+  }
+}
+
+TEST_CASE("membership: incarnation precedence, stale updates ignored, self refutes", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 1ms;
+  Cluster cl(o);
+  const int a = cl.add(true, {});
+  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
+  FakePeer x(cl.net, "10.9.0.2:7000", "fakeX");
+  x.incarnation = 5;
+  f.connect(addr_of(a));
+  f.send(gossip::kMsgSync, gossip::encode(gossip::SyncMsg{1, true, {f.self_update(), x.self_update()}}));
+  cl.net.run_for(10ms);
+  auto say = [&](MemberState s, std::uint64_t inc) {
+    f.gossip({Update{"fakeX", x.addr, inc, s, s == MemberState::kAlive ? "" : "fakeF"}});
+    cl.net.run_for(2 * o.latency);
+    return cl[a].member("fakeX").value();
+  };
+  CHECK(say(MemberState::kSuspect, 4).state == MemberState::kAlive);  // older incarnation
+  CHECK(say(MemberState::kDead, 4).state == MemberState::kAlive);
+  CHECK(say(MemberState::kAlive, 4).incarnation == 5);
+  CHECK(say(MemberState::kSuspect, 5).state == MemberState::kSuspect);
+  CHECK(say(MemberState::kAlive, 5).state == MemberState::kSuspect);  // same incarnation: no refutation
+  auto m = say(MemberState::kAlive, 6);
+  CHECK(m.state == MemberState::kAlive);
+  CHECK(m.incarnation == 6);
+  CHECK(say(MemberState::kDead, 6).state == MemberState::kDead);
+  CHECK(say(MemberState::kAlive, 6).state == MemberState::kDead);  // a dead member needs a newer life
+  CHECK(say(MemberState::kSuspect, 7).state == MemberState::kDead);
+  m = say(MemberState::kAlive, 7);
+  CHECK(m.state == MemberState::kAlive);
+  CHECK(m.incarnation == 7);
+
+  // About A itself: an older accusation is ignored, a current one is refuted with a higher number.
+  const std::uint64_t inc = cl[a].incarnation();
+  f.gossip({Update{id_of(a), addr_of(a), inc - 1, MemberState::kSuspect, "fakeF"}});
+  cl.net.run_for(10ms);
+  CHECK(cl[a].incarnation() == inc);
+  f.gossip({Update{id_of(a), addr_of(a), inc + 3, MemberState::kDead, "fakeF"}});
+  cl.net.run_for(10ms);
+  CHECK(cl[a].incarnation() == inc + 4);
+  CHECK(cl.view(a, a) == MemberState::kAlive);
+
+  std::vector<MemberState> transitions;
+  for (const auto& e : cl.events[a]) {
+    if (e.subject == "fakeX") transitions.push_back(e.state);
+  }
+  CHECK(transitions == std::vector<MemberState>{MemberState::kAlive, MemberState::kSuspect, MemberState::kAlive,
+                                                MemberState::kDead, MemberState::kAlive});
+}
+
+TEST_CASE("membership: a suspected live member refutes before the timeout", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 2ms;
+  Cluster cl(o, fast_config());
+  for (int i = 0; i < 3; ++i) cl.add();
+  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
+  f.connect(addr_of(0));
+  f.send(gossip::kMsgSync, gossip::encode(gossip::SyncMsg{1, true, {f.self_update()}}));
+  REQUIRE(cl.converge());
+  cl.net.run_for(5s);  // let the join gossip die down
+  const std::uint64_t before = cl[1].incarnation();
+  f.gossip({Update{id_of(1), addr_of(1), before, MemberState::kSuspect, "fakeF"}});
+  cl.net.run_for(o.latency);
+  REQUIRE(cl.view(0, 1) == MemberState::kSuspect);
+  const Millis shortest = min_suspicion(cl.cfg, 4);
+  auto refuted = cl.run_until([&] { return cl.all_alive(cl.all()); }, shortest, 10ms);
+  REQUIRE(refuted);
+  CHECK(cl[1].incarnation() == before + 1);
+  CHECK(cl[0].member(id_of(1))->incarnation == before + 1);
+  cl.net.run_for(2 * shortest);
+  for (int i : cl.all()) CHECK(cl.count_events(i, MemberState::kDead) == 0);
+  std::vector<MemberState> seen;
+  for (const auto& e : cl.events[0]) {
+    if (e.subject == id_of(1)) seen.push_back(e.state);
+  }
+  CHECK(seen == std::vector<MemberState>{MemberState::kAlive, MemberState::kSuspect, MemberState::kAlive});
+}
+
+TEST_CASE("membership: 64 peers joining through one seed all see all", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 2ms;
+  o.jitter = 8ms;
+  Cluster cl(o, fast_config());
+  const int kPeers = 64;
+  cl.add(true, {});
+  // The others start at random moments over the first two seconds.
+  std::vector<Millis> start_at;
+  for (int i = 1; i < kPeers; ++i) start_at.push_back(Millis(static_cast<Millis::rep>(cl.net.rng().below(2000))));
+  std::sort(start_at.begin(), start_at.end());
+  for (int i = 1; i < kPeers; ++i) {
+    cl.net.run_until(start_at[i - 1]);
+    cl.add();
+  }
+  const Millis last_start = cl.net.now();
+  // Gossip alone: the seed's reply gives a joiner everyone who joined before it, later joiners
+  // reach it by epidemic dissemination in O(log n) gossip rounds. Within 5 probe periods at least
+  // 99% of the 64*63 (observer, member) pairs must be alive.
+  cl.net.run_until(last_start + 5 * cl.cfg.probe_interval);
+  const int pairs = kPeers * (kPeers - 1);
+  CHECK(cl.missing_pairs() * 100 <= pairs);
+  // Everyone: gossip misses are repaired by push-pull within one (scaled) push-pull period.
+  const Millis bound = gossip::push_pull_period(cl.cfg.push_pull_interval, kPeers) + 2 * cl.cfg.probe_interval;
+  auto done = cl.run_until([&] { return cl.all_alive(cl.all()); }, last_start + bound - cl.net.now());
+  REQUIRE(done);
+  UNSCOPED_INFO("all 64 saw all 64 alive " << (*done - last_start).count() << " ms after the last join");
+  for (int i : cl.all()) {
+    CHECK(cl[i].live_peers().size() == static_cast<std::size_t>(kPeers - 1));
+    CHECK(cl[i].joined());
+    CHECK(cl.count_events(i, MemberState::kSuspect) == 0);
+  }
+}
+
+TEST_CASE("membership: a killed peer is marked dead by all within the suspicion bound", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 2ms;
+  o.jitter = 3ms;
+  o.seed = 11;
+  Cluster cl(o, fast_config());
+  const int kPeers = 16;
+  for (int i = 0; i < kPeers; ++i) cl.add();
+  REQUIRE(cl.converge());
+  cl.net.run_for(5s);
+  const int victim = 7;
+  const Millis killed = cl.net.now();
+  cl.net.kill(addr_of(victim));  // silent: nobody gets a connection reset
+  std::vector<int> rest;
+  for (int i : cl.all()) {
+    if (i != victim) rest.push_back(i);
+  }
+  // Bound: a probe round (one period per other member, as the order is round-robin) until the
+  // first prober misses it, plus the longest suspicion (no confirmations), plus one period for
+  // the dead message to reach everyone.
+  const Millis min = min_suspicion(cl.cfg, kPeers);
+  const Millis bound = (kPeers - 1) * cl.cfg.probe_interval + cl.cfg.suspicion_max_timeout_mult * min +
+                       cl.cfg.probe_interval;
+  auto all_dead = cl.run_until([&] {
+    for (int i : rest) {
+      if (cl.view(i, victim) != MemberState::kDead) return false;
+    }
+    return true;
+  }, bound);
+  REQUIRE(all_dead);
+  UNSCOPED_INFO("dead everywhere after " << (*all_dead - killed).count() << " ms (bound " << bound.count() << ")");
+  // Confirmations from several probers cut the wait: it must be well under the unconfirmed bound.
+  CHECK(*all_dead - killed < cl.cfg.suspicion_max_timeout_mult * min);
+  for (int i : rest) {
+    CHECK(cl[i].live_peers().size() == rest.size() - 1);
+    int dead_events = 0;
+    for (const auto& e : cl.events[i]) {
+      if (e.state == MemberState::kDead) {
+        CHECK(e.subject == id_of(victim));
+        CHECK(e.at >= killed);
+        ++dead_events;
+      }
+    }
+    CHECK(dead_events == 1);
+  }
+}
+
+TEST_CASE("membership: no false deaths in 10 simulated minutes with 5% message loss", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 2ms;
+  o.jitter = 10ms;
+  o.seed = 5;
+  Cluster cl(o);
+  const int kPeers = 24;
+  for (int i = 0; i < kPeers; ++i) cl.add();
+  REQUIRE(cl.converge());
+  cl.net.set_loss(0.05, gossip::kMembershipTypeFirst, gossip::kMembershipTypeLast);
+  const auto dropped_before = cl.net.stats().dropped_loss;
+  cl.net.run_for(10min);
+  CHECK(cl.net.stats().dropped_loss > dropped_before);
+  int suspicions = 0;
+  for (int i : cl.all()) {
+    CHECK(cl.count_events(i, MemberState::kDead) == 0);
+    CHECK(cl.count_events(i, MemberState::kLeft) == 0);
+    suspicions += cl.count_events(i, MemberState::kSuspect);
+  }
+  UNSCOPED_INFO("suspicions raised (and refuted) under loss: " << suspicions);
+  // Suspicions under loss are expected and must all have been refuted by now.
+  cl.net.set_loss(0.0);
+  CHECK(cl.run_until([&] { return cl.all_alive(cl.all()); }, min_suspicion(cl.cfg, kPeers)));
+}
+
+TEST_CASE("membership: a partition is detected and heals after heal()", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 2ms;
+  o.jitter = 3ms;
+  o.seed = 3;
+  Cluster cl(o, fast_config());
+  const int kPeers = 12;
+  for (int i = 0; i < kPeers; ++i) cl.add();
+  REQUIRE(cl.converge());
+  std::vector<std::string> left_side, right_side;
+  for (int i = 0; i < kPeers; ++i) (i < kPeers / 2 ? left_side : right_side).push_back(addr_of(i));
+  cl.net.partition({left_side, right_side});
+  const Millis min = min_suspicion(cl.cfg, kPeers);
+  auto split = cl.run_until([&] {
+    for (int i = 0; i < kPeers; ++i) {
+      for (int j = 0; j < kPeers; ++j) {
+        const bool same = (i < kPeers / 2) == (j < kPeers / 2);
+        if (i != j && cl.view(i, j) != (same ? MemberState::kAlive : MemberState::kDead)) return false;
+      }
+    }
+    return true;
+  }, kPeers * cl.cfg.probe_interval + cl.cfg.suspicion_max_timeout_mult * min);
+  REQUIRE(split);
+  cl.net.heal();
+  const Millis healed = cl.net.now();
+  // Bound: a reconnect attempt to a dead member happens every reconnect_interval on every
+  // member; after one sync the refutations spread by gossip and push-pull. Two reconnect
+  // intervals plus one push-pull interval.
+  const Millis bound = 2 * cl.cfg.reconnect_interval + cl.cfg.push_pull_interval;
+  auto merged = cl.run_until([&] { return cl.all_alive(cl.all()); }, bound);
+  REQUIRE(merged);
+  UNSCOPED_INFO("merged " << (*merged - healed).count() << " ms after heal");
+}
+
+TEST_CASE("membership: an isolated peer keeps re-dialling its seeds and rejoins", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 2ms;
+  o.seed = 9;
+  auto cfg = fast_config();
+  cfg.reconnect_interval = 1h;  // only the seed re-dial may heal this one
+  Cluster cl(o, cfg);
+  for (int i = 0; i < 6; ++i) cl.add();
+  REQUIRE(cl.converge());
+  const int lonely = 5;
+  cl.net.partition({{addr_of(lonely)}});
+  REQUIRE(cl.run_until([&] { return cl[lonely].live_peers().empty(); }, 60s));
+  cl.net.run_for(cl.cfg.gossip_to_the_dead);  // after this, only seed re-dials make connects
+  const auto failed_before = cl.net.stats().connects_failed;
+  cl.net.run_for(2 * cl.cfg.join_backoff_max);
+  CHECK(cl.net.stats().connects_failed > failed_before);  // it is still trying
+  cl.net.heal();
+  // Bound: the next retry (at most the capped backoff plus a join timeout away), then gossip.
+  const Millis bound = cl.cfg.join_backoff_max + cl.cfg.join_timeout + 5 * cl.cfg.probe_interval;
+  CHECK(cl.run_until([&] { return cl.all_alive(cl.all()); }, bound));
+}
+
+TEST_CASE("membership: join retries with exponential backoff until a seed appears", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 2ms;
+  o.connect_timeout = 500ms;
+  Cluster cl(o);
+  cl.nodes.push_back(nullptr);  // index 0 is the seed, created later
+  cl.members.emplace_back();
+  cl.events.emplace_back();
+  const int joiner = cl.add(true, {addr_of(0)});
+  // Attempts at 0, then each join_timeout + backoff later, the backoff doubling up to its cap.
+  std::vector<Millis> attempts{Millis(0)};
+  Millis backoff(0);
+  while (attempts.back() < 120s) {
+    backoff = backoff.count() == 0 ? cl.cfg.join_backoff_initial : std::min(2 * backoff, cl.cfg.join_backoff_max);
+    attempts.push_back(attempts.back() + cl.cfg.join_timeout + backoff);
+  }
+  const Millis check_at = 100s;
+  cl.net.run_until(check_at);
+  std::uint64_t expected_failures = 0;
+  for (Millis t : attempts) expected_failures += t + o.connect_timeout <= check_at ? 1 : 0;
+  CHECK(cl.net.stats().connects_failed == expected_failures);
+  CHECK_FALSE(cl[joiner].joined());
+  // The seed comes up; the joiner gets in at its next attempt.
+  cl.nodes[0] = &cl.net.add_node(addr_of(0), id_of(0));
+  cl.start(0, {});
+  const Millis next = *std::find_if(attempts.begin(), attempts.end(), [&](Millis t) { return t > check_at; });
+  CHECK(cl.run_until([&] { return cl[joiner].joined() && cl.all_alive({0, joiner}); },
+                     next - check_at + 1s));
+}
+
+TEST_CASE("membership: a restarted peer rejoins alive with a higher incarnation", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 2ms;
+  o.seed = 21;
+  Cluster cl(o, fast_config());
+  const int kPeers = 8;
+  for (int i = 0; i < kPeers; ++i) cl.add();
+  REQUIRE(cl.converge());
+  const int r = 3;
+  const std::uint64_t old_inc = cl[r].incarnation();
+
+  SECTION("after it was declared dead") {
+    cl.net.kill(addr_of(r));
+    REQUIRE(cl.run_until([&] {
+      for (int i : cl.all()) {
+        if (i != r && cl.view(i, r) != MemberState::kDead) return false;
+      }
+      return true;
+    }, 2min));
+  }
+  SECTION("before anyone noticed") {
+    cl.net.kill(addr_of(r));
+    cl.net.run_for(cl.cfg.probe_interval / 2);
+  }
+  cl.net.revive(addr_of(r));
+  // Same identity, and an incarnation that starts below its old one: it must learn its old state
+  // from the seed and refute it.
+  cl.start(r, {addr_of(0)}, std::uint64_t{0});
+  // Bound: the join, then the refutation spreads by gossip (push-pull repairs a miss).
+  const Millis bound = cl.cfg.join_timeout + gossip::push_pull_period(cl.cfg.push_pull_interval, kPeers) +
+                       2 * cl.cfg.probe_interval;
+  REQUIRE(cl.run_until([&] {
+    if (!cl.all_alive(cl.all())) return false;
+    for (int i : cl.all()) {
+      if (cl[i].member(id_of(r))->incarnation != cl[r].incarnation()) return false;
+    }
+    return true;
+  }, bound));
+  CHECK(cl[r].incarnation() > old_inc);
+  CHECK(cl[r].live_peers().size() == kPeers - 1);
+}
+
+TEST_CASE("membership: a graceful leave is seen as left, not dead, and quickly", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 2ms;
+  Cluster cl(o, fast_config());
+  for (int i = 0; i < 8; ++i) cl.add();
+  REQUIRE(cl.converge());
+  cl[4].leave();
+  // Bound: told directly, so one latency; we allow a gossip interval.
+  auto gone = cl.run_until([&] {
+    for (int i : cl.all()) {
+      if (i != 4 && cl.view(i, 4) != MemberState::kLeft) return false;
+    }
+    return true;
+  }, cl.cfg.gossip_interval, 1ms);
+  REQUIRE(gone);
+  cl.net.run_for(30s);
+  for (int i : cl.all()) {
+    if (i == 4) continue;
+    CHECK(cl.view(i, 4) == MemberState::kLeft);
+    CHECK(cl[i].live_peers().size() == 6);
+    CHECK(cl.count_events(i, MemberState::kDead) == 0);
+  }
+}
+
+TEST_CASE("membership: malformed messages close the connection with a reason", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 1ms;
+  Cluster cl(o);
+  const int a = cl.add(true, {});
+  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
+  gossip::Dispatcher d;
+  d.add(gossip::kMembershipTypeFirst, gossip::kMembershipTypeLast, &cl[a]);
+
+  SECTION("truncated ping") {
+    f.connect(addr_of(a));
+    net::Bytes ping = gossip::encode(gossip::PingMsg{1, id_of(a), {}});
+    ping.pop_back();
+    f.send(gossip::kMsgPing, ping);
+    cl.net.run_for(10ms);
+    CHECK(f.closed == std::vector<std::string>{"closed by peer: malformed membership message: truncated"});
+  }
+  SECTION("a sync claiming more members than allowed") {
+    f.connect(addr_of(a));
+    net::Bytes sync = gossip::encode(gossip::SyncMsg{1, true, {}});
+    sync[sync.size() - 2] = 0xFF;  // member count, little-endian u16: 0xFFFF > kMaxSyncMembers
+    sync[sync.size() - 1] = 0xFF;
+    f.send(gossip::kMsgSync, sync);
+    cl.net.run_for(10ms);
+    CHECK(f.closed == std::vector<std::string>{"closed by peer: malformed membership message: too many members"});
+    CHECK(cl[a].members().size() == 1);
+  }
+  SECTION("an unknown type inside the membership range, through the dispatcher") {
+    cl.nodes[a]->set_handler(&d);
+    f.connect(addr_of(a));
+    f.send(0x2A, net::Bytes{gossip::kMembershipWireVersion});
+    f.send(0x30, net::Bytes{});
+    cl.net.run_for(10ms);
+    CHECK(f.closed == std::vector<std::string>{"closed by peer: malformed membership message: unknown membership message type"});
+  }
+  // The member keeps working: a well-formed join from a new connection is accepted.
+  f.conn.reset();
+  f.connect(addr_of(a));
+  f.send(gossip::kMsgSync, gossip::encode(gossip::SyncMsg{2, true, {f.self_update()}}));
+  cl.net.run_for(10ms);
+  CHECK(cl[a].member("fakeF").has_value());
+}
