@@ -63,13 +63,18 @@ std::unique_ptr<Backend> make_backend(std::string_view name) {
   }
   if (name == "auto") {
     std::unique_ptr<Backend> be;
-    if (cuda_available()) {
 #if defined(GT_HAVE_CUDA)
-      be = make_cuda_backend();
-#endif
-    } else {
-      be = std::make_unique<CpuBackend>();
+    if (cuda_available()) {
+      try {
+        be = make_cuda_backend();
+      } catch (const BackendError& e) {
+        // "auto" promises a working backend: a device that is visible but unusable (driver
+        // mismatch, out of memory) is worth a warning, not a failed run.
+        spdlog::warn("backend auto: CUDA device present but unusable ({}); using cpu", e.what());
+      }
     }
+#endif
+    if (!be) be = std::make_unique<CpuBackend>();
     spdlog::info("backend auto -> {} ({})", be->name(), be->device());
     return be;
   }

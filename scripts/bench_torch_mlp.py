@@ -40,8 +40,12 @@ def main():
         print("bench_torch_mlp: --batch, --steps, --rounds must be >= 1", file=sys.stderr)
         return 2
 
-    import torch
-    import torch.nn.functional as F
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError as e:
+        print(f"bench_torch_mlp: PyTorch is not installed ({e})", file=sys.stderr)
+        return 1
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("bench_torch_mlp: no CUDA device visible to PyTorch", file=sys.stderr)

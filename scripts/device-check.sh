@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# GPU check for the "device" machine (nvcc, cmake and PyTorch, but none of our Debian libraries):
+# builds test_kernels and gossip-bench against the packages unpacked by
+# scripts/fetch-device-deps.sh, runs the [cuda] tests, the CUDA training benchmark and the
+# PyTorch reference, and writes their outputs to $OUT (or build-device/check).
+# Usage: scripts/device-check.sh [DEPS_DIR]   (or env GT_DEPS_DIR; default .deps)
+# Env: OUT (outputs), GT_DEVICE_BUILD_DIR (default build-device), CUDA_ARCHS (e.g. 90),
+#      GT_CMAKE_ARGS (extra configure arguments, split on spaces).
+set -uo pipefail
+
+deps="${1:-${GT_DEPS_DIR:-.deps}}"
+echo "device-check: needs carried: ${deps} (made here by scripts/fetch-device-deps.sh ${deps})"
+[[ -d "$deps" ]] && deps="$(cd "$deps" && pwd)"
+
+cd "$(dirname "$0")/.."
+build="${GT_DEVICE_BUILD_DIR:-build-device}"
+out="${OUT:-$build/check}"
+mkdir -p "$out"
+
+die() { echo "device-check: $*" >&2; exit 2; }
+
+[[ -d "$deps" ]] || die "no dependency folder '$deps': run scripts/fetch-device-deps.sh here and carry it"
+root="$(cd "$deps" && pwd)"
+[[ -d "$root/root/usr" ]] && root="$root/root"
+[[ -f "$root/usr/include/spdlog/spdlog.h" ]] || die "'$root' does not look like unpacked packages"
+libdir="$root/usr/lib/x86_64-linux-gnu"
+
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+command -v nvcc >/dev/null || die "nvcc not found"
+command -v cmake >/dev/null || die "cmake not found"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
+  sed 's/^/device-check: gpu: /'
+echo "device-check: $(nvcc --version | tail -1); $(cmake --version | head -1)"
+
+# Our tools come after the machine's own, and LD_LIBRARY_PATH stays untouched (PyTorch and the
+# compilers keep their own libraries): our binaries find $root's libraries through DT_RPATH, which
+# unlike RUNPATH also serves libopenblas's own dependency, libgfortran.
+export PATH="$PATH:$root/usr/bin"
+export PKG_CONFIG_LIBDIR="$libdir/pkgconfig:$root/usr/share/pkgconfig"
+export PKG_CONFIG_SYSROOT_DIR="$root"
+pkgconf_bin="$(command -v pkg-config || true)"
+if [[ -z "$pkgconf_bin" || "$pkgconf_bin" == "$root"/* ]]; then
+  mkdir -p "$build"
+  pkgconf_bin="$(cd "$build" && pwd)/pkg-config"
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$libdir" "$root/usr/bin/pkgconf" \
+    > "$pkgconf_bin"
+  chmod +x "$pkgconf_bin"
+fi
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+
+cfg=(
+  -S . -B "$build" "${generator[@]}"
+  -DCMAKE_BUILD_TYPE=Release
+  -DGT_CUDA=ON
+  "-DCMAKE_PREFIX_PATH=$root/usr;$libdir/cmake;$root/usr/share/cmake"
+  "-DCMAKE_LIBRARY_PATH=$libdir/openblas-pthread;$libdir;$root/lib/x86_64-linux-gnu"
+  "-DCMAKE_INCLUDE_PATH=$root/usr/include"
+  -DBLA_VENDOR=OpenBLAS
+  "-DCBLAS_INCLUDE_DIR=$root/usr/include/x86_64-linux-gnu/openblas-pthread"
+  "-DASIO_INCLUDE_DIR=$root/usr/include"
+  "-DPKG_CONFIG_EXECUTABLE=$pkgconf_bin"
+  "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath-link,$libdir -Wl,-rpath,$libdir:$libdir/openblas-pthread"
+)
+[[ -n "${CUDA_ARCHS:-}" ]] && cfg+=("-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS")
+# shellcheck disable=SC2206  # word splitting is the point
+[[ -n "${GT_CMAKE_ARGS:-}" ]] && cfg+=(${GT_CMAKE_ARGS})
+
+status=0
+step() {  # step NAME CMD...: runs CMD, keeps its log in $out/NAME.log, records a failure
+  local name="$1"; shift
+  echo "device-check: == $name: $*"
+  "$@" 2>&1 | tee "$out/$name.log"
+  local rc=${PIPESTATUS[0]}
+  if ((rc != 0)); then echo "device-check: $name FAILED (exit $rc)"; status=1; fi
+  return "$rc"
+}
+
+step configure cmake "${cfg[@]}" || exit 1
+step build cmake --build "$build" -j "$(nproc)" --target test_kernels gossip-bench || exit 1
+
+step test_cuda "$build/tests/test_kernels" "[cuda]" --durations yes
+if grep -q "no CUDA device: skipping" "$out/test_cuda.log"; then
+  echo "device-check: the [cuda] tests skipped: this machine's GPU is not visible to the build"
+  status=1
+fi
+step test_cpu "$build/tests/test_kernels" "[kernels]"
+
+if step bench_cuda "$build/apps/gossip-bench" train --backend cuda --model mlp:784-256-256-10 \
+    --batch 128 --json; then
+  grep '^{' "$out/bench_cuda.log" | tail -1 > "$out/bench_cuda.json"
+fi
+if step bench_torch python3 scripts/bench_torch_mlp.py --model mlp:784-256-256-10 --batch 128; then
+  grep '^{' "$out/bench_torch.log" | tail -1 > "$out/bench_torch.json"
+fi
+
+if [[ -s "$out/bench_cuda.json" && -s "$out/bench_torch.json" ]]; then
+  python3 - "$out/bench_cuda.json" "$out/bench_torch.json" <<'PY' | tee "$out/summary.json"
+import json, sys
+ours, torch = (json.load(open(p)) for p in sys.argv[1:3])
+print(json.dumps({
+    "ours_ms_per_step": ours["step_ms"], "torch_ms_per_step": torch["ms_per_step"],
+    "ours_samples_per_s": ours["samples_per_s"], "torch_samples_per_s": torch["samples_per_s"],
+    "speedup_vs_torch": torch["ms_per_step"] / ours["step_ms"],
+    "ours_ratio_step_over_floor": ours.get("ratio_step_over_floor"),
+    "device": ours.get("device")}))
+PY
+fi
+echo "device-check: outputs in $out; $([[ $status == 0 ]] && echo OK || echo 'SOME STEPS FAILED')"
+exit "$status"
