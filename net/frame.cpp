@@ -134,7 +134,7 @@ bool FrameReceiver::on_header(const std::uint8_t* header, std::size_t& body_byte
     failed_ = true;
     return false;
   }
-  if (data && hdr_.body_bytes - crypto::kAeadTagBytes > message_.size() - filled_) {
+  if (data && hdr_.body_bytes - crypto::kAeadTagBytes > total_ - filled_) {
     err = "data frame overruns the announced message length";
     failed_ = true;
     return false;
@@ -158,6 +158,9 @@ FrameReceiver::Event FrameReceiver::on_body(const std::uint8_t* body, std::size_
   std::span<const std::uint8_t> ad(header_, kFrameHeaderBytes);
   std::uint8_t* dest;
   if (hdr_.type == FrameType::kData) {
+    // The buffer was reserved at the start; growing it frame by frame touches (faults in and
+    // zeroes) each part just before the decryption writes it, while it is hot in cache.
+    message_.resize(filled_ + plen);
     dest = message_.data() + filled_;
   } else {
     if (scratch_.size() < plen) scratch_.resize(plen);
@@ -170,7 +173,7 @@ FrameReceiver::Event FrameReceiver::on_body(const std::uint8_t* body, std::size_
   switch (hdr_.type) {
     case FrameType::kData:
       filled_ += plen;
-      if (filled_ == message_.size()) {
+      if (filled_ == total_) {
         in_message_ = false;
         return Event::kMessage;
       }
@@ -187,7 +190,8 @@ FrameReceiver::Event FrameReceiver::on_body(const std::uint8_t* body, std::size_
                      " bytes exceeds the limit of " + std::to_string(limits_.max_message_bytes));
       msg_type_ = dest[0];
       message_ = Bytes();
-      message_.resize(total);  // the one allocation of the message, bounded above
+      message_.reserve(total);  // the one allocation of the message, bounded above
+      total_ = total;
       filled_ = 0;
       if (total == 0) return Event::kMessage;
       in_message_ = true;

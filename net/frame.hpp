@@ -100,6 +100,7 @@ class FrameReceiver {
   std::uint8_t msg_type_ = 0;
   Bytes message_;
   std::uint64_t filled_ = 0;
+  std::uint64_t total_ = 0;
   Bytes scratch_;
   std::string text_;
 };
