@@ -60,6 +60,7 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
       test_acc = v;
       if (!best_test_acc || *v > *best_test_acc) best_test_acc = v;
       if (!time_to_target && *v >= target_acc) time_to_target = t;
+      if (j.contains("final") && j["final"].is_boolean() && j["final"].get<bool>()) final_eval_acc = v;
     }
   } else if (ev == "exchange") {
     bool ok = j.contains("ok") && j["ok"].is_boolean() && j["ok"].get<bool>();

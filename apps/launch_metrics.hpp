@@ -51,6 +51,7 @@ struct PeerStats {
   std::optional<double> test_acc;       // last eval
   std::optional<double> best_test_acc;
   std::optional<double> final_test_acc;  // from `done`
+  std::optional<double> final_eval_acc;  // last eval marked final (the model as the peer ended)
   std::optional<double> time_to_target;  // peer's t of the first eval at or above the target
   std::optional<double> samples_per_s;
   std::int64_t done_steps = -1;

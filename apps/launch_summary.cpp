@@ -59,8 +59,10 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
   for (std::size_t i = 0; i < stats.size(); ++i) {
     const PeerStats& s = stats[i];
     const PeerOutcome& out = outcomes[i];
-    // A peer killed before `done` still has its last evaluation: report that as its final figure.
-    std::optional<double> final_acc = s.final_test_acc ? s.final_test_acc : s.test_acc;
+    // The final figure is the model as the peer ended: its eval marked final (after lingering or
+    // a stop), else the one `done` reports, else (a peer killed before `done`) its last eval.
+    std::optional<double> final_acc =
+        s.final_eval_acc ? s.final_eval_acc : s.final_test_acc ? s.final_test_acc : s.test_acc;
     if (final_acc) finals.push_back(*final_acc);
     if (s.best_test_acc && (!best || *s.best_test_acc > *best)) best = s.best_test_acc;
     std::optional<double> t_launch;
