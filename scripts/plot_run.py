@@ -13,10 +13,14 @@ import os
 import re
 import sys
 
-import matplotlib
+try:
+    import matplotlib
 
-matplotlib.use("Agg")  # no display: files only
-import matplotlib.pyplot as plt  # noqa: E402
+    matplotlib.use("Agg")  # no display: files only
+    import matplotlib.pyplot as plt
+except ImportError as e:
+    sys.exit(f"plot_run.py: {e} in {sys.executable}: sudo apt-get install python3-matplotlib "
+             "(and run this with /usr/bin/python3)")
 
 
 def read_jsonl(path):
@@ -129,7 +133,7 @@ def main(argv):
     any_bytes = False
     for i, events in peers:
         off = offsets.get(i, 0.0)
-        xs, ys, total = [0.0], [0.0], 0.0
+        xs, ys, total = [off], [0.0], 0.0
         for e in events:
             if e.get("event") != "exchange":
                 continue
