@@ -226,7 +226,13 @@ TEST_CASE("cuda wire encodings are bit-identical to the cpu backend's and round 
     DeviceBuffer<float> dec_gpu(*p.gpu, n);
     p.gpu->decode(w, enc_gpu.data(), n, dec_gpu.data());
     auto back = to_host(*p.gpu, dec_gpu);
-    REQUIRE(std::memcmp(back.data(), dec_cpu.data(), n * sizeof(float)) == 0);
+    // Bit for bit, except that a NaN made by arithmetic (int8: 0 * an inf scale) has the
+    // platform's default bits (0xffc00000 on x86, 0x7fffffff on the GPU).
+    for (std::size_t i = 0; i < n; ++i) {
+      if (std::isnan(back[i]) && std::isnan(dec_cpu[i])) continue;
+      INFO("index " << i);
+      REQUIRE(std::memcmp(&back[i], &dec_cpu[i], sizeof(float)) == 0);
+    }
     if (w == Wire::Fp32) REQUIRE(std::memcmp(back.data(), x.data(), n * sizeof(float)) == 0);
     // Round trip within the encoding's bound on the ordinary values.
     const double bound = w == Wire::Fp32 ? 0.0
