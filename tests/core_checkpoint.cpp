@@ -47,7 +47,8 @@ void write_all(const std::string& path, const char* data, std::size_t n) {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 Checkpoint small_checkpoint() {
