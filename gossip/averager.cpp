@@ -111,22 +111,56 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
     throw std::logic_error("averager: the parameter count changed between steps");
   s_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
   r_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
-  enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(cfg_.wire, ctx.n_params));
+  // The fp32 encoding is the raw floats: snapshots go straight from s_ and into r_.
+  if (cfg_.wire != kernels::Wire::Fp32)
+    enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(cfg_.wire, ctx.n_params));
   n_params_.store(ctx.n_params);
 }
 
-net::SharedBytes Averager::snapshot(core::StepContext& ctx) {
+ChunkSetPtr Averager::snapshot(core::StepContext& ctx) {
   be_.copy(s_.data(), ctx.params, ctx.n_params * sizeof(float));
-  be_.encode(cfg_.wire, s_.data(), ctx.n_params, enc_.data());
-  auto out = std::make_shared<net::Bytes>(enc_.size());
-  be_.download(out->data(), enc_.data(), enc_.size());
-  return out;
+  const std::size_t bytes = encoded_size(cfg_.wire, ctx.n_params);
+  const std::uint8_t* src = reinterpret_cast<const std::uint8_t*>(s_.data());
+  if (cfg_.wire != kernels::Wire::Fp32) {
+    be_.encode(cfg_.wire, s_.data(), ctx.n_params, enc_.data());
+    src = enc_.data();
+  }
+  // Reuse the last snapshot's messages when the protocol thread and the transport let go of them
+  // all (only they could still hold references, and they only ever drop them), saving ~100 MB of
+  // fresh zeroed pages per exchange.
+  bool reuse = pool_ && pool_.use_count() == 1;
+  if (reuse)
+    for (const auto& c : pool_->chunks) reuse = reuse && c.use_count() == 1;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (!reuse) {
+    pool_ = std::make_shared<ChunkSet>();
+    for (std::size_t off = 0; off < bytes; off += cfg_.chunk_bytes)
+      pool_->chunks.push_back(std::make_shared<net::Bytes>(
+          kChunkHeaderBytes + std::min(cfg_.chunk_bytes, bytes - off)));
+    pool_->payload_bytes = bytes;
+  }
+  std::size_t off = 0;
+  for (auto& c : pool_->chunks) {
+    const std::size_t len = c->size() - kChunkHeaderBytes;
+    be_.download(c->data() + kChunkHeaderBytes, src + off, len);
+    off += len;
+  }
+  return pool_;
 }
 
-std::string Averager::validate(core::StepContext& ctx, const net::Bytes& r) {
-  if (r.size() != enc_.size()) return "invalid:length";
-  be_.upload(enc_.data(), r.data(), r.size());
-  be_.decode(cfg_.wire, enc_.data(), ctx.n_params, r_.data());
+std::string Averager::validate(core::StepContext& ctx, const ChunkList& r) {
+  const std::size_t bytes = encoded_size(cfg_.wire, ctx.n_params);
+  std::size_t total = 0;
+  for (const auto& c : r) total += c.size() - kChunkHeaderBytes;
+  if (total != bytes) return "invalid:length";
+  auto* dst = cfg_.wire == kernels::Wire::Fp32 ? reinterpret_cast<std::uint8_t*>(r_.data())
+                                               : enc_.data();
+  std::size_t off = 0;
+  for (const auto& c : r) {
+    be_.upload(dst + off, c.data() + kChunkHeaderBytes, c.size() - kChunkHeaderBytes);
+    off += c.size() - kChunkHeaderBytes;
+  }
+  if (cfg_.wire != kernels::Wire::Fp32) be_.decode(cfg_.wire, enc_.data(), ctx.n_params, r_.data());
   if (!be_.all_finite(r_.data(), ctx.n_params)) return "invalid:non-finite";
   if (cfg_.max_diff_norm > 0) {
     const double d = std::sqrt(be_.sq_diff_norm(r_.data(), s_.data(), ctx.n_params));
@@ -141,7 +175,7 @@ void Averager::between_steps(core::StepContext& ctx) {
   bool do_commit = false, do_snapshot = false, initiate = false;
   float w = 0.5f;
   std::uint64_t seq = 0;
-  std::shared_ptr<net::Bytes> in;
+  std::shared_ptr<ChunkList> in;
   {
     std::lock_guard<std::mutex> lk(mu_);
     seq = seq_;
@@ -166,35 +200,34 @@ void Averager::between_steps(core::StepContext& ctx) {
   try {
     if (do_commit) {
       be_.mix(ctx.params, r_.data(), s_.data(), ctx.n_params, w);
+      spdlog::trace("averager: #{} mixed with w={}", seq, w);
       post([this, seq] { applied(seq); });
     }
     if (in) {
       std::string reason = validate(ctx, *in);
       in.reset();
+      spdlog::trace("averager: #{} validated: {}", seq, reason.empty() ? "ok" : reason);
       post([this, seq, reason] { validated(seq, reason.empty(), reason); });
     }
+    if (initiate) {
+      // The request goes out while we take the snapshot: it overlaps the round trip and the
+      // responder's own snapshot instead of preceding them.
+      next_initiate_step_ = ctx.step + cfg_.gossip_every;
+      const std::int64_t samples = ctx.shard_size;
+      post([this, seq, samples] { start_initiator(seq, samples); });
+    }
     if (do_snapshot || initiate) {
-      net::SharedBytes own = snapshot(ctx);
-      if (initiate) {
-        next_initiate_step_ = ctx.step + cfg_.gossip_every;
-        const std::int64_t samples = ctx.shard_size;
-        post([this, seq, own, samples] { start_initiator(seq, own, samples); });
-      } else {
-        post([this, seq, own] { snapshot_ready(seq, own); });
-      }
+      ChunkSetPtr own = snapshot(ctx);
+      spdlog::trace("averager: #{} snapshot taken ({} bytes)", seq, own->payload_bytes);
+      post([this, seq, own] { snapshot_ready(seq, own); });
     }
   } catch (const std::exception& e) {
     // A backend failure is not the network's fault: end the exchange cleanly, then let the
     // training loop see the error.
     spdlog::error("averager: backend failure during an exchange: {}", e.what());
-    if (initiate) {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (seq_ == seq) active_ = false;
-    } else {
-      post([this, seq] {
-        if (ex_ && ex_->seq == seq) fail("backend", ExchangeCode::Shutdown);
-      });
-    }
+    post([this, seq] {
+      if (ex_ && ex_->seq == seq) fail("backend", ExchangeCode::Shutdown);
+    });
     throw;
   }
 }
@@ -202,12 +235,11 @@ void Averager::between_steps(core::StepContext& ctx) {
 // ------------------------------------------------------------------------------------------------
 // Protocol thread: initiator side
 
-void Averager::start_initiator(std::uint64_t seq, net::SharedBytes own, std::int64_t samples) {
+void Averager::start_initiator(std::uint64_t seq, std::int64_t samples) {
   assert(!ex_ && "an exchange was claimed while another was in flight");
   Exchange e;
   e.seq = seq;
   e.role = ExchangeRole::Initiator;
-  e.own = std::move(own);
   e.n_self = samples;
   e.started = sched_.now();
   ex_ = std::move(e);
@@ -325,6 +357,7 @@ void Averager::on_accept(const net::ConnectionPtr& c, const net::Bytes& b) {
   e.n_other = m->samples;
   e.w = weight(e.n_self, e.n_other);
   e.phase = Phase::Transferring;
+  spdlog::trace("averager: #{} accepted by {}", e.seq, short_id(e.partner));
   begin_transfer();
 }
 
@@ -417,11 +450,11 @@ void Averager::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
 }
 
 // An initiator that has not been answered yet may become the responder of an incoming request
-// instead, reusing the snapshot it already took: always while still dialling (nothing sent yet),
+// instead, with the snapshot it takes anyway: always while still dialling (nothing sent yet),
 // and when two peers ask each other at once (crossing requests), the lower exchange id wins on both
 // sides. Without this, two peers stepping in lockstep would answer each other BUSY forever.
 bool Averager::should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const {
-  if (ex_->role != ExchangeRole::Initiator || !ex_->own) return false;
+  if (ex_->role != ExchangeRole::Initiator) return false;
   if (ex_->phase == Phase::Connecting) return true;
   return ex_->phase == Phase::Requested && ex_->partner == c->peer_id() && m.exchange_id < ex_->id;
 }
@@ -452,10 +485,10 @@ void Averager::yield_to(const net::ConnectionPtr& c, const RequestMsg& m) {
   begin_transfer();
 }
 
-void Averager::snapshot_ready(std::uint64_t seq, net::SharedBytes own) {
-  if (!ex_ || ex_->seq != seq || ex_->phase != Phase::Transferring) return;
+void Averager::snapshot_ready(std::uint64_t seq, ChunkSetPtr own) {
+  if (!ex_ || ex_->seq != seq) return;  // ended meanwhile (e.g. no peer to ask)
   ex_->own = std::move(own);
-  pump_send();
+  pump_send();  // no-op until accepted
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -485,34 +518,48 @@ void Averager::begin_transfer() {
   pump_send();
 }
 
+bool Averager::all_sent() const { return ex_->own && ex_->sent == ex_->own->chunks.size(); }
+
+// Queues what is due on the exchange connection: our commit vote once we validated, and our
+// snapshot's chunks. The bounded send queue may refuse (back-pressure): then we come back shortly.
 void Averager::pump_send() {
-  if (!ex_ || ex_->phase != Phase::Transferring || !ex_->own) return;
+  if (!ex_ || ex_->phase != Phase::Transferring) return;
   Exchange& e = *ex_;
   if (e.retry) sched_.cancel(e.retry);
   e.retry = 0;
-  const net::Bytes& own = *e.own;
-  while (e.sent < own.size()) {
-    const std::size_t len = std::min(cfg_.chunk_bytes, own.size() - e.sent);
-    auto msg = encode_chunk(e.id, e.sent, own.data() + e.sent, len);
-    if (!e.conn->send(kChunk, msg)) {
-      if (!e.conn->is_open()) return;  // on_closed ends the exchange
-      // Back-pressure: the connection's queue is full; come back shortly.
-      std::weak_ptr<bool> alive = alive_;
-      const std::uint64_t seq = e.seq;
-      e.retry = sched_.schedule(cfg_.send_retry, [this, alive, seq] {
-        if (!alive.lock() || !ex_ || ex_->seq != seq) return;
-        ex_->retry = 0;
-        pump_send();
-      });
-      return;
+  if (e.local_valid && !e.valid_sent) {
+    if (!e.conn->send(kValid, encode_id(e.id))) return retry_send_later();
+    e.valid_sent = true;
+  }
+  if (e.own) {
+    auto& chunks = e.own->chunks;
+    std::size_t offset = e.sent * cfg_.chunk_bytes;
+    while (e.sent < chunks.size()) {
+      net::Bytes& msg = *chunks[e.sent];
+      // Not handed to the transport yet, so still ours to write.
+      write_chunk_header(msg, e.id, offset);
+      if (!e.conn->send(kChunk, chunks[e.sent])) return retry_send_later();
+      offset += msg.size() - kChunkHeaderBytes;
+      e.bytes_sent += msg.size();
+      if (++e.sent == chunks.size()) spdlog::trace("averager: #{} payload queued", e.seq);
     }
-    e.sent += len;
-    e.bytes_sent += msg->size();
   }
   maybe_commit();
 }
 
-void Averager::on_chunk(const net::ConnectionPtr& c, const net::Bytes& b) {
+void Averager::retry_send_later() {
+  Exchange& e = *ex_;
+  if (!e.conn->is_open()) return;  // on_closed ends the exchange
+  std::weak_ptr<bool> alive = alive_;
+  const std::uint64_t seq = e.seq;
+  e.retry = sched_.schedule(cfg_.send_retry, [this, alive, seq] {
+    if (!alive.lock() || !ex_ || ex_->seq != seq) return;
+    ex_->retry = 0;
+    pump_send();
+  });
+}
+
+void Averager::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
   auto v = parse_chunk(b);
   if (!v) return violation(c, "malformed chunk");
   if (!is_current(c, v->exchange_id) || ex_->phase != Phase::Transferring || ex_->recv_done)
@@ -524,16 +571,15 @@ void Averager::on_chunk(const net::ConnectionPtr& c, const net::Bytes& b) {
                  short_id(e.partner), v->offset, v->size, expected);
     return fail("invalid:length", ExchangeCode::Invalid);
   }
-  if (!chunk_crc_ok(*v)) return fail("corrupt", ExchangeCode::Corrupt);
-  // The size is ours (checked against our own n and wire), never the peer's word.
-  if (e.recv.empty()) e.recv.resize(expected);
-  std::memcpy(e.recv.data() + e.received, v->data, v->size);
+  // Kept as received (no copy here); the training thread uploads the pieces in order.
   e.received += v->size;
   e.bytes_received += b.size();
+  e.recv.push_back(std::move(b));
   if (e.received == expected) {
+    spdlog::trace("averager: #{} payload received", e.seq);
     e.recv_done = true;
     std::lock_guard<std::mutex> lk(mu_);
-    if (seq_ == e.seq) incoming_ = std::make_shared<net::Bytes>(std::move(e.recv));
+    if (seq_ == e.seq) incoming_ = std::make_shared<ChunkList>(std::move(e.recv));
   }
 }
 
@@ -544,8 +590,7 @@ void Averager::validated(std::uint64_t seq, bool ok, const std::string& reason) 
     return fail(reason, ExchangeCode::Invalid);
   }
   ex_->local_valid = true;
-  if (!ex_->conn->send(kValid, encode_id(ex_->id))) return fail("closed", std::nullopt);
-  maybe_commit();
+  pump_send();  // sends the vote, behind back-pressure if need be, then maybe commits
 }
 
 void Averager::on_valid(const net::ConnectionPtr& c, const net::Bytes& b) {
@@ -554,15 +599,16 @@ void Averager::on_valid(const net::ConnectionPtr& c, const net::Bytes& b) {
   if (!is_current(c, m->exchange_id) || ex_->phase != Phase::Transferring || ex_->peer_valid)
     return violation(c, "unexpected valid");
   // The partner cannot have validated a vector we have not finished sending.
-  if (!ex_->own || ex_->sent != ex_->own->size()) return violation(c, "valid before our payload");
+  if (!all_sent()) return violation(c, "valid before our payload");
   ex_->peer_valid = true;
+  spdlog::trace("averager: #{} partner's vote received", ex_->seq);
   maybe_commit();
 }
 
 void Averager::maybe_commit() {
   if (!ex_ || ex_->phase != Phase::Transferring) return;
   Exchange& e = *ex_;
-  if (!e.local_valid || !e.peer_valid || !e.own || e.sent != e.own->size()) return;
+  if (!e.local_valid || !e.valid_sent || !e.peer_valid || !all_sent()) return;
   if (e.deadline) sched_.cancel(e.deadline);
   e.deadline = 0;
   e.phase = Phase::Committed;
@@ -690,7 +736,7 @@ void Averager::on_message(const net::ConnectionPtr& c, std::uint8_t type, net::B
     case kAcc: return on_accept(c, payload);
     case kBusy:
     case kRef: return on_busy_or_refuse(c, type, payload);
-    case kChunk: return on_chunk(c, payload);
+    case kChunk: return on_chunk(c, std::move(payload));
     case kValid: return on_valid(c, payload);
     case kAbort: return on_abort(c, payload);
     default: return violation(c, "unknown message type " + std::to_string(type));

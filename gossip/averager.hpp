@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/step_hook.hpp"
 #include "gossip/exchange_messages.hpp"
@@ -36,13 +37,24 @@ struct AveragerConfig {
   net::Millis answer_timeout{5000};         // REQUEST -> ACCEPT/BUSY/REFUSE
   net::Millis transfer_timeout_floor{10000};  // ACCEPT -> commit, plus the size-scaled part
   double min_rate_bytes_per_s = 20e6;  // transfer deadline = floor + bytes both ways / this rate
-  std::size_t chunk_bytes = 1 << 20;   // payload bytes per Chunk message
+  // Payload bytes per Chunk message: with its header, one chunk is exactly one 1 MiB channel frame.
+  std::size_t chunk_bytes = (1u << 20) - kChunkHeaderBytes;
   net::Millis send_retry{1};           // wait before retrying a send refused by back-pressure
   net::Millis idle_close{30000};       // close our dedicated exchange connection after this idle
   std::uint64_t seed = 0;              // peer choice and exchange ids; 0 = from random_device
 };
 
 enum class ExchangeRole { Initiator, Responder };
+
+// One encoded snapshot, already cut into Chunk messages (header space first, then the data), so
+// the protocol thread hands them to the transport without copying. Reused across exchanges once
+// nobody else holds them.
+struct ChunkSet {
+  std::vector<std::shared_ptr<net::Bytes>> chunks;
+  std::size_t payload_bytes = 0;
+};
+using ChunkSetPtr = std::shared_ptr<ChunkSet>;
+using ChunkList = std::vector<net::Bytes>;  // received Chunk messages, in order
 std::string_view role_name(ExchangeRole r);
 
 // One finished exchange, successful or not (the `exchange` metric line).
@@ -51,7 +63,7 @@ struct ExchangeEvent {
   ExchangeRole role = ExchangeRole::Initiator;
   bool ok = false;
   std::string reason;  // "" when ok; else a short token: busy, timeout, closed, refused:fingerprint,
-                       // invalid:non-finite, corrupt, peer-abort:..., protocol, connect, ...
+                       // invalid:non-finite|length|norm, peer-abort:..., protocol, connect
   std::uint64_t exchange_id = 0;
   std::uint64_t bytes_sent = 0;      // payload chunk bytes (headers included) sent
   std::uint64_t bytes_received = 0;  // and received
@@ -114,11 +126,11 @@ class Averager final : public core::StepHook, public net::TransportHandler {
     std::string partner;
     net::ConnectionPtr conn;
     net::Millis started{0};
-    net::SharedBytes own;  // our encoded snapshot (null until the training thread made it)
-    std::size_t sent = 0;  // bytes of own already queued
-    net::Bytes recv;       // the partner's encoded snapshot being assembled
-    std::size_t received = 0;
-    bool recv_done = false, local_valid = false, peer_valid = false;
+    ChunkSetPtr own;          // our encoded snapshot (null until the training thread made it)
+    std::size_t sent = 0;     // chunks of own already queued
+    ChunkList recv;           // the partner's chunks so far
+    std::size_t received = 0; // payload bytes in recv
+    bool recv_done = false, local_valid = false, valid_sent = false, peer_valid = false;
     std::int64_t n_self = 0, n_other = 0;
     float w = 0.5f;
     std::uint64_t bytes_sent = 0, bytes_received = 0;
@@ -130,21 +142,23 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   };
 
   // --- protocol thread ---
-  void start_initiator(std::uint64_t seq, net::SharedBytes own, std::int64_t samples);
+  void start_initiator(std::uint64_t seq, std::int64_t samples);
   void try_next_peer();
   void ask(const net::ConnectionPtr& c);
   void try_failed(const std::string& reason, bool close_conn);
   void on_request(const net::ConnectionPtr& c, const net::Bytes& b);
   void on_accept(const net::ConnectionPtr& c, const net::Bytes& b);
   void on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& b);
-  void on_chunk(const net::ConnectionPtr& c, const net::Bytes& b);
+  void on_chunk(const net::ConnectionPtr& c, net::Bytes&& b);
   void on_valid(const net::ConnectionPtr& c, const net::Bytes& b);
   void on_abort(const net::ConnectionPtr& c, const net::Bytes& b);
   void begin_transfer();
   void pump_send();
   bool should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const;
   void yield_to(const net::ConnectionPtr& c, const RequestMsg& m);
-  void snapshot_ready(std::uint64_t seq, net::SharedBytes own);
+  void snapshot_ready(std::uint64_t seq, ChunkSetPtr own);
+  bool all_sent() const;
+  void retry_send_later();
   void validated(std::uint64_t seq, bool ok, const std::string& reason);
   void maybe_commit();
   void applied(std::uint64_t seq);
@@ -162,8 +176,8 @@ class Averager final : public core::StepHook, public net::TransportHandler {
 
   // --- training thread ---
   void ensure_buffers(core::StepContext& ctx);
-  net::SharedBytes snapshot(core::StepContext& ctx);
-  std::string validate(core::StepContext& ctx, const net::Bytes& r);
+  ChunkSetPtr snapshot(core::StepContext& ctx);
+  std::string validate(core::StepContext& ctx, const ChunkList& r);
 
   AveragerConfig cfg_;
   net::Transport& transport_;
@@ -191,7 +205,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   bool active_ = false;  // an exchange is in flight (claimed by either thread)
   std::uint64_t seq_ = 0;
   bool want_snapshot_ = false;         // the responder needs a snapshot for seq_
-  std::shared_ptr<net::Bytes> incoming_;  // the partner's vector to validate for seq_
+  std::shared_ptr<ChunkList> incoming_;  // the partner's vector to validate for seq_
   bool commit_ = false;                // apply x += w (r - s) for seq_
   float commit_w_ = 0.5f;
   AveragerStats stats_;
@@ -201,7 +215,8 @@ class Averager final : public core::StepHook, public net::TransportHandler {
 
   // Training thread only: device buffers reused by every exchange.
   kernels::DeviceBuffer<float> s_, r_;
-  kernels::DeviceBuffer<std::uint8_t> enc_;
+  kernels::DeviceBuffer<std::uint8_t> enc_;  // encoded vector (not for fp32: raw floats)
+  ChunkSetPtr pool_;                         // the last snapshot's chunks, reused when free
   std::int64_t next_initiate_step_ = 0;
 };
 

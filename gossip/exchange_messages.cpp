@@ -1,11 +1,8 @@
 // Encoding and checked parsing of the averaging exchange messages (layouts in exchange_messages.hpp).
 #include "gossip/exchange_messages.hpp"
 
-#include <algorithm>
 #include <cstring>
 #include <memory>
-
-#include <zlib.h>
 
 namespace gossiptrain::gossip {
 namespace {
@@ -13,30 +10,10 @@ namespace {
 void put_u64(std::uint8_t* p, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
 }
-void put_u32(std::uint8_t* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
 std::uint64_t get_u64(const std::uint8_t* p) {
   std::uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
   return v;
-}
-std::uint32_t get_u32(const std::uint8_t* p) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-
-// zlib's crc32 takes a uInt length; feed it in slices so any size is safe.
-std::uint32_t crc32_of(const std::uint8_t* p, std::size_t n) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  while (n > 0) {
-    const uInt len = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
-    crc = crc32(crc, p, len);
-    p += len;
-    n -= len;
-  }
-  return static_cast<std::uint32_t>(crc);
 }
 
 bool valid_wire(std::uint8_t w) { return w <= static_cast<std::uint8_t>(kernels::Wire::Int8); }
@@ -51,7 +28,6 @@ std::string_view code_name(ExchangeCode c) {
     case ExchangeCode::Weighting: return "weighting";
     case ExchangeCode::Timeout: return "timeout";
     case ExchangeCode::Invalid: return "invalid";
-    case ExchangeCode::Corrupt: return "corrupt";
     case ExchangeCode::Protocol: return "protocol";
     case ExchangeCode::Shutdown: return "shutdown";
   }
@@ -93,12 +69,14 @@ net::SharedBytes encode_code(std::uint64_t exchange_id, ExchangeCode code) {
 net::SharedBytes encode_chunk(std::uint64_t exchange_id, std::uint64_t offset,
                               const std::uint8_t* data, std::size_t size) {
   auto b = std::make_shared<net::Bytes>(kChunkHeaderBytes + size);
-  std::uint8_t* p = b->data();
-  put_u64(p, exchange_id);
-  put_u64(p + 8, offset);
-  put_u32(p + 16, crc32_of(data, size));
-  if (size) std::memcpy(p + kChunkHeaderBytes, data, size);
+  write_chunk_header(*b, exchange_id, offset);
+  if (size) std::memcpy(b->data() + kChunkHeaderBytes, data, size);
   return b;
+}
+
+void write_chunk_header(net::Bytes& msg, std::uint64_t exchange_id, std::uint64_t offset) {
+  put_u64(msg.data(), exchange_id);
+  put_u64(msg.data() + 8, offset);
 }
 
 std::optional<RequestMsg> parse_request(const net::Bytes& b) {
@@ -130,11 +108,9 @@ std::optional<IdMsg> parse_id(const net::Bytes& b) {
 
 std::optional<CodeMsg> parse_code(const net::Bytes& b) {
   if (b.size() != kCodeBytes) return std::nullopt;
-  const std::uint8_t c = b[8];
-  if (c < static_cast<std::uint8_t>(ExchangeCode::Fingerprint) ||
-      c > static_cast<std::uint8_t>(ExchangeCode::Shutdown))
-    return std::nullopt;
-  return CodeMsg{get_u64(b.data()), static_cast<ExchangeCode>(c)};
+  const auto c = static_cast<ExchangeCode>(b[8]);
+  if (code_name(c) == "unknown") return std::nullopt;
+  return CodeMsg{get_u64(b.data()), c};
 }
 
 std::optional<ChunkView> parse_chunk(const net::Bytes& b) {
@@ -142,12 +118,8 @@ std::optional<ChunkView> parse_chunk(const net::Bytes& b) {
   ChunkView c;
   c.exchange_id = get_u64(b.data());
   c.offset = get_u64(b.data() + 8);
-  c.crc = get_u32(b.data() + 16);
-  c.data = b.data() + kChunkHeaderBytes;
   c.size = b.size() - kChunkHeaderBytes;
   return c;
 }
-
-bool chunk_crc_ok(const ChunkView& c) { return crc32_of(c.data, c.size) == c.crc; }
 
 }  // namespace gossiptrain::gossip

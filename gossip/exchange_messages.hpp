@@ -1,5 +1,7 @@
 // Wire format of the averaging exchange (message types 0x40-0x5F): fixed little-endian layouts,
-// and parsers that check every size before anything is allocated or trusted.
+// and parsers that check every size before anything is allocated or trusted. Chunks carry no
+// checksum: the channel authenticates every frame (AEAD), and a second pass over 100 MB on each
+// side would cost more than it could catch.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +32,7 @@ enum class ExchangeCode : std::uint8_t {
   Weighting = 4,
   Timeout = 5,
   Invalid = 6,   // payload failed validation (non-finite, norm bound, length)
-  Corrupt = 7,   // chunk checksum mismatch
-  Protocol = 8,  // unexpected or malformed message
+  Protocol = 8,  // unexpected or malformed message (7 was a chunk checksum, never shipped)
   Shutdown = 9,
 };
 // Stable lowercase token for logs, metrics reasons and counters; "unknown" for other values.
@@ -56,37 +57,36 @@ struct CodeMsg {  // Refuse, Abort
   std::uint64_t exchange_id = 0;
   ExchangeCode code = ExchangeCode::Protocol;
 };
-// A chunk's payload bytes stay in the received message; data is a view into it.
+// A chunk's payload bytes stay in the received message (data bytes follow the header).
 struct ChunkView {
   std::uint64_t exchange_id = 0;
-  std::uint64_t offset = 0;
-  std::uint32_t crc = 0;  // CRC-32 (zlib) of data
-  const std::uint8_t* data = nullptr;
-  std::size_t size = 0;
+  std::uint64_t offset = 0;     // of the first data byte in the encoded vector
+  std::size_t size = 0;         // data bytes
 };
 
 constexpr std::size_t kRequestBytes = 34;
 constexpr std::size_t kAcceptBytes = 16;
 constexpr std::size_t kIdBytes = 8;
 constexpr std::size_t kCodeBytes = 9;
-constexpr std::size_t kChunkHeaderBytes = 20;
+constexpr std::size_t kChunkHeaderBytes = 16;
 
 net::SharedBytes encode_request(const RequestMsg& m);
 net::SharedBytes encode_accept(const AcceptMsg& m);
 net::SharedBytes encode_id(std::uint64_t exchange_id);
 net::SharedBytes encode_code(std::uint64_t exchange_id, ExchangeCode code);
-// Copies data[0, size) into a new chunk message with its header and checksum.
+// Copies data[0, size) into a new chunk message after its header.
 net::SharedBytes encode_chunk(std::uint64_t exchange_id, std::uint64_t offset,
                               const std::uint8_t* data, std::size_t size);
+// Writes the header into the first kChunkHeaderBytes of a chunk message whose data is already in
+// place (the averager downloads snapshots straight into their chunk messages: no copy).
+void write_chunk_header(net::Bytes& msg, std::uint64_t exchange_id, std::uint64_t offset);
 
 // Parsers: nullopt when the size is not exactly right or a field holds an impossible value.
 std::optional<RequestMsg> parse_request(const net::Bytes& b);
 std::optional<AcceptMsg> parse_accept(const net::Bytes& b);
 std::optional<IdMsg> parse_id(const net::Bytes& b);
 std::optional<CodeMsg> parse_code(const net::Bytes& b);
-// nullopt when shorter than the header or carrying no data; the checksum is checked by the caller
-// (chunk_crc_ok) so a corrupt chunk can be reported as such rather than as malformed.
+// nullopt when shorter than the header or carrying no data.
 std::optional<ChunkView> parse_chunk(const net::Bytes& b);
-bool chunk_crc_ok(const ChunkView& c);
 
 }  // namespace gossiptrain::gossip
