@@ -19,7 +19,8 @@ mkdir -p "$out"
 
 die() { echo "device-check: $*" >&2; exit 2; }
 
-[[ -d "$deps" ]] || die "no dependency folder '$deps': run scripts/fetch-device-deps.sh here and carry it"
+[[ -d "$deps" ]] ||
+  die "no dependency folder '$deps': run scripts/fetch-device-deps.sh here and carry it"
 root="$(cd "$deps" && pwd)"
 [[ -d "$root/root/usr" ]] && root="$root/root"
 [[ -f "$root/usr/include/spdlog/spdlog.h" ]] || die "'$root' does not look like unpacked packages"
@@ -33,6 +34,19 @@ command -v cmake >/dev/null || die "cmake not found"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
   sed 's/^/device-check: gpu: /'
 echo "device-check: $(nvcc --version | tail -1); $(cmake --version | head -1)"
+
+# The unpacked libraries are Debian 12 builds: glibc >= 2.34, and GLIBCXX_3.4.30 (taken from
+# root/compat when the machine's own libstdc++ is older).
+glibc="$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')"
+if [[ -n "$glibc" && "$(printf '%s\n2.34\n' "$glibc" | sort -V | head -1)" != "2.34" ]]; then
+  die "glibc $glibc is older than 2.34, which the Debian 12 libraries in $root need"
+fi
+rpath="$libdir:$libdir/openblas-pthread"
+sys_cxx="$(${CXX:-c++} -print-file-name=libstdc++.so.6 2>/dev/null || true)"
+if [[ -f "$sys_cxx" ]] && ! grep -qa 'GLIBCXX_3\.4\.30' "$sys_cxx"; then
+  echo "device-check: system libstdc++ lacks GLIBCXX_3.4.30: using $root/compat"
+  rpath="$root/compat:$rpath"
+fi
 
 # Our tools come after the machine's own, and LD_LIBRARY_PATH stays untouched (PyTorch and the
 # compilers keep their own libraries): our binaries find $root's libraries through DT_RPATH, which
@@ -51,6 +65,8 @@ fi
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
+link_flags="-Wl,--disable-new-dtags -Wl,-rpath-link,$libdir"
+link_flags+=" -Wl,-rpath,$rpath"
 cfg=(
   -S . -B "$build" "${generator[@]}"
   -DCMAKE_BUILD_TYPE=Release
@@ -62,7 +78,7 @@ cfg=(
   "-DCBLAS_INCLUDE_DIR=$root/usr/include/x86_64-linux-gnu/openblas-pthread"
   "-DASIO_INCLUDE_DIR=$root/usr/include"
   "-DPKG_CONFIG_EXECUTABLE=$pkgconf_bin"
-  "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath-link,$libdir -Wl,-rpath,$libdir:$libdir/openblas-pthread"
+  "-DCMAKE_EXE_LINKER_FLAGS=$link_flags"
 )
 [[ -n "${CUDA_ARCHS:-}" ]] && cfg+=("-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS")
 # shellcheck disable=SC2206  # word splitting is the point

@@ -83,6 +83,17 @@ find "$root" -name 'liblapack.so*' -delete
 dangling="$(find "$root" -xtype l | grep -v '/etc/alternatives' || true)"
 find "$root" -xtype l -delete  # remaining alternatives links: unusable outside a real install
 
+# These libraries need GLIBCXX_3.4.30 (gcc 12). A device whose own libstdc++ is older gets this
+# one from root/compat (device-check.sh decides); it stays out of the default library folder so a
+# newer system libstdc++ is never shadowed.
+compat_tmp="$dest/compat-tmp"
+rm -rf "$compat_tmp" "$root/compat"
+mkdir -p "$compat_tmp" "$root/compat"
+(cd "$compat_tmp" && apt-get download -q libstdc++6)
+dpkg -x "$compat_tmp"/libstdc++6_*.deb "$compat_tmp"
+mv "$compat_tmp"/usr/lib/x86_64-linux-gnu/libstdc++.so.6* "$root/compat/"
+rm -rf "$compat_tmp"
+
 if ((keep_debs == 0)); then rm -rf "$debs"; fi
 
 for must in usr/include/spdlog/spdlog.h usr/include/fmt/format.h usr/include/sodium.h \
@@ -96,4 +107,5 @@ for must in usr/include/spdlog/spdlog.h usr/include/fmt/format.h usr/include/sod
   fi
 done
 [[ -n "$dangling" ]] && echo "fetch-device-deps: removed dangling links: $dangling"
-echo "fetch-device-deps: ready in $root ($(du -sh "$root" | cut -f1)); carry '$(realpath --relative-to=. "$dest" 2>/dev/null || echo "$dest")' to the device"
+carry="$(realpath --relative-to=. "$dest" 2>/dev/null || echo "$dest")"
+echo "fetch-device-deps: ready in $root ($(du -sh "$root" | cut -f1)); carry '$carry' to the device"
