@@ -1,0 +1,408 @@
+// gossip-bench average: one complete pairwise exchange over the encrypted TCP channel on loopback
+// against the time the same channel needs to carry the same bytes both ways (measured in the same
+// run), and the slowdown of real MLP training steps while exchanges are in flight.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "apps/bench.hpp"
+#include "core/model.hpp"
+#include "core/rng.hpp"
+#include "gossip/averager.hpp"
+#include "gossip/dispatcher.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "net/identity.hpp"
+#include "net/tcp_transport.hpp"
+
+namespace gossiptrain::apps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using net::Millis;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+
+class StaticDirectory final : public gossip::PeerDirectory {
+ public:
+  std::vector<gossip::PeerRef> peers;
+  std::vector<gossip::PeerRef> live_peers() const override { return peers; }
+};
+
+// The reference: the same message sizes as the exchange's chunks, both ways at once on one
+// connection of the same channel, with the same back-pressure retry, and nothing else.
+constexpr std::uint8_t kBlastHello = 0x60;
+constexpr std::uint8_t kBlastData = 0x61;
+
+class Blaster final : public net::TransportHandler {
+ public:
+  Blaster(net::Transport& t, std::vector<std::size_t> sizes) : t_(t), sizes_(std::move(sizes)) {
+    for (std::size_t s : sizes_) total_ += s;
+    std::size_t biggest = *std::max_element(sizes_.begin(), sizes_.end());
+    msg_ = std::make_shared<net::Bytes>(biggest, 0x5a);
+    for (std::size_t s : sizes_)
+      if (s != biggest && !last_) last_ = std::make_shared<net::Bytes>(s, 0x5a);
+  }
+  void dial(const std::string& addr) {
+    t_.connect(addr, [this](net::ConnectionPtr c, const std::string& err) {
+      if (!c) {
+        spdlog::error("bench average: reference dial failed: {}", err);
+        return;
+      }
+      conn_ = c;
+      c->send(kBlastHello, std::make_shared<net::Bytes>());
+      set_ready();
+    });
+  }
+  // Any thread: resets the counters and starts sending on the protocol thread.
+  // Call reset() on both ends before start() on either: data may arrive as soon as one starts.
+  void reset() { received_.store(0); }
+  void start() {
+    t_.scheduler().post([this] {
+      sent_msgs_ = 0;
+      pump();
+    });
+  }
+  bool done() const { return received_.load() >= total_; }
+  bool ready() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return ready_;
+  }
+
+  void on_connection(const net::ConnectionPtr&, bool) override {}
+  void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& b) override {
+    if (type == kBlastHello) {
+      conn_ = c;
+      set_ready();
+    } else if (type == kBlastData) {
+      received_.fetch_add(b.size());
+    } else {
+      c->close("bench: unexpected type");
+    }
+  }
+  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override {
+    if (c == conn_) spdlog::warn("bench average: reference connection closed: {}", reason);
+  }
+  std::string progress() const {
+    return std::to_string(sent_msgs_) + "/" + std::to_string(sizes_.size()) + " sent, " +
+           std::to_string(received_.load()) + "/" + std::to_string(total_) + " bytes received";
+  }
+
+ private:
+  void set_ready() {
+    std::lock_guard<std::mutex> lk(mu_);
+    ready_ = true;
+  }
+  void pump() {
+    while (sent_msgs_ < sizes_.size()) {
+      const auto& m = sizes_[sent_msgs_] == msg_->size() ? msg_ : last_;
+      if (!conn_->send(kBlastData, m)) {
+        if (!conn_->is_open()) return;
+        t_.scheduler().schedule(Millis(1), [this] { pump(); });
+        return;
+      }
+      ++sent_msgs_;
+    }
+  }
+
+  net::Transport& t_;
+  std::vector<std::size_t> sizes_;
+  std::size_t total_ = 0;
+  net::SharedBytes msg_, last_;
+  net::ConnectionPtr conn_;
+  std::size_t sent_msgs_ = 0;
+  std::atomic<std::size_t> received_{0};
+  std::mutex mu_;
+  bool ready_ = false;
+};
+
+struct Node {
+  std::unique_ptr<net::TcpTransport> transport;
+  gossip::Dispatcher dispatcher;
+  StaticDirectory directory;
+  kernels::CpuBackend backend;
+  std::unique_ptr<gossip::Averager> averager;
+  std::unique_ptr<Blaster> blaster;
+  std::mutex mu;
+  std::vector<gossip::ExchangeEvent> events;
+  std::int64_t step = 0;
+
+  std::size_t event_count() {
+    std::lock_guard<std::mutex> lk(mu);
+    return events.size();
+  }
+  void hook(float* params, std::size_t n, bool done) {
+    core::StepContext ctx{backend, params, n, step, 0, 0, 0, done};
+    averager->between_steps(ctx);
+  }
+};
+
+// Hidden width H of mlp:784-H-H-10 whose parameter count is closest to n.
+int hidden_for(std::size_t n) {
+  const double b = 784 + 10 + 2;  // H^2 + (784 + 1 + 1 + 10) H + 10 = n
+  return std::max(1, static_cast<int>(std::lround((-b + std::sqrt(b * b + 4.0 * double(n))) / 2)));
+}
+
+int run(const Args& args) {
+  std::size_t params = 25'000'000;
+  std::string wire_name_arg = "fp32";
+  int reps = 5, train_steps = 6, batch = 64;
+  bool json = false, train = true;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+      return args[++i];
+    };
+    try {
+      if (a == "--params") params = std::stoull(next());
+      else if (a == "--wire") wire_name_arg = next();
+      else if (a == "--reps") reps = std::stoi(next());
+      else if (a == "--train-steps") train_steps = std::stoi(next());
+      else if (a == "--batch") batch = std::stoi(next());
+      else if (a == "--no-train") train = false;
+      else if (a == "--json") json = true;
+      else if (a == "--help" || a == "-h") {
+        std::printf(
+            "usage: gossip-bench average [--params N] [--wire fp32|fp16|bf16|int8] [--reps R]\n"
+            "                            [--train-steps S] [--batch B] [--no-train] --json\n"
+            "Two peers on loopback over the encrypted TCP channel, CPU backend. The model is\n"
+            "mlp:784-H-H-10 with H chosen so it has about N parameters (default 25M = 100 MB fp32).\n"
+            "1. R complete exchanges (request, both snapshots streamed, validated, mixed) against R\n"
+            "   transfers of the same bytes both ways on the same channel alone: efficiency =\n"
+            "   channel time / exchange time (medians).\n"
+            "2. S training steps alone vs S steps with exchanges in flight (twice, interleaved):\n"
+            "   slowdown = mean step time during / alone. Both peers share this machine.\n");
+        return 0;
+      } else {
+        std::fprintf(stderr, "gossip-bench average: unknown option '%s'\n", a.c_str());
+        return 2;
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gossip-bench average: bad value for %s\n", a.c_str());
+      return 2;
+    }
+  }
+  kernels::Wire wire;
+  try {
+    wire = kernels::parse_wire(wire_name_arg);
+  } catch (const std::invalid_argument&) {
+    std::fprintf(stderr, "gossip-bench average: --wire must be fp32|fp16|bf16|int8\n");
+    return 2;
+  }
+  if (params < 1000 || reps < 1 || train_steps < 1 || batch < 1) {
+    std::fprintf(stderr, "gossip-bench average: --params >= 1000, --reps, --train-steps, --batch >= 1\n");
+    return 2;
+  }
+  if (!std::getenv("GT_BENCH_TRACE")) spdlog::set_level(spdlog::level::warn);
+  else spdlog::set_level(spdlog::level::trace);
+
+  const int H = hidden_for(params);
+  const std::string spec = "mlp:784-" + std::to_string(H) + "-" + std::to_string(H) + "-10";
+
+  Node a, b;
+  core::Mlp model(a.backend, spec, batch);
+  model.init(1);
+  const std::size_t n = model.num_params();
+  kernels::DeviceBuffer<float> xb(b.backend, n);
+  {
+    std::vector<float> h(n);
+    core::SplitMix64 r(2);
+    for (auto& v : h) v = float(r.uniform() - 0.5) * 0.1f;
+    b.backend.upload(xb.data(), h.data(), n * sizeof(float));
+  }
+
+  gossip::AveragerConfig cfg;
+  cfg.gossip_every = 1;
+  cfg.wire = wire;
+  cfg.fingerprint = model.fingerprint();
+  const std::size_t payload = kernels::encoded_size(wire, n);
+  std::vector<std::size_t> sizes;
+  for (std::size_t off = 0; off < payload; off += cfg.chunk_bytes)
+    sizes.push_back(gossip::kChunkHeaderBytes + std::min(cfg.chunk_bytes, payload - off));
+
+  for (Node* node : {&a, &b}) {
+    net::TcpTransportConfig tc;
+    tc.listen = "127.0.0.1:0";
+    tc.identity = std::make_shared<const net::Identity>(net::Identity::generate());
+    tc.model_fingerprint = model.fingerprint();
+    node->transport = std::make_unique<net::TcpTransport>(tc);
+    node->averager = std::make_unique<gossip::Averager>(cfg, *node->transport, node->dispatcher,
+                                                        node->directory, node->backend);
+    node->averager->set_event_callback([node](const gossip::ExchangeEvent& e) {
+      std::lock_guard<std::mutex> lk(node->mu);
+      node->events.push_back(e);
+    });
+    node->blaster = std::make_unique<Blaster>(*node->transport, sizes);
+    node->dispatcher.add(kBlastHello, kBlastData, node->blaster.get());
+    node->transport->set_handler(&node->dispatcher);
+    node->transport->start();
+  }
+  a.directory.peers = {{b.transport->local_id(), b.transport->listen_addr()}};
+  b.directory.peers = {{a.transport->local_id(), a.transport->listen_addr()}};
+
+  // B's "training loop" is done and lingers, serving exchanges every millisecond.
+  std::atomic<bool> stop{false};
+  std::thread server([&] {
+    while (!stop.load()) {
+      b.hook(xb.data(), n, true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  auto wait_for = [](auto&& pred, double limit_ms) {
+    const auto t0 = Clock::now();
+    while (!pred()) {
+      if (ms_since(t0) > limit_ms) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return true;
+  };
+  int rc = 0;
+  nlohmann::json j = {{"subject", "average"}, {"params", n}, {"model", spec},
+                      {"wire", std::string(kernels::wire_name(wire))},
+                      {"payload_bytes_each_way", payload}, {"chunk_messages", sizes.size()}};
+  try {
+    a.blaster->dial(b.transport->listen_addr());
+    if (!wait_for([&] { return a.blaster->ready() && b.blaster->ready(); }, 10000))
+      throw std::runtime_error("reference connection not established");
+
+    // One exchange: from A's step boundary that starts it to both sides having applied the mix.
+    // A's training loop is idle here, passing a step boundary every millisecond.
+    auto exchange = [&]() -> double {
+      const std::size_t ea = a.event_count(), eb = b.event_count();
+      const auto t0 = Clock::now();
+      ++a.step;
+      a.hook(model.params(), n, false);
+      while (a.event_count() == ea || b.event_count() == eb) {
+        if (ms_since(t0) > 120000) throw std::runtime_error("exchange did not finish in 120 s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        a.hook(model.params(), n, true);
+      }
+      const double ms = ms_since(t0);
+      std::lock_guard<std::mutex> la(a.mu), lb(b.mu);
+      if (!a.events.back().ok || !b.events.back().ok)
+        throw std::runtime_error("exchange failed: " + a.events.back().reason + " / " +
+                                 b.events.back().reason);
+      return ms;
+    };
+    auto channel = [&]() -> double {
+      const auto t0 = Clock::now();
+      a.blaster->reset();
+      b.blaster->reset();
+      a.blaster->start();
+      b.blaster->start();
+      if (!wait_for([&] { return a.blaster->done() && b.blaster->done(); }, 120000))
+        throw std::runtime_error("reference transfer did not finish in 120 s: A " +
+                                 a.blaster->progress() + "; B " + b.blaster->progress());
+      return ms_since(t0);
+    };
+    exchange();  // warm-up: dedicated connection, first-touch of every buffer
+    channel();
+    std::vector<double> ex_ms, ch_ms;
+    for (int r = 0; r < reps; ++r) {
+      ch_ms.push_back(channel());
+      ex_ms.push_back(exchange());
+    }
+    const double ex = median(ex_ms), ch = median(ch_ms);
+    std::vector<double> paired;  // each exchange against the channel run just before it
+    for (int r = 0; r < reps; ++r) paired.push_back(ch_ms[r] / ex_ms[r]);
+    j["efficiency_paired_median"] = median(paired);
+    j["exchange_ms"] = ex;
+    j["channel_ms"] = ch;
+    j["exchange_ms_all"] = ex_ms;
+    j["channel_ms_all"] = ch_ms;
+    j["channel_mb_per_s_each_way"] = double(payload) / 1e6 / (ch / 1000.0);
+    j["efficiency"] = ch / ex;
+    j["efficiency_goal"] = 0.8;
+
+    if (train) {
+      // Real training steps of the same model (random batch, SGD momentum) on A's thread.
+      const int F = model.input_dim(), C = model.num_classes();
+      std::vector<float> xh(std::size_t(batch) * F);
+      std::vector<std::int32_t> yh(batch);
+      core::SplitMix64 r(3);
+      for (auto& v : xh) v = float(r.uniform());
+      for (auto& v : yh) v = std::int32_t(r.below(C));
+      kernels::DeviceBuffer<float> x(a.backend, xh.size()), vel(a.backend, n);
+      kernels::DeviceBuffer<std::int32_t> y(a.backend, batch);
+      auto step = [&] {
+        a.backend.upload(x.data(), xh.data(), xh.size() * sizeof(float));
+        a.backend.upload(y.data(), yh.data(), yh.size() * sizeof(std::int32_t));
+        model.forward_backward(x.data(), y.data(), batch);
+        a.backend.sgd_momentum(model.params(), model.grads(), vel.data(), n, 1e-5f, 0.9f, 0.0f);
+      };
+      step();  // warm-up
+      std::vector<double> alone, during;
+      std::size_t steps_in_flight = 0;
+      const std::size_t ok_before = a.averager->stats().ok;
+      for (int round = 0; round < 2; ++round) {
+        for (int s = 0; s < train_steps; ++s) {
+          const auto t0 = Clock::now();
+          step();
+          alone.push_back(ms_since(t0));
+        }
+        for (int s = 0; s < train_steps; ++s) {
+          const auto t0 = Clock::now();
+          step();
+          ++a.step;
+          if (a.averager->in_exchange()) ++steps_in_flight;
+          a.hook(model.params(), n, false);  // gossip_every = 1: starts one whenever idle
+          during.push_back(ms_since(t0));
+        }
+        // Let the exchange in flight finish before timing steps alone again.
+        if (!wait_for([&] {
+              a.hook(model.params(), n, true);
+              return !a.averager->in_exchange();
+            }, 120000))
+          throw std::runtime_error("exchange did not drain");
+      }
+      j["train"] = {{"batch", batch},
+                    {"steps_alone", alone.size()},
+                    {"steps_during", during.size()},
+                    {"step_ms_alone", mean(alone)},
+                    {"step_ms_during_exchange", mean(during)},
+                    {"step_ms_alone_median", median(alone)},
+                    {"step_ms_during_median", median(during)},
+                    {"slowdown", mean(during) / mean(alone)},
+                    {"steps_with_exchange_in_flight", steps_in_flight},
+                    {"exchanges_completed", a.averager->stats().ok - ok_before},
+                    {"note", "both peers, their channels and the trainer share this machine"}};
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gossip-bench average: %s\n", e.what());
+    rc = 1;
+  }
+  stop.store(true);
+  server.join();
+  a.transport->stop();
+  b.transport->stop();
+  if (rc == 0) std::printf("%s\n", json ? j.dump().c_str() : j.dump(2).c_str());
+  return rc;
+}
+
+}  // namespace
+
+GT_BENCH_SUBJECT("average", "one pairwise exchange over the encrypted channel vs the channel alone", run);
+
+}  // namespace gossiptrain::apps
