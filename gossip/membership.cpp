@@ -250,8 +250,15 @@ void Membership::probe_tick() {
   expect_ack(seq, cfg_.probe_interval, [this, seq] {
     if (probe_.active && probe_.seq == seq) probe_.acked = true;
   });
-  send_to(target->id, target->addr, kMsgPing,
-          encode(PingMsg{seq, target->id, take_broadcasts(cfg_.max_piggyback)}));
+  std::vector<Update> piggyback;
+  if (target->state == MemberState::kSuspect) {
+    // Lifeguard's buddy system: tell a suspect directly, so it can refute at once.
+    piggyback.push_back(Update{target->id, target->addr, target->incarnation, MemberState::kSuspect, self_id_});
+  }
+  for (auto& u : take_broadcasts(cfg_.max_piggyback - std::min(cfg_.max_piggyback, piggyback.size()))) {
+    if (u.id != target->id || piggyback.empty()) piggyback.push_back(std::move(u));
+  }
+  send_to(target->id, target->addr, kMsgPing, encode(PingMsg{seq, target->id, std::move(piggyback)}));
   later(cfg_.probe_timeout, [this, seq] { indirect_probe(seq); });
 }
 
@@ -383,6 +390,26 @@ void Membership::apply(const Update& u) {
       break;
     }
   }
+}
+
+void Membership::apply_all(const net::ConnectionPtr& c, const std::vector<Update>& updates) {
+  // Stale accusations (older than an alive incarnation we know) are answered straight back with
+  // the newer state: otherwise a member that missed a refutation keeps a suspicion nobody corrects
+  // and may declare a live member dead. memberlist has no such reply; it is cheap and only fires
+  // while stale news circulates.
+  std::vector<Update> corrections;
+  for (const auto& u : updates) {
+    if (u.state != MemberState::kAlive && corrections.size() < cfg_.max_piggyback) {
+      auto it = members_.find(u.id);
+      if (it != members_.end() && it->second.state == MemberState::kAlive &&
+          u.incarnation < it->second.incarnation) {
+        const Member& m = it->second;
+        corrections.push_back(Update{m.id, m.addr, m.incarnation, MemberState::kAlive, ""});
+      }
+    }
+    apply(u);
+  }
+  if (!corrections.empty()) send_on(c, kMsgGossip, encode(GossipMsg{std::move(corrections)}));
 }
 
 void Membership::merge_remote(const std::vector<Update>& remote) {
@@ -655,12 +682,12 @@ void Membership::on_message(const net::ConnectionPtr& c, std::uint8_t type, net:
 void Membership::handle(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& payload) {
   switch (type) {
     case kMsgPing: handle_ping(c, decode_ping(payload)); break;
-    case kMsgAck: handle_ack(decode_ack(payload)); break;
+    case kMsgAck: handle_ack(c, decode_ack(payload)); break;
     case kMsgPingReq: handle_ping_req(c, decode_ping_req(payload)); break;
     case kMsgSync: handle_sync(c, decode_sync(payload), false); break;
     case kMsgSyncReply: handle_sync(c, decode_sync(payload), true); break;
     case kMsgGossip:
-      for (const auto& u : decode_gossip(payload).updates) apply(u);
+      apply_all(c, decode_gossip(payload).updates);
       break;
     default:
       throw DecodeError("unknown membership message type");
@@ -673,12 +700,12 @@ void Membership::handle_ping(const net::ConnectionPtr& c, PingMsg m) {
     spdlog::debug("membership {}: ping for {} ignored", self_id_, m.target_id);
     return;
   }
-  for (const auto& u : m.updates) apply(u);
+  apply_all(c, m.updates);
   send_on(c, kMsgAck, encode(AckMsg{m.seq, take_broadcasts(cfg_.max_piggyback)}));
 }
 
 void Membership::handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m) {
-  for (const auto& u : m.updates) apply(u);
+  apply_all(c, m.updates);
   if (m.target_id == self_id_) {
     send_on(c, kMsgAck, encode(AckMsg{m.seq, take_broadcasts(cfg_.max_piggyback)}));
     return;
@@ -702,8 +729,8 @@ void Membership::handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m) {
           encode(PingMsg{seq, m.target_id, take_broadcasts(cfg_.max_piggyback)}));
 }
 
-void Membership::handle_ack(AckMsg m) {
-  for (const auto& u : m.updates) apply(u);
+void Membership::handle_ack(const net::ConnectionPtr& c, AckMsg m) {
+  apply_all(c, m.updates);
   auto it = acks_.find(m.seq);
   if (it == acks_.end()) return;  // late, or answered already
   sched_.cancel(it->second.timer);
@@ -873,6 +900,15 @@ std::optional<MemberInfo> Membership::member(const std::string& id) const {
     if (m.id == id) return m;
   }
   return std::nullopt;
+}
+
+std::vector<std::string> Membership::dialed_peers() const {
+  std::vector<std::string> out;
+  for (const auto& [ptr, o] : owned_) {
+    if (o.conn->is_open()) out.push_back(o.conn->peer_id());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::uint64_t Membership::incarnation() const {

@@ -95,6 +95,8 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   std::optional<MemberInfo> member(const std::string& id) const;  // thread-safe
   std::uint64_t incarnation() const;                  // thread-safe
   bool joined() const { return joined_; }
+  // Peer ids of the open connections we dialed (diagnostics and tests; protocol thread only).
+  std::vector<std::string> dialed_peers() const;
   const MembershipConfig& config() const { return cfg_; }
 
   void on_connection(const net::ConnectionPtr& c, bool inbound) override;
@@ -162,6 +164,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   void dead_node(const Update& d);
   void merge_remote(const std::vector<Update>& remote);
   void apply(const Update& u);
+  void apply_all(const net::ConnectionPtr& c, const std::vector<Update>& updates);
   void refute(std::uint64_t accused_incarnation);
   void start_suspicion(Member& m, const std::string& from);
   bool confirm_suspicion(const std::string& id, const std::string& from);
@@ -178,7 +181,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   void handle(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& payload);
   void handle_ping(const net::ConnectionPtr& c, PingMsg m);
   void handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m);
-  void handle_ack(AckMsg m);
+  void handle_ack(const net::ConnectionPtr& c, AckMsg m);
   void handle_sync(const net::ConnectionPtr& c, SyncMsg m, bool reply);
   void send_to(const std::string& id, const std::string& addr, std::uint8_t type, net::Bytes payload);
   void send_on(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes payload);

@@ -47,10 +47,13 @@ struct FakePeer : net::TransportHandler {
       auto s = gossip::decode_sync(p);
       c->send(gossip::kMsgSyncReply,
               share(gossip::encode(gossip::SyncMsg{s.seq, s.join, {self_update()}})));
+    } else if (type == gossip::kMsgGossip) {
+      for (auto& u : gossip::decode_gossip(p).updates) heard.push_back(std::move(u));
     }
   }
   void on_closed(const net::ConnectionPtr&, const std::string& reason) override {
     closed.push_back(reason);
+    closed_at.push_back(net.now());
   }
   static net::SharedBytes share(net::Bytes b) { return std::make_shared<const net::Bytes>(std::move(b)); }
   Update self_update() const { return Update{id, addr, incarnation, MemberState::kAlive, ""}; }
@@ -70,6 +73,8 @@ struct FakePeer : net::TransportHandler {
   bool answer_pings = true;
   net::ConnectionPtr conn;
   std::vector<std::string> closed;
+  std::vector<Millis> closed_at;
+  std::vector<Update> heard;  // updates received in gossip messages
 };
 
 std::string addr_of(int i) { return "10.0.0." + std::to_string(i) + ":7000"; }
@@ -334,6 +339,10 @@ TEST_CASE("membership: incarnation precedence, stale updates ignored, self refut
   m = say(MemberState::kAlive, 7);
   CHECK(m.state == MemberState::kAlive);
   CHECK(m.incarnation == 7);
+  // A stale accusation is answered to its sender with the newer alive state.
+  f.heard.clear();
+  CHECK(say(MemberState::kSuspect, 6).state == MemberState::kAlive);
+  CHECK(f.heard == std::vector<Update>{Update{"fakeX", x.addr, 7, MemberState::kAlive, ""}});
 
   // About A itself: an older accusation is ignored, a current one is refuted with a higher number.
   const std::uint64_t inc = cl[a].incarnation();
@@ -351,6 +360,44 @@ TEST_CASE("membership: incarnation precedence, stale updates ignored, self refut
   }
   CHECK(transitions == std::vector<MemberState>{MemberState::kAlive, MemberState::kSuspect, MemberState::kAlive,
                                                 MemberState::kDead, MemberState::kAlive});
+}
+
+TEST_CASE("membership: a connection without acks is dropped, idle dialled ones are closed", "[gossip]") {
+  net::SimOptions o;
+  o.latency = 1ms;
+  auto cfg = fast_config();
+  cfg.idle_connection_timeout = 5s;
+  Cluster cl(o, cfg);
+  const int a = cl.add(true, {});
+  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
+  FakePeer x(cl.net, "10.9.0.2:7000", "fakeX");
+  f.connect(addr_of(a));
+  f.send(gossip::kMsgSync, gossip::encode(gossip::SyncMsg{1, true, {f.self_update(), x.self_update()}}));
+  // Two other members: each is probed at least once every two periods (round-robin).
+  const Millis round = 2 * cl.cfg.probe_interval;
+
+  SECTION("no ack: the dialled connection is closed, so the next ping dials afresh") {
+    x.answer_pings = false;
+    REQUIRE(cl.run_until([&] { return !x.closed.empty(); }, round + cl.cfg.probe_interval, 1ms));
+    CHECK(x.closed[0] == "closed by peer: no ack");
+    cl.net.run_for(cl.cfg.probe_interval - cl.cfg.probe_timeout);  // the end of that probe period
+    CHECK(cl[a].member("fakeX")->state == MemberState::kSuspect);
+  }
+  SECTION("idle: no membership traffic for idle_connection_timeout") {
+    REQUIRE(cl.run_until([&] {
+      auto d = cl[a].dialed_peers();
+      return std::find(d.begin(), d.end(), "fakeX") != d.end();
+    }, round + cl.cfg.probe_interval));
+    cl.net.run_for(round);  // a few acks on it
+    f.gossip({Update{"fakeX", x.addr, x.incarnation, MemberState::kLeft, "fakeX"}});
+    const Millis left_at = cl.net.now();
+    REQUIRE(cl.run_until([&] { return !x.closed.empty(); }, cfg.idle_connection_timeout + 2 * cl.cfg.probe_interval, 1ms));
+    CHECK(x.closed[0] == "closed by peer: idle");
+    // Its last ack came at most one round before the leave; housekeeping runs every period.
+    CHECK(x.closed_at[0] >= left_at + cfg.idle_connection_timeout - round);
+    CHECK(x.closed_at[0] <= left_at + cfg.idle_connection_timeout + cl.cfg.probe_interval + 2 * o.latency);
+    CHECK(cl[a].dialed_peers().empty());
+  }
 }
 
 TEST_CASE("membership: a suspected live member refutes before the timeout", "[gossip]") {
