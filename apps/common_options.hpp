@@ -29,7 +29,7 @@ struct PeerConfig {
   int num_shards = 1;
   int shard = 0;
   std::string backend = "auto";
-  int gossip_every = 10;
+  int gossip_every = 4;
   std::string wire = "fp32";
   std::string weighting = "uniform";  // uniform (w = 1/2) | samples
   double max_diff_norm = 0.0;         // 0: no bound on ||r - s||

@@ -18,11 +18,11 @@ struct TrainConfig {
   std::string model = "mlp:784-256-256-10";
   std::string optimizer = "sgd";  // sgd (with momentum) | adam
   std::string schedule = "cosine";  // cosine (to 0 over all steps) | constant
-  float lr = 0.02f;
+  float lr = 0.05f;
   float momentum = 0.9f;
-  float weight_decay = 0.0f;
+  float weight_decay = 5e-4f;
   int epochs = 10;
-  int batch = 64;
+  int batch = 32;
   std::uint64_t seed = 1;
   std::string checkpoint_dir;  // empty: no checkpoints
   int checkpoint_every_s = 60;  // also at every epoch end and on stop

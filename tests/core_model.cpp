@@ -155,6 +155,7 @@ TEST_CASE("golden: first training losses of a fixed-seed run", "[core]") {
   cfg.batch = 16;
   cfg.epochs = 1;
   cfg.lr = 0.1f;
+  cfg.weight_decay = 0.0f;
   cfg.seed = 42;
   cfg.log_every_steps = 1;
   const std::string path = "core_model_golden_metrics.jsonl";
