@@ -167,7 +167,7 @@ int hidden_for(std::size_t n) {
 int run(const Args& args) {
   std::size_t params = 25'000'000;
   std::string wire_name_arg = "fp32";
-  int reps = 5, train_steps = 6, batch = 64;
+  int reps = 7, train_steps = 6, batch = 64;
   bool json = false, train = true;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -279,7 +279,16 @@ int run(const Args& args) {
     return true;
   };
   int rc = 0;
+  auto loadavg = [] {
+    double l = -1;
+    if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+      if (std::fscanf(f, "%lf", &l) != 1) l = -1;
+      std::fclose(f);
+    }
+    return l;
+  };
   nlohmann::json j = {{"subject", "average"}, {"params", n}, {"model", spec},
+                      {"cpus", std::thread::hardware_concurrency()}, {"loadavg_1m_before", loadavg()},
                       {"wire", std::string(kernels::wire_name(wire))},
                       {"payload_bytes_each_way", payload}, {"chunk_messages", sizes.size()}};
   try {

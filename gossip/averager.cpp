@@ -39,6 +39,8 @@ constexpr auto kValid = static_cast<std::uint8_t>(ExchangeType::Valid);
 constexpr auto kAbort = static_cast<std::uint8_t>(ExchangeType::Abort);
 
 std::string short_id(const std::string& id) { return id.substr(0, 8); }
+// While a snapshot is being cut into chunks, the sender is woken every this many chunks.
+constexpr std::size_t kChunksPerWakeup = 8;
 }  // namespace
 
 std::string_view role_name(ExchangeRole r) {
@@ -112,17 +114,24 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
   s_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
   r_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
   // The fp32 encoding is the raw floats: snapshots go straight from s_ and into r_.
-  if (cfg_.wire != kernels::Wire::Fp32)
+  // Sending and receiving each have their own encoded buffer: the partner's chunks may arrive
+  // before we encode our snapshot.
+  if (cfg_.wire != kernels::Wire::Fp32) {
     enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(cfg_.wire, ctx.n_params));
+    rx_enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(cfg_.wire, ctx.n_params));
+  }
   n_params_.store(ctx.n_params);
 }
 
-ChunkSetPtr Averager::snapshot(core::StepContext& ctx) {
-  be_.copy(s_.data(), ctx.params, ctx.n_params * sizeof(float));
+// Takes our snapshot straight into the chunk messages and hands them to the protocol thread as
+// they fill, so streaming starts after the first few chunks instead of after the whole copy; the
+// snapshot s_ kept for the mix is copied last (the parameters cannot change meanwhile: this is
+// the training thread).
+void Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
   const std::size_t bytes = encoded_size(cfg_.wire, ctx.n_params);
-  const std::uint8_t* src = reinterpret_cast<const std::uint8_t*>(s_.data());
+  const std::uint8_t* src = reinterpret_cast<const std::uint8_t*>(ctx.params);
   if (cfg_.wire != kernels::Wire::Fp32) {
-    be_.encode(cfg_.wire, s_.data(), ctx.n_params, enc_.data());
+    be_.encode(cfg_.wire, ctx.params, ctx.n_params, enc_.data());
     src = enc_.data();
   }
   // Reuse the last snapshot's messages when the protocol thread and the transport let go of them
@@ -139,29 +148,63 @@ ChunkSetPtr Averager::snapshot(core::StepContext& ctx) {
           kChunkHeaderBytes + std::min(cfg_.chunk_bytes, bytes - off)));
     pool_->payload_bytes = bytes;
   }
+  pool_->ready.store(0);
+  ChunkSetPtr own = pool_;
+  post([this, seq, own] { snapshot_ready(seq, own); });
   std::size_t off = 0;
-  for (auto& c : pool_->chunks) {
+  const std::size_t n = own->chunks.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    auto& c = own->chunks[k];
     const std::size_t len = c->size() - kChunkHeaderBytes;
     be_.download(c->data() + kChunkHeaderBytes, src + off, len);
     off += len;
+    own->ready.store(k + 1, std::memory_order_release);
+    if ((k + 1) % kChunksPerWakeup == 0 || k + 1 == n) post([this, seq] { chunks_ready(seq); });
   }
-  return pool_;
+  be_.copy(s_.data(), ctx.params, ctx.n_params * sizeof(float));
+  spdlog::trace("averager: #{} snapshot taken ({} bytes)", seq, bytes);
 }
 
-std::string Averager::validate(core::StepContext& ctx, const ChunkList& r) {
+// Uploads the partner's chunks that arrived since the last step boundary and checks the values
+// they complete, so the validation of a 100 MB vector is spread over the transfer instead of
+// following it. Returns a failure reason as soon as one is known, "" otherwise.
+std::string Averager::receive(core::StepContext& ctx, ChunkList& chunks) {
   const std::size_t bytes = encoded_size(cfg_.wire, ctx.n_params);
-  std::size_t total = 0;
-  for (const auto& c : r) total += c.size() - kChunkHeaderBytes;
-  if (total != bytes) return "invalid:length";
-  auto* dst = cfg_.wire == kernels::Wire::Fp32 ? reinterpret_cast<std::uint8_t*>(r_.data())
-                                               : enc_.data();
-  std::size_t off = 0;
-  for (const auto& c : r) {
-    be_.upload(dst + off, c.data() + kChunkHeaderBytes, c.size() - kChunkHeaderBytes);
-    off += c.size() - kChunkHeaderBytes;
+  const bool fp32 = cfg_.wire == kernels::Wire::Fp32;
+  auto* dst = fp32 ? reinterpret_cast<std::uint8_t*>(r_.data()) : rx_enc_.data();
+  for (const auto& c : chunks) {
+    const std::size_t len = c.size() - kChunkHeaderBytes;
+    if (len > bytes - rx_bytes_) return "invalid:length";
+    be_.upload(dst + rx_bytes_, c.data() + kChunkHeaderBytes, len);
+    rx_bytes_ += len;
   }
-  if (cfg_.wire != kernels::Wire::Fp32) be_.decode(cfg_.wire, enc_.data(), ctx.n_params, r_.data());
-  if (!be_.all_finite(r_.data(), ctx.n_params)) return "invalid:non-finite";
+  chunks.clear();
+  // fp32, fp16 and bf16 are element-wise: every complete element can be decoded and checked now.
+  // int8 keeps its block scales at the front, so it is decoded whole at the end.
+  std::size_t elem = 0;
+  if (fp32) elem = 4;
+  else if (cfg_.wire == kernels::Wire::Fp16 || cfg_.wire == kernels::Wire::Bf16) elem = 2;
+  if (elem) {
+    const std::size_t ready = rx_bytes_ / elem;
+    if (ready > rx_checked_) {
+      if (!fp32)
+        be_.decode(cfg_.wire, rx_enc_.data() + rx_checked_ * elem, ready - rx_checked_,
+                   r_.data() + rx_checked_);
+      if (!be_.all_finite(r_.data() + rx_checked_, ready - rx_checked_))
+        return "invalid:non-finite";
+      rx_checked_ = ready;
+    }
+  }
+  return "";
+}
+
+// The whole vector is in: what remains to check before voting to commit.
+std::string Averager::finish_validation(core::StepContext& ctx) {
+  if (rx_bytes_ != encoded_size(cfg_.wire, ctx.n_params)) return "invalid:length";
+  if (cfg_.wire == kernels::Wire::Int8) {
+    be_.decode(cfg_.wire, rx_enc_.data(), ctx.n_params, r_.data());
+    if (!be_.all_finite(r_.data(), ctx.n_params)) return "invalid:non-finite";
+  }
   if (cfg_.max_diff_norm > 0) {
     const double d = std::sqrt(be_.sq_diff_norm(r_.data(), s_.data(), ctx.n_params));
     if (!(d <= cfg_.max_diff_norm)) return "invalid:norm";
@@ -175,7 +218,8 @@ void Averager::between_steps(core::StepContext& ctx) {
   bool do_commit = false, do_snapshot = false, initiate = false;
   float w = 0.5f;
   std::uint64_t seq = 0;
-  std::shared_ptr<ChunkList> in;
+  ChunkList in;
+  bool in_complete = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     seq = seq_;
@@ -184,7 +228,11 @@ void Averager::between_steps(core::StepContext& ctx) {
       commit_ = false;
       w = commit_w_;
     }
-    if (active_ && incoming_) in = std::move(incoming_);
+    if (active_) {
+      in.swap(incoming_);
+      in_complete = incoming_complete_;
+      incoming_complete_ = false;
+    }
     if (active_ && want_snapshot_) {
       do_snapshot = true;
       want_snapshot_ = false;
@@ -203,11 +251,19 @@ void Averager::between_steps(core::StepContext& ctx) {
       spdlog::trace("averager: #{} mixed with w={}", seq, w);
       post([this, seq] { applied(seq); });
     }
-    if (in) {
-      std::string reason = validate(ctx, *in);
-      in.reset();
-      spdlog::trace("averager: #{} validated: {}", seq, reason.empty() ? "ok" : reason);
-      post([this, seq, reason] { validated(seq, reason.empty(), reason); });
+    if (seq != rx_seq_) {  // a new exchange: nothing of the partner's vector received yet
+      rx_seq_ = seq;
+      rx_bytes_ = rx_checked_ = 0;
+      rx_failed_ = false;
+    }
+    if ((!in.empty() || in_complete) && !rx_failed_) {
+      std::string reason = receive(ctx, in);
+      if (reason.empty() && in_complete) reason = finish_validation(ctx);
+      if (!reason.empty() || in_complete) {
+        rx_failed_ = !reason.empty();
+        spdlog::trace("averager: #{} validated: {}", seq, reason.empty() ? "ok" : reason);
+        post([this, seq, reason] { validated(seq, reason.empty(), reason); });
+      }
     }
     if (initiate) {
       // The request goes out while we take the snapshot: it overlaps the round trip and the
@@ -216,11 +272,7 @@ void Averager::between_steps(core::StepContext& ctx) {
       const std::int64_t samples = ctx.shard_size;
       post([this, seq, samples] { start_initiator(seq, samples); });
     }
-    if (do_snapshot || initiate) {
-      ChunkSetPtr own = snapshot(ctx);
-      spdlog::trace("averager: #{} snapshot taken ({} bytes)", seq, own->payload_bytes);
-      post([this, seq, own] { snapshot_ready(seq, own); });
-    }
+    if (do_snapshot || initiate) snapshot(ctx, seq);
   } catch (const std::exception& e) {
     // A backend failure is not the network's fault: end the exchange cleanly, then let the
     // training loop see the error.
@@ -491,6 +543,10 @@ void Averager::snapshot_ready(std::uint64_t seq, ChunkSetPtr own) {
   pump_send();  // no-op until accepted
 }
 
+void Averager::chunks_ready(std::uint64_t seq) {
+  if (ex_ && ex_->seq == seq && ex_->retry == 0) pump_send();
+}
+
 // ------------------------------------------------------------------------------------------------
 // Protocol thread: both sides
 
@@ -520,6 +576,8 @@ void Averager::begin_transfer() {
 
 bool Averager::all_sent() const { return ex_->own && ex_->sent == ex_->own->chunks.size(); }
 
+std::size_t ChunkSet::ready_count() const { return ready.load(std::memory_order_acquire); }
+
 // Queues what is due on the exchange connection: our commit vote once we validated, and our
 // snapshot's chunks. The bounded send queue may refuse (back-pressure): then we come back shortly.
 void Averager::pump_send() {
@@ -533,8 +591,9 @@ void Averager::pump_send() {
   }
   if (e.own) {
     auto& chunks = e.own->chunks;
+    const std::size_t ready = e.own->ready_count();  // the training thread may still be filling
     std::size_t offset = e.sent * cfg_.chunk_bytes;
-    while (e.sent < chunks.size()) {
+    while (e.sent < ready) {
       net::Bytes& msg = *chunks[e.sent];
       // Not handed to the transport yet, so still ours to write.
       write_chunk_header(msg, e.id, offset);
@@ -571,15 +630,18 @@ void Averager::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
                  short_id(e.partner), v->offset, v->size, expected);
     return fail("invalid:length", ExchangeCode::Invalid);
   }
-  // Kept as received (no copy here); the training thread uploads the pieces in order.
+  // Handed over as received (no copy here); the training thread uploads and checks the pieces
+  // in order at its next step boundary.
   e.received += v->size;
   e.bytes_received += b.size();
-  e.recv.push_back(std::move(b));
   if (e.received == expected) {
     spdlog::trace("averager: #{} payload received", e.seq);
     e.recv_done = true;
-    std::lock_guard<std::mutex> lk(mu_);
-    if (seq_ == e.seq) incoming_ = std::make_shared<ChunkList>(std::move(e.recv));
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  if (seq_ == e.seq) {
+    incoming_.push_back(std::move(b));
+    incoming_complete_ = e.recv_done;
   }
 }
 
@@ -667,7 +729,8 @@ void Averager::finish(bool ok, const std::string& reason) {
     std::lock_guard<std::mutex> lk(mu_);
     active_ = false;
     want_snapshot_ = false;
-    incoming_.reset();
+    incoming_.clear();
+    incoming_complete_ = false;
     commit_ = false;
     if (ok) ++stats_.ok;
     else {

@@ -52,6 +52,8 @@ enum class ExchangeRole { Initiator, Responder };
 struct ChunkSet {
   std::vector<std::shared_ptr<net::Bytes>> chunks;
   std::size_t payload_bytes = 0;
+  std::atomic<std::size_t> ready{0};  // chunks[0, ready) hold their data (set by training thread)
+  std::size_t ready_count() const;
 };
 using ChunkSetPtr = std::shared_ptr<ChunkSet>;
 using ChunkList = std::vector<net::Bytes>;  // received Chunk messages, in order
@@ -128,8 +130,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
     net::Millis started{0};
     ChunkSetPtr own;          // our encoded snapshot (null until the training thread made it)
     std::size_t sent = 0;     // chunks of own already queued
-    ChunkList recv;           // the partner's chunks so far
-    std::size_t received = 0; // payload bytes in recv
+    std::size_t received = 0;  // payload bytes of the partner's vector received
     bool recv_done = false, local_valid = false, valid_sent = false, peer_valid = false;
     std::int64_t n_self = 0, n_other = 0;
     float w = 0.5f;
@@ -157,6 +158,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   bool should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const;
   void yield_to(const net::ConnectionPtr& c, const RequestMsg& m);
   void snapshot_ready(std::uint64_t seq, ChunkSetPtr own);
+  void chunks_ready(std::uint64_t seq);
   bool all_sent() const;
   void retry_send_later();
   void validated(std::uint64_t seq, bool ok, const std::string& reason);
@@ -176,8 +178,9 @@ class Averager final : public core::StepHook, public net::TransportHandler {
 
   // --- training thread ---
   void ensure_buffers(core::StepContext& ctx);
-  ChunkSetPtr snapshot(core::StepContext& ctx);
-  std::string validate(core::StepContext& ctx, const ChunkList& r);
+  void snapshot(core::StepContext& ctx, std::uint64_t seq);
+  std::string receive(core::StepContext& ctx, ChunkList& chunks);
+  std::string finish_validation(core::StepContext& ctx);
 
   AveragerConfig cfg_;
   net::Transport& transport_;
@@ -205,7 +208,8 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   bool active_ = false;  // an exchange is in flight (claimed by either thread)
   std::uint64_t seq_ = 0;
   bool want_snapshot_ = false;         // the responder needs a snapshot for seq_
-  std::shared_ptr<ChunkList> incoming_;  // the partner's vector to validate for seq_
+  ChunkList incoming_;              // the partner's chunks for seq_ not yet taken by training
+  bool incoming_complete_ = false;  // the last of them is in incoming_
   bool commit_ = false;                // apply x += w (r - s) for seq_
   float commit_w_ = 0.5f;
   AveragerStats stats_;
@@ -215,8 +219,13 @@ class Averager final : public core::StepHook, public net::TransportHandler {
 
   // Training thread only: device buffers reused by every exchange.
   kernels::DeviceBuffer<float> s_, r_;
-  kernels::DeviceBuffer<std::uint8_t> enc_;  // encoded vector (not for fp32: raw floats)
+  kernels::DeviceBuffer<std::uint8_t> enc_;     // our encoded snapshot (not for fp32: raw floats)
+  kernels::DeviceBuffer<std::uint8_t> rx_enc_;  // the partner's encoded vector (not for fp32)
   ChunkSetPtr pool_;                         // the last snapshot's chunks, reused when free
+  std::uint64_t rx_seq_ = 0;    // exchange whose vector r_ is being filled
+  std::size_t rx_bytes_ = 0;    // bytes of it uploaded
+  std::size_t rx_checked_ = 0;  // values of it decoded into r_ and checked finite
+  bool rx_failed_ = false;      // refused already (the rest is ignored)
   std::int64_t next_initiate_step_ = 0;
 };
 
