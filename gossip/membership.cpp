@@ -502,7 +502,8 @@ void Membership::suspect_node(const Update& s) {
   }
   queue_broadcast(Update{s.id, st.addr, s.incarnation, MemberState::kSuspect, s.from});
   st.incarnation = s.incarnation;
-  spdlog::debug("membership {}: suspecting {} (incarnation {}, by {})", self_id_, s.id, s.incarnation, s.from);
+  spdlog::debug("membership {}: suspecting {} (incarnation {}, by {}) at {} ms", self_id_, s.id, s.incarnation,
+                s.from, sched_.now().count());
   set_state(st, MemberState::kSuspect);
   start_suspicion(st, s.from);
 }
@@ -577,6 +578,8 @@ bool Membership::confirm_suspicion(const std::string& id, const std::string& fro
   Millis timeout = Millis(static_cast<Millis::rep>(std::floor(raw)));
   if (timeout < s.min) timeout = s.min;
   const Millis remaining = timeout - (sched_.now() - s.start);
+  spdlog::debug("membership {}: suspicion of {} confirmed by {} ({}/{}), {} ms left", self_id_, id, from,
+                confirmed, s.k, remaining.count());
   sched_.cancel(s.timer);
   const std::uint64_t inc = s.incarnation;
   s.timer = later(std::max(remaining, Millis(0)), [this, id, inc] { suspicion_fired(id, inc); });
@@ -589,7 +592,7 @@ void Membership::suspicion_fired(const std::string& id, std::uint64_t incarnatio
   if (it == members_.end()) return;
   const Member& m = it->second;
   if (m.state != MemberState::kSuspect || m.incarnation != incarnation) return;
-  spdlog::debug("membership {}: suspicion of {} timed out", self_id_, id);
+  spdlog::debug("membership {}: suspicion of {} timed out at {} ms", self_id_, id, sched_.now().count());
   dead_node(Update{id, m.addr, incarnation, MemberState::kDead, self_id_});
 }
 

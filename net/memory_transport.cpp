@@ -326,12 +326,16 @@ void SimNetwork::cancel_timer(std::uint64_t id) {
   if (pending_timers_.erase(id)) cancelled_.insert(id);
 }
 
-bool SimNetwork::step() {
+bool SimNetwork::step() { return step_until(Millis::max()); }
+
+bool SimNetwork::step_until(Millis limit) {
   std::function<void()> fn;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (;;) {
-      if (queue_.empty()) return false;
+      // The bound is checked for every candidate: skipping cancelled or stale events must not
+      // carry us past the limit to a live one.
+      if (queue_.empty() || queue_.top().at > limit) return false;
       Event ev = std::move(const_cast<Event&>(queue_.top()));
       queue_.pop();
       if (ev.timer) {
@@ -349,12 +353,7 @@ bool SimNetwork::step() {
 }
 
 void SimNetwork::run_until(Millis t) {
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.empty() || queue_.top().at > t) break;
-    }
-    step();
+  while (step_until(t)) {
   }
   if (t.count() > now_ms_.load()) now_ms_.store(t.count());
 }

@@ -190,6 +190,7 @@ class SimNetwork {
   std::uint64_t enqueue(Millis at, std::size_t node, std::uint64_t gen, std::function<void()> fn,
                         bool cancellable);
   void cancel_timer(std::uint64_t id);
+  bool step_until(Millis limit);  // runs the next live event due at or before limit
   Millis one_way_delay();
   bool reachable_idx(std::size_t a, std::size_t b) const;
   bool lossy(std::uint8_t type);

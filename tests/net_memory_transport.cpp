@@ -294,6 +294,19 @@ TEST_CASE("memory transport: timers fire at their virtual time, cancel works, po
   CHECK(ran_on == driver);
 }
 
+TEST_CASE("memory transport: run_until never passes its bound, even after skipping cancelled timers", "[net]") {
+  SimNetwork net;
+  auto& a = net.add_node("a:1", "A");
+  bool late_fired = false;
+  a.cancel(a.schedule(10ms, [] {}));
+  a.schedule(20ms, [&] { late_fired = true; });
+  net.run_until(15ms);
+  CHECK(net.now() == 15ms);
+  CHECK_FALSE(late_fired);
+  net.run_until(20ms);
+  CHECK(late_fired);
+}
+
 TEST_CASE("memory transport: the same seed gives the same run, another seed another", "[net]") {
   auto run = [](std::uint64_t seed) {
     SimOptions o;
