@@ -226,7 +226,8 @@ TEST_CASE("cpu mix, all_finite and sq_diff_norm", "[kernels]") {
     REQUIRE(x == ref);
     auto y = r;  // s aliasing x: x <- x + w (r - x)
     be.mix(y.data(), s.data(), y.data(), n, 0.5f);
-    for (std::size_t i = 0; i < n; ++i) REQUIRE(y[i] == Approx(0.5 * (double(r[i]) + s[i])).margin(1e-6));
+    for (std::size_t i = 0; i < n; ++i)
+      REQUIRE(y[i] == Approx(0.5 * (double(r[i]) + s[i])).margin(1e-6));
   }
   SECTION("all_finite") {
     REQUIRE(be.all_finite(x.data(), n));

@@ -28,8 +28,9 @@ inline std::vector<std::int32_t> random_labels(std::size_t n, int classes, std::
 }
 
 // Reference row-major C = alpha * op(A) op(B) + beta * C, accumulated in double.
-inline void gemm_ref(bool ta, bool tb, int M, int N, int K, float alpha, const std::vector<float>& A,
-                     const std::vector<float>& B, float beta, std::vector<float>& C) {
+inline void gemm_ref(bool ta, bool tb, int M, int N, int K, float alpha,
+                     const std::vector<float>& A, const std::vector<float>& B, float beta,
+                     std::vector<float>& C) {
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       double acc = 0.0;
@@ -48,7 +49,8 @@ inline double max_rel_err(const std::vector<float>& a, const std::vector<float>&
                           double floor = 1.0) {
   double worst = 0.0;
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double d = std::fabs(double(a[i]) - double(b[i])) / std::fmax(std::fabs(double(b[i])), floor);
+    const double d =
+        std::fabs(double(a[i]) - double(b[i])) / std::fmax(std::fabs(double(b[i])), floor);
     if (!(d <= worst)) worst = d;  // a NaN difference wins
   }
   return worst;

@@ -20,7 +20,7 @@
 namespace gossiptrain::kernels {
 namespace {
 
-constexpr std::size_t kLanes = 16;       // elements per vectorized block (one AVX-512 or 2-4 SSE/AVX regs)
+constexpr std::size_t kLanes = 16;       // elements per vectorized block (1-4 SIMD registers)
 constexpr std::size_t kAlignBytes = 64;  // cache line; also enough for any SIMD load
 
 std::string cpu_model_name() {
@@ -172,12 +172,14 @@ void CpuBackend::gemm(bool trans_a, bool trans_b, int M, int N, int K, float alp
                       const float* B, float beta, float* C) {
   if (M < 0 || N < 0 || K < 0) throw BackendError("cpu gemm: negative dimension");
   if (M == 0 || N == 0) return;
-  if (K == 0) {  // BLAS would still scale C by beta; do it here without calling into BLAS
-    for (std::size_t i = 0, n = std::size_t(M) * N; i < n; ++i) C[i] = beta == 0.0f ? 0.0f : beta * C[i];
+  if (K == 0) {  // C = beta * C; BLAS would reject lda = 0 through xerbla, which prints
+    for (std::size_t i = 0, n = std::size_t(M) * N; i < n; ++i)
+      C[i] = beta == 0.0f ? 0.0f : beta * C[i];
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              M, N, K, alpha, A, trans_a ? M : K, B, trans_b ? K : N, beta, C, N);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, trans_a ? M : K, B,
+              trans_b ? K : N, beta, C, N);
 }
 
 void CpuBackend::bias_act_forward(float* y, const float* b, int rows, int cols, Act act) {
