@@ -326,6 +326,7 @@ void Averager::try_next_peer() {
   e.phase = Phase::Connecting;
   e.conn = nullptr;
   e.id = 0;
+  e.control.clear();
   auto it = own_conns_.find(p.id);
   if (it != own_conns_.end() && it->second.conn->is_open()) {
     ask(it->second.conn);
@@ -376,11 +377,8 @@ void Averager::ask(const net::ConnectionPtr& c) {
   m.wire = cfg_.wire;
   m.weighted = cfg_.weight_by_samples;
   m.samples = e.n_self;
-  if (!c->send(kReq, encode_request(m))) {
-    try_failed("send", true);
-    return;
-  }
   arm_deadline(cfg_.answer_timeout, "timeout:answer");
+  queue_control(kReq, encode_request(m));
 }
 
 // The current peer did not take part (busy, refused, unreachable, silent): ask another one.
@@ -494,10 +492,7 @@ void Averager::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
   e.n_other = m->samples;
   e.w = weight(e.n_self, e.n_other);
   ex_ = std::move(e);
-  if (!c->send(kAcc, encode_accept({m->exchange_id, ex_->n_self}))) {
-    fail("closed", std::nullopt);
-    return;
-  }
+  ex_->control.emplace_back(kAcc, encode_accept({m->exchange_id, ex_->n_self}));
   begin_transfer();
 }
 
@@ -530,10 +525,8 @@ void Averager::yield_to(const net::ConnectionPtr& c, const RequestMsg& m) {
   e.tries = 0;
   e.excluded.clear();
   e.last_reason.clear();
-  if (!c->send(kAcc, encode_accept({m.exchange_id, e.n_self}))) {
-    fail("closed", std::nullopt);
-    return;
-  }
+  e.control.clear();
+  e.control.emplace_back(kAcc, encode_accept({m.exchange_id, e.n_self}));
   begin_transfer();
 }
 
@@ -578,17 +571,25 @@ bool Averager::all_sent() const { return ex_->own && ex_->sent == ex_->own->chun
 
 std::size_t ChunkSet::ready_count() const { return ready.load(std::memory_order_acquire); }
 
-// Queues what is due on the exchange connection: our commit vote once we validated, and our
-// snapshot's chunks. The bounded send queue may refuse (back-pressure): then we come back shortly.
+void Averager::queue_control(std::uint8_t type, net::SharedBytes msg) {
+  ex_->control.emplace_back(type, std::move(msg));
+  pump_send();
+}
+
+// Hands the transport what is due on the exchange connection: control messages (request, accept,
+// commit vote) first, then our snapshot's chunks as far as they are cut. The bounded send queue
+// may refuse (back-pressure): then we come back shortly, in the same order.
 void Averager::pump_send() {
-  if (!ex_ || ex_->phase != Phase::Transferring) return;
+  if (!ex_ || !ex_->conn) return;
   Exchange& e = *ex_;
   if (e.retry) sched_.cancel(e.retry);
   e.retry = 0;
-  if (e.local_valid && !e.valid_sent) {
-    if (!e.conn->send(kValid, encode_id(e.id))) return retry_send_later();
-    e.valid_sent = true;
+  while (!e.control.empty()) {
+    if (!e.conn->send(e.control.front().first, e.control.front().second))
+      return retry_send_later();
+    e.control.pop_front();
   }
+  if (e.phase != Phase::Transferring) return;
   if (e.own) {
     auto& chunks = e.own->chunks;
     const std::size_t ready = e.own->ready_count();  // the training thread may still be filling
@@ -652,7 +653,7 @@ void Averager::validated(std::uint64_t seq, bool ok, const std::string& reason) 
     return fail(reason, ExchangeCode::Invalid);
   }
   ex_->local_valid = true;
-  pump_send();  // sends the vote, behind back-pressure if need be, then maybe commits
+  queue_control(kValid, encode_id(ex_->id));  // then maybe commits
 }
 
 void Averager::on_valid(const net::ConnectionPtr& c, const net::Bytes& b) {
@@ -670,7 +671,8 @@ void Averager::on_valid(const net::ConnectionPtr& c, const net::Bytes& b) {
 void Averager::maybe_commit() {
   if (!ex_ || ex_->phase != Phase::Transferring) return;
   Exchange& e = *ex_;
-  if (!e.local_valid || !e.valid_sent || !e.peer_valid || !all_sent()) return;
+  // Our vote must have been handed to the transport before we act on theirs.
+  if (!e.local_valid || !e.control.empty() || !e.peer_valid || !all_sent()) return;
   if (e.deadline) sched_.cancel(e.deadline);
   e.deadline = 0;
   e.phase = Phase::Committed;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -131,7 +132,8 @@ class Averager final : public core::StepHook, public net::TransportHandler {
     ChunkSetPtr own;          // our encoded snapshot (null until the training thread made it)
     std::size_t sent = 0;     // chunks of own already queued
     std::size_t received = 0;  // payload bytes of the partner's vector received
-    bool recv_done = false, local_valid = false, valid_sent = false, peer_valid = false;
+    bool recv_done = false, local_valid = false, peer_valid = false;
+    std::deque<std::pair<std::uint8_t, net::SharedBytes>> control;  // refused by back-pressure
     std::int64_t n_self = 0, n_other = 0;
     float w = 0.5f;
     std::uint64_t bytes_sent = 0, bytes_received = 0;
@@ -154,6 +156,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void on_valid(const net::ConnectionPtr& c, const net::Bytes& b);
   void on_abort(const net::ConnectionPtr& c, const net::Bytes& b);
   void begin_transfer();
+  void queue_control(std::uint8_t type, net::SharedBytes msg);
   void pump_send();
   bool should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const;
   void yield_to(const net::ConnectionPtr& c, const RequestMsg& m);

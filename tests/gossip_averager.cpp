@@ -2,6 +2,8 @@
 // BUSY, all-or-nothing under failures, refusal of bad payloads and mismatched peers, lossy wires.
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include "tests/gossip_averager_harness.hpp"
 
 using namespace gossiptrain;
@@ -524,4 +526,96 @@ TEST_CASE("lossy wire encodings also reach consensus", "[gossip]") {
   CHECK(ok / 2 >= 50);
   CHECK(ratio < k.max_ratio);
   CHECK(drift < k.max_sum_drift);
+}
+
+namespace {
+
+// A transport whose connections refuse every other send, as a full bounded send queue does:
+// the averager must come back later for its chunks and its commit vote, never drop them.
+class RefusingConnection final : public net::Connection {
+ public:
+  explicit RefusingConnection(net::ConnectionPtr inner) : inner_(std::move(inner)) {}
+  const std::string& peer_id() const override { return inner_->peer_id(); }
+  const std::string& remote_addr() const override { return inner_->remote_addr(); }
+  bool send(std::uint8_t type, net::SharedBytes payload) override {
+    if (inner_->is_open() && (++calls_ % 2) == 1) {
+      ++refused;
+      return false;
+    }
+    return inner_->send(type, std::move(payload));
+  }
+  void close(const std::string& reason) override { inner_->close(reason); }
+  bool is_open() const override { return inner_->is_open(); }
+  std::uint64_t refused = 0;
+
+ private:
+  net::ConnectionPtr inner_;
+  std::uint64_t calls_ = 0;
+};
+
+class RefusingTransport final : public net::Transport, public net::TransportHandler {
+ public:
+  explicit RefusingTransport(net::SimTransport& inner) : inner_(inner) { inner_.set_handler(this); }
+  void set_handler(net::TransportHandler* h) override { handler_ = h; }
+  net::Scheduler& scheduler() override { return inner_.scheduler(); }
+  const std::string& local_id() const override { return inner_.local_id(); }
+  const std::string& listen_addr() const override { return inner_.listen_addr(); }
+  void connect(const std::string& addr, ConnectCallback done) override {
+    inner_.connect(addr, [this, done](net::ConnectionPtr c, const std::string& err) {
+      done(c ? wrap(c) : nullptr, err);
+    });
+  }
+  void on_connection(const net::ConnectionPtr& c, bool inbound) override {
+    handler_->on_connection(wrap(c), inbound);
+  }
+  void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& b) override {
+    handler_->on_message(wrap(c), type, std::move(b));
+  }
+  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override {
+    handler_->on_closed(wrap(c), reason);
+  }
+  std::uint64_t refused() const {
+    std::uint64_t k = 0;
+    for (auto& [inner, w] : wrapped_) k += w->refused;
+    return k;
+  }
+
+ private:
+  net::ConnectionPtr wrap(const net::ConnectionPtr& c) {
+    auto& w = wrapped_[c.get()];
+    if (!w) w = std::make_shared<RefusingConnection>(c);
+    return w;
+  }
+  net::SimTransport& inner_;
+  net::TransportHandler* handler_ = nullptr;
+  std::map<net::Connection*, std::shared_ptr<RefusingConnection>> wrapped_;
+};
+
+}  // namespace
+
+TEST_CASE("a full send queue delays chunks and votes but never loses them", "[gossip]") {
+  AveragerConfig cfg = base_config();
+  cfg.chunk_bytes = 1000;  // 4000-byte vectors: several chunks each way
+  Cluster c(2, 1000, cfg, 60);
+  std::vector<std::unique_ptr<RefusingTransport>> wrapped;
+  for (std::size_t i = 0; i < 2; ++i) {
+    wrapped.push_back(std::make_unique<RefusingTransport>(*c[i].t));
+    AveragerConfig pc = cfg;
+    pc.seed = 600 + i;
+    c[i].avg = std::make_unique<Averager>(pc, *wrapped[i], c[i].dir, c.be);
+    wrapped[i]->set_handler(c[i].avg.get());
+    SimPeer* raw = &c[i];
+    c[i].avg->set_event_callback([raw](const ExchangeEvent& e) { raw->events.push_back(e); });
+  }
+  const auto x0 = c[0].values(c.be), x1 = c[1].values(c.be);
+  c[0].step_hook(c.be);
+  REQUIRE(c.run_until([&] { return has_event(c[0]) && has_event(c[1]); }, Millis(2000)));
+  CHECK(c[0].events[0].ok);
+  CHECK(c[1].events[0].ok);
+  CHECK(wrapped[0]->refused() + wrapped[1]->refused() >= 8);
+  const auto y0 = c[0].values(c.be), y1 = c[1].values(c.be);
+  for (std::size_t i = 0; i < x0.size(); ++i) {
+    REQUIRE(y0[i] == Approx(0.5f * (x0[i] + x1[i])).margin(1e-6));
+    REQUIRE(y1[i] == Approx(0.5f * (x0[i] + x1[i])).margin(1e-6));
+  }
 }
