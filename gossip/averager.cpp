@@ -251,6 +251,15 @@ void Averager::between_steps(core::StepContext& ctx) {
       spdlog::trace("averager: #{} mixed with w={}", seq, w);
       post([this, seq] { applied(seq); });
     }
+    if (initiate) {
+      // The request goes out while we take the snapshot: it overlaps the round trip and the
+      // responder's own snapshot instead of preceding them.
+      next_initiate_step_ = ctx.step + cfg_.gossip_every;
+      const std::int64_t samples = ctx.shard_size;
+      post([this, seq, samples] { start_initiator(seq, samples); });
+    }
+    // Before validating: the norm bound and the mix compare against this exchange's snapshot.
+    if (do_snapshot || initiate) snapshot(ctx, seq);
     if (seq != rx_seq_) {  // a new exchange: nothing of the partner's vector received yet
       rx_seq_ = seq;
       rx_bytes_ = rx_checked_ = 0;
@@ -265,14 +274,6 @@ void Averager::between_steps(core::StepContext& ctx) {
         post([this, seq, reason] { validated(seq, reason.empty(), reason); });
       }
     }
-    if (initiate) {
-      // The request goes out while we take the snapshot: it overlaps the round trip and the
-      // responder's own snapshot instead of preceding them.
-      next_initiate_step_ = ctx.step + cfg_.gossip_every;
-      const std::int64_t samples = ctx.shard_size;
-      post([this, seq, samples] { start_initiator(seq, samples); });
-    }
-    if (do_snapshot || initiate) snapshot(ctx, seq);
   } catch (const std::exception& e) {
     // A backend failure is not the network's fault: end the exchange cleanly, then let the
     // training loop see the error.
