@@ -619,3 +619,43 @@ TEST_CASE("a full send queue delays chunks and votes but never loses them", "[go
     REQUIRE(y1[i] == Approx(0.5f * (x0[i] + x1[i])).margin(1e-6));
   }
 }
+
+TEST_CASE("a hand-driven partner completes an exchange; its vector is checked against our new snapshot",
+          "[gossip]") {
+  // The partner's whole vector arrives before our first step boundary after ACCEPT, so the snapshot
+  // and the validation happen in the same boundary: the norm bound must see the new snapshot.
+  AveragerConfig cfg = base_config();
+  constexpr std::size_t kN = 1000;
+  // ||r - s|| = ||1|| = sqrt(1000) ~ 31.6 against the fresh snapshot; against the zeroed buffer
+  // of no snapshot at all it would be ||x + 1|| ~ sqrt(2000) ~ 44.7.
+  cfg.max_diff_norm = 40.0;
+  Cluster c(1, kN, cfg, 70);
+  SimPeer& a = c[0];
+  RawPeer f(c.net, "10.0.9.9:7000", "raw-peer");
+  const auto xa = a.values(c.be);
+  c.serve_all();
+  f.dial(a.addr);
+  auto idle = [] {};  // a's training loop is stuck in a long step: no boundaries
+  REQUIRE(c.run_until([&] { return f.conn != nullptr; }, Millis(100), idle));
+  const std::uint64_t id = 99;
+  f.send(ExchangeType::Request, encode_request({id, cfg.fingerprint, kN, kernels::Wire::Fp32, false, 0}));
+  REQUIRE(c.run_until([&] { return f.got(ExchangeType::Accept); }, Millis(100), idle));
+  std::vector<float> r(xa);
+  for (auto& v : r) v += 1.0f;
+  const auto* p = reinterpret_cast<const std::uint8_t*>(r.data());
+  f.send(ExchangeType::Chunk, encode_chunk(id, 0, p, 1600));
+  f.send(ExchangeType::Chunk, encode_chunk(id, 1600, p + 1600, kN * 4 - 1600));
+  c.run_until([] { return false; }, Millis(20), idle);  // all of it has arrived
+  a.hook(c.be, true);  // one boundary: snapshot, then the whole vector validated
+  REQUIRE(c.run_until([&] { return f.got(ExchangeType::Valid); }, Millis(100), idle));
+  std::size_t chunk_bytes = 0;
+  for (auto& [type, b] : f.msgs)
+    if (type == static_cast<std::uint8_t>(ExchangeType::Chunk)) chunk_bytes += b.size() - kChunkHeaderBytes;
+  CHECK(chunk_bytes == kN * 4);  // a's snapshot came back in full
+  f.send(ExchangeType::Valid, encode_id(id));
+  REQUIRE(c.run_until([&] { return has_event(a); }, Millis(100)));
+  REQUIRE(a.events[0].ok);
+  CHECK(a.events[0].w == 0.5f);
+  const auto y = a.values(c.be);
+  for (std::size_t i = 0; i < kN; ++i) REQUIRE(y[i] == Approx(xa[i] + 0.5f).margin(1e-6));
+}
