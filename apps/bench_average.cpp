@@ -167,7 +167,7 @@ int hidden_for(std::size_t n) {
 int run(const Args& args) {
   std::size_t params = 25'000'000;
   std::string wire_name_arg = "fp32";
-  int reps = 7, train_steps = 6, batch = 64;
+  int reps = 7, train_steps = 4, train_rounds = 5, batch = 64;
   bool json = false, train = true;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -180,20 +180,23 @@ int run(const Args& args) {
       else if (a == "--wire") wire_name_arg = next();
       else if (a == "--reps") reps = std::stoi(next());
       else if (a == "--train-steps") train_steps = std::stoi(next());
+      else if (a == "--train-rounds") train_rounds = std::stoi(next());
       else if (a == "--batch") batch = std::stoi(next());
       else if (a == "--no-train") train = false;
       else if (a == "--json") json = true;
       else if (a == "--help" || a == "-h") {
         std::printf(
             "usage: gossip-bench average [--params N] [--wire fp32|fp16|bf16|int8] [--reps R]\n"
-            "                            [--train-steps S] [--batch B] [--no-train] --json\n"
+            "                            [--train-steps S] [--train-rounds K] [--batch B] [--no-train]\n"
+            "                            --json\n"
             "Two peers on loopback over the encrypted TCP channel, CPU backend. The model is\n"
             "mlp:784-H-H-10 with H chosen so it has about N parameters (default 25M = 100 MB fp32).\n"
             "1. R complete exchanges (request, both snapshots streamed, validated, mixed) against R\n"
             "   transfers of the same bytes both ways on the same channel alone: efficiency =\n"
             "   channel time / exchange time (medians).\n"
-            "2. S training steps alone vs S steps with exchanges in flight (twice, interleaved):\n"
-            "   slowdown = mean step time during / alone. Both peers share this machine.\n");
+            "2. K rounds of S training steps alone then S steps with exchanges in flight:\n"
+            "   slowdown = mean step time during / alone (and the median of the per-round\n"
+            "   ratios, steadier on a shared machine). Both peers share this machine.\n");
         return 0;
       } else {
         std::fprintf(stderr, "gossip-bench average: unknown option '%s'\n", a.c_str());
@@ -211,7 +214,7 @@ int run(const Args& args) {
     std::fprintf(stderr, "gossip-bench average: --wire must be fp32|fp16|bf16|int8\n");
     return 2;
   }
-  if (params < 1000 || reps < 1 || train_steps < 1 || batch < 1) {
+  if (params < 1000 || reps < 1 || train_steps < 1 || train_rounds < 1 || batch < 1) {
     std::fprintf(stderr, "gossip-bench average: --params >= 1000, --reps, --train-steps, --batch >= 1\n");
     return 2;
   }
@@ -362,14 +365,16 @@ int run(const Args& args) {
         a.backend.sgd_momentum(model.params(), model.grads(), vel.data(), n, 1e-5f, 0.9f, 0.0f);
       };
       step();  // warm-up
-      std::vector<double> alone, during;
+      std::vector<double> alone, during, round_ratio;
       std::size_t steps_in_flight = 0;
       const std::size_t ok_before = a.averager->stats().ok;
-      for (int round = 0; round < 2; ++round) {
+      for (int round = 0; round < train_rounds; ++round) {
+        double a_ms = 0, d_ms = 0;
         for (int s = 0; s < train_steps; ++s) {
           const auto t0 = Clock::now();
           step();
           alone.push_back(ms_since(t0));
+          a_ms += alone.back();
         }
         for (int s = 0; s < train_steps; ++s) {
           const auto t0 = Clock::now();
@@ -378,7 +383,9 @@ int run(const Args& args) {
           if (a.averager->in_exchange()) ++steps_in_flight;
           a.hook(model.params(), n, false);  // gossip_every = 1: starts one whenever idle
           during.push_back(ms_since(t0));
+          d_ms += during.back();
         }
+        round_ratio.push_back(d_ms / a_ms);
         // Let the exchange in flight finish before timing steps alone again.
         if (!wait_for([&] {
               a.hook(model.params(), n, true);
@@ -394,6 +401,7 @@ int run(const Args& args) {
                     {"step_ms_alone_median", median(alone)},
                     {"step_ms_during_median", median(during)},
                     {"slowdown", mean(during) / mean(alone)},
+                    {"slowdown_median_of_rounds", median(round_ratio)},
                     {"steps_with_exchange_in_flight", steps_in_flight},
                     {"exchanges_completed", a.averager->stats().ok - ok_before},
                     {"note", "both peers, their channels and the trainer share this machine"}};
