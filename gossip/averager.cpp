@@ -13,6 +13,12 @@
 // open, closed after idle_close), so membership traffic on the other connection never queues behind
 // a 100 MB payload. The responder answers on the connection the REQUEST came in on. A failed
 // exchange closes its connection so no stale chunk can ever reach a later exchange.
+//
+// Cost on the training thread, per exchange: the snapshot (params -> chunk messages, streamed to
+// the protocol thread as they fill, then params -> s), the partner's chunks uploaded and checked
+// at each step boundary while they arrive (so validation does not trail the transfer), and the
+// mix. The protocol thread never copies payload bytes: chunks go out as cut and come in as
+// received. Every send respects the connection's bounded queue (retry after send_retry).
 #include "gossip/averager.hpp"
 
 #include <algorithm>

@@ -46,6 +46,7 @@ struct AveragerConfig {
 };
 
 enum class ExchangeRole { Initiator, Responder };
+std::string_view role_name(ExchangeRole r);  // "initiator" | "responder"
 
 // One encoded snapshot, already cut into Chunk messages (header space first, then the data), so
 // the protocol thread hands them to the transport without copying. Reused across exchanges once
@@ -58,26 +59,27 @@ struct ChunkSet {
 };
 using ChunkSetPtr = std::shared_ptr<ChunkSet>;
 using ChunkList = std::vector<net::Bytes>;  // received Chunk messages, in order
-std::string_view role_name(ExchangeRole r);
 
 // One finished exchange, successful or not (the `exchange` metric line).
 struct ExchangeEvent {
   std::string partner;  // peer id of the other side
   ExchangeRole role = ExchangeRole::Initiator;
   bool ok = false;
-  std::string reason;  // "" when ok; else a short token: busy, timeout, closed, refused:fingerprint,
-                       // invalid:non-finite|length|norm, peer-abort:..., protocol, connect
+  std::string reason;  // "" when ok; else a short token: busy, connect, closed, protocol,
+                       // timeout:connect|answer|transfer, refused:fingerprint|size|wire|weighting,
+                       // invalid:non-finite|length|norm, peer-abort:<code>, backend
   std::uint64_t exchange_id = 0;
   std::uint64_t bytes_sent = 0;      // payload chunk bytes (headers included) sent
   std::uint64_t bytes_received = 0;  // and received
-  double ms = 0.0;                   // from the start (REQUEST sent / received) to the end
+  double ms = 0.0;  // initiator: from asking for the exchange (first peer tried); responder: from
+                    // the REQUEST; to the mix applied or the failure
   float w = 0.0f;                    // mixing weight applied (0 when nothing was applied)
 };
 
 struct AveragerStats {
   std::uint64_t ok = 0;
   std::uint64_t failed = 0;
-  std::map<std::string, std::uint64_t> failed_by_reason;  // reason token before any ':'
+  std::map<std::string, std::uint64_t> failed_by_reason;  // keyed by ExchangeEvent::reason
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
   std::uint64_t no_peer = 0;      // exchanges not started: no live peer to ask
