@@ -14,6 +14,7 @@
 namespace gossiptrain::gossip {
 
 namespace {
+constexpr std::size_t kLeaveDirectFanout = 16;  // members told of a leave directly
 bool is_live(MemberState s) { return s == MemberState::kAlive || s == MemberState::kSuspect; }
 net::SharedBytes share(net::Bytes b) { return std::make_shared<const net::Bytes>(std::move(b)); }
 }  // namespace
@@ -142,8 +143,9 @@ void Membership::leave() {
   publish();
   const Update u{self_id_, self_addr_, self.incarnation, MemberState::kLeft, self_id_};
   queue_broadcast(u);
-  // Told directly as well as gossiped: a leave should not wait for a probe to be noticed.
-  const auto targets = random_members(members_.size(), self_id_,
+  // Told directly (to a bounded number) as well as gossiped: a leave should not wait for a probe
+  // to be noticed, and the receivers pass it on.
+  const auto targets = random_members(kLeaveDirectFanout, self_id_,
                                       [](const Member& m) { return is_live(m.state); });
   for (const Member* m : targets) send_to(m->id, m->addr, kMsgGossip, encode(GossipMsg{{u}}));
   spdlog::info("membership {}: leaving, told {} members", self_id_, targets.size());
