@@ -339,7 +339,9 @@ TEST_CASE("membership: incarnation precedence, stale updates ignored, self refut
   m = say(MemberState::kAlive, 7);
   CHECK(m.state == MemberState::kAlive);
   CHECK(m.incarnation == 7);
-  // A stale accusation is answered to its sender with the newer alive state.
+  // A stale accusation is answered to its sender with the newer alive state. First let A's own
+  // broadcasts run out (a few gossip rounds), so the only gossip F hears is the answer.
+  cl.net.run_for(10 * cl.cfg.gossip_interval);
   f.heard.clear();
   CHECK(say(MemberState::kSuspect, 6).state == MemberState::kAlive);
   CHECK(f.heard == std::vector<Update>{Update{"fakeX", x.addr, 7, MemberState::kAlive, ""}});
