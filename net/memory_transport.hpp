@@ -122,6 +122,11 @@ class SimConnection final : public Connection, public std::enable_shared_from_th
 
 // The simulated network: owns the virtual clock, the single event queue and the nodes.
 // Deterministic for a given seed and call sequence: events run by (time, sequence number).
+// Semantics: a dial reaches the acceptor after one latency and completes one latency later; a
+// message arrives after latency + jitter, in send order per connection (FIFO per direction, even
+// under jitter); loss drops single messages (UDP-like, for SWIM); close() reports on_closed locally
+// as the next event and to the other end after the in-flight data; everything runs on the thread
+// that calls step()/run_*(), and post() may be called from any thread.
 class SimNetwork {
  public:
   explicit SimNetwork(SimOptions opts = {});
