@@ -104,7 +104,7 @@ const std::vector<Option>& options() {
        [](PeerConfig& c, const std::string& v) {
          c.backend = one_of("backend", v, {"auto", "cpu", "cuda"});
        }},
-      {"epochs", "E", "local epochs over this peer's shard",
+      {"epochs", "E", "epochs; with --num-shards N an epoch is 1/N of the training set",
        [](PeerConfig& c, const std::string& v) {
          c.train.epochs = int(to_int("epochs", v, 1, 100000));
        }},

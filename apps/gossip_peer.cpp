@@ -67,6 +67,12 @@ int main(int argc, char** argv) {
     auto parts =
         core::partition(data.train.y, data.train.classes, cfg.num_shards, spec, cfg.train.seed);
     shard = core::subset(data.train, parts[std::size_t(cfg.shard)]);
+    // An epoch of a peer is an equal share of the training set, whatever its shard's size, so
+    // that skewed splits do not leave the peers with big shards training alone at the end.
+    if (cfg.num_shards > 1) {
+      const std::size_t share = (data.train.size() + cfg.num_shards - 1) / cfg.num_shards;
+      cfg.train.steps_per_epoch = std::int64_t((share + cfg.train.batch - 1) / cfg.train.batch);
+    }
     backend = kernels::make_backend(cfg.backend);
   } catch (const core::DataError& e) {
     return usage_error(e.what());

@@ -37,6 +37,7 @@ void validate(const TrainConfig& c) {
     throw std::invalid_argument("--weight-decay must be in [0, 1)");
   if (c.epochs < 1 || c.epochs > 100000) throw std::invalid_argument("--epochs must be 1..100000");
   if (c.batch < 1 || c.batch > 65536) throw std::invalid_argument("--batch must be 1..65536");
+  if (c.steps_per_epoch < 0) throw std::invalid_argument("steps per epoch must be >= 0");
 }
 
 Trainer::Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, const Dataset& test,
@@ -65,7 +66,13 @@ Trainer::Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, co
   if (cfg_.optimizer == "adam") opt_b_ = kernels::DeviceBuffer<float>(be_, n);
   x_dev_ = kernels::DeviceBuffer<float>(be_, std::size_t(model_.max_batch()) * shard_.features);
   y_dev_ = kernels::DeviceBuffer<std::int32_t>(be_, model_.max_batch());
-  steps_per_epoch_ = std::int64_t((shard_.size() + cfg_.batch - 1) / cfg_.batch);
+  if (cfg_.steps_per_epoch > 0) {
+    steps_per_epoch_ = cfg_.steps_per_epoch;
+    epoch_samples_ = std::size_t(steps_per_epoch_) * cfg_.batch;
+  } else {
+    steps_per_epoch_ = std::int64_t((shard_.size() + cfg_.batch - 1) / cfg_.batch);
+    epoch_samples_ = shard_.size();
+  }
   total_steps_ = steps_per_epoch_ * cfg_.epochs;
 }
 
@@ -157,13 +164,19 @@ TrainResult Trainer::run(const std::atomic<bool>& stop) {
   const int F = shard_.features;
   std::vector<float> xb(std::size_t(cfg_.batch) * F);
   std::vector<std::int32_t> yb(cfg_.batch);
-  std::vector<std::size_t> order(shard_.size());
+  std::vector<std::size_t> order, perm(shard_.size());
 
   while (epoch_ < cfg_.epochs && !stop.load()) {
     // The order of epoch e depends only on (seed, e), so a resumed run continues where it stopped.
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    // An epoch longer than the shard concatenates fresh shuffles of it.
+    order.clear();
     SplitMix64 rng(cfg_.seed * 0x9E3779B97F4A7C15ull + std::uint64_t(epoch_) + 1);
-    for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+    while (order.size() < epoch_samples_) {
+      for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = i;
+      for (std::size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[rng.below(i)]);
+      order.insert(order.end(), perm.begin(), perm.end());
+    }
+    order.resize(epoch_samples_);
 
     const auto t_epoch = Clock::now();
     double loss_sum = 0.0;

@@ -25,6 +25,9 @@ struct TrainConfig {
   int batch = 32;
   std::uint64_t seed = 1;
   std::string checkpoint_dir;  // empty: no checkpoints
+  // Steps in one epoch; 0: one pass over the shard. Peers of a swarm use an equal share of the
+  // whole training set, so every peer takes the same number of steps whatever its shard's size.
+  std::int64_t steps_per_epoch = 0;
   int checkpoint_every_s = 60;  // also at every epoch end and on stop
   int log_every_steps = 50;     // `step` metric lines
 };
@@ -88,6 +91,7 @@ class Trainer {
   std::int64_t samples_ = 0;
   int epoch_ = 0;
   std::int64_t steps_per_epoch_ = 0;
+  std::size_t epoch_samples_ = 0;  // samples drawn per epoch
   std::int64_t total_steps_ = 0;
 };
 

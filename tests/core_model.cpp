@@ -293,3 +293,23 @@ TEST_CASE("trainer refuses data that does not fit the model", "[core]") {
   cfg.model = "mlp:12-8-2";
   CHECK_THROWS_AS(core::Trainer(*be, cfg, d, d, metrics, nullptr), std::invalid_argument);
 }
+
+TEST_CASE("a fixed number of steps per epoch cycles through a small shard", "[core]") {
+  auto be = kernels::make_backend("cpu");
+  const auto d = tiny_dataset();  // 200 samples
+  core::TrainConfig cfg;
+  cfg.model = "mlp:12-10-4";
+  cfg.batch = 16;
+  cfg.epochs = 2;
+  cfg.steps_per_epoch = 30;  // 480 samples an epoch: more than two passes over the shard
+  core::Metrics metrics("", "test");
+  std::atomic<bool> never{false};
+  StopAt hook;
+  hook.stop_after = -1;
+  hook.stop = &never;
+  core::Trainer t(*be, cfg, d, d, metrics, &hook);
+  const auto r = t.run(never);
+  CHECK(r.steps == 60);
+  CHECK(r.epochs_done == 2);
+  CHECK(hook.steps.size() == 60);
+}
