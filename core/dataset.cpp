@@ -2,6 +2,8 @@
 // Gaussian-cluster set used by fast tests.
 #include "core/dataset.hpp"
 
+#include "core/rng.hpp"
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -201,24 +203,6 @@ Dataset load_split(const std::string& dir, const std::string& images_name,
   return d;
 }
 
-// splitmix64: tiny, fast, and gives the same stream on every platform (std distributions do not).
-struct SplitMix64 {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double uniform() {  // in (0, 1): never 0, so log() is safe
-    return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53;
-  }
-  double normal() {  // Box-Muller; the second value is dropped for simplicity
-    double u1 = uniform(), u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-  std::uint64_t below(std::uint64_t n) { return next() % n; }  // bias is negligible here
-};
 
 // Class c's clusters are N(mean_c, kNoise^2 I); the means are spread so that two of them are
 // kSeparation noise deviations apart on average, whatever the feature count. About 6 gives a
@@ -261,15 +245,15 @@ TrainTest make_synthetic(std::size_t n_train, std::size_t n_test, int features, 
     throw std::invalid_argument("make_synthetic: need features >= 1 and classes >= 2, got " +
                                 std::to_string(features) + " and " + std::to_string(classes));
   }
-  SplitMix64 rng{seed};
+  SplitMix64 rng(seed);
   // E||mu_a - mu_b||^2 = 2 * features * spread^2, so this spread gives the intended separation.
   double spread = kSeparation * kNoise / std::sqrt(2.0 * features);
   std::vector<double> means(static_cast<std::size_t>(classes) * features);
   for (double& m : means) m = kCentre + spread * rng.normal();
   TrainTest tt;
   // Separate streams so the test split does not change when n_train does.
-  SplitMix64 train_rng{rng.next()};
-  SplitMix64 test_rng{rng.next()};
+  SplitMix64 train_rng(rng.next());
+  SplitMix64 test_rng(rng.next());
   tt.train = draw_split(n_train, features, classes, means, train_rng);
   tt.test = draw_split(n_test, features, classes, means, test_rng);
   return tt;

@@ -2,6 +2,8 @@
 // xoshiro256** and gamma sampler, so a seed gives the same split with every standard library.
 #include "core/partition.hpp"
 
+#include "core/rng.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -15,48 +17,8 @@ namespace {
 constexpr const char* kAcceptedForms =
     "expected iid, dirichlet:ALPHA (ALPHA > 0) or shards:K (K >= 1)";
 
-// xoshiro256** seeded through splitmix64 (the authors' recommended seeding).
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) {
-    for (auto& w : s_) {
-      std::uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-      w = z ^ (z >> 31);
-    }
-  }
-  std::uint64_t next() {
-    std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    std::uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-  // Uniform in [0, n) without modulo bias (rejection of the short top range).
-  std::uint64_t below(std::uint64_t n) {
-    std::uint64_t threshold = (0 - n) % n;
-    for (;;) {
-      std::uint64_t r = next();
-      if (r >= threshold) return r % n;
-    }
-  }
-  double uniform() {  // in (0, 1): never 0, so log() is safe
-    return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53;
-  }
-  double normal() {  // Box-Muller, one value per call
-    double u1 = uniform(), u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-
- private:
-  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  std::uint64_t s_[4];
-};
+// xoshiro256**: the same split with every standard library.
+using Rng = Xoshiro256;
 
 template <typename T>
 void shuffle(std::vector<T>& v, Rng& rng) {
@@ -66,7 +28,7 @@ void shuffle(std::vector<T>& v, Rng& rng) {
 // log of a Gamma(alpha, 1) draw (Marsaglia-Tsang). Working in logs matters for small alpha: the
 // alpha < 1 boost multiplies by U^(1/alpha), which underflows to 0 in doubles for alpha ~ 0.01.
 double log_gamma_draw(double alpha, Rng& rng) {
-  if (alpha < 1.0) return log_gamma_draw(alpha + 1.0, rng) + std::log(rng.uniform()) / alpha;
+  if (alpha < 1.0) return log_gamma_draw(alpha + 1.0, rng) + std::log(rng.uniform_open()) / alpha;
   double d = alpha - 1.0 / 3.0;
   double c = 1.0 / std::sqrt(9.0 * d);
   for (;;) {
@@ -74,7 +36,7 @@ double log_gamma_draw(double alpha, Rng& rng) {
     double v = 1.0 + c * x;
     if (v <= 0.0) continue;
     v = v * v * v;
-    if (std::log(rng.uniform()) < 0.5 * x * x + d - d * v + d * std::log(v)) {
+    if (std::log(rng.uniform_open()) < 0.5 * x * x + d - d * v + d * std::log(v)) {
       return std::log(d * v);
     }
   }

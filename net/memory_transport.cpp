@@ -8,45 +8,6 @@
 
 namespace gossiptrain::net {
 
-namespace {
-std::uint64_t splitmix64(std::uint64_t& x) {
-  std::uint64_t z = (x += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-}  // namespace
-
-SimRng::SimRng(std::uint64_t seed) {
-  for (auto& s : s_) s = splitmix64(seed);
-}
-
-std::uint64_t SimRng::next() {
-  const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const std::uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
-
-double SimRng::uniform01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
-std::uint64_t SimRng::below(std::uint64_t n) {
-  assert(n > 0);
-  // Rejection sampling keeps it exactly uniform (modulo alone is biased for large n).
-  const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);
-  std::uint64_t x;
-  do {
-    x = next();
-  } while (x >= limit);
-  return x % n;
-}
-
 // ---------------------------------------------------------------------------------------------
 // SimTransport
 
@@ -202,7 +163,7 @@ bool SimNetwork::reachable_idx(std::size_t a, std::size_t b) const {
 
 bool SimNetwork::lossy(std::uint8_t type) {
   if (opts_.loss <= 0.0 || type < loss_first_ || type > loss_last_) return false;
-  return rng_.uniform01() < opts_.loss;
+  return rng_.uniform() < opts_.loss;
 }
 
 Millis SimNetwork::one_way_delay() {

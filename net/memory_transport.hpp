@@ -16,22 +16,13 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/rng.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::net {
 
-// xoshiro256** seeded through splitmix64: same sequence on every platform and standard library
-// (std:: distributions are implementation-defined, which would break seed determinism).
-class SimRng {
- public:
-  explicit SimRng(std::uint64_t seed);
-  std::uint64_t next();
-  double uniform01();                      // [0, 1)
-  std::uint64_t below(std::uint64_t n);    // [0, n); n > 0
-
- private:
-  std::uint64_t s_[4];
-};
+// Seeded generator of the simulation: the same sequence on every platform and standard library.
+using SimRng = core::Xoshiro256;
 
 struct SimOptions {
   std::uint64_t seed = 1;
