@@ -30,9 +30,9 @@ std::string io_reason(const std::error_code& ec, const char* where) {
 
 }  // namespace
 
-Channel::Channel(asio::ip::tcp::socket socket, bool inbound,
+Channel::Channel(std::shared_ptr<asio::io_context> io, asio::ip::tcp::socket socket, bool inbound,
                  std::shared_ptr<const ChannelOptions> opts, ChannelHost& host)
-    : socket_(std::move(socket)), inbound_(inbound), opts_(std::move(opts)), host_(host),
+    : io_(std::move(io)), socket_(std::move(socket)), inbound_(inbound), opts_(std::move(opts)), host_(host),
       watchdog_timer_(socket_.get_executor()), writer_signal_(socket_.get_executor()) {
   std::error_code ec;
   auto ep = socket_.remote_endpoint(ec);

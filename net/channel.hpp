@@ -19,6 +19,7 @@
 #include <string>
 
 #include <asio/awaitable.hpp>
+#include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
 
@@ -53,14 +54,18 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
  public:
   using Clock = std::chrono::steady_clock;
 
-  Channel(asio::ip::tcp::socket socket, bool inbound, std::shared_ptr<const ChannelOptions> opts,
-          ChannelHost& host);
+  // `io` is the context the socket belongs to: a channel keeps it alive, so that a Connection the
+  // application still holds after its transport is gone can be destroyed safely.
+  Channel(std::shared_ptr<asio::io_context> io, asio::ip::tcp::socket socket, bool inbound,
+          std::shared_ptr<const ChannelOptions> opts, ChannelHost& host);
   ~Channel() override;
 
   // Runs the handshake (which must finish before `deadline`), then the session. Io thread only.
   void start(Clock::time_point handshake_deadline);
   // Closes at once, without flushing the send queue (a close frame is still attempted).
   void shutdown(const std::string& reason);
+  // Closes the socket now (no close frame); on_closed is reported if it was not yet.
+  void terminate(const std::string& reason) { fail(reason); }
 
   // Connection.
   const std::string& peer_id() const override { return peer_id_; }
@@ -93,6 +98,7 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
   void fail(const std::string& reason);
   void set_deadline(Clock::time_point t, std::string reason);
 
+  std::shared_ptr<asio::io_context> io_;  // first: destroyed after the socket and timers
   asio::ip::tcp::socket socket_;
   bool inbound_;
   std::shared_ptr<const ChannelOptions> opts_;

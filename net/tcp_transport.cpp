@@ -56,7 +56,8 @@ bool split_host_port(const std::string& addr, std::string& host, std::uint16_t& 
 }
 
 TcpTransport::TcpTransport(TcpTransportConfig config)
-    : config_(std::move(config)), acceptor_(io_), epoch_(std::chrono::steady_clock::now()) {
+    : config_(std::move(config)), io_(std::make_shared<asio::io_context>()), acceptor_(*io_),
+      epoch_(std::chrono::steady_clock::now()) {
   crypto::init();
   if (!config_.identity) throw ConfigError("tcp transport: no identity");
   config_.limits.validate();
@@ -87,7 +88,7 @@ void TcpTransport::start() {
     std::uint16_t port = 0;
     split_host_port(config_.listen, host, port);
     std::error_code ec;
-    asio::ip::tcp::resolver resolver(io_);
+    asio::ip::tcp::resolver resolver(*io_);
     auto results = resolver.resolve(host, std::to_string(port), ec);
     if (ec || results.empty())
       throw ConfigError("tcp transport: cannot resolve listen host '" + host + "': " + ec.message());
@@ -98,21 +99,24 @@ void TcpTransport::start() {
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) throw ConfigError("tcp transport: cannot listen on " + config_.listen + ": " + ec.message());
     listen_addr_ = endpoint_str(acceptor_.local_endpoint());
-    asio::co_spawn(io_, accept_loop(), rethrow);
+    asio::co_spawn(*io_, accept_loop(), rethrow);
   }
   std::string adv = config_.advertise.empty() ? listen_addr_ : config_.advertise;
   if (adv.size() > kMaxAddrBytes) throw ConfigError("tcp transport: listen address too long");
   options_->handshake.listen_addr = adv;
   started_ = true;
-  thread_ = std::thread([this] {
+  work_.emplace(io_->get_executor());
+  auto done = std::make_shared<std::promise<void>>();
+  thread_done_ = done->get_future();
+  thread_ = std::thread([this, done] {
     io_thread_id_ = std::this_thread::get_id();
-    auto work = asio::make_work_guard(io_);
     try {
-      io_.run();
+      io_->run();
     } catch (const std::exception& e) {
       spdlog::critical("net: io thread: uncaught exception (a bug): {}", e.what());
       throw;
     }
+    done->set_value();
   });
   spdlog::info("net: peer {} listening on {}", local_id_, listen_addr_.empty() ? "-" : listen_addr_);
 }
@@ -121,7 +125,7 @@ void TcpTransport::stop() {
   if (!started_ || stopped_) return;
   if (on_io_thread()) throw std::logic_error("TcpTransport::stop called on the io thread");
   stopped_ = true;
-  asio::post(io_, [this] {
+  asio::post(*io_, [this] {
     stopping_ = true;
     std::error_code ec;
     acceptor_.close(ec);
@@ -130,19 +134,29 @@ void TcpTransport::stop() {
     std::vector<std::shared_ptr<Channel>> all(channels_.begin(), channels_.end());
     for (auto& ch : all) ch->shutdown("shutdown");
     asio::co_spawn(
-        io_,
+        *io_,
         [this]() -> asio::awaitable<void> {
-          asio::steady_timer t(io_);
+          asio::steady_timer t(*io_);
           auto until = std::chrono::steady_clock::now() + config_.limits.close_linger + kStopSlackMs;
           while (!channels_.empty() && std::chrono::steady_clock::now() < until) {
             t.expires_after(kStopPollMs);
             co_await t.async_wait(kUseTuple);
           }
-          io_.stop();
+          // Whatever is left is cut; then run() returns once the aborted operations have finished,
+          // so no coroutine (holding a channel) stays queued in the io_context.
+          std::vector<std::shared_ptr<Channel>> left(channels_.begin(), channels_.end());
+          for (auto& ch : left) ch->terminate("shutdown");
+          pending_connects_.clear();
+          work_.reset();
         },
         rethrow);
   });
+  // A dial still waiting for TCP connect could keep run() busy up to its deadline: cut it short.
+  if (thread_done_.wait_for(config_.limits.close_linger + kStopSlackMs * 5) !=
+      std::future_status::ready)
+    io_->stop();
   thread_.join();
+  handler_ = nullptr;
   channels_.clear();
   pending_connects_.clear();
   channel_count_ = 0;
@@ -155,7 +169,7 @@ std::size_t TcpTransport::handshaking() const {
 }
 
 asio::awaitable<void> TcpTransport::accept_loop() {
-  asio::steady_timer backoff(io_);
+  asio::steady_timer backoff(*io_);
   for (;;) {
     auto [ec, sock] = co_await acceptor_.async_accept(kUseTuple);
     if (stopping_ || ec == asio::error::operation_aborted) co_return;
@@ -183,7 +197,7 @@ asio::awaitable<void> TcpTransport::accept_loop() {
       sock.close(e2);
       continue;
     }
-    auto ch = std::make_shared<Channel>(std::move(sock), true, options_, channel_host());
+    auto ch = std::make_shared<Channel>(io_, std::move(sock), true, options_, channel_host());
     channels_.insert(ch);
     ++channel_count_;
     ch->start(std::chrono::steady_clock::now() + config_.limits.handshake_timeout);
@@ -191,8 +205,8 @@ asio::awaitable<void> TcpTransport::accept_loop() {
 }
 
 void TcpTransport::connect(const std::string& addr, ConnectCallback done) {
-  asio::post(io_, [this, addr, done = std::move(done)]() mutable {
-    asio::co_spawn(io_, dial(addr, std::move(done)), rethrow);
+  asio::post(*io_, [this, addr, done = std::move(done)]() mutable {
+    asio::co_spawn(*io_, dial(addr, std::move(done)), rethrow);
   });
 }
 
@@ -214,11 +228,11 @@ asio::awaitable<void> TcpTransport::dial(std::string addr, ConnectCallback done)
   std::uint16_t port = 0;
   if (!split_host_port(addr, host, port)) co_return refuse("bad address (expected host:port)");
   auto deadline = std::chrono::steady_clock::now() + config_.limits.handshake_timeout;
-  asio::ip::tcp::resolver resolver(io_);
+  asio::ip::tcp::resolver resolver(*io_);
   auto [rec, results] = co_await resolver.async_resolve(host, std::to_string(port), kUseTuple);
   if (rec || results.empty()) co_return refuse("cannot resolve " + host + ": " + rec.message());
-  auto sock = std::make_shared<asio::ip::tcp::socket>(io_);
-  asio::steady_timer timer(io_);
+  auto sock = std::make_shared<asio::ip::tcp::socket>(*io_);
+  asio::steady_timer timer(*io_);
   timer.expires_at(deadline);
   bool timed_out = false;
   timer.async_wait([sock, &timed_out](std::error_code ec) {
@@ -233,7 +247,7 @@ asio::awaitable<void> TcpTransport::dial(std::string addr, ConnectCallback done)
   if (expired) co_return refuse("connect timeout");
   if (cec) co_return refuse("connect failed: " + cec.message());
   if (stopping_) co_return refuse("transport stopped");
-  auto ch = std::make_shared<Channel>(std::move(*sock), false, options_, channel_host());
+  auto ch = std::make_shared<Channel>(io_, std::move(*sock), false, options_, channel_host());
   channels_.insert(ch);
   ++channel_count_;
   pending_connects_[ch.get()] = std::move(done);
@@ -302,7 +316,7 @@ Scheduler::TimerId TcpTransport::schedule(Millis delay, std::function<void()> fn
   TimerId id = next_timer_++;
   auto arm = [this, id, delay, fn = std::move(fn)]() mutable {
     if (stopping_) return;
-    auto t = std::make_unique<asio::steady_timer>(io_, delay);
+    auto t = std::make_unique<asio::steady_timer>(*io_, delay);
     auto* tp = t.get();
     timers_[id] = std::move(t);
     tp->async_wait([this, id, fn = std::move(fn)](std::error_code ec) {
@@ -316,7 +330,7 @@ Scheduler::TimerId TcpTransport::schedule(Millis delay, std::function<void()> fn
   if (on_io_thread())
     arm();
   else
-    asio::post(io_, std::move(arm));
+    asio::post(*io_, std::move(arm));
   return id;
 }
 
@@ -330,9 +344,9 @@ void TcpTransport::cancel(TimerId id) {
   if (on_io_thread())
     do_cancel();
   else
-    asio::post(io_, do_cancel);
+    asio::post(*io_, do_cancel);
 }
 
-void TcpTransport::post(std::function<void()> fn) { asio::post(io_, std::move(fn)); }
+void TcpTransport::post(std::function<void()> fn) { asio::post(*io_, std::move(fn)); }
 
 }  // namespace gossiptrain::net

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
@@ -101,9 +103,12 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   std::string listen_addr_;
   TransportHandler* handler_ = nullptr;
 
-  asio::io_context io_;
+  // Shared with the channels (see Channel): it outlives every Connection the application holds.
+  std::shared_ptr<asio::io_context> io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   asio::ip::tcp::acceptor acceptor_;
   std::thread thread_;
+  std::future<void> thread_done_;
   std::atomic<std::thread::id> io_thread_id_{};
   std::chrono::steady_clock::time_point epoch_;
   bool started_ = false;

@@ -258,3 +258,22 @@ TEST_CASE("tcp: bad configuration throws ConfigError", "[net]") {
   TcpTransport b(f);
   CHECK_THROWS_AS(b.start(), ConfigError);  // address in use
 }
+
+TEST_CASE("tcp: keys ratchet on schedule over a real connection", "[net]") {
+  Limits l = short_limits();
+  l.rekey_after_frames = 4;
+  l.rekey_after_bytes = 3u << 20;
+  l.max_frame_bytes = 256 * 1024;
+  auto sc = make_config(7, l), cc = make_config(7, l);
+  sc.aead = AeadPreference::kChaCha20Poly1305;
+  Pair p(std::move(sc), std::move(cc));
+  p.server_events.echo = true;
+  auto r = dial(*p.client, p.server->listen_addr());
+  REQUIRE(r.conn);
+  auto msg = std::make_shared<const Bytes>(pattern(10u << 20, 5));
+  for (int i = 0; i < 3; ++i) CHECK(on_io(*p.client, [&] { return r.conn->send(1, msg); }));
+  REQUIRE(wait_for([&] { return p.client_events.n_msgs() == 3; }, 60000ms));
+  std::lock_guard lk(p.client_events.mu);
+  for (auto& m : p.client_events.msgs) CHECK(m.second == *msg);
+  CHECK(p.client_events.closed.empty());
+}
