@@ -389,7 +389,7 @@ void Averager::ask(const net::ConnectionPtr& c) {
 }
 
 // The current peer did not take part (busy, refused, unreachable, silent): ask another one.
-void Averager::try_failed(const std::string& reason, bool close_conn) {
+void Averager::try_failed(std::string reason, bool close_conn) {
   Exchange& e = *ex_;
   if (e.deadline) sched_.cancel(e.deadline);
   e.deadline = 0;
@@ -709,7 +709,7 @@ void Averager::on_abort(const net::ConnectionPtr& c, const net::Bytes& b) {
   violation(c, "abort before accept");
 }
 
-void Averager::fail(const std::string& reason, std::optional<ExchangeCode> notify) {
+void Averager::fail(std::string reason, std::optional<ExchangeCode> notify) {
   if (!ex_ || ex_->phase == Phase::Committed) return;
   Exchange& e = *ex_;
   if (e.phase == Phase::Transferring && e.conn && e.conn->is_open()) {
@@ -720,7 +720,7 @@ void Averager::fail(const std::string& reason, std::optional<ExchangeCode> notif
   finish(false, reason);
 }
 
-void Averager::finish(bool ok, const std::string& reason) {
+void Averager::finish(bool ok, std::string reason) {
   Exchange& e = *ex_;
   if (e.deadline) sched_.cancel(e.deadline);
   if (e.retry) sched_.cancel(e.retry);

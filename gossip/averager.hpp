@@ -150,7 +150,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void start_initiator(std::uint64_t seq, std::int64_t samples);
   void try_next_peer();
   void ask(const net::ConnectionPtr& c);
-  void try_failed(const std::string& reason, bool close_conn);
+  void try_failed(std::string reason, bool close_conn);
   void on_request(const net::ConnectionPtr& c, const net::Bytes& b);
   void on_accept(const net::ConnectionPtr& c, const net::Bytes& b);
   void on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& b);
@@ -170,8 +170,8 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void maybe_commit();
   void applied(std::uint64_t seq);
   // Ends the exchange in flight without applying anything; sends Abort(code) when notify.
-  void fail(const std::string& reason, std::optional<ExchangeCode> notify);
-  void finish(bool ok, const std::string& reason);
+  void fail(std::string reason, std::optional<ExchangeCode> notify);
+  void finish(bool ok, std::string reason);
   // A message that does not fit the protocol state: the connection is closed with a reason.
   void violation(const net::ConnectionPtr& c, const std::string& what);
   bool is_current(const net::ConnectionPtr& c, std::uint64_t id) const;
