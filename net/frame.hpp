@@ -33,6 +33,11 @@ inline constexpr std::size_t kMessageStartBytes = 9;
 // Messages up to this size travel in one kMessage frame (one small copy); larger ones are streamed.
 inline constexpr std::size_t kSmallMessageBytes = 64 * 1024;
 
+// Hints the kernel to back [p, p+n) with transparent huge pages (Linux; no-op elsewhere). Used for
+// large message buffers, whose first-touch page faults otherwise rival the AEAD in cost.
+void advise_huge_pages(void* p, std::size_t n);
+inline constexpr std::size_t kHugePageMinBytes = 4u << 20;
+
 struct FrameHeader {
   FrameType type;
   std::uint32_t body_bytes;  // ciphertext + tag
