@@ -203,6 +203,18 @@ void apply_config_file(PeerConfig& c, const std::string& path) {
 
 }  // namespace
 
+Flag split_flag(const std::string& arg) {
+  if (arg.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + arg + "'");
+  Flag f;
+  f.name = arg.substr(2);
+  if (auto eq = f.name.find('='); eq != std::string::npos) {
+    f.value = f.name.substr(eq + 1);
+    f.name = f.name.substr(0, eq);
+    f.has_value = true;
+  }
+  return f;
+}
+
 void check_host_port(const std::string& addr, const std::string& flag) {
   auto colon = addr.rfind(':');
   if (colon == std::string::npos || colon == 0)
@@ -245,14 +257,7 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
       *help = true;
       return c;
     }
-    if (a.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + a + "'");
-    std::string name = a.substr(2), value;
-    bool has_value = false;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
+    auto [name, value, has_value] = split_flag(a);
     if (name == "config") {
       if (!has_value) ++i;
       continue;

@@ -44,6 +44,15 @@ struct PeerConfig {
 // Parses argv (without argv[0]). Throws UsageError. Sets *help when --help was given.
 PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help);
 std::string peer_usage();
+// A command-line flag split into its name (without "--") and value: "--name=value" or "--name".
+struct Flag {
+  std::string name;
+  std::string value;
+  bool has_value = false;  // the value was given after '='
+};
+// Throws UsageError for an argument that does not start with "--".
+Flag split_flag(const std::string& arg);
+
 // Splits "a:1,b:2" and checks each is HOST:PORT with a port in 0..65535.
 std::vector<std::string> parse_addr_list(const std::string& s, const std::string& flag);
 void check_host_port(const std::string& addr, const std::string& flag);

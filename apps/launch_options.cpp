@@ -56,14 +56,7 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
       o.help = true;
       return o;
     }
-    if (a.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + a + "'");
-    std::string name = a.substr(2), value;
-    bool has_value = false;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
+    auto [name, value, has_value] = split_flag(a);
     // Flags without a value.
     if (name == "no-plots" || name == "markdown") {
       if (has_value) throw UsageError("--" + name + " takes no value");
