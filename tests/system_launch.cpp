@@ -204,7 +204,7 @@ const std::vector<std::string> kQuickRun = {"--data", "synthetic", "--epochs", "
 
 }  // namespace
 
-TEST_CASE("gossip-launch runs 3 peers end to end in local and gossip mode; --compare reads both",
+TEST_CASE("gossip-launch runs 3 peers end to end in local and gossip mode, and --compare reads both",
           "[system]") {
   gt_test::TempDir tmp("gt-launch-e2e");
   std::string out;
