@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -305,6 +306,14 @@ void Launch::start_peers() {
   final_samples_.resize(plans_.size());
   for (const auto& p : plans_) tails_.emplace_back(p.dir + "/metrics.jsonl");
   for (auto& c : children_) c.outcome.state = "waiting for the seeds";
+  // OpenBLAS threads spin while they wait: N peers with a thread per core each on one machine
+  // oversubscribe it many times over (a 4-peer run was 10x slower). Share the cores out instead,
+  // unless the user chose.
+  if (!std::getenv("OPENBLAS_NUM_THREADS")) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned per_peer = std::max<unsigned>(1, cores / unsigned(plans_.size()));
+    ::setenv("OPENBLAS_NUM_THREADS", std::to_string(per_peer).c_str(), 1);
+  }
   // In gossip mode the seeds (peers 0 and 1) start first and the others once the seeds listen:
   // a peer whose seeds refuse it trains alone until its next re-dial, seconds later.
   seeds_ = o_.mode == LaunchMode::Gossip && plans_.size() > 2 ? 2 : plans_.size();

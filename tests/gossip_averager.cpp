@@ -620,7 +620,7 @@ TEST_CASE("a full send queue delays chunks and votes but never loses them", "[go
   }
 }
 
-TEST_CASE("a hand-driven partner completes an exchange; its vector is checked against our new snapshot",
+TEST_CASE("a hand-driven partner completes an exchange, and its vector is checked against our new snapshot",
           "[gossip]") {
   // The partner's whole vector arrives before our first step boundary after ACCEPT, so the snapshot
   // and the validation happen in the same boundary: the norm bound must see the new snapshot.

@@ -130,6 +130,19 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// True when something accepts TCP connections on 127.0.0.1:port.
+inline bool port_open(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(std::uint16_t(port));
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
 // A free TCP port on 127.0.0.1 (bound to 0 and released; good enough for tests).
 inline int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
