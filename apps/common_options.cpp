@@ -27,25 +27,6 @@ UsageError bad_value(const std::string& flag, const std::string& v, const std::s
   return UsageError("--" + flag + ": bad value '" + v + "' (" + want + ")");
 }
 
-long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi) {
-  long long x = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || p != v.data() + v.size() || x < lo || x > hi)
-    throw bad_value(flag, v, "an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
-  return x;
-}
-
-double to_double(const std::string& flag, const std::string& v, double lo, double hi) {
-  double x = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(x) || x < lo || x > hi) {
-    std::ostringstream os;
-    os << "a number in [" << lo << ", " << hi << "]";
-    throw bad_value(flag, v, os.str());
-  }
-  return x;
-}
-
 std::string one_of(const std::string& flag, const std::string& v,
                    std::initializer_list<const char*> allowed) {
   std::string list;
@@ -213,6 +194,25 @@ Flag split_flag(const std::string& arg) {
     f.has_value = true;
   }
   return f;
+}
+
+long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi) {
+  long long x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || x < lo || x > hi)
+    throw bad_value(flag, v, "an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
+  return x;
+}
+
+double to_double(const std::string& flag, const std::string& v, double lo, double hi) {
+  double x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(x) || x < lo || x > hi) {
+    std::ostringstream os;
+    os << "a number in [" << lo << ", " << hi << "]";
+    throw bad_value(flag, v, os.str());
+  }
+  return x;
 }
 
 void check_host_port(const std::string& addr, const std::string& flag) {

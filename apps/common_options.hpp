@@ -53,6 +53,11 @@ struct Flag {
 // Throws UsageError for an argument that does not start with "--".
 Flag split_flag(const std::string& arg);
 
+// A flag's value as an integer in [lo, hi] or a finite number in [lo, hi]; UsageError otherwise,
+// naming the flag and the accepted range.
+long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi);
+double to_double(const std::string& flag, const std::string& v, double lo, double hi);
+
 // Splits "a:1,b:2" and checks each is HOST:PORT with a port in 0..65535.
 std::vector<std::string> parse_addr_list(const std::string& s, const std::string& flag);
 void check_host_port(const std::string& addr, const std::string& flag);

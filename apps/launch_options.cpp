@@ -17,26 +17,6 @@ const std::set<std::string>& owned_peer_flags() {
   return s;
 }
 
-long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi) {
-  long long x = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || p != v.data() + v.size() || x < lo || x > hi)
-    throw UsageError("--" + flag + ": bad value '" + v + "' (an integer in " + std::to_string(lo) +
-                     ".." + std::to_string(hi) + ")");
-  return x;
-}
-
-double to_double(const std::string& flag, const std::string& v, double lo, double hi) {
-  double x = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(x) || x < lo || x > hi) {
-    std::ostringstream os;
-    os << "--" << flag << ": bad value '" << v << "' (a number in [" << lo << ", " << hi << "])";
-    throw UsageError(os.str());
-  }
-  return x;
-}
-
 }  // namespace
 
 const char* mode_name(LaunchMode m) {
