@@ -3,6 +3,9 @@
 #include <cstring>
 #include <string>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include "apps/bench.hpp"
 
 using namespace gossiptrain::apps;
@@ -19,6 +22,8 @@ int main(int argc, char** argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  // Standard output carries the one JSON object; every log line goes to standard error.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("gossip-bench"));
   std::string subject = argv[1];
   auto it = bench_registry().find(subject);
   if (it == bench_registry().end()) {
