@@ -301,22 +301,42 @@ int run(const Args& args) {
 
     // One exchange: from A's step boundary that starts it to both sides having applied the mix.
     // A's training loop is idle here, passing a step boundary every millisecond.
+    // B answers BUSY while it still winds up the previous exchange: that attempt ends with an
+    // event on A alone, and is retried (a few times) rather than waited on.
+    auto a_last = [&] {
+      std::lock_guard<std::mutex> la(a.mu);
+      return a.events.back();
+    };
     auto exchange = [&]() -> double {
-      const std::size_t ea = a.event_count(), eb = b.event_count();
-      const auto t0 = Clock::now();
-      ++a.step;
-      a.hook(model.params(), n, false);
-      while (a.event_count() == ea || b.event_count() == eb) {
-        if (ms_since(t0) > 120000) throw std::runtime_error("exchange did not finish in 120 s");
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        a.hook(model.params(), n, true);
+      for (int attempt = 0;; ++attempt) {
+        const std::size_t ea = a.event_count(), eb = b.event_count();
+        const auto t0 = Clock::now();
+        ++a.step;
+        a.hook(model.params(), n, false);
+        auto finished = [&] {
+          if (a.event_count() == ea) return false;
+          return b.event_count() != eb || !a_last().ok;
+        };
+        while (!finished()) {
+          if (ms_since(t0) > 120000)
+            throw std::runtime_error("exchange did not finish in 120 s (A: " +
+                                     std::to_string(a.event_count() - ea) + " events, B: " +
+                                     std::to_string(b.event_count() - eb) + ")");
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          a.hook(model.params(), n, true);
+        }
+        const double ms = ms_since(t0);
+        const gossip::ExchangeEvent ev = a_last();
+        if (!ev.ok && ev.reason == "busy" && attempt < 20) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          continue;
+        }
+        std::lock_guard<std::mutex> la(a.mu), lb(b.mu);
+        if (!a.events.back().ok || b.events.size() == eb || !b.events.back().ok)
+          throw std::runtime_error("exchange failed: " + a.events.back().reason + " / " +
+                                   (b.events.size() > eb ? b.events.back().reason : "no event"));
+        return ms;
       }
-      const double ms = ms_since(t0);
-      std::lock_guard<std::mutex> la(a.mu), lb(b.mu);
-      if (!a.events.back().ok || !b.events.back().ok)
-        throw std::runtime_error("exchange failed: " + a.events.back().reason + " / " +
-                                 b.events.back().reason);
-      return ms;
     };
     auto channel = [&]() -> double {
       const auto t0 = Clock::now();
