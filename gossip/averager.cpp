@@ -14,17 +14,23 @@
 // a 100 MB payload. The responder answers on the connection the REQUEST came in on. A failed
 // exchange closes its connection so no stale chunk can ever reach a later exchange.
 //
+// Validation: the protocol thread checks every value of the partner's vector on the wire bytes as
+// each chunk arrives (WireChecker), and votes as soon as the last one is in, so an exchange waits
+// on the training thread only twice: for the responder's snapshot and for the mix. Only the
+// optional norm bound, which needs our snapshot on the device, is checked at a step boundary.
+//
 // Cost on the training thread, per exchange: the snapshot (params -> chunk messages, streamed to
-// the protocol thread as they fill, then params -> s), the partner's chunks uploaded and checked
-// at each step boundary while they arrive (so validation does not trail the transfer), and the
-// mix. The protocol thread never copies payload bytes: chunks go out as cut and come in as
-// received. Every send respects the connection's bounded queue (retry after send_retry).
+// the protocol thread as they fill, then params -> s), the partner's chunks uploaded (and decoded)
+// at each step boundary while they arrive, and the mix. The protocol thread never copies payload
+// bytes: chunks go out as cut and come in as received. Every send respects the connection's
+// bounded queue (retry after send_retry).
 #include "gossip/averager.hpp"
 
 #include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <stdexcept>
 
 #include <spdlog/spdlog.h>
@@ -91,7 +97,7 @@ AveragerStats Averager::stats() const {
 
 bool Averager::in_exchange() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return active_;
+  return active_ || committed_unreported_;
 }
 
 template <typename Fn>
@@ -129,11 +135,12 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
   n_params_.store(ctx.n_params);
 }
 
-// Takes our snapshot straight into the chunk messages and hands them to the protocol thread as
-// they fill, so streaming starts after the first few chunks instead of after the whole copy; the
-// snapshot s_ kept for the mix is copied last (the parameters cannot change meanwhile: this is
-// the training thread).
-void Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
+// Takes our snapshot straight into the chunk messages and, for exchange seq, hands them to the
+// protocol thread as they fill, so streaming starts after the first few chunks instead of after
+// the whole copy (seq 0: a standing snapshot, published by the caller once whole); the snapshot
+// s_ kept for the mix is copied last (the parameters cannot change meanwhile: this is the
+// training thread).
+ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
   const std::size_t bytes = encoded_size(cfg_.wire, ctx.n_params);
   const std::uint8_t* src = reinterpret_cast<const std::uint8_t*>(ctx.params);
   if (cfg_.wire != kernels::Wire::Fp32) {
@@ -156,7 +163,7 @@ void Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
   }
   pool_->ready.store(0);
   ChunkSetPtr own = pool_;
-  post([this, seq, own] { snapshot_ready(seq, own); });
+  if (seq) post([this, seq, own] { snapshot_ready(seq, own); });
   std::size_t off = 0;
   const std::size_t n = own->chunks.size();
   for (std::size_t k = 0; k < n; ++k) {
@@ -165,82 +172,87 @@ void Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
     be_.download(c->data() + kChunkHeaderBytes, src + off, len);
     off += len;
     own->ready.store(k + 1, std::memory_order_release);
-    if ((k + 1) % kChunksPerWakeup == 0 || k + 1 == n) post([this, seq] { chunks_ready(seq); });
+    if (seq && ((k + 1) % kChunksPerWakeup == 0 || k + 1 == n))
+      post([this, seq] { chunks_ready(seq); });
   }
   be_.copy(s_.data(), ctx.params, ctx.n_params * sizeof(float));
-  spdlog::trace("averager: #{} snapshot taken ({} bytes)", seq, bytes);
+  if (seq) spdlog::trace("averager: #{} snapshot taken ({} bytes)", seq, bytes);
+  else spdlog::trace("averager: standing snapshot taken at step {}", ctx.step);
+  return own;
 }
 
-// Uploads the partner's chunks that arrived since the last step boundary and checks the values
-// they complete, so the validation of a 100 MB vector is spread over the transfer instead of
-// following it. Returns a failure reason as soon as one is known, "" otherwise.
-std::string Averager::receive(core::StepContext& ctx, ChunkList& chunks) {
+// Uploads the partner's chunks that arrived since the last step boundary (their values were
+// checked on the protocol thread as they came in), decoding the complete values of the
+// element-wise wires on the way, so neither the upload nor the decode of a 100 MB vector trails
+// the transfer.
+void Averager::receive(core::StepContext& ctx, ChunkList& chunks) {
   const std::size_t bytes = encoded_size(cfg_.wire, ctx.n_params);
   const bool fp32 = cfg_.wire == kernels::Wire::Fp32;
   auto* dst = fp32 ? reinterpret_cast<std::uint8_t*>(r_.data()) : rx_enc_.data();
   for (const auto& c : chunks) {
     const std::size_t len = c.size() - kChunkHeaderBytes;
-    if (len > bytes - rx_bytes_) return "invalid:length";
+    if (len > bytes - rx_bytes_)  // on_chunk refuses such a chunk before handing it over
+      throw std::logic_error("averager: more bytes handed over than the vector holds");
     be_.upload(dst + rx_bytes_, c.data() + kChunkHeaderBytes, len);
     rx_bytes_ += len;
   }
   chunks.clear();
-  // fp32, fp16 and bf16 are element-wise: every complete element can be decoded and checked now.
-  // int8 keeps its block scales at the front, so it is decoded whole at the end.
-  std::size_t elem = 0;
-  if (fp32) elem = 4;
-  else if (cfg_.wire == kernels::Wire::Fp16 || cfg_.wire == kernels::Wire::Bf16) elem = 2;
-  if (elem) {
-    const std::size_t ready = rx_bytes_ / elem;
-    if (ready > rx_checked_) {
-      if (!fp32)
-        be_.decode(cfg_.wire, rx_enc_.data() + rx_checked_ * elem, ready - rx_checked_,
-                   r_.data() + rx_checked_);
-      if (!be_.all_finite(r_.data() + rx_checked_, ready - rx_checked_))
-        return "invalid:non-finite";
-      rx_checked_ = ready;
-    }
+  // fp16 and bf16 are element-wise: every complete element can be decoded now. int8 keeps its
+  // block scales at the front, so it is decoded whole at the end.
+  if (cfg_.wire == kernels::Wire::Fp16 || cfg_.wire == kernels::Wire::Bf16) {
+    const std::size_t ready = rx_bytes_ / 2;
+    if (ready > rx_decoded_)
+      be_.decode(cfg_.wire, rx_enc_.data() + rx_decoded_ * 2, ready - rx_decoded_,
+                 r_.data() + rx_decoded_);
+    rx_decoded_ = ready;
+  } else if (fp32) {
+    rx_decoded_ = rx_bytes_ / 4;
   }
-  return "";
 }
 
-// The whole vector is in: what remains to check before voting to commit.
-std::string Averager::finish_validation(core::StepContext& ctx) {
-  if (rx_bytes_ != encoded_size(cfg_.wire, ctx.n_params)) return "invalid:length";
-  if (cfg_.wire == kernels::Wire::Int8) {
+// The whole vector is in r_ (decoded) once this returns.
+void Averager::decode_rest(core::StepContext& ctx) {
+  if (rx_bytes_ != encoded_size(cfg_.wire, ctx.n_params))
+    throw std::logic_error("averager: the partner's vector is incomplete at the end");
+  if (cfg_.wire == kernels::Wire::Int8 && rx_decoded_ < ctx.n_params)
     be_.decode(cfg_.wire, rx_enc_.data(), ctx.n_params, r_.data());
-    if (!be_.all_finite(r_.data(), ctx.n_params)) return "invalid:non-finite";
-  }
-  if (cfg_.max_diff_norm > 0) {
-    const double d = std::sqrt(be_.sq_diff_norm(r_.data(), s_.data(), ctx.n_params));
-    if (!(d <= cfg_.max_diff_norm)) return "invalid:norm";
-  }
-  return "";
+  rx_decoded_ = ctx.n_params;
+}
+
+// The optional bound on ||r - s||, against this exchange's snapshot s_ (on the device).
+std::string Averager::check_norm(core::StepContext& ctx) {
+  decode_rest(ctx);
+  const double d = std::sqrt(be_.sq_diff_norm(r_.data(), s_.data(), ctx.n_params));
+  return d <= cfg_.max_diff_norm ? "" : "invalid:norm";
+}
+
+void Averager::rx_switch(std::uint64_t seq) {
+  if (seq == rx_seq_) return;
+  rx_seq_ = seq;  // a new exchange: nothing of the partner's vector received yet
+  rx_bytes_ = rx_decoded_ = 0;
 }
 
 void Averager::between_steps(core::StepContext& ctx) {
+  // Let the other runnable threads of this machine (our protocol thread first of all) have the CPU
+  // now: on an oversubscribed machine (many peers on few cores) a partner's exchange otherwise
+  // waits a whole scheduler slice for our next step boundary. Costs nothing on an idle core.
+  if (cfg_.yield_between_steps) std::this_thread::yield();
   ensure_buffers(ctx);
   own_samples_.store(ctx.shard_size);
-  bool do_commit = false, do_snapshot = false, initiate = false;
-  float w = 0.5f;
+  bool do_snapshot = false, initiate = false, refresh = false;
+  std::optional<PendingMix> mix;
   std::uint64_t seq = 0;
   ChunkList in;
   bool in_complete = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    mix.swap(pending_);
     seq = seq_;
-    if (active_ && commit_) {
-      do_commit = true;
-      commit_ = false;
-      w = commit_w_;
-    }
     if (active_) {
       in.swap(incoming_);
       in_complete = incoming_complete_;
       incoming_complete_ = false;
-    }
-    if (active_ && want_snapshot_) {
-      do_snapshot = true;
+      do_snapshot = want_snapshot_;
       want_snapshot_ = false;
     }
     const bool may_start = ctx.training_done ? cfg_.initiate_when_done
@@ -249,13 +261,30 @@ void Averager::between_steps(core::StepContext& ctx) {
       active_ = true;
       seq = ++seq_;
       initiate = true;
+      standing_.reset();  // s_ is about to be overwritten
+    }
+    // Idle: keep a snapshot ready, so a partner's request is answered without waiting for a step
+    // boundary. It stays valid (nothing applied since) as training goes on, merely older: the mix
+    // x += w (r - s) keeps our progress since s. Refreshed every gossip_every steps, and after
+    // every exchange (which consumes or invalidates it).
+    if (!active_ && (!standing_ || ctx.step >= standing_step_ + cfg_.gossip_every)) {
+      refresh = true;
+      standing_.reset();  // withdrawn while s_ is overwritten; requests meanwhile wait for it
     }
   }
+  std::uint64_t failing = seq;
   try {
-    if (do_commit) {
-      be_.mix(ctx.params, r_.data(), s_.data(), ctx.n_params, w);
-      spdlog::trace("averager: #{} mixed with w={}", seq, w);
-      post([this, seq] { applied(seq); });
+    // A committed mix first: the snapshot of the next exchange must contain it, and r_ and s_
+    // are free for the next exchange once it is applied.
+    if (mix) {
+      failing = mix->seq;
+      rx_switch(mix->seq);
+      receive(ctx, mix->rest);
+      decode_rest(ctx);
+      be_.mix(ctx.params, r_.data(), s_.data(), ctx.n_params, mix->w);
+      spdlog::trace("averager: #{} mixed with w={}", mix->seq, mix->w);
+      post([this, s = mix->seq] { applied(s); });
+      failing = seq;
     }
     if (initiate) {
       // The request goes out while we take the snapshot: it overlaps the round trip and the
@@ -264,28 +293,36 @@ void Averager::between_steps(core::StepContext& ctx) {
       const std::int64_t samples = ctx.shard_size;
       post([this, seq, samples] { start_initiator(seq, samples); });
     }
-    // Before validating: the norm bound and the mix compare against this exchange's snapshot.
+    // Before the norm check: it compares against this exchange's snapshot.
     if (do_snapshot || initiate) snapshot(ctx, seq);
-    if (seq != rx_seq_) {  // a new exchange: nothing of the partner's vector received yet
-      rx_seq_ = seq;
-      rx_bytes_ = rx_checked_ = 0;
-      rx_failed_ = false;
-    }
-    if ((!in.empty() || in_complete) && !rx_failed_) {
-      std::string reason = receive(ctx, in);
-      if (reason.empty() && in_complete) reason = finish_validation(ctx);
-      if (!reason.empty() || in_complete) {
-        rx_failed_ = !reason.empty();
-        spdlog::trace("averager: #{} validated: {}", seq, reason.empty() ? "ok" : reason);
-        post([this, seq, reason] { validated(seq, reason.empty(), reason); });
+    if (refresh) {
+      ChunkSetPtr own = snapshot(ctx, 0);
+      std::lock_guard<std::mutex> lk(mu_);
+      if (active_ && want_snapshot_) {  // a request came in meanwhile: it gets this one
+        want_snapshot_ = false;
+        post([this, s = seq_, own] {
+          snapshot_ready(s, own);
+          chunks_ready(s);
+        });
+      } else if (!active_) {
+        standing_ = std::move(own);
+        standing_step_ = ctx.step;
       }
+    }
+    rx_switch(seq);
+    if (!in.empty()) receive(ctx, in);
+    // Only the norm bound needs the training thread's vote; finiteness was checked on arrival.
+    if (in_complete && cfg_.max_diff_norm > 0) {
+      const std::string reason = check_norm(ctx);
+      spdlog::trace("averager: #{} norm checked: {}", seq, reason.empty() ? "ok" : reason);
+      post([this, seq, reason] { validated(seq, reason.empty(), reason); });
     }
   } catch (const std::exception& e) {
     // A backend failure is not the network's fault: end the exchange cleanly, then let the
     // training loop see the error.
-    spdlog::error("averager: backend failure during an exchange: {}", e.what());
-    post([this, seq] {
-      if (ex_ && ex_->seq == seq) fail("backend", ExchangeCode::Shutdown);
+    spdlog::error("averager: failure during an exchange: {}", e.what());
+    post([this, failing] {
+      if (ex_ && ex_->seq == failing) fail("backend", ExchangeCode::Shutdown);
     });
     throw;
   }
@@ -470,6 +507,7 @@ void Averager::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
   if (ex_ && should_yield(c, *m)) return yield_to(c, *m);
   std::uint64_t seq = 0;
   bool busy = false;
+  ChunkSetPtr own;
   {
     std::lock_guard<std::mutex> lk(mu_);
     // Before our first step boundary we have no parameters to offer: as good as busy.
@@ -479,7 +517,8 @@ void Averager::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
     } else {
       active_ = true;
       seq = ++seq_;
-      want_snapshot_ = true;
+      if (standing_) own.swap(standing_);  // streamed at once
+      else want_snapshot_ = true;          // taken at the next step boundary
     }
   }
   if (busy) {
@@ -498,6 +537,7 @@ void Averager::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
   e.n_self = own_samples_.load();
   e.n_other = m->samples;
   e.w = weight(e.n_self, e.n_other);
+  e.own = std::move(own);
   ex_ = std::move(e);
   ex_->control.emplace_back(kAcc, encode_accept({m->exchange_id, ex_->n_self}));
   begin_transfer();
@@ -567,6 +607,7 @@ void Averager::arm_deadline(Millis d, const std::string& what) {
 
 void Averager::begin_transfer() {
   const std::size_t bytes = encoded_size(cfg_.wire, n_params_.load());
+  ex_->check.emplace(cfg_.wire, n_params_.load());
   const double both_ways = 2.0 * static_cast<double>(bytes + (bytes / cfg_.chunk_bytes + 1) *
                                                                  kChunkHeaderBytes);
   const auto scaled = Millis(static_cast<std::int64_t>(1000.0 * both_ways / cfg_.min_rate_bytes_per_s));
@@ -640,17 +681,26 @@ void Averager::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
   }
   // Handed over as received (no copy here); the training thread uploads and checks the pieces
   // in order at its next step boundary.
+  if (!e.check->feed(b.data() + kChunkHeaderBytes, v->size)) {
+    spdlog::warn("averager: vector from {} refused: a value near offset {} is not finite",
+                 short_id(e.partner), v->offset);
+    return fail("invalid:non-finite", ExchangeCode::Invalid);
+  }
   e.received += v->size;
   e.bytes_received += b.size();
   if (e.received == expected) {
     spdlog::trace("averager: #{} payload received", e.seq);
     e.recv_done = true;
   }
-  std::lock_guard<std::mutex> lk(mu_);
-  if (seq_ == e.seq) {
-    incoming_.push_back(std::move(b));
-    incoming_complete_ = e.recv_done;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (seq_ == e.seq) {
+      incoming_.push_back(std::move(b));
+      incoming_complete_ = e.recv_done;
+    }
   }
+  // Every value is checked: vote now, unless the norm bound needs the training thread's snapshot.
+  if (e.recv_done && !(cfg_.max_diff_norm > 0)) validated(e.seq, true, "");
 }
 
 void Averager::validated(std::uint64_t seq, bool ok, const std::string& reason) {
@@ -675,55 +725,83 @@ void Averager::on_valid(const net::ConnectionPtr& c, const net::Bytes& b) {
   maybe_commit();
 }
 
+// Both votes are in: the mix is handed to the training thread, and this peer is free for the
+// next exchange while it waits for the step boundary that applies it.
 void Averager::maybe_commit() {
   if (!ex_ || ex_->phase != Phase::Transferring) return;
   Exchange& e = *ex_;
   // Our vote must have been handed to the transport before we act on theirs.
   if (!e.local_valid || !e.control.empty() || !e.peer_valid || !all_sent()) return;
   if (e.deadline) sched_.cancel(e.deadline);
-  e.deadline = 0;
-  e.phase = Phase::Committed;
-  std::lock_guard<std::mutex> lk(mu_);
-  if (seq_ == e.seq) {
-    commit_ = true;
-    commit_w_ = e.w;
+  if (e.retry) sched_.cancel(e.retry);
+  e.deadline = e.retry = 0;
+  if (committed_)  // the boundary that applies a mix comes before any later snapshot
+    throw std::logic_error("averager: a second exchange committed before the first was applied");
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (seq_ != e.seq) throw std::logic_error("averager: committing an exchange not in flight");
+    pending_ = PendingMix{e.seq, e.w, std::move(incoming_)};
+    incoming_.clear();
+    incoming_complete_ = false;
+    want_snapshot_ = false;
+    active_ = false;
+    committed_unreported_ = true;
   }
+  spdlog::trace("averager: #{} committed", e.seq);
+  committed_ = std::move(ex_);
+  ex_.reset();
 }
 
 void Averager::applied(std::uint64_t seq) {
-  if (!ex_ || ex_->seq != seq || ex_->phase != Phase::Committed) return;
-  finish(true, "");
+  if (!committed_ || committed_->seq != seq) return;
+  report(*committed_, true, "");
+  committed_.reset();
+  std::lock_guard<std::mutex> lk(mu_);
+  committed_unreported_ = false;
 }
 
 void Averager::on_abort(const net::ConnectionPtr& c, const net::Bytes& b) {
   auto m = parse_code(b);
   if (!m) return violation(c, "malformed abort");
-  if (!is_current(c, m->exchange_id)) return violation(c, "unexpected abort");
-  const std::string reason = "peer-abort:" + std::string(code_name(m->code));
-  if (ex_->phase == Phase::Committed) {
+  if (committed_ && committed_->conn == c && committed_->id == m->exchange_id) {
     // Inherent commit window: our vote reached them too late. We apply; they do not.
-    spdlog::warn("averager: {} aborted after we committed ({})", short_id(ex_->partner), reason);
+    spdlog::warn("averager: {} aborted after we committed (peer-abort:{})",
+                 short_id(committed_->partner), code_name(m->code));
     return;
   }
+  if (!is_current(c, m->exchange_id)) return violation(c, "unexpected abort");
+  const std::string reason = "peer-abort:" + std::string(code_name(m->code));
   if (ex_->phase == Phase::Transferring) return fail(reason, std::nullopt);
   violation(c, "abort before accept");
 }
 
 void Averager::fail(std::string reason, std::optional<ExchangeCode> notify) {
-  if (!ex_ || ex_->phase == Phase::Committed) return;
+  if (!ex_) return;
   Exchange& e = *ex_;
   if (e.phase == Phase::Transferring && e.conn && e.conn->is_open()) {
     if (notify) e.conn->send(kAbort, encode_code(e.id, *notify));
     own_conns_.erase(e.partner);
     e.conn->close("exchange failed: " + reason);
   }
-  finish(false, reason);
+  finish_failed(reason);
 }
 
-void Averager::finish(bool ok, std::string reason) {
+void Averager::finish_failed(std::string reason) {
   Exchange& e = *ex_;
   if (e.deadline) sched_.cancel(e.deadline);
   if (e.retry) sched_.cancel(e.retry);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    active_ = false;
+    want_snapshot_ = false;
+    incoming_.clear();
+    incoming_complete_ = false;
+  }
+  report(e, false, reason);
+  ex_.reset();
+}
+
+void Averager::report(Exchange& e, bool ok, const std::string& reason) {
   ExchangeEvent ev;
   ev.partner = e.partner;
   ev.role = e.role;
@@ -736,11 +814,6 @@ void Averager::finish(bool ok, std::string reason) {
   ev.w = ok ? e.w : 0.0f;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    active_ = false;
-    want_snapshot_ = false;
-    incoming_.clear();
-    incoming_complete_ = false;
-    commit_ = false;
     if (ok) ++stats_.ok;
     else {
       ++stats_.failed;
@@ -750,7 +823,6 @@ void Averager::finish(bool ok, std::string reason) {
     stats_.bytes_received += e.bytes_received;
   }
   if (e.role == ExchangeRole::Initiator && !e.partner.empty()) schedule_idle_close(e.partner);
-  ex_.reset();
   if (ok)
     spdlog::debug("averager: exchange with {} done as {} in {} ms, w={}", short_id(ev.partner),
                   role_name(ev.role), ev.ms, ev.w);

@@ -20,6 +20,7 @@
 #include "core/step_hook.hpp"
 #include "gossip/exchange_messages.hpp"
 #include "gossip/peer_directory.hpp"
+#include "gossip/wire_check.hpp"
 #include "kernels/backend.hpp"
 #include "net/transport.hpp"
 
@@ -35,6 +36,7 @@ struct AveragerConfig {
   double max_diff_norm = 0.0;      // refuse r when ||r - s||_2 exceeds this; 0 = off
   int max_tries = 3;               // peers asked per exchange (BUSY, refused, unreachable)
   bool initiate_when_done = false; // keep starting exchanges after training is done
+  bool yield_between_steps = true; // give up the CPU at every step boundary (see between_steps)
   net::Millis answer_timeout{5000};         // REQUEST -> ACCEPT/BUSY/REFUSE
   net::Millis transfer_timeout_floor{10000};  // ACCEPT -> commit, plus the size-scaled part
   double min_rate_bytes_per_s = 20e6;  // transfer deadline = floor + bytes both ways / this rate
@@ -72,7 +74,8 @@ struct ExchangeEvent {
   std::uint64_t bytes_sent = 0;      // payload chunk bytes (headers included) sent
   std::uint64_t bytes_received = 0;  // and received
   double ms = 0.0;  // initiator: from asking for the exchange (first peer tried); responder: from
-                    // the REQUEST; to the mix applied or the failure
+                    // the REQUEST; to the mix applied (at the step boundary after the
+                    // commit) or the failure
   float w = 0.0f;                    // mixing weight applied (0 when nothing was applied)
 };
 
@@ -106,8 +109,9 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   // Called on the protocol thread for every finished exchange. Set before traffic starts.
   void set_event_callback(EventFn fn) { on_event_ = std::move(fn); }
 
-  // StepHook (training thread): applies a committed mix, validates a received vector, takes the
-  // snapshot a new or accepted exchange needs. Never waits on the network.
+  // StepHook (training thread): takes the snapshot a new or accepted exchange needs, uploads the
+  // partner's chunks received so far, checks the optional norm bound, applies a committed mix.
+  // Never waits on the network.
   void between_steps(core::StepContext& ctx) override;
 
   // TransportHandler (protocol thread), exchange message types only.
@@ -116,12 +120,13 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
 
   AveragerStats stats() const;
-  // True while this peer takes part in an exchange (any thread).
+  // True while this peer takes part in an exchange or has a committed mix still to apply (any
+  // thread).
   bool in_exchange() const;
   const AveragerConfig& config() const { return cfg_; }
 
  private:
-  enum class Phase { Connecting, Requested, Transferring, Committed };
+  enum class Phase { Connecting, Requested, Transferring };
   // Protocol-thread state of the one exchange in flight.
   struct Exchange {
     std::uint64_t seq = 0;  // local number, matches the training-thread handoff
@@ -134,6 +139,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
     ChunkSetPtr own;          // our encoded snapshot (null until the training thread made it)
     std::size_t sent = 0;     // chunks of own already queued
     std::size_t received = 0;  // payload bytes of the partner's vector received
+    std::optional<WireChecker> check;  // its values, checked as they arrive
     bool recv_done = false, local_valid = false, peer_valid = false;
     std::deque<std::pair<std::uint8_t, net::SharedBytes>> control;  // refused by back-pressure
     std::int64_t n_self = 0, n_other = 0;
@@ -171,7 +177,9 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void applied(std::uint64_t seq);
   // Ends the exchange in flight without applying anything; sends Abort(code) when notify.
   void fail(std::string reason, std::optional<ExchangeCode> notify);
-  void finish(bool ok, std::string reason);
+  void finish_failed(std::string reason);
+  // The exchange metric event and the stats of a finished exchange.
+  void report(Exchange& e, bool ok, const std::string& reason);
   // A message that does not fit the protocol state: the connection is closed with a reason.
   void violation(const net::ConnectionPtr& c, const std::string& what);
   bool is_current(const net::ConnectionPtr& c, std::uint64_t id) const;
@@ -183,9 +191,10 @@ class Averager final : public core::StepHook, public net::TransportHandler {
 
   // --- training thread ---
   void ensure_buffers(core::StepContext& ctx);
-  void snapshot(core::StepContext& ctx, std::uint64_t seq);
-  std::string receive(core::StepContext& ctx, ChunkList& chunks);
-  std::string finish_validation(core::StepContext& ctx);
+  ChunkSetPtr snapshot(core::StepContext& ctx, std::uint64_t seq);
+  void receive(core::StepContext& ctx, ChunkList& chunks);
+  void decode_rest(core::StepContext& ctx);
+  std::string check_norm(core::StepContext& ctx);
 
   AveragerConfig cfg_;
   net::Transport& transport_;
@@ -197,6 +206,10 @@ class Averager final : public core::StepHook, public net::TransportHandler {
 
   // Protocol thread only.
   std::optional<Exchange> ex_;
+  // Committed, its mix not yet applied by the training thread (at most one: the next exchange
+  // can only commit after a snapshot, and every step boundary applies a pending mix first). The
+  // peer is free for the next exchange meanwhile.
+  std::optional<Exchange> committed_;
   std::mt19937_64 rng_;
   struct OwnConn {
     net::ConnectionPtr conn;
@@ -213,10 +226,16 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   bool active_ = false;  // an exchange is in flight (claimed by either thread)
   std::uint64_t seq_ = 0;
   bool want_snapshot_ = false;         // the responder needs a snapshot for seq_
+  ChunkSetPtr standing_;  // a whole snapshot (also in s_) for the next request, if idle
   ChunkList incoming_;              // the partner's chunks for seq_ not yet taken by training
   bool incoming_complete_ = false;  // the last of them is in incoming_
-  bool commit_ = false;                // apply x += w (r - s) for seq_
-  float commit_w_ = 0.5f;
+  struct PendingMix {
+    std::uint64_t seq = 0;
+    float w = 0.5f;
+    ChunkList rest;  // the partner's chunks of that exchange not yet taken by training
+  };
+  std::optional<PendingMix> pending_;  // apply x += w (r - s) at the next step boundary
+  bool committed_unreported_ = false;  // committed_ is set (its event not yet reported)
   AveragerStats stats_;
 
   std::atomic<std::size_t> n_params_{0};   // known after the first between_steps
@@ -227,11 +246,12 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   kernels::DeviceBuffer<std::uint8_t> enc_;     // our encoded snapshot (not for fp32: raw floats)
   kernels::DeviceBuffer<std::uint8_t> rx_enc_;  // the partner's encoded vector (not for fp32)
   ChunkSetPtr pool_;                         // the last snapshot's chunks, reused when free
+  void rx_switch(std::uint64_t seq);  // r_ is filled for exchange seq from now on
   std::uint64_t rx_seq_ = 0;    // exchange whose vector r_ is being filled
   std::size_t rx_bytes_ = 0;    // bytes of it uploaded
-  std::size_t rx_checked_ = 0;  // values of it decoded into r_ and checked finite
-  bool rx_failed_ = false;      // refused already (the rest is ignored)
+  std::size_t rx_decoded_ = 0;  // values of it decoded into r_
   std::int64_t next_initiate_step_ = 0;
+  std::int64_t standing_step_ = 0;  // step at which standing_ was taken
 };
 
 }  // namespace gossiptrain::gossip

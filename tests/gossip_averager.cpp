@@ -201,12 +201,18 @@ TEST_CASE("sample weighting mixes with w = n_other / (n_self + n_other)", "[goss
 TEST_CASE("a busy peer answers BUSY and the initiator asks another one", "[gossip]") {
   Cluster c(4, 300, base_config(), 4);
   SimPeer &a = c[0], &b = c[1], &cc = c[2], &d = c[3];
-  // C starts an exchange with B; B's training loop then stalls, so B stays in that exchange
-  // (waiting for its own snapshot).
+  // B's training loop stalls. C's first exchange with B is served from B's standing snapshot (no
+  // step boundary of B needed); C's second one finds none left, so B stays in that exchange
+  // waiting for a snapshot, busy.
+  c.serve_all();  // every peer knows its size and holds a standing snapshot
+  b.paused = true;
   cc.dir.peers = {{b.id, b.addr}};
   cc.step_hook(c.be);
-  REQUIRE(c.run_until([&] { return b.avg->in_exchange(); }, Millis(100)));
-  b.paused = true;
+  REQUIRE(c.run_until([&] { return has_event(cc); }, Millis(100)));
+  CHECK(cc.events[0].ok);
+  cc.step_hook(c.be);
+  REQUIRE(c.run_until([&] { return b.avg->stats().busy_sent == 0 && b.avg->in_exchange() &&
+                                   cc.avg->in_exchange(); }, Millis(100)));
   const auto xa = a.values(c.be);
 
   SECTION("the only candidate is busy: the exchange fails with 'busy' and changes nothing") {
@@ -232,11 +238,11 @@ TEST_CASE("a busy peer answers BUSY and the initiator asks another one", "[gossi
     CHECK(b.avg->stats().busy_sent >= 1);
     CHECK(a.avg->stats().failed == 0);
   }
-  // B's loop resumes: the exchange with C completes.
+  // B's loop resumes: the second exchange with C completes.
   b.paused = false;
-  REQUIRE(c.run_until([&] { return has_event(cc); }, Millis(1000)));
-  CHECK(cc.events[0].ok);
-  CHECK(cc.events[0].partner == b.id);
+  REQUIRE(c.run_until([&] { return cc.events.size() == 2; }, Millis(1000)));
+  CHECK(cc.events[1].ok);
+  CHECK(cc.events[1].partner == b.id);
 }
 
 TEST_CASE("two peers asking each other at once still exchange (crossing requests)", "[gossip]") {
