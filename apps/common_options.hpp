@@ -34,6 +34,7 @@ struct PeerConfig {
   std::string weighting = "uniform";  // uniform (w = 1/2) | samples
   double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
   double linger_s = -1.0;             // serve exchanges after training; <0: 10 with seeds, else 0
+  int train_nice = 5;                 // training thread's niceness above the network thread's
   std::string metrics;
   std::string log_level = "info";
   bool listen_given = false;

@@ -1,6 +1,13 @@
 // gossip-peer: one peer. Flags -> config -> data shard, backend, training loop, and (with --seeds or
 // --listen) the encrypted transport, membership and the averaging exchange behind the step hook.
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -32,6 +39,19 @@ void install_signal_handlers() {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+}
+
+// This thread trains; the network thread, started before, keeps its priority. Linux applies
+// setpriority to one thread when given its thread id.
+void lower_training_priority(int by) {
+  if (by <= 0) return;
+  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+  errno = 0;
+  const int now = getpriority(PRIO_PROCESS, tid);
+  if (errno != 0 || setpriority(PRIO_PROCESS, tid, std::min(19, now + by)) != 0)
+    spdlog::warn("could not lower the training thread's priority: {}", std::strerror(errno));
+  else
+    spdlog::debug("training thread at nice {}", std::min(19, now + by));
 }
 
 int usage_error(const std::string& msg) {
@@ -106,6 +126,7 @@ int main(int argc, char** argv) {
         return usage_error(e.what());
       }
       trainer.set_hook(&node->hook());
+      lower_training_priority(cfg.train_nice);
     }
     const int epochs = cfg.train.epochs;
     trainer.on_epoch = [epochs](int epoch, double loss, const core::EvalResult& ev, double sps) {
