@@ -168,7 +168,7 @@ int run(const Args& args) {
   std::size_t params = 25'000'000;
   std::string wire_name_arg = "fp32";
   int reps = 7, train_steps = 4, train_rounds = 5, batch = 64;
-  bool json = false, train = true;
+  bool json = false, train = true, direct = true;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto next = [&]() -> std::string {
@@ -183,12 +183,13 @@ int run(const Args& args) {
       else if (a == "--train-rounds") train_rounds = std::stoi(next());
       else if (a == "--batch") batch = std::stoi(next());
       else if (a == "--no-train") train = false;
+      else if (a == "--no-direct") direct = false;
       else if (a == "--json") json = true;
       else if (a == "--help" || a == "-h") {
         std::printf(
             "usage: gossip-bench average [--params N] [--wire fp32|fp16|bf16|int8] [--reps R]\n"
             "                            [--train-steps S] [--train-rounds K] [--batch B] [--no-train]\n"
-            "                            --json\n"
+            "                            [--no-direct] --json\n"
             "Two peers on loopback over the encrypted TCP channel, CPU backend. The model is\n"
             "mlp:784-H-H-10 with H chosen so it has about N parameters (default 25M = 100 MB fp32).\n"
             "1. R complete exchanges (request, both snapshots streamed, validated, mixed) against R\n"
@@ -196,7 +197,9 @@ int run(const Args& args) {
             "   channel time / exchange time (medians).\n"
             "2. K rounds of S training steps alone then S steps with exchanges in flight:\n"
             "   slowdown = mean step time during / alone (and the median of the per-round\n"
-            "   ratios, steadier on a shared machine). Both peers share this machine.\n");
+            "   ratios, steadier on a shared machine). Both peers share this machine.\n"
+            "--no-direct: copy the snapshot into its own buffer for the mix, as on a GPU, instead\n"
+            "of reading it from the chunk messages (the CPU backend's default).\n");
         return 0;
       } else {
         std::fprintf(stderr, "gossip-bench average: unknown option '%s'\n", a.c_str());
@@ -239,6 +242,7 @@ int run(const Args& args) {
   gossip::AveragerConfig cfg;
   cfg.gossip_every = 1;
   cfg.wire = wire;
+  cfg.direct = direct;
   cfg.fingerprint = model.fingerprint();
   const std::size_t payload = kernels::encoded_size(wire, n);
   std::vector<std::size_t> sizes;
@@ -292,7 +296,7 @@ int run(const Args& args) {
   };
   nlohmann::json j = {{"subject", "average"}, {"params", n}, {"model", spec},
                       {"cpus", std::thread::hardware_concurrency()}, {"loadavg_1m_before", loadavg()},
-                      {"wire", std::string(kernels::wire_name(wire))},
+                      {"wire", std::string(kernels::wire_name(wire))}, {"direct", direct},
                       {"payload_bytes_each_way", payload}, {"chunk_messages", sizes.size()}};
   try {
     a.blaster->dial(b.transport->listen_addr());

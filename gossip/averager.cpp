@@ -78,6 +78,9 @@ Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDire
   if (!(cfg_.min_rate_bytes_per_s > 0))
     throw std::invalid_argument("averager: min_rate_bytes_per_s must be > 0");
   if (!(cfg_.max_diff_norm >= 0)) throw std::invalid_argument("averager: max_diff_norm < 0");
+  if (cfg_.chunk_bytes % 4 != 0)
+    throw std::invalid_argument("averager: chunk_bytes must be a multiple of 4");
+  direct_ = cfg_.direct && be_.host_memory() && cfg_.wire == kernels::Wire::Fp32;
   rng_.seed(cfg_.seed ? cfg_.seed : std::random_device{}());
   next_initiate_step_ = cfg_.gossip_every;
 }
@@ -120,10 +123,11 @@ float Averager::weight(std::int64_t n_self, std::int64_t n_other) const {
 void Averager::ensure_buffers(core::StepContext& ctx) {
   if (&ctx.backend != &be_)
     throw std::logic_error("averager: between_steps called with another backend");
-  if (s_.size() == ctx.n_params) return;
-  if (s_.size() != 0)
+  if (n_params_.load() == ctx.n_params) return;
+  if (n_params_.load() != 0)
     throw std::logic_error("averager: the parameter count changed between steps");
-  s_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
+  n_params_.store(ctx.n_params);
+  if (!direct_) s_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
   r_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
   // The fp32 encoding is the raw floats: snapshots go straight from s_ and into r_.
   // Sending and receiving each have their own encoded buffer: the partner's chunks may arrive
@@ -132,7 +136,6 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
     enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(cfg_.wire, ctx.n_params));
     rx_enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(cfg_.wire, ctx.n_params));
   }
-  n_params_.store(ctx.n_params);
 }
 
 // Takes our snapshot straight into the chunk messages and, for exchange seq, hands them to the
@@ -175,7 +178,7 @@ ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
     if (seq && ((k + 1) % kChunksPerWakeup == 0 || k + 1 == n))
       post([this, seq] { chunks_ready(seq); });
   }
-  be_.copy(s_.data(), ctx.params, ctx.n_params * sizeof(float));
+  if (!direct_) be_.copy(s_.data(), ctx.params, ctx.n_params * sizeof(float));
   if (seq) spdlog::trace("averager: #{} snapshot taken ({} bytes)", seq, bytes);
   else spdlog::trace("averager: standing snapshot taken at step {}", ctx.step);
   return own;
@@ -219,11 +222,31 @@ void Averager::decode_rest(core::StepContext& ctx) {
   rx_decoded_ = ctx.n_params;
 }
 
-// The optional bound on ||r - s||, against this exchange's snapshot s_ (on the device).
+// Direct mode: our snapshot is read from its chunk messages (pool_, the last snapshot taken:
+// every exchange is mixed before the next snapshot); chunk_bytes is a multiple of 4, so every
+// chunk holds whole, aligned floats.
+template <typename Fn>
+void Averager::for_each_span(std::size_t n_params, Fn fn) {
+  std::size_t first = 0;
+  for (const auto& c : pool_->chunks) {
+    const std::size_t n = (c->size() - kChunkHeaderBytes) / 4;
+    fn(first, r_.data() + first, reinterpret_cast<const float*>(c->data() + kChunkHeaderBytes), n);
+    first += n;
+  }
+  if (first != n_params) throw std::logic_error("averager: the snapshot does not cover the vector");
+}
+
+// The optional bound on ||r - s||, against this exchange's snapshot.
 std::string Averager::check_norm(core::StepContext& ctx) {
   decode_rest(ctx);
-  const double d = std::sqrt(be_.sq_diff_norm(r_.data(), s_.data(), ctx.n_params));
-  return d <= cfg_.max_diff_norm ? "" : "invalid:norm";
+  double sq = 0.0;
+  if (direct_)
+    for_each_span(ctx.n_params, [&](std::size_t, const float* r, const float* s, std::size_t n) {
+      sq += be_.sq_diff_norm(r, s, n);
+    });
+  else
+    sq = be_.sq_diff_norm(r_.data(), s_.data(), ctx.n_params);
+  return std::sqrt(sq) <= cfg_.max_diff_norm ? "" : "invalid:norm";
 }
 
 void Averager::rx_switch(std::uint64_t seq) {
@@ -281,7 +304,14 @@ void Averager::between_steps(core::StepContext& ctx) {
       rx_switch(mix->seq);
       receive(ctx, mix->rest);
       decode_rest(ctx);
-      be_.mix(ctx.params, r_.data(), s_.data(), ctx.n_params, mix->w);
+      if (direct_) {
+        for_each_span(ctx.n_params, [&](std::size_t first, const float* r, const float* s,
+                                        std::size_t n) {
+          be_.mix(ctx.params + first, r, s, n, mix->w);
+        });
+      } else {
+        be_.mix(ctx.params, r_.data(), s_.data(), ctx.n_params, mix->w);
+      }
       spdlog::trace("averager: #{} mixed with w={}", mix->seq, mix->w);
       post([this, s = mix->seq] { applied(s); });
       failing = seq;

@@ -37,6 +37,9 @@ struct AveragerConfig {
   int max_tries = 3;               // peers asked per exchange (BUSY, refused, unreachable)
   bool initiate_when_done = false; // keep starting exchanges after training is done
   bool yield_between_steps = true; // give up the CPU at every step boundary (see between_steps)
+  // Read our snapshot straight from its chunk messages when the backend's memory is host memory
+  // and the wire is fp32 (no copy into s_). false forces the copy path every other case takes.
+  bool direct = true;
   net::Millis answer_timeout{5000};         // REQUEST -> ACCEPT/BUSY/REFUSE
   net::Millis transfer_timeout_floor{10000};  // ACCEPT -> commit, plus the size-scaled part
   double min_rate_bytes_per_s = 20e6;  // transfer deadline = floor + bytes both ways / this rate
@@ -193,6 +196,10 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void ensure_buffers(core::StepContext& ctx);
   ChunkSetPtr snapshot(core::StepContext& ctx, std::uint64_t seq);
   void receive(core::StepContext& ctx, ChunkList& chunks);
+  // Calls fn(first, r, s, n) over spans covering the whole vector: r the partner's values
+  // [first, first + n) in r_, s our snapshot's in its chunk messages. Direct mode only.
+  template <typename Fn>
+  void for_each_span(std::size_t n_params, Fn fn);
   void decode_rest(core::StepContext& ctx);
   std::string check_norm(core::StepContext& ctx);
 
@@ -241,7 +248,12 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   std::atomic<std::size_t> n_params_{0};   // known after the first between_steps
   std::atomic<std::int64_t> own_samples_{0};
 
-  // Training thread only: device buffers reused by every exchange.
+  // Training thread only. Direct mode (a host-memory backend and the fp32 wire): the mix reads
+  // our snapshot straight from its chunk messages, so s_ is neither allocated nor copied (100 MB
+  // less of each per 100 MB exchange). The partner's chunks are still copied into r_ as they
+  // arrive: freed at once, their buffers are reused by the next ones (keeping them all until the
+  // mix costs more in fresh pages than the copy). Device buffers reused by every exchange.
+  bool direct_ = false;
   kernels::DeviceBuffer<float> s_, r_;
   kernels::DeviceBuffer<std::uint8_t> enc_;     // our encoded snapshot (not for fp32: raw floats)
   kernels::DeviceBuffer<std::uint8_t> rx_enc_;  // the partner's encoded vector (not for fp32)

@@ -38,6 +38,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;    // "cpu" or "cuda"
   virtual std::string device() const = 0;  // human-readable, e.g. "NVIDIA H100 80GB HBM3"
+  // True when device pointers are host pointers (cpu): host memory may then be passed to any
+  // method, which lets callers skip upload/download copies.
+  virtual bool host_memory() const { return false; }
 
   // ---- memory ----
   virtual void* alloc(std::size_t bytes) = 0;  // zero-filled; throws BackendError on failure

@@ -120,7 +120,11 @@ TEST_CASE("exchange messages round-trip and malformed ones are rejected", "[goss
 }
 
 TEST_CASE("two peers meet at the midpoint and both report the exchange", "[gossip]") {
-  Cluster c(2, 1000, base_config(), 1);
+  AveragerConfig cfg = base_config();
+  cfg.direct = GENERATE(true, false);  // mixing from the chunks (cpu, fp32), or the copy path
+  cfg.chunk_bytes = 1000;               // several chunks each way
+  INFO("direct " << cfg.direct);
+  Cluster c(2, 1000, cfg, 1);
   const auto x0 = c[0].values(c.be), x1 = c[1].values(c.be);
   c[0].step_hook(c.be);
   REQUIRE(c.run_until([&] { return has_event(c[0]) && has_event(c[1]); }, Millis(1000)));
@@ -328,6 +332,8 @@ TEST_CASE("a partner lost mid-exchange: all or nothing on each side", "[gossip]"
 TEST_CASE("bad payloads and bad requests are refused and change nothing", "[gossip]") {
   AveragerConfig cfg = base_config();
   cfg.max_diff_norm = 100.0;
+  cfg.direct = GENERATE(true, false);
+  INFO("direct " << cfg.direct);
   constexpr std::size_t kN = 1000;
   Cluster c(1, kN, cfg, 20);
   SimPeer& a = c[0];
@@ -635,6 +641,8 @@ TEST_CASE("a hand-driven partner completes an exchange, and its vector is checke
   // ||r - s|| = ||1|| = sqrt(1000) ~ 31.6 against the fresh snapshot; against the zeroed buffer
   // of no snapshot at all it would be ||x + 1|| ~ sqrt(2000) ~ 44.7.
   cfg.max_diff_norm = 40.0;
+  cfg.direct = GENERATE(true, false);
+  INFO("direct " << cfg.direct);
   Cluster c(1, kN, cfg, 70);
   SimPeer& a = c[0];
   RawPeer f(c.net, "10.0.9.9:7000", "raw-peer");

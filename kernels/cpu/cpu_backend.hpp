@@ -13,6 +13,7 @@ class CpuBackend final : public Backend {
   CpuBackend();
   std::string name() const override { return "cpu"; }
   std::string device() const override { return device_; }
+  bool host_memory() const override { return true; }
 
   void* alloc(std::size_t bytes) override;
   void free(void* p) noexcept override;
