@@ -13,26 +13,15 @@
 #include <vector>
 
 #include "core/checkpoint.hpp"
+#include "tests/test_util.hpp"
 
 using namespace gossiptrain::core;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("gt_core_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : gt_test::TempDir {
+  TempDir() : gt_test::TempDir("gt-core-ckpt", false) {}
 };
 
 std::vector<char> read_all(const std::string& path) {

@@ -14,26 +14,15 @@
 #include <vector>
 
 #include "core/dataset.hpp"
+#include "tests/test_util.hpp"
 
 using namespace gossiptrain::core;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("gt_core_dataset_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : gt_test::TempDir {
+  TempDir() : gt_test::TempDir("gt-core-dataset") {}
 };
 
 std::vector<std::uint8_t> idx_bytes(const std::vector<std::uint32_t>& dims,

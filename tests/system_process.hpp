@@ -21,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/test_util.hpp"
+
 extern char** environ;
 
 namespace gt_test {
@@ -110,25 +112,6 @@ bool eventually(std::chrono::milliseconds timeout, Pred pred) {
   return true;
 }
 
-// A fresh scratch folder for one test, removed on scope exit.
-class TempDir {
- public:
-  explicit TempDir(const std::string& name)
-      : path_(std::filesystem::temp_directory_path() /
-              (name + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& s) const { return (path_ / s).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 // True when something accepts TCP connections on 127.0.0.1:port.
 inline bool port_open(int port) {

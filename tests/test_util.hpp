@@ -1,0 +1,37 @@
+// Helpers shared by the test binaries.
+#pragma once
+
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <string>
+
+namespace gt_test {
+
+// A fresh scratch folder for one test (unique per process and instance), removed with all it
+// holds on scope exit. With create = false only the path is reserved.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix, bool create = true) {
+    static std::atomic<int> counter{0};
+    path = std::filesystem::temp_directory_path() /
+           (prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(path);
+    if (create) std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string str() const { return path.string(); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  std::string operator/(const std::string& name) const { return file(name); }
+
+  std::filesystem::path path;
+};
+
+}  // namespace gt_test
