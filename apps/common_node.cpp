@@ -42,8 +42,6 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint,
   ac.weight_by_samples = cfg.weighting == "samples";
   ac.fingerprint = fingerprint;
   ac.max_diff_norm = cfg.max_diff_norm;
-  // A peer done training keeps averaging while it lingers, so the swarm ends in consensus.
-  ac.initiate_when_done = true;
   auto built = std::make_shared<std::promise<void>>();
   auto ready = built->get_future();
   transport_->post([this, mc, ac, &backend, built] {

@@ -131,8 +131,7 @@ const std::vector<Option>& options() {
        "run training N nice levels below the network thread, so that exchanges and membership "
        "never wait behind a step on a busy machine (0-19, default 5; only with gossip)",
        [](PeerConfig& c, const std::string& v) { c.train_nice = int(to_int("train-nice", v, 0, 19)); }},
-      {"linger", "SECONDS", "keep averaging with the others after training, so the swarm ends in consensus "
-       "(default 10 with gossip)",
+      {"linger", "SECONDS", "keep serving exchanges after training (default 10 with gossip)",
        [](PeerConfig& c, const std::string& v) { c.linger_s = to_double("linger", v, 0, 86400); }},
       {"metrics", "FILE.jsonl", "append metrics as JSON lines to FILE",
        [](PeerConfig& c, const std::string& v) { c.metrics = v; }},

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's experiment table: 8 peers, mlp:784-256-256-10, 10 epochs, CPU backend, Fashion-MNIST;
 # gossip vs local for iid, dirichlet:0.1 and shards:2, and one central peer. Prints the Markdown
-# table at the end. Takes about 20 minutes on 2 cores. BUILD and OUT choose the folders.
+# table at the end. Takes about 4 minutes on 2 cores. BUILD and OUT choose the folders.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
