@@ -99,7 +99,7 @@ const std::vector<Option>& options() {
        [](PeerConfig& c, const std::string& v) {
          c.train.momentum = float(to_double("momentum", v, 0, 0.999999));
        }},
-      {"weight-decay", "WD", "L2 weight decay",
+      {"weight-decay", "WD", "L2 weight decay (default 0)",
        [](PeerConfig& c, const std::string& v) {
          c.train.weight_decay = float(to_double("weight-decay", v, 0, 0.999999));
        }},
