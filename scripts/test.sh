@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds (CUDA backend too when nvcc is
 # present), runs every test with CTest ([cuda] tests skip with a message when there is no GPU), then
-# builds the network layer with AddressSanitizer + UBSan (CMake preset "asan") and runs its tests and
-# the parser fuzz smoke test there. GT_SKIP_ASAN=1 skips that second stage.
+# builds the layers that parse what the network sends (net/ and gossip/) with AddressSanitizer + UBSan
+# (CMake preset "asan") and runs their tests and the parser fuzz smoke test there. GT_SKIP_ASAN=1
+# skips that second stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -17,7 +18,7 @@ echo "test.sh: main suite done in $(( $(date +%s) - start )) s"
 if [[ "${GT_SKIP_ASAN:-0}" != 1 ]]; then
   start=$(date +%s)
   cmake --preset asan >/dev/null
-  cmake --build build-asan -j "$JOBS" --target test_net fuzz_net_driver
-  (cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 -R '^net')
+  cmake --build build-asan -j "$JOBS" --target test_net test_gossip fuzz_net_driver
+  (cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 -R '^(net|gossip)')
   echo "test.sh: AddressSanitizer stage done in $(( $(date +%s) - start )) s"
 fi
