@@ -780,6 +780,9 @@ void Averager::maybe_commit() {
   spdlog::trace("averager: #{} committed", e.seq);
   committed_ = std::move(ex_);
   ex_.reset();
+  // Every chunk of ours has reached the partner (it voted): let go of them, so that the snapshot
+  // taken right after the mix can reuse their buffers instead of allocating fresh ones.
+  committed_->own.reset();
 }
 
 void Averager::applied(std::uint64_t seq) {
