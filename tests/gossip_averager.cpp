@@ -209,6 +209,7 @@ TEST_CASE("a busy peer answers BUSY and the initiator asks another one", "[gossi
   // step boundary of B needed); C's second one finds none left, so B stays in that exchange
   // waiting for a snapshot, busy.
   c.serve_all();  // every peer knows its size and holds a standing snapshot
+  const auto s0 = Cluster::coordinate_sums(c.all_values());
   b.paused = true;
   cc.dir.peers = {{b.id, b.addr}};
   cc.step_hook(c.be);
@@ -242,11 +243,19 @@ TEST_CASE("a busy peer answers BUSY and the initiator asks another one", "[gossi
     CHECK(b.avg->stats().busy_sent >= 1);
     CHECK(a.avg->stats().failed == 0);
   }
-  // B's loop resumes: the second exchange with C completes.
+  // B's loop resumes: its first boundary applies the pending mix of the first exchange, then
+  // takes the snapshot of the second, which completes.
   b.paused = false;
-  REQUIRE(c.run_until([&] { return cc.events.size() == 2; }, Millis(1000)));
+  REQUIRE(c.run_until([&] {
+    for (auto& p : c.peers)
+      if (p->avg->in_exchange()) return false;
+    return cc.events.size() == 2;
+  }, Millis(1000)));
   CHECK(cc.events[1].ok);
   CHECK(cc.events[1].partner == b.id);
+  // Every exchange was pairwise and all or nothing: the sum over the peers is what it was.
+  const auto s1 = Cluster::coordinate_sums(c.all_values());
+  for (std::size_t j = 0; j < s0.size(); ++j) REQUIRE(s1[j] == Approx(s0[j]).margin(1e-4));
 }
 
 TEST_CASE("two peers asking each other at once still exchange (crossing requests)", "[gossip]") {
