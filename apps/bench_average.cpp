@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "apps/bench.hpp"
+#include "apps/common_options.hpp"
 #include "core/model.hpp"
 #include "core/rng.hpp"
 #include "gossip/averager.hpp"
@@ -176,12 +177,12 @@ int run(const Args& args) {
       return args[++i];
     };
     try {
-      if (a == "--params") params = std::stoull(next());
+      if (a == "--params") params = std::size_t(to_int(a.substr(2), next(), 1000, 2'000'000'000));
       else if (a == "--wire") wire_name_arg = next();
-      else if (a == "--reps") reps = std::stoi(next());
-      else if (a == "--train-steps") train_steps = std::stoi(next());
-      else if (a == "--train-rounds") train_rounds = std::stoi(next());
-      else if (a == "--batch") batch = std::stoi(next());
+      else if (a == "--reps") reps = int(to_int(a.substr(2), next(), 1, 1000));
+      else if (a == "--train-steps") train_steps = int(to_int(a.substr(2), next(), 1, 100000));
+      else if (a == "--train-rounds") train_rounds = int(to_int(a.substr(2), next(), 1, 1000));
+      else if (a == "--batch") batch = int(to_int(a.substr(2), next(), 1, 1 << 20));
       else if (a == "--no-train") train = false;
       else if (a == "--no-direct") direct = false;
       else if (a == "--json") json = true;
@@ -205,8 +206,8 @@ int run(const Args& args) {
         std::fprintf(stderr, "gossip-bench average: unknown option '%s'\n", a.c_str());
         return 2;
       }
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "gossip-bench average: bad value for %s\n", a.c_str());
+    } catch (const std::exception& e) {  // a missing value, or UsageError naming the range
+      std::fprintf(stderr, "gossip-bench average: %s\n", e.what());
       return 2;
     }
   }
@@ -215,10 +216,6 @@ int run(const Args& args) {
     wire = kernels::parse_wire(wire_name_arg);
   } catch (const std::invalid_argument&) {
     std::fprintf(stderr, "gossip-bench average: --wire must be fp32|fp16|bf16|int8\n");
-    return 2;
-  }
-  if (params < 1000 || reps < 1 || train_steps < 1 || train_rounds < 1 || batch < 1) {
-    std::fprintf(stderr, "gossip-bench average: --params >= 1000, --reps, --train-steps, --batch >= 1\n");
     return 2;
   }
   if (!std::getenv("GT_BENCH_TRACE")) spdlog::set_level(spdlog::level::warn);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/bench.hpp"
+#include "apps/common_options.hpp"
 #include "core/model.hpp"
 #include "core/rng.hpp"
 #include "kernels/backend.hpp"
@@ -36,9 +37,9 @@ int run(const Args& args) {
     try {
       if (a == "--backend") backend_name = next();
       else if (a == "--model") model = next();
-      else if (a == "--batch") batch = std::stoi(next());
-      else if (a == "--steps") steps = std::stoi(next());
-      else if (a == "--rounds") rounds = std::stoi(next());
+      else if (a == "--batch") batch = int(to_int(a.substr(2), next(), 1, 1 << 20));
+      else if (a == "--steps") steps = int(to_int(a.substr(2), next(), 1, 1000000));
+      else if (a == "--rounds") rounds = int(to_int(a.substr(2), next(), 1, 1000));
       else if (a == "--json") json = true;
       else if (a == "--help" || a == "-h") {
         std::printf(
@@ -51,7 +52,7 @@ int run(const Args& args) {
         std::fprintf(stderr, "gossip-bench train: unknown option '%s'\n", a.c_str());
         return 2;
       }
-    } catch (const std::invalid_argument& e) {
+    } catch (const std::exception& e) {  // a missing value, or UsageError naming the range
       std::fprintf(stderr, "gossip-bench train: %s\n", e.what());
       return 2;
     }

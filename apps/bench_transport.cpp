@@ -24,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "apps/bench.hpp"
+#include "apps/common_options.hpp"
 #include "net/crypto.hpp"
 #include "net/frame.hpp"
 #include "net/tcp_transport.hpp"
@@ -221,18 +222,13 @@ int run_transport(const Args& args) {
         return 0;
       } else if (a == "--json") {
       } else if (a == "--size-mb") {
-        o.size_mb = std::stoul(need(i));
-        if (o.size_mb < 1 || o.size_mb > 4096) throw std::invalid_argument("--size-mb in [1, 4096]");
+        o.size_mb = std::size_t(to_int(a.substr(2), need(i), 1, 4096));
       } else if (a == "--runs") {
-        o.runs = std::stoi(need(i));
-        if (o.runs < 1 || o.runs > 100) throw std::invalid_argument("--runs in [1, 100]");
+        o.runs = int(to_int(a.substr(2), need(i), 1, 100));
       } else if (a == "--handshakes") {
-        o.handshakes = std::stoi(need(i));
-        if (o.handshakes < 1 || o.handshakes > 100000) throw std::invalid_argument("--handshakes in [1, 100000]");
+        o.handshakes = int(to_int(a.substr(2), need(i), 1, 100000));
       } else if (a == "--frame-kb") {
-        o.frame_kb = std::stoul(need(i));
-        if (o.frame_kb < 1 || o.frame_kb > net::kMaxFrameCapBytes / 1024)
-          throw std::invalid_argument("--frame-kb in [1, 16384]");
+        o.frame_kb = std::size_t(to_int(a.substr(2), need(i), 1, net::kMaxFrameCapBytes / 1024));
       } else if (a == "--aead") {
         std::string v = need(i);
         if (v == "auto") o.aead = net::AeadPreference::kAuto;
