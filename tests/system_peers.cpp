@@ -1,11 +1,15 @@
 // Multi-process tests over loopback: real gossip-peer processes on the encrypted channel train
 // together, end closer to each other than without gossip, and survive a peer killed for real.
 #include <catch2/catch.hpp>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 
 #include "core/checkpoint.hpp"
 #include "tests/system_process.hpp"
@@ -14,6 +18,19 @@ using namespace std::chrono_literals;
 using gt_test::Process;
 
 namespace {
+
+// The nice value of one thread of a process (Linux /proc), or -100 when it cannot be read.
+int thread_nice(pid_t pid, pid_t tid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return -100;
+  const auto close = line.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return -100;
+  std::istringstream fields(line.substr(close + 1));
+  std::string f;
+  for (int k = 3; k <= 19; ++k) fields >> f;  // field 19 of stat is the nice value
+  return fields ? std::atoi(f.c_str()) : -100;
+}
 
 struct Swarm {
   gt_test::TempDir dir;
@@ -119,6 +136,21 @@ TEST_CASE("4 peers on the encrypted channel train together and end closer than a
 
   Swarm gossip("gt-swarm-gossip", 4, flags);
   gossip.start_all(true);
+  {
+    // --train-nice (default 5): the training thread (the main one) runs 5 nice levels below the
+    // process's other threads, the network thread among them.
+    const pid_t pid = gossip.procs[0]->pid();
+    const int base = ::getpriority(PRIO_PROCESS, 0);  // what the peer inherits from this test
+    const int want = std::min(19, base + 5);
+    INFO("peer 0 log:\n" << gt_test::read_file(gossip.log(0)));
+    CHECK(gt_test::eventually(30s, [&] { return thread_nice(pid, pid) == want; }));
+    int at_base = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+      const pid_t tid = static_cast<pid_t>(std::stol(e.path().filename().string()));
+      if (tid != pid && thread_nice(pid, tid) == base) ++at_base;
+    }
+    CHECK(at_base >= 1);
+  }
   for (int i = 0; i < 4; ++i) {
     INFO("peer " << i << " log:\n" << gt_test::read_file(gossip.log(i)));
     REQUIRE(gossip.procs[i]->wait_for(180s));
