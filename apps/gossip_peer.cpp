@@ -1,15 +1,15 @@
 // gossip-peer: one peer. Flags -> config -> data shard, backend, training loop, and (with --seeds or
 // --listen) the encrypted transport, membership and the averaging exchange behind the step hook.
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cstring>
-
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,11 +47,11 @@ void lower_training_priority(int by) {
   if (by <= 0) return;
   const auto tid = static_cast<id_t>(syscall(SYS_gettid));
   errno = 0;
-  const int now = getpriority(PRIO_PROCESS, tid);
-  if (errno != 0 || setpriority(PRIO_PROCESS, tid, std::min(19, now + by)) != 0)
+  const int nice = std::min(19, getpriority(PRIO_PROCESS, tid) + by);
+  if (errno != 0 || setpriority(PRIO_PROCESS, tid, nice) != 0)
     spdlog::warn("could not lower the training thread's priority: {}", std::strerror(errno));
   else
-    spdlog::debug("training thread at nice {}", std::min(19, now + by));
+    spdlog::debug("training thread at nice {}", nice);
 }
 
 int usage_error(const std::string& msg) {

@@ -208,8 +208,6 @@ void Averager::receive(core::StepContext& ctx, ChunkList& chunks) {
       be_.decode(cfg_.wire, rx_enc_.data() + rx_decoded_ * 2, ready - rx_decoded_,
                  r_.data() + rx_decoded_);
     rx_decoded_ = ready;
-  } else if (fp32) {
-    rx_decoded_ = rx_bytes_ / 4;
   }
 }
 
@@ -709,8 +707,6 @@ void Averager::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
                  short_id(e.partner), v->offset, v->size, expected);
     return fail("invalid:length", ExchangeCode::Invalid);
   }
-  // Handed over as received (no copy here); the training thread uploads and checks the pieces
-  // in order at its next step boundary.
   if (!e.check->feed(b.data() + kChunkHeaderBytes, v->size)) {
     spdlog::warn("averager: vector from {} refused: a value near offset {} is not finite",
                  short_id(e.partner), v->offset);
@@ -723,6 +719,8 @@ void Averager::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
     e.recv_done = true;
   }
   {
+    // Handed over as received (no copy here); the training thread uploads the pieces in order at
+    // its next step boundary.
     std::lock_guard<std::mutex> lk(mu_);
     if (seq_ == e.seq) {
       incoming_.push_back(std::move(b));

@@ -233,7 +233,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   bool active_ = false;  // an exchange is in flight (claimed by either thread)
   std::uint64_t seq_ = 0;
   bool want_snapshot_ = false;         // the responder needs a snapshot for seq_
-  ChunkSetPtr standing_;  // a whole snapshot (also in s_) for the next request, if idle
+  ChunkSetPtr standing_;  // a whole snapshot (the last one taken) for the next request, if idle
   ChunkList incoming_;              // the partner's chunks for seq_ not yet taken by training
   bool incoming_complete_ = false;  // the last of them is in incoming_
   struct PendingMix {
@@ -261,7 +261,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void rx_switch(std::uint64_t seq);  // r_ is filled for exchange seq from now on
   std::uint64_t rx_seq_ = 0;    // exchange whose vector r_ is being filled
   std::size_t rx_bytes_ = 0;    // bytes of it uploaded
-  std::size_t rx_decoded_ = 0;  // values of it decoded into r_
+  std::size_t rx_decoded_ = 0;  // values of it decoded into r_ (fp16, bf16, int8)
   std::int64_t next_initiate_step_ = 0;
   std::int64_t standing_step_ = 0;  // step at which standing_ was taken
 };

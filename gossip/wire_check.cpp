@@ -12,6 +12,18 @@ constexpr std::uint16_t kF16Exp = 0x7c00u;
 constexpr std::uint16_t kBf16Exp = 0x7f80u;
 // The largest int8 block scale whose 127 multiple is finite: decoding can never overflow.
 constexpr float kMaxInt8Scale = FLT_MAX / 127.0f;
+
+// True when no value among n Words has every bit of exp set (an infinity or a NaN).
+template <typename Word>
+bool no_all_ones_exponent(const std::uint8_t* p, std::size_t n, Word exp) {
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    Word w;
+    std::memcpy(&w, p + sizeof(Word) * i, sizeof(Word));
+    bad |= (w & exp) == exp;
+  }
+  return bad == 0;
+}
 }  // namespace
 
 WireChecker::WireChecker(kernels::Wire wire, std::size_t n_params) : wire_(wire) {
@@ -37,16 +49,9 @@ bool WireChecker::check_value(const std::uint8_t* p) const { return check_run(p,
 // One branch-free pass per run, so the compiler vectorizes it: the check trails the decryption of
 // each chunk while the chunk is still in cache.
 bool WireChecker::check_run(const std::uint8_t* p, std::size_t values) const {
-  if (value_bytes_ == 2) {
-    const std::uint16_t exp = wire_ == kernels::Wire::Fp16 ? kF16Exp : kBf16Exp;
-    std::uint32_t bad = 0;
-    for (std::size_t i = 0; i < values; ++i) {
-      std::uint16_t h;
-      std::memcpy(&h, p + 2 * i, 2);
-      bad |= (h & exp) == exp;
-    }
-    return bad == 0;
-  }
+  if (value_bytes_ == 2)
+    return no_all_ones_exponent<std::uint16_t>(p, values,
+                                               wire_ == kernels::Wire::Fp16 ? kF16Exp : kBf16Exp);
   if (wire_ == kernels::Wire::Int8) {
     for (std::size_t i = 0; i < values; ++i) {
       float s;
@@ -55,13 +60,7 @@ bool WireChecker::check_run(const std::uint8_t* p, std::size_t values) const {
     }
     return true;
   }
-  std::uint32_t bad = 0;
-  for (std::size_t i = 0; i < values; ++i) {
-    std::uint32_t u;
-    std::memcpy(&u, p + 4 * i, 4);
-    bad |= (u & kF32Exp) == kF32Exp;
-  }
-  return bad == 0;
+  return no_all_ones_exponent<std::uint32_t>(p, values, kF32Exp);
 }
 
 bool WireChecker::feed(const std::uint8_t* data, std::size_t len) {

@@ -12,19 +12,11 @@
 #include "tests/system_process.hpp"
 
 using namespace std::chrono_literals;
-using gt_test::Process;
 
 namespace {
 
-std::string bench_bin() { return std::string(GT_BIN_DIR) + "/gossip-bench"; }
-
 int run_bench(const std::vector<std::string>& args, const std::string& log, std::string* out) {
-  std::vector<std::string> argv{bench_bin()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  Process p(argv, log);
-  REQUIRE(p.wait_for(120s));
-  *out = gt_test::read_file(log);
-  return p.exit_code();
+  return gt_test::run_app("gossip-bench", args, log, out, 120s);
 }
 
 // The JSON object among the output lines (log lines go to stderr, which the log file also holds).

@@ -16,16 +16,11 @@ using nlohmann::json;
 
 namespace {
 
-std::string launch_bin() { return std::string(GT_BIN_DIR) + "/gossip-launch"; }
+std::string launch_bin() { return gt_test::app_bin("gossip-launch"); }
 
 // Runs gossip-launch to the end (bounded); returns its exit code, output in *out.
 int run_launch(const std::vector<std::string>& args, const std::string& log, std::string* out) {
-  std::vector<std::string> argv{launch_bin()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  Process p(argv, log);
-  REQUIRE(p.wait_for(180s));
-  *out = gt_test::read_file(log);
-  return p.exit_code();
+  return gt_test::run_app("gossip-launch", args, log, out, 180s);
 }
 
 json read_json(const std::string& path) {

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "tests/test_util.hpp"
@@ -27,7 +28,9 @@ extern char** environ;
 
 namespace gt_test {
 
-inline std::string peer_bin() { return std::string(GT_BIN_DIR) + "/gossip-peer"; }
+// One of our programs (gossip-peer, gossip-launch, gossip-bench) in the build tree.
+inline std::string app_bin(const std::string& name) { return std::string(GT_BIN_DIR) + "/" + name; }
+inline std::string peer_bin() { return app_bin("gossip-peer"); }
 
 // A child process with stdout+stderr in a log file; killed (SIGKILL) if still running on scope exit.
 class Process {
@@ -99,6 +102,18 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Runs one of our programs to its end (the test fails if it runs past limit); returns its exit
+// code, and its output (stdout and stderr, also left in the file log) in *out.
+inline int run_app(const std::string& name, const std::vector<std::string>& args,
+                   const std::string& log, std::string* out, std::chrono::seconds limit) {
+  std::vector<std::string> argv{app_bin(name)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Process p(argv, log);
+  REQUIRE(p.wait_for(limit));
+  *out = read_file(log);
+  return p.exit_code();
 }
 
 // Polls pred every 50 ms until it holds or timeout passes.
