@@ -23,6 +23,7 @@
 #include "gossip/averager.hpp"
 #include "gossip/dispatcher.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "net/buffer_pool.hpp"
 #include "net/identity.hpp"
 #include "net/tcp_transport.hpp"
 
@@ -98,6 +99,7 @@ class Blaster final : public net::TransportHandler {
       set_ready();
     } else if (type == kBlastData) {
       received_.fetch_add(b.size());
+      net::recycle(std::move(b));  // as the averager does with the chunks it has used
     } else {
       c->close("bench: unexpected type");
     }

@@ -36,6 +36,7 @@
 #include <spdlog/spdlog.h>
 
 #include "gossip/dispatcher.hpp"
+#include "net/buffer_pool.hpp"
 
 namespace gossiptrain::gossip {
 
@@ -127,8 +128,10 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
   if (n_params_.load() != 0)
     throw std::logic_error("averager: the parameter count changed between steps");
   n_params_.store(ctx.n_params);
-  if (!direct_) s_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
-  r_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
+  if (!direct_) {
+    s_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
+    r_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
+  }
   // The fp32 encoding is the raw floats: snapshots go straight from s_ and into r_.
   // Sending and receiving each have their own encoded buffer: the partner's chunks may arrive
   // before we encode our snapshot.
@@ -184,19 +187,26 @@ ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
   return own;
 }
 
-// Uploads the partner's chunks that arrived since the last step boundary (their values were
-// checked on the protocol thread as they came in), decoding the complete values of the
-// element-wise wires on the way, so neither the upload nor the decode of a 100 MB vector trails
-// the transfer.
+// Takes the partner's chunks that arrived since the last step boundary (their values were
+// checked on the protocol thread as they came in). Direct mode keeps them, as received, for the
+// mix. Otherwise they are uploaded (and the complete values of the element-wise wires decoded on
+// the way, so neither the upload nor the decode of a 100 MB vector trails the transfer) and their
+// buffers go back to the transport's pool.
 void Averager::receive(core::StepContext& ctx, ChunkList& chunks) {
   const std::size_t bytes = encoded_size(cfg_.wire, ctx.n_params);
   const bool fp32 = cfg_.wire == kernels::Wire::Fp32;
-  auto* dst = fp32 ? reinterpret_cast<std::uint8_t*>(r_.data()) : rx_enc_.data();
-  for (const auto& c : chunks) {
+  std::uint8_t* dst = nullptr;  // direct mode: kept as received
+  if (!direct_) dst = fp32 ? reinterpret_cast<std::uint8_t*>(r_.data()) : rx_enc_.data();
+  for (auto& c : chunks) {
     const std::size_t len = c.size() - kChunkHeaderBytes;
     if (len > bytes - rx_bytes_)  // on_chunk refuses such a chunk before handing it over
       throw std::logic_error("averager: more bytes handed over than the vector holds");
-    be_.upload(dst + rx_bytes_, c.data() + kChunkHeaderBytes, len);
+    if (direct_) {
+      rx_chunks_.push_back(std::move(c));
+    } else {
+      be_.upload(dst + rx_bytes_, c.data() + kChunkHeaderBytes, len);
+      net::recycle(std::move(c));
+    }
     rx_bytes_ += len;
   }
   chunks.clear();
@@ -221,17 +231,30 @@ void Averager::decode_rest(core::StepContext& ctx) {
 }
 
 // Direct mode: our snapshot is read from its chunk messages (pool_, the last snapshot taken:
-// every exchange is mixed before the next snapshot); chunk_bytes is a multiple of 4, so every
-// chunk holds whole, aligned floats.
+// every exchange is mixed before the next snapshot), the partner's vector from its chunk messages
+// as received (rx_chunks_), walking both lists together: their cuts may differ. Every chunk holds
+// whole, aligned floats: ours because chunk_bytes is a multiple of 4, the partner's because
+// on_chunk refuses fp32 chunks that are not.
 template <typename Fn>
 void Averager::for_each_span(std::size_t n_params, Fn fn) {
-  std::size_t first = 0;
-  for (const auto& c : pool_->chunks) {
-    const std::size_t n = (c->size() - kChunkHeaderBytes) / 4;
-    fn(first, r_.data() + first, reinterpret_cast<const float*>(c->data() + kChunkHeaderBytes), n);
+  auto floats = [](const net::Bytes& c) {
+    return std::pair{reinterpret_cast<const float*>(c.data() + kChunkHeaderBytes),
+                     (c.size() - kChunkHeaderBytes) / 4};
+  };
+  std::size_t first = 0, si = 0, ri = 0, so = 0, ro = 0;  // chunk index, and float offset in it
+  while (first < n_params) {
+    if (si == pool_->chunks.size() || ri == rx_chunks_.size())
+      throw std::logic_error("averager: the chunks do not cover the vector");
+    const auto [s, sn] = floats(*pool_->chunks[si]);
+    const auto [r, rn] = floats(rx_chunks_[ri]);
+    const std::size_t n = std::min(sn - so, rn - ro);
+    if (n) fn(first, r + ro, s + so, n);
     first += n;
+    so += n;
+    ro += n;
+    if (so == sn) ++si, so = 0;
+    if (ro == rn) ++ri, ro = 0;
   }
-  if (first != n_params) throw std::logic_error("averager: the snapshot does not cover the vector");
 }
 
 // The optional bound on ||r - s||, against this exchange's snapshot.
@@ -251,6 +274,12 @@ void Averager::rx_switch(std::uint64_t seq) {
   if (seq == rx_seq_) return;
   rx_seq_ = seq;  // a new exchange: nothing of the partner's vector received yet
   rx_bytes_ = rx_decoded_ = 0;
+  recycle_all(rx_chunks_);  // what a failed exchange left
+}
+
+void Averager::recycle_all(ChunkList& chunks) {
+  for (auto& c : chunks) net::recycle(std::move(c));
+  chunks.clear();
 }
 
 void Averager::between_steps(core::StepContext& ctx) {
@@ -307,6 +336,7 @@ void Averager::between_steps(core::StepContext& ctx) {
                                         std::size_t n) {
           be_.mix(ctx.params + first, r, s, n, mix->w);
         });
+        recycle_all(rx_chunks_);
       } else {
         be_.mix(ctx.params, r_.data(), s_.data(), ctx.n_params, mix->w);
       }
@@ -707,6 +737,11 @@ void Averager::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
                  short_id(e.partner), v->offset, v->size, expected);
     return fail("invalid:length", ExchangeCode::Invalid);
   }
+  if (cfg_.wire == kernels::Wire::Fp32 && v->size % 4 != 0) {
+    spdlog::warn("averager: fp32 chunk from {} at offset {} holds a partial value ({} bytes)",
+                 short_id(e.partner), v->offset, v->size);
+    return fail("invalid:length", ExchangeCode::Invalid);
+  }
   if (!e.check->feed(b.data() + kChunkHeaderBytes, v->size)) {
     spdlog::warn("averager: vector from {} refused: a value near offset {} is not finite",
                  short_id(e.partner), v->offset);
@@ -825,7 +860,7 @@ void Averager::finish_failed(std::string reason) {
     std::lock_guard<std::mutex> lk(mu_);
     active_ = false;
     want_snapshot_ = false;
-    incoming_.clear();
+    recycle_all(incoming_);
     incoming_complete_ = false;
   }
   report(e, false, reason);

@@ -197,7 +197,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   ChunkSetPtr snapshot(core::StepContext& ctx, std::uint64_t seq);
   void receive(core::StepContext& ctx, ChunkList& chunks);
   // Calls fn(first, r, s, n) over spans covering the whole vector: r the partner's values
-  // [first, first + n) in r_, s our snapshot's in its chunk messages. Direct mode only.
+  // [first, first + n) in its chunk messages, s our snapshot's in ours. Direct mode only.
   template <typename Fn>
   void for_each_span(std::size_t n_params, Fn fn);
   void decode_rest(core::StepContext& ctx);
@@ -249,16 +249,18 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   std::atomic<std::int64_t> own_samples_{0};
 
   // Training thread only. Direct mode (a host-memory backend and the fp32 wire): the mix reads
-  // our snapshot straight from its chunk messages, so s_ is neither allocated nor copied (100 MB
-  // less of each per 100 MB exchange). The partner's chunks are still copied into r_ as they
-  // arrive: freed at once, their buffers are reused by the next ones (keeping them all until the
-  // mix costs more in fresh pages than the copy). Device buffers reused by every exchange.
+  // our snapshot and the partner's vector straight from their chunk messages, so s_ and r_ are
+  // neither allocated nor copied (100 MB less of each per 100 MB exchange). The partner's messages
+  // go back to the transport's buffer pool after the mix, so the next exchange receives into
+  // pages already mapped. Device buffers reused by every exchange.
   bool direct_ = false;
-  kernels::DeviceBuffer<float> s_, r_;
+  kernels::DeviceBuffer<float> s_, r_;  // not in direct mode
+  ChunkList rx_chunks_;  // direct mode: the partner's chunks of exchange rx_seq_ taken so far
+  static void recycle_all(ChunkList& chunks);  // gives the buffers back to the transport's pool
   kernels::DeviceBuffer<std::uint8_t> enc_;     // our encoded snapshot (not for fp32: raw floats)
   kernels::DeviceBuffer<std::uint8_t> rx_enc_;  // the partner's encoded vector (not for fp32)
   ChunkSetPtr pool_;                         // the last snapshot's chunks, reused when free
-  void rx_switch(std::uint64_t seq);  // r_ is filled for exchange seq from now on
+  void rx_switch(std::uint64_t seq);  // r_ (rx_chunks_) is filled for exchange seq from now on
   std::uint64_t rx_seq_ = 0;    // exchange whose vector r_ is being filled
   std::size_t rx_bytes_ = 0;    // bytes of it uploaded
   std::size_t rx_decoded_ = 0;  // values of it decoded into r_ (fp16, bf16, int8)

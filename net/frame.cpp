@@ -9,6 +9,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "net/buffer_pool.hpp"
+
 namespace gossiptrain::net {
 namespace {
 
@@ -205,9 +207,10 @@ FrameReceiver::Event FrameReceiver::on_body(const std::uint8_t* body, std::size_
         return error("announced message of " + std::to_string(total) +
                      " bytes exceeds the limit of " + std::to_string(limits_.max_message_bytes));
       msg_type_ = dest[0];
-      message_ = Bytes();
-      message_.reserve(total);  // the one allocation of the message, bounded above
-      // Page faults of a fresh buffer cost about as much as the decryption: use huge pages.
+      // The one allocation of the message, bounded above; a recycled buffer when the pool has
+      // one (its pages already mapped). Page faults of a fresh buffer cost about as much as the
+      // decryption: use huge pages for the big ones.
+      message_ = take_buffer(total);
       if (total >= kHugePageMinBytes) advise_huge_pages(message_.data(), total);
       total_ = total;
       filled_ = 0;

@@ -395,6 +395,12 @@ TEST_CASE("bad payloads and bad requests are refused and change nothing", "[goss
            encode_chunk(id, 0, reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * 4));
     expect_failure("invalid:length");
   }
+  SECTION("an fp32 chunk that ends inside a value") {
+    accepted();
+    std::vector<float> v(kN, 1.0f);
+    f.send(ExchangeType::Chunk, encode_chunk(id, 0, reinterpret_cast<const std::uint8_t*>(v.data()), 402));
+    expect_failure("invalid:length");
+  }
   SECTION("a chunk out of order") {
     accepted();
     std::vector<float> v(kN, 1.0f);
@@ -650,6 +656,7 @@ TEST_CASE("a hand-driven partner completes an exchange, and its vector is checke
   // ||r - s|| = ||1|| = sqrt(1000) ~ 31.6 against the fresh snapshot; against the zeroed buffer
   // of no snapshot at all it would be ||x + 1|| ~ sqrt(2000) ~ 44.7.
   cfg.max_diff_norm = 40.0;
+  cfg.chunk_bytes = 1000;  // our cuts (every 1000 bytes) and the partner's (1600) differ
   cfg.direct = GENERATE(true, false);
   INFO("direct " << cfg.direct);
   Cluster c(1, kN, cfg, 70);
