@@ -19,7 +19,7 @@ enum class ExchangeType : std::uint8_t {
   Accept = 0x41,   // responder -> initiator: taking part; both start streaming
   Busy = 0x42,     // responder -> initiator: already in an exchange (or not ready yet)
   Refuse = 0x43,   // responder -> initiator: incompatible (fingerprint, size, wire, weighting)
-  Chunk = 0x44,    // either way: a slice of the encoded snapshot, in order
+  Chunk = 0x44,    // either way: a slice of the encoded snapshot, in order (fp32: whole values)
   Valid = 0x45,    // either way: "I received and validated all of yours" (the commit vote)
   Abort = 0x46,    // either way: the exchange is off, nothing is applied
 };
