@@ -23,6 +23,7 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint,
   if (!cfg.network_key.empty()) tc.network_key = net::load_network_key(cfg.network_key);
   if (!cfg.allowlist.empty()) tc.allowlist = net::Allowlist::load(cfg.allowlist);
   tc.model_fingerprint = fingerprint;
+  tc.thread_nice = cfg.net_nice;
   tc.on_handshake_failed = [](const std::string& addr, const std::string& reason) {
     spdlog::warn("handshake with {} failed: {}", addr, reason);
   };

@@ -127,9 +127,14 @@ const std::vector<Option>& options() {
        [](PeerConfig& c, const std::string& v) {
          c.max_diff_norm = to_double("max-diff-norm", v, 0, 1e30);
        }},
+      {"net-nice", "N",
+       "run the network thread N nice levels below training, so that exchanges take only the CPU "
+       "training leaves (0-19, default 19; only with gossip)",
+       [](PeerConfig& c, const std::string& v) { c.net_nice = int(to_int("net-nice", v, 0, 19)); }},
       {"train-nice", "N",
-       "run training N nice levels below the network thread, so that exchanges and membership "
-       "never wait behind a step on a busy machine (0-19, default 5; only with gossip)",
+       "run training N nice levels below the other threads, so that exchanges and membership "
+       "never wait behind a step when several peers share the cores (0-19, default 0; "
+       "gossip-launch passes 5 with --net-nice 0)",
        [](PeerConfig& c, const std::string& v) { c.train_nice = int(to_int("train-nice", v, 0, 19)); }},
       {"linger", "SECONDS", "keep serving exchanges after training (default 10 with gossip)",
        [](PeerConfig& c, const std::string& v) { c.linger_s = to_double("linger", v, 0, 86400); }},

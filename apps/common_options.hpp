@@ -16,6 +16,8 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+inline constexpr int kDefaultNetNice = 19;
+
 struct PeerConfig {
   core::TrainConfig train;
   std::string listen = "127.0.0.1:0";
@@ -34,7 +36,12 @@ struct PeerConfig {
   std::string weighting = "uniform";  // uniform (w = 1/2) | samples
   double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
   double linger_s = -1.0;             // serve exchanges after training; <0: 10 with seeds, else 0
-  int train_nice = 5;                 // training thread's niceness above the network thread's
+  // Which of a peer's threads yields when they compete for the cores. One peer per machine
+  // (the default): the network thread runs net_nice levels below training, so exchanges take the
+  // CPU that training leaves. Several peers on one machine (gossip-launch passes --net-nice 0
+  // --train-nice 5): training runs below the network thread, or exchanges starve.
+  int net_nice = kDefaultNetNice;
+  int train_nice = 0;
   std::string metrics;
   std::string log_level = "info";
   bool listen_given = false;

@@ -1,12 +1,8 @@
 // gossip-peer: one peer. Flags -> config -> data shard, backend, training loop, and (with --seeds or
 // --listen) the encrypted transport, membership and the averaging exchange behind the step hook.
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +17,7 @@
 #include "core/checkpoint.hpp"
 #include "core/dataset.hpp"
 #include "core/partition.hpp"
+#include "core/thread_priority.hpp"
 #include "core/trainer.hpp"
 #include "kernels/backend.hpp"
 #include "net/identity.hpp"
@@ -39,19 +36,6 @@ void install_signal_handlers() {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
-}
-
-// This thread trains; the network thread, started before, keeps its priority. Linux applies
-// setpriority to one thread when given its thread id.
-void lower_training_priority(int by) {
-  if (by <= 0) return;
-  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
-  errno = 0;
-  const int nice = std::min(19, getpriority(PRIO_PROCESS, tid) + by);
-  if (errno != 0 || setpriority(PRIO_PROCESS, tid, nice) != 0)
-    spdlog::warn("could not lower the training thread's priority: {}", std::strerror(errno));
-  else
-    spdlog::debug("training thread at nice {}", nice);
 }
 
 int usage_error(const std::string& msg) {
@@ -126,7 +110,10 @@ int main(int argc, char** argv) {
         return usage_error(e.what());
       }
       trainer.set_hook(&node->hook());
-      lower_training_priority(cfg.train_nice);
+      // This thread trains (the network thread, started before, keeps its own priority).
+      std::string err;
+      if (!core::lower_this_thread_priority(cfg.train_nice, &err))
+        spdlog::warn("could not lower the training thread's priority: {}", err);
     }
     const int epochs = cfg.train.epochs;
     trainer.on_epoch = [epochs](int epoch, double loss, const core::EvalResult& ev, double sps) {

@@ -110,7 +110,10 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
     p.index = i;
     p.dir = run_dir + "/peer" + std::to_string(i);
     std::vector<std::string>& a = p.argv;
-    a = o.forward;
+    // The peers share this machine's cores: training yields to the network threads, or exchanges
+    // starve behind the other peers' steps. Before the forwarded flags, which may override it.
+    if (gossip) a = {"--net-nice", "0", "--train-nice", "5"};
+    a.insert(a.end(), o.forward.begin(), o.forward.end());
     if (o.network_key.empty() && !network_key.empty()) a.insert(a.end(), {"--network-key", network_key});
     a.insert(a.end(), {"--num-shards", std::to_string(o.peers), "--shard", std::to_string(i),
                        "--identity", p.dir + "/identity.key", "--metrics", p.dir + "/metrics.jsonl",

@@ -10,6 +10,8 @@
 
 #include <vector>
 
+#include "core/thread_priority.hpp"
+
 namespace gossiptrain::net {
 namespace {
 
@@ -65,6 +67,8 @@ TcpTransport::TcpTransport(TcpTransportConfig config)
     throw ConfigError("tcp transport: AES-256-GCM required but not available on this CPU");
   if (config_.advertise.size() > kMaxAddrBytes)
     throw ConfigError("tcp transport: advertised address too long");
+  if (config_.thread_nice < 0 || config_.thread_nice > 19)
+    throw ConfigError("tcp transport: thread_nice must be 0..19");
   std::string h;
   std::uint16_t p;
   if (!config_.listen.empty() && !split_host_port(config_.listen, h, p))
@@ -110,6 +114,9 @@ void TcpTransport::start() {
   thread_done_ = done->get_future();
   thread_ = std::thread([this, done] {
     io_thread_id_ = std::this_thread::get_id();
+    std::string err;
+    if (!core::lower_this_thread_priority(config_.thread_nice, &err))
+      spdlog::warn("net: could not lower the network thread's priority: {}", err);
     try {
       io_->run();
     } catch (const std::exception& e) {

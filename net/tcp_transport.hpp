@@ -40,6 +40,10 @@ struct TcpTransportConfig {
   std::uint64_t model_fingerprint = 0;
   Limits limits;
   AeadPreference aead = AeadPreference::kAuto;
+  // The io thread runs this many nice levels (0..19) below the thread that calls start(), so that
+  // a busy training loop keeps the CPU and exchanges take what it leaves (Linux; a warning
+  // elsewhere).
+  int thread_nice = 0;
   // Optional observer of failed handshakes and refused sockets (metrics, tests); io thread.
   std::function<void(const std::string& remote_addr, const std::string& reason)> on_handshake_failed;
 };

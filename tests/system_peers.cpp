@@ -132,13 +132,15 @@ const std::vector<std::string> kTrainFlags = {
 TEST_CASE("4 peers on the encrypted channel train together and end closer than alone",
           "[system][gossip]") {
   auto flags = kTrainFlags;
-  flags.insert(flags.end(), {"--epochs", "300", "--linger", "3"});
+  // Several peers on one machine: as gossip-launch does, training yields to the network threads.
+  flags.insert(flags.end(), {"--epochs", "300", "--linger", "3", "--net-nice", "0",
+                             "--train-nice", "5"});
 
   Swarm gossip("gt-swarm-gossip", 4, flags);
   gossip.start_all(true);
   {
-    // --train-nice (default 5): the training thread (the main one) runs 5 nice levels below the
-    // process's other threads, the network thread among them.
+    // --train-nice 5: the training thread (the main one) runs 5 nice levels below the process's
+    // other threads, the network thread among them.
     const pid_t pid = gossip.procs[0]->pid();
     const int base = ::getpriority(PRIO_PROCESS, 0);  // what the peer inherits from this test
     const int want = std::min(19, base + 5);
@@ -170,6 +172,34 @@ TEST_CASE("4 peers on the encrypted channel train together and end closer than a
   const double d_gossip = gossip.consensus_distance(), d_alone = alone.consensus_distance();
   WARN("consensus distance of the final parameters: gossip " << d_gossip << ", alone " << d_alone);
   CHECK(d_gossip < 0.5 * d_alone);
+}
+
+TEST_CASE("by default a peer's network thread runs 19 nice levels below its training thread",
+          "[system][gossip]") {
+  gt_test::TempDir dir("gt-peer-nice");
+  const int port = gt_test::free_port();
+  Process p({gt_test::peer_bin(), "--data", "synthetic", "--backend", "cpu", "--model",
+             "mlp:784-32-10", "--epochs", "1000", "--listen", "127.0.0.1:" + std::to_string(port),
+             "--identity", dir / "id.key", "--metrics", dir / "metrics.jsonl"},
+            dir / "log.txt");
+  INFO("peer log:\n" << gt_test::read_file(dir / "log.txt"));
+  REQUIRE(gt_test::eventually(30s, [&] { return gt_test::port_open(port); }));
+  const pid_t pid = p.pid();
+  const int base = ::getpriority(PRIO_PROCESS, 0);  // what the peer inherits from this test
+  if (base >= 19) {
+    WARN("skipped: this test runs at nice 19 already, so no thread can be niced below another");
+    return;
+  }
+  CHECK(thread_nice(pid, pid) == base);  // training keeps the priority it was given
+  int niced = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    const pid_t tid = static_cast<pid_t>(std::stol(e.path().filename().string()));
+    if (tid != pid && thread_nice(pid, tid) == std::min(19, base + 19)) ++niced;
+  }
+  CHECK(niced == 1);  // the network thread
+  p.signal(SIGTERM);
+  REQUIRE(p.wait_for(60s));
+  CHECK(p.exit_code() == 130);
 }
 
 TEST_CASE("a peer killed with SIGKILL is declared dead, the rest go on, and it rejoins from its "
