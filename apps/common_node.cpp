@@ -43,6 +43,7 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint,
   ac.weight_by_samples = cfg.weighting == "samples";
   ac.fingerprint = fingerprint;
   ac.max_diff_norm = cfg.max_diff_norm;
+  ac.max_rate_bytes_per_s = cfg.max_rate_mb * 1e6;
   auto built = std::make_shared<std::promise<void>>();
   auto ready = built->get_future();
   transport_->post([this, mc, ac, &backend, built] {

@@ -131,6 +131,15 @@ const std::vector<Option>& options() {
        "run the network thread N nice levels below training, so that exchanges take only the CPU "
        "training leaves (0-19, default 19; only with gossip)",
        [](PeerConfig& c, const std::string& v) { c.net_nice = int(to_int("net-nice", v, 0, 19)); }},
+      {"max-rate", "MB_PER_S",
+       "send an exchange's snapshot at most this fast, spreading its CPU over more training "
+       "steps (0: no cap, the default; else at least 20, the rate partners' deadlines assume)",
+       [](PeerConfig& c, const std::string& v) {
+         c.max_rate_mb = to_double("max-rate", v, 0, 1e6);
+         if (c.max_rate_mb > 0 && c.max_rate_mb < 20)
+           throw UsageError("--max-rate: " + v + " is under 20 (MB/s), the floor partners' "
+                            "deadlines assume; use 0 for no cap");
+       }},
       {"train-nice", "N",
        "run training N nice levels below the other threads, so that exchanges and membership "
        "never wait behind a step when several peers share the cores (0-19, default 0; "

@@ -35,6 +35,7 @@ struct PeerConfig {
   std::string wire = "fp32";
   std::string weighting = "uniform";  // uniform (w = 1/2) | samples
   double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
+  double max_rate_mb = 0.0;           // cap on the MB/s an exchange sends; 0: none
   double linger_s = -1.0;             // serve exchanges after training; <0: 10 with seeds, else 0
   // Which of a peer's threads yields when they compete for the cores. One peer per machine
   // (the default): the network thread runs net_nice levels below training, so exchanges take the

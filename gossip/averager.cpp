@@ -79,6 +79,7 @@ Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDire
   if (!(cfg_.min_rate_bytes_per_s > 0))
     throw std::invalid_argument("averager: min_rate_bytes_per_s must be > 0");
   if (!(cfg_.max_diff_norm >= 0)) throw std::invalid_argument("averager: max_diff_norm < 0");
+  set_max_rate(cfg_.max_rate_bytes_per_s);
   if (cfg_.chunk_bytes % 4 != 0)
     throw std::invalid_argument("averager: chunk_bytes must be a multiple of 4");
   direct_ = cfg_.direct && be_.host_memory() && cfg_.wire == kernels::Wire::Fp32;
@@ -92,6 +93,13 @@ Averager::~Averager() {
     if (ex_->deadline) sched_.cancel(ex_->deadline);
     if (ex_->retry) sched_.cancel(ex_->retry);
   }
+}
+
+void Averager::set_max_rate(double bytes_per_s) {
+  if (!std::isfinite(bytes_per_s) || !(bytes_per_s == 0 || bytes_per_s >= cfg_.min_rate_bytes_per_s))
+    throw std::invalid_argument("averager: the send rate cap must be 0 (none) or at least " +
+                                std::to_string(cfg_.min_rate_bytes_per_s) + " bytes/s");
+  max_rate_.store(bytes_per_s);
 }
 
 AveragerStats Averager::stats() const {
@@ -685,6 +693,7 @@ void Averager::begin_transfer() {
                                                                  kChunkHeaderBytes);
   const auto scaled = Millis(static_cast<std::int64_t>(1000.0 * both_ways / cfg_.min_rate_bytes_per_s));
   arm_deadline(cfg_.transfer_timeout_floor + scaled, "timeout:transfer");
+  ex_->transfer_started = sched_.now();
   pump_send();
 }
 
@@ -707,7 +716,7 @@ void Averager::pump_send() {
   e.retry = 0;
   while (!e.control.empty()) {
     if (!e.conn->send(e.control.front().first, e.control.front().second))
-      return retry_send_later();
+      return retry_send_later(cfg_.send_retry);
     e.control.pop_front();
   }
   if (e.phase != Phase::Transferring) return;
@@ -715,11 +724,18 @@ void Averager::pump_send() {
     auto& chunks = e.own->chunks;
     const std::size_t ready = e.own->ready_count();  // the training thread may still be filling
     std::size_t offset = e.sent * cfg_.chunk_bytes;
+    const double rate = max_rate_.load();
     while (e.sent < ready) {
       net::Bytes& msg = *chunks[e.sent];
+      if (rate > 0) {  // the first chunk at once, then no more than rate bytes per second
+        const double due_ms = 1000.0 * static_cast<double>(e.bytes_sent) / rate;
+        const double now_ms = static_cast<double>((sched_.now() - e.transfer_started).count());
+        if (due_ms > now_ms)
+          return retry_send_later(Millis(static_cast<std::int64_t>(std::ceil(due_ms - now_ms))));
+      }
       // Not handed to the transport yet, so still ours to write.
       write_chunk_header(msg, e.id, offset);
-      if (!e.conn->send(kChunk, chunks[e.sent])) return retry_send_later();
+      if (!e.conn->send(kChunk, chunks[e.sent])) return retry_send_later(cfg_.send_retry);
       offset += msg.size() - kChunkHeaderBytes;
       e.bytes_sent += msg.size();
       if (++e.sent == chunks.size()) spdlog::trace("averager: #{} payload queued", e.seq);
@@ -728,12 +744,12 @@ void Averager::pump_send() {
   maybe_commit();
 }
 
-void Averager::retry_send_later() {
+void Averager::retry_send_later(Millis after) {
   Exchange& e = *ex_;
   if (!e.conn->is_open()) return;  // on_closed ends the exchange
   std::weak_ptr<bool> alive = alive_;
   const std::uint64_t seq = e.seq;
-  e.retry = sched_.schedule(cfg_.send_retry, [this, alive, seq] {
+  e.retry = sched_.schedule(after, [this, alive, seq] {
     if (!alive.lock() || !ex_ || ex_->seq != seq) return;
     ex_->retry = 0;
     pump_send();

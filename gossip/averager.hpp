@@ -43,6 +43,10 @@ struct AveragerConfig {
   net::Millis answer_timeout{5000};         // REQUEST -> ACCEPT/BUSY/REFUSE
   net::Millis transfer_timeout_floor{10000};  // ACCEPT -> commit, plus the size-scaled part
   double min_rate_bytes_per_s = 20e6;  // transfer deadline = floor + bytes both ways / this rate
+  // Cap on the snapshot bytes this peer sends per second in an exchange (0: none), so that an
+  // exchange spreads its CPU over more training steps. At least min_rate_bytes_per_s: partners
+  // size their deadlines on that floor. Adjustable later with set_max_rate().
+  double max_rate_bytes_per_s = 0;
   // Payload bytes per Chunk message: with its header, one chunk is exactly one 1 MiB channel frame.
   std::size_t chunk_bytes = (1u << 20) - kChunkHeaderBytes;
   net::Millis send_retry{1};           // wait before retrying a send refused by back-pressure
@@ -123,6 +127,9 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
 
   AveragerStats stats() const;
+  // Changes max_rate_bytes_per_s (any thread; the next chunk sent obeys it). Throws
+  // std::invalid_argument for a rate under min_rate_bytes_per_s other than 0.
+  void set_max_rate(double bytes_per_s);
   // True while this peer takes part in an exchange or has a committed mix still to apply (any
   // thread).
   bool in_exchange() const;
@@ -139,6 +146,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
     std::string partner;
     net::ConnectionPtr conn;
     net::Millis started{0};
+    net::Millis transfer_started{0};  // ACCEPT sent or received: the send rate counts from here
     ChunkSetPtr own;          // our encoded snapshot (null until the training thread made it)
     std::size_t sent = 0;     // chunks of own already queued
     std::size_t received = 0;  // payload bytes of the partner's vector received
@@ -174,7 +182,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void snapshot_ready(std::uint64_t seq, ChunkSetPtr own);
   void chunks_ready(std::uint64_t seq);
   bool all_sent() const;
-  void retry_send_later();
+  void retry_send_later(net::Millis after);
   void validated(std::uint64_t seq, bool ok, const std::string& reason);
   void maybe_commit();
   void applied(std::uint64_t seq);
@@ -247,6 +255,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
 
   std::atomic<std::size_t> n_params_{0};   // known after the first between_steps
   std::atomic<std::int64_t> own_samples_{0};
+  std::atomic<double> max_rate_{0.0};  // bytes per second; 0: no cap
 
   // Training thread only. Direct mode (a host-memory backend and the fp32 wire): the mix reads
   // our snapshot and the partner's vector straight from their chunk messages, so s_ and r_ are

@@ -200,6 +200,33 @@ TEST_CASE("an initiator serves its standing snapshot when it is no older than go
   }
 }
 
+TEST_CASE("a send rate cap spreads the transfer and changes nothing else", "[gossip]") {
+  AveragerConfig cfg = base_config();
+  cfg.chunk_bytes = 1000;  // 4000-byte vectors: four chunks of 1016 bytes with their headers
+  cfg.min_rate_bytes_per_s = 1000;
+  const bool capped = GENERATE(true, false);
+  if (capped) cfg.max_rate_bytes_per_s = 2000;
+  INFO("capped " << capped);
+  Cluster c(2, 1000, cfg, 5);
+  const auto x0 = c[0].values(c.be), x1 = c[1].values(c.be);
+  c[0].step_hook(c.be);
+  REQUIRE(c.run_until([&] { return has_event(c[0]) && has_event(c[1]); }, Millis(10000)));
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(c[i].events[0].ok);
+    // The last chunk may leave 3 x 1016 / 2000 s = 1.52 s after the first one.
+    if (capped) CHECK((c[i].events[0].ms >= 1524 && c[i].events[0].ms < 2500));
+    else CHECK(c[i].events[0].ms < 100);
+  }
+  const auto y0 = c[0].values(c.be), y1 = c[1].values(c.be);
+  for (std::size_t i = 0; i < x0.size(); ++i) {
+    REQUIRE(y0[i] == Approx(0.5f * (x0[i] + x1[i])).margin(1e-6));
+    REQUIRE(y1[i] == Approx(0.5f * (x0[i] + x1[i])).margin(1e-6));
+  }
+  CHECK_THROWS_AS(c[0].avg->set_max_rate(999), std::invalid_argument);  // under the floor
+  CHECK_THROWS_AS(c[0].avg->set_max_rate(-1), std::invalid_argument);
+  CHECK_NOTHROW(c[0].avg->set_max_rate(0));
+}
+
 TEST_CASE("sample weighting mixes with w = n_other / (n_self + n_other)", "[gossip]") {
   AveragerConfig cfg = base_config();
   cfg.weight_by_samples = true;
