@@ -302,7 +302,6 @@ void Averager::between_steps(core::StepContext& ctx) {
   std::uint64_t seq = 0;
   ChunkList in;
   bool in_complete = false;
-  ChunkSetPtr reuse;  // the standing snapshot, serving our own exchange
   {
     std::lock_guard<std::mutex> lk(mu_);
     mix.swap(pending_);
@@ -320,13 +319,7 @@ void Averager::between_steps(core::StepContext& ctx) {
       active_ = true;
       seq = ++seq_;
       initiate = true;
-      // A standing snapshot no older than gossip_every steps serves our own exchange too (a
-      // responder serves the same age): one copy of the parameters fewer per exchange when
-      // exchanges finish within gossip_every steps. It is the last snapshot taken (any later one
-      // withdraws it first), so s_ and pool_ still hold it. Otherwise s_ is about to be
-      // overwritten.
-      if (standing_ && ctx.step - standing_step_ <= cfg_.gossip_every) reuse = std::move(standing_);
-      standing_.reset();
+      standing_.reset();  // s_ is about to be overwritten
     }
     // Idle: keep a snapshot ready, so a partner's request is answered without waiting for a step
     // boundary. It stays valid (nothing applied since) as training goes on, merely older: the mix
@@ -367,15 +360,7 @@ void Averager::between_steps(core::StepContext& ctx) {
       post([this, seq, samples] { start_initiator(seq, samples); });
     }
     // Before the norm check: it compares against this exchange's snapshot.
-    if (do_snapshot || (initiate && !reuse)) snapshot(ctx, seq);
-    if (reuse) {
-      spdlog::trace("averager: #{} served from the standing snapshot of step {}", seq,
-                    standing_step_);
-      post([this, seq, own = std::move(reuse)] {
-        snapshot_ready(seq, own);
-        chunks_ready(seq);
-      });
-    }
+    if (do_snapshot || initiate) snapshot(ctx, seq);
     if (refresh) {
       ChunkSetPtr own = snapshot(ctx, 0);
       std::lock_guard<std::mutex> lk(mu_);

@@ -164,42 +164,6 @@ TEST_CASE("two peers meet at the midpoint and both report the exchange", "[gossi
   CHECK(c.net.stats().connects_ok == before);
 }
 
-TEST_CASE("an initiator serves its standing snapshot when it is no older than gossip_every steps",
-          "[gossip]") {
-  AveragerConfig cfg = base_config();
-  cfg.gossip_every = 2;
-  cfg.direct = GENERATE(true, false);
-  INFO("direct " << cfg.direct);
-  constexpr std::size_t kN = 500;
-  Cluster c(2, kN, cfg, 11);
-  c.serve_all();  // idle boundaries at step 0: both take a standing snapshot
-  const auto x0 = c[0].values(c.be), x1 = c[1].values(c.be);
-  // A training step of peer 0 after its standing snapshot: every value + 1.
-  auto shifted = x0;
-  for (auto& v : shifted) v += 1.0f;
-  c.be.upload(c[0].x.data(), shifted.data(), kN * sizeof(float));
-  const int later = GENERATE(2, 3);  // steps since the standing snapshot: 2 <= gossip_every < 3
-  INFO("initiating " << later << " steps after the standing snapshot");
-  c[0].step = later;
-  c[0].hook(c.be, false);
-  REQUIRE(c.run_until([&] { return has_event(c[0]) && has_event(c[1]); }, Millis(1000)));
-  REQUIRE(c[0].events[0].ok);
-  REQUIRE(c[1].events[0].ok);
-  const auto y0 = c[0].values(c.be), y1 = c[1].values(c.be);
-  for (std::size_t i = 0; i < kN; ++i) {
-    if (later <= cfg.gossip_every) {
-      // s = the standing snapshot x0: the step after it is kept, the partner got x0.
-      REQUIRE(y0[i] == Approx(x0[i] + 1.0f + 0.5f * (x1[i] - x0[i])).margin(1e-5));
-      REQUIRE(y1[i] == Approx(0.5f * (x0[i] + x1[i])).margin(1e-5));
-    } else {
-      // Too old: a fresh snapshot, the plain midpoint of the current vectors.
-      REQUIRE(y0[i] == Approx(0.5f * (shifted[i] + x1[i])).margin(1e-5));
-      REQUIRE(y1[i] == Approx(0.5f * (shifted[i] + x1[i])).margin(1e-5));
-    }
-    REQUIRE(y0[i] + y1[i] == Approx(shifted[i] + x1[i]).margin(1e-4));  // the sum is conserved
-  }
-}
-
 TEST_CASE("a send rate cap spreads the transfer and changes nothing else", "[gossip]") {
   AveragerConfig cfg = base_config();
   cfg.chunk_bytes = 1000;  // 4000-byte vectors: four chunks of 1016 bytes with their headers
