@@ -213,10 +213,10 @@ int run(const Args& args) {
             "   transfers of the same bytes both ways on the same channel alone: efficiency =\n"
             "   channel time / exchange time (medians).\n"
             "2. K rounds of S training steps alone, then S steps of A with --gossip-every 1 (an\n"
-            "   exchange in flight from the first step boundary on, back to back), then the one in\n"
-            "   flight finishes with the hook calls that apply it counted: slowdown = step time\n"
-            "   with gossip / alone (and the median of the per-round ratios, steadier on a shared\n"
-            "   machine). Defaults S = 20, K = 5. --train-max-rate caps the bytes per second each\n"
+            "   exchange in flight from the first step boundary on, back to back) and more steps,\n"
+            "   starting none, until the last one is applied: slowdown = mean step time (hook\n"
+            "   included) with gossip / alone (and the median of the per-round ratios, steadier\n"
+            "   on a shared machine). Defaults S = 20, K = 5. --train-max-rate caps the bytes per second each\n"
             "   peer sends in this part (gossip-peer --max-rate): each exchange then spans more\n"
             "   steps, the same CPU spread thinner.\n"
             "B, A's partner, stands in for another machine: its threads run at nice 19. A's\n"
@@ -419,20 +419,9 @@ int run(const Args& args) {
         a.backend.sgd_momentum(model.params(), model.grads(), vel.data(), n, 1e-5f, 0.9f, 0.0f);
       };
       step();  // warm-up
-      // Time spent in the hook while the last exchange of a round finishes: the mix (and the
-      // standing snapshot taken after it) are training-thread work; the waiting is not.
-      auto drain = [&](double& ms) {
-        if (!wait_for([&] {
-              const auto t0 = Clock::now();
-              a.hook(model.params(), n, true);  // training done: starts nothing new
-              ms += ms_since(t0);
-              return !a.averager->in_exchange();
-            }, 120000))
-          throw std::runtime_error("exchange did not drain");
-      };
       std::vector<double> alone, during, round_ratio;
-      std::size_t steps_in_flight = 0;
-      double drain_ms = 0;
+      std::size_t steps_in_flight = 0, steps_with_gossip = 0, finishing_steps = 0;
+      double lost_ms = 0;  // step time with gossip beyond the same steps at the round's alone pace
       const std::size_t ok_before = a.averager->stats().ok;
       for (Node* node : {&a, &b}) node->averager->set_max_rate(train_max_rate_mb * 1e6);
       for (int round = 0; round < train_rounds; ++round) {
@@ -442,21 +431,26 @@ int run(const Args& args) {
           step();
           a_ms += ms_since(t0);
         }
-        for (int s = 0; s < train_steps; ++s) {
+        // S steps that start an exchange whenever none is in flight, then more steps, starting
+        // none, until the last one is applied: all of its work overlaps timed steps.
+        int d_steps = 0;
+        const auto round_start = Clock::now();
+        for (int s = 0; s < train_steps || a.averager->in_exchange(); ++s) {
+          if (ms_since(round_start) > 600000) throw std::runtime_error("exchange did not finish");
           const auto t0 = Clock::now();
           step();
           ++a.step;
           if (a.averager->in_exchange()) ++steps_in_flight;
-          a.hook(model.params(), n, false);  // gossip_every = 1: starts one whenever idle
+          a.hook(model.params(), n, s >= train_steps);  // gossip_every = 1; "done": start none
           d_ms += ms_since(t0);
+          ++d_steps;
+          if (s >= train_steps) ++finishing_steps;
         }
-        double dr = 0;
-        drain(dr);
-        drain_ms += dr;
-        d_ms += dr;
+        steps_with_gossip += std::size_t(d_steps);
         alone.push_back(a_ms / train_steps);
-        during.push_back(d_ms / train_steps);
-        round_ratio.push_back(d_ms / a_ms);
+        during.push_back(d_ms / d_steps);
+        lost_ms += d_ms - alone.back() * d_steps;
+        round_ratio.push_back(during.back() / alone.back());
       }
       j["train"] = {{"batch", batch},
                     {"max_rate_mb_per_s", train_max_rate_mb},
@@ -468,9 +462,11 @@ int run(const Args& args) {
                     {"slowdown_median_of_rounds", median(round_ratio)},
                     {"slowdown_goal", 1.1},
                     {"steps_with_exchange_in_flight", steps_in_flight},
-                    {"steps_with_gossip", std::size_t(train_rounds) * std::size_t(train_steps)},
-                    {"drain_hook_ms", drain_ms},
+                    {"steps_with_gossip", steps_with_gossip},
+                    {"steps_finishing_the_last_exchange", finishing_steps},
                     {"exchanges_completed", a.averager->stats().ok - ok_before},
+                    {"training_ms_lost_per_exchange",
+                     lost_ms / double(std::max<std::size_t>(1, a.averager->stats().ok - ok_before))},
                     {"note", "B stands in for a remote partner (nice 19) but shares these cores"}};
     }
   } catch (const std::exception& e) {
