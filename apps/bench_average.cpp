@@ -220,7 +220,7 @@ int run(const Args& args) {
             "   peer sends in this part (gossip-peer --max-rate): each exchange then spans more\n"
             "   steps, the same CPU spread thinner.\n"
             "B, A's partner, stands in for another machine: its threads run at nice 19. A's\n"
-            "network thread runs --net-nice N levels below A's training (default 19, as\n"
+            "network thread runs --net-nice N levels below A's training (default 0, as\n"
             "gossip-peer's). Both still share this machine's cores.\n"
             "--no-direct: copy the snapshot into its own buffer for the mix, as on a GPU, instead\n"
             "of reading it from the chunk messages (the CPU backend's default).\n");

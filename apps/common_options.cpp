@@ -128,8 +128,9 @@ const std::vector<Option>& options() {
          c.max_diff_norm = to_double("max-diff-norm", v, 0, 1e30);
        }},
       {"net-nice", "N",
-       "run the network thread N nice levels below training, so that exchanges take only the CPU "
-       "training leaves (0-19, default 19; only with gossip)",
+       "run the network thread N nice levels below training, so that exchanges take mostly the CPU "
+       "training leaves; membership shares that thread, so keep it 0 on a busy machine (0-19, "
+       "default 0; only with gossip)",
        [](PeerConfig& c, const std::string& v) { c.net_nice = int(to_int("net-nice", v, 0, 19)); }},
       {"max-rate", "MB_PER_S",
        "send an exchange's snapshot at most this fast, spreading its CPU over more training "

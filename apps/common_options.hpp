@@ -16,7 +16,7 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-inline constexpr int kDefaultNetNice = 19;
+inline constexpr int kDefaultNetNice = 0;
 
 struct PeerConfig {
   core::TrainConfig train;
@@ -37,10 +37,12 @@ struct PeerConfig {
   double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
   double max_rate_mb = 0.0;           // cap on the MB/s an exchange sends; 0: none
   double linger_s = -1.0;             // serve exchanges after training; <0: 10 with seeds, else 0
-  // Which of a peer's threads yields when they compete for the cores. One peer per machine
-  // (the default): the network thread runs net_nice levels below training, so exchanges take the
-  // CPU that training leaves. Several peers on one machine (gossip-launch passes --net-nice 0
-  // --train-nice 5): training runs below the network thread, or exchanges starve.
+  // Which of a peer's threads yields when they compete for the cores. By default neither. With
+  // net_nice the network thread runs below training, so exchanges take the CPU that training
+  // leaves; membership shares that thread, so on a loaded machine its probes may then be late
+  // enough for others to suspect this peer (a 4-process test on 2 busy cores at 19 did). Several
+  // peers on one machine (gossip-launch passes --net-nice 0 --train-nice 5): training runs below
+  // the network thread, or exchanges starve behind the other peers' steps.
   int net_nice = kDefaultNetNice;
   int train_nice = 0;
   std::string metrics;
