@@ -27,6 +27,7 @@
 #include "apps/common_options.hpp"
 #include "net/crypto.hpp"
 #include "net/frame.hpp"
+#include "net/buffer_pool.hpp"
 #include "net/tcp_transport.hpp"
 
 namespace gossiptrain::apps {
@@ -178,6 +179,7 @@ class Sink : public net::TransportHandler {
     if (payload.size() != expect_bytes) ok = false;
     if (pending) pending->set_value(t);
     pending = nullptr;
+    net::recycle(std::move(payload));  // the next run receives into mapped pages, as an exchange does
   }
   void on_closed(const net::ConnectionPtr&, const std::string&) override {}
 };
