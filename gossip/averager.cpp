@@ -20,10 +20,11 @@
 // optional norm bound, which needs our snapshot on the device, is checked at a step boundary.
 //
 // Cost on the training thread, per exchange: the snapshot (params -> chunk messages, streamed to
-// the protocol thread as they fill, then params -> s), the partner's chunks uploaded (and decoded)
-// at each step boundary while they arrive, and the mix. The protocol thread never copies payload
-// bytes: chunks go out as cut and come in as received. Every send respects the connection's
-// bounded queue (retry after send_retry).
+// the protocol thread as they fill, then params -> s unless in direct mode), the partner's chunks
+// uploaded (and decoded) at each step boundary while they arrive (direct mode: kept as received),
+// and the mix. The protocol thread never copies payload bytes: chunks go out as cut and come in as
+// received, and received ones go back to the transport's buffer pool once used. Every send
+// respects the connection's bounded queue (retry after send_retry) and the optional rate cap.
 #include "gossip/averager.hpp"
 
 #include <algorithm>
@@ -96,7 +97,8 @@ Averager::~Averager() {
 }
 
 void Averager::set_max_rate(double bytes_per_s) {
-  if (!std::isfinite(bytes_per_s) || !(bytes_per_s == 0 || bytes_per_s >= cfg_.min_rate_bytes_per_s))
+  const bool ok = bytes_per_s == 0 || bytes_per_s >= cfg_.min_rate_bytes_per_s;
+  if (!std::isfinite(bytes_per_s) || !ok)
     throw std::invalid_argument("averager: the send rate cap must be 0 (none) or at least " +
                                 std::to_string(cfg_.min_rate_bytes_per_s) + " bytes/s");
   max_rate_.store(bytes_per_s);
