@@ -83,7 +83,8 @@ Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDire
   set_max_rate(cfg_.max_rate_bytes_per_s);
   if (cfg_.chunk_bytes % 4 != 0)
     throw std::invalid_argument("averager: chunk_bytes must be a multiple of 4");
-  direct_ = cfg_.direct && be_.host_memory() && cfg_.wire == kernels::Wire::Fp32;
+  // Direct mode: values element-wise on the wire (not int8, whose block scales come first).
+  direct_ = cfg_.direct && be_.host_memory() && cfg_.wire != kernels::Wire::Int8;
   rng_.seed(cfg_.seed ? cfg_.seed : std::random_device{}());
   next_initiate_step_ = cfg_.gossip_every;
 }
@@ -138,12 +139,14 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
   if (n_params_.load() != 0)
     throw std::logic_error("averager: the parameter count changed between steps");
   n_params_.store(ctx.n_params);
-  if (!direct_) {
-    s_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
-    r_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
+  if (direct_) {
+    if (cfg_.wire != kernels::Wire::Fp32) scratch_.resize(2 * kScratchValues);
+    return;
   }
-  // The fp32 encoding is the raw floats: snapshots go straight from s_ and into r_.
-  // Sending and receiving each have their own encoded buffer: the partner's chunks may arrive
+  s_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
+  r_ = kernels::DeviceBuffer<float>(be_, ctx.n_params);
+  // The fp32 encoding is the raw floats: snapshots go straight from the parameters into their
+  // chunks, received chunks straight into r_. For the others, sending and receiving each have their own encoded buffer: the partner's chunks may arrive
   // before we encode our snapshot.
   if (cfg_.wire != kernels::Wire::Fp32) {
     enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(cfg_.wire, ctx.n_params));
@@ -153,13 +156,15 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
 
 // Takes our snapshot straight into the chunk messages and, for exchange seq, hands them to the
 // protocol thread as they fill, so streaming starts after the first few chunks instead of after
-// the whole copy (seq 0: a standing snapshot, published by the caller once whole); the snapshot
-// s_ kept for the mix is copied last (the parameters cannot change meanwhile: this is the
-// training thread).
+// the whole copy (seq 0: a standing snapshot, published by the caller once whole). The parameters
+// cannot change meanwhile: this is the training thread. s, the snapshot the mix subtracts, is
+// exactly what was sent (decoded), so that an exchange conserves the sum of the two vectors with
+// the lossy wires too: direct mode reads it from the chunks, the copy path keeps it in s_.
 ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
   const std::size_t bytes = encoded_size(cfg_.wire, ctx.n_params);
   const std::uint8_t* src = reinterpret_cast<const std::uint8_t*>(ctx.params);
-  if (cfg_.wire != kernels::Wire::Fp32) {
+  const bool encode_per_chunk = direct_ && cfg_.wire != kernels::Wire::Fp32;
+  if (cfg_.wire != kernels::Wire::Fp32 && !encode_per_chunk) {
     be_.encode(cfg_.wire, ctx.params, ctx.n_params, enc_.data());
     src = enc_.data();
   }
@@ -185,13 +190,19 @@ ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
   for (std::size_t k = 0; k < n; ++k) {
     auto& c = own->chunks[k];
     const std::size_t len = c->size() - kChunkHeaderBytes;
-    be_.download(c->data() + kChunkHeaderBytes, src + off, len);
+    if (encode_per_chunk)  // element-wise 2-byte values, each chunk holding whole ones
+      be_.encode(cfg_.wire, ctx.params + off / 2, len / 2, c->data() + kChunkHeaderBytes);
+    else
+      be_.download(c->data() + kChunkHeaderBytes, src + off, len);
     off += len;
     own->ready.store(k + 1, std::memory_order_release);
     if (seq && ((k + 1) % kChunksPerWakeup == 0 || k + 1 == n))
       post([this, seq] { chunks_ready(seq); });
   }
-  if (!direct_) be_.copy(s_.data(), ctx.params, ctx.n_params * sizeof(float));
+  if (!direct_) {
+    if (cfg_.wire == kernels::Wire::Fp32) be_.copy(s_.data(), ctx.params, ctx.n_params * sizeof(float));
+    else be_.decode(cfg_.wire, enc_.data(), ctx.n_params, s_.data());
+  }
   if (seq) spdlog::trace("averager: #{} snapshot taken ({} bytes)", seq, bytes);
   else spdlog::trace("averager: standing snapshot taken at step {}", ctx.step);
   return own;
@@ -222,7 +233,7 @@ void Averager::receive(core::StepContext& ctx, ChunkList& chunks) {
   chunks.clear();
   // fp16 and bf16 are element-wise: every complete element can be decoded now. int8 keeps its
   // block scales at the front, so it is decoded whole at the end.
-  if (cfg_.wire == kernels::Wire::Fp16 || cfg_.wire == kernels::Wire::Bf16) {
+  if (!direct_ && (cfg_.wire == kernels::Wire::Fp16 || cfg_.wire == kernels::Wire::Bf16)) {
     const std::size_t ready = rx_bytes_ / 2;
     if (ready > rx_decoded_)
       be_.decode(cfg_.wire, rx_enc_.data() + rx_decoded_ * 2, ready - rx_decoded_,
@@ -243,22 +254,22 @@ void Averager::decode_rest(core::StepContext& ctx) {
 // Direct mode: our snapshot is read from its chunk messages (pool_, the last snapshot taken:
 // every exchange is mixed before the next snapshot), the partner's vector from its chunk messages
 // as received (rx_chunks_), walking both lists together: their cuts may differ. Every chunk holds
-// whole, aligned floats: ours because chunk_bytes is a multiple of 4, the partner's because
-// on_chunk refuses fp32 chunks that are not.
+// whole values: ours because chunk_bytes is a multiple of 4, the partner's because on_chunk
+// refuses chunks that do not. fn(first, r, s, n) gets the encoded values [first, first + n).
 template <typename Fn>
 void Averager::for_each_span(std::size_t n_params, Fn fn) {
-  auto floats = [](const net::Bytes& c) {
-    return std::pair{reinterpret_cast<const float*>(c.data() + kChunkHeaderBytes),
-                     (c.size() - kChunkHeaderBytes) / 4};
+  const std::size_t vb = kernels::wire_value_bytes(cfg_.wire);
+  auto values = [vb](const net::Bytes& c) {
+    return std::pair{c.data() + kChunkHeaderBytes, (c.size() - kChunkHeaderBytes) / vb};
   };
-  std::size_t first = 0, si = 0, ri = 0, so = 0, ro = 0;  // chunk index, and float offset in it
+  std::size_t first = 0, si = 0, ri = 0, so = 0, ro = 0;  // chunk index, and value offset in it
   while (first < n_params) {
     if (si == pool_->chunks.size() || ri == rx_chunks_.size())
       throw std::logic_error("averager: the chunks do not cover the vector");
-    const auto [s, sn] = floats(*pool_->chunks[si]);
-    const auto [r, rn] = floats(rx_chunks_[ri]);
+    const auto [s, sn] = values(*pool_->chunks[si]);
+    const auto [r, rn] = values(rx_chunks_[ri]);
     const std::size_t n = std::min(sn - so, rn - ro);
-    if (n) fn(first, r + ro, s + so, n);
+    if (n) fn(first, r + ro * vb, s + so * vb, n);
     first += n;
     so += n;
     ro += n;
@@ -267,14 +278,36 @@ void Averager::for_each_span(std::size_t n_params, Fn fn) {
   }
 }
 
+// The same spans as floats: fp32 straight from the messages, fp16 and bf16 decoded a cache-sized
+// block at a time into scratch_.
+template <typename Fn>
+void Averager::for_each_float_span(std::size_t n_params, Fn fn) {
+  for_each_span(n_params, [&](std::size_t first, const std::uint8_t* r, const std::uint8_t* s,
+                              std::size_t n) {
+    if (cfg_.wire == kernels::Wire::Fp32) {
+      fn(first, reinterpret_cast<const float*>(r), reinterpret_cast<const float*>(s), n);
+      return;
+    }
+    float* rf = scratch_.data();
+    float* sf = scratch_.data() + kScratchValues;
+    for (std::size_t k = 0; k < n; k += kScratchValues) {
+      const std::size_t m = std::min(kScratchValues, n - k);
+      be_.decode(cfg_.wire, r + 2 * k, m, rf);
+      be_.decode(cfg_.wire, s + 2 * k, m, sf);
+      fn(first + k, rf, sf, m);
+    }
+  });
+}
+
 // The optional bound on ||r - s||, against this exchange's snapshot.
 std::string Averager::check_norm(core::StepContext& ctx) {
   decode_rest(ctx);
   double sq = 0.0;
   if (direct_)
-    for_each_span(ctx.n_params, [&](std::size_t, const float* r, const float* s, std::size_t n) {
-      sq += be_.sq_diff_norm(r, s, n);
-    });
+    for_each_float_span(ctx.n_params,
+                        [&](std::size_t, const float* r, const float* s, std::size_t n) {
+                          sq += be_.sq_diff_norm(r, s, n);
+                        });
   else
     sq = be_.sq_diff_norm(r_.data(), s_.data(), ctx.n_params);
   return std::sqrt(sq) <= cfg_.max_diff_norm ? "" : "invalid:norm";
@@ -342,8 +375,8 @@ void Averager::between_steps(core::StepContext& ctx) {
       receive(ctx, mix->rest);
       decode_rest(ctx);
       if (direct_) {
-        for_each_span(ctx.n_params, [&](std::size_t first, const float* r, const float* s,
-                                        std::size_t n) {
+        for_each_float_span(ctx.n_params, [&](std::size_t first, const float* r, const float* s,
+                                              std::size_t n) {
           be_.mix(ctx.params + first, r, s, n, mix->w);
         });
         recycle_all(rx_chunks_);
@@ -755,8 +788,8 @@ void Averager::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
                  short_id(e.partner), v->offset, v->size, expected);
     return fail("invalid:length", ExchangeCode::Invalid);
   }
-  if (cfg_.wire == kernels::Wire::Fp32 && v->size % 4 != 0) {
-    spdlog::warn("averager: fp32 chunk from {} at offset {} holds a partial value ({} bytes)",
+  if (cfg_.wire != kernels::Wire::Int8 && v->size % kernels::wire_value_bytes(cfg_.wire) != 0) {
+    spdlog::warn("averager: chunk from {} at offset {} holds a partial value ({} bytes)",
                  short_id(e.partner), v->offset, v->size);
     return fail("invalid:length", ExchangeCode::Invalid);
   }

@@ -204,10 +204,13 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void ensure_buffers(core::StepContext& ctx);
   ChunkSetPtr snapshot(core::StepContext& ctx, std::uint64_t seq);
   void receive(core::StepContext& ctx, ChunkList& chunks);
-  // Calls fn(first, r, s, n) over spans covering the whole vector: r the partner's values
+  // Calls fn(first, r, s, n) over spans covering the whole vector: r the partner's encoded values
   // [first, first + n) in its chunk messages, s our snapshot's in ours. Direct mode only.
   template <typename Fn>
   void for_each_span(std::size_t n_params, Fn fn);
+  // The same as floats (fp16, bf16: decoded block by block into scratch_).
+  template <typename Fn>
+  void for_each_float_span(std::size_t n_params, Fn fn);
   void decode_rest(core::StepContext& ctx);
   std::string check_norm(core::StepContext& ctx);
 
@@ -257,12 +260,16 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   std::atomic<std::int64_t> own_samples_{0};
   std::atomic<double> max_rate_{0.0};  // bytes per second; 0: no cap
 
-  // Training thread only. Direct mode (a host-memory backend and the fp32 wire): the mix reads
-  // our snapshot and the partner's vector straight from their chunk messages, so s_ and r_ are
-  // neither allocated nor copied (100 MB less of each per 100 MB exchange). The partner's messages
-  // go back to the transport's buffer pool after the mix, so the next exchange receives into
-  // pages already mapped. Device buffers reused by every exchange.
+  // Training thread only. Direct mode (a host-memory backend and an element-wise wire: fp32,
+  // fp16, bf16): our snapshot is encoded straight into its chunk messages, and the mix reads it
+  // and the partner's vector from their messages (fp16 and bf16 decoded a block at a time), so
+  // s_, r_ and the encode buffers are neither allocated nor copied (100 MB less of each per
+  // 100 MB exchange). The partner's messages go back to the transport's buffer pool after the
+  // mix, so the next exchange receives into pages already mapped. Device buffers reused by every
+  // exchange.
   bool direct_ = false;
+  static constexpr std::size_t kScratchValues = 16384;  // per decoded block: 64 KiB, in cache
+  std::vector<float> scratch_;           // direct mode, fp16 and bf16: r then s, decoded
   kernels::DeviceBuffer<float> s_, r_;  // not in direct mode
   ChunkList rx_chunks_;  // direct mode: the partner's chunks of exchange rx_seq_ taken so far
   static void recycle_all(ChunkList& chunks);  // gives the buffers back to the transport's pool

@@ -28,6 +28,11 @@ Wire parse_wire(std::string_view s);
 std::string_view wire_name(Wire w);
 // Bytes needed to encode n floats. Int8 layout: ceil(n/256) fp32 scales, then n int8 values.
 std::size_t encoded_size(Wire w, std::size_t n);
+// Bytes of one value of an element-wise encoding: 4 (fp32), 2 (fp16, bf16); int8 is blockwise
+// (its scales come first): 1.
+constexpr std::size_t wire_value_bytes(Wire w) {
+  return w == Wire::Fp32 ? 4 : (w == Wire::Fp16 || w == Wire::Bf16) ? 2 : 1;
+}
 
 // All pointers passed to a Backend method are "device" pointers obtained from alloc() of that same
 // backend (host memory for cpu), unless the name says host. Matrices are row-major.
