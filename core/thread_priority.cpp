@@ -27,14 +27,4 @@ bool lower_this_thread_priority(int by, std::string* error) {
 #endif
 }
 
-int this_thread_nice() {
-#if defined(__linux__)
-  errno = 0;
-  const int v = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
-  return errno == 0 ? v : 0;
-#else
-  return 0;
-#endif
-}
-
 }  // namespace gossiptrain::core

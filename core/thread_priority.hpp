@@ -13,7 +13,4 @@ namespace gossiptrain::core {
 // it failed; by <= 0 does nothing and returns true.
 bool lower_this_thread_priority(int by, std::string* error = nullptr);
 
-// The calling thread's nice value (0 where unknown).
-int this_thread_nice();
-
 }  // namespace gossiptrain::core
