@@ -200,8 +200,10 @@ ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
       post([this, seq] { chunks_ready(seq); });
   }
   if (!direct_) {
-    if (cfg_.wire == kernels::Wire::Fp32) be_.copy(s_.data(), ctx.params, ctx.n_params * sizeof(float));
-    else be_.decode(cfg_.wire, enc_.data(), ctx.n_params, s_.data());
+    if (cfg_.wire == kernels::Wire::Fp32)
+      be_.copy(s_.data(), ctx.params, ctx.n_params * sizeof(float));
+    else
+      be_.decode(cfg_.wire, enc_.data(), ctx.n_params, s_.data());
   }
   if (seq) spdlog::trace("averager: #{} snapshot taken ({} bytes)", seq, bytes);
   else spdlog::trace("averager: standing snapshot taken at step {}", ctx.step);
@@ -278,10 +280,15 @@ void Averager::for_each_span(std::size_t n_params, Fn fn) {
   }
 }
 
-// The same spans as floats: fp32 straight from the messages, fp16 and bf16 decoded a cache-sized
-// block at a time into scratch_.
+// The whole vector as float spans fn(first, r, s, n): the copy path's r_ and s_ in one span;
+// direct mode's messages, fp32 as they are, fp16 and bf16 decoded a cache-sized block at a time
+// into scratch_.
 template <typename Fn>
 void Averager::for_each_float_span(std::size_t n_params, Fn fn) {
+  if (!direct_) {
+    fn(0, r_.data(), s_.data(), n_params);
+    return;
+  }
   for_each_span(n_params, [&](std::size_t first, const std::uint8_t* r, const std::uint8_t* s,
                               std::size_t n) {
     if (cfg_.wire == kernels::Wire::Fp32) {
@@ -303,13 +310,8 @@ void Averager::for_each_float_span(std::size_t n_params, Fn fn) {
 std::string Averager::check_norm(core::StepContext& ctx) {
   decode_rest(ctx);
   double sq = 0.0;
-  if (direct_)
-    for_each_float_span(ctx.n_params,
-                        [&](std::size_t, const float* r, const float* s, std::size_t n) {
-                          sq += be_.sq_diff_norm(r, s, n);
-                        });
-  else
-    sq = be_.sq_diff_norm(r_.data(), s_.data(), ctx.n_params);
+  for_each_float_span(ctx.n_params, [&](std::size_t, const float* r, const float* s,
+                                        std::size_t n) { sq += be_.sq_diff_norm(r, s, n); });
   return std::sqrt(sq) <= cfg_.max_diff_norm ? "" : "invalid:norm";
 }
 
@@ -374,15 +376,11 @@ void Averager::between_steps(core::StepContext& ctx) {
       rx_switch(mix->seq);
       receive(ctx, mix->rest);
       decode_rest(ctx);
-      if (direct_) {
-        for_each_float_span(ctx.n_params, [&](std::size_t first, const float* r, const float* s,
-                                              std::size_t n) {
-          be_.mix(ctx.params + first, r, s, n, mix->w);
-        });
-        recycle_all(rx_chunks_);
-      } else {
-        be_.mix(ctx.params, r_.data(), s_.data(), ctx.n_params, mix->w);
-      }
+      for_each_float_span(ctx.n_params, [&](std::size_t first, const float* r, const float* s,
+                                            std::size_t n) {
+        be_.mix(ctx.params + first, r, s, n, mix->w);
+      });
+      recycle_all(rx_chunks_);  // direct mode's messages (none on the copy path)
       spdlog::trace("averager: #{} mixed with w={}", mix->seq, mix->w);
       post([this, s = mix->seq] { applied(s); });
       failing = seq;

@@ -208,7 +208,8 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   // [first, first + n) in its chunk messages, s our snapshot's in ours. Direct mode only.
   template <typename Fn>
   void for_each_span(std::size_t n_params, Fn fn);
-  // The same as floats (fp16, bf16: decoded block by block into scratch_).
+  // The whole vector as float spans, on either path (fp16, bf16 in direct mode: decoded block by
+  // block into scratch_).
   template <typename Fn>
   void for_each_float_span(std::size_t n_params, Fn fn);
   void decode_rest(core::StepContext& ctx);
