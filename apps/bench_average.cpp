@@ -193,11 +193,7 @@ int run(const Args& args) {
       else if (a == "--train-rounds") train_rounds = int(to_int(a.substr(2), next(), 1, 1000));
       else if (a == "--batch") batch = int(to_int(a.substr(2), next(), 1, 1 << 20));
       else if (a == "--net-nice") net_nice = int(to_int(a.substr(2), next(), 0, 19));
-      else if (a == "--train-max-rate") {
-        train_max_rate_mb = to_double(a.substr(2), next(), 0, 1e6);
-        if (train_max_rate_mb > 0 && train_max_rate_mb < 20)
-          throw UsageError("--train-max-rate must be 0 (no cap) or at least 20 (MB/s)");
-      }
+      else if (a == "--train-max-rate") train_max_rate_mb = to_max_rate_mb(a.substr(2), next());
       else if (a == "--no-train") train = false;
       else if (a == "--no-direct") direct = false;
       else if (a == "--json") json = true;
@@ -216,9 +212,9 @@ int run(const Args& args) {
             "   exchange in flight from the first step boundary on, back to back) and more steps,\n"
             "   starting none, until the last one is applied: slowdown = mean step time (hook\n"
             "   included) with gossip / alone (and the median of the per-round ratios, steadier\n"
-            "   on a shared machine). Defaults S = 20, K = 5. --train-max-rate caps the bytes per second each\n"
-            "   peer sends in this part (gossip-peer --max-rate): each exchange then spans more\n"
-            "   steps, the same CPU spread thinner.\n"
+            "   on a shared machine). Defaults S = 20, K = 5. --train-max-rate caps the bytes\n"
+            "   per second each peer sends in this part (gossip-peer --max-rate): each exchange\n"
+            "   then spans more steps, the same CPU spread thinner.\n"
             "B, A's partner, stands in for another machine: its threads run at nice 19. A's\n"
             "network thread runs --net-nice N levels below A's training (default 0, as\n"
             "gossip-peer's). Both still share this machine's cores.\n"

@@ -135,12 +135,7 @@ const std::vector<Option>& options() {
       {"max-rate", "MB_PER_S",
        "send an exchange's snapshot at most this fast, spreading its CPU over more training "
        "steps (0: no cap, the default; else at least 20, the rate partners' deadlines assume)",
-       [](PeerConfig& c, const std::string& v) {
-         c.max_rate_mb = to_double("max-rate", v, 0, 1e6);
-         if (c.max_rate_mb > 0 && c.max_rate_mb < 20)
-           throw UsageError("--max-rate: " + v + " is under 20 (MB/s), the floor partners' "
-                            "deadlines assume; use 0 for no cap");
-       }},
+       [](PeerConfig& c, const std::string& v) { c.max_rate_mb = to_max_rate_mb("max-rate", v); }},
       {"train-nice", "N",
        "run training N nice levels below the other threads, so that exchanges and membership "
        "never wait behind a step when several peers share the cores (0-19, default 0; "
@@ -232,6 +227,14 @@ double to_double(const std::string& flag, const std::string& v, double lo, doubl
     throw bad_value(flag, v, os.str());
   }
   return x;
+}
+
+double to_max_rate_mb(const std::string& flag, const std::string& v) {
+  const double mb = to_double(flag, v, 0, 1e6);
+  if (mb > 0 && mb < 20)
+    throw UsageError("--" + flag + ": " + v + " is under 20 (MB/s), the floor partners' "
+                     "deadlines assume; use 0 for no cap");
+  return mb;
 }
 
 void check_host_port(const std::string& addr, const std::string& flag) {

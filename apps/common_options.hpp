@@ -68,6 +68,9 @@ Flag split_flag(const std::string& arg);
 // naming the flag and the accepted range.
 long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi);
 double to_double(const std::string& flag, const std::string& v, double lo, double hi);
+// An exchange send-rate cap in MB/s: 0 (none) or at least 20, the rate partners size their
+// transfer deadlines on (gossip::AveragerConfig::min_rate_bytes_per_s); UsageError otherwise.
+double to_max_rate_mb(const std::string& flag, const std::string& v);
 
 // Splits "a:1,b:2" and checks each is HOST:PORT with a port in 0..65535.
 std::vector<std::string> parse_addr_list(const std::string& s, const std::string& flag);

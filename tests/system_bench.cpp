@@ -37,6 +37,8 @@ TEST_CASE("gossip-bench refuses bad values with exit code 2 and a message", "[sy
       {{"average", "--params", "-5"}, "--params"},
       {{"average", "--params", "1e3"}, "--params"},
       {{"average", "--reps"}, "needs a value"},
+      {{"average", "--train-max-rate", "5"}, "under 20 (MB/s)"},
+      {{"average", "--net-nice", "20"}, "--net-nice"},
       {{"train", "--batch", "99999999999"}, "--batch"},
       {{"train", "--batch", "3x"}, "--batch"},
       {{"transport", "--runs", "0"}, "--runs"},
