@@ -218,8 +218,8 @@ int run(const Args& args) {
             "B, A's partner, stands in for another machine: its threads run at nice 19. A's\n"
             "network thread runs --net-nice N levels below A's training (default 0, as\n"
             "gossip-peer's). Both still share this machine's cores.\n"
-            "--no-direct: copy the snapshot into its own buffer for the mix, as on a GPU, instead\n"
-            "of reading it from the chunk messages (the CPU backend's default).\n");
+            "--no-direct: copy both vectors into their own buffers for the mix, as on a GPU,\n"
+            "instead of reading them from the chunk messages (the CPU backend's default).\n");
         return 0;
       } else {
         std::fprintf(stderr, "gossip-bench average: unknown option '%s'\n", a.c_str());

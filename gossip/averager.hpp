@@ -37,8 +37,9 @@ struct AveragerConfig {
   int max_tries = 3;               // peers asked per exchange (BUSY, refused, unreachable)
   bool initiate_when_done = false; // keep starting exchanges after training is done
   bool yield_between_steps = true; // give up the CPU at every step boundary (see between_steps)
-  // Read our snapshot straight from its chunk messages when the backend's memory is host memory
-  // and the wire is fp32 (no copy into s_). false forces the copy path every other case takes.
+  // Mix from the chunk messages (ours and the partner's, no copies into s_ and r_) when the
+  // backend's memory is host memory and the wire is element-wise (fp32, fp16, bf16). false forces
+  // the copy path every other case takes.
   bool direct = true;
   net::Millis answer_timeout{5000};         // REQUEST -> ACCEPT/BUSY/REFUSE
   net::Millis transfer_timeout_floor{10000};  // ACCEPT -> commit, plus the size-scaled part
