@@ -80,7 +80,32 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
                                {"ms", e.ms},
                                {"w", e.w}});
     if (!e.ok) spdlog::debug("exchange with {} failed: {}", e.partner, e.reason);
+    watch_health(e);
   });
+}
+
+void GossipNode::watch_health(const gossip::ExchangeEvent& e) {
+  std::string addr;
+  if (e.role == gossip::ExchangeRole::Initiator) {
+    if (auto m = membership_->member(e.partner)) addr = m->addr;
+  }
+  const auto change = health_.on_result(e.ok, e.reason, addr, transport_->now());
+  if (change == gossip::ExchangeHealth::Change::kNone) return;
+  const gossip::ExchangeAlert a = health_.alert();
+  const bool failing = change == gossip::ExchangeHealth::Change::kFailing;
+  if (failing) {
+    spdlog::warn("no averaging exchange has succeeded in the last {} attempts ({:.0f} s): most "
+                 "failed with '{}'{}; this peer is training alone",
+                 a.failures, a.duration.count() / 1000.0, a.reason,
+                 a.addr.empty() ? "" : ", dialling " + a.addr);
+  } else {
+    spdlog::info("averaging exchanges succeed again");
+  }
+  metrics_.emit("exchange_alert", {{"state", failing ? "failing" : "recovered"},
+                                   {"failures", a.failures},
+                                   {"seconds", a.duration.count() / 1000.0},
+                                   {"reason", a.reason},
+                                   {"addr", a.addr}});
 }
 
 GossipNode::~GossipNode() { stop(); }

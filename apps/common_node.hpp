@@ -9,6 +9,7 @@
 #include "core/step_hook.hpp"
 #include "gossip/averager.hpp"
 #include "gossip/dispatcher.hpp"
+#include "gossip/exchange_health.hpp"
 #include "gossip/membership.hpp"
 #include "kernels/backend.hpp"
 #include "net/tcp_transport.hpp"
@@ -35,6 +36,8 @@ class GossipNode {
  private:
   void build_protocols(const gossip::MembershipConfig& mc, const gossip::AveragerConfig& ac,
                        kernels::Backend& backend);
+  // Warns once when every exchange has failed for a while (protocol thread).
+  void watch_health(const gossip::ExchangeEvent& e);
 
   core::Metrics& metrics_;
   std::shared_ptr<const net::Identity> identity_;
@@ -42,6 +45,7 @@ class GossipNode {
   gossip::Dispatcher dispatcher_;
   std::unique_ptr<gossip::Membership> membership_;
   std::unique_ptr<gossip::Averager> averager_;
+  gossip::ExchangeHealth health_;  // protocol thread only
   bool started_ = false;
 };
 

@@ -11,6 +11,7 @@
 
 #include "core/partition.hpp"
 #include "kernels/backend.hpp"
+#include "net/address.hpp"
 
 namespace gossiptrain::apps {
 
@@ -45,13 +46,18 @@ const std::vector<Option>& options() {
          c.listen = v;
          c.listen_given = true;
        }},
-      {"advertise", "HOST:PORT", "address other peers should dial (default: the listen address)",
+      {"advertise", "HOST:PORT",
+       "address other peers dial, the one membership announces (default: the listen address; "
+       "required when --listen is a wildcard such as 0.0.0.0)",
        [](PeerConfig& c, const std::string& v) {
-         check_host_port(v, "advertise");
+         check_dialable(v, "advertise");
          c.advertise = v;
        }},
       {"seeds", "HOST:PORT,...", "peers to join through; none: train alone",
-       [](PeerConfig& c, const std::string& v) { c.seeds = parse_addr_list(v, "seeds"); }},
+       [](PeerConfig& c, const std::string& v) {
+         c.seeds = parse_addr_list(v, "seeds");
+         for (const auto& a : c.seeds) check_dialable(a, "seeds");
+       }},
       {"identity", "FILE", "Ed25519 identity key file, created (mode 0600) if missing",
        [](PeerConfig& c, const std::string& v) { c.identity = v; }},
       {"network-key", "FILE", "32-byte pre-shared network key; peers without it are refused",
@@ -244,6 +250,15 @@ void check_host_port(const std::string& addr, const std::string& flag) {
   to_int(flag, addr.substr(colon + 1), 0, 65535);
 }
 
+void check_dialable(const std::string& addr, const std::string& flag) {
+  check_host_port(addr, flag);
+  if (!net::dialable_addr(addr))
+    throw UsageError("--" + flag + " " + addr +
+                     ": not an address another machine can dial (a wildcard host such as "
+                     "0.0.0.0 or ::, or port 0); give this machine's own address, e.g. "
+                     "10.0.0.1:7000");
+}
+
 std::vector<std::string> parse_addr_list(const std::string& s, const std::string& flag) {
   std::vector<std::string> out;
   std::size_t start = 0;
@@ -260,6 +275,21 @@ std::vector<std::string> parse_addr_list(const std::string& s, const std::string
   if (out.empty()) throw bad_value(flag, s, "HOST:PORT,...");
   return out;
 }
+
+namespace {
+// Other machines learn our address from membership: a wildcard there would make them dial
+// themselves, so a wildcard --listen needs --advertise.
+void check_listen_is_announceable(const PeerConfig& c) {
+  std::string host;
+  std::uint16_t port = 0;
+  if (!c.advertise.empty() || !net::split_host_port(c.listen, host, port)) return;
+  if (net::is_wildcard_host(host))
+    throw UsageError("--listen " + c.listen +
+                     " is a wildcard address that no other machine can dial: add --advertise "
+                     "HOST:" + std::to_string(port) + " with this machine's address (e.g. "
+                     "--advertise 10.0.0.1:" + std::to_string(port) + ")");
+}
+}  // namespace
 
 PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
   PeerConfig c;
@@ -300,6 +330,7 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+  check_listen_is_announceable(c);
   if (c.linger_s < 0) c.linger_s = c.gossip_enabled() ? 10.0 : 0.0;
   return c;
 }

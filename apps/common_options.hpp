@@ -75,5 +75,7 @@ double to_max_rate_mb(const std::string& flag, const std::string& v);
 // Splits "a:1,b:2" and checks each is HOST:PORT with a port in 0..65535.
 std::vector<std::string> parse_addr_list(const std::string& s, const std::string& flag);
 void check_host_port(const std::string& addr, const std::string& flag);
+// check_host_port, and the address is one another machine can dial: no wildcard host, no port 0.
+void check_dialable(const std::string& addr, const std::string& flag);
 
 }  // namespace gossiptrain::apps

@@ -164,6 +164,7 @@ struct Child {
   pid_t pid = -1;
   bool running = false;
   bool failed_before_stop = false;
+  int averaging_alerts_noted = 0;
   Clock::time_point started;
   PeerOutcome outcome;
 };
@@ -470,6 +471,13 @@ void Launch::poll_metrics() {
       if (auto t = stats_[i].add_line(line, o_.target_acc))
         if (!offset || now - *t < *offset) offset = std::max(0.0, now - *t);
     });
+    const PeerStats& s = stats_[i];
+    if (s.averaging_alerts > children_[i].averaging_alerts_noted) {
+      children_[i].averaging_alerts_noted = s.averaging_alerts;
+      note("gossip-launch: peer " + std::to_string(i) + " is not averaging: its exchanges keep " +
+           "failing (mostly '" + s.alert_reason + "'" +
+           (s.alert_addr.empty() ? std::string() : ", dialling " + s.alert_addr) + ")");
+    }
   }
 }
 
@@ -589,6 +597,7 @@ std::vector<std::string> Launch::table() const {
     std::string state = c.outcome.state;
     if (c.running && s.lines == 0) state = "starting";
     else if (c.running && s.done) state = "finishing";
+    if (s.not_averaging) state += " NOT AVERAGING (" + s.alert_reason + ")";
     std::string ep = std::to_string(s.epoch) + "/" + std::to_string(epochs);
     char loss[32] = "-";
     if (s.loss) std::snprintf(loss, sizeof loss, "%.4f", *s.loss);

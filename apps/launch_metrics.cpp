@@ -77,6 +77,13 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
     if (auto v = num(j, "bytes_sent")) bytes += std::int64_t(*v);
     else if (auto w = num(j, "bytes")) bytes += std::int64_t(*w);
     if (auto v = num(j, "bytes")) bytes_wire += std::int64_t(*v);
+  } else if (ev == "exchange_alert") {
+    not_averaging = j.value("state", "") == "failing";
+    if (not_averaging) {
+      ++averaging_alerts;
+      alert_reason = j.value("reason", "");
+      alert_addr = j.value("addr", "");
+    }
   } else if (ev == "member") {
     // Metrics writes a field that would shadow the header as EVENT_KEY: the member is member_peer.
     for (const char* k : {"member_peer", "member", "id"})

@@ -63,6 +63,11 @@ struct PeerStats {
   std::map<std::string, int> failed_by_reason;
   std::int64_t bytes = 0;       // sent by this peer
   std::int64_t bytes_wire = 0;  // sent + received
+  // From `exchange_alert` lines: the peer said every exchange had failed for a while.
+  bool not_averaging = false;  // the last alert said "failing" and no "recovered" came after it
+  int averaging_alerts = 0;    // "failing" alerts over the run
+  std::string alert_reason;    // the last alert's most common reason ...
+  std::string alert_addr;      // ... and the address it dialled most
   std::map<std::string, std::string> members;  // member id -> last state
   int errors = 0;
   std::string last_error;

@@ -56,6 +56,7 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
   int ok_total = 0, failed_total = 0;
   std::map<std::string, int> reasons_total;
   nlohmann::json failed_peers = nlohmann::json::array();
+  nlohmann::json not_averaging = nlohmann::json::array();
   for (std::size_t i = 0; i < stats.size(); ++i) {
     const PeerStats& s = stats[i];
     const PeerOutcome& out = outcomes[i];
@@ -90,6 +91,7 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
     failed_total += s.exchanges_failed;
     for (const auto& [r, n] : s.failed_by_reason) reasons_total[r] += n;
     if (out.failed) failed_peers.push_back(int(i));
+    if (s.averaging_alerts > 0) not_averaging.push_back(int(i));
     peers.push_back({
         {"peer", int(i)},
         {"id", s.id},
@@ -109,6 +111,10 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
         {"exchanges_ok", s.exchanges_ok},
         {"exchanges_failed", s.exchanges_failed},
         {"exchanges_failed_by_reason", s.failed_by_reason},
+        {"averaging_alerts", s.averaging_alerts},
+        {"not_averaging_at_end", s.not_averaging},
+        {"averaging_alert_reason", s.averaging_alerts ? nlohmann::json(s.alert_reason) : nullptr},
+        {"averaging_alert_addr", s.averaging_alerts ? nlohmann::json(s.alert_addr) : nullptr},
         {"bytes_sent", s.bytes},
         {"bytes_sent_and_received", s.bytes_wire},
         {"consensus_distance", opt(out.consensus)},
@@ -143,6 +149,8 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
       {"seconds", run.seconds},
       {"interrupted", run.interrupted},
       {"failed_peers", failed_peers},
+      // Peers that said every exchange failed for a while (they trained alone meanwhile).
+      {"peers_not_averaging", not_averaging},
       {"target_acc", o.target_acc},
       {"final_test_acc_mean", opt(mean)},
       {"final_test_acc_min", opt(mn)},

@@ -58,15 +58,16 @@ Membership::Membership(net::Transport& transport, MembershipConfig config)
       sched_(transport.scheduler()),
       cfg_(std::move(config)),
       self_id_(transport.local_id()),
-      self_addr_(transport.listen_addr()),
+      self_addr_(transport.advertised_addr()),
       rng_(cfg_.rng_seed ? cfg_.rng_seed : (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()),
       token_(std::make_shared<bool>(true)) {
   cfg_.validate();
   if (self_id_.empty() || self_id_.size() > kMaxPeerIdBytes) {
     throw std::invalid_argument("membership: bad local peer id");
   }
-  if (!valid_addr(self_addr_)) {
-    throw std::invalid_argument("membership: bad listen address '" + self_addr_ + "'");
+  if (!valid_addr(self_addr_) || !net::dialable_addr(self_addr_)) {
+    throw std::invalid_argument("membership: advertised address '" + self_addr_ +
+                                "' is not one other peers can dial");
   }
   const std::uint64_t inc =
       cfg_.initial_incarnation
@@ -442,6 +443,15 @@ void Membership::merge_remote(const std::vector<Update>& remote) {
 void Membership::alive_node(const Update& a, bool bootstrap) {
   auto it = members_.find(a.id);
   const bool is_self = a.id == self_id_;
+  if (!is_self && !net::dialable_addr(a.addr)) {
+    // A peer that announces a wildcard (an old build listening on 0.0.0.0 without --advertise):
+    // dialling it would reach ourselves. Once per member and address, so the log stays readable.
+    if (unroutable_seen_.insert(a.id + "@" + a.addr).second) {
+      spdlog::warn("membership {}: ignoring member {} announced at unroutable address {} "
+                   "(that peer needs --advertise)", self_id_, a.id, a.addr);
+    }
+    return;
+  }
   if (it == members_.end()) {
     if (members_.size() >= kMaxSyncMembers) {
       spdlog::warn("membership {}: member table full ({}), ignoring {}", self_id_, kMaxSyncMembers, a.id);
@@ -713,6 +723,11 @@ void Membership::handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m) {
   apply_all(c, m.updates);
   if (m.target_id == self_id_) {
     send_on(c, kMsgAck, encode(AckMsg{m.seq, take_broadcasts(cfg_.max_piggyback)}));
+    return;
+  }
+  if (!net::dialable_addr(m.target_addr)) {
+    spdlog::debug("membership {}: ping-req for {} at unroutable {} ignored", self_id_,
+                  m.target_id, m.target_addr);
     return;
   }
   const std::uint32_t seq = next_seq_++;

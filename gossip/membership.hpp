@@ -16,6 +16,7 @@
 #include "gossip/messages.hpp"
 #include "gossip/peer_directory.hpp"
 #include "core/rng.hpp"
+#include "net/address.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::gossip {
@@ -224,6 +225,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   std::size_t probe_index_ = 0;
   Probe probe_;
   std::uint32_t next_seq_ = 1;
+  std::set<std::string> unroutable_seen_;  // "id@addr" already logged as unroutable
 
   bool running_ = false;
   bool leaving_ = false;

@@ -57,6 +57,7 @@ class SimTransport final : public Transport, public Scheduler {
   Scheduler& scheduler() override { return *this; }
   const std::string& local_id() const override { return id_; }
   const std::string& listen_addr() const override { return addr_; }
+  const std::string& advertised_addr() const override { return addr_; }
   void connect(const std::string& addr, ConnectCallback done) override;
 
   // Scheduler

@@ -31,32 +31,6 @@ std::string endpoint_str(const asio::ip::tcp::endpoint& ep) {
 
 }  // namespace
 
-bool split_host_port(const std::string& addr, std::string& host, std::uint16_t& port) {
-  std::string p;
-  if (!addr.empty() && addr[0] == '[') {
-    auto close = addr.find(']');
-    if (close == std::string::npos || close + 1 >= addr.size() || addr[close + 1] != ':')
-      return false;
-    host = addr.substr(1, close - 1);
-    p = addr.substr(close + 2);
-  } else {
-    auto colon = addr.rfind(':');
-    if (colon == std::string::npos || colon == 0) return false;
-    host = addr.substr(0, colon);
-    if (host.find(':') != std::string::npos) return false;
-    p = addr.substr(colon + 1);
-  }
-  if (p.empty() || p.size() > 5 || host.empty()) return false;
-  unsigned v = 0;
-  for (char c : p) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + unsigned(c - '0');
-  }
-  if (v > 65535) return false;
-  port = static_cast<std::uint16_t>(v);
-  return true;
-}
-
 TcpTransport::TcpTransport(TcpTransportConfig config)
     : config_(std::move(config)), io_(std::make_shared<asio::io_context>()), acceptor_(*io_),
       epoch_(std::chrono::steady_clock::now()) {
@@ -73,6 +47,12 @@ TcpTransport::TcpTransport(TcpTransportConfig config)
   std::uint16_t p;
   if (!config_.listen.empty() && !split_host_port(config_.listen, h, p))
     throw ConfigError("tcp transport: bad listen address '" + config_.listen + "' (host:port)");
+  if (!config_.listen.empty() && config_.advertise.empty() && is_wildcard_host(h))
+    throw ConfigError("tcp transport: listening on the wildcard address " + config_.listen +
+                      " needs an advertised address that other machines can dial");
+  if (!config_.advertise.empty() && !dialable_addr(config_.advertise))
+    throw ConfigError("tcp transport: advertised address '" + config_.advertise +
+                      "' is not one another machine can dial (host:port, no wildcard, port > 0)");
   local_id_ = config_.identity->peer_id();
   options_ = std::make_shared<ChannelOptions>();
   options_->limits = config_.limits;
@@ -105,9 +85,10 @@ void TcpTransport::start() {
     listen_addr_ = endpoint_str(acceptor_.local_endpoint());
     asio::co_spawn(*io_, accept_loop(), rethrow);
   }
-  std::string adv = config_.advertise.empty() ? listen_addr_ : config_.advertise;
-  if (adv.size() > kMaxAddrBytes) throw ConfigError("tcp transport: listen address too long");
-  options_->handshake.listen_addr = adv;
+  advertised_addr_ = config_.advertise.empty() ? listen_addr_ : config_.advertise;
+  if (advertised_addr_.size() > kMaxAddrBytes)
+    throw ConfigError("tcp transport: listen address too long");
+  options_->handshake.listen_addr = advertised_addr_;
   started_ = true;
   work_.emplace(io_->get_executor());
   auto done = std::make_shared<std::promise<void>>();

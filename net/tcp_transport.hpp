@@ -24,6 +24,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
 
+#include "net/address.hpp"
 #include "net/channel.hpp"
 #include "net/identity.hpp"
 #include "net/limits.hpp"
@@ -33,7 +34,9 @@ namespace gossiptrain::net {
 
 struct TcpTransportConfig {
   std::string listen = "127.0.0.1:0";  // host:port to bind; port 0 picks a free one
-  std::string advertise;               // address announced to peers; default: listen_addr()
+  // Address announced to peers; default: listen_addr(). Required when listen is a wildcard
+  // address (0.0.0.0, ::), which no other machine can dial.
+  std::string advertise;
   std::shared_ptr<const Identity> identity;  // required
   std::optional<crypto::SymKey> network_key;
   std::optional<Allowlist> allowlist;
@@ -75,6 +78,7 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   Scheduler& scheduler() override { return *this; }
   const std::string& local_id() const override { return local_id_; }
   const std::string& listen_addr() const override { return listen_addr_; }
+  const std::string& advertised_addr() const override { return advertised_addr_; }
   void connect(const std::string& addr, ConnectCallback done) override;
 
   // Scheduler.
@@ -105,6 +109,7 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   std::shared_ptr<ChannelOptions> options_;
   std::string local_id_;
   std::string listen_addr_;
+  std::string advertised_addr_;
   TransportHandler* handler_ = nullptr;
 
   // Shared with the channels (see Channel): it outlives every Connection the application holds.
@@ -129,8 +134,5 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   mutable std::mutex stats_mu_;
   TcpTransportStats stats_;
 };
-
-// Splits "host:port" / "[v6]:port"; false when malformed.
-bool split_host_port(const std::string& addr, std::string& host, std::uint16_t& port);
 
 }  // namespace gossiptrain::net

@@ -65,9 +65,12 @@ class Transport {
   virtual ~Transport() = default;
   virtual void set_handler(TransportHandler* h) = 0;  // before start; not owned
   virtual Scheduler& scheduler() = 0;
-  // Our own identity and the address others should dial ("host:port").
+  // Our own identity.
   virtual const std::string& local_id() const = 0;
+  // The address we are bound to locally ("host:port"; may be a wildcard such as 0.0.0.0:7000).
   virtual const std::string& listen_addr() const = 0;
+  // The address others should dial ("host:port"): what membership announces. Never a wildcard.
+  virtual const std::string& advertised_addr() const = 0;
   // Dials addr ("host:port") and completes the handshake; calls done(conn, "") on success or
   // done(nullptr, reason) on failure, on the protocol thread, within the connect deadline.
   virtual void connect(const std::string& addr, ConnectCallback done) = 0;

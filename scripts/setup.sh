@@ -7,6 +7,7 @@ PKGS=(
   build-essential cmake ninja-build pkg-config git
   libasio-dev libsodium-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
   libopenblas-dev zlib1g-dev
+  iproute2 nftables
   dataset-fashion-mnist
   python3 python3-matplotlib python3-numpy
 )

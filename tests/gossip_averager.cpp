@@ -644,6 +644,7 @@ class RefusingTransport final : public net::Transport, public net::TransportHand
   net::Scheduler& scheduler() override { return inner_.scheduler(); }
   const std::string& local_id() const override { return inner_.local_id(); }
   const std::string& listen_addr() const override { return inner_.listen_addr(); }
+  const std::string& advertised_addr() const override { return inner_.advertised_addr(); }
   void connect(const std::string& addr, ConnectCallback done) override {
     inner_.connect(addr, [this, done](net::ConnectionPtr c, const std::string& err) {
       done(c ? wrap(c) : nullptr, err);

@@ -730,3 +730,71 @@ TEST_CASE("membership: malformed messages close the connection with a reason", "
   cl.net.run_for(10ms);
   CHECK(cl[a].member("fakeF").has_value());
 }
+
+namespace {
+// A transport bound to a wildcard that advertises a routable address, as a peer started with
+// --listen 0.0.0.0:7000 --advertise 10.0.0.N:7000 is: everything else is the simulated node's.
+struct AdvertisingTransport : net::Transport {
+  AdvertisingTransport(net::SimTransport& inner, std::string listen)
+      : inner(inner), listen(std::move(listen)) {}
+  void set_handler(net::TransportHandler* h) override { inner.set_handler(h); }
+  net::Scheduler& scheduler() override { return inner.scheduler(); }
+  const std::string& local_id() const override { return inner.local_id(); }
+  const std::string& listen_addr() const override { return listen; }
+  const std::string& advertised_addr() const override { return inner.advertised_addr(); }
+  void connect(const std::string& addr, ConnectCallback done) override {
+    inner.connect(addr, std::move(done));
+  }
+  net::SimTransport& inner;
+  std::string listen;
+};
+}  // namespace
+
+TEST_CASE("membership: a peer listening on a wildcard announces its advertised address", "[gossip]") {
+  Cluster cl;
+  cl.add(true, {});
+  net::SimTransport& raw = cl.net.add_node("10.0.0.9:7000", "pwild");
+  AdvertisingTransport t(raw, "0.0.0.0:7000");
+  gossip::MembershipConfig c;
+  c.seeds = {addr_of(0)};
+  c.rng_seed = 99;
+  c.initial_incarnation = 1;
+  gossip::Membership m(t, c);
+  t.set_handler(&m);
+  m.start();
+  REQUIRE(cl.run_until([&] { return cl[0].member("pwild").has_value(); }, 5s));
+  CHECK(cl[0].member("pwild")->addr == "10.0.0.9:7000");
+  CHECK(m.member("pwild")->addr == "10.0.0.9:7000");
+  // A third peer learns of it from the first (push-pull), at the advertised address too.
+  const int b = cl.add();
+  REQUIRE(cl.run_until([&] { return cl[b].member("pwild").has_value(); }, 10s));
+  CHECK(cl[b].member("pwild")->addr == "10.0.0.9:7000");
+  CHECK(cl[b].member("pwild")->state == MemberState::kAlive);
+}
+
+TEST_CASE("membership: refuses to announce a wildcard, ignores members announced at one", "[gossip]") {
+  net::SimNetwork net;
+  auto& raw = net.add_node("10.0.0.8:7000", "pw");
+  AdvertisingTransport wild(raw, "0.0.0.0:7000");
+  struct Wildcard : AdvertisingTransport {
+    using AdvertisingTransport::AdvertisingTransport;
+    const std::string& advertised_addr() const override { return listen; }
+  } announces_wildcard(raw, "0.0.0.0:7000");
+  CHECK_THROWS_WITH(gossip::Membership(announces_wildcard, {}),
+                    Catch::Contains("'0.0.0.0:7000' is not one other peers can dial"));
+
+  Cluster cl;
+  const int a = cl.add(true, {});
+  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
+  f.connect(addr_of(a));
+  f.send(gossip::kMsgSync,
+         gossip::encode(gossip::SyncMsg{1, true,
+                                        {f.self_update(),
+                                         Update{"old", "0.0.0.0:7000", 1, MemberState::kAlive, ""},
+                                         Update{"old6", "[::]:7000", 1, MemberState::kAlive, ""}}}));
+  cl.net.run_for(100ms);
+  CHECK(cl[a].member("fakeF").has_value());
+  CHECK_FALSE(cl[a].member("old").has_value());
+  CHECK_FALSE(cl[a].member("old6").has_value());
+  for (const auto& p : cl[a].live_peers()) CHECK(p.addr != "0.0.0.0:7000");
+}

@@ -277,3 +277,48 @@ TEST_CASE("tcp: keys ratchet on schedule over a real connection", "[net]") {
   for (auto& m : p.client_events.msgs) CHECK(m.second == *msg);
   CHECK(p.client_events.closed.empty());
 }
+
+TEST_CASE("tcp: a wildcard listen address needs an advertised one, which is what peers learn", "[net]") {
+  auto wild = make_config();
+  wild.listen = "0.0.0.0:0";
+  CHECK_THROWS_WITH(TcpTransport(wild), Catch::Contains("needs an advertised address"));
+  auto v6 = make_config();
+  v6.listen = "[::]:0";
+  CHECK_THROWS_WITH(TcpTransport(v6), Catch::Contains("needs an advertised address"));
+  auto bad_adv = make_config();
+  bad_adv.advertise = "0.0.0.0:7000";
+  CHECK_THROWS_WITH(TcpTransport(bad_adv), Catch::Contains("not one another machine can dial"));
+
+  // Bound to every interface, advertising the loopback address with the bound port: the
+  // handshake carries the advertised address, not 0.0.0.0.
+  TcpTransportConfig probe = make_config();
+  probe.listen = "127.0.0.1:0";
+  TcpTransport finder(probe);
+  finder.start();
+  const std::string free_port = finder.listen_addr().substr(finder.listen_addr().rfind(':') + 1);
+  finder.stop();
+  auto sc = make_config();
+  sc.listen = "0.0.0.0:" + free_port;
+  sc.advertise = "127.0.0.1:" + free_port;
+  Pair p(std::move(sc), make_config());
+  CHECK(p.server->listen_addr() == "0.0.0.0:" + free_port);
+  CHECK(p.server->advertised_addr() == "127.0.0.1:" + free_port);
+  auto r = dial(*p.client, p.server->advertised_addr());
+  REQUIRE(r.error.empty());
+  auto* ch = dynamic_cast<Channel*>(r.conn.get());
+  REQUIRE(ch);
+  CHECK(ch->remote_listen_addr() == "127.0.0.1:" + free_port);
+}
+
+TEST_CASE("address: wildcards and dialable addresses", "[net]") {
+  for (const char* h : {"0.0.0.0", "::", "0:0:0:0:0:0:0:0", "::0.0.0.0", "*", "0"})
+    CHECK(is_wildcard_host(h));
+  for (const char* h : {"10.0.0.1", "127.0.0.1", "::1", "localhost", "example.org", "...", ""})
+    CHECK_FALSE(is_wildcard_host(h));
+  CHECK(dialable_addr("10.77.0.1:7000"));
+  CHECK(dialable_addr("[::1]:7000"));
+  CHECK_FALSE(dialable_addr("0.0.0.0:7000"));
+  CHECK_FALSE(dialable_addr("[::]:7000"));
+  CHECK_FALSE(dialable_addr("10.0.0.1:0"));
+  CHECK_FALSE(dialable_addr("10.0.0.1"));
+}

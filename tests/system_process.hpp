@@ -35,9 +35,11 @@ inline std::string peer_bin() { return app_bin("gossip-peer"); }
 // A child process with stdout+stderr in a log file; killed (SIGKILL) if still running on scope exit.
 class Process {
  public:
-  Process(const std::vector<std::string>& argv, const std::string& log) {
+  // cwd: the child's working directory ("" = ours).
+  Process(const std::vector<std::string>& argv, const std::string& log, const std::string& cwd = "") {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
+    if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
     posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     std::vector<char*> args;

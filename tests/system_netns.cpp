@@ -1,0 +1,100 @@
+// The README's "Peers on several machines" commands, run as written on three hosts emulated as
+// network namespaces on one bridge: each peer listens on 0.0.0.0:7000 and advertises its own
+// address, so only the advertised address can bring them together.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <set>
+
+#include "tests/netns_lab.hpp"
+#include "tests/system_process.hpp"
+
+using namespace std::chrono_literals;
+using gt_test::Process;
+
+namespace {
+
+std::string first_peer_id(const std::string& metrics) {
+  for (const auto& j : gt_test::read_metrics(metrics))
+    if (j.contains("peer") && j["peer"] != "local") return j["peer"];
+  return "";
+}
+
+std::set<std::string> ok_partners(const std::string& metrics) {
+  std::set<std::string> s;
+  for (const auto& j : gt_test::read_metrics(metrics))
+    if (j["event"] == "exchange" && j["ok"] == true) s.insert(j["partner"].get<std::string>());
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("three peers on three hosts (network namespaces) average with each other through "
+          "their advertised addresses", "[system][netns]") {
+  gt_test::NetnsLab lab(3);
+  if (!lab.ok()) {
+    WARN("skipped: " << lab.why());
+    return;
+  }
+  gt_test::TempDir dir("netns3");
+  ::setenv("OPENBLAS_NUM_THREADS", "1", 1);  // three peers share this machine's cores
+  std::ofstream(dir / "net.key") << "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
+  const char* names[] = {"a", "b", "c"};
+  std::vector<std::unique_ptr<Process>> peers;
+  for (int i = 0; i < 3; ++i) {
+    const std::string home = dir / names[i];  // one folder per machine: its own key and files
+    std::filesystem::create_directories(home);
+    std::filesystem::copy_file(dir / "net.key", home + "/net.key");
+    std::vector<std::string> argv = lab.exec(i);
+    argv.insert(argv.end(), {gt_test::peer_bin(), "--listen", "0.0.0.0:7000", "--advertise",
+                             lab.ip(i) + ":7000"});
+    if (i > 0) argv.insert(argv.end(), {"--seeds", lab.ip(0) + ":7000"});
+    argv.insert(argv.end(), {"--network-key", "net.key", "--num-shards", "3", "--shard",
+                             std::to_string(i), "--metrics", std::string(names[i]) + ".jsonl",
+                             "--checkpoint-dir", "ckpt",
+                             // Short, and three peers on one machine's cores (not in the README).
+                             "--epochs", "10", "--backend", "cpu", "--train-nice", "5"});
+    peers.push_back(std::make_unique<Process>(argv, home + "/log.txt", home));
+  }
+  for (int i = 0; i < 3; ++i) {
+    INFO("peer " << names[i] << " log:\n" << gt_test::read_file(dir / (std::string(names[i]) + "/log.txt")));
+    REQUIRE(peers[std::size_t(i)]->wait_for(300s));
+    CHECK(peers[std::size_t(i)]->exit_code() == 0);
+  }
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(first_peer_id(dir / (std::string(names[i]) + "/" + names[i] + ".jsonl")));
+  for (int i = 0; i < 3; ++i) {
+    const std::string home = dir / names[i];
+    const std::string log = gt_test::read_file(home + "/log.txt");
+    INFO("peer " << names[i] << " log:\n" << log);
+    REQUIRE(!ids[std::size_t(i)].empty());
+    std::set<std::string> others;
+    for (int j = 0; j < 3; ++j)
+      if (j != i) others.insert(ids[std::size_t(j)]);
+    CHECK(ok_partners(home + "/" + names[i] + ".jsonl") == others);
+    CHECK(log.find("connected to ourselves") == std::string::npos);
+    CHECK(log.find("0.0.0.0:7000 (") == std::string::npos);  // never dialled a wildcard
+  }
+}
+
+TEST_CASE("a wildcard --listen without --advertise is refused with exit code 2", "[system]") {
+  gt_test::TempDir dir("wildcard");
+  for (const std::string listen : {"0.0.0.0:7000", "[::]:7000"}) {
+    std::string out;
+    const int rc = gt_test::run_app("gossip-peer",
+                                    {"--listen", listen, "--identity", dir / "id.key",
+                                     "--data", "synthetic", "--epochs", "1"},
+                                    dir / "log.txt", &out, 30s);
+    INFO(out);
+    CHECK(rc == 2);
+    CHECK(out.find("add --advertise HOST:7000") != std::string::npos);
+  }
+  std::string out;
+  CHECK(gt_test::run_app("gossip-peer",
+                         {"--listen", "127.0.0.1:0", "--advertise", "0.0.0.0:7000",
+                          "--identity", dir / "id.key", "--data", "synthetic"},
+                         dir / "log2.txt", &out, 30s) == 2);
+  CHECK(out.find("not an address another machine can dial") != std::string::npos);
+}
