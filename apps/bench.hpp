@@ -1,7 +1,7 @@
 // gossip-bench subjects. Each subject lives in its own bench_<subject>.cpp and registers itself with
-// GT_BENCH_SUBJECT. A subject takes the arguments after its name, prints one JSON object (DESIGN.md:
-// the measured figure, the reference measured in the same run, and their ratio) and returns the
-// process exit code (2 for bad arguments).
+// GT_BENCH_SUBJECT. A subject takes the arguments after its name, prints one JSON object (the
+// measured figure, the reference measured in the same run, and their ratio: docs/ARCHITECTURE.md,
+// "gossip-bench") and returns the process exit code (2 for bad arguments).
 #pragma once
 
 #include <functional>

@@ -1,5 +1,5 @@
 // Wires the TCP transport, membership and the averager of one peer, and logs their events as
-// `member` and `exchange` metric lines (DESIGN.md contract).
+// `member` and `exchange` metric lines (docs/ARCHITECTURE.md, "Metric lines").
 #include "apps/common_node.hpp"
 
 #include <chrono>

@@ -1,5 +1,5 @@
-// The peer's configuration: every gossip-peer flag (DESIGN.md contract), the same keys in a
-// --config JSON file, validation with messages that name the flag, and the --help text.
+// The peer's configuration: every gossip-peer flag (docs/ARCHITECTURE.md, "gossip-peer"), the
+// same keys in a --config JSON file, validation with messages that name the flag, and --help.
 #pragma once
 
 #include <cstdint>

@@ -498,7 +498,9 @@ void Launch::sample_consensus(bool final) {
   }
   const double now = since(t0_);
   if (!final) {
-    if (n < 2 || !all || !any_newer) return;
+    if (!consensus_sample_due({n, all, any_newer, all_newer}, now - last_sample_,
+                              o_.consensus_every_s))
+      return;
   } else if (!any_newer && consensus_points_ > 0) {
     // The last sample already holds the final checkpoints: keep its figures, add no duplicate.
     for (std::size_t i = 0; i < n; ++i) {
@@ -511,7 +513,6 @@ void Launch::sample_consensus(bool final) {
     for (std::size_t k = 0; k < last_who_.size(); ++k)
       final_per_peer_[last_who_[k]] = last_consensus_.per_peer[k];
     return;
-    if (!all_newer && now - last_sample_ < o_.consensus_every_s) return;
   }
   std::vector<std::vector<float>> params;
   std::vector<std::size_t> who;

@@ -165,7 +165,8 @@ Launcher flags:
   --base-port P          peers listen on P, P+1, ... (default: free ports picked by the OS)
   --target-acc X         accuracy for the time-to-target figures (default 0.85)
   --stop-timeout S       on Ctrl-C / SIGTERM, seconds to wait before SIGKILL (default 15)
-  --consensus-every S    how often to sample the consensus distance (default 5)
+  --consensus-every S    sample the consensus distance at most every S seconds, and
+                         whenever every peer has a new checkpoint (default 5)
   --no-plots             skip scripts/plot_run.py
   --peer-bin PATH        the gossip-peer to run (default: next to gossip-launch)
   --compare DIR...       print the summaries of finished runs side by side

@@ -1,7 +1,8 @@
-// gossip-launch's results: consensus distance from the peers' checkpoints, summary.json of a run,
+// gossip-launch's results: consensus distance from the peers' checkpoints (and when to sample it),
 // and the side-by-side table of several runs (--compare).
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,21 @@ struct Consensus {
 };
 // The peers' parameter vectors must have the same length; throws std::invalid_argument otherwise.
 Consensus consensus_distance(const std::vector<std::vector<float>>& params);
+
+// What gossip-launch saw of the peers' checkpoint files since its last consensus sample.
+struct CheckpointScan {
+  std::size_t peers = 0;
+  bool all_exist = false;  // every peer has written a checkpoint
+  bool any_newer = false;  // at least one is newer than at the last sample
+  bool all_newer = false;  // every one is (e.g. every peer finished another epoch)
+};
+// Whether to take a consensus sample during the run (the final one is always taken): when two or
+// more peers all have checkpoints and one is new, at once if every one is new, else only once
+// every_s (--consensus-every) seconds have passed since the last sample.
+inline bool consensus_sample_due(const CheckpointScan& scan, double since_last_s, double every_s) {
+  if (scan.peers < 2 || !scan.all_exist || !scan.any_newer) return false;
+  return scan.all_newer || since_last_s >= every_s;
+}
 
 // How one peer process ended, as the launcher saw it.
 struct PeerOutcome {

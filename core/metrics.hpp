@@ -1,5 +1,6 @@
-// Metrics as JSON lines (DESIGN.md contract): one object per line, always with t (seconds since
-// start), peer and event. Thread-safe: the training loop and the network thread both write.
+// Metrics as JSON lines (docs/ARCHITECTURE.md, "Metric lines"): one object per line, always with t
+// (seconds since start), peer and event. Thread-safe: the training loop and the network thread
+// both write.
 #pragma once
 
 #include <chrono>

@@ -1,6 +1,6 @@
-// The pairwise push-pull averaging exchange (DESIGN.md, "The averaging exchange"): a StepHook on
-// the training thread plus a TransportHandler on the protocol thread, meeting through a small
-// mutex-guarded handoff so training never waits for the network.
+// The pairwise push-pull averaging exchange (docs/ARCHITECTURE.md, "The averaging exchange"): a
+// StepHook on the training thread plus a TransportHandler on the protocol thread, meeting through a
+// small mutex-guarded handoff so training never waits for the network.
 #pragma once
 
 #include <atomic>

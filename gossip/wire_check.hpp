@@ -1,6 +1,7 @@
 // Validation of a partner's encoded vector on the host, as its chunks stream in on the protocol
 // thread: every value it decodes to must be finite. Checking the wire bytes themselves means the
-// commit vote needs no step boundary of the training thread (DESIGN.md, "The averaging exchange").
+// commit vote needs no step boundary of the training thread (docs/ARCHITECTURE.md, "Commit vote,
+// all or nothing").
 #pragma once
 
 #include <cstddef>

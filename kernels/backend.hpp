@@ -19,7 +19,7 @@ struct BackendError : std::runtime_error {
 
 enum class Act { None, Relu };
 
-// Wire encodings for parameter vectors (DESIGN.md, "The averaging exchange").
+// Wire encodings for parameter vectors (docs/ARCHITECTURE.md, "Wire encodings").
 enum class Wire { Fp32, Fp16, Bf16, Int8 };
 constexpr std::size_t kInt8BlockSize = 256;  // floats per int8 block, each block has one fp32 scale
 

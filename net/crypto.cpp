@@ -22,7 +22,7 @@ static_assert(crypto_sign_SEEDBYTES == kSeedBytes);
 static_assert(crypto_scalarmult_BYTES == 32);
 
 // Release builds keep this check: a failed libsodium primitive that cannot fail is a broken
-// invariant (STYLE.md), not a network event.
+// invariant (docs/ARCHITECTURE.md, "Error policy"), not a network event.
 #define GT_SODIUM_CHECK(expr)                                                         \
   do {                                                                                \
     if ((expr) != 0) throw std::logic_error("libsodium call failed: " #expr);         \

@@ -1,5 +1,6 @@
-// System tests of gossip-launch: 3-peer runs end to end (local and gossip mode) checked against the
-// peers' own metrics and checkpoints, --compare, Ctrl-C with a peer killed mid-run, and bad input.
+// System tests of gossip-launch: when it samples the consensus, 3-peer runs end to end (local and
+// gossip mode) checked against the peers' own metrics and checkpoints, --compare, Ctrl-C with a
+// peer killed mid-run, and bad input.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "apps/launch_summary.hpp"
 #include "core/checkpoint.hpp"
 #include "tests/system_process.hpp"
 
@@ -198,6 +200,23 @@ const std::vector<std::string> kQuickRun = {"--data", "synthetic", "--epochs", "
                                             "--target-acc", "0.3"};
 
 }  // namespace
+
+TEST_CASE("gossip-launch samples the consensus during a run as --consensus-every says",
+          "[system]") {
+  using gossiptrain::apps::CheckpointScan;
+  using gossiptrain::apps::consensus_sample_due;
+  const CheckpointScan some{3, true, true, false};  // one peer wrote a new checkpoint
+  CHECK_FALSE(consensus_sample_due(some, 4.9, 5.0));
+  CHECK(consensus_sample_due(some, 5.0, 5.0));
+  CHECK_FALSE(consensus_sample_due(some, 1.9, 2.0));  // the flag's value, not a constant
+  CHECK(consensus_sample_due(some, 2.0, 2.0));
+  // Every peer has a new checkpoint (e.g. all finished an epoch): sampled at once.
+  CHECK(consensus_sample_due({3, true, true, true}, 0.1, 5.0));
+  // Nothing new, a checkpoint missing, or a single peer: never, however long it has been.
+  CHECK_FALSE(consensus_sample_due({3, true, false, false}, 1e9, 5.0));
+  CHECK_FALSE(consensus_sample_due({3, false, true, false}, 1e9, 5.0));
+  CHECK_FALSE(consensus_sample_due({1, true, true, true}, 1e9, 5.0));
+}
 
 TEST_CASE("gossip-launch runs 3 peers end to end in local and gossip mode, and --compare reads both",
           "[system]") {
