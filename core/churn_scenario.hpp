@@ -36,6 +36,18 @@
 //   "peers": which initial peers churn (default all 0..N-1); explicit crash/stop/restart/pause/
 //       resume events may not name them (the two would fight over the same process)
 //   "start_s": >= 0, default 0; every churned peer is up then and first goes down one uptime later.
+//
+// Shorthand (--churn without a file; kChurnShorthandHelp is the user-facing text): comma-separated
+// items, turned into the JSON above and then parsed and checked the same way.
+//   random:KIND            the random model, KIND = crash | stop | pause (at most one), then its
+//                          options: uptime=S downtime=S (required), dist=exponential|weibull:K,
+//                          restart=0|1, max_down=F, start=S, peers=I+J+...
+//   seed=N                 the scenario's seed (anywhere)
+//   EVENT:I+J@WHEN         EVENT = crash | stop | restart | pause | resume, for peers I, J, ...
+//   join:COUNT@WHEN        COUNT new peers
+//   WHEN                   seconds since launch ("20") or percent of training done ("50%")
+// e.g. random:crash,uptime=30,downtime=5,dist=weibull:0.6,seed=3 or crash:3@20,restart:3@35.
+// Partition, heal, link and fault events need a file.
 #pragma once
 
 #include <cstdint>
