@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/launch_churn.hpp"
 #include "apps/launch_metrics.hpp"
 #include "apps/launch_options.hpp"
 #include "apps/launch_summary.hpp"
@@ -164,6 +165,7 @@ struct Child {
   pid_t pid = -1;
   bool running = false;
   bool failed_before_stop = false;
+  bool ever_started = false;
   int averaging_alerts_noted = 0;
   Clock::time_point started;
   PeerOutcome outcome;
@@ -213,7 +215,7 @@ std::string pct(const std::optional<double>& v) {
   return b;
 }
 
-class Launch {
+class Launch : private ChurnPeers {
  public:
   Launch(LaunchOptions o, std::string peer_bin) : o_(std::move(o)), peer_bin_(std::move(peer_bin)) {}
   int run(int argc, char** argv);
@@ -235,6 +237,13 @@ class Launch {
   void note(const std::string& line);
   void finish_plots(nlohmann::json& summary);
   int exit_code() const;
+  // Churn (--churn): what the runner may do to the peers, and what the launcher observes.
+  bool running(int i) const override { return children_.at(std::size_t(i)).running; }
+  void send_signal(int i, int sig) override { ::kill(children_.at(std::size_t(i)).pid, sig); }
+  void start_peer(int i) override;
+  double mean_progress() const;
+  void observe(std::size_t i, const std::string& line, double now);
+  bool keep_going(bool any_running) const;
 
   LaunchOptions o_;
   std::string peer_bin_;
@@ -268,6 +277,8 @@ class Launch {
   Consensus last_consensus_;
   std::vector<std::size_t> last_who_;
   std::vector<std::optional<std::int64_t>> final_samples_;
+  std::unique_ptr<EventLog> events_;   // events.jsonl
+  std::unique_ptr<ChurnRunner> churn_;  // with --churn
 };
 
 void Launch::prepare(int argc, char** argv) {
@@ -285,13 +296,18 @@ void Launch::prepare(int argc, char** argv) {
     throw UsageError("run folder " + run_dir_.string() +
                      " exists and is not empty (peers would resume from its checkpoints and append "
                      "to its metrics): pass another --out");
-  std::vector<int> ports(std::size_t(o_.peers), 0);
-  if (o_.mode == LaunchMode::Gossip) ports = pick_ports(o_.peers, o_.base_port);
+  std::vector<int> ports(std::size_t(o_.slots()), 0);
+  if (o_.mode == LaunchMode::Gossip) ports = pick_ports(o_.slots(), o_.base_port);
   fs::create_directories(run_dir_);
   if (o_.mode == LaunchMode::Gossip && o_.network_key.empty())
     network_key_ = write_network_key(run_dir_ / "network.key");
   plans_ = plan_peers(o_, run_dir_.string(), ports, network_key_);
   for (const auto& p : plans_) fs::create_directories(p.dir);
+  events_ = std::make_unique<EventLog>((run_dir_ / "events.jsonl").string());
+  // The random model's schedule is drawn for this long; the launcher stops asking once training
+  // is over, so it only has to outlast any run.
+  constexpr double kChurnHorizonS = 7 * 24 * 3600.0;
+  if (o_.churn) churn_ = std::make_unique<ChurnRunner>(*o_.churn, kChurnHorizonS, *events_);
 
   std::string cmd;
   for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + shell_quote(argv[i]);
@@ -306,7 +322,8 @@ void Launch::start_peers() {
   final_per_peer_.resize(plans_.size());
   final_samples_.resize(plans_.size());
   for (const auto& p : plans_) tails_.emplace_back(p.dir + "/metrics.jsonl");
-  for (auto& c : children_) c.outcome.state = "waiting for the seeds";
+  for (std::size_t i = 0; i < children_.size(); ++i)
+    children_[i].outcome.state = int(i) < o_.peers ? "waiting for the seeds" : "not joined yet";
   // OpenBLAS threads spin while they wait: N peers with a thread per core each on one machine
   // oversubscribe it many times over (a 4-peer run was 10x slower). Share the cores out instead,
   // unless the user chose.
@@ -317,9 +334,10 @@ void Launch::start_peers() {
   }
   // In gossip mode the seeds (peers 0 and 1) start first and the others once the seeds listen:
   // a peer whose seeds refuse it trains alone until its next re-dial, seconds later.
-  seeds_ = o_.mode == LaunchMode::Gossip && plans_.size() > 2 ? 2 : plans_.size();
+  const std::size_t initial = std::size_t(o_.peers);  // the other slots are for joins (--churn)
+  seeds_ = o_.mode == LaunchMode::Gossip && initial > 2 ? 2 : initial;
   for (std::size_t i = 0; i < seeds_; ++i) spawn_peer(i);
-  if (seeds_ == plans_.size()) start_rest();
+  if (seeds_ == initial) start_rest();
 }
 
 void Launch::spawn_peer(std::size_t i) {
@@ -328,7 +346,66 @@ void Launch::spawn_peer(std::size_t i) {
   c.outcome.start_offset_s = since(t0_);
   c.pid = spawn(peer_bin_, plans_[i].argv, plans_[i].dir + "/log.txt");
   c.running = true;
+  c.ever_started = true;
   c.outcome.state = "running";
+  if (churn_) churn_->started(int(i));
+  events_->write(since(t0_), "start", {{"peer", i}, {"pid", c.pid}});
+}
+
+// A restart or a join (--churn). A restarted peer appends to its metrics with a clock that starts
+// again at 0, so the estimate of its clock offset starts again too.
+void Launch::start_peer(int i) {
+  Child& c = children_.at(std::size_t(i));
+  c.outcome.clock_offset_s.reset();
+  c.outcome.exit_code = -1;
+  c.outcome.signal = 0;
+  spawn_peer(std::size_t(i));
+}
+
+double Launch::mean_progress() const {
+  double sum = 0.0;
+  int n = 0;
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    if (!children_[i].ever_started) continue;
+    sum += stats_[i].progress();
+    ++n;
+  }
+  return n ? sum / n : 0.0;
+}
+
+// Once no peer runs, the run is over unless the churn scenario still has to restart one it took
+// down (a Ctrl-C ends the run regardless).
+bool Launch::keep_going(bool any_running) const {
+  if (any_running) return true;
+  return churn_ && !stop_requested_ && churn_->waiting_for_restart();
+}
+
+// What the launcher observes in a peer's metrics goes to events.jsonl with the launch time: how
+// peers see each other (membership changes), evaluations and catch-ups, for the churn report.
+void Launch::observe(std::size_t i, const std::string& line, double now) {
+  if (line.find("\"event\":\"member\"") == std::string::npos &&
+      line.find("\"event\":\"eval\"") == std::string::npos &&
+      line.find("\"event\":\"catch_up\"") == std::string::npos)
+    return;
+  const auto j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("event")) return;
+  const std::string ev = j.value("event", "");
+  nlohmann::json f = {{"peer", i}};
+  if (ev == "member") {
+    const std::string id = j.value("member", j.value("member_peer", ""));
+    f["member"] = id;
+    for (std::size_t k = 0; k < stats_.size(); ++k)
+      if (!id.empty() && stats_[k].id == id) f["member_index"] = k;
+    f["state"] = j.value("state", "");
+  } else if (ev == "eval") {
+    if (!j.contains("test_acc") || !j["test_acc"].is_number()) return;
+    f["test_acc"] = j["test_acc"];
+    f["step"] = j.value("step", 0);
+  } else {
+    for (const auto& [k, v] : j.items())
+      if (k != "t" && k != "peer" && k != "event") f[k] = v;
+  }
+  events_->write(now, ev, f);
 }
 
 // Whether something listens on 127.0.0.1:port (or any address), read from /proc/net/tcp so that
@@ -358,7 +435,7 @@ bool Launch::seeds_ready() const {
 }
 
 void Launch::start_rest() {
-  for (std::size_t i = seeds_; i < plans_.size(); ++i) spawn_peer(i);
+  for (std::size_t i = seeds_; i < std::size_t(o_.peers); ++i) spawn_peer(i);
   all_started_ = true;
   write_config();
 }
@@ -428,6 +505,19 @@ void Launch::reap() {
     c.running = false;
     PeerOutcome& out = c.outcome;
     const std::string log = plans_[i].dir + "/log.txt";
+    const bool by_churn = churn_ && churn_->exited(int(i));
+    events_->write(since(t0_), "exit",
+                   {{"peer", i},
+                    {"exit_code", WIFEXITED(status) ? nlohmann::json(WEXITSTATUS(status)) : nullptr},
+                    {"signal", WIFSIGNALED(status) ? nlohmann::json(signal_name(WTERMSIG(status)))
+                                                   : nullptr},
+                    {"by_churn", by_churn}});
+    if (by_churn) {
+      out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      out.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      out.state = std::string(slot_state_name(churn_->state(int(i)))) + " (churn)";
+      continue;
+    }
     if (WIFEXITED(status)) {
       out.exit_code = WEXITSTATUS(status);
       if (out.exit_code == 0) {
@@ -470,6 +560,7 @@ void Launch::poll_metrics() {
     tails_[i].poll([&](const std::string& line) {
       if (auto t = stats_[i].add_line(line, o_.target_acc))
         if (!offset || now - *t < *offset) offset = std::max(0.0, now - *t);
+      observe(i, line, now);
     });
     const PeerStats& s = stats_[i];
     if (s.averaging_alerts > children_[i].averaging_alerts_noted) {
@@ -486,7 +577,10 @@ void Launch::sample_consensus(bool final) {
   std::vector<fs::file_time_type> mt(n);
   std::error_code ec;
   bool all = true, all_newer = true, any_newer = false;
+  std::size_t started = 0;
   for (std::size_t i = 0; i < n; ++i) {
+    if (!children_[i].ever_started) continue;  // a slot for a join that has not come (--churn)
+    ++started;
     mt[i] = fs::last_write_time(fs::path(plans_[i].dir) / "ckpt" / "checkpoint.bin", ec);
     if (ec) {
       all = false;
@@ -498,7 +592,7 @@ void Launch::sample_consensus(bool final) {
   }
   const double now = since(t0_);
   if (!final) {
-    if (!consensus_sample_due({n, all, any_newer, all_newer}, now - last_sample_,
+    if (!consensus_sample_due({started, all, any_newer, all_newer}, now - last_sample_,
                               o_.consensus_every_s))
       return;
   } else if (!any_newer && consensus_points_ > 0) {
@@ -518,6 +612,7 @@ void Launch::sample_consensus(bool final) {
   std::vector<std::size_t> who;
   nlohmann::json steps = nlohmann::json::array(), epochs = nlohmann::json::array();
   for (std::size_t i = 0; i < n; ++i) {
+    if (!children_[i].ever_started) continue;
     try {
       core::Checkpoint c = core::load_checkpoint(fs::path(plans_[i].dir + "/ckpt").string());
       if (final) final_samples_[i] = c.samples;
@@ -555,6 +650,7 @@ void Launch::sample_consensus(bool final) {
   nlohmann::json point = {{"t", now},           {"distance", c.mean}, {"per_peer", c.per_peer},
                           {"peers", who},       {"steps", steps},     {"epochs", epochs},
                           {"final", final}};
+  events_->write(now, "consensus", {{"distance", c.mean}, {"peers", who}});
   std::ofstream out(run_dir_ / "consensus.jsonl", std::ios::app);
   out << point.dump() << "\n";
   ++consensus_points_;
@@ -771,6 +867,7 @@ int Launch::run(int argc, char** argv) {
       handle_stop();
     }
     if (stop_requested_ && !killed_ && since(t0_) > stop_deadline_) handle_stop();
+    if (churn_ && !stop_requested_) churn_->tick(since(t0_), mean_progress(), *this);
     reap();
     if (!all_started_ && !stop_requested_ &&
         (seeds_ready() || since(t0_) > kSeedWaitS)) {
@@ -783,13 +880,14 @@ int Launch::run(int argc, char** argv) {
     sample_consensus(false);
     bool any = false;
     for (const auto& c : children_) any |= c.running;
-    if (!any) break;
+    if (!keep_going(any)) break;
     draw(false);
     std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
   }
   if (!all_started_) {
     for (auto& c : children_)
-      if (c.pid < 0) c.outcome.state = "not started (the run stopped first)";
+      if (c.pid < 0 && c.outcome.state != "not joined yet")
+        c.outcome.state = "not started (the run stopped first)";
     write_config();
   }
   poll_metrics();
@@ -813,11 +911,16 @@ int Launch::run(int argc, char** argv) {
   std::vector<PeerOutcome> outcomes;
   for (std::size_t i = 0; i < children_.size(); ++i) {
     PeerOutcome out = children_[i].outcome;
+    out.started = children_[i].ever_started;
+    // With churn, the final figures are over the peers alive at the end: not one the scenario
+    // crashed or stopped for good.
+    out.alive_at_end = out.started && (!churn_ || churn_->state(int(i)) == SlotState::kUp);
     out.ckpt_samples = final_samples_[i];
     out.consensus = final_per_peer_[i];
     outcomes.push_back(out);
   }
   nlohmann::json summary = make_summary(facts, stats_, outcomes);
+  if (churn_) summary["churn"] = churn_report(events_->lines(), *o_.churn, o_.churn_arg);
   // Written before plotting so plot_run.py can read it, and again with the plot result.
   write_file(run_dir_ / "summary.json", summary.dump(2) + "\n");
   finish_plots(summary);

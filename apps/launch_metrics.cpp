@@ -49,6 +49,7 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
   const std::string ev = j["event"].get<std::string>();
   if (ev == "step") {
     if (auto v = num(j, "step")) step = std::int64_t(*v);
+    if (auto v = num(j, "steps_total")) steps_total = std::int64_t(*v);
     if (auto v = num(j, "loss")) loss = v;
     if (auto v = num(j, "samples_per_s")) samples_per_s = v;
   } else if (ev == "eval") {
@@ -117,6 +118,12 @@ int PeerStats::members_alive() const {
   for (const auto& [who, state] : members)
     if (state == "alive" || state == "suspect") ++n;
   return n;
+}
+
+double PeerStats::progress() const {
+  if (done) return 1.0;
+  if (steps_total <= 0) return 0.0;
+  return std::min(1.0, double(step) / double(steps_total));
 }
 
 }  // namespace gossiptrain::apps

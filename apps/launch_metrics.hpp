@@ -46,6 +46,7 @@ struct PeerStats {
   int bad_lines = 0;        // not JSON or missing t/peer/event
   double last_t = 0.0;
   std::int64_t step = 0;
+  std::int64_t steps_total = 0;  // the run's steps, from `step` lines (0: not seen yet)
   int epoch = 0;            // completed epochs (from eval/checkpoint/done)
   std::optional<double> loss;
   std::optional<double> test_acc;       // last eval
@@ -77,6 +78,8 @@ struct PeerStats {
   std::optional<double> add_line(const std::string& line, double target_acc);
   void add_event(const nlohmann::json& j, double target_acc);
   int members_alive() const;
+  // Fraction of its steps done (0..1): 1 once done, 0 before the first `step` line.
+  double progress() const;
 };
 
 }  // namespace gossiptrain::apps

@@ -17,6 +17,36 @@ const std::set<std::string>& owned_peer_flags() {
   return s;
 }
 
+// --churn: the whole scenario is checked before any process starts; what this launcher cannot run
+// yet is refused here too, never skipped silently during the run.
+core::ChurnScenario load_churn(const LaunchOptions& o) {
+  if (o.mode != LaunchMode::Gossip)
+    throw UsageError("--churn needs --mode gossip (crashed, restarted and joining peers are "
+                     "about a swarm that averages)");
+  core::ChurnScenario s;
+  try {
+    s = core::load_churn_scenario(o.churn_arg, o.peers);
+  } catch (const core::ScenarioError& e) {
+    throw UsageError(std::string("--churn: ") + e.what());
+  }
+  for (std::size_t i = 0; i < s.events.size(); ++i) {
+    const auto& e = s.events[i];
+    const std::string name(core::churn_kind_name(e.kind));
+    if (e.kind == core::ChurnKind::Fault)
+      throw UsageError("--churn: event " + std::to_string(i) + " (fault): faulty peers are not "
+                       "implemented by gossip-launch yet");
+    if (e.kind == core::ChurnKind::Partition || e.kind == core::ChurnKind::Heal ||
+        e.kind == core::ChurnKind::Link)
+      throw UsageError("--churn: event " + std::to_string(i) + " (" + name +
+                       "): network events need every peer in its own network namespace "
+                       "(--netns, as root)");
+  }
+  if (core::total_peers(s) > 256)
+    throw UsageError("--churn: the scenario needs " + std::to_string(core::total_peers(s)) +
+                     " peer slots (at most 256)");
+  return s;
+}
+
 }  // namespace
 
 const char* mode_name(LaunchMode m) {
@@ -74,6 +104,8 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
       o.consensus_every_s = to_double("consensus-every", value, 0.5, 3600);
     } else if (name == "peer-bin") {
       o.peer_bin = value;
+    } else if (name == "churn") {
+      o.churn_arg = value;
     } else if (owned_peer_flags().count(name)) {
       throw UsageError("--" + name +
                        " is set by gossip-launch for each peer (ports, seeds, shards and files "
@@ -97,6 +129,7 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   o.data = base.data;
   o.seed = base.train.seed;
   o.network_key = base.network_key;
+  if (!o.churn_arg.empty()) o.churn = load_churn(o);
   return o;
 }
 
@@ -105,7 +138,8 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
   std::vector<PeerPlan> plans;
   const bool gossip = o.mode == LaunchMode::Gossip;
   auto addr = [&](int i) { return "127.0.0.1:" + std::to_string(ports.at(std::size_t(i))); };
-  for (int i = 0; i < o.peers; ++i) {
+  const int slots = o.slots();
+  for (int i = 0; i < slots; ++i) {
     PeerPlan p;
     p.index = i;
     p.dir = run_dir + "/peer" + std::to_string(i);
@@ -115,7 +149,7 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
     if (gossip) a = {"--net-nice", "0", "--train-nice", "5"};
     a.insert(a.end(), o.forward.begin(), o.forward.end());
     if (o.network_key.empty() && !network_key.empty()) a.insert(a.end(), {"--network-key", network_key});
-    a.insert(a.end(), {"--num-shards", std::to_string(o.peers), "--shard", std::to_string(i),
+    a.insert(a.end(), {"--num-shards", std::to_string(slots), "--shard", std::to_string(i),
                        "--identity", p.dir + "/identity.key", "--metrics", p.dir + "/metrics.jsonl",
                        "--checkpoint-dir", p.dir + "/ckpt"});
     if (gossip) {
@@ -123,10 +157,10 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
       // Peers 1.. join through peer 0 (and peer 1 as a second way in); peer 0 names peer 1 so
       // that, having lost everyone, it still has someone to re-dial.
       if (i == 0) {
-        if (o.peers > 1) p.seeds.push_back(addr(1));
+        if (slots > 1) p.seeds.push_back(addr(1));
       } else {
         p.seeds.push_back(addr(0));
-        if (o.peers > 2 && i != 1) p.seeds.push_back(addr(1));
+        if (slots > 2 && i != 1) p.seeds.push_back(addr(1));
       }
       a.insert(a.end(), {"--listen", p.listen});
       if (!p.seeds.empty()) {
@@ -147,7 +181,7 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
 }
 
 std::string launch_usage() {
-  return R"(usage: gossip-launch --peers N [--out DIR] [--mode gossip|local|central] [peer flags...]
+  std::string u = R"(usage: gossip-launch --peers N [--out DIR] [--mode gossip|local|central] [peer flags...]
        gossip-launch --compare RUN_DIR... [--markdown]
 
 Starts N gossip-peer processes on this machine, shows their progress live on stderr, and
@@ -169,6 +203,11 @@ Launcher flags:
                          whenever every peer has a new checkpoint (default 5)
   --no-plots             skip scripts/plot_run.py
   --peer-bin PATH        the gossip-peer to run (default: next to gossip-launch)
+  --churn FILE|SHORTHAND run a churn scenario against the peers: crashes (SIGKILL), graceful
+                         stops, restarts from the checkpoint, joins of new peers, pauses
+                         (SIGSTOP/SIGCONT), at times or at points of training; every event
+                         goes to events.jsonl and summary.json's "churn" section. FILE is
+                         JSON (scripts/scenarios/*.json); shorthands: see below
   --compare DIR...       print the summaries of finished runs side by side
   --markdown             with --compare: a Markdown table
   --help                 this text
@@ -179,6 +218,8 @@ The launcher sets --listen, --seeds, --identity, --metrics, --checkpoint-dir, --
 --num-shards itself. In gossip mode it writes a fresh network key into the run folder
 unless --network-key is given.
 
+Churn shorthands (--churn without a file):
+@CHURN_HELP@
 Exit codes: 0 every peer finished, 1 a peer failed (its row and summary.json say how),
 2 bad flag, value or input, 130 interrupted (the summary is still written).
 Plots need python3 with matplotlib (/usr/bin/python3 is tried first); set GT_SCRIPTS_DIR

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "apps/common_options.hpp"
+#include "core/churn_scenario.hpp"
 
 namespace gossiptrain::apps {
 
@@ -31,6 +33,11 @@ struct LaunchOptions {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string network_key;  // user's; empty: the launcher writes one into the run folder
   std::uint64_t seed = 1;
+  // --churn FILE.json or shorthand, checked whole before anything starts.
+  std::optional<core::ChurnScenario> churn;
+  std::string churn_arg;
+  // Peer slots: --peers plus the peers the churn scenario joins (they get shards of their own).
+  int slots() const { return churn ? core::total_peers(*churn) : peers; }
   // --compare mode.
   std::vector<std::string> compare;
   bool markdown = false;

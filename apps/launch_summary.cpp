@@ -60,11 +60,12 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
   for (std::size_t i = 0; i < stats.size(); ++i) {
     const PeerStats& s = stats[i];
     const PeerOutcome& out = outcomes[i];
+    if (!out.started) continue;
     // The final figure is the model as the peer ended: its eval marked final (after lingering or
     // a stop), else the one `done` reports, else (a peer killed before `done`) its last eval.
     std::optional<double> final_acc =
         s.final_eval_acc ? s.final_eval_acc : s.final_test_acc ? s.final_test_acc : s.test_acc;
-    if (final_acc) finals.push_back(*final_acc);
+    if (final_acc && out.alive_at_end) finals.push_back(*final_acc);
     if (s.best_test_acc && (!best || *s.best_test_acc > *best)) best = s.best_test_acc;
     std::optional<double> t_launch;
     if (s.time_to_target) {
@@ -99,6 +100,7 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
         {"exit_code", out.exit_code >= 0 ? nlohmann::json(out.exit_code) : nlohmann::json(nullptr)},
         {"signal", out.signal ? nlohmann::json(out.signal) : nlohmann::json(nullptr)},
         {"failed", out.failed},
+        {"alive_at_end", out.alive_at_end},
         {"final_test_acc", opt(final_acc)},
         {"best_test_acc", opt(s.best_test_acc)},
         {"time_to_target_s", opt(s.time_to_target)},
@@ -144,7 +146,7 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
       {"epochs", run.epochs},
       {"batch", run.batch},
       {"seed", o.seed},
-      {"num_peers", int(stats.size())},
+      {"num_peers", int(peers.size())},
       {"started_at", run.started_at},
       {"seconds", run.seconds},
       {"interrupted", run.interrupted},

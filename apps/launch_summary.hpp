@@ -42,6 +42,8 @@ struct PeerOutcome {
   int exit_code = -1;       // -1: did not exit normally
   int signal = 0;
   bool failed = false;
+  bool started = true;          // false: a slot for a peer the churn scenario never joined
+  bool alive_at_end = true;     // false: taken down for good by the churn scenario
   double start_offset_s = 0.0;  // spawn time after the launch started
   // Launch time of the peer's metrics t = 0 (its clock starts after it loaded its data), estimated
   // from when the launcher first saw the file and each line: an upper bound, off by a poll tick.

@@ -210,6 +210,7 @@ TrainResult Trainer::run(const std::atomic<bool>& stop) {
       ++loss_n;
       if (cfg_.log_every_steps > 0 && step_ % cfg_.log_every_steps == 0)
         metrics_.emit("step", {{"step", step_},
+                               {"steps_total", total_steps_},
                                {"epoch", epoch_},
                                {"loss", loss},
                                {"lr", lr},

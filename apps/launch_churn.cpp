@@ -1,0 +1,389 @@
+#include "apps/launch_churn.hpp"
+
+#include "gossip/membership.hpp"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace gossiptrain::apps {
+
+using core::ChurnEvent;
+using core::ChurnKind;
+
+ChurnDriver::ChurnDriver(core::ChurnScenario scenario, double horizon_s)
+    : scenario_(std::move(scenario)) {
+  core::ChurnSchedule s = core::expand_schedule(scenario_, horizon_s);
+  timed_ = std::move(s.timed);
+  by_progress_ = std::move(s.by_progress);
+}
+
+bool is_link_restore(const ChurnEvent& e) {
+  return e.kind == ChurnKind::Link && !e.rate_mbit && !e.loss;
+}
+
+void ChurnDriver::schedule_end(const ChurnEvent& e, double now_s) {
+  if (!e.for_s) return;
+  ChurnEvent end;
+  end.at = now_s + *e.for_s;
+  end.generated = e.generated;
+  end.peers = e.peers;
+  switch (e.kind) {
+    case ChurnKind::Pause: end.kind = ChurnKind::Resume; break;
+    case ChurnKind::Partition: end.kind = ChurnKind::Heal; end.peers.clear(); break;
+    case ChurnKind::Link: end.kind = ChurnKind::Link; break;  // no rate, no loss: restore
+    default: return;  // fault "for" belongs to the faulty-peer work (not run by the launcher)
+  }
+  ends_.push_back(std::move(end));
+}
+
+std::vector<ChurnEvent> ChurnDriver::due(double now_s, double progress) {
+  std::vector<ChurnEvent> out;
+  // Timed events and ends of effects, merged by time.
+  for (;;) {
+    const ChurnEvent* next = next_timed_ < timed_.size() ? &timed_[next_timed_] : nullptr;
+    auto end = std::min_element(ends_.begin(), ends_.end(),
+                                [](const auto& a, const auto& b) { return a.at < b.at; });
+    const bool take_end = end != ends_.end() && end->at <= now_s && (!next || end->at < next->at);
+    if (take_end) {
+      out.push_back(*end);
+      ends_.erase(end);
+    } else if (next && next->at <= now_s) {
+      out.push_back(*next);
+      ++next_timed_;
+    } else {
+      break;
+    }
+  }
+  while (next_progress_ < by_progress_.size() && by_progress_[next_progress_].at <= progress)
+    out.push_back(by_progress_[next_progress_++]);
+  for (auto& e : out) {
+    e.at = now_s;
+    e.by_progress = false;
+    schedule_end(e, now_s);
+  }
+  return out;
+}
+
+bool ChurnDriver::start_pending() const {
+  auto starts = [](const ChurnEvent& e) {
+    return e.kind == ChurnKind::Restart || e.kind == ChurnKind::Join ||
+           e.kind == ChurnKind::Resume;
+  };
+  return std::any_of(timed_.begin() + std::ptrdiff_t(next_timed_), timed_.end(), starts) ||
+         std::any_of(by_progress_.begin() + std::ptrdiff_t(next_progress_), by_progress_.end(),
+                     starts) ||
+         std::any_of(ends_.begin(), ends_.end(), starts);
+}
+
+bool ChurnDriver::empty() const {
+  return next_timed_ == timed_.size() && next_progress_ == by_progress_.size() && ends_.empty();
+}
+
+EventLog::EventLog(const std::string& path) : f_(std::fopen(path.c_str(), "a")) {
+  if (!f_) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+}
+
+EventLog::~EventLog() {
+  if (f_) std::fclose(f_);
+}
+
+void EventLog::write(double t, const std::string& event, nlohmann::json fields) {
+  nlohmann::json j = {{"t", t}, {"event", event}};
+  for (auto& [k, v] : fields.items()) j[k] = v;
+  lines_.push_back(j);
+  if (!f_) return;
+  const std::string line = j.dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), f_);
+  std::fflush(f_);
+}
+
+const char* slot_state_name(SlotState s) {
+  switch (s) {
+    case SlotState::kNotJoined: return "not joined";
+    case SlotState::kUp: return "up";
+    case SlotState::kPaused: return "paused";
+    case SlotState::kCrashed: return "crashed";
+    case SlotState::kStopped: return "stopped";
+  }
+  return "?";
+}
+
+ChurnRunner::ChurnRunner(core::ChurnScenario scenario, double horizon_s, EventLog& log)
+    : driver_(std::move(scenario), horizon_s), log_(log) {
+  const int n = driver_.total_peers();
+  state_.assign(std::size_t(n), SlotState::kNotJoined);
+  churn_signalled_.assign(std::size_t(n), false);
+  restarts_.assign(std::size_t(n), 0);
+  next_join_ = driver_.scenario().initial_peers;
+}
+
+void ChurnRunner::tick(double now_s, double progress, ChurnPeers& peers) {
+  for (const auto& e : driver_.due(now_s, progress)) apply(e, now_s, peers);
+}
+
+bool ChurnRunner::exited(int i) {
+  // A peer that ends on its own (training over, or a failure) keeps its state: its later events
+  // find it not running and are skipped, and it is never restarted. One the scenario crashed or
+  // stopped stays crashed or stopped until its restart.
+  const bool ours = churn_signalled_.at(std::size_t(i));
+  churn_signalled_[std::size_t(i)] = false;
+  return ours;
+}
+
+bool ChurnRunner::waiting_for_restart() const {
+  const bool down = std::any_of(state_.begin(), state_.end(), [](SlotState s) {
+    return s == SlotState::kCrashed || s == SlotState::kStopped;
+  });
+  return down && driver_.start_pending();
+}
+
+// Signals every named peer that is running and not already in `to`; the rest are skipped (a
+// peer that finished, or one the scenario already took down), and say so in events.jsonl.
+void ChurnRunner::signal_each(const ChurnEvent& e, int sig, SlotState required, SlotState to,
+                              ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped) {
+  for (int p : e.peers) {
+    if (p >= slots() || !peers.running(p) || state_[std::size_t(p)] != required) {
+      skipped.push_back(p);
+      continue;
+    }
+    peers.send_signal(p, sig);
+    state_[std::size_t(p)] = to;
+    if (sig == SIGKILL || sig == SIGTERM) churn_signalled_[std::size_t(p)] = true;
+    done.push_back(p);
+  }
+}
+
+void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
+  nlohmann::json done = nlohmann::json::array(), skipped = nlohmann::json::array();
+  switch (e.kind) {
+    case ChurnKind::Crash:
+      signal_each(e, SIGKILL, SlotState::kUp, SlotState::kCrashed, peers, done, skipped);
+      break;
+    case ChurnKind::Stop:
+      signal_each(e, SIGTERM, SlotState::kUp, SlotState::kStopped, peers, done, skipped);
+      break;
+    case ChurnKind::Pause:
+      signal_each(e, SIGSTOP, SlotState::kUp, SlotState::kPaused, peers, done, skipped);
+      break;
+    case ChurnKind::Resume:
+      signal_each(e, SIGCONT, SlotState::kPaused, SlotState::kUp, peers, done, skipped);
+      break;
+    case ChurnKind::Restart:
+      for (int p : e.peers) {
+        const SlotState st = state_[std::size_t(p)];
+        if ((st != SlotState::kCrashed && st != SlotState::kStopped) || peers.running(p)) {
+          skipped.push_back(p);  // it finished on its own, or is still going down
+          continue;
+        }
+        peers.start_peer(p);
+        state_[std::size_t(p)] = SlotState::kUp;
+        ++restarts_[std::size_t(p)];
+        done.push_back(p);
+      }
+      break;
+    case ChurnKind::Join:
+      for (int k = 0; k < e.count && next_join_ < slots(); ++k) {
+        peers.start_peer(next_join_);
+        state_[std::size_t(next_join_)] = SlotState::kUp;
+        done.push_back(next_join_++);
+      }
+      break;
+    default:
+      // Network and fault events are refused before the run (launch_options.cpp: load_churn).
+      skipped = e.peers;
+      break;
+  }
+  nlohmann::json j = core::to_json(e);
+  j.erase("at");
+  j.erase("event");
+  j["kind"] = std::string(core::churn_kind_name(e.kind));
+  j["source"] = e.generated ? "random" : "scenario";
+  j["applied_to"] = done;
+  if (!skipped.empty()) j["skipped"] = skipped;
+  log_.write(now_s, "churn", j);
+}
+
+double detection_bound_s(int peers) {
+  const gossip::MembershipConfig c;
+  const double scale = std::max(1.0, std::log10(double(std::max(1, peers))));
+  const double min_s = c.suspicion_mult * scale * c.probe_interval.count() / 1000.0;
+  return c.suspicion_max_timeout_mult * min_s + c.probe_interval.count() / 1000.0;
+}
+
+namespace {
+
+using nlohmann::json;
+
+double tof(const json& e) { return e.value("t", 0.0); }
+int peer_of(const json& e) { return e.value("peer", -1); }
+
+// Replays events.jsonl: who runs at time t, each peer's latest accuracy, the consensus samples.
+struct Timeline {
+  const std::vector<json>& ev;
+
+  std::set<int> running_at(double t) const {
+    std::set<int> up;
+    for (const auto& e : ev) {
+      if (tof(e) > t) break;
+      const std::string k = e.value("event", "");
+      if (k == "start") up.insert(peer_of(e));
+      if (k == "exit") up.erase(peer_of(e));
+    }
+    return up;
+  }
+  std::optional<double> exit_after(int p, double t) const {
+    for (const auto& e : ev)
+      if (tof(e) >= t && e.value("event", "") == "exit" && peer_of(e) == p) return tof(e);
+    return std::nullopt;
+  }
+  // Mean over `who` of each peer's last accuracy at or before t (peers without one left out).
+  std::optional<double> mean_acc_at(const std::set<int>& who, double t) const {
+    std::map<int, double> last;
+    for (const auto& e : ev) {
+      if (tof(e) > t) break;
+      if (e.value("event", "") == "eval" && who.count(peer_of(e))) last[peer_of(e)] = e["test_acc"];
+    }
+    if (last.empty()) return std::nullopt;
+    double s = 0;
+    for (const auto& [p, a] : last) s += a;
+    return s / double(last.size());
+  }
+  // Mean over `who` of each peer's first accuracy after t.
+  std::optional<double> mean_first_acc_after(const std::set<int>& who, double t) const {
+    std::map<int, double> first;
+    for (const auto& e : ev)
+      if (tof(e) > t && e.value("event", "") == "eval" && who.count(peer_of(e)) &&
+          !first.count(peer_of(e)))
+        first[peer_of(e)] = e["test_acc"];
+    if (first.empty()) return std::nullopt;
+    double s = 0;
+    for (const auto& [p, a] : first) s += a;
+    return s / double(first.size());
+  }
+  std::optional<double> consensus(double t, bool after) const {
+    std::optional<double> best;
+    for (const auto& e : ev) {
+      if (e.value("event", "") != "consensus") continue;
+      if (!after && tof(e) <= t) best = e["distance"].get<double>();
+      if (after && tof(e) > t) return e["distance"].get<double>();
+    }
+    return best;
+  }
+  // First time after t at which the mean of the latest accuracies of `who` is back to `level`.
+  std::optional<double> recovered(const std::set<int>& who, double t, double level) const {
+    std::map<int, double> last;
+    for (const auto& e : ev) {
+      if (e.value("event", "") != "eval" || !who.count(peer_of(e))) continue;
+      last[peer_of(e)] = e["test_acc"];
+      if (tof(e) <= t || last.size() < who.size()) continue;
+      double s = 0;
+      for (const auto& [p, a] : last) s += a;
+      if (s / double(last.size()) >= level - 1e-9) return tof(e) - t;
+    }
+    return std::nullopt;
+  }
+};
+
+json opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+// One crashed or stopped peer: when each peer alive at that moment marked it dead or left.
+json down_report(const Timeline& tl, const json& churn, int p, double bound) {
+  const double t = tof(churn);
+  std::set<int> others = tl.running_at(t);
+  others.erase(p);
+  json detected = json::object(), undetected = json::array();
+  std::optional<double> worst;
+  for (int q : others) {
+    std::optional<double> when;
+    for (const auto& e : tl.ev)
+      if (tof(e) >= t && e.value("event", "") == "member" && peer_of(e) == q &&
+          e.value("member_index", -1) == p &&
+          (e.value("state", "") == "dead" || e.value("state", "") == "left")) {
+        when = tof(e) - t;
+        break;
+      }
+    const auto gone = tl.exit_after(q, t);
+    if (when && (!gone || t + *when <= *gone)) {
+      detected[std::to_string(q)] = *when;
+      worst = std::max(worst.value_or(0.0), *when);
+    } else if (!gone || *gone - t > bound) {
+      undetected.push_back(q);  // was up long enough to notice and did not
+    }
+  }
+  const auto before = tl.mean_acc_at(others, t);
+  return {{"t", t},
+          {"kind", churn.value("kind", "")},
+          {"peer", p},
+          {"detected_by_s", detected},
+          {"not_detected_by", undetected},
+          {"max_detection_s", opt(worst)},
+          {"within_bound", undetected.empty() && (!worst || *worst <= bound)},
+          {"acc_before", opt(before)},
+          {"acc_after", opt(tl.mean_first_acc_after(others, t))},
+          {"recovery_s", before ? opt(tl.recovered(others, t, *before)) : json(nullptr)},
+          {"consensus_before", opt(tl.consensus(t, false))},
+          {"consensus_after", opt(tl.consensus(t, true))}};
+}
+
+json join_report(const Timeline& tl, const json& churn, int j) {
+  const double t = tof(churn);
+  std::set<int> others = tl.running_at(t);
+  others.erase(j);
+  std::optional<double> first;
+  json catch_up = nullptr;
+  for (const auto& e : tl.ev) {
+    if (tof(e) < t || peer_of(e) != j) continue;
+    if (!first && e.value("event", "") == "eval") first = e["test_acc"].get<double>();
+    if (catch_up.is_null() && e.value("event", "") == "catch_up") catch_up = e;
+  }
+  return {{"t", t},
+          {"kind", "join"},
+          {"peer", j},
+          {"first_eval_acc", opt(first)},
+          {"swarm_acc_at_join", opt(tl.mean_acc_at(others, t))},
+          {"catch_up", catch_up}};
+}
+
+}  // namespace
+
+json churn_report(const std::vector<json>& events, const core::ChurnScenario& scenario,
+                  const std::string& churn_arg) {
+  const Timeline tl{events};
+  const double bound = detection_bound_s(scenario.initial_peers);
+  json per_event = json::array(), alive = json::array();
+  std::map<std::string, int> counts;
+  int up = 0;
+  for (const auto& e : events) {
+    const std::string k = e.value("event", "");
+    if (k == "start" || k == "exit") {
+      up += k == "start" ? 1 : -1;
+      alive.push_back({tof(e), up});
+    }
+    if (k != "churn") continue;
+    const std::string kind = e.value("kind", "");
+    for (const auto& p : e["applied_to"]) {
+      ++counts[kind];
+      if (kind == "crash" || kind == "stop") per_event.push_back(down_report(tl, e, p, bound));
+      if (kind == "join") per_event.push_back(join_report(tl, e, p));
+    }
+  }
+  bool all_within = true;
+  for (const auto& r : per_event)
+    if (r.contains("within_bound")) all_within = all_within && r["within_bound"].get<bool>();
+  return {{"scenario", churn_arg},
+          {"seed", scenario.seed},
+          {"applied", counts},
+          {"detection_bound_s", bound},
+          {"all_detected_within_bound", all_within},
+          {"events", per_event},
+          {"peers_alive_over_time", alive}};
+}
+
+}  // namespace gossiptrain::apps
