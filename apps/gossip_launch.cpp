@@ -208,13 +208,6 @@ std::string signal_name(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-std::string pct(const std::optional<double>& v) {
-  if (!v) return "-";
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f%%", 100.0 * *v);
-  return b;
-}
-
 class Launch : private ChurnPeers {
  public:
   Launch(LaunchOptions o, std::string peer_bin) : o_(std::move(o)), peer_bin_(std::move(peer_bin)) {}
@@ -684,9 +677,7 @@ std::vector<std::string> Launch::table() const {
   std::snprintf(buf, sizeof buf, "gossip-launch  %s  %d peer%s  %s  %.0f s", mode_name(o_.mode),
                 o_.peers, o_.peers == 1 ? "" : "s", run_dir_.c_str(), since(t0_));
   lines.push_back(buf);
-  std::snprintf(buf, sizeof buf, "%-4s %-16s %7s %7s %8s %8s %8s %13s %8s %4s  %s", "peer", "id",
-                "epoch", "step", "loss", "acc", "best", "exch ok/fail", "MB sent", "live", "state");
-  lines.push_back(buf);
+  lines.push_back(peer_table_header());
   const int epochs = plans_.empty() ? 0 : plans_[0].config.train.epochs;
   for (std::size_t i = 0; i < stats_.size(); ++i) {
     const PeerStats& s = stats_[i];
@@ -695,27 +686,22 @@ std::vector<std::string> Launch::table() const {
     if (c.running && s.lines == 0) state = "starting";
     else if (c.running && s.done) state = "finishing";
     if (s.not_averaging) state += " NOT AVERAGING (" + s.alert_reason + ")";
-    std::string ep = std::to_string(s.epoch) + "/" + std::to_string(epochs);
-    char loss[32] = "-";
-    if (s.loss) std::snprintf(loss, sizeof loss, "%.4f", *s.loss);
-    std::string exch = std::to_string(s.exchanges_ok) + "/" + std::to_string(s.exchanges_failed);
-    std::snprintf(buf, sizeof buf, "%-4zu %-16.16s %7s %7lld %8s %8s %8s %13s %8.2f %4d  %s", i,
-                  s.id.empty() ? "-" : s.id.c_str(), ep.c_str(), (long long)s.step, loss,
-                  pct(s.test_acc).c_str(), pct(s.best_test_acc).c_str(), exch.c_str(),
-                  double(s.bytes) / 1e6, s.members_alive(), state.c_str());
-    lines.push_back(buf);
+    lines.push_back(peer_table_row(i, s, epochs, state));
   }
   return lines;
 }
 
 std::string Launch::progress_line() const {
-  int running = 0, emin = 1 << 30, emax = 0, ok = 0, failed = 0;
+  int running = 0, ok = 0, failed = 0;
+  std::optional<int> emin, emax;
   double bytes = 0, sum = 0, mn = 2;
   int with_acc = 0;
   for (std::size_t i = 0; i < stats_.size(); ++i) {
     running += children_[i].running;
-    emin = std::min(emin, stats_[i].epoch);
-    emax = std::max(emax, stats_[i].epoch);
+    if (const auto e = stats_[i].epoch) {
+      emin = std::min(emin.value_or(*e), *e);
+      emax = std::max(emax.value_or(*e), *e);
+    }
     ok += stats_[i].exchanges_ok;
     failed += stats_[i].exchanges_failed;
     bytes += double(stats_[i].bytes);
@@ -728,10 +714,11 @@ std::string Launch::progress_line() const {
   char buf[256];
   const int epochs = plans_.empty() ? 0 : plans_[0].config.train.epochs;
   std::string acc = with_acc ? "acc mean " + pct(sum / with_acc) + " min " + pct(mn) : "acc -";
+  const std::string ep = emin ? std::to_string(*emin) + ".." + std::to_string(*emax) : "-";
   std::snprintf(buf, sizeof buf,
-                "gossip-launch: %4.0f s  running %d/%zu  epoch %d..%d/%d  %s  exchanges %d ok %d "
+                "gossip-launch: %4.0f s  running %d/%zu  epoch %s/%d  %s  exchanges %d ok %d "
                 "failed  %.1f MB",
-                since(t0_), running, stats_.size(), emin, emax, epochs, acc.c_str(), ok, failed,
+                since(t0_), running, stats_.size(), ep.c_str(), epochs, acc.c_str(), ok, failed,
                 bytes / 1e6);
   return buf;
 }

@@ -1,11 +1,11 @@
 // gossip-peer: one peer. Flags -> config -> data shard, backend, training loop, and (with --seeds or
 // --listen) the encrypted transport, membership and the averaging exchange behind the step hook.
 
-#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +35,18 @@ void install_signal_handlers() {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+}
+
+// A figure for the log: printf format f of v x scale, or "-" when it was not measured.
+std::string figure(const std::optional<double>& v, const char* f, double scale = 1.0) {
+  if (!v) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, f, *v * scale);
+  return b;
+}
+
+nlohmann::json or_null(const std::optional<double>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
 int usage_error(const std::string& msg) {
@@ -115,9 +127,10 @@ int main(int argc, char** argv) {
         spdlog::warn("could not lower the training thread's priority: {}", err);
     }
     const int epochs = cfg.train.epochs;
-    trainer.on_epoch = [epochs](int epoch, double loss, const core::EvalResult& ev, double sps) {
-      spdlog::info("epoch {}/{}  loss {:.4f}  test_acc {:.2f}%  test_loss {:.4f}  {:.0f} samples/s",
-                   epoch, epochs, loss, 100.0 * ev.acc, ev.loss, sps);
+    trainer.on_epoch = [epochs](int epoch, std::optional<double> loss, const core::EvalResult& ev,
+                                std::optional<double> sps) {
+      spdlog::info("epoch {}/{}  loss {}  test_acc {:.2f}%  test_loss {:.4f}  {} samples/s", epoch,
+                   epochs, figure(loss, "%.4f"), 100.0 * ev.acc, ev.loss, figure(sps, "%.0f"));
     };
     core::TrainResult res = trainer.run(g_stop);
     if (node) {
@@ -125,8 +138,9 @@ int main(int argc, char** argv) {
       // Exchanges served while lingering changed the parameters: evaluate and save once more.
       const core::EvalResult ev = trainer.evaluate(data.test);
       if (!res.stopped) {
+        trainer.note_test_acc(ev.acc);
         res.final_test_acc = ev.acc;
-        res.best_test_acc = std::max(res.best_test_acc, ev.acc);
+        res.best_test_acc = trainer.best_test_acc();
       }
       metrics.emit("eval", {{"epoch", res.epochs_done}, {"step", res.steps}, {"final", true},
                             {"test_acc", ev.acc}, {"test_loss", ev.loss}});
@@ -138,13 +152,13 @@ int main(int argc, char** argv) {
     }
     metrics.emit("done", {{"steps", res.steps},
                           {"epochs", res.epochs_done},
-                          {"final_test_acc", res.final_test_acc},
-                          {"best_test_acc", res.best_test_acc},
+                          {"final_test_acc", or_null(res.final_test_acc)},
+                          {"best_test_acc", or_null(res.best_test_acc)},
                           {"seconds", res.seconds},
                           {"stopped", res.stopped}});
-    spdlog::info("{} after {} epochs, {} steps, {:.1f} s: final test_acc {:.2f}%",
+    spdlog::info("{} after {} epochs, {} steps, {:.1f} s: final test_acc {}",
                  res.stopped ? "stopped" : "done", res.epochs_done, res.steps, res.seconds,
-                 100.0 * res.final_test_acc);
+                 figure(res.final_test_acc, "%.2f%%", 100.0));
     return res.stopped ? 130 : 0;
   } catch (const std::invalid_argument& e) {
     return usage_error(e.what());

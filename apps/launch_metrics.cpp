@@ -41,10 +41,21 @@ std::optional<double> PeerStats::add_line(const std::string& line, double target
   return j["t"].get<double>();
 }
 
+void PeerStats::restarted() {
+  done = false;
+  stopped = false;
+  final_test_acc.reset();
+  final_eval_acc.reset();
+  done_steps.reset();
+  seconds.reset();
+}
+
 void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
   ++lines;
   const double t = j["t"].get<double>();
-  last_t = std::max(last_t, t);
+  // A process's t never decreases (Metrics), so a smaller one is a restarted peer's new process.
+  if (lines > 1 && t < last_t) restarted();
+  last_t = t;
   if (j["peer"].is_string()) id = j["peer"].get<std::string>();
   const std::string ev = j["event"].get<std::string>();
   if (ev == "step") {
@@ -54,7 +65,7 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
     if (auto v = num(j, "samples_per_s")) samples_per_s = v;
   } else if (ev == "eval") {
     if (auto v = num(j, "epoch")) epoch = int(*v);
-    if (auto v = num(j, "step")) step = std::max(step, std::int64_t(*v));
+    if (auto v = num(j, "step")) step = std::max(step.value_or(0), std::int64_t(*v));
     if (auto v = num(j, "train_loss")) loss = v;
     if (auto v = num(j, "samples_per_s")) samples_per_s = v;
     if (auto v = num(j, "test_acc")) {
@@ -93,10 +104,10 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
         break;
       }
   } else if (ev == "checkpoint") {
-    if (auto v = num(j, "epoch")) epoch = std::max(epoch, int(*v));
+    if (auto v = num(j, "epoch")) epoch = std::max(epoch.value_or(0), int(*v));
   } else if (ev == "done") {
     done = true;
-    if (auto v = num(j, "final_test_acc")) final_test_acc = v;
+    final_test_acc = num(j, "final_test_acc");  // null: the peer does not know it
     if (auto v = num(j, "best_test_acc"))
       if (!best_test_acc || *v > *best_test_acc) best_test_acc = v;
     if (auto v = num(j, "steps")) done_steps = std::int64_t(*v);
@@ -123,7 +134,7 @@ int PeerStats::members_alive() const {
 double PeerStats::progress() const {
   if (done) return 1.0;
   if (steps_total <= 0) return 0.0;
-  return std::min(1.0, double(step) / double(steps_total));
+  return std::min(1.0, double(step.value_or(0)) / double(steps_total));
 }
 
 }  // namespace gossiptrain::apps

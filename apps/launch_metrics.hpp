@@ -44,18 +44,21 @@ struct PeerStats {
   std::string id;           // the peer's own name in its metrics (`peer` field)
   int lines = 0;
   int bad_lines = 0;        // not JSON or missing t/peer/event
-  double last_t = 0.0;
-  std::int64_t step = 0;
+  double last_t = 0.0;      // of the latest process (t starts again when the peer restarts)
+  // Figures the peer has not reported are empty (null in summary.json, `-` in tables).
+  std::optional<std::int64_t> step;
   std::int64_t steps_total = 0;  // the run's steps, from `step` lines (0: not seen yet)
-  int epoch = 0;            // completed epochs (from eval/checkpoint/done)
+  std::optional<int> epoch;  // completed epochs (from eval/checkpoint/done)
   std::optional<double> loss;
   std::optional<double> test_acc;       // last eval
   std::optional<double> best_test_acc;
+  // These two are the latest process's: a restarted peer's earlier `done` says nothing of the
+  // model it ends with.
   std::optional<double> final_test_acc;  // from `done`
   std::optional<double> final_eval_acc;  // last eval marked final (the model as the peer ended)
   std::optional<double> time_to_target;  // peer's t of the first eval at or above the target
   std::optional<double> samples_per_s;
-  std::int64_t done_steps = -1;
+  std::optional<std::int64_t> done_steps;
   bool done = false;
   bool stopped = false;     // done with stopped = true
   std::optional<double> seconds;
@@ -80,6 +83,9 @@ struct PeerStats {
   int members_alive() const;
   // Fraction of its steps done (0..1): 1 once done, 0 before the first `step` line.
   double progress() const;
+
+ private:
+  void restarted();  // a line from a new process of the peer: forget the last one's ending
 };
 
 }  // namespace gossiptrain::apps

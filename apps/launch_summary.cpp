@@ -39,8 +39,67 @@ Consensus consensus_distance(const std::vector<std::vector<float>>& params) {
 
 namespace {
 
-nlohmann::json opt(const std::optional<double>& v) {
+template <class T>
+nlohmann::json opt(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+// A total over the peers that reported the figure (a number in their summary); empty when none did.
+void add_to(std::optional<std::int64_t>& total, const nlohmann::json& v) {
+  if (v.is_number()) total = total.value_or(0) + v.get<std::int64_t>();
+}
+
+// Peer i's figures. Exchange counts come from its metrics lines, so a peer without any has none.
+nlohmann::json peer_summary(const RunFacts& run, std::size_t i, const PeerStats& s,
+                            const PeerOutcome& out, const std::optional<double>& final_acc,
+                            const std::optional<double>& t_launch) {
+  const std::optional<std::int64_t> steps = s.done_steps ? s.done_steps : s.step;
+  // Without a checkpoint the count is steps x batch, an upper bound (the last batch of an epoch
+  // can be short).
+  std::optional<std::int64_t> samples = out.ckpt_samples;
+  nlohmann::json samples_from = "checkpoint";
+  if (!samples && steps) {
+    samples = *steps * std::int64_t(run.batch);
+    samples_from = "steps_x_batch";
+  } else if (!samples) {
+    samples_from = nullptr;
+  }
+  const bool reported = s.lines > 0;
+  auto count = [&](auto v) { return reported ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  return {
+      {"peer", int(i)},
+      {"id", s.id},
+      {"state", out.state},
+      {"exit_code", out.exit_code >= 0 ? nlohmann::json(out.exit_code) : nlohmann::json(nullptr)},
+      {"signal", out.signal ? nlohmann::json(out.signal) : nlohmann::json(nullptr)},
+      {"failed", out.failed},
+      {"alive_at_end", out.alive_at_end},
+      {"final_test_acc", opt(final_acc)},
+      {"best_test_acc", opt(s.best_test_acc)},
+      {"time_to_target_s", opt(s.time_to_target)},
+      {"time_to_target_launch_s", opt(t_launch)},
+      {"epochs", opt(s.epoch)},
+      {"steps", opt(steps)},
+      {"samples", opt(samples)},
+      {"samples_from", samples_from},
+      {"seconds", opt(s.seconds)},
+      {"exchanges_ok", count(s.exchanges_ok)},
+      {"exchanges_failed", count(s.exchanges_failed)},
+      {"exchanges_failed_by_reason", s.failed_by_reason},
+      {"averaging_alerts", s.averaging_alerts},
+      {"not_averaging_at_end", s.not_averaging},
+      {"averaging_alert_reason", s.averaging_alerts ? nlohmann::json(s.alert_reason) : nullptr},
+      {"averaging_alert_addr", s.averaging_alerts ? nlohmann::json(s.alert_addr) : nullptr},
+      {"bytes_sent", count(s.bytes)},
+      {"bytes_sent_and_received", count(s.bytes_wire)},
+      {"consensus_distance", opt(out.consensus)},
+      {"metrics_lines", s.lines},
+      {"metrics_bad_lines", s.bad_lines},
+      {"errors", s.errors},
+      {"last_error", s.last_error},
+      {"start_offset_s", out.start_offset_s},
+      {"clock_offset_s", opt(out.clock_offset_s)},
+  };
 }
 
 }  // namespace
@@ -52,8 +111,7 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
   std::vector<double> finals;
   std::optional<double> best, t_all, t_first;
   bool all_reached = !stats.empty();
-  std::int64_t samples_total = 0, bytes_total = 0;
-  int ok_total = 0, failed_total = 0;
+  std::optional<std::int64_t> samples_total, bytes_total, ok_total, failed_total;
   std::map<std::string, int> reasons_total;
   nlohmann::json failed_peers = nlohmann::json::array();
   nlohmann::json not_averaging = nlohmann::json::array();
@@ -75,58 +133,15 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
     } else {
       all_reached = false;
     }
-    std::int64_t steps = s.done_steps >= 0 ? s.done_steps : s.step;
-    std::int64_t samples = 0;
-    std::string samples_from = "checkpoint";
-    if (out.ckpt_samples) {
-      samples = *out.ckpt_samples;
-    } else {
-      // Without a checkpoint the count is steps x batch, an upper bound (the last batch of an
-      // epoch can be short).
-      samples = steps * std::int64_t(run.batch);
-      samples_from = "steps_x_batch";
-    }
-    samples_total += samples;
-    bytes_total += s.bytes;
-    ok_total += s.exchanges_ok;
-    failed_total += s.exchanges_failed;
+    peers.push_back(peer_summary(run, i, s, out, final_acc, t_launch));
+    const nlohmann::json& p = peers.back();
+    add_to(samples_total, p["samples"]);
+    add_to(bytes_total, p["bytes_sent"]);
+    add_to(ok_total, p["exchanges_ok"]);
+    add_to(failed_total, p["exchanges_failed"]);
     for (const auto& [r, n] : s.failed_by_reason) reasons_total[r] += n;
     if (out.failed) failed_peers.push_back(int(i));
     if (s.averaging_alerts > 0) not_averaging.push_back(int(i));
-    peers.push_back({
-        {"peer", int(i)},
-        {"id", s.id},
-        {"state", out.state},
-        {"exit_code", out.exit_code >= 0 ? nlohmann::json(out.exit_code) : nlohmann::json(nullptr)},
-        {"signal", out.signal ? nlohmann::json(out.signal) : nlohmann::json(nullptr)},
-        {"failed", out.failed},
-        {"alive_at_end", out.alive_at_end},
-        {"final_test_acc", opt(final_acc)},
-        {"best_test_acc", opt(s.best_test_acc)},
-        {"time_to_target_s", opt(s.time_to_target)},
-        {"time_to_target_launch_s", opt(t_launch)},
-        {"epochs", s.epoch},
-        {"steps", steps},
-        {"samples", samples},
-        {"samples_from", samples_from},
-        {"seconds", opt(s.seconds)},
-        {"exchanges_ok", s.exchanges_ok},
-        {"exchanges_failed", s.exchanges_failed},
-        {"exchanges_failed_by_reason", s.failed_by_reason},
-        {"averaging_alerts", s.averaging_alerts},
-        {"not_averaging_at_end", s.not_averaging},
-        {"averaging_alert_reason", s.averaging_alerts ? nlohmann::json(s.alert_reason) : nullptr},
-        {"averaging_alert_addr", s.averaging_alerts ? nlohmann::json(s.alert_addr) : nullptr},
-        {"bytes_sent", s.bytes},
-        {"bytes_sent_and_received", s.bytes_wire},
-        {"consensus_distance", opt(out.consensus)},
-        {"metrics_lines", s.lines},
-        {"metrics_bad_lines", s.bad_lines},
-        {"errors", s.errors},
-        {"last_error", s.last_error},
-        {"start_offset_s", out.start_offset_s},
-        {"clock_offset_s", opt(out.clock_offset_s)},
-    });
   }
   std::optional<double> mean, mn, mx, spread;
   if (!finals.empty()) {
@@ -163,17 +178,50 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
       // first peer to reach it.
       {"time_to_target_s", all_reached ? opt(t_all) : nlohmann::json(nullptr)},
       {"time_to_target_first_s", opt(t_first)},
-      {"samples", samples_total},
-      {"exchanges_ok", ok_total},
-      {"exchanges_failed", failed_total},
+      {"samples", opt(samples_total)},
+      {"exchanges_ok", opt(ok_total)},
+      {"exchanges_failed", opt(failed_total)},
       {"exchanges_failed_by_reason", reasons_total},
-      {"bytes_sent", bytes_total},
+      {"bytes_sent", opt(bytes_total)},
       {"consensus_distance", opt(run.consensus_distance)},
       {"consensus_note", run.consensus_note},
       {"consensus_points", run.consensus_points},
       {"peers", peers},
   };
   return j;
+}
+
+std::string pct(const std::optional<double>& v) {
+  if (!v) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f%%", 100.0 * *v);
+  return b;
+}
+
+std::string peer_table_header() {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%-4s %-16s %7s %7s %8s %8s %8s %13s %8s %4s  %s", "peer", "id",
+                "epoch", "step", "loss", "acc", "best", "exch ok/fail", "MB sent", "live", "state");
+  return buf;
+}
+
+std::string peer_table_row(std::size_t i, const PeerStats& s, int epochs, const std::string& state) {
+  // Counts from the metrics lines are only shown once the peer has written one.
+  const bool reported = s.lines > 0;
+  const std::string ep = (s.epoch ? std::to_string(*s.epoch) : "-") + "/" + std::to_string(epochs);
+  const std::string step = s.step ? std::to_string(*s.step) : "-";
+  const std::string exch =
+      reported ? std::to_string(s.exchanges_ok) + "/" + std::to_string(s.exchanges_failed) : "-";
+  const std::string live = reported ? std::to_string(s.members_alive()) : "-";
+  char loss[32] = "-", mb[32] = "-";
+  if (s.loss) std::snprintf(loss, sizeof loss, "%.4f", *s.loss);
+  if (reported) std::snprintf(mb, sizeof mb, "%.2f", double(s.bytes) / 1e6);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%-4zu %-16.16s %7s %7s %8s %8s %8s %13s %8s %4s  %s", i,
+                s.id.empty() ? "-" : s.id.c_str(), ep.c_str(), step.c_str(), loss,
+                pct(s.test_acc).c_str(), pct(s.best_test_acc).c_str(), exch.c_str(), mb,
+                live.c_str(), state.c_str());
+  return buf;
 }
 
 namespace {

@@ -66,8 +66,16 @@ struct RunFacts {
   std::string model;
 };
 
+// Figures nobody measured are null, never 0: a peer's that it did not report, and a total that no
+// peer reported (a total adds up the peers that did).
 nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& stats,
                             const std::vector<PeerOutcome>& outcomes);
+
+// "12.34%", or "-" for a figure not measured.
+std::string pct(const std::optional<double>& v);
+// gossip-launch's live table: its column heads, and peer i's row (`-` where nothing was reported).
+std::string peer_table_header();
+std::string peer_table_row(std::size_t i, const PeerStats& s, int epochs, const std::string& state);
 
 // Reads DIR/summary.json of each run; throws UsageError naming an unreadable one.
 std::string compare_runs(const std::vector<std::string>& dirs, bool markdown);

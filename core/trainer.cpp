@@ -110,8 +110,23 @@ bool Trainer::resume() {
   step_ = c.step;
   epoch_ = int(c.epoch);
   samples_ = c.samples;
+  restore_best(c.meta);
   spdlog::info("resumed from {}: epoch {}, step {}", where, epoch_, step_);
   return true;
+}
+
+// meta's best_test_acc: a number, null (no evaluation yet) or absent (an older build: unknown).
+void Trainer::restore_best(const std::string& meta) {
+  best_acc_.reset();
+  const auto j = nlohmann::json::parse(meta, nullptr, /*allow_exceptions=*/false);
+  const bool has = j.is_object() && j.contains("best_test_acc");
+  const nlohmann::json b = has ? j["best_test_acc"] : nlohmann::json();
+  best_known_ = has && (b.is_number() || b.is_null());
+  if (best_known_ && b.is_number()) best_acc_ = b.get<double>();
+}
+
+void Trainer::note_test_acc(double acc) {
+  if (!best_acc_ || acc > *best_acc_) best_acc_ = acc;
 }
 
 void Trainer::save_checkpoint_now() {
@@ -129,7 +144,9 @@ void Trainer::save_checkpoint_now() {
     c.opt_state.emplace_back(model_.num_params());
     be_.download(c.opt_state[1].data(), opt_b_.data(), opt_b_.bytes());
   }
-  c.meta = nlohmann::json{{"model", cfg_.model}, {"optimizer", cfg_.optimizer}}.dump();
+  nlohmann::json meta{{"model", cfg_.model}, {"optimizer", cfg_.optimizer}};
+  if (best_known_) meta["best_test_acc"] = best_acc_ ? nlohmann::json(*best_acc_) : nlohmann::json();
+  c.meta = meta.dump();
   save_checkpoint(cfg_.checkpoint_dir, c);
   metrics_.emit("checkpoint", {{"step", step_}, {"epoch", epoch_}, {"dir", cfg_.checkpoint_dir}});
 }
@@ -157,8 +174,24 @@ EvalResult Trainer::evaluate(const Dataset& d) {
   return r;
 }
 
+EvalResult Trainer::evaluate_and_report(TrainResult& res, std::optional<double> train_loss,
+                                        std::optional<double> samples_per_s) {
+  const EvalResult ev = evaluate(test_);
+  note_test_acc(ev.acc);
+  res.final_test_acc = ev.acc;
+  res.final_test_loss = ev.loss;
+  nlohmann::json fields = {
+      {"epoch", epoch_}, {"step", step_}, {"test_acc", ev.acc}, {"test_loss", ev.loss}};
+  if (train_loss) fields["train_loss"] = *train_loss;
+  if (samples_per_s) fields["samples_per_s"] = *samples_per_s;
+  metrics_.emit("eval", std::move(fields));
+  return ev;
+}
+
 TrainResult Trainer::run(const std::atomic<bool>& stop) {
   TrainResult res;
+  // A checkpoint written after the last step: report the model it holds, not an empty result.
+  if (epoch_ >= cfg_.epochs && !stop.load()) evaluate_and_report(res, std::nullopt, std::nullopt);
   const auto t_start = Clock::now();
   auto t_ckpt = Clock::now();
   const int F = shard_.features;
@@ -222,19 +255,14 @@ TrainResult Trainer::run(const std::atomic<bool>& stop) {
       }
     }
     if (stop.load()) break;
-    const double sps = double(epoch_samples) / std::max(1e-9, since(t_epoch));
+    // Resumed from a checkpoint taken after the epoch's last step, this run trained none of it.
+    std::optional<double> sps, mean_loss;
+    if (loss_n) {
+      sps = double(epoch_samples) / std::max(1e-9, since(t_epoch));
+      mean_loss = loss_sum / double(loss_n);
+    }
     ++epoch_;
-    const EvalResult ev = evaluate(test_);
-    res.best_test_acc = std::max(res.best_test_acc, ev.acc);
-    res.final_test_acc = ev.acc;
-    res.final_test_loss = ev.loss;
-    const double mean_loss = loss_n ? loss_sum / double(loss_n) : 0.0;
-    metrics_.emit("eval", {{"epoch", epoch_},
-                           {"step", step_},
-                           {"train_loss", mean_loss},
-                           {"test_acc", ev.acc},
-                           {"test_loss", ev.loss},
-                           {"samples_per_s", sps}});
+    const EvalResult ev = evaluate_and_report(res, mean_loss, sps);
     if (on_epoch) on_epoch(epoch_, mean_loss, ev, sps);
     save_checkpoint_now();
     t_ckpt = Clock::now();
@@ -245,6 +273,7 @@ TrainResult Trainer::run(const std::atomic<bool>& stop) {
   }
   res.steps = step_;
   res.epochs_done = epoch_;
+  res.best_test_acc = best_test_acc();
   res.seconds = since(t_start);
   return res;
 }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "core/dataset.hpp"
@@ -38,9 +39,11 @@ void validate(const TrainConfig& c);
 struct TrainResult {
   std::int64_t steps = 0;
   int epochs_done = 0;
-  double final_test_acc = 0.0;
-  double best_test_acc = 0.0;
-  double final_test_loss = 0.0;
+  // Empty when not measured: no evaluation in this run (stopped before its first epoch end), or
+  // for best, a run resumed from a checkpoint that does not hold it (older builds).
+  std::optional<double> final_test_acc;
+  std::optional<double> best_test_acc;  // of the whole run, restarts included
+  std::optional<double> final_test_loss;
   double seconds = 0.0;
   bool stopped = false;  // interrupted by the stop flag
 };
@@ -63,19 +66,33 @@ class Trainer {
   // corrupt or belongs to another model. Returns true when something was restored.
   bool resume();
   // Trains until cfg.epochs are done or stop becomes true; checkpoints at epoch ends and on stop.
+  // Resumed with nothing left to train, it evaluates the model it loaded.
   TrainResult run(const std::atomic<bool>& stop);
   EvalResult evaluate(const Dataset& d);
+  // Best test accuracy of the run, kept in its checkpoints: empty before the first evaluation, and
+  // unknown (empty) after resuming from a checkpoint of an older build that did not keep it.
+  std::optional<double> best_test_acc() const { return best_known_ ? best_acc_ : std::nullopt; }
+  // Counts an evaluation of the current model towards best_test_acc.
+  void note_test_acc(double acc);
   // Calls the hook with training_done = true until stop becomes true or linger_s pass, so the peer
   // keeps serving exchanges after its last step.
   void linger(const std::atomic<bool>& stop, double linger_s);
   void save_checkpoint_now();
 
-  // Progress callback for the per-epoch line (the app prints it).
-  std::function<void(int epoch, double loss, const EvalResult& ev, double samples_per_s)> on_epoch;
+  // Progress callback for the per-epoch line (the app prints it). loss and samples_per_s are empty
+  // for an epoch without a step in this run (resumed at its very end).
+  std::function<void(int epoch, std::optional<double> loss, const EvalResult& ev,
+                     std::optional<double> samples_per_s)>
+      on_epoch;
 
  private:
   float lr_at(std::int64_t step) const;
   void call_hook(bool done);
+  void restore_best(const std::string& meta);
+  // Evaluates on the test set, updates res and the best, and writes the `eval` metric line (the
+  // training figures only when measured).
+  EvalResult evaluate_and_report(TrainResult& res, std::optional<double> train_loss,
+                                 std::optional<double> samples_per_s);
 
   kernels::Backend& be_;
   TrainConfig cfg_;
@@ -93,6 +110,8 @@ class Trainer {
   std::int64_t steps_per_epoch_ = 0;
   std::size_t epoch_samples_ = 0;  // samples drawn per epoch
   std::int64_t total_steps_ = 0;
+  std::optional<double> best_acc_;
+  bool best_known_ = true;  // false: resumed from a checkpoint without it
 };
 
 }  // namespace gossiptrain::core

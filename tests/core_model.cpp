@@ -259,6 +259,81 @@ TEST_CASE("a run stopped mid-epoch and resumed from its checkpoint equals an unb
   CHECK(r2.steps == 39);
   CHECK(r2.epochs_done == 3);
   CHECK(params_of(second, *be) == want);
+  // The same figures as the unbroken run: the best of the first epoch came back in the checkpoint.
+  REQUIRE(r2.best_test_acc);
+  CHECK(r2.best_test_acc == r_whole.best_test_acc);
+  CHECK(r2.final_test_acc == r_whole.final_test_acc);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a trainer resumed after its last step reports the model it loaded, not 0", "[core]") {
+  auto be = kernels::make_backend("cpu");
+  const auto d = tiny_dataset();
+  core::TrainConfig cfg;
+  cfg.model = "mlp:12-10-4";
+  cfg.batch = 16;
+  cfg.epochs = 2;
+  const std::string dir = "core_model_finished_ckpt";
+  std::filesystem::remove_all(dir);
+  cfg.checkpoint_dir = dir;
+  core::Metrics metrics("", "test");
+  std::atomic<bool> never{false};
+  core::Trainer first(*be, cfg, d, d, metrics, nullptr);
+  const auto r1 = first.run(never);
+  REQUIRE(r1.final_test_acc);
+  REQUIRE(r1.best_test_acc);
+
+  core::Trainer again(*be, cfg, d, d, metrics, nullptr);
+  REQUIRE(again.resume());
+  const auto r2 = again.run(never);
+  CHECK_FALSE(r2.stopped);
+  CHECK(r2.steps == r1.steps);
+  CHECK(r2.final_test_acc == r1.final_test_acc);
+  CHECK(r2.final_test_loss == r1.final_test_loss);
+  CHECK(r2.best_test_acc == r1.best_test_acc);
+
+  SECTION("from a checkpoint without best_test_acc in its meta (older builds) best is unknown") {
+    auto c = core::load_checkpoint(dir);
+    auto meta = nlohmann::json::parse(c.meta);
+    meta.erase("best_test_acc");
+    c.meta = meta.dump();
+    core::save_checkpoint(dir, c);
+    core::Trainer old(*be, cfg, d, d, metrics, nullptr);
+    REQUIRE(old.resume());
+    const auto r3 = old.run(never);
+    CHECK(r3.final_test_acc == r1.final_test_acc);
+    CHECK_FALSE(r3.best_test_acc);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a run stopped before its first evaluation reports no accuracy, not 0", "[core]") {
+  auto be = kernels::make_backend("cpu");
+  const auto d = tiny_dataset();
+  core::TrainConfig cfg;
+  cfg.model = "mlp:12-10-4";
+  cfg.epochs = 1;
+  const std::string dir = "core_model_unevaluated_ckpt";
+  std::filesystem::remove_all(dir);
+  cfg.checkpoint_dir = dir;
+  core::Metrics metrics("", "test");
+  std::atomic<bool> stop{true};
+  core::Trainer t(*be, cfg, d, d, metrics, nullptr);
+  const auto r = t.run(stop);
+  CHECK(r.stopped);
+  CHECK_FALSE(r.final_test_acc);
+  CHECK_FALSE(r.final_test_loss);
+  CHECK_FALSE(r.best_test_acc);
+  // Its checkpoint says no evaluation happened yet (null), which a resumed run keeps as known.
+  const auto meta = nlohmann::json::parse(core::load_checkpoint(dir).meta);
+  REQUIRE(meta.contains("best_test_acc"));
+  CHECK(meta["best_test_acc"].is_null());
+  std::atomic<bool> go{false};
+  core::Trainer resumed(*be, cfg, d, d, metrics, nullptr);
+  REQUIRE(resumed.resume());
+  const auto r2 = resumed.run(go);
+  REQUIRE(r2.final_test_acc);
+  CHECK(r2.best_test_acc == r2.final_test_acc);
   std::filesystem::remove_all(dir);
 }
 
