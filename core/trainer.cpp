@@ -85,23 +85,29 @@ float Trainer::lr_at(std::int64_t step) const {
 void Trainer::call_hook(bool done) {
   if (!hook_) return;
   StepContext ctx{be_,     model_.params(),          model_.num_params(), step_, samples_,
-                  std::int64_t(shard_.size()), epoch_, done};
+                  std::int64_t(shard_.size()), epoch_, done, this};
   hook_->between_steps(ctx);
 }
 
 bool Trainer::resume() {
   if (cfg_.checkpoint_dir.empty() || !checkpoint_exists(cfg_.checkpoint_dir)) return false;
-  Checkpoint c = load_checkpoint(cfg_.checkpoint_dir);
   const std::string where = "checkpoint in " + cfg_.checkpoint_dir;
+  restore(load_checkpoint(cfg_.checkpoint_dir), where);
+  spdlog::info("resumed from {}: epoch {}, step {}", where, epoch_, step_);
+  return true;
+}
+
+void Trainer::restore(const Checkpoint& c, const std::string& where) {
   if (c.fingerprint != model_.fingerprint() || c.params.size() != model_.num_params())
     throw CheckpointError(where + " belongs to another model than " + cfg_.model);
-  const std::size_t want_state = cfg_.optimizer == "adam" ? 2 : 1;
+  const std::size_t want_state = optimizer_state_count();
   if (c.opt_state.size() != want_state)
     throw CheckpointError(where + " was written with another optimizer than " + cfg_.optimizer);
   for (const auto& s : c.opt_state)
     if (s.size() != model_.num_params()) throw CheckpointError(where + ": optimizer state size");
   if (c.step < 0 || c.epoch < 0 || c.samples < 0 || c.epoch > cfg_.epochs ||
-      c.step > total_steps_)
+      c.step > total_steps_ || c.step < c.epoch * steps_per_epoch_ ||
+      c.step > (c.epoch + 1) * steps_per_epoch_)
     throw CheckpointError(where + " has counters outside this run (step " +
                           std::to_string(c.step) + ", epoch " + std::to_string(c.epoch) + ")");
   be_.upload(model_.params(), c.params.data(), c.params.size() * sizeof(float));
@@ -110,12 +116,9 @@ bool Trainer::resume() {
   step_ = c.step;
   epoch_ = int(c.epoch);
   samples_ = c.samples;
-  spdlog::info("resumed from {}: epoch {}, step {}", where, epoch_, step_);
-  return true;
 }
 
-void Trainer::save_checkpoint_now() {
-  if (cfg_.checkpoint_dir.empty()) return;
+Checkpoint Trainer::state() {
   Checkpoint c;
   c.fingerprint = model_.fingerprint();
   c.step = step_;
@@ -130,7 +133,12 @@ void Trainer::save_checkpoint_now() {
     be_.download(c.opt_state[1].data(), opt_b_.data(), opt_b_.bytes());
   }
   c.meta = nlohmann::json{{"model", cfg_.model}, {"optimizer", cfg_.optimizer}}.dump();
-  save_checkpoint(cfg_.checkpoint_dir, c);
+  return c;
+}
+
+void Trainer::save_checkpoint_now() {
+  if (cfg_.checkpoint_dir.empty()) return;
+  save_checkpoint(cfg_.checkpoint_dir, state());
   metrics_.emit("checkpoint", {{"step", step_}, {"epoch", epoch_}, {"dir", cfg_.checkpoint_dir}});
 }
 
