@@ -115,24 +115,13 @@ class VectorSink final : public Sink {
   std::vector<std::uint8_t>& out_;
 };
 
-uLong crc_of(uLong c, const void* p, std::size_t n) {
-  auto* b = static_cast<const Bytef*>(p);
-  while (n > 0) {  // crc32 takes a uInt length
-    uInt chunk = static_cast<uInt>(std::min<std::size_t>(n, std::numeric_limits<uInt>::max()));
-    c = crc32(c, b, chunk);
-    b += chunk;
-    n -= chunk;
-  }
-  return c;
-}
-
 // Keeps the running CRC of everything it has written.
 class Writer {
  public:
   explicit Writer(Sink& sink) : sink_(sink) {}
 
   void bytes(const void* p, std::size_t n) {
-    crc_ = crc_of(crc_, p, n);
+    crc_ = crc32_update(crc_, p, n);
     sink_.write(p, n);
   }
   template <typename T>
@@ -141,13 +130,12 @@ class Writer {
   }
   void floats(const std::vector<float>& v) { bytes(v.data(), v.size() * sizeof(float)); }
   void finish() {
-    std::uint32_t c = static_cast<std::uint32_t>(crc_);
-    sink_.write(&c, sizeof c);
+    sink_.write(&crc_, sizeof crc_);
   }
 
  private:
   Sink& sink_;
-  uLong crc_ = crc32(0L, Z_NULL, 0);
+  std::uint32_t crc_ = 0;
 };
 
 // The one encoder of the layout, for files and for bytes sent over the network alike.
@@ -228,7 +216,7 @@ class Reader {
            std::to_string(left_) + " left)");
     }
     src_.read(p, n);
-    crc_ = crc_of(crc_, p, n);
+    crc_ = crc32_update(crc_, p, n);
     left_ -= n;
   }
   template <typename T>
@@ -248,13 +236,13 @@ class Reader {
     return static_cast<std::size_t>(n);
   }
   std::uint64_t left() const { return left_; }
-  std::uint32_t crc() const { return static_cast<std::uint32_t>(crc_); }
+  std::uint32_t crc() const { return crc_; }
 
  private:
   Source& src_;
   std::string what_;
   std::uint64_t left_;
-  uLong crc_ = crc32(0L, Z_NULL, 0);
+  std::uint32_t crc_ = 0;
 };
 
 // Magic, version and flags; then the counters and sizes, each checked before its allocation.
@@ -370,6 +358,18 @@ Checkpoint load_checkpoint(const std::string& dir) {
   FdSource src(fd.get(), path);
   Reader r(src, path, static_cast<std::uint64_t>(st.st_size));
   return read_checkpoint(r);
+}
+
+std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t n) {
+  auto* b = static_cast<const Bytef*>(data);
+  uLong c = crc;
+  while (n > 0) {  // crc32 takes a uInt length
+    const uInt part = static_cast<uInt>(std::min<std::size_t>(n, std::numeric_limits<uInt>::max()));
+    c = crc32(c, b, part);
+    b += part;
+    n -= part;
+  }
+  return static_cast<std::uint32_t>(c);
 }
 
 std::uint64_t encoded_checkpoint_bytes(std::uint64_t n_params, std::uint64_t n_opt,

@@ -38,6 +38,9 @@ std::vector<std::uint8_t> encode_checkpoint(const Checkpoint& c);
 // larger than size.
 Checkpoint decode_checkpoint(const std::uint8_t* data, std::size_t size,
                              const std::string& what = "bytes");
+// zlib's CRC-32 of data[0, n), continuing from crc (0 to start): the checkpoint's checksum, and
+// the one catch-up puts on the whole encoded state.
+std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t n);
 // Size of the encoding of a checkpoint with these sizes (opt_values: all optimizer state values).
 std::uint64_t encoded_checkpoint_bytes(std::uint64_t n_params, std::uint64_t n_opt,
                                        std::uint64_t opt_values, std::uint64_t meta_bytes);

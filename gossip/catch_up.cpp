@@ -187,7 +187,7 @@ void CatchUpServer::pump() {
     if (!s.next_chunk) s.next_chunk = encode_chunk(s.id, s.sent, st.data() + s.sent, len);
     if (!s.conn->send(kChunk, s.next_chunk)) return retry_later();
     s.next_chunk.reset();
-    s.crc = crc32_update(s.crc, st.data() + s.sent, len);
+    s.crc = core::crc32_update(s.crc, st.data() + s.sent, len);
     s.sent += len;
   }
   if (!s.conn->send(kEnd, encode_catch_up_end({s.id, s.crc}))) return retry_later();
@@ -522,7 +522,7 @@ void CatchUpClient::on_chunk(const net::ConnectionPtr& c, const net::Bytes& b) {
     return attempt_failed("invalid:length", CatchUpCode::Invalid);
   }
   const std::uint8_t* p = b.data() + kChunkHeaderBytes;
-  a.crc = crc32_update(a.crc, p, v->size);
+  a.crc = core::crc32_update(a.crc, p, v->size);
   a.data.insert(a.data.end(), p, p + v->size);
 }
 

@@ -1,25 +1,12 @@
 // Encoding and checked parsing of the catch-up messages (layouts in catch_up_messages.hpp).
 #include "gossip/catch_up_messages.hpp"
 
-#include <zlib.h>
-
-#include <algorithm>
-#include <limits>
 #include <memory>
 
+#include "core/checkpoint.hpp"
+#include "gossip/le_bytes.hpp"
+
 namespace gossiptrain::gossip {
-namespace {
-
-void put_u64(std::uint8_t* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-std::uint64_t get_u64(const std::uint8_t* p) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
-}  // namespace
 
 std::string_view catch_up_code_name(CatchUpCode c) {
   switch (c) {
@@ -99,17 +86,6 @@ std::optional<CatchUpCodeMsg> parse_catch_up_code(const net::Bytes& b) {
   const auto c = static_cast<CatchUpCode>(b[8]);
   if (catch_up_code_name(c) == "unknown") return std::nullopt;
   return CatchUpCodeMsg{get_u64(b.data()), c};
-}
-
-std::uint32_t crc32_update(std::uint32_t crc, const std::uint8_t* data, std::size_t n) {
-  uLong c = crc;
-  while (n > 0) {  // crc32 takes a uInt length
-    const uInt part = static_cast<uInt>(std::min<std::size_t>(n, std::numeric_limits<uInt>::max()));
-    c = crc32(c, data, part);
-    data += part;
-    n -= part;
-  }
-  return static_cast<std::uint32_t>(c);
 }
 
 }  // namespace gossiptrain::gossip

@@ -55,7 +55,7 @@ struct CatchUpHeaderMsg {
 };
 struct CatchUpEndMsg {
   std::uint64_t id = 0;
-  std::uint32_t crc32 = 0;
+  std::uint32_t crc32 = 0;  // core::crc32_update over all the bytes, the checkpoints' checksum
 };
 struct CatchUpCodeMsg {  // CancelFetch, Refuse, Abort
   std::uint64_t id = 0;
@@ -79,8 +79,5 @@ std::optional<CatchUpRequestMsg> parse_catch_up_request(const net::Bytes& b);
 std::optional<CatchUpHeaderMsg> parse_catch_up_header(const net::Bytes& b);
 std::optional<CatchUpEndMsg> parse_catch_up_end(const net::Bytes& b);
 std::optional<CatchUpCodeMsg> parse_catch_up_code(const net::Bytes& b);
-
-// zlib's CRC-32 of data[0, n), continuing from crc (0 to start).
-std::uint32_t crc32_update(std::uint32_t crc, const std::uint8_t* data, std::size_t n);
 
 }  // namespace gossiptrain::gossip

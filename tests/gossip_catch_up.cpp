@@ -223,7 +223,7 @@ void send_state(const net::ConnectionPtr& c, std::uint64_t id, const Fault& f) {
   for (std::size_t off = 0; off < upto; off += 4096) {
     const std::size_t len = std::min<std::size_t>(4096, upto - off);
     c->send(kChunkT, encode_chunk(id, off + f.offset_shift, bytes.data() + off, len));
-    crc = crc32_update(crc, bytes.data() + off, len);
+    crc = core::crc32_update(crc, bytes.data() + off, len);
   }
   c->send(kEndT, encode_catch_up_end({id, crc ^ f.crc_xor}));
 }
