@@ -53,7 +53,7 @@ CatchUpServer::CatchUpServer(CatchUpServerConfig cfg, net::Transport& transport,
 }
 
 CatchUpServer::CatchUpServer(CatchUpServerConfig cfg, net::Transport& transport)
-    : cfg_(std::move(cfg)), transport_(transport), sched_(transport.scheduler()) {
+    : cfg_(std::move(cfg)), sched_(transport.scheduler()) {
   if (cfg_.chunk_bytes < 1) throw std::invalid_argument("catch-up: chunk_bytes must be >= 1");
   if (!(cfg_.min_rate_bytes_per_s > 0))
     throw std::invalid_argument("catch-up: min_rate_bytes_per_s must be > 0");

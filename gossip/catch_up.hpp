@@ -101,7 +101,6 @@ class CatchUpServer final : public core::StepHook, public net::TransportHandler 
   void post(Fn fn);
 
   CatchUpServerConfig cfg_;
-  net::Transport& transport_;
   net::Scheduler& sched_;
   EventFn on_event_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // guards posted callbacks
