@@ -1,7 +1,9 @@
-// Wires the TCP transport, membership and the averager of one peer, and logs their events as
-// `member` and `exchange` metric lines (docs/ARCHITECTURE.md, "Metric lines").
+// Wires the TCP transport, membership, the averager and catch-up of one peer, and logs their
+// events as `member`, `exchange`, `exchange_alert` and `catch_up_served` metric lines
+// (docs/ARCHITECTURE.md, "Metric lines").
 #include "apps/common_node.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -46,9 +48,9 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint,
   ac.max_rate_bytes_per_s = cfg.max_rate_mb * 1e6;
   auto built = std::make_shared<std::promise<void>>();
   auto ready = built->get_future();
-  transport_->post([this, mc, ac, &backend, built] {
+  transport_->post([this, mc, ac, &backend, built, fingerprint] {
     try {
-      build_protocols(mc, ac, backend);
+      build_protocols(mc, ac, backend, fingerprint);
       built->set_value();
     } catch (...) {
       built->set_exception(std::current_exception());
@@ -58,7 +60,8 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint,
 }
 
 void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
-                                 const gossip::AveragerConfig& ac, kernels::Backend& backend) {
+                                 const gossip::AveragerConfig& ac, kernels::Backend& backend,
+                                 std::uint64_t fingerprint) {
   membership_ = std::make_unique<gossip::Membership>(*transport_, mc);
   membership_->set_listener([this](const gossip::MemberInfo& m) {
     metrics_.emit("member", {{"member", m.id},
@@ -82,6 +85,108 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
     if (!e.ok) spdlog::debug("exchange with {} failed: {}", e.partner, e.reason);
     watch_health(e);
   });
+
+  gossip::CatchUpServerConfig sc;
+  sc.fingerprint = fingerprint;
+  catch_up_server_ = std::make_unique<gossip::CatchUpServer>(sc, *transport_, dispatcher_);
+  catch_up_server_->set_event_callback([this](const gossip::CatchUpServed& e) {
+    metrics_.emit("catch_up_served", {{"to", e.peer},
+                                      {"ok", e.ok},
+                                      {"reason", e.reason},
+                                      {"step", e.step},
+                                      {"bytes", e.bytes},
+                                      {"ms", e.ms}});
+  });
+  catch_up_client_ = std::make_unique<gossip::CatchUpClient>(*transport_, dispatcher_, *membership_);
+}
+
+void GossipNode::between_steps(core::StepContext& ctx) {
+  averager_->between_steps(ctx);
+  catch_up_server_->between_steps(ctx);
+}
+
+bool GossipNode::joined() {
+  auto p = std::make_shared<std::promise<bool>>();
+  auto f = p->get_future();
+  transport_->post([this, p] { p->set_value(membership_->joined()); });
+  return f.wait_for(std::chrono::seconds(2)) == std::future_status::ready && f.get();
+}
+
+bool GossipNode::wait_for_members(int n, double timeout_s, const std::atomic<bool>& stop) {
+  using Clock = std::chrono::steady_clock;
+  auto count = [this] { return int(membership_->live_peers().size()) + 1; };
+  int have = count();
+  if (n <= 1 || have >= n) return true;
+  const auto t0 = Clock::now();
+  const auto end = t0 + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(timeout_s));
+  spdlog::info("waiting for {} live members before the first step ({} so far, at most {} s)", n,
+               have, timeout_s);
+  while (have < n && !stop.load() && Clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const int now = count();
+    if (now != have) spdlog::info("{} of {} live members", now, n);
+    have = now;
+  }
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  const bool ok = have >= n;
+  metrics_.emit("min_peers", {{"want", n}, {"have", have}, {"ok", ok}, {"s", waited}});
+  if (ok) spdlog::info("{} live members after {:.1f} s: starting", have, waited);
+  else if (!stop.load())
+    spdlog::warn("only {} of {} live members after {:.0f} s (--min-peers-timeout): starting anyway",
+                 have, n, waited);
+  return ok;
+}
+
+std::optional<gossip::CatchUpResult> GossipNode::catch_up(gossip::CatchUpClientConfig cfg,
+                                                          const std::atomic<bool>& stop) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const auto end = t0 + cfg.deadline;
+  // The member list arrives with the join's sync reply: before it, "no live member" means nothing.
+  while (!joined()) {
+    if (stop.load()) return std::nullopt;
+    if (Clock::now() >= end) {
+      gossip::CatchUpResult r;
+      r.reason = "not-joined";
+      r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      return r;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::size_t live = membership_->live_peers().size();
+  if (live == 0) {
+    spdlog::info("catch-up: no live member to fetch a state from: starting from our own weights");
+    return std::nullopt;
+  }
+  spdlog::info("catch-up: fetching the state of one of {} live members (at most {:.0f} s)", live,
+               std::chrono::duration<double>(end - Clock::now()).count());
+  cfg.deadline = std::max(net::Millis(1), std::chrono::duration_cast<net::Millis>(end - Clock::now()));
+  auto p = std::make_shared<std::promise<gossip::CatchUpResult>>();
+  auto f = p->get_future();
+  transport_->post([this, cfg, p] {
+    try {
+      catch_up_client_->start(cfg, [p](gossip::CatchUpResult r) { p->set_value(std::move(r)); });
+    } catch (...) {
+      p->set_exception(std::current_exception());
+    }
+  });
+  // The client's own deadline ends the fetch; the margin only guards against a stuck thread.
+  while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    if (stop.load() || Clock::now() > end + std::chrono::seconds(5)) {
+      transport_->post([this] { catch_up_client_->cancel(); });
+      if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+        gossip::CatchUpResult r;
+        r.reason = "cancelled";
+        return r;
+      }
+      break;
+    }
+  }
+  auto r = f.get();
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  r.ms = ms;  // with the wait for the join
+  return r;
 }
 
 void GossipNode::watch_health(const gossip::ExchangeEvent& e) {

@@ -1,13 +1,16 @@
-// A networked peer's gossip side: the encrypted TCP transport, membership and the averaging
-// exchange sharing it through a dispatcher, with their events turned into metric lines.
+// A networked peer's gossip side: the encrypted TCP transport, membership, the averaging exchange
+// and catch-up sharing it through a dispatcher, with their events turned into metric lines.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <optional>
 
 #include "apps/common_options.hpp"
 #include "core/metrics.hpp"
 #include "core/step_hook.hpp"
 #include "gossip/averager.hpp"
+#include "gossip/catch_up.hpp"
 #include "gossip/dispatcher.hpp"
 #include "gossip/exchange_health.hpp"
 #include "gossip/membership.hpp"
@@ -16,7 +19,9 @@
 
 namespace gossiptrain::apps {
 
-class GossipNode {
+// The node is the training loop's one step hook: the averager, then the catch-up server (which
+// takes the state after any mix applied at the same boundary).
+class GossipNode final : private core::StepHook {
  public:
   // Loads (or creates) the identity, network key and allowlist named in cfg and starts listening;
   // throws net::ConfigError for bad files or a listen address that is taken.
@@ -30,12 +35,24 @@ class GossipNode {
   void start();
   // Leaves the swarm gracefully and stops the transport.
   void stop();
-  core::StepHook& hook() { return *averager_; }
+  core::StepHook& hook() { return *this; }
   gossip::AveragerStats stats() const { return averager_->stats(); }
+
+  // Start together: waits (polling membership) until n live members, this peer included, are
+  // known, or timeout_s pass (a warning; returns false), or stop is set. Before the first step.
+  bool wait_for_members(int n, double timeout_s, const std::atomic<bool>& stop);
+  // Catch-up: waits for the join through the seeds, then fetches a live member's state, all within
+  // cfg.deadline. nullopt when there was nobody to fetch from (no live member after joining) or
+  // stop was set; else the fetch's result (the state in it when ok). Before the first step.
+  std::optional<gossip::CatchUpResult> catch_up(gossip::CatchUpClientConfig cfg,
+                                                const std::atomic<bool>& stop);
 
  private:
   void build_protocols(const gossip::MembershipConfig& mc, const gossip::AveragerConfig& ac,
-                       kernels::Backend& backend);
+                       kernels::Backend& backend, std::uint64_t fingerprint);
+  void between_steps(core::StepContext& ctx) override;
+  // Membership has joined (its first sync reply is in); asked on the protocol thread.
+  bool joined();
   // Warns once when every exchange has failed for a while (protocol thread).
   void watch_health(const gossip::ExchangeEvent& e);
 
@@ -46,6 +63,8 @@ class GossipNode {
   std::unique_ptr<gossip::Membership> membership_;
   std::unique_ptr<gossip::Averager> averager_;
   gossip::ExchangeHealth health_;  // protocol thread only
+  std::unique_ptr<gossip::CatchUpServer> catch_up_server_;
+  std::unique_ptr<gossip::CatchUpClient> catch_up_client_;
   bool started_ = false;
 };
 

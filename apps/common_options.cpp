@@ -149,6 +149,24 @@ const std::vector<Option>& options() {
        [](PeerConfig& c, const std::string& v) { c.train_nice = int(to_int("train-nice", v, 0, 19)); }},
       {"linger", "SECONDS", "keep serving exchanges after training (default 10 with gossip)",
        [](PeerConfig& c, const std::string& v) { c.linger_s = to_double("linger", v, 0, 86400); }},
+      {"catch-up", "auto|off",
+       "auto: a peer with no checkpoint to resume from that finds live members fetches one's "
+       "state (parameters, optimizer state, step) before its first step (default auto)",
+       [](PeerConfig& c, const std::string& v) { c.catch_up = one_of("catch-up", v, {"auto", "off"}); }},
+      {"catch-up-timeout", "SECONDS",
+       "give up catching up after this and start from our own weights (default 60)",
+       [](PeerConfig& c, const std::string& v) {
+         c.catch_up_timeout_s = to_double("catch-up-timeout", v, 1, 86400);
+       }},
+      {"min-peers", "N",
+       "wait before the first step until N live members, this peer included, are known "
+       "(default 1: do not wait)",
+       [](PeerConfig& c, const std::string& v) { c.min_peers = int(to_int("min-peers", v, 1, 100000)); }},
+      {"min-peers-timeout", "SECONDS",
+       "stop waiting for --min-peers after this and start anyway, with a warning (default 120)",
+       [](PeerConfig& c, const std::string& v) {
+         c.min_peers_timeout_s = to_double("min-peers-timeout", v, 0, 86400);
+       }},
       {"metrics", "FILE.jsonl", "append metrics as JSON lines to FILE",
        [](PeerConfig& c, const std::string& v) { c.metrics = v; }},
       {"checkpoint-dir", "DIR", "write checkpoints to DIR and resume from it on restart",

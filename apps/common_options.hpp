@@ -37,6 +37,12 @@ struct PeerConfig {
   double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
   double max_rate_mb = 0.0;           // cap on the MB/s an exchange sends; 0: none
   double linger_s = -1.0;             // serve exchanges after training; <0: 10 with seeds, else 0
+  // A peer with no checkpoint that finds live members fetches one's state before its first step
+  // (auto), or starts from its own initial weights (off).
+  std::string catch_up = "auto";
+  double catch_up_timeout_s = 60.0;  // then it gives up and starts from its own weights
+  int min_peers = 1;                 // live members (itself included) to wait for before step 1
+  double min_peers_timeout_s = 120.0;  // then it starts anyway, with a warning
   // Which of a peer's threads yields when they compete for the cores. By default neither. With
   // net_nice the network thread runs below training, so exchanges take the CPU that training
   // leaves; membership shares that thread, so on a loaded machine its probes may then be late

@@ -2,6 +2,7 @@
 // --listen) the encrypted transport, membership and the averaging exchange behind the step hook.
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -52,6 +53,41 @@ nlohmann::json or_null(const std::optional<double>& v) {
 int usage_error(const std::string& msg) {
   std::fprintf(stderr, "gossip-peer: %s\nrun 'gossip-peer --help' for the flags\n", msg.c_str());
   return 2;
+}
+
+// A fresh peer joining a running swarm takes a live member's state (weights, optimizer state,
+// position in the schedule) instead of starting from random weights at the top of the schedule.
+// Any failure leaves the trainer as it was: it starts from its own initial state.
+void catch_up(core::Trainer& trainer, apps::GossipNode& node, const apps::PeerConfig& cfg,
+              core::Metrics& metrics) {
+  gossip::CatchUpClientConfig cc;
+  cc.fingerprint = trainer.model().fingerprint();
+  cc.n_params = trainer.model().num_params();
+  cc.n_opt_state = trainer.optimizer_state_count();
+  cc.deadline = std::chrono::milliseconds(std::int64_t(cfg.catch_up_timeout_s * 1000));
+  auto r = node.catch_up(cc, g_stop);
+  if (!r) return;
+  if (r->ok) {
+    try {
+      trainer.restore(r->state, "state from peer " + r->from, /*own=*/false);
+    } catch (const core::CheckpointError& e) {
+      spdlog::warn("catch-up: {}", e.what());
+      r->ok = false;
+      r->reason = "restore";
+    }
+  }
+  if (r->ok) {
+    spdlog::info("caught up with {}: epoch {}, step {} ({} bytes in {:.0f} ms)",
+                 r->from.substr(0, 8), r->state.epoch, r->state.step, r->bytes, r->ms);
+    metrics.emit("catch_up", {{"ok", true}, {"from", r->from}, {"step", r->state.step},
+                              {"epoch", r->state.epoch}, {"bytes", r->bytes}, {"ms", r->ms},
+                              {"attempts", r->attempts}});
+  } else {
+    spdlog::warn("catch-up failed ({}) after {:.0f} ms: starting from our own initial weights",
+                 r->reason, r->ms);
+    metrics.emit("catch_up", {{"ok", false}, {"reason", r->reason}, {"ms", r->ms},
+                              {"attempts", r->attempts}});
+  }
 }
 
 }  // namespace
@@ -105,8 +141,9 @@ int main(int argc, char** argv) {
     // The trainer owns the model; the gossip node needs only its fingerprint, known from the spec.
     std::unique_ptr<apps::GossipNode> node;
     core::Trainer trainer(*backend, cfg.train, shard, data.test, metrics, nullptr);
+    bool resumed = false;
     try {
-      trainer.resume();
+      resumed = trainer.resume();
     } catch (const core::CheckpointError& e) {
       return usage_error(std::string(e.what()) +
                          " (move the checkpoint away or pass another --checkpoint-dir)");
@@ -120,6 +157,12 @@ int main(int argc, char** argv) {
       } catch (const net::ConfigError& e) {
         return usage_error(e.what());
       }
+      // Start together, then catch up: a swarm launched at once finds nobody with a trained state
+      // and every peer starts from step 0; a late joiner finds the others training.
+      node->wait_for_members(cfg.min_peers, cfg.min_peers_timeout_s, g_stop);
+      // Without seeds this is the swarm's first peer: nobody to catch up with.
+      if (!resumed && cfg.catch_up == "auto" && !cfg.seeds.empty() && !g_stop.load())
+        catch_up(trainer, *node, cfg, metrics);
       trainer.set_hook(&node->hook());
       // This thread trains (the network thread, started before, keeps its own priority).
       std::string err;

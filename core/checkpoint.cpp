@@ -60,39 +60,17 @@ class Fd {
   int fd_;
 };
 
-// Buffered writer that keeps the running CRC of everything it has written.
-class Writer {
+// Where the writer's bytes go: a file (buffered) or a byte vector.
+class Sink {
  public:
-  Writer(int fd, std::string path) : fd_(fd), path_(std::move(path)) { buf_.reserve(kWriteBufferBytes); }
+  virtual ~Sink() = default;
+  virtual void write(const void* p, std::size_t n) = 0;
+};
 
-  void bytes(const void* p, std::size_t n) {
-    crc_ = crc(crc_, p, n);
-    raw(p, n);
-  }
-  template <typename T>
-  void pod(T v) {
-    bytes(&v, sizeof v);
-  }
-  void floats(const std::vector<float>& v) { bytes(v.data(), v.size() * sizeof(float)); }
-  void finish() {
-    std::uint32_t c = static_cast<std::uint32_t>(crc_);
-    raw(&c, sizeof c);
-    flush();
-  }
-
-  static uLong crc(uLong c, const void* p, std::size_t n) {
-    auto* b = static_cast<const Bytef*>(p);
-    while (n > 0) {  // crc32 takes a uInt length
-      uInt chunk = static_cast<uInt>(std::min<std::size_t>(n, std::numeric_limits<uInt>::max()));
-      c = crc32(c, b, chunk);
-      b += chunk;
-      n -= chunk;
-    }
-    return c;
-  }
-
- private:
-  void raw(const void* p, std::size_t n) {
+class FdSink final : public Sink {
+ public:
+  FdSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) { buf_.reserve(kWriteBufferBytes); }
+  void write(const void* p, std::size_t n) override {
     auto* b = static_cast<const char*>(p);
     if (buf_.size() + n > kWriteBufferBytes) {
       flush();
@@ -107,6 +85,8 @@ class Writer {
     write_all(buf_.data(), buf_.size());
     buf_.clear();
   }
+
+ private:
   void write_all(const char* p, std::size_t n) {
     while (n > 0) {
       ssize_t w = ::write(fd_, p, n);
@@ -118,15 +98,49 @@ class Writer {
       n -= static_cast<std::size_t>(w);
     }
   }
-
   int fd_;
   std::string path_;
   std::vector<char> buf_;
-  uLong crc_ = crc32(0L, Z_NULL, 0);
 };
 
-void write_checkpoint_file(int fd, const std::string& path, const Checkpoint& c) {
-  Writer w(fd, path);
+class VectorSink final : public Sink {
+ public:
+  explicit VectorSink(std::vector<std::uint8_t>& out) : out_(out) {}
+  void write(const void* p, std::size_t n) override {
+    auto* b = static_cast<const std::uint8_t*>(p);
+    out_.insert(out_.end(), b, b + n);
+  }
+
+ private:
+  std::vector<std::uint8_t>& out_;
+};
+
+// Keeps the running CRC of everything it has written.
+class Writer {
+ public:
+  explicit Writer(Sink& sink) : sink_(sink) {}
+
+  void bytes(const void* p, std::size_t n) {
+    crc_ = crc32_update(crc_, p, n);
+    sink_.write(p, n);
+  }
+  template <typename T>
+  void pod(T v) {
+    bytes(&v, sizeof v);
+  }
+  void floats(const std::vector<float>& v) { bytes(v.data(), v.size() * sizeof(float)); }
+  void finish() {
+    sink_.write(&crc_, sizeof crc_);
+  }
+
+ private:
+  Sink& sink_;
+  std::uint32_t crc_ = 0;
+};
+
+// The one encoder of the layout, for files and for bytes sent over the network alike.
+void write_checkpoint(Sink& sink, const Checkpoint& c) {
+  Writer w(sink);
   w.bytes(kMagic, sizeof kMagic);
   w.pod<std::uint32_t>(kVersion);
   w.pod<std::uint32_t>(0);  // flags, reserved
@@ -144,61 +158,156 @@ void write_checkpoint_file(int fd, const std::string& path, const Checkpoint& c)
   w.finish();
 }
 
-// Reads a file that is already known to be exactly `size` bytes, checking each size field
-// against the bytes left before allocating anything for it.
-class Reader {
+// Where the reader's bytes come from: a file or a byte buffer. read() delivers exactly n bytes
+// (the Reader has checked they are there).
+class Source {
  public:
-  Reader(int fd, std::string path, std::uint64_t size)
-      : fd_(fd), path_(std::move(path)), left_(size) {}
+  virtual ~Source() = default;
+  virtual void read(void* p, std::size_t n) = 0;
+};
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw CheckpointError("bad checkpoint " + path_ + ": " + what);
-  }
-  void bytes(void* p, std::size_t n, const char* what) {
-    if (n > left_) {
-      fail(std::string("truncated (") + what + " needs " + std::to_string(n) + " bytes, " +
-           std::to_string(left_) + " left)");
-    }
+class FdSource final : public Source {
+ public:
+  FdSource(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  void read(void* p, std::size_t n) override {
     auto* b = static_cast<char*>(p);
-    std::size_t todo = n;
-    while (todo > 0) {
-      ssize_t r = ::read(fd_, b, todo);
+    while (n > 0) {
+      ssize_t r = ::read(fd_, b, n);
       if (r < 0) {
         if (errno == EINTR) continue;
         fail_errno("cannot read checkpoint", path_);
       }
-      if (r == 0) fail("file shrank while being read");
+      if (r == 0) throw CheckpointError("bad checkpoint " + path_ + ": file shrank while being read");
       b += r;
-      todo -= static_cast<std::size_t>(r);
+      n -= static_cast<std::size_t>(r);
     }
-    crc_ = Writer::crc(crc_, p, n);
-    left_ -= n;
   }
-  template <typename T>
-  T pod(const char* what) {
-    T v;
-    bytes(&v, sizeof v, what);
-    return v;
-  }
-  // A count of elements of elem_bytes each that must fit in what is left after `reserve` bytes.
-  std::size_t count(const char* what, std::size_t elem_bytes, std::uint64_t reserve) {
-    auto n = pod<std::uint64_t>(what);
-    std::uint64_t room = left_ > reserve ? left_ - reserve : 0;
-    if (n > room / elem_bytes) {
-      fail(std::string(what) + " is " + std::to_string(n) + ", more than the " +
-           std::to_string(room) + " bytes left in the file hold (truncated or corrupted)");
-    }
-    return static_cast<std::size_t>(n);
-  }
-  std::uint64_t left() const { return left_; }
-  std::uint32_t crc() const { return static_cast<std::uint32_t>(crc_); }
 
  private:
   int fd_;
   std::string path_;
-  std::uint64_t left_;
-  uLong crc_ = crc32(0L, Z_NULL, 0);
 };
+
+class MemorySource final : public Source {
+ public:
+  explicit MemorySource(const std::uint8_t* data) : p_(data) {}
+  void read(void* p, std::size_t n) override {
+    if (n) std::memcpy(p, p_, n);
+    p_ += n;
+  }
+
+ private:
+  const std::uint8_t* p_;
+};
+
+// Reads a checkpoint already known to be exactly `size` bytes, checking each size field against
+// the bytes left before allocating anything for it.
+class Reader {
+ public:
+  Reader(Source& src, std::string what, std::uint64_t size)
+      : src_(src), what_(std::move(what)), left_(size) {}
+
+  [[noreturn]] void fail(const std::string& why) const {
+    throw CheckpointError("bad checkpoint " + what_ + ": " + why);
+  }
+  void bytes(void* p, std::size_t n, const char* field) {
+    if (n > left_) {
+      fail(std::string("truncated (") + field + " needs " + std::to_string(n) + " bytes, " +
+           std::to_string(left_) + " left)");
+    }
+    src_.read(p, n);
+    crc_ = crc32_update(crc_, p, n);
+    left_ -= n;
+  }
+  template <typename T>
+  T pod(const char* field) {
+    T v;
+    bytes(&v, sizeof v, field);
+    return v;
+  }
+  // A count of elements of elem_bytes each that must fit in what is left after `reserve` bytes.
+  std::size_t count(const char* field, std::size_t elem_bytes, std::uint64_t reserve) {
+    auto n = pod<std::uint64_t>(field);
+    std::uint64_t room = left_ > reserve ? left_ - reserve : 0;
+    if (n > room / elem_bytes) {
+      fail(std::string(field) + " is " + std::to_string(n) + ", more than the " +
+           std::to_string(room) + " bytes left hold (truncated or corrupted)");
+    }
+    return static_cast<std::size_t>(n);
+  }
+  std::uint64_t left() const { return left_; }
+  std::uint32_t crc() const { return crc_; }
+
+ private:
+  Source& src_;
+  std::string what_;
+  std::uint64_t left_;
+  std::uint32_t crc_ = 0;
+};
+
+// Magic, version and flags; then the counters and sizes, each checked before its allocation.
+void read_header(Reader& r, Checkpoint& c) {
+  if (r.left() < kFixedHeaderBytes + 8 + kCrcBytes) {
+    r.fail("truncated (" + std::to_string(r.left()) + " bytes, shorter than the " +
+           std::to_string(kFixedHeaderBytes + 8 + kCrcBytes) + "-byte minimum)");
+  }
+  char magic[sizeof kMagic];
+  r.bytes(magic, sizeof magic, "magic");
+  if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) r.fail("bad magic (not a GTCKPT01 file)");
+  auto version = r.pod<std::uint32_t>("version");
+  if (version != kVersion) {
+    r.fail("unsupported version " + std::to_string(version) + " (this build reads " +
+           std::to_string(kVersion) + ")");
+  }
+  auto flags = r.pod<std::uint32_t>("flags");
+  if (flags != 0) r.fail("unknown flags " + std::to_string(flags));
+  c.fingerprint = r.pod<std::uint64_t>("fingerprint");
+  c.step = r.pod<std::int64_t>("step");
+  c.epoch = r.pod<std::int64_t>("epoch");
+  c.samples = r.pod<std::int64_t>("samples");
+}
+
+// The one decoder of the layout, for files and received bytes alike.
+Checkpoint read_checkpoint(Reader& r) {
+  Checkpoint c;
+  read_header(r, c);
+  // Every count is checked against the bytes still unread (less the size fields and checksum
+  // that must follow), so a corrupt count can never trigger a huge allocation.
+  std::size_t n_params = r.count("parameter count", sizeof(float), 8 + kCrcBytes);
+  std::size_t n_opt = r.count("optimizer state count", 8, 8 + kCrcBytes);
+  std::vector<std::uint64_t> opt_len(n_opt);
+  std::uint64_t payload = std::uint64_t{n_params} * sizeof(float);
+  for (std::size_t i = 0; i < n_opt; ++i) {
+    std::uint64_t reserve = (n_opt - 1 - i) * 8 + 8 + kCrcBytes;
+    opt_len[i] = r.count("optimizer state length", sizeof(float), reserve);
+    payload += opt_len[i] * sizeof(float);  // each <= the total size, so no overflow
+  }
+  std::size_t meta_len = r.count("meta length", 1, kCrcBytes);
+  payload += meta_len;
+  std::uint64_t expected = payload + kCrcBytes;
+  if (r.left() != expected) {
+    r.fail(std::string(r.left() < expected ? "truncated" : "trailing bytes") +
+           ": the size fields need " + std::to_string(expected) + " more bytes, there are " +
+           std::to_string(r.left()));
+  }
+  c.params.resize(n_params);
+  r.bytes(c.params.data(), n_params * sizeof(float), "parameters");
+  c.opt_state.resize(n_opt);
+  for (std::size_t i = 0; i < n_opt; ++i) {
+    c.opt_state[i].resize(static_cast<std::size_t>(opt_len[i]));
+    r.bytes(c.opt_state[i].data(), c.opt_state[i].size() * sizeof(float), "optimizer state");
+  }
+  c.meta.resize(meta_len);
+  r.bytes(c.meta.data(), meta_len, "meta");
+  std::uint32_t computed = r.crc();
+  auto stored = r.pod<std::uint32_t>("checksum");
+  if (stored != computed) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "stored %08x, computed %08x", stored, computed);
+    r.fail(std::string("checksum mismatch (") + buf + "): corrupted");
+  }
+  return c;
+}
 
 }  // namespace
 
@@ -212,7 +321,9 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd.get() < 0) fail_errno("cannot create", tmp);
     try {
-      write_checkpoint_file(fd.get(), tmp, c);
+      FdSink sink(fd.get(), tmp);
+      write_checkpoint(sink, c);
+      sink.flush();
       if (::fsync(fd.get()) != 0) fail_errno("cannot fsync", tmp);
       if (::close(fd.release()) != 0) fail_errno("cannot close", tmp);
     } catch (...) {
@@ -244,63 +355,43 @@ Checkpoint load_checkpoint(const std::string& dir) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) fail_errno("cannot stat checkpoint", path);
   if (!S_ISREG(st.st_mode)) throw CheckpointError("bad checkpoint " + path + ": not a regular file");
-  auto size = static_cast<std::uint64_t>(st.st_size);
-  Reader r(fd.get(), path, size);
-  if (size < kFixedHeaderBytes + 8 + kCrcBytes) {
-    r.fail("truncated (" + std::to_string(size) + " bytes, shorter than the " +
-           std::to_string(kFixedHeaderBytes + 8 + kCrcBytes) + "-byte minimum)");
-  }
-  char magic[sizeof kMagic];
-  r.bytes(magic, sizeof magic, "magic");
-  if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) r.fail("bad magic (not a GTCKPT01 file)");
-  auto version = r.pod<std::uint32_t>("version");
-  if (version != kVersion) {
-    r.fail("unsupported version " + std::to_string(version) + " (this build reads " +
-           std::to_string(kVersion) + ")");
-  }
-  auto flags = r.pod<std::uint32_t>("flags");
-  if (flags != 0) r.fail("unknown flags " + std::to_string(flags));
+  FdSource src(fd.get(), path);
+  Reader r(src, path, static_cast<std::uint64_t>(st.st_size));
+  return read_checkpoint(r);
+}
 
-  Checkpoint c;
-  c.fingerprint = r.pod<std::uint64_t>("fingerprint");
-  c.step = r.pod<std::int64_t>("step");
-  c.epoch = r.pod<std::int64_t>("epoch");
-  c.samples = r.pod<std::int64_t>("samples");
-  // Every count is checked against the bytes still unread (less the size fields and checksum
-  // that must follow), so a corrupt count can never trigger a huge allocation.
-  std::size_t n_params = r.count("parameter count", sizeof(float), 8 + kCrcBytes);
-  std::size_t n_opt = r.count("optimizer state count", 8, 8 + kCrcBytes);
-  std::vector<std::uint64_t> opt_len(n_opt);
-  std::uint64_t payload = std::uint64_t{n_params} * sizeof(float);
-  for (std::size_t i = 0; i < n_opt; ++i) {
-    std::uint64_t reserve = (n_opt - 1 - i) * 8 + 8 + kCrcBytes;
-    opt_len[i] = r.count("optimizer state length", sizeof(float), reserve);
-    payload += opt_len[i] * sizeof(float);  // each <= file size, so no overflow
+std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t n) {
+  auto* b = static_cast<const Bytef*>(data);
+  uLong c = crc;
+  while (n > 0) {  // crc32 takes a uInt length
+    const uInt part = static_cast<uInt>(std::min<std::size_t>(n, std::numeric_limits<uInt>::max()));
+    c = crc32(c, b, part);
+    b += part;
+    n -= part;
   }
-  std::size_t meta_len = r.count("meta length", 1, kCrcBytes);
-  payload += meta_len;
-  std::uint64_t expected = payload + kCrcBytes;
-  if (r.left() != expected) {
-    r.fail(std::string(r.left() < expected ? "truncated" : "trailing bytes") + ": the size fields need " +
-           std::to_string(expected) + " more bytes, the file has " + std::to_string(r.left()));
-  }
-  c.params.resize(n_params);
-  r.bytes(c.params.data(), n_params * sizeof(float), "parameters");
-  c.opt_state.resize(n_opt);
-  for (std::size_t i = 0; i < n_opt; ++i) {
-    c.opt_state[i].resize(static_cast<std::size_t>(opt_len[i]));
-    r.bytes(c.opt_state[i].data(), c.opt_state[i].size() * sizeof(float), "optimizer state");
-  }
-  c.meta.resize(meta_len);
-  r.bytes(c.meta.data(), meta_len, "meta");
-  std::uint32_t computed = r.crc();
-  auto stored = r.pod<std::uint32_t>("checksum");
-  if (stored != computed) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "stored %08x, computed %08x", stored, computed);
-    r.fail(std::string("checksum mismatch (") + buf + "): the file is corrupted");
-  }
-  return c;
+  return static_cast<std::uint32_t>(c);
+}
+
+std::uint64_t encoded_checkpoint_bytes(std::uint64_t n_params, std::uint64_t n_opt,
+                                       std::uint64_t opt_values, std::uint64_t meta_bytes) {
+  return kFixedHeaderBytes + 8 * n_opt + 8 + 4 * (n_params + opt_values) + meta_bytes + kCrcBytes;
+}
+
+std::vector<std::uint8_t> encode_checkpoint(const Checkpoint& c) {
+  std::uint64_t opt_values = 0;
+  for (const auto& s : c.opt_state) opt_values += s.size();
+  std::vector<std::uint8_t> out;
+  out.reserve(encoded_checkpoint_bytes(c.params.size(), c.opt_state.size(), opt_values,
+                                       c.meta.size()));
+  VectorSink sink(out);
+  write_checkpoint(sink, c);
+  return out;
+}
+
+Checkpoint decode_checkpoint(const std::uint8_t* data, std::size_t size, const std::string& what) {
+  MemorySource src(data);
+  Reader r(src, what, size);
+  return read_checkpoint(r);
 }
 
 bool checkpoint_exists(const std::string& dir) {

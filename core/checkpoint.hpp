@@ -1,5 +1,6 @@
 // Checkpoints: parameters + optimizer state + counters, written atomically (temp file, fsync,
 // rename, fsync of the folder) with a checksum over the whole content that is verified on load.
+// The same bytes travel over the network when a joining peer catches up (gossip/catch_up).
 #pragma once
 
 #include <cstdint>
@@ -29,5 +30,19 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c);
 // truncated, bad magic/version, checksum mismatch, sizes out of bounds).
 Checkpoint load_checkpoint(const std::string& dir);
 bool checkpoint_exists(const std::string& dir);
+
+// The file's bytes in memory, for sending a peer's state over the network; the same encoder and
+// decoder as the file, so the checksum and every bounds check are the same.
+std::vector<std::uint8_t> encode_checkpoint(const Checkpoint& c);
+// Throws CheckpointError naming `what` and the problem, as load_checkpoint. Allocates nothing
+// larger than size.
+Checkpoint decode_checkpoint(const std::uint8_t* data, std::size_t size,
+                             const std::string& what = "bytes");
+// zlib's CRC-32 of data[0, n), continuing from crc (0 to start): the checkpoint's checksum, and
+// the one catch-up puts on the whole encoded state.
+std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t n);
+// Size of the encoding of a checkpoint with these sizes (opt_values: all optimizer state values).
+std::uint64_t encoded_checkpoint_bytes(std::uint64_t n_params, std::uint64_t n_opt,
+                                       std::uint64_t opt_values, std::uint64_t meta_bytes);
 
 }  // namespace gossiptrain::core

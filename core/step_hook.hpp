@@ -5,9 +5,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/checkpoint.hpp"
 #include "kernels/backend.hpp"
 
 namespace gossiptrain::core {
+
+// The whole training state (parameters, optimizer state, counters) as a checkpoint: what a hook
+// hands a joining peer that catches up. Copies from the device; call on the training thread only.
+class StateSource {
+ public:
+  virtual ~StateSource() = default;
+  virtual Checkpoint state() = 0;
+};
 
 struct StepContext {
   kernels::Backend& backend;
@@ -18,6 +27,9 @@ struct StepContext {
   std::int64_t shard_size;  // samples in this peer's shard
   int epoch;                // current epoch (0-based)
   bool training_done;       // true when called after the last step (the peer lingers to serve)
+  // The trainer's whole state, valid during this call only; null where there is none (tests,
+  // benchmarks that drive a bare parameter vector).
+  StateSource* state = nullptr;
 };
 
 class StepHook {

@@ -85,23 +85,29 @@ float Trainer::lr_at(std::int64_t step) const {
 void Trainer::call_hook(bool done) {
   if (!hook_) return;
   StepContext ctx{be_,     model_.params(),          model_.num_params(), step_, samples_,
-                  std::int64_t(shard_.size()), epoch_, done};
+                  std::int64_t(shard_.size()), epoch_, done, this};
   hook_->between_steps(ctx);
 }
 
 bool Trainer::resume() {
   if (cfg_.checkpoint_dir.empty() || !checkpoint_exists(cfg_.checkpoint_dir)) return false;
-  Checkpoint c = load_checkpoint(cfg_.checkpoint_dir);
   const std::string where = "checkpoint in " + cfg_.checkpoint_dir;
+  restore(load_checkpoint(cfg_.checkpoint_dir), where);
+  spdlog::info("resumed from {}: epoch {}, step {}", where, epoch_, step_);
+  return true;
+}
+
+void Trainer::restore(const Checkpoint& c, const std::string& where, bool own) {
   if (c.fingerprint != model_.fingerprint() || c.params.size() != model_.num_params())
     throw CheckpointError(where + " belongs to another model than " + cfg_.model);
-  const std::size_t want_state = cfg_.optimizer == "adam" ? 2 : 1;
+  const std::size_t want_state = optimizer_state_count();
   if (c.opt_state.size() != want_state)
     throw CheckpointError(where + " was written with another optimizer than " + cfg_.optimizer);
   for (const auto& s : c.opt_state)
     if (s.size() != model_.num_params()) throw CheckpointError(where + ": optimizer state size");
   if (c.step < 0 || c.epoch < 0 || c.samples < 0 || c.epoch > cfg_.epochs ||
-      c.step > total_steps_)
+      c.step > total_steps_ || c.step < c.epoch * steps_per_epoch_ ||
+      c.step > (c.epoch + 1) * steps_per_epoch_)
     throw CheckpointError(where + " has counters outside this run (step " +
                           std::to_string(c.step) + ", epoch " + std::to_string(c.epoch) + ")");
   be_.upload(model_.params(), c.params.data(), c.params.size() * sizeof(float));
@@ -110,9 +116,12 @@ bool Trainer::resume() {
   step_ = c.step;
   epoch_ = int(c.epoch);
   samples_ = c.samples;
-  restore_best(c.meta);
-  spdlog::info("resumed from {}: epoch {}, step {}", where, epoch_, step_);
-  return true;
+  if (own) {
+    restore_best(c.meta);
+  } else {
+    best_known_ = true;  // this peer has not evaluated anything yet
+    best_acc_.reset();
+  }
 }
 
 // meta's best_test_acc: a number, null (no evaluation yet) or absent (an older build: unknown).
@@ -129,8 +138,7 @@ void Trainer::note_test_acc(double acc) {
   if (!best_acc_ || acc > *best_acc_) best_acc_ = acc;
 }
 
-void Trainer::save_checkpoint_now() {
-  if (cfg_.checkpoint_dir.empty()) return;
+Checkpoint Trainer::state() {
   Checkpoint c;
   c.fingerprint = model_.fingerprint();
   c.step = step_;
@@ -147,7 +155,12 @@ void Trainer::save_checkpoint_now() {
   nlohmann::json meta{{"model", cfg_.model}, {"optimizer", cfg_.optimizer}};
   if (best_known_) meta["best_test_acc"] = best_acc_ ? nlohmann::json(*best_acc_) : nlohmann::json();
   c.meta = meta.dump();
-  save_checkpoint(cfg_.checkpoint_dir, c);
+  return c;
+}
+
+void Trainer::save_checkpoint_now() {
+  if (cfg_.checkpoint_dir.empty()) return;
+  save_checkpoint(cfg_.checkpoint_dir, state());
   metrics_.emit("checkpoint", {{"step", step_}, {"epoch", epoch_}, {"dir", cfg_.checkpoint_dir}});
 }
 

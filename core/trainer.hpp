@@ -53,7 +53,7 @@ struct EvalResult {
   double loss = 0.0;
 };
 
-class Trainer {
+class Trainer final : public StateSource {
  public:
   // shard and test must outlive the trainer. hook may be null (training alone).
   Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, const Dataset& test,
@@ -65,6 +65,17 @@ class Trainer {
   // Restores from cfg.checkpoint_dir when a checkpoint is there; throws CheckpointError when it is
   // corrupt or belongs to another model. Returns true when something was restored.
   bool resume();
+  // The current state: parameters, optimizer state, step, epoch, samples (StateSource).
+  Checkpoint state() override;
+  // Continues from c (a checkpoint, or a neighbour's state fetched at start) as if it had trained
+  // to there: the learning-rate schedule goes on from c.step. Checks everything first and changes
+  // nothing on failure; throws CheckpointError naming `where` (another model or optimizer, sizes,
+  // counters outside this run).
+  // own: c is this peer's own earlier state (its checkpoint), so its best accuracy carries over;
+  // false for another peer's state (catch-up), whose history is not this peer's.
+  void restore(const Checkpoint& c, const std::string& where, bool own = true);
+  // Optimizer state vectors of n_params values each (sgd: velocity; adam: m, v).
+  std::size_t optimizer_state_count() const { return cfg_.optimizer == "adam" ? 2 : 1; }
   // Trains until cfg.epochs are done or stop becomes true; checkpoints at epoch ends and on stop.
   // Resumed with nothing left to train, it evaluates the model it loaded.
   TrainResult run(const std::atomic<bool>& stop);

@@ -1,5 +1,5 @@
 // Shares one Transport between several protocols (membership 0x10-0x2F, the averaging exchange
-// 0x40-0x5F): routes each message by its type byte to the handler that registered that range.
+// 0x40-0x5F, catch-up 0x60-0x6F): routes each message by its type byte to the handler that registered that range.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,9 @@ inline constexpr std::uint8_t kMembershipTypeFirst = 0x10;
 inline constexpr std::uint8_t kMembershipTypeLast = 0x2F;
 inline constexpr std::uint8_t kExchangeTypeFirst = 0x40;
 inline constexpr std::uint8_t kExchangeTypeLast = 0x5F;
+// Catch-up (gossip/catch_up.hpp): 0x60-0x67 go to the serving side, 0x68-0x6F to the fetching side.
+inline constexpr std::uint8_t kCatchUpTypeFirst = 0x60;
+inline constexpr std::uint8_t kCatchUpTypeLast = 0x6F;
 
 class Dispatcher : public net::TransportHandler {
  public:

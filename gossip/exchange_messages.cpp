@@ -4,17 +4,10 @@
 #include <cstring>
 #include <memory>
 
+#include "gossip/le_bytes.hpp"
+
 namespace gossiptrain::gossip {
 namespace {
-
-void put_u64(std::uint8_t* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-std::uint64_t get_u64(const std::uint8_t* p) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 bool valid_wire(std::uint8_t w) { return w <= static_cast<std::uint8_t>(kernels::Wire::Int8); }
 

@@ -206,3 +206,57 @@ TEST_CASE("saving where a folder cannot be made is a CheckpointError", "[core]")
   CHECK_THROWS_WITH(save_checkpoint(dir.file("a-file/sub"), small_checkpoint()),
                     Catch::Contains("a-file"));
 }
+
+TEST_CASE("encode/decode_checkpoint round trip: the file's bytes, every field bit for bit",
+          "[core][catchup]") {
+  Checkpoint c = small_checkpoint();
+  c.params.resize(5000);
+  for (std::size_t i = 0; i < c.params.size(); ++i) c.params[i] = std::cos(float(i)) * 7.0f;
+  c.opt_state = {std::vector<float>(5000, -0.5f), std::vector<float>(5000, 1e-9f)};
+  const std::vector<std::uint8_t> bytes = encode_checkpoint(c);
+  CHECK(bytes.size() == encoded_checkpoint_bytes(5000, 2, 10000, c.meta.size()));
+  check_equal(decode_checkpoint(bytes.data(), bytes.size()), c);
+
+  // The same bytes as the file: one format, one set of checks.
+  TempDir dir;
+  save_checkpoint(dir.str(), c);
+  const auto file = read_all(dir.file("checkpoint.bin"));
+  REQUIRE(file.size() == bytes.size());
+  CHECK(std::memcmp(file.data(), bytes.data(), bytes.size()) == 0);
+
+  const Checkpoint empty;
+  const auto e = encode_checkpoint(empty);
+  check_equal(decode_checkpoint(e.data(), e.size()), empty);
+}
+
+TEST_CASE("decode_checkpoint refuses truncation, bit flips, trailing bytes and absurd sizes",
+          "[core][catchup]") {
+  const std::vector<std::uint8_t> good = encode_checkpoint(small_checkpoint());
+  auto error = [](const std::vector<std::uint8_t>& b) -> std::string {
+    try {
+      decode_checkpoint(b.data(), b.size(), "state from x");
+    } catch (const CheckpointError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    INFO("truncated to " << n);
+    const std::string msg = error(std::vector<std::uint8_t>(good.begin(), good.begin() + long(n)));
+    CHECK_THAT(msg, Catch::Contains("bad checkpoint state from x"));
+  }
+  for (std::size_t i = 0; i < good.size(); ++i) {
+    INFO("bit flip at byte " << i);
+    auto b = good;
+    b[i] ^= 0x10;
+    CHECK_FALSE(error(b).empty());
+  }
+  auto longer = good;
+  longer.push_back(0);
+  CHECK_THAT(error(longer), Catch::Contains("trailing bytes"));
+  // A parameter count of 2^61 is refused from the sizes alone, before any allocation.
+  auto huge = good;
+  const std::uint64_t n = 1ull << 61;
+  std::memcpy(huge.data() + 8 + 4 + 4 + 8 * 4, &n, 8);
+  CHECK_THAT(error(huge), Catch::Contains("parameter count"));
+}

@@ -388,3 +388,97 @@ TEST_CASE("a fixed number of steps per epoch cycles through a small shard", "[co
   CHECK(r.epochs_done == 2);
   CHECK(hook.steps.size() == 60);
 }
+
+namespace {
+// Takes the trainer's state through the step context, as the catch-up server does, at one step.
+struct TakeStateAt : core::StepHook {
+  std::int64_t at;
+  std::atomic<bool>* stop;
+  std::vector<std::uint8_t> bytes;
+  void between_steps(core::StepContext& ctx) override {
+    if (ctx.step != at) return;
+    REQUIRE(ctx.state != nullptr);
+    bytes = core::encode_checkpoint(ctx.state->state());
+    stop->store(true);
+  }
+};
+}  // namespace
+
+TEST_CASE("a trainer restored from another's state, sent as bytes, continues as that one would",
+          "[core][catchup]") {
+  auto be = kernels::make_backend("cpu");
+  const auto d = tiny_dataset();
+  core::TrainConfig cfg;
+  cfg.model = "mlp:12-10-4";
+  cfg.optimizer = GENERATE(std::string("sgd"), std::string("adam"));
+  cfg.lr = cfg.optimizer == "adam" ? 0.01f : 0.05f;
+  cfg.batch = 16;  // 13 steps per epoch
+  cfg.epochs = 3;
+  cfg.seed = 5;
+  core::Metrics metrics("", "test");
+  std::atomic<bool> never{false};
+  core::Trainer whole(*be, cfg, d, d, metrics, nullptr);
+  whole.run(never);
+  const auto want = params_of(whole, *be);
+
+  std::atomic<bool> stop{false};
+  TakeStateAt hook;
+  hook.at = 17;  // in the middle of the second epoch
+  hook.stop = &stop;
+  core::Trainer server(*be, cfg, d, d, metrics, &hook);
+  server.run(stop);
+  REQUIRE_FALSE(hook.bytes.empty());
+
+  core::Trainer joiner(*be, cfg, d, d, metrics, nullptr);
+  const core::Checkpoint st = core::decode_checkpoint(hook.bytes.data(), hook.bytes.size());
+  CHECK(st.step == 17);
+  CHECK(st.epoch == 1);
+  CHECK(st.opt_state.size() == joiner.optimizer_state_count());
+  joiner.restore(st, "test state");
+  const auto r = joiner.run(never);
+  CHECK(r.steps == 39);
+  CHECK(r.epochs_done == 3);
+  CHECK(params_of(joiner, *be) == want);
+}
+
+TEST_CASE("restore refuses counters that do not fit this run and changes nothing",
+          "[core][catchup]") {
+  auto be = kernels::make_backend("cpu");
+  const auto d = tiny_dataset();
+  core::TrainConfig cfg;
+  cfg.model = "mlp:12-10-4";
+  cfg.batch = 16;  // 13 steps per epoch
+  cfg.epochs = 3;
+  core::Metrics metrics("", "test");
+  core::Trainer t(*be, cfg, d, d, metrics, nullptr);
+  const auto before = params_of(t, *be);
+  core::Checkpoint good = t.state();
+  good.params.assign(good.params.size(), 0.5f);
+
+  auto refused = [&](core::Checkpoint c) {
+    CHECK_THROWS_AS(t.restore(c, "test state"), core::CheckpointError);
+    CHECK(params_of(t, *be) == before);
+    CHECK(t.state().step == 0);
+  };
+  core::Checkpoint c = good;
+  c.step = 5, c.epoch = 1;  // epoch 1 starts at step 13
+  refused(c);
+  c = good;
+  c.step = 40, c.epoch = 3;  // past the 39 steps of this run
+  refused(c);
+  c = good;
+  c.opt_state.push_back(c.opt_state[0]);  // adam's state for an sgd run
+  refused(c);
+  c = good;
+  c.params.pop_back();
+  refused(c);
+
+  c = good;
+  c.step = 20, c.epoch = 1, c.samples = 320;
+  t.restore(c, "test state");
+  const core::Checkpoint now = t.state();
+  CHECK(now.step == 20);
+  CHECK(now.epoch == 1);
+  CHECK(now.samples == 320);
+  CHECK(now.params == good.params);
+}

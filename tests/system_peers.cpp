@@ -235,12 +235,19 @@ TEST_CASE("a peer killed with SIGKILL is declared dead, the rest go on, and it r
   CHECK(gt_test::eventually(30s, [&] { return s.ok_exchanges(0) > before + 2; }));
 
   // Restarted with the same identity and checkpoint folder: it resumes and rejoins.
+  const std::size_t lines_before_restart = gt_test::read_metrics(s.metrics(2)).size();
   s.start(2, true);
   {
     INFO("restarted peer log:\n" << gt_test::read_file(s.log(2)));
     CHECK(gt_test::eventually(30s, [&] {
       return gt_test::read_file(s.log(2)).find("resumed from checkpoint") != std::string::npos;
     }));
+  }
+  {
+    // A peer with a checkpoint resumes from it: no catch-up from a neighbour.
+    const auto lines = gt_test::read_metrics(s.metrics(2));
+    for (std::size_t k = lines_before_restart; k < lines.size(); ++k)
+      CHECK(lines[k]["event"] != "catch_up");
   }
   for (int i = 0; i < 2; ++i) {
     INFO("peer " << i << " sees the restarted peer alive again");
@@ -253,4 +260,88 @@ TEST_CASE("a peer killed with SIGKILL is declared dead, the rest go on, and it r
     REQUIRE(s.procs[i]->wait_for(20s));
     CHECK(s.procs[i]->exit_code() == 130);
   }
+}
+
+namespace {
+// The events of one kind in a peer's metrics, in order.
+std::vector<nlohmann::json> events(const std::string& metrics, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  for (auto& j : gt_test::read_metrics(metrics))
+    if (j["event"] == kind) out.push_back(j);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a peer joining a running one catches up: its step, its state, its accuracy",
+          "[system][catchup]") {
+  auto flags = kTrainFlags;
+  // lr 0.01: the synthetic set is learnt in a few epochs of a few ms each (0.05 diverges on it).
+  flags.insert(flags.end(), {"--epochs", "100000", "--lr", "0.01", "--catch-up", "auto"});
+  Swarm s("gt-swarm-catchup", 2, flags);
+  s.procs.resize(2);
+  s.start(0, true);
+  INFO("peer A log:\n" << gt_test::read_file(s.log(0)));
+  REQUIRE(gt_test::eventually(30s, [&] { return gt_test::port_open(s.ports[0]); }));
+  // A trains alone for a few epochs, well past chance (10 classes).
+  REQUIRE(gt_test::eventually(120s, [&] { return events(s.metrics(0), "eval").size() >= 4; }));
+  const double a_acc = events(s.metrics(0), "eval").back()["test_acc"];
+  REQUIRE(a_acc > 0.5);
+
+  s.start(1, true);
+  INFO("peer B log:\n" << gt_test::read_file(s.log(1)));
+  REQUIRE(gt_test::eventually(60s, [&] { return !events(s.metrics(1), "eval").empty(); }));
+  const auto cu = events(s.metrics(1), "catch_up");
+  REQUIRE(cu.size() == 1);
+  CHECK(cu[0]["ok"] == true);
+  CHECK(cu[0]["from"] == s.peer_id(0));
+  const std::int64_t step = cu[0]["step"];
+  CHECK(step > 0);
+  CHECK(cu[0]["bytes"].get<std::int64_t>() > 4 * 25450 * 2);  // parameters and momentum
+  // B went on from A's position: its first evaluation is at the end of A's epoch then, and
+  // about as good as A's by then (a fresh peer's first epoch starts near chance, 0.1).
+  const auto b_eval = events(s.metrics(1), "eval").front();
+  CHECK(b_eval["epoch"].get<std::int64_t>() == cu[0]["epoch"].get<std::int64_t>() + 1);
+  CHECK(b_eval["step"].get<std::int64_t>() >= step);
+  const double b_acc = b_eval["test_acc"];
+  double a_then = 0;
+  for (const auto& e : events(s.metrics(0), "eval"))
+    if (e["epoch"] == b_eval["epoch"]) a_then = e["test_acc"];
+  WARN("catch-up: " << cu[0]["bytes"] << " bytes in " << cu[0]["ms"] << " ms at A's step " << step
+                    << "; B's first eval (epoch " << b_eval["epoch"] << ") test_acc " << b_acc
+                    << ", A's at that epoch " << a_then << ", A's when B started " << a_acc);
+  CHECK(b_acc > 0.5);
+  CHECK(b_acc > a_acc - 0.1);
+  CHECK(events(s.metrics(0), "catch_up_served").size() == 1);
+
+  for (int i = 0; i < 2; ++i) s.procs[i]->signal(SIGTERM);
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(s.procs[i]->wait_for(30s));
+    CHECK(s.procs[i]->exit_code() == 130);
+  }
+}
+
+TEST_CASE("--min-peers: a peer waits for the swarm, and starts anyway at the deadline",
+          "[system][catchup]") {
+  gt_test::TempDir dir("gt-peer-min-peers");
+  const int port = gt_test::free_port();
+  std::string out;
+  const int rc = gt_test::run_app(
+      "gossip-peer",
+      {"--data", "synthetic", "--backend", "cpu", "--model", "mlp:784-32-10", "--epochs", "1",
+       "--listen", "127.0.0.1:" + std::to_string(port), "--identity", dir / "id.key",
+       "--metrics", dir / "metrics.jsonl", "--min-peers", "2", "--min-peers-timeout", "1",
+       "--linger", "0"},
+      dir / "log.txt", &out, 60s);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK_THAT(out, Catch::Contains("waiting for 2 live members"));
+  CHECK_THAT(out, Catch::Contains("starting anyway"));
+  const auto w = events(dir / "metrics.jsonl", "min_peers");
+  REQUIRE(w.size() == 1);
+  CHECK(w[0]["ok"] == false);
+  CHECK(w[0]["have"] == 1);
+  CHECK(w[0]["s"].get<double>() >= 1.0);
+  // The first peer of a swarm has nobody to catch up from.
+  CHECK(events(dir / "metrics.jsonl", "catch_up").empty());
+  CHECK_FALSE(events(dir / "metrics.jsonl", "eval").empty());
 }
