@@ -83,7 +83,11 @@ std::string trimmed(std::string s) {
 std::string failure(const std::vector<std::string>& argv, const std::string& input,
                     const CommandResult& r) {
   std::string msg = "netns: `" + shell_words(argv) + "`";
-  if (!input.empty()) msg += " with input\n" + trimmed(input) + "\n";
+  if (!input.empty()) {
+    std::string in = trimmed(input);
+    if (in.size() > 800) in = in.substr(0, 800) + " ...";
+    msg += " with input\n" + in + "\n";
+  }
   msg += r.timed_out ? " timed out" : " failed (exit " + std::to_string(r.rc) + ")";
   const std::string out = trimmed(r.output);
   if (!out.empty()) msg += ": " + out;
@@ -151,7 +155,7 @@ const char* kHostTable = R"(table inet gtnet {
 std::vector<std::string> tbf_args(double rate_mbit) {
   const long long kbit = std::max(8LL, std::llround(rate_mbit * 1000.0));
   const long long burst = std::max(15140LL, kbit * 1000 / 8 / 100);
-  return {"root", "tbf", "rate", std::to_string(kbit) + "kbit", "burst", std::to_string(burst),
+  return {"root",    "tbf",  "rate", std::to_string(kbit) + "kbit", "burst", std::to_string(burst),
           "latency", "100ms"};
 }
 
@@ -214,10 +218,8 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::strin
   const int in = input.empty() ? -1 : input_fd(input);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  if (in >= 0)
-    posix_spawn_file_actions_adddup2(&fa, in, 0);
-  else
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (in >= 0) posix_spawn_file_actions_adddup2(&fa, in, 0);
+  else posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   posix_spawn_file_actions_adddup2(&fa, out[1], 2);
   std::vector<char*> args;
@@ -370,9 +372,9 @@ void NetnsSwarm::add_host(int i) {
 // Host i's namespace exists: its veth to the bridge, address, nft table and partition.
 void NetnsSwarm::create_host(int i) {
   const std::string h = ns(i), port = "p" + std::to_string(i);
-  must({ip_bin(), "-n", h, "-batch", "-"},
-       "link set lo up\nlink add eth0 type veth peer name " + port + " netns " + bridge_ns() +
-           "\naddr add " + ip(i) + "/16 dev eth0\nlink set eth0 up\n");
+  must({ip_bin(), "-n", h, "-batch", "-"}, "link set lo up\nlink add eth0 type veth peer name " +
+                                               port + " netns " + bridge_ns() + "\naddr add " +
+                                               ip(i) + "/16 dev eth0\nlink set eth0 up\n");
   must({ip_bin(), "-n", bridge_ns(), "link", "set", port, "master", "br0", "up"});
   nft_in(h, kHostTable);
   if (partition_.active()) apply_partition(i);
@@ -385,17 +387,16 @@ void NetnsSwarm::partition(const std::vector<std::vector<int>>& groups) {
   for (std::size_t g = 0; g < groups.size(); ++g)
     for (int i : groups[g]) {
       if (i < 0 || i >= max_hosts_)
-        throw std::invalid_argument("netns: partition: host " + std::to_string(i) +
-                                    " outside 0.." + std::to_string(max_hosts_ - 1));
+        throw std::invalid_argument("netns: partition: host " + std::to_string(i) + " outside 0.." +
+                                    std::to_string(max_hosts_ - 1));
       if (!seen.insert(i).second)
         throw std::invalid_argument("netns: partition: host " + std::to_string(i) +
                                     " is in two groups");
     }
   partition_.groups = groups;
-  partition_.groups.erase(
-      std::remove_if(partition_.groups.begin(), partition_.groups.end(),
-                     [](const std::vector<int>& g) { return g.empty(); }),
-      partition_.groups.end());
+  partition_.groups.erase(std::remove_if(partition_.groups.begin(), partition_.groups.end(),
+                                         [](const std::vector<int>& g) { return g.empty(); }),
+                          partition_.groups.end());
   for (int i : hosts()) apply_partition(i);
 }
 
@@ -468,8 +469,8 @@ long long NetnsSwarm::loss_drops(int i) const {
   check_host(i, "loss_drops");
   long long n = 0;
   for (const char* chain : {"loss_in", "loss_out"})
-    n += sum_packets(must({ip_bin(), "netns", "exec", ns(i), nft_bin(), "list", "chain", "inet",
-                           "gtnet", chain}));
+    n += sum_packets(must(
+        {ip_bin(), "netns", "exec", ns(i), nft_bin(), "list", "chain", "inet", "gtnet", chain}));
   return n;
 }
 

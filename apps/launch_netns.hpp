@@ -3,7 +3,8 @@
 // several machines, and the churn scenario's partition and link events become real network faults.
 // This module only builds and shapes that network; it starts no peers (exec_prefix(i) is the argv
 // prefix that runs a program on host i). It shells out to `ip`, `nft` and `tc` (iproute2 and
-// nftables; needs root) and throws std::runtime_error naming the command that failed and its output.
+// nftables; needs root) and throws std::runtime_error naming the command that failed and its
+// output.
 //
 // Layout of one run, RUN = the run id ([A-Za-z0-9_], at most 24 characters):
 //   namespace gt-RUN-br    the bridge br0, with port p<i> towards host i; no address
@@ -20,7 +21,8 @@
 //   partition: a set of blocked addresses per host; input drops packets from them, output drops
 //     packets to them (a TCP connect across groups times out or fails, established connections
 //     stall). Hosts named in no group form one implicit group of their own ("the rest").
-//   link rate: a tbf qdisc on host i's eth0 (i -> others) and on the bridge port p<i> (others -> i).
+//   link rate: a tbf qdisc on host i's eth0 (i to others) and on the bridge port p<i> (others
+//     to i).
 //   link loss: `numgen random mod 1000 < loss*1000 drop` on eth0's input and output, so each
 //     packet into or out of host i is dropped with probability `loss` (a packet between two lossy
 //     hosts passes both rules).
@@ -44,7 +46,7 @@ struct LinkState {
   std::optional<double> rate_mbit;  // tbf cap, both directions
   std::optional<double> loss;       // drop probability in [0,1], each direction
   bool shaped() const { return rate_mbit.has_value() || loss.has_value(); }
-  nlohmann::json to_json() const;   // {"rate_mbit": x, "loss": y}, null for what is not set
+  nlohmann::json to_json() const;  // {"rate_mbit": x, "loss": y}, null for what is not set
 };
 
 // The partition in force (for events.jsonl and the live table). Empty groups: none.
@@ -95,8 +97,8 @@ class NetnsSwarm {
   // argv prefix that runs a program on host i: {"<path of ip>", "netns", "exec", ns(i)}.
   std::vector<std::string> exec_prefix(int i) const;
   std::string ip(int i) const { return address(i); }  // host i's address, without "/16"
-  static std::string address(int i);  // the address host i of any run gets
-  std::string ns(int i) const;  // host i's namespace name
+  static std::string address(int i);                  // the address host i of any run gets
+  std::string ns(int i) const;                        // host i's namespace name
   std::string bridge_ns() const;
   const std::string& run_id() const { return run_id_; }
 
