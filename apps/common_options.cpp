@@ -151,7 +151,8 @@ const std::vector<Option>& options() {
        [](PeerConfig& c, const std::string& v) { c.linger_s = to_double("linger", v, 0, 86400); }},
       {"catch-up", "auto|off",
        "auto: a peer with no checkpoint to resume from that finds live members fetches one's "
-       "state (parameters, optimizer state, step) before its first step (default auto)",
+       "state (parameters, optimizer state, step) before its first step, unless it starts with "
+       "a cohort (--min-peers above 1) (default auto)",
        [](PeerConfig& c, const std::string& v) { c.catch_up = one_of("catch-up", v, {"auto", "off"}); }},
       {"catch-up-timeout", "SECONDS",
        "give up catching up after this and start from our own weights (default 60)",

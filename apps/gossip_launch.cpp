@@ -31,6 +31,7 @@
 
 #include "apps/launch_churn.hpp"
 #include "apps/launch_metrics.hpp"
+#include "apps/launch_netns.hpp"
 #include "apps/launch_options.hpp"
 #include "apps/launch_summary.hpp"
 #include "core/checkpoint.hpp"
@@ -234,6 +235,11 @@ class Launch : private ChurnPeers {
   bool running(int i) const override { return children_.at(std::size_t(i)).running; }
   void send_signal(int i, int sig) override { ::kill(children_.at(std::size_t(i)).pid, sig); }
   void start_peer(int i) override;
+  void partition(const std::vector<std::vector<int>>& groups) override { netns_->partition(groups); }
+  void heal() override { netns_->heal(); }
+  void set_link(int i, std::optional<double> rate_mbit, std::optional<double> loss) override {
+    netns_->set_link(i, rate_mbit, loss);
+  }
   double mean_progress() const;
   void observe(std::size_t i, const std::string& line, double now);
   bool keep_going(bool any_running) const;
@@ -272,6 +278,7 @@ class Launch : private ChurnPeers {
   std::vector<std::optional<std::int64_t>> final_samples_;
   std::unique_ptr<EventLog> events_;   // events.jsonl
   std::unique_ptr<ChurnRunner> churn_;  // with --churn
+  std::unique_ptr<NetnsSwarm> netns_;   // with --netns; removes its namespaces when destroyed
 };
 
 void Launch::prepare(int argc, char** argv) {
@@ -297,6 +304,11 @@ void Launch::prepare(int argc, char** argv) {
   plans_ = plan_peers(o_, run_dir_.string(), ports, network_key_);
   for (const auto& p : plans_) fs::create_directories(p.dir);
   events_ = std::make_unique<EventLog>((run_dir_ / "events.jsonl").string());
+  if (o_.netns) {
+    netns_ = std::make_unique<NetnsSwarm>(NetnsSwarm::make_run_id(), o_.slots());
+    for (int i = 0; i < o_.slots(); ++i) netns_->add_host(i);
+    events_->write(since(t0_), "netns", {{"run_id", netns_->run_id()}, {"hosts", o_.slots()}});
+  }
   // The random model's schedule is drawn for this long; the launcher stops asking once training
   // is over, so it only has to outlast any run.
   constexpr double kChurnHorizonS = 7 * 24 * 3600.0;
@@ -337,7 +349,16 @@ void Launch::spawn_peer(std::size_t i) {
   Child& c = children_[i];
   c.started = Clock::now();
   c.outcome.start_offset_s = since(t0_);
-  c.pid = spawn(peer_bin_, plans_[i].argv, plans_[i].dir + "/log.txt");
+  if (netns_) {
+    std::vector<std::string> argv = netns_->exec_prefix(int(i));
+    const std::string ip = argv[0];
+    argv.erase(argv.begin());
+    argv.push_back(peer_bin_);
+    argv.insert(argv.end(), plans_[i].argv.begin(), plans_[i].argv.end());
+    c.pid = spawn(ip, argv, plans_[i].dir + "/log.txt");
+  } else {
+    c.pid = spawn(peer_bin_, plans_[i].argv, plans_[i].dir + "/log.txt");
+  }
   c.running = true;
   c.ever_started = true;
   c.outcome.state = "running";
@@ -403,8 +424,9 @@ void Launch::observe(std::size_t i, const std::string& line, double now) {
 
 // Whether something listens on 127.0.0.1:port (or any address), read from /proc/net/tcp so that
 // no probe connection shows up in the peer's log as a failed handshake.
-bool port_listening(int port) {
-  std::ifstream in("/proc/net/tcp");
+bool port_listening(pid_t pid, int port) {
+  // The process's own view: with --netns the peer's socket lives in its namespace.
+  std::ifstream in("/proc/" + std::to_string(pid) + "/net/tcp");
   std::string line;
   std::getline(in, line);  // header
   char want[8];
@@ -422,7 +444,7 @@ bool Launch::seeds_ready() const {
   for (std::size_t i = 0; i < seeds_; ++i) {
     if (!children_[i].running) return true;  // a dead seed will not start listening: go on
     const std::string& l = plans_[i].listen;
-    if (!port_listening(std::stoi(l.substr(l.rfind(':') + 1)))) return false;
+    if (!port_listening(children_[i].pid, std::stoi(l.substr(l.rfind(':') + 1)))) return false;
   }
   return true;
 }
@@ -686,6 +708,10 @@ std::vector<std::string> Launch::table() const {
     if (c.running && s.lines == 0) state = "starting";
     else if (c.running && s.done) state = "finishing";
     if (s.not_averaging) state += " NOT AVERAGING (" + s.alert_reason + ")";
+    if (churn_ && c.running && churn_->state(int(i)) == SlotState::kPaused) state = "paused (churn)";
+    if (netns_ && netns_->partition_state().active())
+      state += " partition group " + std::to_string(netns_->partition_state().group_of(int(i)));
+    if (netns_ && netns_->link(int(i)).shaped()) state += " link " + netns_->link(int(i)).to_json().dump();
     lines.push_back(peer_table_row(i, s, epochs, state));
   }
   return lines;
@@ -854,7 +880,10 @@ int Launch::run(int argc, char** argv) {
       handle_stop();
     }
     if (stop_requested_ && !killed_ && since(t0_) > stop_deadline_) handle_stop();
-    if (churn_ && !stop_requested_) churn_->tick(since(t0_), mean_progress(), *this);
+    if (churn_ && !stop_requested_) {
+      churn_->tick(since(t0_), mean_progress(), *this);
+      churn_->release_paused(since(t0_), *this);
+    }
     reap();
     if (!all_started_ && !stop_requested_ &&
         (seeds_ready() || since(t0_) > kSeedWaitS)) {
@@ -955,6 +984,15 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     return usage_error(e.what());
   }
+  if (o.cleanup) {
+    const int n = NetnsSwarm::cleanup_stale();
+    std::fprintf(stderr, "gossip-launch: removed %d network namespace%s left by earlier runs\n", n,
+                 n == 1 ? "" : "s");
+    return 0;
+  }
+  std::string why;
+  if (o.netns && !NetnsSwarm::check_available(&why))
+    return usage_error("--netns: " + why);
   std::string bin = o.peer_bin.empty() ? (self_dir() / "gossip-peer").string() : o.peer_bin;
   if (::access(bin.c_str(), X_OK) != 0)
     return usage_error("gossip-peer not found or not executable at " + bin +

@@ -161,7 +161,10 @@ int main(int argc, char** argv) {
       // and every peer starts from step 0; a late joiner finds the others training.
       node->wait_for_members(cfg.min_peers, cfg.min_peers_timeout_s, g_stop);
       // Without seeds this is the swarm's first peer: nobody to catch up with.
-      if (!resumed && cfg.catch_up == "auto" && !cfg.seeds.empty() && !g_stop.load())
+      // A peer of a cohort that starts together (--min-peers > 1) starts with the others from its
+      // own first step: the state it could fetch is no further along than its own.
+      if (!resumed && cfg.catch_up == "auto" && cfg.min_peers <= 1 && !cfg.seeds.empty() &&
+          !g_stop.load())
         catch_up(trainer, *node, cfg, metrics);
       trainer.set_hook(&node->hook());
       // This thread trains (the network thread, started before, keeps its own priority).

@@ -24,10 +24,6 @@ ChurnDriver::ChurnDriver(core::ChurnScenario scenario, double horizon_s)
   by_progress_ = std::move(s.by_progress);
 }
 
-bool is_link_restore(const ChurnEvent& e) {
-  return e.kind == ChurnKind::Link && !e.rate_mbit && !e.loss;
-}
-
 void ChurnDriver::schedule_end(const ChurnEvent& e, double now_s) {
   if (!e.for_s) return;
   ChurnEvent end;
@@ -137,6 +133,21 @@ bool ChurnRunner::exited(int i) {
   return ours;
 }
 
+void ChurnRunner::release_paused(double now_s, ChurnPeers& peers) {
+  nlohmann::json resumed = nlohmann::json::array();
+  for (int i = 0; i < slots(); ++i)
+    if (peers.running(i) && state_[std::size_t(i)] == SlotState::kUp) return;
+  if (driver_.start_pending()) return;
+  for (int i = 0; i < slots(); ++i) {
+    if (state_[std::size_t(i)] != SlotState::kPaused || !peers.running(i)) continue;
+    peers.send_signal(i, SIGCONT);
+    state_[std::size_t(i)] = SlotState::kUp;
+    resumed.push_back(i);
+  }
+  if (!resumed.empty())
+    log_.write(now_s, "churn", {{"kind", "resume"}, {"source", "end of run"}, {"applied_to", resumed}});
+}
+
 bool ChurnRunner::waiting_for_restart() const {
   const bool down = std::any_of(state_.begin(), state_.end(), [](SlotState s) {
     return s == SlotState::kCrashed || s == SlotState::kStopped;
@@ -195,9 +206,20 @@ void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
         done.push_back(next_join_++);
       }
       break;
-    default:
-      // Network and fault events are refused before the run (launch_options.cpp: load_churn).
-      skipped = e.peers;
+    case ChurnKind::Partition:
+      peers.partition(e.groups);
+      break;
+    case ChurnKind::Heal:
+      peers.heal();
+      break;
+    case ChurnKind::Link:
+      for (int p : e.peers) {
+        peers.set_link(p, e.rate_mbit, e.loss);
+        done.push_back(p);
+      }
+      break;
+    case ChurnKind::Fault:
+      skipped = e.peers;  // refused before the run (launch_options.cpp: load_churn)
       break;
   }
   nlohmann::json j = core::to_json(e);

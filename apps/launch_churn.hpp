@@ -42,9 +42,6 @@ class ChurnDriver {
   std::vector<core::ChurnEvent> ends_;  // end-of-effect events, unsorted (few)
 };
 
-// A link event with neither rate nor loss: the end of a "link ... for" (the link restored).
-bool is_link_restore(const core::ChurnEvent& e);
-
 // events.jsonl in the run folder: one JSON object per line, each with "t" (seconds since launch)
 // and "event"; flushed per line so that a killed launcher leaves every line it wrote.
 class EventLog {
@@ -71,6 +68,11 @@ class ChurnPeers {
   // Starts slot i's process with its plan: the same identity, shard and checkpoint folder, so a
   // restarted peer resumes and a joined peer (never started before) starts fresh.
   virtual void start_peer(int i) = 0;
+  // Network faults (--netns only; the options refuse these events without it). A link event sets
+  // the link's whole state: what it does not give (rate or loss) is removed.
+  virtual void partition(const std::vector<std::vector<int>>& groups) = 0;
+  virtual void heal() = 0;
+  virtual void set_link(int i, std::optional<double> rate_mbit, std::optional<double> loss) = 0;
 };
 
 // Where each peer slot stands as far as churn is concerned.
@@ -90,6 +92,9 @@ class ChurnRunner {
   // launcher does not count it as a failure.
   bool exited(int i);
   SlotState state(int i) const { return state_.at(std::size_t(i)); }
+  // Paused peers with no resume to come, once no other peer is up, are resumed (SIGCONT) so the
+  // run can end: a scenario that pauses without "for" or "resume" would otherwise hang it.
+  void release_paused(double now_s, ChurnPeers& peers);
   // Whether the launcher should go on although no peer runs: a crashed or stopped peer is still
   // to be restarted.
   bool waiting_for_restart() const;

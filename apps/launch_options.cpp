@@ -1,6 +1,8 @@
 // gossip-launch flag parsing and the per-peer argv plan (see launch_options.hpp).
 #include "apps/launch_options.hpp"
 
+#include "apps/launch_netns.hpp"
+
 #include <charconv>
 #include <cmath>
 #include <set>
@@ -35,8 +37,8 @@ core::ChurnScenario load_churn(const LaunchOptions& o) {
     if (e.kind == core::ChurnKind::Fault)
       throw UsageError("--churn: event " + std::to_string(i) + " (fault): faulty peers are not "
                        "implemented by gossip-launch yet");
-    if (e.kind == core::ChurnKind::Partition || e.kind == core::ChurnKind::Heal ||
-        e.kind == core::ChurnKind::Link)
+    if (!o.netns && (e.kind == core::ChurnKind::Partition || e.kind == core::ChurnKind::Heal ||
+                     e.kind == core::ChurnKind::Link))
       throw UsageError("--churn: event " + std::to_string(i) + " (" + name +
                        "): network events need every peer in its own network namespace "
                        "(--netns, as root)");
@@ -68,10 +70,12 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
     }
     auto [name, value, has_value] = split_flag(a);
     // Flags without a value.
-    if (name == "no-plots" || name == "markdown") {
+    if (name == "no-plots" || name == "markdown" || name == "netns" || name == "cleanup") {
       if (has_value) throw UsageError("--" + name + " takes no value");
       if (name == "no-plots") o.plots = false;
-      else o.markdown = true;
+      else if (name == "markdown") o.markdown = true;
+      else if (name == "netns") o.netns = true;
+      else o.cleanup = true;
       continue;
     }
     if (name == "compare") {
@@ -115,8 +119,10 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
       o.forward.push_back(value);
     }
   }
-  if (!o.compare.empty()) return o;
+  if (!o.compare.empty() || o.cleanup) return o;
   o.peers_requested = o.peers;
+  if (o.netns && o.mode != LaunchMode::Gossip)
+    throw UsageError("--netns needs --mode gossip (only averaging peers talk over the network)");
   if (o.mode == LaunchMode::Central) o.peers = 1;
   if (o.base_port > 0 && o.base_port + o.peers - 1 > 65535)
     throw UsageError("--base-port " + std::to_string(o.base_port) + " leaves no room for " +
@@ -137,7 +143,12 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
                                  const std::vector<int>& ports, const std::string& network_key) {
   std::vector<PeerPlan> plans;
   const bool gossip = o.mode == LaunchMode::Gossip;
-  auto addr = [&](int i) { return "127.0.0.1:" + std::to_string(ports.at(std::size_t(i))); };
+  // With --netns each peer has its own address (NetnsSwarm::address) and listens on every local
+  // interface of its namespace, announcing that address, as on separate machines.
+  auto addr = [&](int i) {
+    if (o.netns) return NetnsSwarm::address(i) + ":" + std::to_string(kNetnsPort);
+    return "127.0.0.1:" + std::to_string(ports.at(std::size_t(i)));
+  };
   const int slots = o.slots();
   for (int i = 0; i < slots; ++i) {
     PeerPlan p;
@@ -147,6 +158,10 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
     // The peers share this machine's cores: training yields to the network threads, or exchanges
     // starve behind the other peers' steps. Before the forwarded flags, which may override it.
     if (gossip) a = {"--net-nice", "0", "--train-nice", "5"};
+    // The first peers wait for each other before their first step (a fast backend finishes
+    // before the last one starts otherwise); joined peers find the swarm running.
+    if (gossip && i < o.peers && o.peers > 1)
+      a.insert(a.end(), {"--min-peers", std::to_string(o.peers)});
     a.insert(a.end(), o.forward.begin(), o.forward.end());
     if (o.network_key.empty() && !network_key.empty()) a.insert(a.end(), {"--network-key", network_key});
     a.insert(a.end(), {"--num-shards", std::to_string(slots), "--shard", std::to_string(i),
@@ -162,7 +177,13 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
         p.seeds.push_back(addr(0));
         if (slots > 2 && i != 1) p.seeds.push_back(addr(1));
       }
-      a.insert(a.end(), {"--listen", p.listen});
+      if (o.netns) {
+        p.advertise = p.listen;
+        p.listen = "0.0.0.0:" + std::to_string(kNetnsPort);
+        a.insert(a.end(), {"--listen", p.listen, "--advertise", p.advertise});
+      } else {
+        a.insert(a.end(), {"--listen", p.listen});
+      }
       if (!p.seeds.empty()) {
         std::string s;
         for (const auto& x : p.seeds) s += (s.empty() ? "" : ",") + x;
@@ -208,6 +229,12 @@ Launcher flags:
                          (SIGSTOP/SIGCONT), at times or at points of training; every event
                          goes to events.jsonl and summary.json's "churn" section. FILE is
                          JSON (scripts/scenarios/*.json); shorthands: see below
+  --netns                every peer in its own network namespace with its own address
+                         (10.88.x.y) on a bridge, talking real TCP as on separate machines;
+                         needed for the scenario's partition and link events (nftables drop
+                         rules, tbf qdiscs; no delay: this kernel has no netem). Root only;
+                         everything is removed at the end and on Ctrl-C
+  --cleanup              remove the namespaces a killed launcher left behind, then exit
   --compare DIR...       print the summaries of finished runs side by side
   --markdown             with --compare: a Markdown table
   --help                 this text
@@ -215,7 +242,8 @@ Launcher flags:
 Peer flags (see gossip-peer --help) are passed to every peer: --data, --partition, --seed,
 --model, --backend, --epochs, --batch, --lr, --gossip-every, --wire, --network-key, ...
 The launcher sets --listen, --seeds, --identity, --metrics, --checkpoint-dir, --shard and
---num-shards itself. In gossip mode it writes a fresh network key into the run folder
+--num-shards itself, and in gossip mode --min-peers N for the first N peers, so that no peer
+trains alone while the others start (a forwarded --min-peers overrides it). In gossip mode it writes a fresh network key into the run folder
 unless --network-key is given.
 
 Churn shorthands (--churn without a file):

@@ -36,6 +36,10 @@ struct LaunchOptions {
   // --churn FILE.json or shorthand, checked whole before anything starts.
   std::optional<core::ChurnScenario> churn;
   std::string churn_arg;
+  // --netns: every peer in its own network namespace at its own address (root); needed by the
+  // scenario's partition and link events. --cleanup: remove what a killed launcher left.
+  bool netns = false;
+  bool cleanup = false;
   // Peer slots: --peers plus the peers the churn scenario joins (they get shards of their own).
   int slots() const { return churn ? core::total_peers(*churn) : peers; }
   // --compare mode.
@@ -48,10 +52,14 @@ struct LaunchOptions {
 LaunchOptions parse_launch_args(const std::vector<std::string>& args);
 std::string launch_usage();
 
+// With --netns every peer listens on this port of its own address.
+inline constexpr int kNetnsPort = 7000;
+
 struct PeerPlan {
   int index = 0;
   std::string dir;       // run/peerI
   std::string listen;    // empty in local/central mode
+  std::string advertise;  // with --netns: the peer's own address
   std::vector<std::string> seeds;
   std::vector<std::string> argv;  // without the program name
   PeerConfig config;     // argv as gossip-peer will read it

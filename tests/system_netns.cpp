@@ -55,7 +55,7 @@ TEST_CASE("three peers on three hosts (network namespaces) average with each oth
                              std::to_string(i), "--metrics", std::string(names[i]) + ".jsonl",
                              "--checkpoint-dir", "ckpt",
                              // Short, and three peers on one machine's cores (not in the README).
-                             "--epochs", "10", "--backend", "cpu", "--train-nice", "5"});
+                             "--epochs", "3", "--min-peers", "3", "--backend", "cpu", "--train-nice", "5"});
     peers.push_back(std::make_unique<Process>(argv, home + "/log.txt", home));
   }
   for (int i = 0; i < 3; ++i) {
