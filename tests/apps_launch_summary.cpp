@@ -127,7 +127,7 @@ TEST_CASE("the live table shows - for what a peer has not reported yet", "[apps]
   CHECK(pct(0.0) == "0.00%");
 }
 
-TEST_CASE("--compare shows - for figures a summary holds as null or lacks", "[apps]") {
+TEST_CASE("compare table: --compare shows - for figures a summary holds as null or lacks", "[apps]") {
   gt_test::TempDir dir("gt-compare-null");
   const json full = {{"mode", "gossip"}, {"partition", "iid"}, {"num_peers", 3},
                      {"final_test_acc_mean", 0.5}, {"final_test_acc_min", 0.25},

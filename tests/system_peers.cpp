@@ -320,7 +320,7 @@ TEST_CASE("a peer joining a running one catches up: its step, its state, its acc
   }
 }
 
-TEST_CASE("--min-peers: a peer waits for the swarm, and starts anyway at the deadline",
+TEST_CASE("min-peers: a peer waits for the swarm, and starts anyway at the deadline",
           "[system][catchup]") {
   gt_test::TempDir dir("gt-peer-min-peers");
   const int port = gt_test::free_port();
