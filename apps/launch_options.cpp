@@ -243,8 +243,8 @@ Peer flags (see gossip-peer --help) are passed to every peer: --data, --partitio
 --model, --backend, --epochs, --batch, --lr, --gossip-every, --wire, --network-key, ...
 The launcher sets --listen, --seeds, --identity, --metrics, --checkpoint-dir, --shard and
 --num-shards itself, and in gossip mode --min-peers N for the first N peers, so that no peer
-trains alone while the others start (a forwarded --min-peers overrides it). In gossip mode it writes a fresh network key into the run folder
-unless --network-key is given.
+trains alone while the others start (a forwarded --min-peers overrides it). In gossip mode
+it writes a fresh network key into the run folder unless --network-key is given.
 
 Churn shorthands (--churn without a file):
 @CHURN_HELP@
@@ -253,6 +253,8 @@ Exit codes: 0 every peer finished, 1 a peer failed (its row and summary.json say
 Plots need python3 with matplotlib (/usr/bin/python3 is tried first); set GT_SCRIPTS_DIR
 to the folder holding plot_run.py if it is not found.
 )";
+  u.replace(u.find("@CHURN_HELP@"), 12, core::kChurnShorthandHelp);
+  return u;
 }
 
 }  // namespace gossiptrain::apps

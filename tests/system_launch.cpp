@@ -329,6 +329,27 @@ TEST_CASE("gossip-launch refuses bad input with exit code 2 and a message", "[sy
                      "--no-such-flag");
   expect_usage_error({"--peers", "2", "--data", "synthetic", "--peer-bin", tmp / "nothing"},
                      "gossip-peer not found");
+  // Churn scenarios are checked whole before anything starts.
+  expect_usage_error({"--peers", "4", "--data", "synthetic", "--churn", "crash:9@5"},
+                     "out of range");
+  expect_usage_error({"--peers", "4", "--data", "synthetic", "--churn", "random:crash,uptime=30"},
+                     "mean_downtime_s");
+  expect_usage_error({"--peers", "4", "--mode", "local", "--data", "synthetic", "--churn",
+                      "crash:1@5"},
+                     "--churn needs --mode gossip");
+  {
+    std::ofstream(tmp / "part.json") << R"({"events":[{"at":1,"event":"partition","groups":[[0,1],[2,3]]}]})";
+    expect_usage_error({"--peers", "4", "--data", "synthetic", "--churn", tmp / "part.json"},
+                       "--netns");
+  }
+  // --help is the whole text, churn shorthands included.
+  {
+    const int rc = run_launch({"--help"}, tmp / "help.log", &out);
+    CHECK(rc == 0);
+    CHECK(out.find("--churn FILE|SHORTHAND") != std::string::npos);
+    CHECK(out.find("random:KIND") != std::string::npos);
+    CHECK(out.find("Exit codes:") != std::string::npos);
+  }
 
   // A busy --base-port: something listens on it.
   {
