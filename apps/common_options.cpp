@@ -172,6 +172,12 @@ const std::vector<Option>& options() {
        [](PeerConfig& c, const std::string& v) { c.metrics = v; }},
       {"checkpoint-dir", "DIR", "write checkpoints to DIR and resume from it on restart",
        [](PeerConfig& c, const std::string& v) { c.train.checkpoint_dir = v; }},
+      {"checkpoint-every", "SECONDS",
+       "also checkpoint every SECONDS of training, besides every epoch end and on stop; a killed "
+       "peer loses at most this much (default 60)",
+       [](PeerConfig& c, const std::string& v) {
+         c.train.checkpoint_every_s = int(to_int("checkpoint-every", v, 1, 86400));
+       }},
       {"log-level", "LEVEL", "trace|debug|info|warn|error",
        [](PeerConfig& c, const std::string& v) {
          c.log_level = one_of("log-level", v, {"trace", "debug", "info", "warn", "error"});

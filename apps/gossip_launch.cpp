@@ -373,6 +373,11 @@ void Launch::start_peer(int i) {
   c.outcome.clock_offset_s.reset();
   c.outcome.exit_code = -1;
   c.outcome.signal = 0;
+  // A restarted or joining peer finds the swarm running: it must not wait for the first peers'
+  // --min-peers cohort (most may be done), and without a checkpoint it catches up.
+  std::vector<std::string>& argv = plans_.at(std::size_t(i)).argv;
+  const bool added = argv.size() >= 2 && argv[argv.size() - 2] == "--min-peers" && argv.back() == "1";
+  if (!added) argv.insert(argv.end(), {"--min-peers", "1"});  // the last value given wins
   spawn_peer(std::size_t(i));
 }
 

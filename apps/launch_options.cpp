@@ -162,6 +162,9 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
     // before the last one starts otherwise); joined peers find the swarm running.
     if (gossip && i < o.peers && o.peers > 1)
       a.insert(a.end(), {"--min-peers", std::to_string(o.peers)});
+    // Under churn a crashed peer loses what it trained since its last checkpoint, and one that
+    // had none starts over: checkpoint often.
+    if (o.churn) a.insert(a.end(), {"--checkpoint-every", "5"});
     a.insert(a.end(), o.forward.begin(), o.forward.end());
     if (o.network_key.empty() && !network_key.empty()) a.insert(a.end(), {"--network-key", network_key});
     a.insert(a.end(), {"--num-shards", std::to_string(slots), "--shard", std::to_string(i),
