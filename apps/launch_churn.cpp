@@ -121,7 +121,40 @@ ChurnRunner::ChurnRunner(core::ChurnScenario scenario, double horizon_s, EventLo
 }
 
 void ChurnRunner::tick(double now_s, double progress, ChurnPeers& peers) {
+  run_deferred_restarts(now_s, peers);
   for (const auto& e : driver_.due(now_s, progress)) apply(e, now_s, peers);
+}
+
+// A peer the scenario took down comes back; one still going down (killed, not reaped yet) comes
+// back as soon as it is gone; one that finished on its own is never restarted.
+void ChurnRunner::restart(int p, ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped) {
+  const SlotState st = state_[std::size_t(p)];
+  if (st != SlotState::kCrashed && st != SlotState::kStopped) {
+    skipped.push_back(p);
+    return;
+  }
+  if (peers.running(p)) {
+    if (std::find(deferred_restarts_.begin(), deferred_restarts_.end(), p) ==
+        deferred_restarts_.end())
+      deferred_restarts_.push_back(p);
+    return;
+  }
+  peers.start_peer(p);
+  state_[std::size_t(p)] = SlotState::kUp;
+  ++restarts_[std::size_t(p)];
+  done.push_back(p);
+}
+
+void ChurnRunner::run_deferred_restarts(double now_s, ChurnPeers& peers) {
+  nlohmann::json done = nlohmann::json::array(), skipped = nlohmann::json::array();
+  std::vector<int> still;
+  for (int p : deferred_restarts_) {
+    if (peers.running(p)) still.push_back(p);
+    else restart(p, peers, done, skipped);
+  }
+  deferred_restarts_ = std::move(still);
+  if (!done.empty())
+    log_.write(now_s, "churn", {{"kind", "restart"}, {"source", "deferred"}, {"applied_to", done}});
 }
 
 bool ChurnRunner::exited(int i) {
@@ -152,7 +185,7 @@ bool ChurnRunner::waiting_for_restart() const {
   const bool down = std::any_of(state_.begin(), state_.end(), [](SlotState s) {
     return s == SlotState::kCrashed || s == SlotState::kStopped;
   });
-  return down && driver_.start_pending();
+  return down && (driver_.start_pending() || !deferred_restarts_.empty());
 }
 
 // Signals every named peer that is running and not already in `to`; the rest are skipped (a
@@ -187,17 +220,7 @@ void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
       signal_each(e, SIGCONT, SlotState::kPaused, SlotState::kUp, peers, done, skipped);
       break;
     case ChurnKind::Restart:
-      for (int p : e.peers) {
-        const SlotState st = state_[std::size_t(p)];
-        if ((st != SlotState::kCrashed && st != SlotState::kStopped) || peers.running(p)) {
-          skipped.push_back(p);  // it finished on its own, or is still going down
-          continue;
-        }
-        peers.start_peer(p);
-        state_[std::size_t(p)] = SlotState::kUp;
-        ++restarts_[std::size_t(p)];
-        done.push_back(p);
-      }
+      for (int p : e.peers) restart(p, peers, done, skipped);
       break;
     case ChurnKind::Join:
       for (int k = 0; k < e.count && next_join_ < slots(); ++k) {

@@ -103,6 +103,8 @@ class ChurnRunner {
 
  private:
   void apply(const core::ChurnEvent& e, double now_s, ChurnPeers& peers);
+  void restart(int p, ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped);
+  void run_deferred_restarts(double now_s, ChurnPeers& peers);
   void signal_each(const core::ChurnEvent& e, int sig, SlotState from_any_but, SlotState to,
                    ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped);
 
@@ -111,6 +113,7 @@ class ChurnRunner {
   std::vector<SlotState> state_;
   std::vector<bool> churn_signalled_;
   std::vector<int> restarts_;
+  std::vector<int> deferred_restarts_;  // restarts due while the killed process was not reaped
   int next_join_;
 };
 
