@@ -283,6 +283,11 @@ struct Timeline {
     }
     return up;
   }
+  std::optional<double> start_after(int p, double t) const {
+    for (const auto& e : ev)
+      if (tof(e) >= t && e.value("event", "") == "start" && peer_of(e) == p) return tof(e);
+    return std::nullopt;
+  }
   std::optional<double> exit_after(int p, double t) const {
     for (const auto& e : ev)
       if (tof(e) >= t && e.value("event", "") == "exit" && peer_of(e) == p) return tof(e);
@@ -345,6 +350,8 @@ json down_report(const Timeline& tl, const json& churn, int p, double bound) {
   others.erase(p);
   json detected = json::object(), undetected = json::array();
   std::optional<double> worst;
+  // A peer back before the suspicion ran out refutes it: nobody has to declare it dead then.
+  const auto back = tl.start_after(p, t);
   for (int q : others) {
     std::optional<double> when;
     for (const auto& e : tl.ev)
@@ -358,7 +365,7 @@ json down_report(const Timeline& tl, const json& churn, int p, double bound) {
     if (when && (!gone || t + *when <= *gone)) {
       detected[std::to_string(q)] = *when;
       worst = std::max(worst.value_or(0.0), *when);
-    } else if (!gone || *gone - t > bound) {
+    } else if ((!gone || *gone - t > bound) && (!back || *back - t > bound)) {
       undetected.push_back(q);  // was up long enough to notice and did not
     }
   }
@@ -369,6 +376,7 @@ json down_report(const Timeline& tl, const json& churn, int p, double bound) {
           {"detected_by_s", detected},
           {"not_detected_by", undetected},
           {"max_detection_s", opt(worst)},
+          {"back_after_s", back ? json(*back - t) : json(nullptr)},
           {"within_bound", undetected.empty() && (!worst || *worst <= bound)},
           {"acc_before", opt(before)},
           {"acc_after", opt(tl.mean_first_acc_after(others, t))},
