@@ -1,0 +1,345 @@
+// System tests of gossip-launch --churn (issue 10) with real peer processes: a crash, a restart
+// from the checkpoint and a join over loopback; and, with --netns (root), a partition of four
+// peers on four hosts and its heal.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/system_process.hpp"
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  INFO(path);
+  REQUIRE(in.good());
+  return json::parse(in);
+}
+
+// The first line of events.jsonl matching pred, or null.
+template <typename Pred>
+json find_event(const std::vector<json>& ev, Pred pred) {
+  for (const auto& e : ev)
+    if (pred(e)) return e;
+  return nullptr;
+}
+
+bool is(const json& e, const char* event) { return e.value("event", "") == event; }
+bool applied(const json& e, const char* kind, int peer) {
+  if (!is(e, "churn") || e.value("kind", "") != kind) return false;
+  for (const auto& p : e["applied_to"])
+    if (p == peer) return true;
+  return false;
+}
+
+std::string tail_of(const std::string& path, std::size_t n = 3000) {
+  const std::string s = gt_test::read_file(path);
+  return s.size() > n ? s.substr(s.size() - n) : s;
+}
+
+// A peer's id: the "peer" field of its metrics lines ("local" before it has one).
+std::string peer_id(const std::string& metrics) {
+  for (const auto& j : gt_test::read_metrics(metrics))
+    if (j.contains("peer") && j["peer"].is_string() && j["peer"] != "local") return j["peer"];
+  return "";
+}
+
+// The `ip netns list` names, one per line (what follows the name cut off).
+std::vector<std::string> netns_names() {
+  std::vector<std::string> out;
+  FILE* f = ::popen("ip netns list 2>/dev/null", "r");
+  if (!f) return out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, f)) {
+    std::string l(buf);
+    out.push_back(l.substr(0, l.find_first_of(" \n")));
+  }
+  ::pclose(f);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("churn: gossip-launch crashes, restarts and joins peers over loopback", "[system][churn]") {
+  gt_test::TempDir tmp("gt-churn-sys");
+  const std::string run = tmp / "run";
+  // Peer 3 crashes after its first checkpoints (epoch ends), is restarted after the survivors
+  // had time to mark it dead, and a fifth peer joins halfway through training. Training speed
+  // varies threefold with the load on the machine (300 epochs: about 15 s on 2 idle cores, 50 s
+  // on busy ones), so the restart may come after the others are done; --min-peers-timeout bounds
+  // how long the restarted peer then waits for its cohort (it is given --min-peers 4 again: see
+  // the [!mayfail] test below).
+  const std::string churn = "crash:3@4,restart:3@16,join:1@50%";
+  std::vector<std::string> argv = {gt_test::app_bin("gossip-launch"),
+                                   "--peers", "4", "--data", "synthetic", "--model", "mlp:784-32-10",
+                                   "--lr", "0.01", "--epochs", "GT_EPOCHS", "--backend", "cpu",
+                                   "--no-plots", "--out", run, "--churn", churn,
+                                   "--linger", "3", "--min-peers-timeout", "8"};
+  const char* epochs = std::getenv("GT_CHURN_EPOCHS");
+  std::replace(argv.begin(), argv.end(), std::string("GT_EPOCHS"),
+               std::string(epochs ? epochs : "300"));
+  const auto t0 = std::chrono::steady_clock::now();
+  gt_test::Process launch(argv, tmp / "launch.log");
+  REQUIRE(launch.wait_for(240s));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string out = gt_test::read_file(tmp / "launch.log");
+  INFO("gossip-launch output:\n" << out);
+  WARN("churn run took " << secs << " s");
+  CHECK(launch.exit_code() == 0);
+
+  const auto ev = gt_test::read_metrics(run + "/events.jsonl");
+  REQUIRE_FALSE(ev.empty());
+  {
+    std::string all;
+    for (const auto& e : ev) all += e.dump() + "\n";
+    INFO("events.jsonl:\n" << all);
+    const json crash = find_event(ev, [](const json& e) { return applied(e, "crash", 3); });
+    REQUIRE(crash.is_object());
+    const double t_crash = crash["t"];
+    const json exit3 = find_event(ev, [&](const json& e) {
+      return is(e, "exit") && e["peer"] == 3 && e["t"].get<double>() >= t_crash;
+    });
+    REQUIRE(exit3.is_object());
+    CHECK(exit3["by_churn"] == true);
+    CHECK(exit3["signal"] == "SIGKILL");
+    const json restart = find_event(ev, [](const json& e) { return applied(e, "restart", 3); });
+    REQUIRE(restart.is_object());
+    CHECK(restart["t"].get<double>() >= exit3["t"].get<double>());
+    int starts3 = 0;
+    for (const auto& e : ev)
+      if (is(e, "start") && e["peer"] == 3) ++starts3;
+    CHECK(starts3 == 2);
+    CHECK(find_event(ev, [&](const json& e) {
+            return is(e, "start") && e["peer"] == 3 && e["t"].get<double>() >= restart["t"].get<double>();
+          }).is_object());
+    const json join = find_event(ev, [](const json& e) { return applied(e, "join", 4); });
+    REQUIRE(join.is_object());
+    CHECK(find_event(ev, [](const json& e) { return is(e, "start") && e["peer"] == 4; }).is_object());
+    // Every churn event fell inside training: nothing was skipped.
+    for (const auto& e : ev)
+      if (is(e, "churn")) {
+        INFO(e.dump());
+        CHECK_FALSE(e.contains("skipped"));
+      }
+    // No exit but the crash was the scenario's, and none was a failure.
+    for (const auto& e : ev)
+      if (is(e, "exit") && e["t"] != exit3["t"]) {
+        INFO(e.dump());
+        CHECK(e["by_churn"] == false);
+        CHECK(e["exit_code"] == 0);
+      }
+  }
+
+  const json s = read_json_file(run + "/summary.json");
+  INFO("summary.json:\n" << s.dump(1));
+  REQUIRE(s["peers"].size() == 5);
+  CHECK(s["peers"][4]["peer"] == 4);
+  CHECK(s["failed_peers"] == json::array());
+  for (const auto& p : s["peers"]) {
+    INFO("peer " << p["peer"]);
+    CHECK(p["failed"] == false);
+    CHECK(p["state"] == "done");
+    CHECK(p["alive_at_end"] == true);
+  }
+  CHECK(s["peers"][3]["final_test_acc"].is_number());
+  CHECK(s["peers"][4]["final_test_acc"].is_number());
+
+  const json& churn_s = s["churn"];
+  CHECK(churn_s["scenario"] == churn);
+  CHECK(churn_s["applied"] == json{{"crash", 1}, {"restart", 1}, {"join", 1}});
+  json crash_entry, join_entry;
+  for (const auto& e : churn_s["events"]) {
+    if (e["kind"] == "crash" && e["peer"] == 3) crash_entry = e;
+    if (e["kind"] == "join" && e["peer"] == 4) join_entry = e;
+  }
+  REQUIRE(crash_entry.is_object());
+  // At least one survivor marked peer 3 dead before its restart came back.
+  CHECK_FALSE(crash_entry["detected_by_s"].empty());
+  for (const auto& [who, when] : crash_entry["detected_by_s"].items()) {
+    INFO("detected by " << who);
+    CHECK(when.get<double>() > 0.0);
+    CHECK(when.get<double>() <= churn_s["detection_bound_s"].get<double>() + 5.0);
+  }
+  REQUIRE(join_entry.is_object());
+  CHECK(join_entry["first_eval_acc"].is_number());
+  CHECK(join_entry["catch_up"].is_object());
+  // Alive over time: four peers at most before the join, five after the restart and the join,
+  // zero at the end.
+  const json& alive = churn_s["peers_alive_over_time"];
+  REQUIRE_FALSE(alive.empty());
+  int most = 0;
+  for (const auto& a : alive) most = std::max(most, a[1].get<int>());
+  CHECK(most <= 5);
+  CHECK(alive.back()[1] == 0);
+
+  // Peer 3 came back from its own checkpoint; peer 4 fetched a live peer's state.
+  const std::string log3 = gt_test::read_file(run + "/peer3/log.txt");
+  {
+    INFO("peer 3 log:\n" << log3.substr(log3.size() > 4000 ? log3.size() - 4000 : 0));
+    CHECK(log3.find("resumed from checkpoint in") != std::string::npos);
+  }
+  bool caught_up = false;
+  for (const auto& j : gt_test::read_metrics(run + "/peer4/metrics.jsonl"))
+    if (j["event"] == "catch_up" && j["ok"] == true) caught_up = true;
+  INFO("peer 4 log:\n" << tail_of(run + "/peer4/log.txt"));
+  CHECK(caught_up);
+}
+
+TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "[system][churn][netns]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: --netns needs root");
+    return;
+  }
+  if (std::system("command -v ip >/dev/null 2>&1 && command -v nft >/dev/null 2>&1") != 0) {
+    WARN("skipped: --netns needs `ip` (iproute2) and `nft` (nftables)");
+    return;
+  }
+  gt_test::TempDir tmp("gt-churn-netns");
+  const std::string run = tmp / "run";
+  // Partitioned early for 8 s: long enough for each side to suspect the other, short enough that
+  // nobody is declared dead (suspicion with one confirmation lasts about 11 s), and training goes
+  // on after the heal even on an idle machine (350 epochs: about 18 s idle, 50 s on busy cores).
+  const double at = 3.0, dur = 8.0;
+  {
+    std::ofstream f(tmp / "part.json");
+    f << R"({"events":[{"at":)" << at
+      << R"(,"event":"partition","groups":[[0,1],[2,3]],"for":)" << dur << "}]}";
+  }
+  const char* epochs = std::getenv("GT_CHURN_NETNS_EPOCHS");
+  std::vector<std::string> argv = {gt_test::app_bin("gossip-launch"),
+                                   "--peers", "4", "--data", "synthetic", "--model", "mlp:784-32-10",
+                                   "--lr", "0.01", "--epochs", epochs ? epochs : "350",
+                                   "--backend", "cpu", "--no-plots", "--out", run, "--netns",
+                                   "--churn", tmp / "part.json", "--linger", "5"};
+  const auto t0 = std::chrono::steady_clock::now();
+  gt_test::Process launch(argv, tmp / "launch.log");
+  REQUIRE(launch.wait_for(240s));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string out = gt_test::read_file(tmp / "launch.log");
+  INFO("gossip-launch output:\n" << out);
+  WARN("netns partition run took " << secs << " s");
+  CHECK(launch.exit_code() == 0);
+
+  const auto ev = gt_test::read_metrics(run + "/events.jsonl");
+  std::string all;
+  for (const auto& e : ev) all += e.dump() + "\n";
+  INFO("events.jsonl:\n" << all);
+  const json ns = find_event(ev, [](const json& e) { return is(e, "netns"); });
+  REQUIRE(ns.is_object());
+  const std::string run_id = ns["run_id"];
+  const json part = find_event(ev, [](const json& e) {
+    return is(e, "churn") && e.value("kind", "") == "partition";
+  });
+  const json heal = find_event(ev, [](const json& e) {
+    return is(e, "churn") && e.value("kind", "") == "heal";
+  });
+  REQUIRE(part.is_object());
+  REQUIRE(heal.is_object());
+  const double tp = part["t"], th = heal["t"];
+  CHECK(th - tp == Approx(dur).margin(1.0));
+
+  const json s = read_json_file(run + "/summary.json");
+  REQUIRE(s["peers"].size() == 4);
+  CHECK(s["failed_peers"] == json::array());
+  // The run outlasted the partition (otherwise nothing below says anything).
+  double last_exit = 0;
+  for (const auto& e : ev)
+    if (is(e, "exit")) last_exit = std::max(last_exit, e["t"].get<double>());
+  REQUIRE(last_exit > th + 5.0);
+
+  auto group = [](int i) { return i < 2 ? 0 : 1; };
+  // Peer ids and each peer's clock offset (launch time of its t = 0).
+  std::vector<std::string> ids;
+  std::map<std::string, int> index;
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back(peer_id(run + "/peer" + std::to_string(i) + "/metrics.jsonl"));
+    REQUIRE_FALSE(ids.back().empty());
+    index[ids.back()] = i;
+  }
+  // Each peer's exchange and member lines with launch times (peer clock + its clock offset).
+  struct Line {
+    double t;
+    int peer, other;
+    json j;
+  };
+  std::vector<Line> exchanges, members;
+  for (int i = 0; i < 4; ++i) {
+    const json& p = s["peers"][std::size_t(i)];
+    REQUIRE(p["clock_offset_s"].is_number());
+    const double off = p["clock_offset_s"];
+    for (const auto& j : gt_test::read_metrics(run + "/peer" + std::to_string(i) + "/metrics.jsonl")) {
+      const std::string e = j["event"];
+      if (e != "exchange" && e != "member") continue;
+      const auto it = index.find(j[e == "exchange" ? "partner" : "member"].get<std::string>());
+      if (it == index.end()) continue;
+      (e == "exchange" ? exchanges : members).push_back({off + j["t"].get<double>(), i, it->second, j});
+    }
+  }
+  // No exchange succeeded across the groups while the partition held (with a margin for the
+  // clock estimate and transfers under way at its start), and some did after the heal.
+  const double margin = 2.0;
+  int cross_during = 0, cross_after = 0, within_during = 0;
+  std::string cross_lines;
+  for (const auto& x : exchanges) {
+    if (x.j["ok"] != true) continue;
+    const bool cross = group(x.peer) != group(x.other);
+    if (x.t > tp + margin && x.t < th - margin) {
+      if (cross) {
+        ++cross_during;
+        cross_lines += "peer " + std::to_string(x.peer) + " at " + std::to_string(x.t) + ": " +
+                       x.j.dump() + "\n";
+      } else {
+        ++within_during;
+      }
+    }
+    if (cross && x.t > th) ++cross_after;
+  }
+  INFO("cross-group exchanges during the partition:\n" << cross_lines);
+  CHECK(cross_during == 0);
+  CHECK(cross_after > 0);
+  // Not asserted: each side averaging within itself meanwhile. On this code a peer whose exchange
+  // with a partner across the partition stalls stays busy until the exchange's deadline (about
+  // 8-10 s), and its side-mates' requests get "busy": an 8 s partition saw no exchange at all.
+  WARN("successful exchanges within a side during the partition: " << within_during);
+
+  // Membership: during the partition some peer suspected (or declared dead) one across it; after
+  // the heal each peer's last word on every other (before they leave at the end) is "alive".
+  bool suspected_across = false;
+  std::map<std::pair<int, int>, std::string> last_state;
+  std::sort(members.begin(), members.end(), [](const Line& a, const Line& b) { return a.t < b.t; });
+  for (const auto& m : members) {
+    const std::string st = m.j["state"];
+    if (m.t >= tp - 0.5 && m.t <= th + margin && group(m.peer) != group(m.other) &&
+        (st == "suspect" || st == "dead"))
+      suspected_across = true;
+    // A peer done training leaves: what counts is how the others saw it before.
+    if (st != "left") last_state[{m.peer, m.other}] = st;
+  }
+  CHECK(suspected_across);
+  for (int q = 0; q < 4; ++q)
+    for (int m = 0; m < 4; ++m) {
+      if (q == m) continue;
+      INFO("peer " << q << " about peer " << m);
+      CHECK(last_state[{q, m}] == "alive");
+    }
+
+  // Nothing of this run is left in `ip netns list`.
+  for (const auto& n : netns_names()) {
+    INFO("left behind: " << n);
+    CHECK(n.find("gt-" + run_id + "-") != 0);
+  }
+}
