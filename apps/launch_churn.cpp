@@ -231,6 +231,8 @@ void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
       break;
     case ChurnKind::Partition:
       peers.partition(e.groups);
+      for (const auto& g : e.groups)
+        for (int p : g) done.push_back(p);
       break;
     case ChurnKind::Heal:
       peers.heal();
@@ -362,6 +364,7 @@ json down_report(const Timeline& tl, const json& churn, int p, double bound) {
         break;
       }
     const auto gone = tl.exit_after(q, t);
+    if (when && back && t + *when > *back) when.reset();  // about a later life of p
     if (when && (!gone || t + *when <= *gone)) {
       detected[std::to_string(q)] = *when;
       worst = std::max(worst.value_or(0.0), *when);
@@ -421,6 +424,10 @@ json churn_report(const std::vector<json>& events, const core::ChurnScenario& sc
     }
     if (k != "churn") continue;
     const std::string kind = e.value("kind", "");
+    if (kind == "partition" || kind == "heal") {
+      ++counts[kind];  // one event for the whole swarm
+      continue;
+    }
     for (const auto& p : e["applied_to"]) {
       ++counts[kind];
       if (kind == "crash" || kind == "stop") per_event.push_back(down_report(tl, e, p, bound));

@@ -385,13 +385,11 @@ TEST_CASE("ChurnRunner: restart only after a crash or stop, once the process is 
   CHECK_FALSE(r.exited(0));
 }
 
-// BUG (reported): the launcher ticks every 200 ms and reaps after the tick, so a restart that
-// comes due in the same tick as its crash (a restart shortly after the crash, a busy launcher, or
-// the random model drawing a short downtime) finds the SIGKILLed process not reaped yet and is
-// dropped ("skipped"): the peer stays down for good and waiting_for_restart() is false, although
-// the scenario restarts it. The restart should wait for the process to be gone.
+// The launcher ticks every 200 ms and reaps after the tick, so a restart that comes due in the
+// same tick as its crash (a short downtime, a busy launcher) finds the SIGKILLed process not
+// reaped yet: it waits for the process to be gone, and is never dropped.
 TEST_CASE("ChurnRunner: a restart due in the same tick as its crash still restarts the peer",
-          "[churn][!mayfail]") {
+          "[churn]") {
   EventLog log;
   ChurnRunner r(shorthand("crash:0@1,restart:0@1.1", 2), 1000, log);
   FakePeers p(2);
