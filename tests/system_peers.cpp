@@ -191,12 +191,17 @@ TEST_CASE("a peer run with --net-nice 7 has its network thread 7 nice levels bel
     return;
   }
   CHECK(thread_nice(pid, pid) == base);  // training keeps the priority it was given
-  int niced = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
-    const pid_t tid = static_cast<pid_t>(std::stol(e.path().filename().string()));
-    if (tid != pid && thread_nice(pid, tid) == base + 7) ++niced;
-  }
-  CHECK(niced == 1);  // the network thread
+  // The port opens before the network thread has lowered its own priority: poll a moment.
+  auto niced = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+      const pid_t tid = static_cast<pid_t>(std::stol(e.path().filename().string()));
+      if (tid != pid && thread_nice(pid, tid) == base + 7) ++n;
+    }
+    return n;
+  };
+  gt_test::eventually(10s, [&] { return niced() >= 1; });
+  CHECK(niced() == 1);  // the network thread
   p.signal(SIGTERM);
   REQUIRE(p.wait_for(60s));
   CHECK(p.exit_code() == 130);
