@@ -32,6 +32,7 @@
 #include "apps/launch_churn.hpp"
 #include "apps/launch_metrics.hpp"
 #include "apps/launch_netns.hpp"
+#include "apps/launch_ports.hpp"
 #include "apps/launch_options.hpp"
 #include "apps/launch_summary.hpp"
 #include "core/checkpoint.hpp"
@@ -86,43 +87,6 @@ fs::path self_dir() {
   return ec ? fs::path(".") : p.parent_path();
 }
 
-// Ports for gossip mode: the user's base port (each one checked free), or ports the OS hands out
-// for port 0, all held open together so they differ, then released for the peers.
-std::vector<int> pick_ports(int n, int base_port) {
-  std::vector<int> ports;
-  std::vector<int> fds;
-  auto cleanup = [&] {
-    for (int fd : fds) ::close(fd);
-  };
-  for (int i = 0; i < n; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      cleanup();
-      throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-    }
-    fds.push_back(fd);
-    // SO_REUSEADDR as the peers' acceptors use it: a port in TIME_WAIT is free, a listener is not.
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(std::uint16_t(base_port ? base_port + i : 0));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      int err = errno;
-      cleanup();
-      if (base_port)
-        throw UsageError("port " + std::to_string(base_port + i) + " on 127.0.0.1 is in use (" +
-                         std::strerror(err) + "): pick another --base-port or leave it out");
-      throw std::runtime_error(std::string("bind: ") + std::strerror(err));
-    }
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ports.push_back(ntohs(a.sin_port));
-  }
-  cleanup();
-  return ports;
-}
 
 std::string write_network_key(const fs::path& path) {
   std::ifstream rnd("/dev/urandom", std::ios::binary);
@@ -402,48 +366,11 @@ bool Launch::keep_going(bool any_running) const {
 // What the launcher observes in a peer's metrics goes to events.jsonl with the launch time: how
 // peers see each other (membership changes), evaluations and catch-ups, for the churn report.
 void Launch::observe(std::size_t i, const std::string& line, double now) {
-  if (line.find("\"event\":\"member\"") == std::string::npos &&
-      line.find("\"event\":\"eval\"") == std::string::npos &&
-      line.find("\"event\":\"catch_up\"") == std::string::npos)
-    return;
-  const auto j = nlohmann::json::parse(line, nullptr, false);
-  if (!j.is_object() || !j.contains("event")) return;
-  const std::string ev = j.value("event", "");
-  nlohmann::json f = {{"peer", i}};
-  if (ev == "member") {
-    const std::string id = j.value("member", j.value("member_peer", ""));
-    f["member"] = id;
-    for (std::size_t k = 0; k < stats_.size(); ++k)
-      if (!id.empty() && stats_[k].id == id) f["member_index"] = k;
-    f["state"] = j.value("state", "");
-  } else if (ev == "eval") {
-    if (!j.contains("test_acc") || !j["test_acc"].is_number()) return;
-    f["test_acc"] = j["test_acc"];
-    f["step"] = j.value("step", 0);
-  } else {
-    for (const auto& [k, v] : j.items())
-      if (k != "t" && k != "peer" && k != "event") f[k] = v;
-  }
-  events_->write(now, ev, f);
+  std::vector<std::string> ids;
+  for (const auto& st : stats_) ids.push_back(st.id);
+  if (auto o = observed_line(i, line, ids)) events_->write(now, o->first, std::move(o->second));
 }
 
-// Whether something listens on 127.0.0.1:port (or any address), read from /proc/net/tcp so that
-// no probe connection shows up in the peer's log as a failed handshake.
-bool port_listening(pid_t pid, int port) {
-  // The process's own view: with --netns the peer's socket lives in its namespace.
-  std::ifstream in("/proc/" + std::to_string(pid) + "/net/tcp");
-  std::string line;
-  std::getline(in, line);  // header
-  char want[8];
-  std::snprintf(want, sizeof want, ":%04X", port);
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string sl, local, remote, st;
-    ls >> sl >> local >> remote >> st;
-    if (st == "0A" && local.size() >= 5 && local.compare(local.size() - 5, 5, want) == 0) return true;
-  }
-  return false;
-}
 
 bool Launch::seeds_ready() const {
   for (std::size_t i = 0; i < seeds_; ++i) {

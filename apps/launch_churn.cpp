@@ -257,6 +257,33 @@ void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
   log_.write(now_s, "churn", j);
 }
 
+std::optional<std::pair<std::string, nlohmann::json>> observed_line(
+    std::size_t peer, const std::string& line, const std::vector<std::string>& ids) {
+  if (line.find("\"event\":\"member\"") == std::string::npos &&
+      line.find("\"event\":\"eval\"") == std::string::npos &&
+      line.find("\"event\":\"catch_up\"") == std::string::npos)
+    return std::nullopt;
+  const auto j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("event")) return std::nullopt;
+  const std::string ev = j.value("event", "");
+  nlohmann::json f = {{"peer", peer}};
+  if (ev == "member") {
+    const std::string id = j.value("member", j.value("member_peer", ""));
+    f["member"] = id;
+    for (std::size_t k = 0; k < ids.size(); ++k)
+      if (!id.empty() && ids[k] == id) f["member_index"] = k;
+    f["state"] = j.value("state", "");
+  } else if (ev == "eval") {
+    if (!j.contains("test_acc") || !j["test_acc"].is_number()) return std::nullopt;
+    f["test_acc"] = j["test_acc"];
+    f["step"] = j.value("step", 0);
+  } else {
+    for (const auto& [k, v] : j.items())
+      if (k != "t" && k != "peer" && k != "event") f[k] = v;
+  }
+  return std::make_pair(ev, f);
+}
+
 double detection_bound_s(int peers) {
   const gossip::MembershipConfig c;
   const double scale = std::max(1.0, std::log10(double(std::max(1, peers))));

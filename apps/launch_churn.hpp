@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -116,6 +117,12 @@ class ChurnRunner {
   std::vector<int> deferred_restarts_;  // restarts due while the killed process was not reaped
   int next_join_;
 };
+
+// A peer's metrics line worth a line of events.jsonl, as (event, fields): membership changes
+// (with the member's peer index when ids, the peers' ids by index, has it), evaluations and
+// catch-ups; nothing for the other lines.
+std::optional<std::pair<std::string, nlohmann::json>> observed_line(
+    std::size_t peer, const std::string& line, const std::vector<std::string>& ids);
 
 // summary.json's "churn" section, from the lines of events.jsonl alone: per crash or stop, who
 // noticed it and when (the detection time), the accuracy and consensus distance just before and
