@@ -342,30 +342,73 @@ void Averager::for_each_float_span(std::size_t n_params, Fn fn) {
 // refuses: it is there to be refused by others.
 Averager::Verdict Averager::check_norm(core::StepContext& ctx) {
   decode_rest(ctx);
-  const bool clipped = cfg_.robust.mix == MixMode::Clipped;
-  const bool warm = clipped && (accepted_norms_ < std::uint64_t(cfg_.robust.clip_warmup) ||
-                                norm_hist_.empty());
+  const bool warm = cfg_.robust.mix == MixMode::Clipped && clip_warm();
   double sq = 0.0, own_sq = 0.0;
   for_each_float_span(ctx.n_params, [&](std::size_t, const float* r, const float* s,
                                         std::size_t n) {
     sq += be_.sq_diff_norm(r, s, n);
     if (warm) own_sq += sq_norm(s, n);
   });
+  return judge(std::sqrt(sq), std::sqrt(own_sq));
+}
+
+Averager::Verdict Averager::judge(double norm, double own_norm) const {
   Verdict v;
-  v.norm = std::sqrt(sq);
+  v.norm = norm;
   if (cfg_.max_diff_norm > 0 && !(v.norm <= cfg_.max_diff_norm)) v.reason = "invalid:norm";
-  if (!clipped) return v;
-  v.tau = clip_tau(std::sqrt(own_sq));
+  if (cfg_.robust.mix != MixMode::Clipped) return v;
+  v.tau = clip_tau(own_norm);
   if (v.reason.empty() && cfg_.fault.mode == FaultMode::None &&
       !(v.norm <= cfg_.robust.refuse_mult * v.tau))
     v.reason = "anomalous";
   return v;
 }
 
+bool Averager::clip_warm() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return accepted_norms_ < std::uint64_t(cfg_.robust.clip_warmup) || norm_hist_.empty();
+}
+
+// Protocol thread, direct fp32: adds the partner's chunk [offset, offset + size) bytes against
+// the same bytes of our snapshot, when the training thread has already cut them.
+void Averager::fast_norm_chunk(Exchange& e, const std::uint8_t* r, std::size_t offset,
+                               std::size_t size) {
+  const std::size_t cb = cfg_.chunk_bytes;
+  if (!e.own || std::min(e.own->ready_count() * cb, e.own->payload_bytes) < offset + size) {
+    e.fast_norm = false;
+    return;
+  }
+  while (size > 0) {
+    const std::size_t k = offset / cb, within = offset % cb;
+    const net::Bytes& c = *e.own->chunks[k];
+    const std::size_t m = std::min(size, c.size() - kChunkHeaderBytes - within);
+    e.sq += be_.sq_diff_norm(reinterpret_cast<const float*>(r),
+                             reinterpret_cast<const float*>(c.data() + kChunkHeaderBytes + within),
+                             m / sizeof(float));
+    r += m;
+    offset += m;
+    size -= m;
+  }
+}
+
+// ||s||^2 of our whole snapshot (protocol thread, direct fp32, every chunk cut).
+double Averager::fast_own_sq_norm(const Exchange& e) {
+  if (zeros_host_.size() != kScratchValues) zeros_host_.assign(kScratchValues, 0.0f);
+  double sq = 0.0;
+  for (const auto& c : e.own->chunks) {
+    const float* x = reinterpret_cast<const float*>(c->data() + kChunkHeaderBytes);
+    const std::size_t n = (c->size() - kChunkHeaderBytes) / sizeof(float);
+    for (std::size_t k = 0; k < n; k += kScratchValues)
+      sq += be_.sq_diff_norm(x + k, zeros_host_.data(), std::min(kScratchValues, n - k));
+  }
+  return sq;
+}
+
 // During the warm-up our own snapshot's norm (a peer's first differences are small next to its
 // weights), then clip_mult times the median of the last accepted differences. Never 0 (a zero
 // tau would refuse everything): at least 1e-12, and the parser refuses a tau that is not > 0.
 double Averager::clip_tau(double own_norm) const {
+  std::lock_guard<std::mutex> lk(mu_);
   double tau = own_norm;
   if (accepted_norms_ >= std::uint64_t(cfg_.robust.clip_warmup) && !norm_hist_.empty()) {
     std::vector<double> h(norm_hist_.begin(), norm_hist_.end());
@@ -386,6 +429,7 @@ double Averager::sq_norm(const float* x, std::size_t n) {
 
 void Averager::mix_applied(double norm) {
   if (cfg_.robust.mix != MixMode::Clipped || !(norm >= 0)) return;
+  std::lock_guard<std::mutex> lk(mu_);
   norm_hist_.push_back(norm);
   while (norm_hist_.size() > std::size_t(cfg_.robust.clip_window)) norm_hist_.pop_front();
   ++accepted_norms_;
@@ -446,7 +490,7 @@ void Averager::between_steps(core::StepContext& ctx) {
   std::optional<PendingMix> mix;
   std::uint64_t seq = 0;
   ChunkList in;
-  bool in_complete = false;
+  bool in_complete = false, in_norm = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     mix.swap(pending_);
@@ -454,7 +498,8 @@ void Averager::between_steps(core::StepContext& ctx) {
     if (active_) {
       in.swap(incoming_);
       in_complete = incoming_complete_;
-      incoming_complete_ = false;
+      in_norm = incoming_norm_;
+      incoming_complete_ = incoming_norm_ = false;
       do_snapshot = want_snapshot_;
       want_snapshot_ = false;
     }
@@ -522,7 +567,7 @@ void Averager::between_steps(core::StepContext& ctx) {
     rx_switch(seq);
     if (!in.empty()) receive(ctx, in);
     // Only the norm bounds need the training thread's vote; finiteness was checked on arrival.
-    if (in_complete && needs_norm()) {
+    if (in_complete && in_norm) {
       const Verdict v = check_norm(ctx);
       spdlog::trace("averager: #{} ||r - s|| = {} (tau {}): {}", seq, v.norm, v.tau,
                     v.reason.empty() ? "ok" : v.reason);
@@ -829,6 +874,8 @@ void Averager::arm_deadline(Millis d, const std::string& what) {
 void Averager::begin_transfer() {
   const std::size_t bytes = encoded_size(cfg_.wire, n_params_.load());
   ex_->check.emplace(cfg_.wire, n_params_.load());
+  ex_->fast_norm = needs_norm() && direct_ && cfg_.wire == kernels::Wire::Fp32;
+  ex_->sq = 0;
   const double both_ways = 2.0 * static_cast<double>(bytes + (bytes / cfg_.chunk_bytes + 1) *
                                                                  kChunkHeaderBytes);
   const auto scaled = Millis(static_cast<std::int64_t>(1000.0 * both_ways / cfg_.min_rate_bytes_per_s));
@@ -918,6 +965,7 @@ void Averager::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
                  short_id(e.partner), v->offset);
     return fail("invalid:non-finite", ExchangeCode::Invalid);
   }
+  if (e.fast_norm) fast_norm_chunk(e, b.data() + kChunkHeaderBytes, v->offset, v->size);
   e.received += v->size;
   e.bytes_received += b.size();
   if (e.received == expected) {
@@ -931,10 +979,17 @@ void Averager::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
     if (seq_ == e.seq) {
       incoming_.push_back(std::move(b));
       incoming_complete_ = e.recv_done;
+      incoming_norm_ = e.recv_done && needs_norm() && !e.fast_norm;
     }
   }
-  // Every value is checked: vote now, unless the norm bound needs the training thread's snapshot.
-  if (e.recv_done && !needs_norm()) validated(e.seq, Verdict{});
+  // Every value is checked: vote now, unless the norm bounds need the training thread's snapshot.
+  if (!e.recv_done) return;
+  if (!needs_norm()) return validated(e.seq, Verdict{});
+  if (e.fast_norm) {
+    const bool warm = cfg_.robust.mix == MixMode::Clipped && clip_warm();
+    const Verdict verdict = judge(std::sqrt(e.sq), warm ? std::sqrt(fast_own_sq_norm(e)) : 0.0);
+    validated(e.seq, verdict);
+  }
 }
 
 void Averager::validated(std::uint64_t seq, const Verdict& v) {
@@ -996,7 +1051,7 @@ void Averager::maybe_commit() {
     pending_ = PendingMix{e.seq, static_cast<float>(e.w * e.clip), e.diff_norm,
                           std::move(incoming_)};
     incoming_.clear();
-    incoming_complete_ = false;
+    incoming_complete_ = incoming_norm_ = false;
     want_snapshot_ = false;
     active_ = false;
     committed_unreported_ = true;
@@ -1105,7 +1160,7 @@ void Averager::finish_failed(std::string reason) {
     active_ = false;
     want_snapshot_ = false;
     recycle_all(incoming_);
-    incoming_complete_ = false;
+    incoming_complete_ = incoming_norm_ = false;
   }
   report(e, false, reason);
   ex_.reset();

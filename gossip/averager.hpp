@@ -206,6 +206,11 @@ class Averager final : public core::StepHook, public net::TransportHandler {
     bool recv_done = false, local_valid = false, peer_valid = false;
     double local_tau = 0, local_norm = 0, peer_tau = 0, peer_norm = 0;  // from the votes
     double diff_norm = -1, tau = 0, clip = 1;                           // agreed at commit
+    // Direct fp32: ||r - s||^2 summed on the protocol thread as the chunks arrive, so the vote
+    // needs no step boundary; false (the training thread measures) once a chunk came in before
+    // our own snapshot covered it.
+    bool fast_norm = false;
+    double sq = 0;
     std::deque<std::pair<std::uint8_t, net::SharedBytes>> control;  // refused by back-pressure
     std::int64_t n_self = 0, n_other = 0;
     float w = 0.5f;
@@ -275,7 +280,11 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void decode_rest(core::StepContext& ctx);
   Verdict check_norm(core::StepContext& ctx);
   bool needs_norm() const { return cfg_.max_diff_norm > 0 || cfg_.robust.mix == MixMode::Clipped; }
-  double clip_tau(double own_norm) const;     // the bound for the next vote
+  double clip_tau(double own_norm) const;     // the bound for the next vote (locks mu_)
+  bool clip_warm() const;                     // still in the warm-up (locks mu_)
+  Verdict judge(double norm, double own_norm) const;  // the bounds applied to a measured norm
+  void fast_norm_chunk(Exchange& e, const std::uint8_t* r, std::size_t offset, std::size_t size);
+  double fast_own_sq_norm(const Exchange& e);
   double sq_norm(const float* x, std::size_t n);  // ||x||^2 through the backend
   void mix_applied(double norm);              // feeds the accepted ||r - s|| to the median
   const float* fault_source(core::StepContext& ctx);  // the corrupted vector a faulty peer sends
@@ -327,6 +336,9 @@ class Averager final : public core::StepHook, public net::TransportHandler {
     ChunkList rest;  // the partner's chunks of that exchange not yet taken by training
   };
   std::optional<PendingMix> pending_;  // apply x += w (r - s) at the next step boundary
+  bool incoming_norm_ = false;  // the training thread must measure ||r - s|| for seq_'s vote
+  std::deque<double> norm_hist_;  // the last clip_window accepted ||r - s|| (clipped mixing)
+  std::uint64_t accepted_norms_ = 0;
   bool committed_unreported_ = false;  // committed_ is set (its event not yet reported)
   AveragerStats stats_;
 
@@ -355,8 +367,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   std::size_t rx_bytes_ = 0;    // bytes of it uploaded
   std::size_t rx_decoded_ = 0;  // values of it decoded into r_ (fp16, bf16, int8)
   std::int64_t next_initiate_step_ = 0;
-  std::deque<double> norm_hist_;  // the last clip_window accepted ||r - s||
-  std::uint64_t accepted_norms_ = 0;
+  std::vector<float> zeros_host_;  // protocol thread: kScratchValues zeros (direct mode)
   kernels::DeviceBuffer<float> zeros_;  // kScratchValues zeros, for sq_norm
   std::vector<float> fault_host_, fault_stale_;
   kernels::DeviceBuffer<float> fault_x_;
