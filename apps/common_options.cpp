@@ -153,7 +153,8 @@ const std::vector<Option>& options() {
          c.clip_warmup = int(to_int("clip-warmup", v, 0, 100000));
        }},
       {"refuse-mult", "K",
-       "clipped: refuse an exchange whose ||r - s|| exceeds K tau, reason anomalous (default 10)",
+       "clipped: refuse an exchange whose ||r - s|| exceeds K tau and our parameters' own norm, "
+       "reason anomalous (default 10)",
        [](PeerConfig& c, const std::string& v) {
          c.refuse_mult = to_double("refuse-mult", v, 1, 1e6);
        }},

@@ -342,31 +342,37 @@ void Averager::for_each_float_span(std::size_t n_params, Fn fn) {
 // refuses: it is there to be refused by others.
 Averager::Verdict Averager::check_norm(core::StepContext& ctx) {
   decode_rest(ctx);
-  const bool warm = cfg_.robust.mix == MixMode::Clipped && clip_warm();
-  double sq = 0.0, own_sq = 0.0;
+  double sq = 0.0;
   for_each_float_span(ctx.n_params, [&](std::size_t, const float* r, const float* s,
-                                        std::size_t n) {
-    sq += be_.sq_diff_norm(r, s, n);
-    if (warm) own_sq += sq_norm(s, n);
+                                        std::size_t n) { sq += be_.sq_diff_norm(r, s, n); });
+  return judge(std::sqrt(sq), [&] {
+    double own_sq = 0.0;
+    for_each_float_span(ctx.n_params, [&](std::size_t, const float*, const float* s,
+                                          std::size_t n) { own_sq += sq_norm(s, n); });
+    return std::sqrt(own_sq);
   });
-  return judge(std::sqrt(sq), std::sqrt(own_sq));
 }
 
-Averager::Verdict Averager::judge(double norm, double own_norm) const {
+// The bounds on a measured ||r - s||. own_norm (||s||, a second pass over our snapshot) is only
+// asked for during the warm-up and for a difference already beyond refuse_mult * tau: such an
+// exchange is refused only if the partner is also farther from us than we are from the origin.
+// The adaptive bound alone is not enough: at the end of training, as the learning rate decays,
+// peers that finished converge among themselves and their tau collapses, and a peer still a few
+// steps behind measured up to 7 times the tau both applied (runs/clipped, 8 peers); no honest partner was ever near
+// ||s||, while every corruption we simulate (scale, random, signflip, divergence) is far beyond.
+Averager::Verdict Averager::judge(double norm, const std::function<double()>& own_norm) const {
   Verdict v;
   v.norm = norm;
   if (cfg_.max_diff_norm > 0 && !(v.norm <= cfg_.max_diff_norm)) v.reason = "invalid:norm";
   if (cfg_.robust.mix != MixMode::Clipped) return v;
-  v.tau = clip_tau(own_norm);
+  double own = -1;
+  auto get_own = [&] { return own >= 0 ? own : (own = own_norm()); };
+  const std::optional<double> hist = clip_tau();
+  v.tau = std::max(hist ? *hist : get_own(), 1e-12);  // never 0: that would refuse everything
   if (v.reason.empty() && cfg_.fault.mode == FaultMode::None &&
-      !(v.norm <= cfg_.robust.refuse_mult * v.tau))
+      !(v.norm <= cfg_.robust.refuse_mult * v.tau) && !(v.norm <= get_own()))
     v.reason = "anomalous";
   return v;
-}
-
-bool Averager::clip_warm() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return accepted_norms_ < std::uint64_t(cfg_.robust.clip_warmup) || norm_hist_.empty();
 }
 
 // Protocol thread, direct fp32: adds the partner's chunk [offset, offset + size) bytes against
@@ -407,16 +413,16 @@ double Averager::fast_own_sq_norm(const Exchange& e) {
 // During the warm-up our own snapshot's norm (a peer's first differences are small next to its
 // weights), then clip_mult times the median of the last accepted differences. Never 0 (a zero
 // tau would refuse everything): at least 1e-12, and the parser refuses a tau that is not > 0.
-double Averager::clip_tau(double own_norm) const {
+// clip_mult times the median of the last accepted differences; none during the warm-up (the
+// first clip_warmup accepted exchanges), when tau is our own snapshot's norm, a generous bound.
+std::optional<double> Averager::clip_tau() const {
   std::lock_guard<std::mutex> lk(mu_);
-  double tau = own_norm;
-  if (accepted_norms_ >= std::uint64_t(cfg_.robust.clip_warmup) && !norm_hist_.empty()) {
-    std::vector<double> h(norm_hist_.begin(), norm_hist_.end());
-    auto mid = h.begin() + std::ptrdiff_t(h.size() / 2);
-    std::nth_element(h.begin(), mid, h.end());
-    tau = cfg_.robust.clip_mult * *mid;
-  }
-  return std::max(tau, 1e-12);
+  if (accepted_norms_ < std::uint64_t(cfg_.robust.clip_warmup) || norm_hist_.empty())
+    return std::nullopt;
+  std::vector<double> h(norm_hist_.begin(), norm_hist_.end());
+  auto mid = h.begin() + std::ptrdiff_t(h.size() / 2);
+  std::nth_element(h.begin(), mid, h.end());
+  return cfg_.robust.clip_mult * *mid;
 }
 
 double Averager::sq_norm(const float* x, std::size_t n) {
@@ -985,11 +991,8 @@ void Averager::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
   // Every value is checked: vote now, unless the norm bounds need the training thread's snapshot.
   if (!e.recv_done) return;
   if (!needs_norm()) return validated(e.seq, Verdict{});
-  if (e.fast_norm) {
-    const bool warm = cfg_.robust.mix == MixMode::Clipped && clip_warm();
-    const Verdict verdict = judge(std::sqrt(e.sq), warm ? std::sqrt(fast_own_sq_norm(e)) : 0.0);
-    validated(e.seq, verdict);
-  }
+  if (e.fast_norm)
+    validated(e.seq, judge(std::sqrt(e.sq), [&] { return std::sqrt(fast_own_sq_norm(e)); }));
 }
 
 void Averager::validated(std::uint64_t seq, const Verdict& v) {

@@ -40,7 +40,8 @@ struct RobustConfig {
   double clip_mult = 3.0;
   int clip_window = 32;
   int clip_warmup = 8;
-  // An exchange whose ||r - s|| exceeds refuse_mult * tau is refused ("anomalous").
+  // An exchange whose ||r - s|| exceeds refuse_mult * tau and our own ||s|| is refused
+  // ("anomalous"); one within either is clipped.
   double refuse_mult = 10.0;
   // A partner whose vector we refused (anomalous, invalid:*) ban_after times within ban_window is
   // banned for ban_base, doubled for each later ban of it (at most ban_max). 0: never ban.
@@ -280,9 +281,9 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void decode_rest(core::StepContext& ctx);
   Verdict check_norm(core::StepContext& ctx);
   bool needs_norm() const { return cfg_.max_diff_norm > 0 || cfg_.robust.mix == MixMode::Clipped; }
-  double clip_tau(double own_norm) const;     // the bound for the next vote (locks mu_)
-  bool clip_warm() const;                     // still in the warm-up (locks mu_)
-  Verdict judge(double norm, double own_norm) const;  // the bounds applied to a measured norm
+  std::optional<double> clip_tau() const;  // from the accepted norms; none in warm-up (locks mu_)
+  // The bounds applied to a measured ||r - s||; own_norm() gives ||s|| when needed.
+  Verdict judge(double norm, const std::function<double()>& own_norm) const;
   void fast_norm_chunk(Exchange& e, const std::uint8_t* r, std::size_t offset, std::size_t size);
   double fast_own_sq_norm(const Exchange& e);
   double sq_norm(const float* x, std::size_t n);  // ||x||^2 through the backend

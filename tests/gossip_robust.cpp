@@ -180,6 +180,37 @@ TEST_CASE("a partner far outside the bound is refused, banned, then let back in"
   CHECK(c[0].values(c.be) != honest);
 }
 
+TEST_CASE("beyond 10 tau but closer than our own norm: clipped, not refused", "[gossip]") {
+  AveragerConfig cfg = clipped_config();
+  cfg.robust.clip_warmup = 2;
+  cfg.robust.clip_mult = 1.0;
+  constexpr std::size_t kN = 1000;
+  Cluster c(2, kN, cfg, 8);
+  set_values(c, 0, std::vector<float>(kN, 1.0f));  // ||s|| = 31.6
+  // One exchange, b at a's values plus d: returns a's event. b asks (an initiator takes a fresh
+  // snapshot; a idle peer answers with its standing one, which is a's values: it does not train).
+  auto exchange_with_offset = [&](float d) {
+    auto b = c[0].values(c.be);
+    for (auto& v : b) v += d;
+    set_values(c, 1, b);
+    const std::size_t before = c[0].events.size();
+    c[1].step_hook(c.be);
+    REQUIRE(c.run_until([&] { return c[0].events.size() > before && c[1].events.size() > before; },
+                        Millis(2000)));
+    return c[0].events.back();
+  };
+  for (int k = 0; k < 4; ++k) REQUIRE(exchange_with_offset(0.001f).ok);  // ||r - s|| = 0.0316
+  // tau is now the median, 0.0316: 3.16 is 100 tau, but a tenth of our own norm.
+  const auto far = exchange_with_offset(0.1f);
+  REQUIRE(far.ok);
+  CHECK(far.tau == Approx(0.0316).epsilon(0.01));
+  CHECK(far.clip == Approx(0.01).epsilon(0.01));
+  // 63 is beyond 10 tau and beyond our own norm: refused.
+  const auto huge = exchange_with_offset(2.0f);
+  CHECK_FALSE(huge.ok);
+  CHECK(huge.reason == "anomalous");
+}
+
 TEST_CASE("a faulty peer's corrupted vectors are refused by clipped peers", "[gossip]") {
   const std::string mode = GENERATE("scale:1000", "random", "nan");
   INFO(mode);
