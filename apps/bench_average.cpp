@@ -179,6 +179,7 @@ int run(const Args& args) {
   int reps = 7, train_steps = 20, train_rounds = 5, batch = 64, net_nice = kDefaultNetNice;
   double train_max_rate_mb = 0;
   bool json = false, train = true, direct = true;
+  bool clipped = false;  // --mix clipped: the robust mixing gossip-peer uses by default
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto next = [&]() -> std::string {
@@ -196,12 +197,18 @@ int run(const Args& args) {
       else if (a == "--train-max-rate") train_max_rate_mb = to_max_rate_mb(a.substr(2), next());
       else if (a == "--no-train") train = false;
       else if (a == "--no-direct") direct = false;
+      else if (a == "--mix") {
+        const std::string m = next();
+        if (m != "plain" && m != "clipped") throw std::invalid_argument("--mix: plain|clipped");
+        clipped = m == "clipped";
+      }
       else if (a == "--json") json = true;
       else if (a == "--help" || a == "-h") {
         std::printf(
             "usage: gossip-bench average [--params N] [--wire fp32|fp16|bf16|int8] [--reps R]\n"
             "                            [--train-steps S] [--train-rounds K] [--batch B] [--no-train]\n"
             "                            [--net-nice N] [--train-max-rate MB_PER_S] [--no-direct]\n"
+            "                            [--mix plain|clipped]\n"
             "                            --json\n"
             "Two peers on loopback over the encrypted TCP channel, CPU backend. The model is\n"
             "mlp:784-H-H-10 with H chosen so it has about N parameters (default 25M = 100 MB fp32).\n"
@@ -259,6 +266,7 @@ int run(const Args& args) {
   cfg.gossip_every = 1;
   cfg.wire = wire;
   cfg.direct = direct;
+  cfg.robust.mix = clipped ? gossip::MixMode::Clipped : gossip::MixMode::Plain;
   cfg.fingerprint = model.fingerprint();
   const std::size_t payload = kernels::encoded_size(wire, n);
   std::vector<std::size_t> sizes;
@@ -317,6 +325,7 @@ int run(const Args& args) {
   nlohmann::json j = {{"subject", "average"}, {"params", n}, {"model", spec},
                       {"cpus", std::thread::hardware_concurrency()}, {"loadavg_1m_before", loadavg()},
                       {"wire", std::string(kernels::wire_name(wire))}, {"direct", direct},
+                      {"mix", clipped ? "clipped" : "plain"},
                       {"net_nice", net_nice}, {"partner_nice", 19},
                       {"payload_bytes_each_way", payload}, {"chunk_messages", sizes.size()}};
   try {

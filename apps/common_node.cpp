@@ -45,6 +45,20 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint,
   ac.weight_by_samples = cfg.weighting == "samples";
   ac.fingerprint = fingerprint;
   ac.max_diff_norm = cfg.max_diff_norm;
+  ac.robust.mix = cfg.mix == "plain" ? gossip::MixMode::Plain : gossip::MixMode::Clipped;
+  ac.robust.clip_mult = cfg.clip_mult;
+  ac.robust.clip_window = cfg.clip_window;
+  ac.robust.clip_warmup = cfg.clip_warmup;
+  ac.robust.refuse_mult = cfg.refuse_mult;
+  ac.robust.ban_after = cfg.ban_after;
+  ac.robust.ban_window = net::Millis(static_cast<std::int64_t>(cfg.ban_window_s * 1000));
+  ac.robust.ban_base = net::Millis(static_cast<std::int64_t>(cfg.ban_s * 1000));
+  ac.robust.ban_max = std::max(ac.robust.ban_base, net::Millis(3600000));
+  if (!cfg.fault.empty()) {
+    ac.fault = gossip::parse_fault(cfg.fault);
+    spdlog::warn("FAULTY PEER (--fault {}): sending corrupted vectors, mixing nothing in",
+                 cfg.fault);
+  }
   ac.max_rate_bytes_per_s = cfg.max_rate_mb * 1e6;
   auto built = std::make_shared<std::promise<void>>();
   auto ready = built->get_future();
@@ -81,9 +95,21 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
                                {"bytes_sent", e.bytes_sent},
                                {"bytes_received", e.bytes_received},
                                {"ms", e.ms},
-                               {"w", e.w}});
+                               {"w", e.w},
+                               {"diff_norm", e.diff_norm >= 0 ? nlohmann::json(e.diff_norm)
+                                                              : nlohmann::json(nullptr)},
+                               {"tau", e.tau},
+                               {"clip", e.clip}});
     if (!e.ok) spdlog::debug("exchange with {} failed: {}", e.partner, e.reason);
     watch_health(e);
+  });
+  averager_->set_ban_callback([this](const gossip::BanEvent& b) {
+    const double for_s = b.duration.count() / 1000.0;
+    metrics_.emit("ban", {{"partner", b.partner},
+                          {"until_s", metrics_.seconds() + for_s},
+                          {"for_s", for_s},
+                          {"reason", b.reason},
+                          {"bans", b.count}});
   });
 
   gossip::CatchUpServerConfig sc;

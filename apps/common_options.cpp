@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/partition.hpp"
+#include "gossip/averager.hpp"
 #include "kernels/backend.hpp"
 #include "net/address.hpp"
 
@@ -132,6 +134,55 @@ const std::vector<Option>& options() {
       {"max-diff-norm", "X", "refuse a partner whose ||r - s|| exceeds X (0: no bound)",
        [](PeerConfig& c, const std::string& v) {
          c.max_diff_norm = to_double("max-diff-norm", v, 0, 1e30);
+       }},
+      {"mix", "plain|clipped",
+       "how a partner's vector is mixed in: plain x += w (r - s), or clipped: the difference "
+       "scaled down to at most tau, an adaptive bound (default clipped)",
+       [](PeerConfig& c, const std::string& v) { c.mix = one_of("mix", v, {"plain", "clipped"}); }},
+      {"clip-mult", "K",
+       "clipped: tau = K times the median ||r - s|| of the last --clip-window accepted exchanges "
+       "(default 3)",
+       [](PeerConfig& c, const std::string& v) { c.clip_mult = to_double("clip-mult", v, 0.1, 1e6); }},
+      {"clip-window", "N", "clipped: accepted exchanges the median is taken over (default 32)",
+       [](PeerConfig& c, const std::string& v) {
+         c.clip_window = int(to_int("clip-window", v, 1, 100000));
+       }},
+      {"clip-warmup", "N",
+       "clipped: for the first N accepted exchanges tau is our own parameters' norm (default 8)",
+       [](PeerConfig& c, const std::string& v) {
+         c.clip_warmup = int(to_int("clip-warmup", v, 0, 100000));
+       }},
+      {"refuse-mult", "K",
+       "clipped: refuse an exchange whose ||r - s|| exceeds K tau and our parameters' own norm, "
+       "reason anomalous (default 10)",
+       [](PeerConfig& c, const std::string& v) {
+         c.refuse_mult = to_double("refuse-mult", v, 1, 1e6);
+       }},
+      {"ban-after", "N",
+       "ban a partner whose vector was refused N times within --ban-window (0: never; default 3)",
+       [](PeerConfig& c, const std::string& v) { c.ban_after = int(to_int("ban-after", v, 0, 1000)); }},
+      {"ban-window", "SECONDS", "window for --ban-after (default 120)",
+       [](PeerConfig& c, const std::string& v) {
+         c.ban_window_s = to_double("ban-window", v, 0, 86400);
+       }},
+      {"ban", "SECONDS",
+       "first ban's length, doubled for each later ban of the same partner, at most an hour "
+       "(default 30)",
+       [](PeerConfig& c, const std::string& v) { c.ban_s = to_double("ban", v, 0, 3600); }},
+      {"fault", "MODE",
+       "experiments only, refused unless GOSSIPTRAIN_ALLOW_FAULTS=1: send a corrupted vector, "
+       "scale:K|random|signflip|stale|nan, and mix nothing in",
+       [](PeerConfig& c, const std::string& v) {
+         const char* allow = std::getenv("GOSSIPTRAIN_ALLOW_FAULTS");
+         if (!allow || std::string(allow) != "1")
+           throw UsageError("--fault: refused: simulating a faulty peer needs the environment "
+                            "variable GOSSIPTRAIN_ALLOW_FAULTS=1");
+         try {
+           gossip::parse_fault(v);
+         } catch (const std::invalid_argument& e) {
+           throw UsageError(std::string("--") + e.what());
+         }
+         c.fault = v;
        }},
       {"net-nice", "N",
        "run the network thread N nice levels below training, so that exchanges take mostly the CPU "

@@ -35,6 +35,16 @@ struct PeerConfig {
   std::string wire = "fp32";
   std::string weighting = "uniform";  // uniform (w = 1/2) | samples
   double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
+  // Robust mixing (gossip::RobustConfig): clipped by default, no number needed from the user.
+  std::string mix = "clipped";  // plain | clipped
+  double clip_mult = 3.0;
+  int clip_window = 32;
+  int clip_warmup = 8;
+  double refuse_mult = 10.0;
+  int ban_after = 3;
+  double ban_window_s = 120.0;
+  double ban_s = 30.0;
+  std::string fault;  // a faulty peer for experiments (GOSSIPTRAIN_ALLOW_FAULTS=1); "": none
   double max_rate_mb = 0.0;           // cap on the MB/s an exchange sends; 0: none
   double linger_s = -1.0;             // serve exchanges after training; <0: 10 with seeds, else 0
   // A peer with no checkpoint that finds live members fetches one's state before its first step

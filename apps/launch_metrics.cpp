@@ -96,6 +96,10 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
       alert_reason = j.value("reason", "");
       alert_addr = j.value("addr", "");
     }
+  } else if (ev == "ban") {
+    ++bans;
+    if (j.contains("partner") && j["partner"].is_string() && banned.size() < 1024)
+      ++banned[j["partner"].get<std::string>()];
   } else if (ev == "member") {
     // Metrics writes a field that would shadow the header as EVENT_KEY: the member is member_peer.
     for (const char* k : {"member_peer", "member", "id"})

@@ -72,6 +72,8 @@ struct PeerStats {
   int averaging_alerts = 0;    // "failing" alerts over the run
   std::string alert_reason;    // the last alert's most common reason ...
   std::string alert_addr;      // ... and the address it dialled most
+  int bans = 0;  // `ban` lines: partners this peer banned (robust mixing)
+  std::map<std::string, int> banned;  // partner id -> bans of it
   std::map<std::string, std::string> members;  // member id -> last state
   int errors = 0;
   std::string last_error;

@@ -60,6 +60,20 @@ const char* mode_name(LaunchMode m) {
   return "?";
 }
 
+// "I:--name=value" or "I:--name" -> (I, {"--name", "value"}); owned flags are refused.
+std::pair<int, std::vector<std::string>> parse_peer_flag(const std::string& v) {
+  const auto colon = v.find(':');
+  if (colon == std::string::npos || colon == 0)
+    throw UsageError("--peer-flags: bad value '" + v + "' (I:--name=value)");
+  const int i = int(to_int("peer-flags", v.substr(0, colon), 0, 255));
+  const Flag f = split_flag(v.substr(colon + 1));
+  if (owned_peer_flags().count(f.name))
+    throw UsageError("--peer-flags: --" + f.name + " is set by gossip-launch for each peer");
+  std::vector<std::string> a{"--" + f.name};
+  if (f.has_value) a.push_back(f.value);
+  return {i, a};
+}
+
 LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   LaunchOptions o;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -110,6 +124,8 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
       o.peer_bin = value;
     } else if (name == "churn") {
       o.churn_arg = value;
+    } else if (name == "peer-flags") {
+      o.peer_flags.push_back(parse_peer_flag(value));
     } else if (owned_peer_flags().count(name)) {
       throw UsageError("--" + name +
                        " is set by gossip-launch for each peer (ports, seeds, shards and files "
@@ -136,6 +152,9 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   o.seed = base.train.seed;
   o.network_key = base.network_key;
   if (!o.churn_arg.empty()) o.churn = load_churn(o);
+  for (const auto& [i, f] : o.peer_flags)
+    if (i >= o.slots())
+      throw UsageError("--peer-flags: no peer " + std::to_string(i) + " in this run");
   return o;
 }
 
@@ -166,6 +185,8 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
     // had none starts over: checkpoint often.
     if (o.churn) a.insert(a.end(), {"--checkpoint-every", "5"});
     a.insert(a.end(), o.forward.begin(), o.forward.end());
+    for (const auto& [k, f] : o.peer_flags)
+      if (k == i) a.insert(a.end(), f.begin(), f.end());
     if (o.network_key.empty() && !network_key.empty()) a.insert(a.end(), {"--network-key", network_key});
     a.insert(a.end(), {"--num-shards", std::to_string(slots), "--shard", std::to_string(i),
                        "--identity", p.dir + "/identity.key", "--metrics", p.dir + "/metrics.jsonl",
@@ -227,6 +248,8 @@ Launcher flags:
                          whenever every peer has a new checkpoint (default 5)
   --no-plots             skip scripts/plot_run.py
   --peer-bin PATH        the gossip-peer to run (default: next to gossip-launch)
+  --peer-flags I:--name=value  a peer flag for peer I only, after the forwarded ones (repeatable;
+                         e.g. --peer-flags 7:--lr=8 for one diverging peer)
   --churn FILE|SHORTHAND run a churn scenario against the peers: crashes (SIGKILL), graceful
                          stops, restarts from the checkpoint, joins of new peers, pauses
                          (SIGSTOP/SIGCONT), at times or at points of training; every event

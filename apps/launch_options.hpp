@@ -28,6 +28,9 @@ struct LaunchOptions {
   std::string peer_bin;     // empty: gossip-peer next to this executable
   // Forwarded peer flags, as given ("--name", "value" pairs, --name=value split up).
   std::vector<std::string> forward;
+  // --peer-flags I:--name=value: flags for peer I only, after the forwarded ones (an experiment
+  // with one peer unlike the others: --lr, --fault).
+  std::vector<std::pair<int, std::vector<std::string>>> peer_flags;
   // Peer flags the launcher reads as well as forwarding.
   std::string partition = "iid";
   std::string data = "/usr/share/datasets/fashion-mnist";

@@ -88,6 +88,8 @@ nlohmann::json peer_summary(const RunFacts& run, std::size_t i, const PeerStats&
       {"exchanges_failed_by_reason", s.failed_by_reason},
       {"averaging_alerts", s.averaging_alerts},
       {"not_averaging_at_end", s.not_averaging},
+      {"bans", s.bans},
+      {"banned", s.banned},
       {"averaging_alert_reason", s.averaging_alerts ? nlohmann::json(s.alert_reason) : nullptr},
       {"averaging_alert_addr", s.averaging_alerts ? nlohmann::json(s.alert_addr) : nullptr},
       {"bytes_sent", count(s.bytes)},
@@ -113,6 +115,7 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
   bool all_reached = !stats.empty();
   std::optional<std::int64_t> samples_total, bytes_total, ok_total, failed_total;
   std::map<std::string, int> reasons_total;
+  int bans_total = 0;
   nlohmann::json failed_peers = nlohmann::json::array();
   nlohmann::json not_averaging = nlohmann::json::array();
   for (std::size_t i = 0; i < stats.size(); ++i) {
@@ -142,6 +145,7 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
     for (const auto& [r, n] : s.failed_by_reason) reasons_total[r] += n;
     if (out.failed) failed_peers.push_back(int(i));
     if (s.averaging_alerts > 0) not_averaging.push_back(int(i));
+    bans_total += s.bans;
   }
   std::optional<double> mean, mn, mx, spread;
   if (!finals.empty()) {
@@ -168,6 +172,8 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
       {"failed_peers", failed_peers},
       // Peers that said every exchange failed for a while (they trained alone meanwhile).
       {"peers_not_averaging", not_averaging},
+      // `ban` lines over all peers (robust mixing banned a partner after repeated refusals).
+      {"bans", bans_total},
       {"target_acc", o.target_acc},
       {"final_test_acc_mean", opt(mean)},
       {"final_test_acc_min", opt(mn)},

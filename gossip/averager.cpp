@@ -31,6 +31,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <stdexcept>
 
@@ -57,6 +58,28 @@ std::string short_id(const std::string& id) { return id.substr(0, 8); }
 constexpr std::size_t kChunksPerWakeup = 8;
 }  // namespace
 
+FaultConfig parse_fault(const std::string& spec) {
+  FaultConfig f;
+  if (spec == "random") f.mode = FaultMode::Random;
+  else if (spec == "signflip") f.mode = FaultMode::SignFlip;
+  else if (spec == "stale") f.mode = FaultMode::Stale;
+  else if (spec == "nan") f.mode = FaultMode::NaN;
+  else if (spec.rfind("scale:", 0) == 0) {
+    f.mode = FaultMode::Scale;
+    std::size_t used = 0;
+    try {
+      f.scale = std::stod(spec.substr(6), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != spec.size() - 6 || !std::isfinite(f.scale) || f.scale == 0)
+      throw std::invalid_argument("fault: scale:K needs a finite nonzero K, got '" + spec + "'");
+  } else {
+    throw std::invalid_argument("fault: '" + spec + "' is not scale:K|random|signflip|stale|nan");
+  }
+  return f;
+}
+
 std::string_view role_name(ExchangeRole r) {
   return r == ExchangeRole::Initiator ? "initiator" : "responder";
 }
@@ -81,6 +104,12 @@ Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDire
     throw std::invalid_argument("averager: min_rate_bytes_per_s must be > 0");
   if (!(cfg_.max_diff_norm >= 0)) throw std::invalid_argument("averager: max_diff_norm < 0");
   set_max_rate(cfg_.max_rate_bytes_per_s);
+  const RobustConfig& rc = cfg_.robust;
+  if (!(rc.clip_mult > 0) || !std::isfinite(rc.clip_mult) || rc.clip_window < 1 ||
+      rc.clip_warmup < 0 || !(rc.refuse_mult >= 1) || !std::isfinite(rc.refuse_mult) ||
+      rc.ban_after < 0 || rc.ban_window.count() < 0 || rc.ban_base.count() < 0 ||
+      rc.ban_max < rc.ban_base)
+    throw std::invalid_argument("averager: bad robust mixing parameters");
   if (cfg_.chunk_bytes % 4 != 0)
     throw std::invalid_argument("averager: chunk_bytes must be a multiple of 4");
   // Direct mode: values element-wise on the wire (not int8, whose block scales come first).
@@ -162,10 +191,12 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
 // the lossy wires too: direct mode reads it from the chunks, the copy path keeps it in s_.
 ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
   const std::size_t bytes = encoded_size(cfg_.wire, ctx.n_params);
-  const std::uint8_t* src = reinterpret_cast<const std::uint8_t*>(ctx.params);
+  // What we send: our parameters, or a faulty peer's corruption of them.
+  const float* x = cfg_.fault.mode == FaultMode::None ? ctx.params : fault_source(ctx);
+  const std::uint8_t* src = reinterpret_cast<const std::uint8_t*>(x);
   const bool encode_per_chunk = direct_ && cfg_.wire != kernels::Wire::Fp32;
   if (cfg_.wire != kernels::Wire::Fp32 && !encode_per_chunk) {
-    be_.encode(cfg_.wire, ctx.params, ctx.n_params, enc_.data());
+    be_.encode(cfg_.wire, x, ctx.n_params, enc_.data());
     src = enc_.data();
   }
   // Reuse the last snapshot's messages when the protocol thread and the transport let go of them
@@ -191,7 +222,7 @@ ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
     auto& c = own->chunks[k];
     const std::size_t len = c->size() - kChunkHeaderBytes;
     if (encode_per_chunk)  // element-wise 2-byte values, each chunk holding whole ones
-      be_.encode(cfg_.wire, ctx.params + off / 2, len / 2, c->data() + kChunkHeaderBytes);
+      be_.encode(cfg_.wire, x + off / 2, len / 2, c->data() + kChunkHeaderBytes);
     else
       be_.download(c->data() + kChunkHeaderBytes, src + off, len);
     off += len;
@@ -201,7 +232,7 @@ ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
   }
   if (!direct_) {
     if (cfg_.wire == kernels::Wire::Fp32)
-      be_.copy(s_.data(), ctx.params, ctx.n_params * sizeof(float));
+      be_.copy(s_.data(), x, ctx.n_params * sizeof(float));
     else
       be_.decode(cfg_.wire, enc_.data(), ctx.n_params, s_.data());
   }
@@ -306,13 +337,140 @@ void Averager::for_each_float_span(std::size_t n_params, Fn fn) {
   });
 }
 
-// The optional bound on ||r - s||, against this exchange's snapshot.
-std::string Averager::check_norm(core::StepContext& ctx) {
+// ||r - s|| against this exchange's snapshot: the optional fixed bound, and with clipped mixing
+// the adaptive one (tau; refused as anomalous beyond refuse_mult * tau). A faulty peer never
+// refuses: it is there to be refused by others.
+Averager::Verdict Averager::check_norm(core::StepContext& ctx) {
   decode_rest(ctx);
   double sq = 0.0;
   for_each_float_span(ctx.n_params, [&](std::size_t, const float* r, const float* s,
                                         std::size_t n) { sq += be_.sq_diff_norm(r, s, n); });
-  return std::sqrt(sq) <= cfg_.max_diff_norm ? "" : "invalid:norm";
+  return judge(std::sqrt(sq), [&] {
+    double own_sq = 0.0;
+    for_each_float_span(ctx.n_params, [&](std::size_t, const float*, const float* s,
+                                          std::size_t n) { own_sq += sq_norm(s, n); });
+    return std::sqrt(own_sq);
+  });
+}
+
+// The bounds on a measured ||r - s||. own_norm (||s||, a second pass over our snapshot) is only
+// asked for during the warm-up and for a difference already beyond refuse_mult * tau: such an
+// exchange is refused only if the partner is also farther from us than we are from the origin.
+// The adaptive bound alone is not enough: at the end of training, as the learning rate decays,
+// peers that finished converge among themselves and their tau collapses, and a peer still a few
+// steps behind measured up to 7 times the tau both applied (runs/clipped, 8 peers); no honest partner was ever near
+// ||s||, while every corruption we simulate (scale, random, signflip, divergence) is far beyond.
+Averager::Verdict Averager::judge(double norm, const std::function<double()>& own_norm) const {
+  Verdict v;
+  v.norm = norm;
+  if (cfg_.max_diff_norm > 0 && !(v.norm <= cfg_.max_diff_norm)) v.reason = "invalid:norm";
+  if (cfg_.robust.mix != MixMode::Clipped) return v;
+  double own = -1;
+  auto get_own = [&] { return own >= 0 ? own : (own = own_norm()); };
+  const std::optional<double> hist = clip_tau();
+  v.tau = std::max(hist ? *hist : get_own(), 1e-12);  // never 0: that would refuse everything
+  if (v.reason.empty() && cfg_.fault.mode == FaultMode::None &&
+      !(v.norm <= cfg_.robust.refuse_mult * v.tau) && !(v.norm <= get_own()))
+    v.reason = "anomalous";
+  return v;
+}
+
+// Protocol thread, direct fp32: adds the partner's chunk [offset, offset + size) bytes against
+// the same bytes of our snapshot, when the training thread has already cut them.
+void Averager::fast_norm_chunk(Exchange& e, const std::uint8_t* r, std::size_t offset,
+                               std::size_t size) {
+  const std::size_t cb = cfg_.chunk_bytes;
+  if (!e.own || std::min(e.own->ready_count() * cb, e.own->payload_bytes) < offset + size) {
+    e.fast_norm = false;
+    return;
+  }
+  while (size > 0) {
+    const std::size_t k = offset / cb, within = offset % cb;
+    const net::Bytes& c = *e.own->chunks[k];
+    const std::size_t m = std::min(size, c.size() - kChunkHeaderBytes - within);
+    e.sq += be_.sq_diff_norm(reinterpret_cast<const float*>(r),
+                             reinterpret_cast<const float*>(c.data() + kChunkHeaderBytes + within),
+                             m / sizeof(float));
+    r += m;
+    offset += m;
+    size -= m;
+  }
+}
+
+// ||s||^2 of our whole snapshot (protocol thread, direct fp32, every chunk cut).
+double Averager::fast_own_sq_norm(const Exchange& e) {
+  if (zeros_host_.size() != kScratchValues) zeros_host_.assign(kScratchValues, 0.0f);
+  double sq = 0.0;
+  for (const auto& c : e.own->chunks) {
+    const float* x = reinterpret_cast<const float*>(c->data() + kChunkHeaderBytes);
+    const std::size_t n = (c->size() - kChunkHeaderBytes) / sizeof(float);
+    for (std::size_t k = 0; k < n; k += kScratchValues)
+      sq += be_.sq_diff_norm(x + k, zeros_host_.data(), std::min(kScratchValues, n - k));
+  }
+  return sq;
+}
+
+// During the warm-up our own snapshot's norm (a peer's first differences are small next to its
+// weights), then clip_mult times the median of the last accepted differences. Never 0 (a zero
+// tau would refuse everything): at least 1e-12, and the parser refuses a tau that is not > 0.
+// clip_mult times the median of the last accepted differences; none during the warm-up (the
+// first clip_warmup accepted exchanges), when tau is our own snapshot's norm, a generous bound.
+std::optional<double> Averager::clip_tau() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (accepted_norms_ < std::uint64_t(cfg_.robust.clip_warmup) || norm_hist_.empty())
+    return std::nullopt;
+  std::vector<double> h(norm_hist_.begin(), norm_hist_.end());
+  auto mid = h.begin() + std::ptrdiff_t(h.size() / 2);
+  std::nth_element(h.begin(), mid, h.end());
+  return cfg_.robust.clip_mult * *mid;
+}
+
+double Averager::sq_norm(const float* x, std::size_t n) {
+  if (zeros_.size() != kScratchValues) zeros_ = kernels::DeviceBuffer<float>(be_, kScratchValues);
+  double sq = 0.0;
+  for (std::size_t k = 0; k < n; k += kScratchValues)
+    sq += be_.sq_diff_norm(x + k, zeros_.data(), std::min(kScratchValues, n - k));
+  return sq;
+}
+
+void Averager::mix_applied(double norm) {
+  if (cfg_.robust.mix != MixMode::Clipped || !(norm >= 0)) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  norm_hist_.push_back(norm);
+  while (norm_hist_.size() > std::size_t(cfg_.robust.clip_window)) norm_hist_.pop_front();
+  ++accepted_norms_;
+}
+
+// A faulty peer's vector: our parameters corrupted on the host (download, change, upload), so it
+// works with any backend. Stale: the first snapshot ever taken, sent again and again.
+const float* Averager::fault_source(core::StepContext& ctx) {
+  const std::size_t n = ctx.n_params;
+  fault_host_.resize(n);
+  be_.download(fault_host_.data(), ctx.params, n * sizeof(float));
+  switch (cfg_.fault.mode) {
+    case FaultMode::Scale:
+      for (float& v : fault_host_) v = static_cast<float>(v * cfg_.fault.scale);
+      break;
+    case FaultMode::SignFlip:
+      for (float& v : fault_host_) v = -v;
+      break;
+    case FaultMode::Random: {
+      std::normal_distribution<float> g(0.0f, 1.0f);
+      for (float& v : fault_host_) v = g(fault_rng_);
+      break;
+    }
+    case FaultMode::Stale:
+      if (fault_stale_.empty()) fault_stale_ = fault_host_;
+      fault_host_ = fault_stale_;
+      break;
+    case FaultMode::NaN:
+      fault_host_[n / 2] = std::numeric_limits<float>::quiet_NaN();
+      break;
+    case FaultMode::None: break;
+  }
+  if (fault_x_.size() != n) fault_x_ = kernels::DeviceBuffer<float>(be_, n);
+  be_.upload(fault_x_.data(), fault_host_.data(), n * sizeof(float));
+  return fault_x_.data();
 }
 
 void Averager::rx_switch(std::uint64_t seq) {
@@ -338,7 +496,7 @@ void Averager::between_steps(core::StepContext& ctx) {
   std::optional<PendingMix> mix;
   std::uint64_t seq = 0;
   ChunkList in;
-  bool in_complete = false;
+  bool in_complete = false, in_norm = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     mix.swap(pending_);
@@ -346,7 +504,8 @@ void Averager::between_steps(core::StepContext& ctx) {
     if (active_) {
       in.swap(incoming_);
       in_complete = incoming_complete_;
-      incoming_complete_ = false;
+      in_norm = incoming_norm_;
+      incoming_complete_ = incoming_norm_ = false;
       do_snapshot = want_snapshot_;
       want_snapshot_ = false;
     }
@@ -376,10 +535,13 @@ void Averager::between_steps(core::StepContext& ctx) {
       rx_switch(mix->seq);
       receive(ctx, mix->rest);
       decode_rest(ctx);
-      for_each_float_span(ctx.n_params, [&](std::size_t first, const float* r, const float* s,
-                                            std::size_t n) {
-        be_.mix(ctx.params + first, r, s, n, mix->w);
-      });
+      // A faulty peer mixes nothing into itself (its s is the corrupted vector it sent).
+      if (cfg_.fault.mode == FaultMode::None)
+        for_each_float_span(ctx.n_params, [&](std::size_t first, const float* r, const float* s,
+                                              std::size_t n) {
+          be_.mix(ctx.params + first, r, s, n, mix->w);
+        });
+      mix_applied(mix->norm);
       recycle_all(rx_chunks_);  // direct mode's messages (none on the copy path)
       spdlog::trace("averager: #{} mixed with w={}", mix->seq, mix->w);
       post([this, s = mix->seq] { applied(s); });
@@ -410,11 +572,12 @@ void Averager::between_steps(core::StepContext& ctx) {
     }
     rx_switch(seq);
     if (!in.empty()) receive(ctx, in);
-    // Only the norm bound needs the training thread's vote; finiteness was checked on arrival.
-    if (in_complete && cfg_.max_diff_norm > 0) {
-      const std::string reason = check_norm(ctx);
-      spdlog::trace("averager: #{} norm checked: {}", seq, reason.empty() ? "ok" : reason);
-      post([this, seq, reason] { validated(seq, reason.empty(), reason); });
+    // Only the norm bounds need the training thread's vote; finiteness was checked on arrival.
+    if (in_complete && in_norm) {
+      const Verdict v = check_norm(ctx);
+      spdlog::trace("averager: #{} ||r - s|| = {} (tau {}): {}", seq, v.norm, v.tau,
+                    v.reason.empty() ? "ok" : v.reason);
+      post([this, seq, v] { validated(seq, v); });
     }
   } catch (const std::exception& e) {
     // A backend failure is not the network's fault: end the exchange cleanly, then let the
@@ -449,7 +612,8 @@ void Averager::try_next_peer() {
   }
   std::vector<PeerRef> cands;
   for (auto& p : peers_.live_peers())
-    if (p.id != transport_.local_id() && !e.excluded.count(p.id)) cands.push_back(std::move(p));
+    if (p.id != transport_.local_id() && !e.excluded.count(p.id) && !banned(p.id))
+      cands.push_back(std::move(p));
   if (cands.empty()) {
     if (e.tries > 0) {
       fail(e.last_reason, std::nullopt);
@@ -593,6 +757,15 @@ void Averager::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
     else if (m->wire != cfg_.wire) refuse = ExchangeCode::Wire;
     else if (m->weighted != cfg_.weight_by_samples) refuse = ExchangeCode::Weighting;
   }
+  if (!refuse && banned(c->peer_id())) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.refused_sent;
+    }
+    spdlog::debug("averager: refusing exchange from {}: banned", short_id(c->peer_id()));
+    c->send(kRef, encode_code(m->exchange_id, ExchangeCode::Banned));
+    return;
+  }
   if (refuse) {
     spdlog::warn("averager: refusing exchange from {}: {} mismatch", short_id(c->peer_id()),
                  code_name(*refuse));
@@ -707,6 +880,8 @@ void Averager::arm_deadline(Millis d, const std::string& what) {
 void Averager::begin_transfer() {
   const std::size_t bytes = encoded_size(cfg_.wire, n_params_.load());
   ex_->check.emplace(cfg_.wire, n_params_.load());
+  ex_->fast_norm = needs_norm() && direct_ && cfg_.wire == kernels::Wire::Fp32;
+  ex_->sq = 0;
   const double both_ways = 2.0 * static_cast<double>(bytes + (bytes / cfg_.chunk_bytes + 1) *
                                                                  kChunkHeaderBytes);
   const auto scaled = Millis(static_cast<std::int64_t>(1000.0 * both_ways / cfg_.min_rate_bytes_per_s));
@@ -796,6 +971,7 @@ void Averager::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
                  short_id(e.partner), v->offset);
     return fail("invalid:non-finite", ExchangeCode::Invalid);
   }
+  if (e.fast_norm) fast_norm_chunk(e, b.data() + kChunkHeaderBytes, v->offset, v->size);
   e.received += v->size;
   e.bytes_received += b.size();
   if (e.received == expected) {
@@ -809,30 +985,39 @@ void Averager::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
     if (seq_ == e.seq) {
       incoming_.push_back(std::move(b));
       incoming_complete_ = e.recv_done;
+      incoming_norm_ = e.recv_done && needs_norm() && !e.fast_norm;
     }
   }
-  // Every value is checked: vote now, unless the norm bound needs the training thread's snapshot.
-  if (e.recv_done && !(cfg_.max_diff_norm > 0)) validated(e.seq, true, "");
+  // Every value is checked: vote now, unless the norm bounds need the training thread's snapshot.
+  if (!e.recv_done) return;
+  if (!needs_norm()) return validated(e.seq, Verdict{});
+  if (e.fast_norm)
+    validated(e.seq, judge(std::sqrt(e.sq), [&] { return std::sqrt(fast_own_sq_norm(e)); }));
 }
 
-void Averager::validated(std::uint64_t seq, bool ok, const std::string& reason) {
+void Averager::validated(std::uint64_t seq, const Verdict& v) {
   if (!ex_ || ex_->seq != seq || ex_->phase != Phase::Transferring) return;
-  if (!ok) {
-    spdlog::warn("averager: vector from {} refused: {}", short_id(ex_->partner), reason);
-    return fail(reason, ExchangeCode::Invalid);
+  if (!v.reason.empty()) {
+    spdlog::warn("averager: vector from {} refused: {} (||r - s|| = {:.4g}, tau = {:.4g})",
+                 short_id(ex_->partner), v.reason, v.norm, v.tau);
+    return fail(v.reason, v.reason == "anomalous" ? ExchangeCode::Anomalous : ExchangeCode::Invalid);
   }
   ex_->local_valid = true;
-  queue_control(kValid, encode_id(ex_->id));  // then maybe commits
+  ex_->local_tau = v.tau;
+  ex_->local_norm = v.norm;
+  queue_control(kValid, encode_valid({ex_->id, v.tau, v.tau > 0 ? v.norm : 0.0}));  // then maybe commits
 }
 
 void Averager::on_valid(const net::ConnectionPtr& c, const net::Bytes& b) {
-  auto m = parse_id(b);
+  auto m = parse_valid(b);
   if (!m) return violation(c, "malformed valid");
   if (!is_current(c, m->exchange_id) || ex_->phase != Phase::Transferring || ex_->peer_valid)
     return violation(c, "unexpected valid");
   // The partner cannot have validated a vector we have not finished sending.
   if (!all_sent()) return violation(c, "valid before our payload");
   ex_->peer_valid = true;
+  ex_->peer_tau = m->tau;
+  ex_->peer_norm = m->norm;
   spdlog::trace("averager: #{} partner's vote received", ex_->seq);
   maybe_commit();
 }
@@ -849,12 +1034,27 @@ void Averager::maybe_commit() {
   e.deadline = e.retry = 0;
   if (committed_)  // the boundary that applies a mix comes before any later snapshot
     throw std::logic_error("averager: a second exchange committed before the first was applied");
+  // The clipping factor from both votes, the same on both sides (min and max commute), so that
+  // the exchange still conserves the sum: c = min(1, min(tau_a, tau_b) / max(norm_a, norm_b)).
+  // A side that imposes no bound (tau 0) takes the other's.
+  double tau = std::numeric_limits<double>::infinity();
+  if (e.local_tau > 0) tau = std::min(tau, e.local_tau);
+  if (e.peer_tau > 0) tau = std::min(tau, e.peer_tau);
+  if (std::isfinite(tau)) {
+    e.tau = tau;
+    // Both the same on both sides: a side without a bound sent no norm and counts none.
+    e.diff_norm = std::max(e.local_tau > 0 ? e.local_norm : 0.0, e.peer_norm);
+    e.clip = e.diff_norm > tau ? tau / e.diff_norm : 1.0;
+  } else if (needs_norm()) {
+    e.diff_norm = e.local_norm;
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (seq_ != e.seq) throw std::logic_error("averager: committing an exchange not in flight");
-    pending_ = PendingMix{e.seq, e.w, std::move(incoming_)};
+    pending_ = PendingMix{e.seq, static_cast<float>(e.w * e.clip), e.diff_norm,
+                          std::move(incoming_)};
     incoming_.clear();
-    incoming_complete_ = false;
+    incoming_complete_ = incoming_norm_ = false;
     want_snapshot_ = false;
     active_ = false;
     committed_unreported_ = true;
@@ -898,7 +1098,60 @@ void Averager::fail(std::string reason, std::optional<ExchangeCode> notify) {
     own_conns_.erase(e.partner);
     e.conn->close("exchange failed: " + reason);
   }
+  const std::string partner = e.partner;
   finish_failed(reason);
+  // We refused the partner's vector: counts towards banning it.
+  if (reason == "anomalous" || reason.rfind("invalid:", 0) == 0) note_refusal(partner, reason);
+}
+
+bool Averager::banned(const std::string& peer) const {
+  auto it = bans_.find(peer);
+  return it != bans_.end() && sched_.now() < it->second.until;
+}
+
+// ban_after refusals within ban_window ban the partner for ban_base * 2^(bans so far), at most
+// ban_max: we neither ask it nor answer it, and our exchange connection to it is closed. Bounded:
+// a partner's refusal list never holds more than ban_after entries, and past 4096 partners the
+// ones neither banned nor recently refused are forgotten.
+void Averager::note_refusal(const std::string& partner, const std::string& reason) {
+  const RobustConfig& rc = cfg_.robust;
+  if (rc.ban_after <= 0 || partner.empty()) return;
+  const Millis now = sched_.now();
+  if (bans_.size() >= 4096)
+    for (auto it = bans_.begin(); it != bans_.end();)
+      if (it->second.until <= now && (it->second.refusals.empty() ||
+                                      it->second.refusals.back() + rc.ban_window < now))
+        it = bans_.erase(it);
+      else
+        ++it;
+  BanState& b = bans_[partner];
+  b.refusals.push_back(now);
+  while (!b.refusals.empty() && b.refusals.front() + rc.ban_window < now) b.refusals.pop_front();
+  if (b.refusals.size() < std::size_t(rc.ban_after)) return;
+  b.refusals.clear();
+  Millis d = rc.ban_base;
+  for (int k = 0; k < b.bans && d < rc.ban_max; ++k) d *= 2;
+  d = std::min(d, rc.ban_max);
+  ++b.bans;
+  b.until = now + d;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.bans;
+  }
+  spdlog::warn("averager: banning {} for {} s (ban {}): {} refusals of its vector, last {}",
+               short_id(partner), d.count() / 1000.0, b.bans, rc.ban_after, reason);
+  auto it = own_conns_.find(partner);
+  if (it != own_conns_.end() && !(ex_ && ex_->conn == it->second.conn)) {
+    auto c = it->second.conn;
+    own_conns_.erase(it);
+    c->close("exchange partner banned");
+  }
+  std::weak_ptr<bool> alive = alive_;
+  sched_.schedule(d, [this, alive, partner] {
+    if (alive.lock() && !banned(partner))
+      spdlog::info("averager: ban of {} lifted", short_id(partner));
+  });
+  if (on_ban_) on_ban_(BanEvent{partner, reason, d, b.bans});
 }
 
 void Averager::finish_failed(std::string reason) {
@@ -910,7 +1163,7 @@ void Averager::finish_failed(std::string reason) {
     active_ = false;
     want_snapshot_ = false;
     recycle_all(incoming_);
-    incoming_complete_ = false;
+    incoming_complete_ = incoming_norm_ = false;
   }
   report(e, false, reason);
   ex_.reset();
@@ -927,6 +1180,9 @@ void Averager::report(Exchange& e, bool ok, const std::string& reason) {
   ev.bytes_received = e.bytes_received;
   ev.ms = static_cast<double>((sched_.now() - e.started).count());
   ev.w = ok ? e.w : 0.0f;
+  ev.diff_norm = ok ? e.diff_norm : -1;
+  ev.tau = ok ? e.tau : 0;
+  ev.clip = ok ? e.clip : 1;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (ok) ++stats_.ok;

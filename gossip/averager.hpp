@@ -28,7 +28,43 @@ namespace gossiptrain::gossip {
 
 class Dispatcher;
 
+// How the partner's vector is mixed in. Plain: x += w (r - s). Clipped (ClippedGossip, He,
+// Karimireddy and Jaggi 2022): x += w c (r - s), c = min(1, tau / ||r - s||), where tau adapts to
+// the differences this peer has accepted (see RobustConfig); gossip-peer's default.
+enum class MixMode { Plain, Clipped };
+
+struct RobustConfig {
+  MixMode mix = MixMode::Plain;  // the library's default; gossip-peer defaults to clipped
+  // tau = clip_mult * median of the last clip_window accepted ||r - s||; for the first
+  // clip_warmup accepted exchanges, tau = ||s|| (our own snapshot's norm: a generous bound).
+  double clip_mult = 3.0;
+  int clip_window = 32;
+  int clip_warmup = 8;
+  // An exchange whose ||r - s|| exceeds refuse_mult * tau and our own ||s|| is refused
+  // ("anomalous"); one within either is clipped.
+  double refuse_mult = 10.0;
+  // A partner whose vector we refused (anomalous, invalid:*) ban_after times within ban_window is
+  // banned for ban_base, doubled for each later ban of it (at most ban_max). 0: never ban.
+  int ban_after = 3;
+  net::Millis ban_window{120000};
+  net::Millis ban_base{30000};
+  net::Millis ban_max{3600000};
+};
+
+// A faulty peer for experiments (gossip-peer --fault, behind GOSSIPTRAIN_ALLOW_FAULTS=1): it
+// sends a corrupted vector in its exchanges and applies no mix to itself, so its own model keeps
+// training and the corruption stays of the same kind all run long.
+enum class FaultMode { None, Scale, Random, SignFlip, Stale, NaN };
+struct FaultConfig {
+  FaultMode mode = FaultMode::None;
+  double scale = 1000.0;  // scale:K
+};
+// "scale:K" (K finite, nonzero), "random", "signflip", "stale", "nan"; std::invalid_argument else.
+FaultConfig parse_fault(const std::string& spec);
+
 struct AveragerConfig {
+  RobustConfig robust;
+  FaultConfig fault;
   int gossip_every = 1;  // steps between the exchanges this peer starts (>= 1)
   kernels::Wire wire = kernels::Wire::Fp32;
   bool weight_by_samples = false;  // w = n_other / (n_self + n_other) instead of 1/2
@@ -85,6 +121,17 @@ struct ExchangeEvent {
                     // the REQUEST; to the mix applied (at the step boundary after the
                     // commit) or the failure
   float w = 0.0f;                    // mixing weight applied (0 when nothing was applied)
+  double diff_norm = -1;  // ||r - s|| both sides agreed on (-1: not measured)
+  double tau = 0;         // the clipping bound both applied, min of theirs (0: none)
+  double clip = 1;        // c in x += w c (r - s)
+};
+
+// A partner banned after repeated refusals of its vector.
+struct BanEvent {
+  std::string partner;
+  std::string reason;  // the last refusal's reason (anomalous, invalid:...)
+  net::Millis duration{0};
+  int count = 0;  // bans of this partner so far, this one included
 };
 
 struct AveragerStats {
@@ -95,7 +142,8 @@ struct AveragerStats {
   std::uint64_t bytes_received = 0;
   std::uint64_t no_peer = 0;      // exchanges not started: no live peer to ask
   std::uint64_t busy_sent = 0;    // requests we answered BUSY
-  std::uint64_t refused_sent = 0; // requests we refused (incompatible)
+  std::uint64_t refused_sent = 0; // requests we refused (incompatible or banned)
+  std::uint64_t bans = 0;         // partners banned (each ban counted)
 };
 
 // Lifetime: construct before the transport starts delivering; destroy after it has stopped (or on
@@ -116,6 +164,10 @@ class Averager final : public core::StepHook, public net::TransportHandler {
 
   // Called on the protocol thread for every finished exchange. Set before traffic starts.
   void set_event_callback(EventFn fn) { on_event_ = std::move(fn); }
+  // Called on the protocol thread when a partner is banned. Set before traffic starts.
+  void set_ban_callback(std::function<void(const BanEvent&)> fn) { on_ban_ = std::move(fn); }
+  // Whether a peer is banned now (protocol thread).
+  bool banned(const std::string& peer) const;
 
   // StepHook (training thread): takes the snapshot a new or accepted exchange needs, uploads the
   // partner's chunks received so far, checks the optional norm bound, applies a committed mix.
@@ -153,6 +205,13 @@ class Averager final : public core::StepHook, public net::TransportHandler {
     std::size_t received = 0;  // payload bytes of the partner's vector received
     std::optional<WireChecker> check;  // its values, checked as they arrive
     bool recv_done = false, local_valid = false, peer_valid = false;
+    double local_tau = 0, local_norm = 0, peer_tau = 0, peer_norm = 0;  // from the votes
+    double diff_norm = -1, tau = 0, clip = 1;                           // agreed at commit
+    // Direct fp32: ||r - s||^2 summed on the protocol thread as the chunks arrive, so the vote
+    // needs no step boundary; false (the training thread measures) once a chunk came in before
+    // our own snapshot covered it.
+    bool fast_norm = false;
+    double sq = 0;
     std::deque<std::pair<std::uint8_t, net::SharedBytes>> control;  // refused by back-pressure
     std::int64_t n_self = 0, n_other = 0;
     float w = 0.5f;
@@ -184,7 +243,13 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   void chunks_ready(std::uint64_t seq);
   bool all_sent() const;
   void retry_send_later(net::Millis after);
-  void validated(std::uint64_t seq, bool ok, const std::string& reason);
+  // The training thread's verdict on the partner's vector (norm and tau 0 when not measured).
+  struct Verdict {
+    std::string reason;  // "" when accepted
+    double norm = 0, tau = 0;
+  };
+  void validated(std::uint64_t seq, const Verdict& v);
+  void note_refusal(const std::string& partner, const std::string& reason);
   void maybe_commit();
   void applied(std::uint64_t seq);
   // Ends the exchange in flight without applying anything; sends Abort(code) when notify.
@@ -214,7 +279,16 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   template <typename Fn>
   void for_each_float_span(std::size_t n_params, Fn fn);
   void decode_rest(core::StepContext& ctx);
-  std::string check_norm(core::StepContext& ctx);
+  Verdict check_norm(core::StepContext& ctx);
+  bool needs_norm() const { return cfg_.max_diff_norm > 0 || cfg_.robust.mix == MixMode::Clipped; }
+  std::optional<double> clip_tau() const;  // from the accepted norms; none in warm-up (locks mu_)
+  // The bounds applied to a measured ||r - s||; own_norm() gives ||s|| when needed.
+  Verdict judge(double norm, const std::function<double()>& own_norm) const;
+  void fast_norm_chunk(Exchange& e, const std::uint8_t* r, std::size_t offset, std::size_t size);
+  double fast_own_sq_norm(const Exchange& e);
+  double sq_norm(const float* x, std::size_t n);  // ||x||^2 through the backend
+  void mix_applied(double norm);              // feeds the accepted ||r - s|| to the median
+  const float* fault_source(core::StepContext& ctx);  // the corrupted vector a faulty peer sends
 
   AveragerConfig cfg_;
   net::Transport& transport_;
@@ -222,6 +296,7 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   const PeerDirectory& peers_;
   kernels::Backend& be_;
   EventFn on_event_;
+  std::function<void(const BanEvent&)> on_ban_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // guards posted callbacks
 
   // Protocol thread only.
@@ -231,6 +306,12 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   // peer is free for the next exchange meanwhile.
   std::optional<Exchange> committed_;
   std::mt19937_64 rng_;
+  struct BanState {
+    std::deque<net::Millis> refusals;  // within ban_window, fewer than ban_after
+    int bans = 0;
+    net::Millis until{0};
+  };
+  std::unordered_map<std::string, BanState> bans_;  // bounded: see note_refusal
   struct OwnConn {
     net::ConnectionPtr conn;
     net::Millis last_used{0};
@@ -251,10 +332,14 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   bool incoming_complete_ = false;  // the last of them is in incoming_
   struct PendingMix {
     std::uint64_t seq = 0;
-    float w = 0.5f;
+    float w = 0.5f;  // the clipping factor included
+    double norm = -1;  // agreed ||r - s|| (-1: not measured)
     ChunkList rest;  // the partner's chunks of that exchange not yet taken by training
   };
   std::optional<PendingMix> pending_;  // apply x += w (r - s) at the next step boundary
+  bool incoming_norm_ = false;  // the training thread must measure ||r - s|| for seq_'s vote
+  std::deque<double> norm_hist_;  // the last clip_window accepted ||r - s|| (clipped mixing)
+  std::uint64_t accepted_norms_ = 0;
   bool committed_unreported_ = false;  // committed_ is set (its event not yet reported)
   AveragerStats stats_;
 
@@ -283,6 +368,11 @@ class Averager final : public core::StepHook, public net::TransportHandler {
   std::size_t rx_bytes_ = 0;    // bytes of it uploaded
   std::size_t rx_decoded_ = 0;  // values of it decoded into r_ (fp16, bf16, int8)
   std::int64_t next_initiate_step_ = 0;
+  std::vector<float> zeros_host_;  // protocol thread: kScratchValues zeros (direct mode)
+  kernels::DeviceBuffer<float> zeros_;  // kScratchValues zeros, for sq_norm
+  std::vector<float> fault_host_, fault_stale_;
+  kernels::DeviceBuffer<float> fault_x_;
+  std::mt19937 fault_rng_{12345};
   std::int64_t standing_step_ = 0;  // step at which standing_ was taken
 };
 

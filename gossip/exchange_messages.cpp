@@ -1,6 +1,7 @@
 // Encoding and checked parsing of the averaging exchange messages (layouts in exchange_messages.hpp).
 #include "gossip/exchange_messages.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -23,6 +24,8 @@ std::string_view code_name(ExchangeCode c) {
     case ExchangeCode::Invalid: return "invalid";
     case ExchangeCode::Protocol: return "protocol";
     case ExchangeCode::Shutdown: return "shutdown";
+    case ExchangeCode::Anomalous: return "anomalous";
+    case ExchangeCode::Banned: return "banned";
   }
   return "unknown";
 }
@@ -49,6 +52,15 @@ net::SharedBytes encode_accept(const AcceptMsg& m) {
 net::SharedBytes encode_id(std::uint64_t exchange_id) {
   auto b = std::make_shared<net::Bytes>(kIdBytes);
   put_u64(b->data(), exchange_id);
+  return b;
+}
+
+net::SharedBytes encode_valid(const ValidMsg& m) {
+  if (!(m.tau > 0)) return encode_id(m.exchange_id);
+  auto b = std::make_shared<net::Bytes>(kValidClipBytes);
+  put_u64(b->data(), m.exchange_id);
+  put_f64(b->data() + 8, m.tau);
+  put_f64(b->data() + 16, m.norm);
   return b;
 }
 
@@ -97,6 +109,15 @@ std::optional<AcceptMsg> parse_accept(const net::Bytes& b) {
 std::optional<IdMsg> parse_id(const net::Bytes& b) {
   if (b.size() != kIdBytes) return std::nullopt;
   return IdMsg{get_u64(b.data())};
+}
+
+std::optional<ValidMsg> parse_valid(const net::Bytes& b) {
+  if (b.size() == kIdBytes) return ValidMsg{get_u64(b.data()), 0.0, 0.0};
+  if (b.size() != kValidClipBytes) return std::nullopt;
+  ValidMsg m{get_u64(b.data()), get_f64(b.data() + 8), get_f64(b.data() + 16)};
+  if (!std::isfinite(m.tau) || !(m.tau > 0) || !std::isfinite(m.norm) || !(m.norm >= 0))
+    return std::nullopt;
+  return m;
 }
 
 std::optional<CodeMsg> parse_code(const net::Bytes& b) {

@@ -34,6 +34,8 @@ enum class ExchangeCode : std::uint8_t {
   Invalid = 6,   // payload failed validation (non-finite, norm bound, length)
   Protocol = 8,  // unexpected or malformed message (7 was a chunk checksum, never shipped)
   Shutdown = 9,
+  Anomalous = 10,  // ||r - s|| far outside the adaptive clipping bound (robust mixing)
+  Banned = 11,     // refuse: the requester is banned for a while after repeated refusals
 };
 // Stable lowercase token for logs, metrics reasons and counters; "unknown" for other values.
 std::string_view code_name(ExchangeCode c);
@@ -53,6 +55,15 @@ struct AcceptMsg {
 struct IdMsg {  // Busy, Valid
   std::uint64_t exchange_id = 0;
 };
+// Valid: the commit vote. With clipped mixing it also carries the voter's clipping bound tau and
+// the ||r - s|| it measured, so that both sides apply the same factor
+// c = min(1, min(tau_a, tau_b) / max(norm_a, norm_b)) and the exchange still conserves the sum.
+// 8 bytes (id only: no bound) or 24 (id, tau f64 > 0 and finite, norm f64 >= 0 and finite).
+struct ValidMsg {
+  std::uint64_t exchange_id = 0;
+  double tau = 0.0;   // 0: this side imposes no bound
+  double norm = 0.0;  // 0 with tau 0
+};
 struct CodeMsg {  // Refuse, Abort
   std::uint64_t exchange_id = 0;
   ExchangeCode code = ExchangeCode::Protocol;
@@ -68,11 +79,14 @@ constexpr std::size_t kRequestBytes = 34;
 constexpr std::size_t kAcceptBytes = 16;
 constexpr std::size_t kIdBytes = 8;
 constexpr std::size_t kCodeBytes = 9;
+constexpr std::size_t kValidClipBytes = 24;
 constexpr std::size_t kChunkHeaderBytes = 16;
 
 net::SharedBytes encode_request(const RequestMsg& m);
 net::SharedBytes encode_accept(const AcceptMsg& m);
 net::SharedBytes encode_id(std::uint64_t exchange_id);
+// 8 bytes when tau is 0, else 24.
+net::SharedBytes encode_valid(const ValidMsg& m);
 net::SharedBytes encode_code(std::uint64_t exchange_id, ExchangeCode code);
 // Copies data[0, size) into a new chunk message after its header.
 net::SharedBytes encode_chunk(std::uint64_t exchange_id, std::uint64_t offset,
@@ -85,6 +99,7 @@ void write_chunk_header(net::Bytes& msg, std::uint64_t exchange_id, std::uint64_
 std::optional<RequestMsg> parse_request(const net::Bytes& b);
 std::optional<AcceptMsg> parse_accept(const net::Bytes& b);
 std::optional<IdMsg> parse_id(const net::Bytes& b);
+std::optional<ValidMsg> parse_valid(const net::Bytes& b);
 std::optional<CodeMsg> parse_code(const net::Bytes& b);
 // nullopt when shorter than the header or carrying no data.
 std::optional<ChunkView> parse_chunk(const net::Bytes& b);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace gossiptrain::gossip {
 
@@ -14,6 +15,20 @@ inline std::uint64_t get_u64(const std::uint8_t* p) {
   std::uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
   return v;
+}
+
+// An IEEE double as its 64-bit pattern, little-endian.
+inline void put_f64(std::uint8_t* p, double d) {
+  std::uint64_t v = 0;
+  std::memcpy(&v, &d, 8);
+  put_u64(p, v);
+}
+
+inline double get_f64(const std::uint8_t* p) {
+  const std::uint64_t v = get_u64(p);
+  double d = 0;
+  std::memcpy(&d, &v, 8);
+  return d;
 }
 
 }  // namespace gossiptrain::gossip

@@ -56,7 +56,9 @@ struct SimPeer {
 
 class Cluster {
  public:
-  Cluster(int n, std::size_t d, AveragerConfig cfg, std::uint64_t seed, net::SimOptions opts = {})
+  // per_peer, when given, adjusts peer i's config (a plain or faulty peer among others).
+  Cluster(int n, std::size_t d, AveragerConfig cfg, std::uint64_t seed, net::SimOptions opts = {},
+          const std::function<void(int, AveragerConfig&)>& per_peer = {})
       : net(with_seed(opts, seed)) {
     std::mt19937_64 rng(seed * 7919 + 1);
     std::normal_distribution<float> N(0.0f, 1.0f);
@@ -68,6 +70,7 @@ class Cluster {
       p->t->set_handler(&p->disp);
       AveragerConfig c = cfg;
       c.seed = seed * 1000 + static_cast<std::uint64_t>(i) + 1;
+      if (per_peer) per_peer(i, c);
       p->avg = std::make_unique<Averager>(c, *p->t, p->disp, p->dir, be);
       SimPeer* raw = p.get();
       p->avg->set_event_callback([raw](const ExchangeEvent& e) { raw->events.push_back(e); });

@@ -329,6 +329,16 @@ TEST_CASE("gossip-launch refuses bad input with exit code 2 and a message", "[sy
                      "--no-such-flag");
   expect_usage_error({"--peers", "2", "--data", "synthetic", "--peer-bin", tmp / "nothing"},
                      "gossip-peer not found");
+  // --peer-flags: an existing peer, a flag the launcher does not own, and the peer's own parser.
+  expect_usage_error({"--peers", "3", "--data", "synthetic", "--peer-flags", "3:--lr=8"},
+                     "no peer 3");
+  expect_usage_error({"--peers", "3", "--data", "synthetic", "--peer-flags", "1:--shard=0"},
+                     "set by gossip-launch");
+  expect_usage_error({"--peers", "3", "--data", "synthetic", "--peer-flags", "1:--lr=99"},
+                     "--lr");
+  ::unsetenv("GOSSIPTRAIN_ALLOW_FAULTS");
+  expect_usage_error({"--peers", "3", "--data", "synthetic", "--peer-flags", "2:--fault=random"},
+                     "GOSSIPTRAIN_ALLOW_FAULTS=1");
   // Churn scenarios are checked whole before anything starts.
   expect_usage_error({"--peers", "4", "--data", "synthetic", "--churn", "crash:9@5"},
                      "out of range");
