@@ -132,6 +132,8 @@ struct Child {
   bool failed_before_stop = false;
   bool ever_started = false;
   int averaging_alerts_noted = 0;
+  std::string fault;                    // --churn fault event: gossip-peer --fault at next start
+  std::vector<std::string> extra_args;  // after the plan's argv (restarts and joins)
   Clock::time_point started;
   PeerOutcome outcome;
 };
@@ -201,6 +203,7 @@ class Launch : private ChurnPeers {
   void start_peer(int i) override;
   void partition(const std::vector<std::vector<int>>& groups) override { netns_->partition(groups); }
   void heal() override { netns_->heal(); }
+  void set_fault(int i, const std::string& mode) override { children_.at(std::size_t(i)).fault = mode; }
   void set_link(int i, std::optional<double> rate_mbit, std::optional<double> loss) override {
     netns_->set_link(i, rate_mbit, loss);
   }
@@ -277,6 +280,10 @@ void Launch::prepare(int argc, char** argv) {
   // is over, so it only has to outlast any run.
   constexpr double kChurnHorizonS = 7 * 24 * 3600.0;
   if (o_.churn) churn_ = std::make_unique<ChurnRunner>(*o_.churn, kChurnHorizonS, *events_);
+  // A scenario with fault events is the experiment that gossip-peer --fault asks to be declared.
+  if (o_.churn && std::any_of(o_.churn->events.begin(), o_.churn->events.end(),
+                              [](const auto& e) { return e.kind == core::ChurnKind::Fault; }))
+    ::setenv("GOSSIPTRAIN_ALLOW_FAULTS", "1", 1);
 
   std::string cmd;
   for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + shell_quote(argv[i]);
@@ -313,15 +320,17 @@ void Launch::spawn_peer(std::size_t i) {
   Child& c = children_[i];
   c.started = Clock::now();
   c.outcome.start_offset_s = since(t0_);
+  std::vector<std::string> args = plans_[i].argv;
+  args.insert(args.end(), c.extra_args.begin(), c.extra_args.end());
   if (netns_) {
     std::vector<std::string> argv = netns_->exec_prefix(int(i));
     const std::string ip = argv[0];
     argv.erase(argv.begin());
     argv.push_back(peer_bin_);
-    argv.insert(argv.end(), plans_[i].argv.begin(), plans_[i].argv.end());
+    argv.insert(argv.end(), args.begin(), args.end());
     c.pid = spawn(ip, argv, plans_[i].dir + "/log.txt");
   } else {
-    c.pid = spawn(peer_bin_, plans_[i].argv, plans_[i].dir + "/log.txt");
+    c.pid = spawn(peer_bin_, args, plans_[i].dir + "/log.txt");
   }
   c.running = true;
   c.ever_started = true;
@@ -339,9 +348,8 @@ void Launch::start_peer(int i) {
   c.outcome.signal = 0;
   // A restarted or joining peer finds the swarm running: it must not wait for the first peers'
   // --min-peers cohort (most may be done), and without a checkpoint it catches up.
-  std::vector<std::string>& argv = plans_.at(std::size_t(i)).argv;
-  const bool added = argv.size() >= 2 && argv[argv.size() - 2] == "--min-peers" && argv.back() == "1";
-  if (!added) argv.insert(argv.end(), {"--min-peers", "1"});  // the last value given wins
+  c.extra_args = {"--min-peers", "1"};  // the last value given wins
+  if (!c.fault.empty()) c.extra_args.insert(c.extra_args.end(), {"--fault", c.fault});
   spawn_peer(std::size_t(i));
 }
 
@@ -641,6 +649,7 @@ std::vector<std::string> Launch::table() const {
     else if (c.running && s.done) state = "finishing";
     if (s.not_averaging) state += " NOT AVERAGING (" + s.alert_reason + ")";
     if (churn_ && c.running && churn_->state(int(i)) == SlotState::kPaused) state = "paused (churn)";
+    if (c.running && !c.fault.empty()) state += " FAULTY (" + c.fault + ")";
     if (netns_ && netns_->partition_state().active())
       state += " partition group " + std::to_string(netns_->partition_state().group_of(int(i)));
     if (netns_ && netns_->link(int(i)).shaped()) state += " link " + netns_->link(int(i)).to_json().dump();

@@ -34,7 +34,8 @@ void ChurnDriver::schedule_end(const ChurnEvent& e, double now_s) {
     case ChurnKind::Pause: end.kind = ChurnKind::Resume; break;
     case ChurnKind::Partition: end.kind = ChurnKind::Heal; end.peers.clear(); break;
     case ChurnKind::Link: end.kind = ChurnKind::Link; break;  // no rate, no loss: restore
-    default: return;  // fault "for" belongs to the faulty-peer work (not run by the launcher)
+    case ChurnKind::Fault: end.kind = ChurnKind::Fault; break;   // no mode: honest again
+    default: return;
   }
   ends_.push_back(std::move(end));
 }
@@ -244,7 +245,21 @@ void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
       }
       break;
     case ChurnKind::Fault:
-      skipped = e.peers;  // refused before the run (launch_options.cpp: load_churn)
+      // A faulty peer is the same peer restarted with --fault MODE: stopped gracefully (it
+      // checkpoints), then started again from that checkpoint once it is gone; the end of the
+      // fault does the same without the flag.
+      for (int p : e.peers) {
+        if (p >= slots() || !peers.running(p) || state_[std::size_t(p)] != SlotState::kUp) {
+          skipped.push_back(p);
+          continue;
+        }
+        peers.set_fault(p, e.mode);
+        peers.send_signal(p, SIGTERM);
+        state_[std::size_t(p)] = SlotState::kStopped;
+        churn_signalled_[std::size_t(p)] = true;
+        deferred_restarts_.push_back(p);
+        done.push_back(p);
+      }
       break;
   }
   nlohmann::json j = core::to_json(e);

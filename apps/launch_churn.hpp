@@ -74,6 +74,8 @@ class ChurnPeers {
   virtual void partition(const std::vector<std::vector<int>>& groups) = 0;
   virtual void heal() = 0;
   virtual void set_link(int i, std::optional<double> rate_mbit, std::optional<double> loss) = 0;
+  // Slot i runs with `gossip-peer --fault mode` from its next start on ("" = honest again).
+  virtual void set_fault(int i, const std::string& mode) = 0;
 };
 
 // Where each peer slot stands as far as churn is concerned.

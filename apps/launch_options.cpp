@@ -34,9 +34,6 @@ core::ChurnScenario load_churn(const LaunchOptions& o) {
   for (std::size_t i = 0; i < s.events.size(); ++i) {
     const auto& e = s.events[i];
     const std::string name(core::churn_kind_name(e.kind));
-    if (e.kind == core::ChurnKind::Fault)
-      throw UsageError("--churn: event " + std::to_string(i) + " (fault): faulty peers are not "
-                       "implemented by gossip-launch yet");
     if (!o.netns && (e.kind == core::ChurnKind::Partition || e.kind == core::ChurnKind::Heal ||
                      e.kind == core::ChurnKind::Link))
       throw UsageError("--churn: event " + std::to_string(i) + " (" + name +

@@ -19,7 +19,8 @@
 //   join: optional "count" (integer >= 1, default 1) heal: nothing
 //   partition: "groups" (>= 2 disjoint non-empty lists of peers), optional "for"
 //   link: "peers", "rate_mbit" (> 0) and/or "loss" (in [0,1)), optional "for"
-//   fault: "peers", "mode" (scale:K, random, signflip, stale or nan), optional "for" (reserved)
+//   fault: "peers", "mode" (scale:K, random, signflip, stale or nan), optional "for" (gossip-peer
+//          --fault MODE for that long)
 // "for" is seconds (> 0) after which the effect ends (resume, heal, link or fault restored).
 // "peers" are non-empty lists of distinct indices: 0..N-1 are the initial N peers and joined peers
 // take the next indices in the order they join. Which peers a partition's groups leave out is for

@@ -71,6 +71,7 @@ struct FakePeers : ChurnPeers {
   void set_link(int i, std::optional<double> rate, std::optional<double> loss) override {
     links.push_back({i, rate, loss});
   }
+  void set_fault(int i, const std::string& mode) override { faults.push_back({i, mode}); }
   struct Link {
     int peer;
     std::optional<double> rate, loss;
@@ -81,7 +82,45 @@ struct FakePeers : ChurnPeers {
   std::vector<std::vector<std::vector<int>>> partitions;
   int heals = 0;
   std::vector<Link> links;
+  std::vector<std::pair<int, std::string>> faults;
 };
+
+}  // namespace
+
+TEST_CASE("ChurnRunner: a fault restarts the peer with the mode, and honest again after for",
+          "[churn]") {
+  EventLog log;
+  ChurnRunner r(gossiptrain::core::parse_churn_scenario(nlohmann::json::parse(
+                    R"({"events":[{"at":2,"event":"fault","peers":[1],"mode":"scale:1000","for":5}]})"),
+                                     3),
+                1000, log);
+  FakePeers p(3);
+  for (int i = 0; i < 3; ++i) {
+    p.up[std::size_t(i)] = true;
+    r.started(i);
+  }
+  r.tick(2.0, 0, p);
+  REQUIRE(p.faults == std::vector<std::pair<int, std::string>>{{1, "scale:1000"}});
+  CHECK(p.signals == std::vector<std::pair<int, int>>{{1, SIGTERM}});
+  CHECK(p.starts.empty());  // not while the stopped process is still there
+  CHECK(r.waiting_for_restart());
+  p.up[1] = false;
+  CHECK(r.exited(1));  // the scenario's own stop: not a failure
+  r.tick(2.2, 0, p);
+  CHECK(p.starts == std::vector<int>{1});
+  CHECK(r.state(1) == SlotState::kUp);
+  r.tick(6.9, 0, p);
+  CHECK(p.faults.size() == 1);
+  r.tick(7.1, 0, p);  // 2 + for 5
+  REQUIRE(p.faults.size() == 2);
+  CHECK(p.faults[1] == std::pair<int, std::string>{1, ""});
+  p.up[1] = false;
+  CHECK(r.exited(1));
+  r.tick(7.3, 0, p);
+  CHECK(p.starts == std::vector<int>{1, 1});
+}
+
+namespace {
 
 // Peers 0..n-1 started and running, as the launcher leaves them before the first tick.
 void start_all(ChurnRunner& r, FakePeers& p, int n) {
@@ -797,17 +836,13 @@ TEST_CASE("parse_launch_args: --churn scenarios the launcher cannot run are refu
                                                   R"({"events":[{"at":1,"event":"heal"}]})")})),
                Contains("event 0 (heal)"));
   }
-  SECTION("a fault event, with or without --netns") {
+  SECTION("a fault event is accepted, its mode checked") {
     const std::string f = write("fault.json",
                                 R"({"events":[{"at":1,"event":"fault","peers":[2],"mode":"nan"}]})");
-    for (bool netns : {false, true}) {
-      INFO("netns " << netns);
-      auto args = with({"--churn", f});
-      if (netns) args.push_back("--netns");
-      const std::string msg = usage_error(args);
-      CHECK_THAT(msg, Contains("event 0 (fault)"));
-      CHECK_THAT(msg, Contains("not implemented"));
-    }
+    CHECK(parse_launch_args(with({"--churn", f})).churn.has_value());
+    const std::string bad = write("badfault.json",
+                                  R"({"events":[{"at":1,"event":"fault","peers":[2],"mode":"loud"}]})");
+    CHECK_THAT(usage_error(with({"--churn", bad})), Contains("event 0 (fault)"));
   }
   SECTION("a bad scenario file: the message names the event and the field") {
     const std::string f = write("bad.json",
