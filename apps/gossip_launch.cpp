@@ -374,9 +374,12 @@ bool Launch::keep_going(bool any_running) const {
 // What the launcher observes in a peer's metrics goes to events.jsonl with the launch time: how
 // peers see each other (membership changes), evaluations and catch-ups, for the churn report.
 void Launch::observe(std::size_t i, const std::string& line, double now) {
-  std::vector<std::string> ids;
-  for (const auto& st : stats_) ids.push_back(st.id);
-  if (auto o = observed_line(i, line, ids)) events_->write(now, o->first, std::move(o->second));
+  auto index_of = [this](const std::string& id) -> std::optional<std::size_t> {
+    for (std::size_t k = 0; k < stats_.size(); ++k)
+      if (stats_[k].id == id) return k;
+    return std::nullopt;
+  };
+  if (auto o = observed_line(i, line, index_of)) events_->write(now, o->first, std::move(o->second));
 }
 
 

@@ -273,7 +273,8 @@ void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
 }
 
 std::optional<std::pair<std::string, nlohmann::json>> observed_line(
-    std::size_t peer, const std::string& line, const std::vector<std::string>& ids) {
+    std::size_t peer, const std::string& line,
+    const std::function<std::optional<std::size_t>(const std::string&)>& index_of) {
   if (line.find("\"event\":\"member\"") == std::string::npos &&
       line.find("\"event\":\"eval\"") == std::string::npos &&
       line.find("\"event\":\"catch_up\"") == std::string::npos)
@@ -285,8 +286,7 @@ std::optional<std::pair<std::string, nlohmann::json>> observed_line(
   if (ev == "member") {
     const std::string id = j.value("member", j.value("member_peer", ""));
     f["member"] = id;
-    for (std::size_t k = 0; k < ids.size(); ++k)
-      if (!id.empty() && ids[k] == id) f["member_index"] = k;
+    if (auto k = id.empty() ? std::nullopt : index_of(id)) f["member_index"] = *k;
     f["state"] = j.value("state", "");
   } else if (ev == "eval") {
     if (!j.contains("test_acc") || !j["test_acc"].is_number()) return std::nullopt;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -121,10 +122,11 @@ class ChurnRunner {
 };
 
 // A peer's metrics line worth a line of events.jsonl, as (event, fields): membership changes
-// (with the member's peer index when ids, the peers' ids by index, has it), evaluations and
-// catch-ups; nothing for the other lines.
+// (with the member's peer index when index_of knows its id), evaluations and catch-ups; nothing
+// for the other lines, which are not parsed.
 std::optional<std::pair<std::string, nlohmann::json>> observed_line(
-    std::size_t peer, const std::string& line, const std::vector<std::string>& ids);
+    std::size_t peer, const std::string& line,
+    const std::function<std::optional<std::size_t>(const std::string&)>& index_of);
 
 // summary.json's "churn" section, from the lines of events.jsonl alone: per crash or stop, who
 // noticed it and when (the detection time), the accuracy and consensus distance just before and
