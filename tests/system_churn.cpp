@@ -212,7 +212,8 @@ TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "
   const std::string run = tmp / "run";
   // Partitioned early for 8 s: long enough for each side to suspect the other, short enough that
   // nobody is declared dead (suspicion with one confirmation lasts about 11 s), and training goes
-  // on after the heal even on an idle machine (350 epochs: about 18 s idle, 50 s on busy cores).
+  // on after the heal even on an idle machine (700 epochs: 350 took 14 s idle, too short; about
+  // 100 s on busy cores).
   const double at = 3.0, dur = 8.0;
   {
     std::ofstream f(tmp / "part.json");
@@ -222,7 +223,7 @@ TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "
   const char* epochs = std::getenv("GT_CHURN_NETNS_EPOCHS");
   std::vector<std::string> argv = {gt_test::app_bin("gossip-launch"),
                                    "--peers", "4", "--data", "synthetic", "--model", "mlp:784-32-10",
-                                   "--lr", "0.01", "--epochs", epochs ? epochs : "350",
+                                   "--lr", "0.01", "--epochs", epochs ? epochs : "700",
                                    "--backend", "cpu", "--no-plots", "--out", run, "--netns",
                                    "--churn", tmp / "part.json", "--linger", "5"};
   const auto t0 = std::chrono::steady_clock::now();
