@@ -40,8 +40,9 @@ def main():
     ids = {}
     for i, rows in peers.items():
         for r in rows:
-            ids[r["peer"]] = i
-            break
+            if r.get("peer", "local") != "local":  # the "data" line comes before the id is known
+                ids[r["peer"]] = i
+                break
     excl = set(a.exclude)
     total = 0.0
     for i, rows in sorted(peers.items()):
