@@ -77,6 +77,7 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint,
   ac.robust.suspect_mult = cfg.suspect_mult;
   ac.robust.suspect_floor = cfg.suspect_floor;
   ac.robust.suspect_clip = cfg.suspect_action == "clip";
+  ac.robust.suspect_decay = cfg.suspect_decay;
   ac.choice.weighted = cfg.partner_choice == "weighted";
   ac.robust.refuse_mult = cfg.refuse_mult;
   ac.robust.ban_after = cfg.ban_after;

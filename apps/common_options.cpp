@@ -193,6 +193,13 @@ const std::vector<Option>& options() {
        [](PeerConfig& c, const std::string& v) {
          c.suspect_action = one_of("suspect-action", v, {"refuse", "clip"});
        }},
+      {"suspect-decay", "F",
+       "with --suspect-action clip: each further exchange in a row with a partner judged far "
+       "persistently multiplies its clip by F (B, B*F, B*F^2, ...), so one that never comes "
+       "closer (stale) fades out; in (0, 1], 1 = always B (default 0.5)",
+       [](PeerConfig& c, const std::string& v) {
+         c.suspect_decay = to_double("suspect-decay", v, 1e-6, 1);
+       }},
       {"partner-choice", "weighted|uniform",
        "which live member to ask: uniform, or weighted: a partner whose recent exchanges took "
        "over 3 times the median is asked much less often (default weighted)",

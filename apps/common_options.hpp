@@ -49,6 +49,7 @@ struct PeerConfig {
   double suspect_mult = 2.5;
   double suspect_floor = 0.05;
   std::string suspect_action = "clip";  // refuse | clip (refuse bans honest restarted peers)
+  double suspect_decay = 0.5;           // with clip: the clip's factor per suspect exchange in a row
   std::string partner_choice = "weighted";  // weighted | uniform (gossip::PartnerChoiceConfig)
   double refuse_mult = 10.0;
   int ban_after = 3;

@@ -361,8 +361,8 @@ Averager::Verdict Averager::judge(const std::string& partner, double norm,
   const RobustBound::Judgement j = bound_.judge(partner, norm, own_norm, now);
   v.tau = j.tau;
   if (j.suspect)
-    spdlog::info("averager: ||r - s|| = {:.4g} from {} is far persistently: clipped to B = {:.4g}",
-                 norm, short_id(partner), j.tau);
+    spdlog::info("averager: ||r - s|| = {:.4g} from {} is far persistently ({} in a row): "
+                 "clipped to {:.4g}", norm, short_id(partner), j.streak, j.tau);
   if (!j.why.empty() && cfg_.fault.mode == FaultMode::None) {
     if (v.reason.empty()) v.reason = "anomalous";
     spdlog::info(

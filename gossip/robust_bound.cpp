@@ -35,6 +35,7 @@ void validate(const RobustConfig& rc) {
   if (rc.suspect_window < 1 || rc.suspect_min < 1 || rc.suspect_min > rc.suspect_window)
     bad("suspect_window/suspect_min");
   if (rc.suspect_age.count() <= 0) bad("suspect_age");
+  if (!(rc.suspect_decay > 0 && rc.suspect_decay <= 1)) bad("suspect_decay");
   if (rc.ban_after < 0 || rc.ban_window.count() < 0 || rc.ban_base.count() < 0 ||
       rc.ban_max < rc.ban_base)
     bad("ban parameters");
@@ -129,10 +130,13 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
         j.why = "persistent";
       } else {
         j.suspect = true;
-        j.tau = std::max(*b, 1e-12);
+        j.streak = ++p.suspect_streak;
+        j.tau = std::max(*b * std::pow(cfg_.suspect_decay, j.streak - 1), 1e-12);
       }
+      return j;
     }
   }
+  p.suspect_streak = 0;
   return j;
 }
 

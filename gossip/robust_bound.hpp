@@ -43,6 +43,12 @@ struct RobustConfig {
   // the usual tau) and mixed, so that an honest peer that is far for a while (restarted from an
   // older checkpoint, behind a slow link) still comes closer while an attacker's pull is cut.
   bool suspect_clip = false;
+  // With suspect_clip: each further exchange in a row judged suspect multiplies the clip by this
+  // (B, then B * decay, B * decay^2, ...), so a partner that never comes closer (stale) ends up
+  // mixed in with a vanishing weight: its whole pull on this peer is at most B / (1 - decay) per
+  // streak, while an honest peer that comes closer leaves suspicion and the streak ends. 1: B
+  // every time (the earlier rule).
+  double suspect_decay = 0.5;
   int suspect_window = 5;
   int suspect_min = 3;
   std::chrono::milliseconds suspect_age{60000};
@@ -69,7 +75,8 @@ class RobustBound {
     std::string why;       // "" accepted; else why it is refused: "far", "warm-up", "persistent"
     double ratio = -1;     // ||r - s|| / B (-1 in the warm-up)
     double typical = -1;   // the partner's median ratio, once it has suspect_min of them
-    bool suspect = false;  // far persistently, clipped to B (suspect_clip) instead of refused
+    bool suspect = false;  // far persistently, clipped (suspect_clip) instead of refused
+    int streak = 0;        // with suspect: exchanges in a row this partner was judged suspect
   };
   // ||r - s|| = norm measured against our snapshot, from partner, at now. own_norm() gives our
   // snapshot's ||s|| (a pass over it): asked for only in the warm-up or when a rule needs it.
@@ -85,6 +92,7 @@ class RobustBound {
   struct Partner {
     std::deque<std::pair<Millis, double>> ratios;  // at most suspect_window
     Millis last{0};
+    int suspect_streak = 0;  // judged suspect in a row (suspect_clip)
   };
   std::optional<double> baseline_locked() const;
   // The partner's median ratio over its recent records; none with fewer than suspect_min.

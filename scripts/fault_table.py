@@ -32,8 +32,9 @@ def row(run, bad):
     ids = {}
     for i, rs in metrics.items():
         for r in rs:
-            ids[r["peer"]] = i
-            break
+            if r.get("peer", "local") != "local":  # the "data" line comes before the id is known
+                ids[r["peer"]] = i
+                break
     acc = {p["peer"]: p["final_test_acc"] for p in s["peers"]}
     honest = [a for i, a in acc.items() if i not in bad and a is not None]
     bad_acc = [acc.get(i) for i in bad]

@@ -111,14 +111,61 @@ TEST_CASE("robust bound: with suspect_clip a persistent partner is clipped to B,
   const double base = *b.baseline();
   auto own = [] { return 30.0; };
   std::vector<bool> suspect;
-  for (int k = 0; k < 4; ++k) {
+  std::vector<double> taus;
+  for (int k = 0; k < 5; ++k) {
     const auto j = b.judge("far", 3.0, own, now);
     CHECK(j.why.empty());
     suspect.push_back(j.suspect);
-    CHECK(j.tau == Approx(j.suspect ? base : 3 * base));
+    taus.push_back(j.tau / base);
     now += Millis(100);
   }
-  CHECK(suspect == std::vector<bool>{false, false, true, true});
+  CHECK(suspect == std::vector<bool>{false, false, true, true, true});
+  // Not yet suspect: 3 B. Then B, halved for each further suspect exchange in a row.
+  CHECK(taus[0] == Approx(3));
+  CHECK(taus[1] == Approx(3));
+  CHECK(taus[2] == Approx(1));
+  CHECK(taus[3] == Approx(0.5));
+  CHECK(taus[4] == Approx(0.25));
+}
+
+TEST_CASE("robust bound: a suspect partner that comes closer leaves suspicion and its streak ends",
+          "[gossip]") {
+  RobustConfig rc = robust_defaults();
+  rc.suspect_clip = true;
+  RobustBound b(rc);
+  Millis now{0};
+  warm(b, 32, 1.0, 4, now);
+  const double base = *b.baseline();
+  auto own = [] { return 30.0; };
+  auto step = [&](double norm) {
+    const auto j = b.judge("p", norm, own, now);
+    now += Millis(100);
+    return j;
+  };
+  for (int k = 0; k < 4; ++k) step(3.0);
+  CHECK(step(3.0).streak == 3);  // 3rd suspect exchange in a row: B / 4
+  // Close again, as an honest peer restarted from an old checkpoint is after it has averaged:
+  // once its median ratio is back down, it is no longer suspect and its clip is 3 B again.
+  RobustBound::Judgement j;
+  for (int k = 0; k < 3; ++k) j = step(1.0);
+  CHECK_FALSE(j.suspect);
+  CHECK(j.tau == Approx(3 * base));
+  // Far again later: a new streak starts at B, not where the old one ended.
+  for (int k = 0; k < 2; ++k) step(3.0);
+  j = step(3.0);
+  REQUIRE(j.suspect);
+  CHECK(j.streak == 1);
+  CHECK(j.tau == Approx(base));
+}
+
+TEST_CASE("robust bound: suspect_decay outside (0, 1] is refused", "[gossip]") {
+  RobustConfig rc = robust_defaults();
+  for (double d : {0.0, -0.5, 1.5}) {
+    rc.suspect_decay = d;
+    CHECK_THROWS_AS(validate(rc), std::invalid_argument);
+  }
+  rc.suspect_decay = 1.0;
+  CHECK_NOTHROW(validate(rc));
 }
 
 TEST_CASE("robust bound: far beyond tau and our own norm is refused at once", "[gossip]") {
