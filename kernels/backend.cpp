@@ -3,10 +3,18 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "kernels/cpu/cpu_backend.hpp"
 #if defined(GT_HAVE_CUDA)
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <mutex>
+#include <vector>
+
 #include "kernels/cuda/cuda_factory.hpp"
 #endif
 
@@ -58,6 +66,92 @@ std::size_t encoded_size(Wire w, std::size_t n) {
   throw std::invalid_argument("encoded_size: unknown wire encoding");
 }
 
+#if defined(GT_HAVE_CUDA)
+namespace {
+
+// The CUDA backend module, loaded once and never unloaded (its backends may live until exit).
+struct CudaModule {
+  decltype(&gt_cuda_device_count) device_count = nullptr;
+  decltype(&gt_cuda_make_backend) make = nullptr;
+  std::string error;  // why it could not be loaded; empty when it was
+};
+
+// Where the module may be: $GOSSIPTRAIN_CUDA_MODULE, where this build put it, and beside the
+// program's own folder (build/apps/X -> build/kernels/), for a build tree that was moved.
+std::vector<std::string> module_candidates() {
+  std::vector<std::string> c;
+  if (const char* env = std::getenv("GOSSIPTRAIN_CUDA_MODULE"); env && *env) return {env};
+  c.emplace_back(GT_CUDA_MODULE_PATH);
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    c.push_back((exe.parent_path().parent_path() / "kernels" / GT_CUDA_MODULE_NAME).string());
+    c.push_back((exe.parent_path() / GT_CUDA_MODULE_NAME).string());
+  }
+  return c;
+}
+
+const CudaModule& cuda_module() {
+  static const CudaModule m = [] {
+    CudaModule r;
+    std::string tried;
+    // Without an NVIDIA device node there is nothing to find, and loading the module would map
+    // cuBLAS for nothing (a "--backend auto" peer on a machine without a GPU).
+    std::error_code ec;
+    if (!std::getenv("GOSSIPTRAIN_CUDA_MODULE") && !std::filesystem::exists("/dev/nvidiactl", ec) &&
+        !std::filesystem::exists("/dev/dxg", ec)) {
+      r.error = "no NVIDIA device node (/dev/nvidiactl)";
+      return r;
+    }
+    for (const auto& path : module_candidates()) {
+      if (::access(path.c_str(), R_OK) != 0) {
+        tried += "; " + path + ": not found";
+        continue;
+      }
+      void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!h) {
+        const char* e = ::dlerror();
+        tried += "; " + path + ": " + (e ? e : "dlopen failed");
+        continue;
+      }
+      r.device_count = reinterpret_cast<decltype(r.device_count)>(::dlsym(h, "gt_cuda_device_count"));
+      r.make = reinterpret_cast<decltype(r.make)>(::dlsym(h, "gt_cuda_make_backend"));
+      if (r.device_count && r.make) {
+        spdlog::debug("CUDA backend module loaded from {}", path);
+        return r;
+      }
+      tried += "; " + path + ": entry points missing";
+      r.device_count = nullptr;
+      r.make = nullptr;
+    }
+    r.error = "the CUDA backend module (" + std::string(GT_CUDA_MODULE_NAME) +
+              ") could not be loaded (" + tried.substr(2) + "; GOSSIPTRAIN_CUDA_MODULE names it)";
+    return r;
+  }();
+  return m;
+}
+
+int cuda_device_count() noexcept {
+  try {
+    const CudaModule& m = cuda_module();
+    return m.device_count ? m.device_count() : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  const CudaModule& m = cuda_module();
+  if (!m.make) throw BackendError(m.error);
+  char err[512] = {0};
+  std::unique_ptr<Backend> be(m.make(device, err, sizeof err));
+  if (!be) throw BackendError(err[0] ? err : "the CUDA backend could not be created");
+  return be;
+}
+
+}  // namespace
+#endif
+
 int cuda_devices() {
 #if defined(GT_HAVE_CUDA)
   return cuda_device_count();
@@ -74,7 +168,11 @@ std::unique_ptr<Backend> make_backend(std::string_view name, int device) {
   if (name == "cuda") {
 #if defined(GT_HAVE_CUDA)
     const int n = cuda_device_count();
-    if (n <= 0) throw BackendError("backend 'cuda' requested but no CUDA device is visible");
+    if (n <= 0) {
+      const std::string& why = cuda_module().error;
+      throw BackendError("backend 'cuda' requested but no CUDA device is visible" +
+                         (why.empty() ? std::string() : " (" + why + ")"));
+    }
     if (device >= n)
       throw BackendError("CUDA device " + std::to_string(device) + " requested but " +
                          std::to_string(n) + " device" + (n == 1 ? " is" : "s are") +

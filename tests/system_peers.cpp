@@ -207,6 +207,45 @@ TEST_CASE("a peer run with --net-nice 7 has its network thread 7 nice levels bel
   CHECK(p.exit_code() == 130);
 }
 
+TEST_CASE("a --backend cpu peer maps no CUDA library, whatever the build", "[system][gossip]") {
+  gt_test::TempDir dir("gt-peer-nocuda");
+  const int port = gt_test::free_port();
+  Process p({gt_test::peer_bin(), "--data", "synthetic", "--backend", "cpu", "--model",
+             "mlp:784-32-10", "--epochs", "1000", "--listen", "127.0.0.1:" + std::to_string(port),
+             "--identity", dir / "id.key", "--metrics", dir / "metrics.jsonl"},
+            dir / "log.txt");
+  INFO("peer log:\n" << gt_test::read_file(dir / "log.txt"));
+  REQUIRE(gt_test::eventually(30s, [&] { return gt_test::port_open(port); }));
+  // Training has started once the port is open: every library the peer will map is mapped.
+  const std::string maps = gt_test::read_file("/proc/" + std::to_string(p.pid()) + "/maps");
+  REQUIRE(maps.find("gossip-peer") != std::string::npos);  // the file was read
+  CHECK(maps.find("libcublas") == std::string::npos);
+  CHECK(maps.find("libcudart") == std::string::npos);
+  CHECK(maps.find("libgt_kernels_cuda") == std::string::npos);
+  p.signal(SIGTERM);
+  REQUIRE(p.wait_for(60s));
+}
+
+TEST_CASE("a peer asked for the CUDA backend whose module cannot be loaded exits 2 with the reason",
+          "[system][gossip]") {
+  gt_test::TempDir dir("gt-peer-badmodule");
+  ::setenv("GOSSIPTRAIN_CUDA_MODULE", (dir / "missing.so").c_str(), 1);
+  Process p({gt_test::peer_bin(), "--data", "synthetic", "--backend", "cuda", "--model",
+             "mlp:784-32-10", "--epochs", "1", "--listen", "127.0.0.1:" + std::to_string(gt_test::free_port()), "--identity",
+             dir / "id.key"},
+            dir / "log.txt");
+  ::unsetenv("GOSSIPTRAIN_CUDA_MODULE");
+  REQUIRE(p.wait_for(60s));
+  const std::string log = gt_test::read_file(dir / "log.txt");
+  INFO("peer log:\n" << log);
+  CHECK(p.exit_code() == 2);
+#if defined(GT_HAVE_CUDA)
+  CHECK(log.find("missing.so: not found") != std::string::npos);
+#else
+  CHECK(log.find("no CUDA support") != std::string::npos);
+#endif
+}
+
 TEST_CASE("a peer killed with SIGKILL is declared dead, the rest go on, and it rejoins from its "
           "checkpoint", "[system][fault]") {
   auto flags = kTrainFlags;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "kernels/cuda/common.cuh"
@@ -11,19 +12,6 @@
 #include "kernels/cuda/launchers.cuh"
 
 namespace gossiptrain::kernels {
-
-int cuda_device_count() noexcept {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the error so later calls do not trip over it
-    return 0;
-  }
-  return n;
-}
-
-std::unique_ptr<Backend> make_cuda_backend(int device) {
-  return std::make_unique<cuda::CudaBackend>(device);
-}
 
 namespace cuda {
 
@@ -298,3 +286,26 @@ void CudaBackend::decode(Wire w, const void* in, std::size_t n, float* x) {
 
 }  // namespace cuda
 }  // namespace gossiptrain::kernels
+
+extern "C" int gt_cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the error so later calls do not trip over it
+    return 0;
+  }
+  return n;
+}
+
+extern "C" gossiptrain::kernels::Backend* gt_cuda_make_backend(int device, char* err,
+                                                                std::size_t err_len) {
+  // Exceptions do not cross the module boundary: the caller rethrows the reason as its own
+  // BackendError.
+  try {
+    return new gossiptrain::kernels::cuda::CudaBackend(device);
+  } catch (const std::exception& e) {
+    std::snprintf(err, err_len, "%s", e.what());
+  } catch (...) {
+    std::snprintf(err, err_len, "unknown error creating the CUDA backend");
+  }
+  return nullptr;
+}
