@@ -102,12 +102,9 @@ TEST_CASE("a peer keeps its own shard of the training set in memory and nothing 
     // and labels (capacity, not just size), far below the 188 MB of the whole set.
     CHECK(data["shard_bytes"] == idx.size() * (784 * 4 + 4));
     CHECK(data["test_bytes"] == all.test.size() * (784 * 4 + 4));
-    // The whole process, after loading: the test set (31 MB), the shard and the program (a
-    // build with CUDA also maps cuBLAS, about 150 MB resident whatever the backend).
-#ifdef GT_HAVE_CUDA
-    CHECK(data["rss_mb"].get<double>() < 270.0);
-#else
+    // The whole process, after loading: the test set (31 MB), the shard and the program. A
+    // build with CUDA loads the CUDA module only for a CUDA backend, so this bound holds in
+    // every build (52 MB measured for a 1/16 peer of a CUDA build; 221 MB when cuBLAS was linked).
     CHECK(data["rss_mb"].get<double>() < 120.0);
-#endif
   }
 }
