@@ -101,14 +101,28 @@ TEST_CASE("robust bound: a partner far every time is refused, an honest one far 
   CHECK(b.judge("bad", 3.0, own, now).why.empty());
 }
 
+// A bound with suspect_clip, past its warm-up (B from 32 norms of 1 over 4 partners).
+struct WarmClipBound {
+  static RobustConfig config() {
+    RobustConfig rc = robust_defaults();
+    rc.suspect_clip = true;
+    return rc;
+  }
+  RobustBound b{config()};
+  Millis now{0};
+  double base = 0;
+  WarmClipBound() {
+    warm(b, 32, 1.0, 4, now);
+    base = *b.baseline();
+  }
+};
+
 TEST_CASE("robust bound: with suspect_clip a persistent partner is clipped to B, not refused",
           "[gossip]") {
-  RobustConfig rc = robust_defaults();
-  rc.suspect_clip = true;
-  RobustBound b(rc);
-  Millis now{0};
-  warm(b, 32, 1.0, 4, now);
-  const double base = *b.baseline();
+  WarmClipBound w;
+  RobustBound& b = w.b;
+  Millis& now = w.now;
+  const double base = w.base;
   auto own = [] { return 30.0; };
   std::vector<bool> suspect;
   std::vector<double> taus;
@@ -130,16 +144,12 @@ TEST_CASE("robust bound: with suspect_clip a persistent partner is clipped to B,
 
 TEST_CASE("robust bound: a suspect partner that comes closer leaves suspicion and its streak ends",
           "[gossip]") {
-  RobustConfig rc = robust_defaults();
-  rc.suspect_clip = true;
-  RobustBound b(rc);
-  Millis now{0};
-  warm(b, 32, 1.0, 4, now);
-  const double base = *b.baseline();
+  WarmClipBound w;
+  const double base = w.base;
   auto own = [] { return 30.0; };
   auto step = [&](double norm) {
-    const auto j = b.judge("p", norm, own, now);
-    now += Millis(100);
+    const auto j = w.b.judge("p", norm, own, w.now);
+    w.now += Millis(100);
     return j;
   };
   for (int k = 0; k < 4; ++k) step(3.0);
