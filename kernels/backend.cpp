@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <mutex>
 #include <vector>
 
 #include "kernels/cuda/cuda_factory.hpp"
@@ -76,12 +75,12 @@ struct CudaModule {
   std::string error;  // why it could not be loaded; empty when it was
 };
 
-// Where the module may be: $GOSSIPTRAIN_CUDA_MODULE, where this build put it, and beside the
-// program's own folder (build/apps/X -> build/kernels/), for a build tree that was moved.
+// Where the module may be: $GOSSIPTRAIN_CUDA_MODULE alone when it is set; else where this build
+// put it, and beside the program's own folder (build/apps/X -> build/kernels/), for a build tree
+// that was moved.
 std::vector<std::string> module_candidates() {
-  std::vector<std::string> c;
   if (const char* env = std::getenv("GOSSIPTRAIN_CUDA_MODULE"); env && *env) return {env};
-  c.emplace_back(GT_CUDA_MODULE_PATH);
+  std::vector<std::string> c{GT_CUDA_MODULE_PATH};
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {

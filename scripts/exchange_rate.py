@@ -10,22 +10,9 @@ successful exchanges (both roles) and the median duration of its exchanges with 
 the share of the others' training time they spent in exchanges with excluded peers (the `ms` of
 their exchange lines with them, ok or failed, over the sum of their training times).
 """
-import argparse, glob, json, os, statistics, sys
+import argparse, statistics, sys
 
-
-def load(run):
-    peers = {}
-    for f in sorted(glob.glob(os.path.join(run, "peer*", "metrics.jsonl"))):
-        idx = int(os.path.basename(os.path.dirname(f))[4:])
-        rows = []
-        with open(f) as fh:
-            for line in fh:
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    pass  # a line cut by a kill
-        peers[idx] = rows
-    return peers
+from run_metrics import peer_ids, peer_metrics
 
 
 def main():
@@ -33,16 +20,11 @@ def main():
     ap.add_argument("run")
     ap.add_argument("--exclude", type=int, nargs="*", default=[])
     a = ap.parse_args()
-    peers = load(a.run)
+    peers = peer_metrics(a.run)
     if not peers:
         print(f"no peer*/metrics.jsonl under {a.run}", file=sys.stderr)
         return 2
-    ids = {}
-    for i, rows in peers.items():
-        for r in rows:
-            if r.get("peer", "local") != "local":  # the "data" line comes before the id is known
-                ids[r["peer"]] = i
-                break
+    ids = peer_ids(peers)
     excl = set(a.exclude)
     total = 0.0
     for i, rows in sorted(peers.items()):

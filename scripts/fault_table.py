@@ -10,31 +10,15 @@ clipped exchange sides, all read from summary.json and the peers' metrics.jsonl.
 peers" counts the bans an honest peer made of another honest peer (false bans); a diverging bad
 peer (--lr 8) runs the honest code and bans the others too, which is counted in the total only.
 """
-import argparse, glob, json, os, sys
+import argparse, json, os, sys
 
-
-def rows_of(path):
-    out = []
-    with open(path) as fh:
-        for line in fh:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
+from run_metrics import peer_ids, peer_metrics
 
 
 def row(run, bad):
     s = json.load(open(os.path.join(run, "summary.json")))
-    metrics = {}
-    for f in glob.glob(os.path.join(run, "peer*", "metrics.jsonl")):
-        metrics[int(os.path.basename(os.path.dirname(f))[4:])] = rows_of(f)
-    ids = {}
-    for i, rs in metrics.items():
-        for r in rs:
-            if r.get("peer", "local") != "local":  # the "data" line comes before the id is known
-                ids[r["peer"]] = i
-                break
+    metrics = peer_metrics(run)
+    ids = peer_ids(metrics)
     acc = {p["peer"]: p["final_test_acc"] for p in s["peers"]}
     honest = [a for i, a in acc.items() if i not in bad and a is not None]
     bad_acc = [acc.get(i) for i in bad]

@@ -10,8 +10,9 @@ Needs matplotlib (Debian: python3-matplotlib, used through /usr/bin/python3).
 """
 import json
 import os
-import re
 import sys
+
+from run_metrics import peer_dirs, read_jsonl
 
 try:
     import matplotlib
@@ -21,35 +22,6 @@ try:
 except ImportError as e:
     sys.exit(f"plot_run.py: {e} in {sys.executable}: sudo apt-get install python3-matplotlib "
              "(and run this with /usr/bin/python3)")
-
-
-def read_jsonl(path):
-    """Complete JSON lines of a file; a partial or broken line (a peer killed mid-write) is skipped."""
-    out = []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(obj, dict):
-                    out.append(obj)
-    except FileNotFoundError:
-        pass
-    return out
-
-
-def peer_dirs(run_dir):
-    found = []
-    for name in os.listdir(run_dir):
-        m = re.fullmatch(r"peer(\d+)", name)
-        if m and os.path.isdir(os.path.join(run_dir, name)):
-            found.append((int(m.group(1)), os.path.join(run_dir, name)))
-    return sorted(found)
 
 
 def empty_note(ax, text):

@@ -26,7 +26,6 @@ std::vector<float> rv(std::size_t n, std::uint64_t seed) {
   return v;
 }
 
-
 }  // namespace
 
 TEST_CASE("cpu qgm step matches its definition", "[core][qgm]") {
