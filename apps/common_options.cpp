@@ -188,8 +188,8 @@ const std::vector<Option>& options() {
        }},
       {"suspect-action", "refuse|clip",
        "what happens to a partner far persistently (--suspect-mult): refused, counting towards "
-       "a ban, or clipped to a third of tau and mixed (default clip: refuse also bans honest peers "
-       "that restart far behind, see README)",
+       "a ban, or clipped to a third of tau (less with each further such exchange: --suspect-decay) "
+       "and mixed (default clip: refuse also bans honest peers that restart far behind, see README)",
        [](PeerConfig& c, const std::string& v) {
          c.suspect_action = one_of("suspect-action", v, {"refuse", "clip"});
        }},
