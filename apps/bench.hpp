@@ -4,10 +4,15 @@
 // "gossip-bench") and returns the process exit code (2 for bad arguments).
 #pragma once
 
+#include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "apps/option_table.hpp"
 
 namespace gossiptrain::apps {
 
@@ -29,6 +34,37 @@ struct BenchRegistrar {
     bench_registry()[name] = BenchSubject{summary, std::move(fn)};
   }
 };
+
+// The median of the figures of a subject's rounds (the upper one of an even count); 0 for none.
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// A subject's option table: its rows, then --json, which sets Config::json.
+template <class Config>
+OptionTable<Config> bench_table(const std::string& json_help, std::vector<Option<Config>> rows) {
+  rows.push_back(Options<Config>::flag("json", json_help, &Config::json));
+  return OptionTable<Config>(std::move(rows));
+}
+
+// Parses a subject's arguments with its option table. Returns the exit code when the subject
+// stops there: 0 after --help (the usage on stdout), 2 after a bad flag or value (the message on
+// stderr); nullopt when it runs. `about` follows the usage line in --help.
+template <class Config>
+std::optional<int> parse_bench_args(const std::string& subject, const OptionTable<Config>& table,
+                                    const Args& args, Config& c, const std::string& about) {
+  try {
+    if (table.parse(args, c)) return std::nullopt;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "gossip-bench %s: %s\n", subject.c_str(), e.what());
+    return 2;
+  }
+  std::printf("usage: gossip-bench %s [options] [--json]\n%s\n%s", subject.c_str(), about.c_str(),
+              table.help(26).c_str());
+  return 0;
+}
 
 #define GT_BENCH_SUBJECT(name, summary, fn) \
   static ::gossiptrain::apps::BenchRegistrar gt_bench_registrar_##fn(name, summary, fn)

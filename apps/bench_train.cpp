@@ -15,7 +15,7 @@
 #include "apps/bench.hpp"
 #include "apps/common_options.hpp"
 #include "core/model.hpp"
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 #include "kernels/backend.hpp"
 
 namespace gossiptrain::apps {
@@ -23,186 +23,222 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+struct TrainBenchOptions {
+  std::string backend = "auto", model = "mlp:784-256-256-10";
+  std::string precision = "fp32", data = "resident";
+  int batch = 128, steps = 100, rounds = 7, loss_every = 50, device = 0;
+  bool json = false;
+};
+
+const OptionTable<TrainBenchOptions>& train_options() {
+  using O = Options<TrainBenchOptions>;
+  using T = TrainBenchOptions;
+  static const auto table = bench_table<TrainBenchOptions>(
+      "one line of JSON (default: indented)",
+      {
+          O::text("backend", "auto|cpu|cuda", "compute backend (default auto)", &T::backend),
+          O::number("device", "N", "CUDA device (default 0)", &T::device, 0, 1023),
+          O::text("model", "SPEC", "the model (default mlp:784-256-256-10)", &T::model),
+          O::number("batch", "B", "minibatch size (default 128)", &T::batch, 1, 1 << 20),
+          O::text("precision", "fp32|tf32|bf16", "arithmetic of the matrix products (default fp32)",
+                  &T::precision),
+          O::choice(
+              "data", {"resident", "upload"},
+              "resident (default): the training loop's step, data on the device, loss read every "
+              "K steps; upload: batch uploaded and loss read each step",
+              &T::data),
+          O::number("loss-every", "K",
+                    "with resident data: read the loss every K steps (default 50)", &T::loss_every,
+                    1, 1000000),
+          O::number("steps", "N", "steps per round (default 100)", &T::steps, 1, 1000000),
+          O::number("rounds", "R", "rounds (default 7)", &T::rounds, 1, 1000),
+      });
+  return table;
+}
+
+constexpr const char* kAbout =
+    "Times R rounds of N training steps and of N passes of the same matrix products\n"
+    "(in the same precision) alone, the floor, interleaved; reports medians and the\n"
+    "ratio step/floor. resident (default): the training loop's step, data on the device,\n"
+    "loss read every K steps (default 50); upload: batch uploaded and loss read each step.\n"
+    "For a cnn model the floor is its convolutions' gemms on im2col rows (chunked as\n"
+    "the model chunks them) and its dense layers' gemms; im2col, pooling, bias and\n"
+    "activations are what the step adds.\n";
+
+// One chunk's gemm of the floor: out[rows, out] = A[rows, in] * W[out, in]^T.
+struct Gemm {
+  int rows, out, in;
+  int chunks;     // chunks of this shape per step
+  int tail_rows;  // rows of the last chunk (== rows when it is full)
+  std::size_t w_offset;
+  bool first;
+};
+
+// The model's step and its floor on one backend, with their data.
+class StepBench {
+ public:
+  StepBench(kernels::Backend& be, const TrainBenchOptions& o)
+      : be_(be), o_(o), m_(be, o.model, o.batch) {
+    m_.init(1);
+    make_data();
+    plan_floor();
+  }
+
+  void train_step() {
+    const int batch = o_.batch, F = m_.input_dim();
+    const std::size_t lo = std::size_t(step_ % (rows_ / batch)) * batch;
+    if (o_.data == "upload") {
+      be_.upload(x_.data(), xh_.data() + lo * F, std::size_t(batch) * F * sizeof(float));
+      be_.upload(y_.data(), yh_.data() + lo, std::size_t(batch) * sizeof(std::int32_t));
+      loss_read_ = m_.forward_backward(x_.data(), y_.data(), batch);  // waits for the loss
+    } else {
+      be_.gather_batch(xs_.data(), ys_.data(), idx_.data() + lo, batch, F, x_.data(), y_.data());
+      m_.forward_backward_acc(x_.data(), y_.data(), batch, loss_acc_.data());
+      if ((step_ + 1) % o_.loss_every == 0)
+        be_.download(&loss_read_, loss_acc_.data(), sizeof(double));
+    }
+    be_.sgd_momentum(m_.params(), m_.grads(), vel_.data(), m_.num_params(), 1e-4f, 0.9f, 0.0f);
+    ++step_;
+  }
+
+  // The same gemm shapes as forward + backward, chunked as the model chunks its convolutions.
+  void floor_step() {
+    for (const auto& g : gemms_)
+      for (int c = 0; c < g.chunks; ++c) {
+        const int rows = c + 1 == g.chunks ? g.tail_rows : g.rows;
+        be_.gemm(false, true, rows, g.out, g.in, 1.f, fa_.data(), m_.params() + g.w_offset, 0.f,
+                 fo_.data());
+      }
+    for (std::size_t i = gemms_.size(); i-- > 0;) {
+      const auto& g = gemms_[i];
+      for (int c = 0; c < g.chunks; ++c) {
+        const int rows = c + 1 == g.chunks ? g.tail_rows : g.rows;
+        be_.gemm(true, false, g.out, g.in, rows, 1.f, fo_.data(), fa_.data(), c ? 1.f : 0.f,
+                 dw_.data() + g.w_offset);
+        if (!g.first)
+          be_.gemm(false, false, rows, g.in, g.out, 1.f, fo_.data(), m_.params() + g.w_offset, 0.f,
+                   fa_.data());
+      }
+    }
+  }
+
+  // Milliseconds per call of fn over --steps calls.
+  template <class Fn>
+  double time_ms(Fn&& fn) {
+    be_.synchronize();
+    const auto t0 = Clock::now();
+    for (int s = 0; s < o_.steps; ++s) fn();
+    be_.synchronize();
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / o_.steps;
+  }
+
+  std::size_t num_params() const { return m_.num_params(); }
+  double last_loss() const { return loss_read_; }
+
+ private:
+  // A dataset of 8 batches (at least 8,192 rows), resident as the trainer keeps its shard, and a
+  // shuffled order over it; the upload mode copies each batch from host memory instead.
+  void make_data() {
+    const int batch = o_.batch, F = m_.input_dim(), C = m_.num_classes();
+    rows_ = std::max(8 * batch, 8192);
+    xh_.resize(std::size_t(rows_) * F);
+    yh_.resize(rows_);
+    std::vector<std::int32_t> order(rows_);
+    base::SplitMix64 r(1);
+    for (auto& v : xh_) v = float(r.uniform());
+    for (auto& v : yh_) v = std::int32_t(r.below(C));
+    for (int i = 0; i < rows_; ++i) order[i] = i;
+    for (int i = rows_; i > 1; --i) std::swap(order[i - 1], order[r.below(i)]);
+    xs_ = kernels::DeviceBuffer<float>(be_, xh_.size());
+    x_ = kernels::DeviceBuffer<float>(be_, std::size_t(batch) * F);
+    vel_ = kernels::DeviceBuffer<float>(be_, m_.num_params());
+    ys_ = kernels::DeviceBuffer<std::int32_t>(be_, rows_);
+    y_ = kernels::DeviceBuffer<std::int32_t>(be_, batch);
+    idx_ = kernels::DeviceBuffer<std::int32_t>(be_, rows_);
+    loss_acc_ = kernels::DeviceBuffer<double>(be_, 1);
+    be_.upload(xs_.data(), xh_.data(), xh_.size() * sizeof(float));
+    be_.upload(ys_.data(), yh_.data(), yh_.size() * sizeof(std::int32_t));
+    be_.upload(idx_.data(), order.data(), order.size() * sizeof(std::int32_t));
+  }
+
+  // Scratch for the floor: the gemm shapes of every layer with parameters, chunked as the model
+  // chunks its convolutions (their im2col rows). Pooling, im2col and the rest are left out.
+  void plan_floor() {
+    const int batch = o_.batch;
+    std::size_t a_max = 0, o_max = 0;
+    for (const auto& l : m_.layers()) {
+      if (!l.has_params()) continue;
+      const int per = l.positions();
+      const int chunk = l.kind == core::LayerKind::Conv ? m_.conv_chunk(l, batch) : batch;
+      const int chunks = (batch + chunk - 1) / chunk;
+      gemms_.push_back({chunk * per, l.out, l.in, chunks, (batch - (chunks - 1) * chunk) * per,
+                        l.w_offset, gemms_.empty()});
+      a_max = std::max(a_max, std::size_t(chunk) * per * l.in);
+      o_max = std::max(o_max, std::size_t(chunk) * per * l.out);
+    }
+    fa_ = kernels::DeviceBuffer<float>(be_, a_max);
+    fo_ = kernels::DeviceBuffer<float>(be_, o_max);
+    dw_ = kernels::DeviceBuffer<float>(be_, m_.num_params());
+  }
+
+  kernels::Backend& be_;
+  const TrainBenchOptions& o_;
+  core::Mlp m_;
+  int rows_ = 0;
+  std::vector<float> xh_;
+  std::vector<std::int32_t> yh_;
+  kernels::DeviceBuffer<float> xs_, x_, vel_, fa_, fo_, dw_;
+  kernels::DeviceBuffer<std::int32_t> ys_, y_, idx_;
+  kernels::DeviceBuffer<double> loss_acc_;
+  std::vector<Gemm> gemms_;
+  std::int64_t step_ = 0;
+  double loss_read_ = 0.0;
+};
+
+nlohmann::json report(const kernels::Backend& be, const TrainBenchOptions& o,
+                      const StepBench& bench, double s, double f) {
+  return {{"subject", "train"},
+          {"backend", be.name()},
+          {"device", be.device()},
+          {"precision", kernels::precision_name(be.precision())},
+          {"data", o.data},
+          {"loss_read_every", o.data == "upload" ? 1 : o.loss_every},
+          {"model", o.model},
+          {"params", bench.num_params()},
+          {"batch", o.batch},
+          {"steps_per_round", o.steps},
+          {"rounds", o.rounds},
+          {"step_ms", s},
+          {"samples_per_s", o.batch / (s / 1000.0)},
+          {"floor_gemm_ms", f},
+          {"ratio_step_over_floor", s / f},
+          {"last_loss", bench.last_loss()}};
 }
 
 int run(const Args& args) {
-  std::string backend_name = "auto", model = "mlp:784-256-256-10";
-  std::string precision_name = "fp32", data = "resident";
-  int batch = 128, steps = 100, rounds = 7, loss_every = 50, device = 0;
-  bool json = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
-      return args[++i];
-    };
-    try {
-      if (a == "--backend") backend_name = next();
-      else if (a == "--model") model = next();
-      else if (a == "--batch") batch = int(to_int(a.substr(2), next(), 1, 1 << 20));
-      else if (a == "--steps") steps = int(to_int(a.substr(2), next(), 1, 1000000));
-      else if (a == "--rounds") rounds = int(to_int(a.substr(2), next(), 1, 1000));
-      else if (a == "--precision") precision_name = next();
-      else if (a == "--data") data = next();
-      else if (a == "--loss-every") loss_every = int(to_int(a.substr(2), next(), 1, 1000000));
-      else if (a == "--device") device = int(to_int(a.substr(2), next(), 0, 1023));
-      else if (a == "--json") json = true;
-      else if (a == "--help" || a == "-h") {
-        std::printf(
-            "usage: gossip-bench train [--backend auto|cpu|cuda] [--device N] [--model SPEC]\n"
-            "                          [--batch B] [--precision fp32|tf32|bf16]\n"
-            "                          [--data resident|upload] [--loss-every K]\n"
-            "                          [--steps N] [--rounds R] [--json]\n"
-            "Times R rounds of N training steps and of N passes of the same matrix products\n"
-            "(in the same precision) alone, the floor, interleaved; reports medians and the\n"
-            "ratio step/floor. resident (default): the training loop's step, data on the device,\n"
-            "loss read every K steps (default 50); upload: batch uploaded and loss read each step.\n"
-            "For a cnn model the floor is its convolutions' gemms on im2col rows (chunked as\n"
-            "the model chunks them) and its dense layers' gemms; im2col, pooling, bias and\n"
-            "activations are what the step adds.\n");
-        return 0;
-      } else {
-        std::fprintf(stderr, "gossip-bench train: unknown option '%s'\n", a.c_str());
-        return 2;
-      }
-    } catch (const std::exception& e) {  // a missing value, or UsageError naming the range
-      std::fprintf(stderr, "gossip-bench train: %s\n", e.what());
-      return 2;
-    }
-  }
-  if (batch < 1 || steps < 1 || rounds < 1) {
-    std::fprintf(stderr, "gossip-bench train: --batch, --steps and --rounds must be >= 1\n");
-    return 2;
-  }
-  if (data != "resident" && data != "upload") {
-    std::fprintf(stderr, "gossip-bench train: --data must be resident or upload\n");
-    return 2;
-  }
+  TrainBenchOptions o;
+  if (auto rc = parse_bench_args("train", train_options(), args, o, kAbout)) return *rc;
   std::unique_ptr<kernels::Backend> be;
   try {
-    const kernels::Precision precision = kernels::parse_precision(precision_name);
-    be = kernels::make_backend(backend_name, device);
+    const kernels::Precision precision = kernels::parse_precision(o.precision);
+    be = kernels::make_backend(o.backend, o.device);
     be->set_precision(precision);
   } catch (const std::exception& e) {  // unknown names, no device, cpu with tf32/bf16
     std::fprintf(stderr, "gossip-bench train: %s\n", e.what());
     return 2;
   }
-  core::Mlp m(*be, model, batch);
-  m.init(1);
-  const int F = m.input_dim(), C = m.num_classes();
-  // A dataset of 8 batches (at least 8,192 rows), resident as the trainer keeps its shard, and a
-  // shuffled order over it; the upload mode copies each batch from host memory instead.
-  const int rows = std::max(8 * batch, 8192);
-  std::vector<float> xh(std::size_t(rows) * F);
-  std::vector<std::int32_t> yh(rows), order(rows);
-  core::SplitMix64 r(1);
-  for (auto& v : xh) v = float(r.uniform());
-  for (auto& v : yh) v = std::int32_t(r.below(C));
-  for (int i = 0; i < rows; ++i) order[i] = i;
-  for (int i = rows; i > 1; --i) std::swap(order[i - 1], order[r.below(i)]);
-  kernels::DeviceBuffer<float> xs(*be, xh.size()), x(*be, std::size_t(batch) * F),
-      vel(*be, m.num_params());
-  kernels::DeviceBuffer<std::int32_t> ys(*be, rows), y(*be, batch), idx(*be, rows);
-  kernels::DeviceBuffer<double> loss_acc(*be, 1);
-  be->upload(xs.data(), xh.data(), xh.size() * sizeof(float));
-  be->upload(ys.data(), yh.data(), yh.size() * sizeof(std::int32_t));
-  be->upload(idx.data(), order.data(), order.size() * sizeof(std::int32_t));
-  // Scratch for the floor: the same gemm shapes as forward + backward, chunked as the model
-  // chunks its convolutions (their im2col rows). Pooling, im2col and the rest are left out.
-  struct Gemm {
-    int rows, out, in;  // one chunk: out[rows, out] = A[rows, in] * W[out, in]^T
-    int chunks;         // chunks of this shape per step
-    int tail_rows;      // rows of the last chunk (== rows when it is full)
-    std::size_t w_offset;
-    bool first;
-  };
-  std::vector<Gemm> gemms;
-  std::size_t a_max = 0, o_max = 0;
-  for (const auto& l : m.layers()) {
-    if (!l.has_params()) continue;
-    const int per = l.positions();
-    const int chunk = l.kind == core::LayerKind::Conv ? m.conv_chunk(l, batch) : batch;
-    const int chunks = (batch + chunk - 1) / chunk;
-    gemms.push_back({chunk * per, l.out, l.in, chunks, (batch - (chunks - 1) * chunk) * per,
-                     l.w_offset, gemms.empty()});
-    a_max = std::max(a_max, std::size_t(chunk) * per * l.in);
-    o_max = std::max(o_max, std::size_t(chunk) * per * l.out);
-  }
-  kernels::DeviceBuffer<float> fa(*be, a_max), fo(*be, o_max), dw(*be, m.num_params());
-
-  std::int64_t step = 0;
-  double loss_read = 0.0;
-  auto train_step = [&] {
-    const std::size_t lo = std::size_t(step % (rows / batch)) * batch;
-    if (data == "upload") {
-      be->upload(x.data(), xh.data() + lo * F, std::size_t(batch) * F * sizeof(float));
-      be->upload(y.data(), yh.data() + lo, std::size_t(batch) * sizeof(std::int32_t));
-      loss_read = m.forward_backward(x.data(), y.data(), batch);  // waits for the loss
-    } else {
-      be->gather_batch(xs.data(), ys.data(), idx.data() + lo, batch, F, x.data(), y.data());
-      m.forward_backward_acc(x.data(), y.data(), batch, loss_acc.data());
-      if ((step + 1) % loss_every == 0) be->download(&loss_read, loss_acc.data(), sizeof(double));
-    }
-    be->sgd_momentum(m.params(), m.grads(), vel.data(), m.num_params(), 1e-4f, 0.9f, 0.0f);
-    ++step;
-  };
-  auto floor_step = [&] {
-    for (const auto& g : gemms)
-      for (int c = 0; c < g.chunks; ++c) {
-        const int rows = c + 1 == g.chunks ? g.tail_rows : g.rows;
-        be->gemm(false, true, rows, g.out, g.in, 1.f, fa.data(), m.params() + g.w_offset, 0.f,
-                 fo.data());
-      }
-    for (std::size_t i = gemms.size(); i-- > 0;) {
-      const auto& g = gemms[i];
-      for (int c = 0; c < g.chunks; ++c) {
-        const int rows = c + 1 == g.chunks ? g.tail_rows : g.rows;
-        be->gemm(true, false, g.out, g.in, rows, 1.f, fo.data(), fa.data(), c ? 1.f : 0.f,
-                 dw.data() + g.w_offset);
-        if (!g.first)
-          be->gemm(false, false, rows, g.in, g.out, 1.f, fo.data(), m.params() + g.w_offset, 0.f,
-                   fa.data());
-      }
-    }
-  };
-  auto time_ms = [&](auto&& fn) {
-    be->synchronize();
-    const auto t0 = Clock::now();
-    for (int s = 0; s < steps; ++s) fn();
-    be->synchronize();
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
-  };
+  StepBench bench(*be, o);
   for (int w = 0; w < 10; ++w) {  // warm-up: caches, BLAS threads, cuBLAS heuristics
-    train_step();
-    floor_step();
+    bench.train_step();
+    bench.floor_step();
   }
   std::vector<double> step_ms, floor_ms;
-  for (int k = 0; k < rounds; ++k) {
-    step_ms.push_back(time_ms(train_step));
-    floor_ms.push_back(time_ms(floor_step));
+  for (int k = 0; k < o.rounds; ++k) {
+    step_ms.push_back(bench.time_ms([&] { bench.train_step(); }));
+    floor_ms.push_back(bench.time_ms([&] { bench.floor_step(); }));
   }
-  const double s = median(step_ms), f = median(floor_ms);
-  nlohmann::json j = {{"subject", "train"},
-                      {"backend", be->name()},
-                      {"device", be->device()},
-                      {"precision", kernels::precision_name(be->precision())},
-                      {"data", data},
-                      {"loss_read_every", data == "upload" ? 1 : loss_every},
-                      {"model", model},
-                      {"params", m.num_params()},
-                      {"batch", batch},
-                      {"steps_per_round", steps},
-                      {"rounds", rounds},
-                      {"step_ms", s},
-                      {"samples_per_s", batch / (s / 1000.0)},
-                      {"floor_gemm_ms", f},
-                      {"ratio_step_over_floor", s / f},
-                      {"last_loss", loss_read}};
-  if (json) std::printf("%s\n", j.dump().c_str());
-  else std::printf("%s\n", j.dump(2).c_str());
+  const nlohmann::json j = report(*be, o, bench, median(step_ms), median(floor_ms));
+  std::printf("%s\n", o.json ? j.dump().c_str() : j.dump(2).c_str());
   return 0;
 }
 

@@ -24,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "apps/bench.hpp"
+#include "core/base/bytes.hpp"
 #include "apps/common_options.hpp"
 #include "net/crypto.hpp"
 #include "net/frame.hpp"
@@ -37,7 +38,7 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 namespace crypto = net::crypto;
 
-struct Options {
+struct TransportBenchOptions {
   std::size_t size_mb = 256;
   int runs = 3;
   int handshakes = 50;
@@ -45,25 +46,44 @@ struct Options {
   net::AeadPreference aead = net::AeadPreference::kAuto;
   unsigned crypto_threads = net::default_crypto_threads();
   std::size_t crypto_min_kb = net::kParallelMinMessageBytes / 1024;
+  bool json = false;  // the output is one JSON object either way
 };
 
-void usage(std::FILE* f) {
-  std::fprintf(
-      f,
-      "usage: gossip-bench transport [--json] [--size-mb N] [--runs R] [--handshakes H]\n"
-      "                              [--frame-kb K] [--aead auto|aes256gcm|chacha20poly1305]\n"
-      "                              [--crypto-threads N] [--crypto-min-kb K]\n"
-      "  --size-mb N     message size of the throughput figures, MiB (default 256)\n"
-      "  --runs R        runs per throughput figure; the best run is reported (default 3)\n"
-      "  --handshakes H  sequential connects for the handshake figures (default 50)\n"
-      "  --frame-kb K    channel frame size, KiB (default 1024)\n"
-      "  --aead A        AEAD of the channel and of the AEAD reference (default auto)\n"
-      "  --crypto-threads N  threads that seal (sender) and open (receiver) the frames of a\n"
-      "                  large message, each side (0 or 1: the io thread alone; default\n"
-      "                  min(cores - 1, 4), 1 on 2 cores or fewer; here %u)\n"
-      "  --crypto-min-kb K  messages of at least K KiB use the crypto threads (default %zu)\n"
-      "Prints one JSON object; MB/s figures use MB = 10^6 bytes.\n",
-      net::default_crypto_threads(), net::kParallelMinMessageBytes / 1024);
+const OptionTable<TransportBenchOptions>& transport_options() {
+  using T = TransportBenchOptions;
+  using O = Options<T>;
+  static const auto table = bench_table<TransportBenchOptions>(
+      "one JSON object (the output either way)",
+      {
+          O::number("size-mb", "N", "message size of the throughput figures, MiB (default 256)",
+                    &T::size_mb, 1, 4096),
+          O::number("runs", "R", "runs per throughput figure; the best run is reported (default 3)",
+                    &T::runs, 1, 100),
+          O::number("handshakes", "H", "sequential connects for the handshake figures (default 50)",
+                    &T::handshakes, 1, 100000),
+          O::number("frame-kb", "K", "channel frame size, KiB (default 1024)", &T::frame_kb, 1,
+                    net::kMaxFrameCapBytes / 1024),
+          {"aead", "auto|aes256gcm|chacha20poly1305",
+           "AEAD of the channel and of the AEAD reference (default auto)",
+           [](T& o, const std::string& v) {
+             const std::string a = one_of("aead", v, {"auto", "aes256gcm", "chacha20poly1305"});
+             o.aead = a == "auto"        ? net::AeadPreference::kAuto
+                      : a == "aes256gcm" ? net::AeadPreference::kAes256Gcm
+                                         : net::AeadPreference::kChaCha20Poly1305;
+           }},
+          O::number(
+              "crypto-threads", "N",
+              "threads that seal (sender) and open (receiver) the frames of a large message, "
+              "each side (0 or 1: the io thread alone; default min(cores - 1, 4), 1 on 2 cores "
+              "or fewer; here " +
+                  std::to_string(net::default_crypto_threads()) + ")",
+              &T::crypto_threads, 0, net::kMaxCryptoThreads),
+          O::number("crypto-min-kb", "K",
+                    "messages of at least K KiB use the crypto threads (default " +
+                        std::to_string(net::kParallelMinMessageBytes / 1024) + ")",
+                    &T::crypto_min_kb, 0, 8u << 20),
+      });
+  return table;
 }
 
 double seconds_since(Clock::time_point t0) {
@@ -85,11 +105,6 @@ double thread_cpu_s() {
 struct Figure {
   double wall_mbps = 0, cpu_mbps = 0;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 // Plain asio sockets over loopback: one thread writes the buffer, the other reads it into a buffer
 // allocated per run (as the channel's receiver allocates each message).
@@ -188,7 +203,7 @@ double receiver_alone_mbps(const net::Bytes& payload, crypto::Aead aead, std::si
   net::FrameSealer sealer(aead, key, l);
   net::Bytes stream, buf(sealer.max_wire_bytes());
   std::uint8_t start[net::kMessageStartBytes] = {1};
-  for (int i = 0; i < 8; ++i) start[1 + i] = std::uint8_t(std::uint64_t(payload.size()) >> (8 * i));
+  base::put_u64(start + 1, payload.size());
   std::size_t n = sealer.seal(net::FrameType::kMessageStart, start, sizeof start, buf.data());
   stream.insert(stream.end(), buf.begin(), buf.begin() + n);
   for (std::size_t off = 0; off < payload.size(); off += frame) {
@@ -244,7 +259,7 @@ double load_average() {
   return getloadavg(l, 1) == 1 ? l[0] : -1.0;
 }
 
-net::TcpTransportConfig transport_config(const Options& o, std::size_t size) {
+net::TcpTransportConfig transport_config(const TransportBenchOptions& o, std::size_t size) {
   net::TcpTransportConfig c;
   c.identity = std::make_shared<net::Identity>(net::Identity::generate());
   c.model_fingerprint = 1;
@@ -267,146 +282,150 @@ net::ConnectionPtr dial(net::TcpTransport& t, const std::string& addr) {
   return c;
 }
 
-int run_transport(const Args& args) {
-  Options o;
-  auto need = [&](std::size_t& i) -> const std::string& {
-    if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value");
-    return args[++i];
-  };
-  try {
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      const std::string& a = args[i];
-      if (a == "--help" || a == "-h") {
-        usage(stdout);
-        return 0;
-      } else if (a == "--json") {
-      } else if (a == "--size-mb") {
-        o.size_mb = std::size_t(to_int(a.substr(2), need(i), 1, 4096));
-      } else if (a == "--runs") {
-        o.runs = int(to_int(a.substr(2), need(i), 1, 100));
-      } else if (a == "--handshakes") {
-        o.handshakes = int(to_int(a.substr(2), need(i), 1, 100000));
-      } else if (a == "--frame-kb") {
-        o.frame_kb = std::size_t(to_int(a.substr(2), need(i), 1, net::kMaxFrameCapBytes / 1024));
-      } else if (a == "--crypto-threads") {
-        o.crypto_threads = unsigned(to_int(a.substr(2), need(i), 0, net::kMaxCryptoThreads));
-      } else if (a == "--crypto-min-kb") {
-        o.crypto_min_kb = std::size_t(to_int(a.substr(2), need(i), 0, 8u << 20));
-      } else if (a == "--aead") {
-        std::string v = need(i);
-        if (v == "auto") o.aead = net::AeadPreference::kAuto;
-        else if (v == "aes256gcm") o.aead = net::AeadPreference::kAes256Gcm;
-        else if (v == "chacha20poly1305") o.aead = net::AeadPreference::kChaCha20Poly1305;
-        else throw std::invalid_argument("--aead auto|aes256gcm|chacha20poly1305");
-      } else {
-        throw std::invalid_argument("unknown option " + a);
-      }
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gossip-bench transport: %s\n", e.what());
-    usage(stderr);
-    return 2;
-  }
-  // stdout carries only the JSON object.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("bench-transport"));
-  spdlog::set_level(spdlog::level::warn);
-  crypto::init();
-  if (o.aead == net::AeadPreference::kAes256Gcm && !crypto::aes256gcm_available()) {
-    std::fprintf(stderr, "gossip-bench transport: AES-256-GCM is not available on this CPU\n");
-    return 2;
-  }
-
-  const std::size_t size = o.size_mb << 20;
+// A payload of `size` bytes: 1 MiB of random bytes, repeated.
+std::shared_ptr<const net::Bytes> make_payload(std::size_t size) {
   net::Bytes data(size);
   crypto::random_bytes(std::span<std::uint8_t>(data.data(), std::min<std::size_t>(size, 1 << 20)));
   for (std::size_t off = 1 << 20; off < size; off += 1 << 20)
     std::memcpy(data.data() + off, data.data(), std::min<std::size_t>(1 << 20, size - off));
-  auto payload = std::make_shared<const net::Bytes>(std::move(data));
+  return std::make_shared<const net::Bytes>(std::move(data));
+}
 
-  net::TcpTransport server(transport_config(o, size)), client(transport_config(o, size));
-  Sink sink, client_sink;
-  server.set_handler(&sink);
-  client.set_handler(&client_sink);
-  server.start();
-  client.start();
-  auto conn = dial(client, server.listen_addr());
-  auto* ch = dynamic_cast<net::Channel*>(conn.get());
-  crypto::Aead aead = ch ? ch->aead() : crypto::Aead::kChaCha20Poly1305;
+// CPU seconds used so far by a transport's io thread.
+double io_cpu(net::TcpTransport& t) {
+  std::promise<double> p;
+  auto f = p.get_future();
+  t.post([&p] { p.set_value(thread_cpu_s()); });
+  return f.get();
+}
 
-  auto io_cpu = [](net::TcpTransport& t) {
-    std::promise<double> p;
-    auto f = p.get_future();
-    t.post([&p] { p.set_value(thread_cpu_s()); });
-    return f.get();
-  };
+// The figures of every run, in MB/s.
+struct Runs {
   std::vector<double> plain, enc, dec, chan, plain_cpu, enc_cpu, chan_cpu, rx_alone;
-  for (int r = 0; r < o.runs; ++r) {
-    auto pf = plain_tcp_mbps(*payload);
-    plain.push_back(pf.wall_mbps);
-    plain_cpu.push_back(pf.cpu_mbps);
-    auto a = aead_mbps(*payload, aead, o.frame_kb * 1024);
-    enc.push_back(a.encrypt_mbps);
-    enc_cpu.push_back(a.encrypt_cpu_mbps);
-    dec.push_back(a.decrypt_mbps);
-    double s0 = io_cpu(client), r0 = io_cpu(server);
-    std::promise<Clock::time_point> done;
-    auto f = done.get_future();
-    {
-      std::lock_guard lk(sink.mu);
-      sink.pending = &done;
-      sink.expect_bytes = size;
-    }
-    auto t0 = Clock::now();
-    client.post([&] {
-      if (!conn->send(1, payload)) sink.ok = false;
-    });
-    if (f.wait_for(600s) != std::future_status::ready) throw std::runtime_error("channel: no message");
-    chan.push_back(mbps(size, std::chrono::duration<double>(f.get() - t0).count()));
-    double s1 = io_cpu(client), r1 = io_cpu(server);
-    chan_cpu.push_back(mbps(size, std::max(s1 - s0, r1 - r0)));
-    // After the channel, so that the channel runs after the same steps as before it existed.
-    rx_alone.push_back(receiver_alone_mbps(*payload, aead, o.frame_kb * 1024, o.crypto_threads,
-                                           o.crypto_min_kb * 1024));
-  }
-  if (!sink.ok) throw std::runtime_error("channel: message lost or wrong size");
+};
 
-  // Handshakes: sequential connects of a fresh client to the server, each closed after.
+// A server and a client transport connected by one channel.
+struct Pair {
+  Pair(const TransportBenchOptions& o, std::size_t size)
+      : server(transport_config(o, size)), client(transport_config(o, size)) {
+    server.set_handler(&sink);
+    client.set_handler(&client_sink);
+    server.start();
+    client.start();
+    conn = dial(client, server.listen_addr());
+    auto* ch = dynamic_cast<net::Channel*>(conn.get());
+    aead = ch ? ch->aead() : crypto::Aead::kChaCha20Poly1305;
+  }
+  net::TcpTransport server, client;
+  Sink sink, client_sink;
+  net::ConnectionPtr conn;
+  crypto::Aead aead;
+};
+
+// One message of `payload` over the channel: wall-clock MB/s, and MB/s of the busier io thread's
+// CPU time.
+std::pair<double, double> channel_run(Pair& p, const std::shared_ptr<const net::Bytes>& payload) {
+  const std::size_t size = payload->size();
+  double s0 = io_cpu(p.client), r0 = io_cpu(p.server);
+  std::promise<Clock::time_point> done;
+  auto f = done.get_future();
+  {
+    std::lock_guard lk(p.sink.mu);
+    p.sink.pending = &done;
+    p.sink.expect_bytes = size;
+  }
+  auto t0 = Clock::now();
+  p.client.post([&] {
+    if (!p.conn->send(1, payload)) p.sink.ok = false;
+  });
+  if (f.wait_for(600s) != std::future_status::ready)
+    throw std::runtime_error("channel: no message");
+  const double wall = mbps(size, std::chrono::duration<double>(f.get() - t0).count());
+  double s1 = io_cpu(p.client), r1 = io_cpu(p.server);
+  return {wall, mbps(size, std::max(s1 - s0, r1 - r0))};
+}
+
+Runs measure_runs(const TransportBenchOptions& o, Pair& p,
+                  const std::shared_ptr<const net::Bytes>& payload) {
+  Runs r;
+  for (int k = 0; k < o.runs; ++k) {
+    auto pf = plain_tcp_mbps(*payload);
+    r.plain.push_back(pf.wall_mbps);
+    r.plain_cpu.push_back(pf.cpu_mbps);
+    auto a = aead_mbps(*payload, p.aead, o.frame_kb * 1024);
+    r.enc.push_back(a.encrypt_mbps);
+    r.enc_cpu.push_back(a.encrypt_cpu_mbps);
+    r.dec.push_back(a.decrypt_mbps);
+    auto [wall, cpu] = channel_run(p, payload);
+    r.chan.push_back(wall);
+    r.chan_cpu.push_back(cpu);
+    // After the channel, so that the channel runs after the same steps as before it existed.
+    r.rx_alone.push_back(receiver_alone_mbps(*payload, p.aead, o.frame_kb * 1024, o.crypto_threads,
+                                             o.crypto_min_kb * 1024));
+  }
+  if (!p.sink.ok) throw std::runtime_error("channel: message lost or wrong size");
+  return r;
+}
+
+struct Handshakes {
+  std::vector<double> ms;
+  double total_s = 0;
+};
+
+// Sequential connects of a fresh client to the server, each closed after.
+Handshakes measure_handshakes(const TransportBenchOptions& o, Pair& p, std::size_t size) {
   net::TcpTransport hs_client(transport_config(o, size));
-  hs_client.set_handler(&client_sink);
+  hs_client.set_handler(&p.client_sink);
   hs_client.start();
-  std::vector<double> hs_ms;
+  Handshakes h;
   auto h0 = Clock::now();
   for (int i = 0; i < o.handshakes; ++i) {
     auto t0 = Clock::now();
-    auto c = dial(hs_client, server.listen_addr());
-    hs_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    auto c = dial(hs_client, p.server.listen_addr());
+    h.ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     hs_client.post([c] { c->close("bench done"); });
   }
-  double hs_total = seconds_since(h0);
+  h.total_s = seconds_since(h0);
+  hs_client.stop();
+  return h;
+}
 
-  double best_plain = *std::max_element(plain.begin(), plain.end());
-  double best_enc = *std::max_element(enc.begin(), enc.end());
-  double best_dec = *std::max_element(dec.begin(), dec.end());
-  double best_chan = *std::max_element(chan.begin(), chan.end());
-  double reference = std::min(best_plain, best_enc);
+double best(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
+// The figures from CPU time (bytes / busiest thread's CPU seconds): the throughput with every
+// thread on an idle core of its own; robust on a shared machine, blind to scheduling. With crypto
+// threads the io threads' CPU is no longer the channel's: no CPU-time channel figure.
+nlohmann::json cpu_time_figures(const Runs& r, unsigned threads_used) {
+  const double cpu_chan = best(r.chan_cpu), cpu_plain = best(r.plain_cpu);
+  const double cpu_enc = best(r.enc_cpu), cpu_reference = std::min(cpu_plain, cpu_enc);
+  const auto unless_threads = [&](double x) {
+    return threads_used > 1 ? nlohmann::json(nullptr) : nlohmann::json(x);
+  };
+  return {{"channel_mbps", unless_threads(cpu_chan)},
+          {"plain_tcp_mbps", cpu_plain},
+          {"aead_encrypt_only_1core_mbps", cpu_enc},
+          {"reference_mbps", cpu_reference},
+          {"ratio", unless_threads(cpu_chan / cpu_reference)}};
+}
+
+nlohmann::json report(const TransportBenchOptions& o, const Pair& p, const Runs& r,
+                      const Handshakes& h) {
+  const double best_plain = best(r.plain), best_enc = best(r.enc), best_dec = best(r.dec);
+  const double best_chan = best(r.chan), reference = std::min(best_plain, best_enc);
   // What the receiver could reach with its crypto threads: each opens frames at one core's rate.
   // (The message takes the crypto threads only from crypto_min_message_bytes, and only frames of
   // at least kParallelMinFrameBytes.)
-  const unsigned threads = server.crypto_threads();
-  const unsigned threads_used = size >= server.config().crypto_min_message_bytes &&
-                                        o.frame_kb * 1024 >= net::kParallelMinFrameBytes
-                                    ? threads
-                                    : 1;
-  double reference_threads = std::min(best_plain, best_dec * threads_used);
-  double cpu_chan = *std::max_element(chan_cpu.begin(), chan_cpu.end());
-  double cpu_plain = *std::max_element(plain_cpu.begin(), plain_cpu.end());
-  double cpu_enc = *std::max_element(enc_cpu.begin(), enc_cpu.end());
-  double cpu_reference = std::min(cpu_plain, cpu_enc);
+  const unsigned threads = p.server.crypto_threads();
+  const std::size_t min_message = p.server.config().crypto_min_message_bytes;
+  const unsigned threads_used =
+      (o.size_mb << 20) >= min_message && o.frame_kb * 1024 >= net::kParallelMinFrameBytes ? threads
+                                                                                           : 1;
+  const double reference_threads = std::min(best_plain, best_dec * threads_used);
   nlohmann::json j;
   j["subject"] = "transport";
   j["size_mb"] = o.size_mb;
   j["frame_kb"] = o.frame_kb;
-  j["aead"] = crypto::aead_name(aead);
+  j["aead"] = crypto::aead_name(p.aead);
   j["runs"] = o.runs;
   j["hardware_threads"] = std::thread::hardware_concurrency();
   j["channel_mbps"] = best_chan;
@@ -417,41 +436,55 @@ int run_transport(const Args& args) {
   j["reference"] = "min(plain_tcp_mbps, aead_encrypt_only_1core_mbps)";
   j["ratio"] = best_chan / reference;
   j["crypto_threads"] = threads;
-  j["crypto_min_message_bytes"] = server.config().crypto_min_message_bytes;
+  j["crypto_min_message_bytes"] = min_message;
   j["crypto_threads_used"] = threads_used;
   j["reference_threads_mbps"] = reference_threads;
   j["reference_threads"] =
       "min(plain_tcp_mbps, aead_decrypt_only_1core_mbps x crypto_threads_used)";
   j["ratio_threads"] = best_chan / reference_threads;
-  j["receiver_alone_mbps"] = *std::max_element(rx_alone.begin(), rx_alone.end());
-  j["channel_runs_mbps"] = chan;
-  j["plain_tcp_runs_mbps"] = plain;
-  j["aead_encrypt_runs_mbps"] = enc;
-  j["aead_decrypt_runs_mbps"] = dec;
-  j["receiver_alone_runs_mbps"] = rx_alone;
-  // Same figures from thread CPU time (bytes / busiest thread's CPU seconds): the throughput with
-  // every thread on an idle core of its own; robust on a shared machine, blind to scheduling.
-  // With crypto threads the io threads' CPU is no longer the channel's: no CPU-time channel figure.
-  nlohmann::json cpu_chan_j = threads_used > 1 ? nlohmann::json(nullptr) : nlohmann::json(cpu_chan);
-  j["cpu_time_based"] = {{"channel_mbps", cpu_chan_j},
-                         {"plain_tcp_mbps", cpu_plain},
-                         {"aead_encrypt_only_1core_mbps", cpu_enc},
-                         {"reference_mbps", cpu_reference},
-                         {"ratio", threads_used > 1 ? nlohmann::json(nullptr)
-                                                    : nlohmann::json(cpu_chan / cpu_reference)}};
+  j["receiver_alone_mbps"] = best(r.rx_alone);
+  j["channel_runs_mbps"] = r.chan;
+  j["plain_tcp_runs_mbps"] = r.plain;
+  j["aead_encrypt_runs_mbps"] = r.enc;
+  j["aead_decrypt_runs_mbps"] = r.dec;
+  j["receiver_alone_runs_mbps"] = r.rx_alone;
+  j["cpu_time_based"] = cpu_time_figures(r, threads_used);
   j["load_average_1min"] = load_average();
   j["handshakes"] = o.handshakes;
-  j["handshake_median_ms"] = median(hs_ms);
-  j["handshakes_per_s"] = o.handshakes / hs_total;
+  j["handshake_median_ms"] = median(h.ms);
+  j["handshakes_per_s"] = o.handshakes / h.total_s;
   j["note"] =
-      "best of runs; channel = send() to on_message of one message between two "
-      "TcpTransports (own io threads, crypto_threads workers each) over loopback; sender "
-      "encrypts, receiver decrypts; receiver_alone = the receiver fed its frames from "
+      "best of runs; channel = send() to on_message of one message between two TcpTransports (own "
+      "io threads, crypto_threads workers each) over loopback; sender encrypts, receiver decrypts; "
+      "receiver_alone = the receiver fed its frames from "
       "memory; cpu_time_based.channel is null with crypto threads (io threads only)";
-  std::printf("%s\n", j.dump(2).c_str());
-  hs_client.stop();
-  client.stop();
-  server.stop();
+  return j;
+}
+
+constexpr const char* kAbout =
+    "Throughput of the encrypted channel (two TcpTransports in one process) against plain TCP\n"
+    "over loopback and the AEAD alone on one core, in the same run; handshake latency and rate.\n"
+    "Prints one JSON object; MB/s figures use MB = 10^6 bytes.\n";
+
+int run_transport(const Args& args) {
+  TransportBenchOptions o;
+  if (auto rc = parse_bench_args("transport", transport_options(), args, o, kAbout)) return *rc;
+  // stdout carries only the JSON object.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("bench-transport"));
+  spdlog::set_level(spdlog::level::warn);
+  crypto::init();
+  if (o.aead == net::AeadPreference::kAes256Gcm && !crypto::aes256gcm_available()) {
+    std::fprintf(stderr, "gossip-bench transport: AES-256-GCM is not available on this CPU\n");
+    return 2;
+  }
+  const std::size_t size = o.size_mb << 20;
+  const auto payload = make_payload(size);
+  Pair p(o, size);
+  const Runs r = measure_runs(o, p, payload);
+  const Handshakes h = measure_handshakes(o, p, size);
+  std::printf("%s\n", report(o, p, r, h).dump(2).c_str());
+  p.client.stop();
+  p.server.stop();
   return 0;
 }
 

@@ -16,15 +16,15 @@
 
 namespace gossiptrain::apps {
 
-GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint,
-                       kernels::Backend& backend, core::Metrics& metrics,
-                       std::vector<int> net_cpus)
-    : metrics_(metrics) {
-  identity_ = std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
+namespace {
+
+net::TcpTransportConfig transport_config(const PeerConfig& cfg,
+                                         std::shared_ptr<const net::Identity> identity,
+                                         std::uint64_t fingerprint, std::vector<int> net_cpus) {
   net::TcpTransportConfig tc;
   tc.listen = cfg.listen;
   tc.advertise = cfg.advertise;
-  tc.identity = identity_;
+  tc.identity = std::move(identity);
   if (!cfg.network_key.empty()) tc.network_key = net::load_network_key(cfg.network_key);
   if (!cfg.allowlist.empty()) tc.allowlist = net::Allowlist::load(cfg.allowlist);
   tc.model_fingerprint = fingerprint;
@@ -34,10 +34,51 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint,
   tc.on_handshake_failed = [](const std::string& addr, const std::string& reason) {
     spdlog::warn("handshake with {} failed: {}", addr, reason);
   };
-  transport_ = std::make_unique<net::TcpTransport>(std::move(tc));
-  // The received-buffer pool holds what one exchange needs again (the partner's vector as fp32,
-  // the largest wire, twice for a catch-up served meanwhile), not the 256 MiB default: a hundred
-  // peers of a small model on one machine must not each keep a large pool.
+  return tc;
+}
+
+// gossip::RobustConfig from the robust-mixing flags.
+void set_robust(const PeerConfig& cfg, gossip::RobustConfig& r) {
+  r.mix = cfg.mix == "plain" ? gossip::MixMode::Plain : gossip::MixMode::Clipped;
+  r.clip_mult = cfg.clip_mult;
+  r.clip_window = cfg.clip_window;
+  r.clip_warmup = cfg.clip_warmup;
+  r.warmup_frac = cfg.clip_warmup_frac;
+  r.suspect_mult = cfg.suspect_mult;
+  r.suspect_floor = cfg.suspect_floor;
+  r.suspect_clip = cfg.suspect_action == "clip";
+  r.suspect_decay = cfg.suspect_decay;
+  r.refuse_mult = cfg.refuse_mult;
+  r.ban_after = cfg.ban_after;
+  r.ban_window = net::Millis(static_cast<std::int64_t>(cfg.ban_window_s * 1000));
+  r.ban_base = net::Millis(static_cast<std::int64_t>(cfg.ban_s * 1000));
+  r.ban_max = std::max(r.ban_base, net::Millis(3600000));
+}
+
+gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint) {
+  gossip::AveragerConfig ac;
+  ac.gossip_every = cfg.gossip_every;
+  ac.wire = kernels::parse_wire(cfg.wire);
+  ac.weight_by_samples = cfg.weighting == "samples";
+  ac.fingerprint = fingerprint;
+  ac.max_diff_norm = cfg.max_diff_norm;
+  set_robust(cfg, ac.robust);
+  ac.choice.weighted = cfg.partner_choice == "weighted";
+  if (!cfg.fault.empty()) {
+    ac.fault = gossip::parse_fault(cfg.fault);
+    spdlog::warn("FAULTY PEER (--fault {}): sending corrupted vectors, mixing nothing in",
+                 cfg.fault);
+  }
+  ac.max_rate_bytes_per_s = cfg.max_rate_mb * 1e6;
+  return ac;
+}
+
+}  // namespace
+
+// The received-buffer pool holds what one exchange needs again (the partner's vector as fp32,
+// the largest wire, twice for a catch-up served meanwhile), not the 256 MiB default: a hundred
+// peers of a small model on one machine must not each keep a large pool.
+void GossipNode::limit_buffer_pool(const PeerConfig& cfg) {
   std::size_t n_params = 0;
   try {
     const std::vector<int> d = core::parse_model_spec(cfg.train.model);
@@ -48,7 +89,15 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint,
   }
   if (n_params > 0)
     net::set_buffer_pool_limit(std::max<std::size_t>(8u << 20, 2 * 4 * n_params + (2u << 20)));
+}
 
+GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels::Backend& backend,
+                       core::Metrics& metrics, std::vector<int> net_cpus)
+    : metrics_(metrics) {
+  identity_ = std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
+  transport_ = std::make_unique<net::TcpTransport>(
+      transport_config(cfg, identity_, fingerprint, std::move(net_cpus)));
+  limit_buffer_pool(cfg);
   transport_->set_handler(&dispatcher_);
   // The membership reads the transport's bound address, so the protocols are built once the
   // transport listens; on its io thread, so no event can reach the dispatcher half-registered.
@@ -57,39 +106,13 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint,
   gossip::MembershipConfig mc;
   mc.seeds = cfg.seeds;
   mc.validate();
-  gossip::AveragerConfig ac;
-  ac.gossip_every = cfg.gossip_every;
   // auto: one exchange per --gossip-every steps on a GPU, whose steps outrun any exchange (8 peers
   // on one H100, 10 epochs: 86.51% mean with 4 x, 87.64% with 1 x); 4 x on the CPU, where
   // exchanges keep up and a tighter bound would only make peers wait for each other.
   max_lag_ = cfg.max_lag >= 0           ? cfg.max_lag
              : backend.host_memory()    ? 4 * cfg.gossip_every
                                         : cfg.gossip_every;
-  ac.wire = kernels::parse_wire(cfg.wire);
-  ac.weight_by_samples = cfg.weighting == "samples";
-  ac.fingerprint = fingerprint;
-  ac.max_diff_norm = cfg.max_diff_norm;
-  ac.robust.mix = cfg.mix == "plain" ? gossip::MixMode::Plain : gossip::MixMode::Clipped;
-  ac.robust.clip_mult = cfg.clip_mult;
-  ac.robust.clip_window = cfg.clip_window;
-  ac.robust.clip_warmup = cfg.clip_warmup;
-  ac.robust.warmup_frac = cfg.clip_warmup_frac;
-  ac.robust.suspect_mult = cfg.suspect_mult;
-  ac.robust.suspect_floor = cfg.suspect_floor;
-  ac.robust.suspect_clip = cfg.suspect_action == "clip";
-  ac.robust.suspect_decay = cfg.suspect_decay;
-  ac.choice.weighted = cfg.partner_choice == "weighted";
-  ac.robust.refuse_mult = cfg.refuse_mult;
-  ac.robust.ban_after = cfg.ban_after;
-  ac.robust.ban_window = net::Millis(static_cast<std::int64_t>(cfg.ban_window_s * 1000));
-  ac.robust.ban_base = net::Millis(static_cast<std::int64_t>(cfg.ban_s * 1000));
-  ac.robust.ban_max = std::max(ac.robust.ban_base, net::Millis(3600000));
-  if (!cfg.fault.empty()) {
-    ac.fault = gossip::parse_fault(cfg.fault);
-    spdlog::warn("FAULTY PEER (--fault {}): sending corrupted vectors, mixing nothing in",
-                 cfg.fault);
-  }
-  ac.max_rate_bytes_per_s = cfg.max_rate_mb * 1e6;
+  const gossip::AveragerConfig ac = averager_config(cfg, fingerprint);
   auto built = std::make_shared<std::promise<void>>();
   auto ready = built->get_future();
   transport_->post([this, mc, ac, &backend, built, fingerprint] {

@@ -52,6 +52,8 @@ class GossipNode final : private core::StepHook {
                                                 const std::atomic<bool>& stop);
 
  private:
+  // Sizes the received-buffer pool for this model (once the transport exists).
+  void limit_buffer_pool(const PeerConfig& cfg);
   void build_protocols(const gossip::MembershipConfig& mc, const gossip::AveragerConfig& ac,
                        kernels::Backend& backend, std::uint64_t fingerprint);
   void between_steps(core::StepContext& ctx) override;

@@ -3,18 +3,13 @@
 #pragma once
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "apps/option_table.hpp"
 #include "core/trainer.hpp"
 
 namespace gossiptrain::apps {
-
-// Bad flags or values: the app prints the message and exits with code 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 inline constexpr int kDefaultNetNice = 0;
 
@@ -36,7 +31,8 @@ struct PeerConfig {
   int compute_threads = 0;         // BLAS threads; 0: auto
   std::string precision = "fp32";  // fp32 | tf32 | bf16 (kernels::Precision)
   int gossip_every = 4;
-  int max_lag = -1;  // steps without a completed exchange before training waits; -1: 4 x gossip_every, 0: off
+  int max_lag =
+      -1;  // steps without a completed exchange before training waits; -1: 4 x gossip_every, 0: off
   std::string wire = "fp32";
   std::string weighting = "uniform";  // uniform (w = 1/2) | samples
   double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
@@ -49,20 +45,20 @@ struct PeerConfig {
   double suspect_mult = 2.5;
   double suspect_floor = 0.05;
   std::string suspect_action = "clip";  // refuse | clip (refuse bans honest restarted peers)
-  double suspect_decay = 0.5;           // with clip: the clip's factor per suspect exchange in a row
+  double suspect_decay = 0.5;  // with clip: the clip's factor per suspect exchange in a row
   std::string partner_choice = "weighted";  // weighted | uniform (gossip::PartnerChoiceConfig)
   double refuse_mult = 10.0;
   int ban_after = 3;
   double ban_window_s = 120.0;
   double ban_s = 30.0;
-  std::string fault;  // a faulty peer for experiments (GOSSIPTRAIN_ALLOW_FAULTS=1); "": none
-  double max_rate_mb = 0.0;           // cap on the MB/s an exchange sends; 0: none
-  double linger_s = -1.0;             // serve exchanges after training; <0: 10 with seeds, else 0
+  std::string fault;         // a faulty peer for experiments (GOSSIPTRAIN_ALLOW_FAULTS=1); "": none
+  double max_rate_mb = 0.0;  // cap on the MB/s an exchange sends; 0: none
+  double linger_s = -1.0;    // serve exchanges after training; <0: 10 with seeds, else 0
   // A peer with no checkpoint that finds live members fetches one's state before its first step
   // (auto), or starts from its own initial weights (off).
   std::string catch_up = "auto";
-  double catch_up_timeout_s = 60.0;  // then it gives up and starts from its own weights
-  int min_peers = 1;                 // live members (itself included) to wait for before step 1
+  double catch_up_timeout_s = 60.0;    // then it gives up and starts from its own weights
+  int min_peers = 1;                   // live members (itself included) to wait for before step 1
   double min_peers_timeout_s = 120.0;  // then it starts anyway, with a warning
   // Which of a peer's threads yields when they compete for the cores. By default neither. With
   // net_nice the network thread runs below training, so exchanges take the CPU that training
@@ -85,27 +81,11 @@ struct PeerConfig {
 // Parses argv (without argv[0]). Throws UsageError. Sets *help when --help was given.
 PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help);
 std::string peer_usage();
-// A command-line flag split into its name (without "--") and value: "--name=value" or "--name".
-struct Flag {
-  std::string name;
-  std::string value;
-  bool has_value = false;  // the value was given after '='
-};
-// Throws UsageError for an argument that does not start with "--".
-Flag split_flag(const std::string& arg);
+// The table behind parse_peer_args, the --config keys and peer_usage.
+const OptionTable<PeerConfig>& peer_options();
 
-// A flag's value as an integer in [lo, hi] or a finite number in [lo, hi]; UsageError otherwise,
-// naming the flag and the accepted range.
-long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi);
-double to_double(const std::string& flag, const std::string& v, double lo, double hi);
 // An exchange send-rate cap in MB/s: 0 (none) or at least 20, the rate partners size their
 // transfer deadlines on (gossip::AveragerConfig::min_rate_bytes_per_s); UsageError otherwise.
 double to_max_rate_mb(const std::string& flag, const std::string& v);
-
-// Splits "a:1,b:2" and checks each is HOST:PORT with a port in 0..65535.
-std::vector<std::string> parse_addr_list(const std::string& s, const std::string& flag);
-void check_host_port(const std::string& addr, const std::string& flag);
-// check_host_port, and the address is one another machine can dial: no wildcard host, no port 0.
-void check_dialable(const std::string& addr, const std::string& flag);
 
 }  // namespace gossiptrain::apps

@@ -193,7 +193,20 @@ class Launch : private ChurnPeers {
   void write_config();
   void reap();
   void poll_metrics();
+  // Consensus sampling: when every peer has a new checkpoint, else at most every
+  // --consensus-every seconds (consensus_schedule_), and once at the end (final).
   void sample_consensus(bool final);
+  struct CheckpointSet {
+    std::vector<std::vector<float>> params;
+    std::vector<std::size_t> who;
+    nlohmann::json steps = nlohmann::json::array(), epochs = nlohmann::json::array();
+  };
+  // The peers' checkpoint times into mt, and what changed since the last sample.
+  CheckpointScan scan_checkpoints(std::vector<fs::file_time_type>& mt) const;
+  void keep_last_sample_as_final();
+  // The started peers' checkpoints; false during the run when one cannot be read (no sample).
+  bool load_checkpoints(bool final, CheckpointSet& set);
+  void record_consensus(const Consensus& c, const CheckpointSet& set, bool final, double now);
   void handle_stop();
   void draw(bool force);
   std::vector<std::string> table(bool full = false) const;
@@ -202,6 +215,9 @@ class Launch : private ChurnPeers {
   void note(const std::string& line);
   void finish_plots(nlohmann::json& summary);
   int exit_code() const;
+  bool tick();
+  nlohmann::json summarize();
+  int report(const nlohmann::json& summary) const;
   // Churn (--churn): what the runner may do to the peers, and what the launcher observes.
   bool running(int i) const override { return children_.at(std::size_t(i)).running; }
   void send_signal(int i, int sig) override { ::kill(children_.at(std::size_t(i)).pid, sig); }
@@ -241,7 +257,7 @@ class Launch : private ChurnPeers {
   bool killed_ = false;
   // Consensus sampling: the checkpoint times of the last sample.
   std::vector<fs::file_time_type> sampled_mtime_;
-  double last_sample_ = -1e9;
+  ConsensusSchedule consensus_schedule_{o_};
   int consensus_points_ = 0;
   std::optional<double> final_consensus_;
   std::string consensus_note_;
@@ -536,88 +552,101 @@ void Launch::poll_metrics() {
   }
 }
 
-void Launch::sample_consensus(bool final) {
-  const std::size_t n = plans_.size();
-  std::vector<fs::file_time_type> mt(n);
+CheckpointScan Launch::scan_checkpoints(std::vector<fs::file_time_type>& mt) const {
+  CheckpointScan scan{0, true, false, true};
   std::error_code ec;
-  bool all = true, all_newer = true, any_newer = false;
-  std::size_t started = 0;
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < plans_.size(); ++i) {
     if (!children_[i].ever_started) continue;  // a slot for a join that has not come (--churn)
-    ++started;
+    ++scan.peers;
     mt[i] = fs::last_write_time(fs::path(plans_[i].dir) / "ckpt" / "checkpoint.bin", ec);
     if (ec) {
-      all = false;
+      scan.all_exist = false;
       continue;
     }
-    bool newer = mt[i] != sampled_mtime_[i];
-    any_newer |= newer;
-    all_newer &= newer;
+    const bool newer = mt[i] != sampled_mtime_[i];
+    scan.any_newer |= newer;
+    scan.all_newer &= newer;
   }
-  const double now = since(t0_);
-  if (!final) {
-    if (!consensus_sample_due({started, all, any_newer, all_newer}, now - last_sample_,
-                              o_.consensus_every_s))
-      return;
-  } else if (!any_newer && consensus_points_ > 0) {
-    // The last sample already holds the final checkpoints: keep its figures, add no duplicate.
-    for (std::size_t i = 0; i < n; ++i) {
-      try {
-        final_samples_[i] = core::load_checkpoint(plans_[i].dir + "/ckpt").samples;
-      } catch (const core::CheckpointError&) {
-      }
+  return scan;
+}
+
+// The last sample already holds the final checkpoints: keep its figures, add no duplicate.
+void Launch::keep_last_sample_as_final() {
+  for (std::size_t i = 0; i < plans_.size(); ++i) {
+    try {
+      final_samples_[i] = core::load_checkpoint(plans_[i].dir + "/ckpt").samples;
+    } catch (const core::CheckpointError&) {
     }
-    final_consensus_ = last_consensus_.mean;
-    for (std::size_t k = 0; k < last_who_.size(); ++k)
-      final_per_peer_[last_who_[k]] = last_consensus_.per_peer[k];
-    return;
   }
-  std::vector<std::vector<float>> params;
-  std::vector<std::size_t> who;
-  nlohmann::json steps = nlohmann::json::array(), epochs = nlohmann::json::array();
-  for (std::size_t i = 0; i < n; ++i) {
+  final_consensus_ = last_consensus_.mean;
+  for (std::size_t k = 0; k < last_who_.size(); ++k)
+    final_per_peer_[last_who_[k]] = last_consensus_.per_peer[k];
+}
+
+bool Launch::load_checkpoints(bool final, CheckpointSet& set) {
+  for (std::size_t i = 0; i < plans_.size(); ++i) {
     if (!children_[i].ever_started) continue;
     try {
       core::Checkpoint c = core::load_checkpoint(fs::path(plans_[i].dir + "/ckpt").string());
       if (final) final_samples_[i] = c.samples;
-      steps.push_back(c.step);
-      epochs.push_back(c.epoch);
-      params.push_back(std::move(c.params));
-      who.push_back(i);
+      set.steps.push_back(c.step);
+      set.epochs.push_back(c.epoch);
+      set.params.push_back(std::move(c.params));
+      set.who.push_back(i);
     } catch (const core::CheckpointError& e) {
       // A missing checkpoint (peer died early) leaves that peer out of the final figure.
-      if (final) consensus_note_ += "peer " + std::to_string(i) + ": " + e.what() + "; ";
-      else return;
+      if (!final) return false;
+      consensus_note_ += "peer " + std::to_string(i) + ": " + e.what() + "; ";
     }
   }
+  return true;
+}
+
+void Launch::record_consensus(const Consensus& c, const CheckpointSet& set, bool final,
+                              double now) {
+  last_consensus_ = c;
+  last_who_ = set.who;
+  if (final) {
+    final_consensus_ = c.mean;
+    for (std::size_t k = 0; k < set.who.size(); ++k) final_per_peer_[set.who[k]] = c.per_peer[k];
+  }
+  nlohmann::json point = {{"t", now},         {"distance", c.mean},     {"per_peer", c.per_peer},
+                          {"peers", set.who}, {"steps", set.steps},     {"epochs", set.epochs},
+                          {"final", final}};
+  events_->write(now, "consensus", {{"distance", c.mean}, {"peers", set.who}});
+  std::ofstream out(run_dir_ / "consensus.jsonl", std::ios::app);
+  out << point.dump() << "\n";
+  ++consensus_points_;
+}
+
+void Launch::sample_consensus(bool final) {
+  std::vector<fs::file_time_type> mt(plans_.size());
+  const CheckpointScan scan = scan_checkpoints(mt);
+  const double now = since(t0_);
+  if (!final) {
+    if (!consensus_schedule_.due(scan, now)) return;
+  } else if (!scan.any_newer && consensus_points_ > 0) {
+    keep_last_sample_as_final();
+    return;
+  }
+  CheckpointSet set;
+  if (!load_checkpoints(final, set)) return;
   sampled_mtime_ = mt;
-  last_sample_ = now;
-  if (params.size() < 2) {
+  consensus_schedule_.sampled(now);
+  if (set.params.size() < 2) {
     if (final)
-      consensus_note_ += n < 2 ? "one peer: no consensus to measure"
-                               : "fewer than two final checkpoints";
+      consensus_note_ += plans_.size() < 2 ? "one peer: no consensus to measure"
+                                           : "fewer than two final checkpoints";
     return;
   }
   Consensus c;
   try {
-    c = consensus_distance(params);
+    c = consensus_distance(set.params);
   } catch (const std::invalid_argument& e) {
     consensus_note_ = e.what();
     return;
   }
-  last_consensus_ = c;
-  last_who_ = who;
-  if (final) {
-    final_consensus_ = c.mean;
-    for (std::size_t k = 0; k < who.size(); ++k) final_per_peer_[who[k]] = c.per_peer[k];
-  }
-  nlohmann::json point = {{"t", now},           {"distance", c.mean}, {"per_peer", c.per_peer},
-                          {"peers", who},       {"steps", steps},     {"epochs", epochs},
-                          {"final", final}};
-  events_->write(now, "consensus", {{"distance", c.mean}, {"peers", who}});
-  std::ofstream out(run_dir_ / "consensus.jsonl", std::ios::app);
-  out << point.dump() << "\n";
-  ++consensus_points_;
+  record_consensus(c, set, final, now);
 }
 
 void Launch::handle_stop() {
@@ -825,62 +854,44 @@ int Launch::exit_code() const {
   return failed ? 1 : 0;
 }
 
-int Launch::run(int argc, char** argv) {
-  prepare(argc, argv);
-  if (o_.mode == LaunchMode::Central && o_.peers_requested != 1)
-    std::fprintf(stderr, "gossip-launch: central mode runs one peer on all the data (--peers %d ignored)\n",
-                 o_.peers_requested);
+void install_signal_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+}
 
-  start_peers();
-  std::fprintf(stderr, "gossip-launch: %d peer%s (%s, partition %s) -> %s\n", o_.peers,
-               o_.peers == 1 ? "" : "s", mode_name(o_.mode), o_.partition.c_str(),
-               run_dir_.c_str());
-  for (;;) {
-    int sig = g_signals.load();
-    if (sig > signals_seen_) {
-      signals_seen_ = sig;
-      interrupted_ = true;
-      handle_stop();
-    }
-    if (stop_requested_ && !killed_ && since(t0_) > stop_deadline_) handle_stop();
-    if (churn_ && !stop_requested_) {
-      churn_->tick(since(t0_), mean_progress(), *this);
-      churn_->release_paused(since(t0_), *this);
-    }
-    reap();
-    if (!all_started_ && !stop_requested_ &&
-        (seeds_ready() || since(t0_) > kSeedWaitS)) {
-      if (!seeds_ready())
-        note("gossip-launch: the seeds do not listen after " + std::to_string(int(kSeedWaitS)) +
-             " s; starting the other peers anyway");
-      start_rest();
-    }
-    poll_metrics();
-    sample_consensus(false);
-    bool any = false;
-    for (const auto& c : children_) any |= c.running;
-    if (!keep_going(any)) break;
-    draw(false);
-    std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
+// One pass of the launcher's loop: signals, churn, exits, starts, metrics, consensus. False once
+// the run is over.
+bool Launch::tick() {
+  int sig = g_signals.load();
+  if (sig > signals_seen_) {
+    signals_seen_ = sig;
+    interrupted_ = true;
+    handle_stop();
   }
-  if (!all_started_) {
-    for (auto& c : children_)
-      if (c.pid < 0 && c.outcome.state != "not joined yet")
-        c.outcome.state = "not started (the run stopped first)";
-    write_config();
+  if (stop_requested_ && !killed_ && since(t0_) > stop_deadline_) handle_stop();
+  if (churn_ && !stop_requested_) {
+    churn_->tick(since(t0_), mean_progress(), *this);
+    churn_->release_paused(since(t0_), *this);
+  }
+  reap();
+  if (!all_started_ && !stop_requested_ && (seeds_ready() || since(t0_) > kSeedWaitS)) {
+    if (!seeds_ready())
+      note("gossip-launch: the seeds do not listen after " + std::to_string(int(kSeedWaitS)) +
+           " s; starting the other peers anyway");
+    start_rest();
   }
   poll_metrics();
-  sample_consensus(true);
-  draw(true);
-  if (!tty_)
-    for (const auto& l : table()) std::fprintf(stderr, "%s\n", l.c_str());
+  sample_consensus(false);
+  bool any = false;
+  for (const auto& c : children_) any |= c.running;
+  return keep_going(any);
+}
 
+nlohmann::json Launch::summarize() {
   RunFacts facts;
   facts.options = &o_;
   facts.run_dir = run_dir_.string();
@@ -906,11 +917,11 @@ int Launch::run(int argc, char** argv) {
   }
   nlohmann::json summary = make_summary(facts, stats_, outcomes);
   if (churn_) summary["churn"] = churn_report(events_->lines(), *o_.churn, o_.churn_arg);
-  // Written before plotting so plot_run.py can read it, and again with the plot result.
-  write_file(run_dir_ / "summary.json", summary.dump(2) + "\n");
-  finish_plots(summary);
-  write_file(run_dir_ / "summary.json", summary.dump(2) + "\n");
+  return summary;
+}
 
+// The run's figures and outcome on stderr; the exit code.
+int Launch::report(const nlohmann::json& summary) const {
   auto fig = [&](const char* k) {
     const auto& v = summary[k];
     return v.is_number() ? std::optional<double>(v.get<double>()) : std::nullopt;
@@ -934,6 +945,40 @@ int Launch::run(int argc, char** argv) {
                              : (std::to_string(failed) + " peer(s) failed").c_str(),
                run_dir_.c_str());
   return code;
+}
+
+int Launch::run(int argc, char** argv) {
+  prepare(argc, argv);
+  if (o_.mode == LaunchMode::Central && o_.peers_requested != 1)
+    std::fprintf(stderr,
+                 "gossip-launch: central mode runs one peer on all the data (--peers %d ignored)\n",
+                 o_.peers_requested);
+  install_signal_handlers();
+  start_peers();
+  std::fprintf(stderr, "gossip-launch: %d peer%s (%s, partition %s) -> %s\n", o_.peers,
+               o_.peers == 1 ? "" : "s", mode_name(o_.mode), o_.partition.c_str(),
+               run_dir_.c_str());
+  while (tick()) {
+    draw(false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
+  }
+  if (!all_started_) {
+    for (auto& c : children_)
+      if (c.pid < 0 && c.outcome.state != "not joined yet")
+        c.outcome.state = "not started (the run stopped first)";
+    write_config();
+  }
+  poll_metrics();
+  sample_consensus(true);
+  draw(true);
+  if (!tty_)
+    for (const auto& l : table()) std::fprintf(stderr, "%s\n", l.c_str());
+  nlohmann::json summary = summarize();
+  // Written before plotting so plot_run.py can read it, and again with the plot result.
+  write_file(run_dir_ / "summary.json", summary.dump(2) + "\n");
+  finish_plots(summary);
+  write_file(run_dir_ / "summary.json", summary.dump(2) + "\n");
+  return report(summary);
 }
 
 }  // namespace

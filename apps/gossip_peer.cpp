@@ -19,7 +19,7 @@
 #include "core/checkpoint.hpp"
 #include "core/dataset.hpp"
 #include "core/partition.hpp"
-#include "core/thread_priority.hpp"
+#include "core/base/thread.hpp"
 #include "core/trainer.hpp"
 #include "core/cpu_plan.hpp"
 #include "kernels/backend.hpp"
@@ -119,6 +119,150 @@ void catch_up(core::Trainer& trainer, apps::GossipNode& node, const apps::PeerCo
   }
 }
 
+// What a peer trains with, read before training starts. Bad input (data, partition, backend
+// choice) throws core::DataError, std::invalid_argument or kernels::BackendError.
+struct Resources {
+  core::ShardData data;
+  std::unique_ptr<kernels::Backend> backend;
+  core::CpuPlan cpus;
+};
+
+Resources prepare(apps::PeerConfig& cfg) {
+  Resources r;
+  // Without gossip there is no network to keep cores for.
+  const std::vector<int> allowed = core::allowed_cpus();
+  r.cpus = core::plan_cpus(allowed, cfg.gossip_enabled() ? cfg.net_cores : 0, cfg.compute_threads,
+                           core::physical_cores(allowed));
+  const auto spec = core::parse_partition(cfg.partition);
+  // Only this peer's shard of the training set is read into memory (and the test set): the
+  // partition needs the labels alone, and the images are streamed past.
+  r.data = core::load_shard(cfg.data, [&](const std::vector<std::int32_t>& y, int classes) {
+    auto parts = core::partition(y, classes, cfg.num_shards, spec, cfg.train.seed);
+    return std::move(parts[std::size_t(cfg.shard)]);
+  });
+  // An epoch of a peer is an equal share of the training set, whatever its shard's size, so
+  // that skewed splits do not leave the peers with big shards training alone at the end.
+  if (cfg.num_shards > 1) {
+    const std::size_t share = (r.data.train_size + cfg.num_shards - 1) / cfg.num_shards;
+    cfg.train.steps_per_epoch = std::int64_t((share + cfg.train.batch - 1) / cfg.train.batch);
+  }
+  r.backend = kernels::make_backend(cfg.backend, cfg.device);
+  r.backend->set_precision(kernels::parse_precision(cfg.precision));
+  return r;
+}
+
+// Training (this thread and the BLAS pool) on its cores; the network's threads, started by the
+// node, pin themselves to theirs.
+void apply_cpu_plan(const core::CpuPlan& cpus) {
+  if (cpus.blas_threads > 0 && !kernels::set_blas_threads(cpus.blas_threads))
+    spdlog::warn("cannot set the BLAS thread count: this BLAS has no such control");
+  std::string pin_err;
+  if (!cpus.compute.empty() && base::pin_all_threads(cpus.compute, &pin_err) == 0)
+    spdlog::warn("could not pin the training threads: {}", pin_err);
+  spdlog::info("cpu plan: {}", cpus.describe());
+}
+
+// Joins the swarm and hangs the averaging on the trainer's step hook. Throws net::ConfigError.
+std::unique_ptr<apps::GossipNode> start_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer,
+                                               Resources& r, core::Metrics& metrics, bool resumed) {
+  auto node = std::make_unique<apps::GossipNode>(cfg, trainer.model().fingerprint(), *r.backend,
+                                                 metrics, r.cpus.net);
+  metrics.set_peer(node->peer_id());
+  node->start();
+  // Start together, then catch up: a swarm launched at once finds nobody with a trained state
+  // and every peer starts from step 0; a late joiner finds the others training.
+  node->wait_for_members(cfg.min_peers, cfg.min_peers_timeout_s, g_stop);
+  // Without seeds this is the swarm's first peer: nobody to catch up with.
+  // A peer of a cohort that starts together (--min-peers > 1) starts with the others from its
+  // own first step: the state it could fetch is no further along than its own.
+  if (!resumed && cfg.catch_up == "auto" && cfg.min_peers <= 1 && !cfg.seeds.empty() &&
+      !g_stop.load())
+    catch_up(trainer, *node, cfg, metrics);
+  trainer.set_hook(&node->hook());
+  // This thread trains (the network thread, started before, keeps its own priority).
+  std::string err;
+  if (!base::lower_this_thread_priority(cfg.train_nice, &err))
+    spdlog::warn("could not lower the training thread's priority: {}", err);
+  return node;
+}
+
+// After training: serve exchanges for --linger, then evaluate and save once more, since the
+// exchanges served changed the parameters.
+void finish_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::GossipNode& node,
+                   const core::Dataset& test, core::TrainResult& res, core::Metrics& metrics) {
+  trainer.linger(g_stop, cfg.linger_s);
+  const core::EvalResult ev = trainer.evaluate(test);
+  if (!res.stopped) {
+    trainer.note_test_acc(ev.acc);
+    res.final_test_acc = ev.acc;
+    res.best_test_acc = trainer.best_test_acc();
+  }
+  metrics.emit("eval", {{"epoch", res.epochs_done},
+                        {"step", res.steps},
+                        {"final", true},
+                        {"test_acc", ev.acc},
+                        {"test_loss", ev.loss}});
+  trainer.save_checkpoint_now();
+  const auto st = node.stats();
+  spdlog::info(
+      "exchanges: {} ok, {} failed, {:.1f} MB sent; training waited for one {} times "
+      "({:.1f} s, --max-lag)",
+      st.ok, st.failed, st.bytes_sent / 1e6, node.lag_waits(), node.lag_wait_s());
+  node.stop();
+}
+
+void report_done(const core::TrainResult& res, core::Metrics& metrics) {
+  metrics.emit("done", {{"steps", res.steps},
+                        {"epochs", res.epochs_done},
+                        {"final_test_acc", or_null(res.final_test_acc)},
+                        {"best_test_acc", or_null(res.best_test_acc)},
+                        {"seconds", res.seconds},
+                        {"stopped", res.stopped}});
+  spdlog::info("{} after {} epochs, {} steps, {:.1f} s: final test_acc {}",
+               res.stopped ? "stopped" : "done", res.epochs_done, res.steps, res.seconds,
+               figure(res.final_test_acc, "%.2f%%", 100.0));
+  spdlog::info("resident memory {:.0f} MB at the end", resident_mb());
+}
+
+// Trains (and gossips); the process exit code.
+int train(const apps::PeerConfig& cfg, Resources& r) {
+  core::Metrics metrics(cfg.metrics, "local");
+  apply_cpu_plan(r.cpus);
+  spdlog::info("backend {} ({}, {}), model {}, shard {}/{} ({} samples, partition {}), test set {}",
+               r.backend->name(), r.backend->device(),
+               kernels::precision_name(r.backend->precision()), cfg.train.model, cfg.shard,
+               cfg.num_shards, r.data.shard.size(), cfg.partition, r.data.test.size());
+  spdlog::info("resident memory {:.0f} MB after loading the data", resident_mb());
+  emit_data_line(metrics, r.data);
+  // The trainer owns the model; the gossip node needs only its fingerprint, known from the spec.
+  std::unique_ptr<apps::GossipNode> node;
+  core::Trainer trainer(*r.backend, cfg.train, r.data.shard, r.data.test, metrics, nullptr);
+  bool resumed = false;
+  try {
+    resumed = trainer.resume();
+  } catch (const core::CheckpointError& e) {
+    return usage_error(std::string(e.what()) +
+                       " (move the checkpoint away or pass another --checkpoint-dir)");
+  }
+  if (cfg.gossip_enabled()) {
+    try {
+      node = start_gossip(cfg, trainer, r, metrics, resumed);
+    } catch (const net::ConfigError& e) {
+      return usage_error(e.what());
+    }
+  }
+  const int epochs = cfg.train.epochs;
+  trainer.on_epoch = [epochs](int epoch, std::optional<double> loss, const core::EvalResult& ev,
+                              std::optional<double> sps) {
+    spdlog::info("epoch {}/{}  loss {}  test_acc {:.2f}%  test_loss {:.4f}  {} samples/s", epoch,
+                 epochs, figure(loss, "%.4f"), 100.0 * ev.acc, ev.loss, figure(sps, "%.0f"));
+  };
+  core::TrainResult res = trainer.run(g_stop);
+  if (node) finish_gossip(cfg, trainer, *node, r.data.test, res, metrics);
+  report_done(res, metrics);
+  return res.stopped ? 130 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,31 +280,10 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
   install_signal_handlers();
-
   // Bad input (data, partition, backend choice, checkpoint) -> a clear message and exit code 2.
-  core::ShardData data;
-  std::unique_ptr<kernels::Backend> backend;
-  core::CpuPlan cpus;
+  Resources r;
   try {
-    // Without gossip there is no network to keep cores for.
-    const std::vector<int> allowed = core::allowed_cpus();
-    cpus = core::plan_cpus(allowed, cfg.gossip_enabled() ? cfg.net_cores : 0, cfg.compute_threads,
-                           core::physical_cores(allowed));
-    const auto spec = core::parse_partition(cfg.partition);
-    // Only this peer's shard of the training set is read into memory (and the test set): the
-    // partition needs the labels alone, and the images are streamed past.
-    data = core::load_shard(cfg.data, [&](const std::vector<std::int32_t>& y, int classes) {
-      auto parts = core::partition(y, classes, cfg.num_shards, spec, cfg.train.seed);
-      return std::move(parts[std::size_t(cfg.shard)]);
-    });
-    // An epoch of a peer is an equal share of the training set, whatever its shard's size, so
-    // that skewed splits do not leave the peers with big shards training alone at the end.
-    if (cfg.num_shards > 1) {
-      const std::size_t share = (data.train_size + cfg.num_shards - 1) / cfg.num_shards;
-      cfg.train.steps_per_epoch = std::int64_t((share + cfg.train.batch - 1) / cfg.train.batch);
-    }
-    backend = kernels::make_backend(cfg.backend, cfg.device);
-    backend->set_precision(kernels::parse_precision(cfg.precision));
+    r = prepare(cfg);
   } catch (const core::DataError& e) {
     return usage_error(e.what());
   } catch (const std::invalid_argument& e) {
@@ -168,94 +291,8 @@ int main(int argc, char** argv) {
   } catch (const kernels::BackendError& e) {
     return usage_error(e.what());
   }
-
   try {
-    core::Metrics metrics(cfg.metrics, "local");
-    // Training (this thread and the BLAS pool) on its cores; the network's threads, started by
-    // the node below, pin themselves to theirs.
-    if (cpus.blas_threads > 0 && !kernels::set_blas_threads(cpus.blas_threads))
-      spdlog::warn("cannot set the BLAS thread count: this BLAS has no such control");
-    std::string pin_err;
-    if (!cpus.compute.empty() && core::pin_all_threads(cpus.compute, &pin_err) == 0)
-      spdlog::warn("could not pin the training threads: {}", pin_err);
-    spdlog::info("cpu plan: {}", cpus.describe());
-    spdlog::info(
-        "backend {} ({}, {}), model {}, shard {}/{} ({} samples, partition {}), test set {}",
-        backend->name(), backend->device(), kernels::precision_name(backend->precision()),
-        cfg.train.model, cfg.shard, cfg.num_shards, data.shard.size(), cfg.partition,
-        data.test.size());
-    spdlog::info("resident memory {:.0f} MB after loading the data", resident_mb());
-    emit_data_line(metrics, data);
-    // The trainer owns the model; the gossip node needs only its fingerprint, known from the spec.
-    std::unique_ptr<apps::GossipNode> node;
-    core::Trainer trainer(*backend, cfg.train, data.shard, data.test, metrics, nullptr);
-    bool resumed = false;
-    try {
-      resumed = trainer.resume();
-    } catch (const core::CheckpointError& e) {
-      return usage_error(std::string(e.what()) +
-                         " (move the checkpoint away or pass another --checkpoint-dir)");
-    }
-    if (cfg.gossip_enabled()) {
-      try {
-        node = std::make_unique<apps::GossipNode>(cfg, trainer.model().fingerprint(), *backend,
-                                                  metrics, cpus.net);
-        metrics.set_peer(node->peer_id());
-        node->start();
-      } catch (const net::ConfigError& e) {
-        return usage_error(e.what());
-      }
-      // Start together, then catch up: a swarm launched at once finds nobody with a trained state
-      // and every peer starts from step 0; a late joiner finds the others training.
-      node->wait_for_members(cfg.min_peers, cfg.min_peers_timeout_s, g_stop);
-      // Without seeds this is the swarm's first peer: nobody to catch up with.
-      // A peer of a cohort that starts together (--min-peers > 1) starts with the others from its
-      // own first step: the state it could fetch is no further along than its own.
-      if (!resumed && cfg.catch_up == "auto" && cfg.min_peers <= 1 && !cfg.seeds.empty() &&
-          !g_stop.load())
-        catch_up(trainer, *node, cfg, metrics);
-      trainer.set_hook(&node->hook());
-      // This thread trains (the network thread, started before, keeps its own priority).
-      std::string err;
-      if (!core::lower_this_thread_priority(cfg.train_nice, &err))
-        spdlog::warn("could not lower the training thread's priority: {}", err);
-    }
-    const int epochs = cfg.train.epochs;
-    trainer.on_epoch = [epochs](int epoch, std::optional<double> loss, const core::EvalResult& ev,
-                                std::optional<double> sps) {
-      spdlog::info("epoch {}/{}  loss {}  test_acc {:.2f}%  test_loss {:.4f}  {} samples/s", epoch,
-                   epochs, figure(loss, "%.4f"), 100.0 * ev.acc, ev.loss, figure(sps, "%.0f"));
-    };
-    core::TrainResult res = trainer.run(g_stop);
-    if (node) {
-      trainer.linger(g_stop, cfg.linger_s);
-      // Exchanges served while lingering changed the parameters: evaluate and save once more.
-      const core::EvalResult ev = trainer.evaluate(data.test);
-      if (!res.stopped) {
-        trainer.note_test_acc(ev.acc);
-        res.final_test_acc = ev.acc;
-        res.best_test_acc = trainer.best_test_acc();
-      }
-      metrics.emit("eval", {{"epoch", res.epochs_done}, {"step", res.steps}, {"final", true},
-                            {"test_acc", ev.acc}, {"test_loss", ev.loss}});
-      trainer.save_checkpoint_now();
-      const auto st = node->stats();
-      spdlog::info("exchanges: {} ok, {} failed, {:.1f} MB sent; training waited for one {} times "
-                   "({:.1f} s, --max-lag)",
-                   st.ok, st.failed, st.bytes_sent / 1e6, node->lag_waits(), node->lag_wait_s());
-      node->stop();
-    }
-    metrics.emit("done", {{"steps", res.steps},
-                          {"epochs", res.epochs_done},
-                          {"final_test_acc", or_null(res.final_test_acc)},
-                          {"best_test_acc", or_null(res.best_test_acc)},
-                          {"seconds", res.seconds},
-                          {"stopped", res.stopped}});
-    spdlog::info("{} after {} epochs, {} steps, {:.1f} s: final test_acc {}",
-                 res.stopped ? "stopped" : "done", res.epochs_done, res.steps, res.seconds,
-                 figure(res.final_test_acc, "%.2f%%", 100.0));
-    spdlog::info("resident memory {:.0f} MB at the end", resident_mb());
-    return res.stopped ? 130 : 0;
+    return train(cfg, r);
   } catch (const std::invalid_argument& e) {
     return usage_error(e.what());
   } catch (const std::exception& e) {

@@ -192,7 +192,8 @@ bool ChurnRunner::waiting_for_restart() const {
 // Signals every named peer that is running and not already in `to`; the rest are skipped (a
 // peer that finished, or one the scenario already took down), and say so in events.jsonl.
 void ChurnRunner::signal_each(const ChurnEvent& e, int sig, SlotState required, SlotState to,
-                              ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped) {
+                              ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped,
+                              const std::function<void(int)>& then) {
   for (int p : e.peers) {
     if (p >= slots() || !peers.running(p) || state_[std::size_t(p)] != required) {
       skipped.push_back(p);
@@ -201,25 +202,42 @@ void ChurnRunner::signal_each(const ChurnEvent& e, int sig, SlotState required, 
     peers.send_signal(p, sig);
     state_[std::size_t(p)] = to;
     if (sig == SIGKILL || sig == SIGTERM) churn_signalled_[std::size_t(p)] = true;
+    if (then) then(p);
     done.push_back(p);
   }
 }
+
+namespace {
+
+// What a signalling event does: the signal, the state a peer must be in, the state it leaves.
+struct SignalRule {
+  int sig;
+  SlotState required, to;
+};
+
+SignalRule signal_rule(ChurnKind k) {
+  switch (k) {
+    case ChurnKind::Crash: return {SIGKILL, SlotState::kUp, SlotState::kCrashed};
+    case ChurnKind::Stop: return {SIGTERM, SlotState::kUp, SlotState::kStopped};
+    case ChurnKind::Pause: return {SIGSTOP, SlotState::kUp, SlotState::kPaused};
+    case ChurnKind::Resume: return {SIGCONT, SlotState::kPaused, SlotState::kUp};
+    default: throw std::logic_error("churn: no signal for this event");
+  }
+}
+
+}  // namespace
 
 void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
   nlohmann::json done = nlohmann::json::array(), skipped = nlohmann::json::array();
   switch (e.kind) {
     case ChurnKind::Crash:
-      signal_each(e, SIGKILL, SlotState::kUp, SlotState::kCrashed, peers, done, skipped);
-      break;
     case ChurnKind::Stop:
-      signal_each(e, SIGTERM, SlotState::kUp, SlotState::kStopped, peers, done, skipped);
-      break;
     case ChurnKind::Pause:
-      signal_each(e, SIGSTOP, SlotState::kUp, SlotState::kPaused, peers, done, skipped);
+    case ChurnKind::Resume: {
+      const SignalRule r = signal_rule(e.kind);
+      signal_each(e, r.sig, r.required, r.to, peers, done, skipped);
       break;
-    case ChurnKind::Resume:
-      signal_each(e, SIGCONT, SlotState::kPaused, SlotState::kUp, peers, done, skipped);
-      break;
+    }
     case ChurnKind::Restart:
       for (int p : e.peers) restart(p, peers, done, skipped);
       break;
@@ -248,18 +266,11 @@ void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
       // A faulty peer is the same peer restarted with --fault MODE: stopped gracefully (it
       // checkpoints), then started again from that checkpoint once it is gone; the end of the
       // fault does the same without the flag.
-      for (int p : e.peers) {
-        if (p >= slots() || !peers.running(p) || state_[std::size_t(p)] != SlotState::kUp) {
-          skipped.push_back(p);
-          continue;
-        }
-        peers.set_fault(p, e.mode);
-        peers.send_signal(p, SIGTERM);
-        state_[std::size_t(p)] = SlotState::kStopped;
-        churn_signalled_[std::size_t(p)] = true;
-        deferred_restarts_.push_back(p);
-        done.push_back(p);
-      }
+      signal_each(e, SIGTERM, SlotState::kUp, SlotState::kStopped, peers, done, skipped,
+                  [&](int p) {
+                    peers.set_fault(p, e.mode);
+                    deferred_restarts_.push_back(p);
+                  });
       break;
   }
   nlohmann::json j = core::to_json(e);

@@ -109,8 +109,11 @@ class ChurnRunner {
   void apply(const core::ChurnEvent& e, double now_s, ChurnPeers& peers);
   void restart(int p, ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped);
   void run_deferred_restarts(double now_s, ChurnPeers& peers);
-  void signal_each(const core::ChurnEvent& e, int sig, SlotState from_any_but, SlotState to,
-                   ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped);
+  // Sends `sig` to each of e's peers that runs in state `required`, moves it to `to` and calls
+  // then(p); the others are skipped.
+  void signal_each(const core::ChurnEvent& e, int sig, SlotState required, SlotState to,
+                   ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped,
+                   const std::function<void(int)>& then = {});
 
   ChurnDriver driver_;
   EventLog& log_;

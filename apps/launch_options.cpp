@@ -73,8 +73,8 @@ std::string gpu_plan_note(const LaunchOptions& o) {
   if (n > g) {
     const int most = (n + g - 1) / g;
     s += "; WARNING: up to " + std::to_string(most) +
-         " peers share one GPU. Separate processes time-share a GPU: measured on an H100, 8 "
-         "peers of mlp:784-256-256-10 on one GPU took about 3 ms per step each, against 0.19 ms "
+         " peers share one GPU. Separate processes time-share a GPU: measured on an H100, 8 peers "
+         "of mlp:784-256-256-10 on one GPU took about 3 ms per step each, against 0.19 ms "
          "for one peer alone (docs/ARCHITECTURE.md, GPUs)";
   }
   return s;
@@ -103,68 +103,113 @@ std::pair<int, std::vector<std::string>> parse_peer_flag(const std::string& v) {
   return {i, a};
 }
 
+namespace {
+
+using O = Options<LaunchOptions>;
+
+LaunchMode parse_mode(const std::string& v) {
+  if (v == "gossip") return LaunchMode::Gossip;
+  if (v == "local") return LaunchMode::Local;
+  if (v == "central") return LaunchMode::Central;
+  throw UsageError("--mode: bad value '" + v + "' (one of gossip|local|central)");
+}
+
+const OptionTable<LaunchOptions>& launch_options() {
+  static const OptionTable<LaunchOptions> table({
+      O::number("peers", "N", "number of peers (default 3)", &LaunchOptions::peers, 1, 256),
+      {"mode", "MODE",
+       "gossip (default): peers on 127.0.0.1 average with each other; local: the same peers and "
+       "shards, no network, no averaging; central: one peer on all the data (--num-shards 1); "
+       "--peers is ignored (a note says so), so the same flags serve all three modes",
+       [](LaunchOptions& o, const std::string& v) { o.mode = parse_mode(v); }},
+      {"out", "DIR",
+       "run folder (default runs/<mode>-<partition>-<N>p-<UTC timestamp>); must not exist or be "
+       "empty",
+       [](LaunchOptions& o, const std::string& v) {
+         if (v.empty()) throw UsageError("--out needs a folder");
+         o.out = v;
+       }},
+      O::number("base-port", "P",
+                "peers listen on P, P+1, ... (default: free ports picked by the OS)",
+                &LaunchOptions::base_port, 1024, 65535),
+      O::number("target-acc", "X", "accuracy for the time-to-target figures (default 0.85)",
+                &LaunchOptions::target_acc, 0, 1),
+      O::number("stop-timeout", "S",
+                "on Ctrl-C / SIGTERM, seconds to wait before SIGKILL (default 15)",
+                &LaunchOptions::stop_timeout_s, 0, 3600),
+      O::number("consensus-every", "S",
+                "sample the consensus distance at most every S seconds, and whenever every peer "
+                "has a new checkpoint (default 5)",
+                &LaunchOptions::consensus_every_s, 0.5, 3600),
+      O::flag("no-plots", "skip scripts/plot_run.py", &LaunchOptions::plots, false),
+      O::text("peer-bin", "PATH", "the gossip-peer to run (default: next to gossip-launch)",
+              &LaunchOptions::peer_bin),
+      {"peer-flags", "I:--name=value",
+       "a peer flag for peer I only, after the forwarded ones (repeatable; e.g. --peer-flags "
+       "7:--lr=8 for one diverging peer)",
+       [](LaunchOptions& o, const std::string& v) { o.peer_flags.push_back(parse_peer_flag(v)); }},
+      O::text("churn", "FILE|SHORTHAND",
+              "run a churn scenario against the peers: crashes (SIGKILL), graceful stops, restarts "
+              "from the checkpoint, joins of new peers, pauses (SIGSTOP/SIGCONT), at times or at "
+              "points of training; every event goes to events.jsonl and summary.json's \"churn\" "
+              "section. FILE is JSON (scripts/scenarios/*.json); shorthands: see below",
+              &LaunchOptions::churn_arg),
+      O::flag("netns",
+              "every peer in its own network namespace with its own address (10.88.x.y) on a "
+              "bridge, talking real TCP as on separate machines; needed for the scenario's "
+              "partition and link events (nftables drop rules, tbf qdiscs; no delay: this kernel "
+              "has no netem). Root only; everything is removed at the end and on Ctrl-C",
+              &LaunchOptions::netns),
+      O::flag("cleanup", "remove the namespaces a killed launcher left behind, then exit",
+              &LaunchOptions::cleanup),
+      {"gpus", "0,1,...",
+       "spread the peers over these CUDA devices (peer i on the (i mod n)-th); warns when several "
+       "peers must share one GPU, which time-shares it",
+       [](LaunchOptions& o, const std::string& v) { o.gpus = parse_gpus(v); }},
+      {"compare", "DIR...", "print the summaries of finished runs side by side",
+       [](LaunchOptions& o, const std::string& v) { o.compare.push_back(v); }, Arity::kMany},
+      O::flag("markdown", "with --compare: a Markdown table", &LaunchOptions::markdown),
+  });
+  return table;
+}
+
+// A flag not in the launcher's table is a peer flag: forwarded to every peer, unless the launcher
+// sets it for each peer itself.
+void forward_peer_flag(LaunchOptions& o, const std::string& name, const std::string& value) {
+  if (owned_peer_flags().count(name))
+    throw UsageError("--" + name +
+                     " is set by gossip-launch for each peer (ports, seeds, shards and files "
+                     "follow from --peers, --mode, --base-port and --out)");
+  o.forward.push_back("--" + name);
+  o.forward.push_back(value);
+}
+
+// The forwarded flags go through gossip-peer's own parser once here, so a bad value or an unknown
+// flag stops the launch before any process starts, with the peer's message. The launcher reads
+// some of them too.
+void read_forwarded(LaunchOptions& o) {
+  bool help = false;
+  const PeerConfig base = parse_peer_args(o.forward, &help);
+  o.partition = base.partition;
+  o.data = base.data;
+  o.seed = base.train.seed;
+  o.network_key = base.network_key;
+  if (!o.gpus.empty()) {
+    if (base.backend == "cpu")
+      throw UsageError("--gpus places peers on CUDA devices; it does not go with --backend cpu");
+    for (const auto& f : o.forward)
+      if (f == "--device")
+        throw UsageError("--gpus and --device both choose the peers' GPUs: give one of them");
+  }
+}
+
+}  // namespace
+
 LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   LaunchOptions o;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      o.help = true;
-      return o;
-    }
-    auto [name, value, has_value] = split_flag(a);
-    // Flags without a value.
-    if (name == "no-plots" || name == "markdown" || name == "netns" || name == "cleanup") {
-      if (has_value) throw UsageError("--" + name + " takes no value");
-      if (name == "no-plots") o.plots = false;
-      else if (name == "markdown") o.markdown = true;
-      else if (name == "netns") o.netns = true;
-      else o.cleanup = true;
-      continue;
-    }
-    if (name == "compare") {
-      if (has_value) o.compare.push_back(value);
-      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) o.compare.push_back(args[++i]);
-      if (o.compare.empty()) throw UsageError("--compare needs one or more run folders");
-      continue;
-    }
-    if (!has_value) {
-      if (i + 1 >= args.size()) throw UsageError("--" + name + " needs a value");
-      value = args[++i];
-    }
-    if (name == "peers") {
-      o.peers = int(to_int("peers", value, 1, 256));
-    } else if (name == "out") {
-      if (value.empty()) throw UsageError("--out needs a folder");
-      o.out = value;
-    } else if (name == "mode") {
-      if (value == "gossip") o.mode = LaunchMode::Gossip;
-      else if (value == "local") o.mode = LaunchMode::Local;
-      else if (value == "central") o.mode = LaunchMode::Central;
-      else throw UsageError("--mode: bad value '" + value + "' (one of gossip|local|central)");
-    } else if (name == "base-port") {
-      o.base_port = int(to_int("base-port", value, 1024, 65535));
-    } else if (name == "target-acc") {
-      o.target_acc = to_double("target-acc", value, 0, 1);
-    } else if (name == "stop-timeout") {
-      o.stop_timeout_s = to_double("stop-timeout", value, 0, 3600);
-    } else if (name == "consensus-every") {
-      o.consensus_every_s = to_double("consensus-every", value, 0.5, 3600);
-    } else if (name == "peer-bin") {
-      o.peer_bin = value;
-    } else if (name == "churn") {
-      o.churn_arg = value;
-    } else if (name == "gpus") {
-      o.gpus = parse_gpus(value);
-    } else if (name == "peer-flags") {
-      o.peer_flags.push_back(parse_peer_flag(value));
-    } else if (owned_peer_flags().count(name)) {
-      throw UsageError("--" + name +
-                       " is set by gossip-launch for each peer (ports, seeds, shards and files "
-                       "follow from --peers, --mode, --base-port and --out)");
-    } else {
-      o.forward.push_back("--" + name);
-      o.forward.push_back(value);
-    }
+  if (!launch_options().parse(args, o, forward_peer_flag)) {
+    o.help = true;
+    return o;
   }
   if (!o.compare.empty() || o.cleanup) return o;
   o.peers_requested = o.peers;
@@ -174,22 +219,8 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   if (o.base_port > 0 && o.base_port + o.peers - 1 > 65535)
     throw UsageError("--base-port " + std::to_string(o.base_port) + " leaves no room for " +
                      std::to_string(o.peers) + " ports");
-  // The forwarded flags go through gossip-peer's own parser once here, so a bad value or an
-  // unknown flag stops the launch before any process starts, with the peer's message.
-  bool help = false;
-  PeerConfig base = parse_peer_args(o.forward, &help);
-  o.partition = base.partition;
-  o.data = base.data;
-  o.seed = base.train.seed;
-  o.network_key = base.network_key;
+  read_forwarded(o);
   if (!o.churn_arg.empty()) o.churn = load_churn(o);
-  if (!o.gpus.empty()) {
-    if (base.backend == "cpu")
-      throw UsageError("--gpus places peers on CUDA devices; it does not go with --backend cpu");
-    for (const auto& f : o.forward)
-      if (f == "--device")
-        throw UsageError("--gpus and --device both choose the peers' GPUs: give one of them");
-  }
   for (const auto& [i, f] : o.peer_flags)
     if (i >= o.slots())
       throw UsageError("--peer-flags: no peer " + std::to_string(i) + " in this run");
@@ -233,7 +264,8 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
     a.insert(a.end(), o.forward.begin(), o.forward.end());
     for (const auto& [k, f] : o.peer_flags)
       if (k == i) a.insert(a.end(), f.begin(), f.end());
-    if (o.network_key.empty() && !network_key.empty()) a.insert(a.end(), {"--network-key", network_key});
+    if (o.network_key.empty() && !network_key.empty())
+      a.insert(a.end(), {"--network-key", network_key});
     if (!o.gpus.empty())
       a.insert(a.end(), {"--device", std::to_string(o.gpus[std::size_t(i) % o.gpus.size()])});
     a.insert(a.end(), {"--num-shards", std::to_string(slots), "--shard", std::to_string(i),
@@ -272,7 +304,8 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
 }
 
 std::string launch_usage() {
-  std::string u = R"(usage: gossip-launch --peers N [--out DIR] [--mode gossip|local|central] [peer flags...]
+  std::string u =
+      R"(usage: gossip-launch --peers N [--out DIR] [--mode gossip|local|central] [peer flags...]
        gossip-launch --compare RUN_DIR... [--markdown]
 
 Starts N gossip-peer processes on this machine, shows their progress live on stderr, and
@@ -280,38 +313,7 @@ writes a run folder a person can read: command.txt, config.json, peerI/{metrics.
 log.txt,ckpt/,identity.key}, consensus.jsonl, summary.json and PNG plots.
 
 Launcher flags:
-  --peers N              number of peers (default 3)
-  --mode MODE            gossip (default): peers on 127.0.0.1 average with each other;
-                         local: the same peers and shards, no network, no averaging;
-                         central: one peer on all the data (--num-shards 1); --peers is
-                         ignored (a note says so), so the same flags serve all three modes
-  --out DIR              run folder (default runs/<mode>-<partition>-<N>p-<UTC timestamp>);
-                         must not exist or be empty
-  --base-port P          peers listen on P, P+1, ... (default: free ports picked by the OS)
-  --target-acc X         accuracy for the time-to-target figures (default 0.85)
-  --stop-timeout S       on Ctrl-C / SIGTERM, seconds to wait before SIGKILL (default 15)
-  --consensus-every S    sample the consensus distance at most every S seconds, and
-                         whenever every peer has a new checkpoint (default 5)
-  --no-plots             skip scripts/plot_run.py
-  --peer-bin PATH        the gossip-peer to run (default: next to gossip-launch)
-  --peer-flags I:--name=value  a peer flag for peer I only, after the forwarded ones (repeatable;
-                         e.g. --peer-flags 7:--lr=8 for one diverging peer)
-  --churn FILE|SHORTHAND run a churn scenario against the peers: crashes (SIGKILL), graceful
-                         stops, restarts from the checkpoint, joins of new peers, pauses
-                         (SIGSTOP/SIGCONT), at times or at points of training; every event
-                         goes to events.jsonl and summary.json's "churn" section. FILE is
-                         JSON (scripts/scenarios/*.json); shorthands: see below
-  --netns                every peer in its own network namespace with its own address
-                         (10.88.x.y) on a bridge, talking real TCP as on separate machines;
-                         needed for the scenario's partition and link events (nftables drop
-                         rules, tbf qdiscs; no delay: this kernel has no netem). Root only;
-                         everything is removed at the end and on Ctrl-C
-  --cleanup              remove the namespaces a killed launcher left behind, then exit
-  --gpus 0,1,...         spread the peers over these CUDA devices (peer i on the (i mod n)-th);
-                         warns when several peers must share one GPU, which time-shares it
-  --compare DIR...       print the summaries of finished runs side by side
-  --markdown             with --compare: a Markdown table
-  --help                 this text
+@FLAGS@
 
 Peer flags (see gossip-peer --help) are passed to every peer: --data, --partition, --seed,
 --model, --backend, --epochs, --batch, --lr, --gossip-every, --wire, --network-key, ...
@@ -328,6 +330,8 @@ Plots need python3 with matplotlib (/usr/bin/python3 is tried first); set GT_SCR
 to the folder holding plot_run.py if it is not found.
 )";
   u.replace(u.find("@CHURN_HELP@"), 12, core::kChurnShorthandHelp);
+  u.replace(u.find("@FLAGS@\n"), 8,
+            launch_options().help(25) + help_line("--help", "this text", 25));
   return u;
 }
 

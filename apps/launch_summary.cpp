@@ -106,18 +106,25 @@ nlohmann::json peer_summary(const RunFacts& run, std::size_t i, const PeerStats&
 
 }  // namespace
 
-nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& stats,
-                            const std::vector<PeerOutcome>& outcomes) {
-  const LaunchOptions& o = *run.options;
+namespace {
+
+// What the summary sums up over the started peers.
+struct PeerTotals {
   nlohmann::json peers = nlohmann::json::array();
-  std::vector<double> finals;
+  std::vector<double> finals;  // final accuracies of the peers alive at the end
   std::optional<double> best, t_all, t_first;
-  bool all_reached = !stats.empty();
-  std::optional<std::int64_t> samples_total, bytes_total, ok_total, failed_total;
-  std::map<std::string, int> reasons_total;
-  int bans_total = 0;
+  bool all_reached = false;
+  std::optional<std::int64_t> samples, bytes, ok, failed;
+  std::map<std::string, int> reasons;
+  int bans = 0;
   nlohmann::json failed_peers = nlohmann::json::array();
   nlohmann::json not_averaging = nlohmann::json::array();
+};
+
+PeerTotals sum_peers(const RunFacts& run, const std::vector<PeerStats>& stats,
+                     const std::vector<PeerOutcome>& outcomes) {
+  PeerTotals t;
+  t.all_reached = !stats.empty();
   for (std::size_t i = 0; i < stats.size(); ++i) {
     const PeerStats& s = stats[i];
     const PeerOutcome& out = outcomes[i];
@@ -126,34 +133,43 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
     // a stop), else the one `done` reports, else (a peer killed before `done`) its last eval.
     std::optional<double> final_acc =
         s.final_eval_acc ? s.final_eval_acc : s.final_test_acc ? s.final_test_acc : s.test_acc;
-    if (final_acc && out.alive_at_end) finals.push_back(*final_acc);
-    if (s.best_test_acc && (!best || *s.best_test_acc > *best)) best = s.best_test_acc;
+    if (final_acc && out.alive_at_end) t.finals.push_back(*final_acc);
+    if (s.best_test_acc && (!t.best || *s.best_test_acc > *t.best)) t.best = s.best_test_acc;
     std::optional<double> t_launch;
     if (s.time_to_target) {
       t_launch = *s.time_to_target + out.clock_offset_s.value_or(out.start_offset_s);
-      if (!t_all || *t_launch > *t_all) t_all = t_launch;
-      if (!t_first || *t_launch < *t_first) t_first = t_launch;
+      if (!t.t_all || *t_launch > *t.t_all) t.t_all = t_launch;
+      if (!t.t_first || *t_launch < *t.t_first) t.t_first = t_launch;
     } else {
-      all_reached = false;
+      t.all_reached = false;
     }
-    peers.push_back(peer_summary(run, i, s, out, final_acc, t_launch));
-    const nlohmann::json& p = peers.back();
-    add_to(samples_total, p["samples"]);
-    add_to(bytes_total, p["bytes_sent"]);
-    add_to(ok_total, p["exchanges_ok"]);
-    add_to(failed_total, p["exchanges_failed"]);
-    for (const auto& [r, n] : s.failed_by_reason) reasons_total[r] += n;
-    if (out.failed) failed_peers.push_back(int(i));
-    if (s.averaging_alerts > 0) not_averaging.push_back(int(i));
-    bans_total += s.bans;
+    t.peers.push_back(peer_summary(run, i, s, out, final_acc, t_launch));
+    const nlohmann::json& p = t.peers.back();
+    add_to(t.samples, p["samples"]);
+    add_to(t.bytes, p["bytes_sent"]);
+    add_to(t.ok, p["exchanges_ok"]);
+    add_to(t.failed, p["exchanges_failed"]);
+    for (const auto& [r, n] : s.failed_by_reason) t.reasons[r] += n;
+    if (out.failed) t.failed_peers.push_back(int(i));
+    if (s.averaging_alerts > 0) t.not_averaging.push_back(int(i));
+    t.bans += s.bans;
   }
+  return t;
+}
+
+}  // namespace
+
+nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& stats,
+                            const std::vector<PeerOutcome>& outcomes) {
+  const LaunchOptions& o = *run.options;
+  const PeerTotals t = sum_peers(run, stats, outcomes);
   std::optional<double> mean, mn, mx, spread;
-  if (!finals.empty()) {
+  if (!t.finals.empty()) {
     double sum = 0;
-    for (double f : finals) sum += f;
-    mean = sum / double(finals.size());
-    mn = *std::min_element(finals.begin(), finals.end());
-    mx = *std::max_element(finals.begin(), finals.end());
+    for (double f : t.finals) sum += f;
+    mean = sum / double(t.finals.size());
+    mn = *std::min_element(t.finals.begin(), t.finals.end());
+    mx = *std::max_element(t.finals.begin(), t.finals.end());
     spread = *mean - *mn;
   }
   nlohmann::json j = {
@@ -165,34 +181,34 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
       {"epochs", run.epochs},
       {"batch", run.batch},
       {"seed", o.seed},
-      {"num_peers", int(peers.size())},
+      {"num_peers", int(t.peers.size())},
       {"started_at", run.started_at},
       {"seconds", run.seconds},
       {"interrupted", run.interrupted},
-      {"failed_peers", failed_peers},
+      {"failed_peers", t.failed_peers},
       // Peers that said every exchange failed for a while (they trained alone meanwhile).
-      {"peers_not_averaging", not_averaging},
+      {"peers_not_averaging", t.not_averaging},
       // `ban` lines over all peers (robust mixing banned a partner after repeated refusals).
-      {"bans", bans_total},
+      {"bans", t.bans},
       {"target_acc", o.target_acc},
       {"final_test_acc_mean", opt(mean)},
       {"final_test_acc_min", opt(mn)},
       {"final_test_acc_max", opt(mx)},
       {"final_test_acc_spread", opt(spread)},
-      {"best_test_acc", opt(best)},
+      {"best_test_acc", opt(t.best)},
       // Launch clock: when every peer had reached the target (null if one never did), and the
       // first peer to reach it.
-      {"time_to_target_s", all_reached ? opt(t_all) : nlohmann::json(nullptr)},
-      {"time_to_target_first_s", opt(t_first)},
-      {"samples", opt(samples_total)},
-      {"exchanges_ok", opt(ok_total)},
-      {"exchanges_failed", opt(failed_total)},
-      {"exchanges_failed_by_reason", reasons_total},
-      {"bytes_sent", opt(bytes_total)},
+      {"time_to_target_s", t.all_reached ? opt(t.t_all) : nlohmann::json(nullptr)},
+      {"time_to_target_first_s", opt(t.t_first)},
+      {"samples", opt(t.samples)},
+      {"exchanges_ok", opt(t.ok)},
+      {"exchanges_failed", opt(t.failed)},
+      {"exchanges_failed_by_reason", t.reasons},
+      {"bytes_sent", opt(t.bytes)},
       {"consensus_distance", opt(run.consensus_distance)},
       {"consensus_note", run.consensus_note},
       {"consensus_points", run.consensus_points},
-      {"peers", peers},
+      {"peers", t.peers},
   };
   return j;
 }

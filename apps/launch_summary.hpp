@@ -36,6 +36,21 @@ inline bool consensus_sample_due(const CheckpointScan& scan, double since_last_s
   return scan.all_newer || since_last_s >= every_s;
 }
 
+// When gossip-launch samples the consensus distance during the run: consensus_sample_due with
+// the run's --consensus-every, counted from the last sample.
+class ConsensusSchedule {
+ public:
+  explicit ConsensusSchedule(const LaunchOptions& o) : every_s_(o.consensus_every_s) {}
+  bool due(const CheckpointScan& scan, double now_s) const {
+    return consensus_sample_due(scan, now_s - last_s_, every_s_);
+  }
+  void sampled(double now_s) { last_s_ = now_s; }
+
+ private:
+  double every_s_;
+  double last_s_ = -1e9;
+};
+
 // How one peer process ended, as the launcher saw it.
 struct PeerOutcome {
   std::string state;        // done | stopped | exited with code X | killed by SIGNAME | running

@@ -5,38 +5,9 @@
 
 namespace gossiptrain::apps::sim {
 
-std::string sim_usage() {
-  return R"(gossip-sim: N peers in one process, running gossip/'s real membership and averaging code
-over the seeded in-memory network on a virtual clock.
-
-  gossip-sim --peers N --workload consensus --sim-seconds S --seed X --out DIR [options]
-
-  --peers N              initial peers (1..100000)
-  --workload W           consensus (random vectors, averaging only). train is not simulated yet.
-  --sim-seconds S        simulated time (> 0)
-  --seed X               seed of everything (vectors, network, protocol choices); default 1
-  --out DIR              run folder (absent or empty); default runs/sim-<N>p-<UTC time>
-  --params P             floats per peer (1..67108864, default 1000)
-  --exchange-interval S  each peer starts an exchange every S simulated seconds (default 1)
-  --sample-every S       consensus sample period in simulated seconds (default 1)
-  --rate-rounds K        round boundaries (n/2 exchanges) sampled for the rate check (default 10)
-  --join-spread S        non-seed peers start uniformly in [0, S) (default 2)
-  --seeds K              peers 0..K-1 are everyone's seeds (default 3)
-  --churn FILE|SPEC      a gossip-launch churn scenario (crash, stop, restart, join, partition,
-                         heal, random crash/stop model); pause, resume, link, fault are refused
-  --loss F               drop probability of each membership message, in [0, 0.5] (default 0)
-  --latency SPEC         one-way latency: constant:MS or uniform:LO:HI (default constant:5)
-  --mix plain|clipped    the averager's mixing (default plain)
-  --trace-exchanges      one events.jsonl line per exchange side
-  --log-level L          spdlog level of the protocol code (default warn)
-Not modelled yet (refused with exit code 2): --bandwidth, --topology, lognormal latency,
---workload train.
-)";
-}
-
 void parse_latency(const std::string& spec, SimConfig& cfg) {
   auto ms = [&](const std::string& v) {
-    return net::Millis(static_cast<long long>(to_int("--latency", v, 0, 600000)));
+    return net::Millis(static_cast<long long>(to_int("latency", v, 0, 600000)));
   };
   if (spec.rfind("constant:", 0) == 0) {
     cfg.latency = ms(spec.substr(9));
@@ -76,86 +47,119 @@ void check_simulable(const core::ChurnScenario& s) {
     throw UsageError("--churn: the random pause model is not simulated by gossip-sim yet");
 }
 
-void apply_flag(SimOptions& o, const std::string& name, const std::string& v, std::string& churn) {
-  SimConfig& w = o.world;
-  if (name == "peers") w.peers = static_cast<int>(to_int("--peers", v, 1, 100000));
-  else if (name == "workload") {
-    if (v == "train")
-      throw UsageError("--workload train is not simulated by gossip-sim yet (only consensus)");
-    if (v != "consensus") throw UsageError("--workload: expected consensus|train, got '" + v + "'");
-    w.workload = v;
-  } else if (name == "sim-seconds") {
-    w.sim_seconds = to_double("--sim-seconds", v, 0.001, 1e7);
-  } else if (name == "seed") {
-    w.seed = static_cast<std::uint64_t>(to_int("--seed", v, 0, (1LL << 53)));
-  } else if (name == "out") {
-    if (v.empty()) throw UsageError("--out needs a folder");
-    o.out = v;
-  } else if (name == "params") {
-    w.params = static_cast<std::size_t>(to_int("--params", v, 1, 1LL << 26));
-  } else if (name == "exchange-interval") {
-    w.exchange_interval_s = to_double("--exchange-interval", v, 0.001, 86400);
-  } else if (name == "sample-every") {
-    w.sample_every_s = to_double("--sample-every", v, 0.001, 1e7);
-  } else if (name == "rate-rounds") {
-    w.rate_rounds = static_cast<int>(to_int("--rate-rounds", v, 0, 1000));
-  } else if (name == "join-spread") {
-    w.join_spread_s = to_double("--join-spread", v, 0, 3600);
-  } else if (name == "seeds") {
-    w.seeds = static_cast<int>(to_int("--seeds", v, 1, 100));
-  } else if (name == "churn") {
-    churn = v;
-  } else if (name == "loss") {
-    w.loss = to_double("--loss", v, 0, 0.5);
-  } else if (name == "latency") {
-    parse_latency(v, w);
-  } else if (name == "mix") {
-    if (v != "plain" && v != "clipped") throw UsageError("--mix: expected plain|clipped");
-    w.mix = v == "plain" ? gossip::MixMode::Plain : gossip::MixMode::Clipped;
-  } else if (name == "log-level") {
-    o.log_level = v;
-  } else if (name == "bandwidth" || name == "topology") {
+// What parsing gathers besides the options: the required flags seen, the churn argument.
+struct SimArgs {
+  SimOptions o;
+  std::string churn;
+  bool have_peers = false, have_seconds = false;
+};
+using O = Options<SimArgs>;
+
+template <class T>
+auto world(T SimConfig::*field) {
+  return [field](SimArgs& a) -> T& { return a.o.world.*field; };
+}
+
+const OptionTable<SimArgs>& sim_options() {
+  static const OptionTable<SimArgs> table({
+      {"peers", "N", "initial peers (1..100000)",
+       [](SimArgs& a, const std::string& v) {
+         a.o.world.peers = int(to_int("peers", v, 1, 100000));
+         a.have_peers = true;
+       }},
+      {"workload", "W", "consensus (random vectors, averaging only). train is not simulated yet.",
+       [](SimArgs& a, const std::string& v) {
+         if (v == "train")
+           throw UsageError("--workload train is not simulated by gossip-sim yet (only consensus)");
+         if (v != "consensus")
+           throw UsageError("--workload: expected consensus|train, got '" + v + "'");
+         a.o.world.workload = v;
+       }},
+      {"sim-seconds", "S", "simulated time (> 0)",
+       [](SimArgs& a, const std::string& v) {
+         a.o.world.sim_seconds = to_double("sim-seconds", v, 0.001, 1e7);
+         a.have_seconds = true;
+       }},
+      O::number("seed", "X", "seed of everything (vectors, network, protocol choices); default 1",
+                world(&SimConfig::seed), 0, double(1LL << 53)),
+      {"out", "DIR", "run folder (absent or empty); default runs/sim-<N>p-<UTC time>",
+       [](SimArgs& a, const std::string& v) {
+         if (v.empty()) throw UsageError("--out needs a folder");
+         a.o.out = v;
+       }},
+      O::number("params", "P", "floats per peer (1..67108864, default 1000)",
+                world(&SimConfig::params), 1, double(1LL << 26)),
+      O::number("exchange-interval", "S",
+                "each peer starts an exchange every S simulated seconds (default 1)",
+                world(&SimConfig::exchange_interval_s), 0.001, 86400),
+      O::number("sample-every", "S", "consensus sample period in simulated seconds (default 1)",
+                world(&SimConfig::sample_every_s), 0.001, 1e7),
+      O::number("rate-rounds", "K",
+                "round boundaries (n/2 exchanges) sampled for the rate check (default 10)",
+                world(&SimConfig::rate_rounds), 0, 1000),
+      O::number("join-spread", "S", "non-seed peers start uniformly in [0, S) (default 2)",
+                world(&SimConfig::join_spread_s), 0, 3600),
+      O::number("seeds", "K", "peers 0..K-1 are everyone's seeds (default 3)",
+                world(&SimConfig::seeds), 1, 100),
+      O::text("churn", "FILE|SPEC",
+              "a gossip-launch churn scenario (crash, stop, restart, join, partition, heal, random "
+              "crash/stop model); pause, resume, link, fault are refused",
+              &SimArgs::churn),
+      O::number("loss", "F", "drop probability of each membership message, in [0, 0.5] (default 0)",
+                world(&SimConfig::loss), 0, 0.5),
+      {"latency", "SPEC", "one-way latency: constant:MS or uniform:LO:HI (default constant:5)",
+       [](SimArgs& a, const std::string& v) { parse_latency(v, a.o.world); }},
+      {"mix", "plain|clipped", "the averager's mixing (default plain)",
+       [](SimArgs& a, const std::string& v) {
+         a.o.world.mix = one_of("mix", v, {"plain", "clipped"}) == "plain"
+                             ? gossip::MixMode::Plain
+                             : gossip::MixMode::Clipped;
+       }},
+      O::flag("trace-exchanges", "one events.jsonl line per exchange side",
+              world(&SimConfig::trace_exchanges)),
+      {"log-level", "L", "spdlog level of the protocol code (default warn)",
+       [](SimArgs& a, const std::string& v) { a.o.log_level = v; }},
+  });
+  return table;
+}
+
+// Flags of features gossip-sim does not model yet are refused by name; others are unknown.
+void refuse_unmodelled(SimArgs&, const std::string& name, const std::string&) {
+  if (name == "bandwidth" || name == "topology")
     throw UsageError("--" + name + " is not modelled by gossip-sim yet");
-  } else {
-    throw UsageError("unknown flag --" + name + " (see --help)");
-  }
+  throw UsageError("unknown flag '--" + name + "' (see --help)");
 }
 
 }  // namespace
 
 SimOptions parse_sim_options(const std::vector<std::string>& args) {
-  SimOptions o;
-  std::string churn;
-  bool have_peers = false, have_seconds = false;
-  for (std::size_t k = 0; k < args.size(); ++k) {
-    Flag f = split_flag(args[k]);
-    if (f.name == "help") {
-      o.help = true;
-      return o;
-    }
-    if (f.name == "trace-exchanges") {
-      o.world.trace_exchanges = true;
-      continue;
-    }
-    if (!f.has_value) {
-      if (k + 1 >= args.size()) throw UsageError("--" + f.name + " needs a value");
-      f.value = args[++k];
-    }
-    have_peers = have_peers || f.name == "peers";
-    have_seconds = have_seconds || f.name == "sim-seconds";
-    apply_flag(o, f.name, f.value, churn);
+  SimArgs a;
+  if (!sim_options().parse(args, a, refuse_unmodelled)) {
+    a.o.help = true;
+    return a.o;
   }
-  if (!have_peers) throw UsageError("--peers is required");
-  if (!have_seconds) throw UsageError("--sim-seconds is required");
-  if (!churn.empty()) {
+  if (!a.have_peers) throw UsageError("--peers is required");
+  if (!a.have_seconds) throw UsageError("--sim-seconds is required");
+  SimOptions& o = a.o;
+  if (!a.churn.empty()) {
     try {
-      o.world.churn = core::load_churn_scenario(churn, o.world.peers);
+      o.world.churn = core::load_churn_scenario(a.churn, o.world.peers);
     } catch (const core::ScenarioError& e) {
       throw UsageError(std::string("--churn: ") + e.what());
     }
     check_simulable(*o.world.churn);
   }
   return o;
+}
+
+std::string sim_usage() {
+  return "gossip-sim: N peers in one process, running gossip/'s real membership and averaging "
+         "code\nover the seeded in-memory network on a virtual clock.\n\n"
+         "  gossip-sim --peers N --workload consensus --sim-seconds S --seed X --out DIR "
+         "[options]\n\n" +
+         sim_options().help(25) +
+         "Not modelled yet (refused with exit code 2): --bandwidth, --topology, lognormal "
+         "latency,\n--workload train.\n";
 }
 
 }  // namespace gossiptrain::apps::sim

@@ -6,7 +6,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 
 namespace gossiptrain::apps::sim {
 
@@ -22,7 +22,7 @@ std::string addr_of(int i) {
          std::to_string(i & 255) + ":7000";
 }
 std::uint64_t mix64(std::uint64_t a, std::uint64_t b) {
-  core::SplitMix64 r(a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL));
+  base::SplitMix64 r(a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL));
   std::uint64_t v = r.next();
   return v ? v : 1;
 }
@@ -87,7 +87,7 @@ World::World(SimConfig cfg, std::ostream& events)
     net_.set_loss(cfg_.loss, gossip::kMembershipTypeFirst, gossip::kMembershipTypeLast);
   const int slots = cfg_.churn ? core::total_peers(*cfg_.churn) : cfg_.peers;
   for (int i = 0; i < std::min(cfg_.seeds, cfg_.peers); ++i) seed_addrs_.push_back(addr_of(i));
-  core::Xoshiro256 rng(mix64(cfg_.seed, 0xC0FFEE));
+  base::Xoshiro256 rng(mix64(cfg_.seed, 0xC0FFEE));
   for (int i = 0; i < slots; ++i) {
     auto p = std::make_unique<Peer>();
     p->index = i;
@@ -194,7 +194,7 @@ void World::start_peer(int i) {
   build_protocols(p);
   boundary(i, false);  // the averager learns the vector's size and keeps a snapshot ready
   p.mem->start();
-  core::SplitMix64 phase(mix64(cfg_.seed, 0xABCD0000ULL + i + 0x10000 * p.life));
+  base::SplitMix64 phase(mix64(cfg_.seed, 0xABCD0000ULL + i + 0x10000 * p.life));
   const auto period = ms_of(cfg_.exchange_interval_s);
   const std::uint64_t life = p.life;
   p.t->schedule(Millis(static_cast<Millis::rep>(phase.below(period.count()) + 1)),
@@ -557,7 +557,7 @@ json World::run() {
   sum0_ = coordinate_sums();
   sample("initial");
   // Seeds first, at 0; the others at seeded random moments over join_spread_s.
-  core::SplitMix64 rng(mix64(cfg_.seed, 0x5EED));
+  base::SplitMix64 rng(mix64(cfg_.seed, 0x5EED));
   std::vector<std::pair<Millis, int>> starts;
   for (int i = 0; i < cfg_.peers; ++i) {
     const bool seed = i < cfg_.seeds;

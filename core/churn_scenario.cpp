@@ -1,9 +1,9 @@
 // Churn scenarios: JSON/shorthand parsing, static validation (indices, disjoint groups, lifecycle
 // order) and expansion of the random model. All randomness is our own inverse-CDF sampling on
-// Xoshiro256, so a seed gives the same schedule with every standard library.
+// base::Xoshiro256, so a seed gives the same schedule with every standard library.
 #include "core/churn_scenario.hpp"
 
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 
 #include <algorithm>
 #include <array>
@@ -403,7 +403,7 @@ void check_lifecycle(const ChurnScenario& s) {
 
 // A duration with the given mean: exponential (k == 0) or Weibull with shape k and scale
 // mean / Gamma(1 + 1/k), both by inverse CDF of an open uniform (never log(0)).
-double draw_duration(Xoshiro256& rng, double mean, double k) {
+double draw_duration(base::Xoshiro256& rng, double mean, double k) {
   const double e = -std::log(rng.uniform_open());  // Exp(1)
   if (k == 0.0) return mean * e;
   return mean / std::tgamma(1.0 + 1.0 / k) * std::pow(e, 1.0 / k);
@@ -422,7 +422,7 @@ ChurnEvent generated_event(ChurnKind kind, double at, int peer) {
 // order transitions happen (ties by position in r.peers), so the schedule depends on the seed only.
 std::vector<ChurnEvent> expand_random(const RandomChurn& r, int n, std::uint64_t seed,
                                       double horizon_s) {
-  Xoshiro256 rng(seed);
+  base::Xoshiro256 rng(seed);
   const int cap = static_cast<int>(std::floor(r.max_down_fraction * n + 1e-9));
   const ChurnKind up_kind = r.down == ChurnKind::Pause ? ChurnKind::Resume : ChurnKind::Restart;
   using Next = std::pair<double, std::size_t>;  // time of the next transition, position in peers

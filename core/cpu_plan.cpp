@@ -8,9 +8,7 @@
 #include <thread>
 
 #if defined(__linux__)
-#include <dirent.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #endif
 
@@ -31,17 +29,6 @@ std::string ranges(const std::vector<int>& v) {
   return s;
 }
 
-#if defined(__linux__)
-bool set_affinity(pid_t tid, const std::vector<int>& cpus, std::string* error) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int c : cpus)
-    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
-  if (::sched_setaffinity(tid, sizeof set, &set) == 0) return true;
-  if (error) *error = std::strerror(errno);
-  return false;
-}
-#endif
 
 }  // namespace
 
@@ -112,36 +99,6 @@ CpuPlan plan_cpus(const std::vector<int>& allowed, int net_cores, int blas_threa
                                 " takes every physical core; none is left for training");
   if (p.blas_threads == 0) p.blas_threads = int(p.compute.size());
   return p;
-}
-
-bool pin_this_thread(const std::vector<int>& cpus, std::string* error) {
-  if (cpus.empty()) return true;
-#if defined(__linux__)
-  return set_affinity(0, cpus, error);
-#else
-  if (error) *error = "thread pinning is supported on Linux only";
-  return false;
-#endif
-}
-
-int pin_all_threads(const std::vector<int>& cpus, std::string* error) {
-  if (cpus.empty()) return 0;
-  int pinned = 0;
-#if defined(__linux__)
-  DIR* d = ::opendir("/proc/self/task");
-  if (!d) {
-    if (error) *error = std::string("/proc/self/task: ") + std::strerror(errno);
-    return 0;
-  }
-  while (const dirent* e = ::readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    if (set_affinity(pid_t(std::atoi(e->d_name)), cpus, error)) ++pinned;
-  }
-  ::closedir(d);
-#else
-  if (error) *error = "thread pinning is supported on Linux only";
-#endif
-  return pinned;
 }
 
 }  // namespace gossiptrain::core

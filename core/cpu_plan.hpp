@@ -7,6 +7,8 @@
 // decide. docs/ARCHITECTURE.md, "Threads and cores", gives the measurements behind the defaults.
 #pragma once
 
+#include "core/base/thread.hpp"
+
 #include <string>
 #include <vector>
 
@@ -38,11 +40,5 @@ std::vector<int> physical_cores(const std::vector<int>& cpus);
 // std::invalid_argument when net_cores leaves no core for training.
 CpuPlan plan_cpus(const std::vector<int>& allowed, int net_cores, int blas_threads,
                   const std::vector<int>& core_of = {});
-
-// Pins the calling thread to cpus (no-op for an empty list). False with a reason on failure.
-bool pin_this_thread(const std::vector<int>& cpus, std::string* error = nullptr);
-// Pins every thread the process has now (the caller and an already started BLAS pool) to cpus.
-// Returns how many were pinned; failures are reported in *error.
-int pin_all_threads(const std::vector<int>& cpus, std::string* error = nullptr);
 
 }  // namespace gossiptrain::core

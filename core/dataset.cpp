@@ -2,7 +2,7 @@
 // Gaussian-cluster set used by fast tests.
 #include "core/dataset.hpp"
 
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 
 #include <zlib.h>
 
@@ -315,7 +315,7 @@ constexpr double kSeparation = 6.0;
 constexpr double kCentre = 0.5;  // keeps values on Fashion-MNIST's scale so the same lr works
 
 Dataset draw_split(std::size_t n, int features, int classes,
-                   const std::vector<double>& means, SplitMix64& rng) {
+                   const std::vector<double>& means, base::SplitMix64& rng) {
   Dataset d;
   d.features = features;
   d.classes = classes;
@@ -348,15 +348,15 @@ TrainTest make_synthetic(std::size_t n_train, std::size_t n_test, int features, 
     throw std::invalid_argument("make_synthetic: need features >= 1 and classes >= 2, got " +
                                 std::to_string(features) + " and " + std::to_string(classes));
   }
-  SplitMix64 rng(seed);
+  base::SplitMix64 rng(seed);
   // E||mu_a - mu_b||^2 = 2 * features * spread^2, so this spread gives the intended separation.
   double spread = kSeparation * kNoise / std::sqrt(2.0 * features);
   std::vector<double> means(static_cast<std::size_t>(classes) * features);
   for (double& m : means) m = kCentre + spread * rng.normal();
   TrainTest tt;
   // Separate streams so the test split does not change when n_train does.
-  SplitMix64 train_rng(rng.next());
-  SplitMix64 test_rng(rng.next());
+  base::SplitMix64 train_rng(rng.next());
+  base::SplitMix64 test_rng(rng.next());
   tt.train = draw_split(n_train, features, classes, means, train_rng);
   tt.test = draw_split(n_test, features, classes, means, test_rng);
   return tt;

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 
 namespace gossiptrain::core {
 
@@ -177,24 +177,24 @@ Model::Model(kernels::Backend& be, std::string_view spec, int max_batch)
   if (max_batch < 1) throw std::invalid_argument("max_batch must be >= 1");
   layers_ = parse_model_layers(spec);
   conv_ = spec.substr(0, 4) == "cnn:";
-  std::uint64_t h = kFnvOffset;
+  std::uint64_t h = base::kFnvOffset;
   if (!conv_) {
     // The MLP's fingerprint is unchanged from builds before convolutions.
-    h = fnv1a(h, "mlp", 3);
+    h = base::fnv1a(h, "mlp", 3);
     for (const auto& l : layers_) {
       std::int32_t shape[3] = {l.in, l.out, l.act == Act::Relu ? 1 : 0};
-      h = fnv1a(h, shape, sizeof shape);
+      h = base::fnv1a(h, shape, sizeof shape);
     }
   } else {
-    h = fnv1a(h, "cnn", 3);
+    h = base::fnv1a(h, "cnn", 3);
     const auto& f = layers_.front();
     std::int32_t input[3] = {f.in_h, f.in_w, f.in_c};
-    h = fnv1a(h, input, sizeof input);
+    h = base::fnv1a(h, input, sizeof input);
     for (const auto& l : layers_) {
       std::int32_t shape[8] = {
           std::int32_t(l.kind),      l.in, l.out, l.k, l.out_h, l.out_w, l.out_c,
           l.act == Act::Relu ? 1 : 0};
-      h = fnv1a(h, shape, sizeof shape);
+      h = base::fnv1a(h, shape, sizeof shape);
     }
   }
   fingerprint_ = h;
@@ -224,7 +224,7 @@ int Model::conv_chunk(const Layer& l, int batch) const {
 
 void Model::init(std::uint64_t seed) {
   std::vector<float> host(num_params_, 0.0f);
-  SplitMix64 rng(seed);
+  base::SplitMix64 rng(seed);
   for (const auto& l : layers_) {
     if (!l.has_params()) continue;
     // He-uniform for ReLU layers; 1/sqrt(in) for the output layer (as PyTorch's Linear default).

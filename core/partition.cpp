@@ -2,7 +2,7 @@
 // xoshiro256** and gamma sampler, so a seed gives the same split with every standard library.
 #include "core/partition.hpp"
 
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -18,7 +18,7 @@ constexpr const char* kAcceptedForms =
     "expected iid, dirichlet:ALPHA (ALPHA > 0) or shards:K (K >= 1)";
 
 // xoshiro256**: the same split with every standard library.
-using Rng = Xoshiro256;
+using Rng = base::Xoshiro256;
 
 template <typename T>
 void shuffle(std::vector<T>& v, Rng& rng) {

@@ -13,7 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/checkpoint.hpp"
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 
 namespace gossiptrain::core {
 
@@ -102,7 +102,7 @@ void Trainer::upload_epoch_order() {
   // An epoch longer than the shard concatenates fresh shuffles of it.
   std::vector<std::int32_t> order, perm(shard_.size());
   order.reserve(epoch_samples_);
-  SplitMix64 rng(cfg_.seed * 0x9E3779B97F4A7C15ull + std::uint64_t(epoch_) + 1);
+  base::SplitMix64 rng(cfg_.seed * 0x9E3779B97F4A7C15ull + std::uint64_t(epoch_) + 1);
   while (order.size() < epoch_samples_) {
     for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = std::int32_t(i);
     for (std::size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[rng.below(i)]);

@@ -37,6 +37,18 @@ constexpr auto kAbort = static_cast<std::uint8_t>(CatchUpType::Abort);
 
 std::string short_id(const std::string& id) { return id.substr(0, 8); }
 
+// Decodes b with decode; a malformed message (base::DecodeError) is logged and gives nullopt, and
+// the caller closes the connection as a protocol violation.
+template <typename Decode>
+auto try_decode(const net::Bytes& b, Decode decode) -> std::optional<decltype(decode(b))> {
+  try {
+    return decode(b);
+  } catch (const base::DecodeError& e) {
+    spdlog::warn("catch-up: malformed message ({} bytes): {}", b.size(), e.what());
+    return std::nullopt;
+  }
+}
+
 // Deadline of a transfer of `bytes`: a floor plus the time at the slowest rate we accept.
 Millis transfer_deadline(Millis floor, double min_rate, std::uint64_t bytes) {
   return floor + Millis(static_cast<std::int64_t>(1000.0 * static_cast<double>(bytes) / min_rate));
@@ -115,7 +127,7 @@ void CatchUpServer::on_message(const net::ConnectionPtr& c, std::uint8_t type, n
 }
 
 void CatchUpServer::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
-  auto m = parse_catch_up_request(b);
+  auto m = try_decode(b, decode_catch_up_request);
   if (!m) return violation(c, "malformed request");
   const std::size_t n = n_params_.load();
   std::optional<CatchUpCode> refuse;
@@ -150,7 +162,7 @@ void CatchUpServer::on_request(const net::ConnectionPtr& c, const net::Bytes& b)
 }
 
 void CatchUpServer::on_cancel(const net::ConnectionPtr& c, const net::Bytes& b) {
-  auto m = parse_catch_up_code(b);
+  auto m = try_decode(b, decode_catch_up_code);
   if (!m) return violation(c, "malformed cancel");
   if (!cur_ || cur_->conn != c || cur_->id != m->id) return;  // over already: nothing to stop
   spdlog::warn("catch-up: {} gave up the fetch: {}", short_id(cur_->peer),
@@ -282,7 +294,7 @@ void CatchUpClient::start(CatchUpClientConfig cfg, DoneFn done) {
     throw std::invalid_argument("catch-up: bad fetch config");
   cfg_ = std::move(cfg);
   done_ = std::move(done);
-  rng_.seed(cfg_.seed ? cfg_.seed : std::random_device{}());
+  rng_ = base::ProtocolRng(cfg_.seed ? cfg_.seed : base::random_seed());
   started_ = sched_.now();
   excluded_.clear();
   busy_.clear();
@@ -332,7 +344,7 @@ void CatchUpClient::try_next() {
     finish(false, attempts_ == 0 ? "no-peer" : last_reason_);
     return;
   }
-  const PeerRef p = cands[rng_() % cands.size()];
+  const PeerRef p = cands[rng_.below(cands.size())];
   ++attempts_;
   Attempt a;
   a.seq = ++seq_;
@@ -364,7 +376,7 @@ void CatchUpClient::ask(const net::ConnectionPtr& c) {
   Attempt& a = *at_;
   a.conn = c;
   a.phase = Phase::Requested;
-  do a.id = rng_();
+  do a.id = rng_.next();
   while (a.id == 0);
   arm_timer(cfg_.answer_timeout, "timeout:answer");
   if (!c->send(kRequest, encode_catch_up_request({a.id, cfg_.fingerprint, cfg_.n_params})))
@@ -459,12 +471,12 @@ void CatchUpClient::on_answer(const net::ConnectionPtr& c, std::uint8_t type, co
   std::uint64_t id = 0;
   std::optional<CatchUpCode> code;
   if (type == kRefuse) {
-    auto m = parse_catch_up_code(b);
+    auto m = try_decode(b, decode_catch_up_code);
     if (!m) return violation(c, "malformed refuse");
     id = m->id;
     code = m->code;
   } else {
-    auto m = parse_id(b);
+    auto m = try_decode(b, decode_id);
     if (!m) return violation(c, "malformed answer");
     id = m->exchange_id;
   }
@@ -487,7 +499,7 @@ std::uint64_t CatchUpClient::max_bytes() const {
 
 // The announced length is bounded by our own model's state size before anything is reserved.
 void CatchUpClient::on_header(const net::ConnectionPtr& c, const net::Bytes& b) {
-  auto m = parse_catch_up_header(b);
+  auto m = try_decode(b, decode_catch_up_header);
   if (!m) return violation(c, "malformed header");
   if (!is_current(c, m->id) || at_->phase != Phase::Accepted) return violation(c, "unexpected header");
   if (m->fingerprint != cfg_.fingerprint) {
@@ -510,7 +522,7 @@ void CatchUpClient::on_header(const net::ConnectionPtr& c, const net::Bytes& b) 
 }
 
 void CatchUpClient::on_chunk(const net::ConnectionPtr& c, const net::Bytes& b) {
-  auto v = parse_chunk(b);
+  auto v = try_decode(b, decode_chunk);
   if (!v) return violation(c, "malformed chunk");
   if (!is_current(c, v->exchange_id) || at_->phase != Phase::Receiving)
     return violation(c, "unexpected chunk");
@@ -527,7 +539,7 @@ void CatchUpClient::on_chunk(const net::ConnectionPtr& c, const net::Bytes& b) {
 }
 
 void CatchUpClient::on_end(const net::ConnectionPtr& c, const net::Bytes& b) {
-  auto m = parse_catch_up_end(b);
+  auto m = try_decode(b, decode_catch_up_end);
   if (!m) return violation(c, "malformed end");
   if (!is_current(c, m->id) || at_->phase != Phase::Receiving) return violation(c, "unexpected end");
   if (at_->data.size() != at_->header.total_bytes) {
@@ -544,7 +556,7 @@ void CatchUpClient::on_end(const net::ConnectionPtr& c, const net::Bytes& b) {
 }
 
 void CatchUpClient::on_abort(const net::ConnectionPtr& c, const net::Bytes& b) {
-  auto m = parse_catch_up_code(b);
+  auto m = try_decode(b, decode_catch_up_code);
   if (!m) return violation(c, "malformed abort");
   if (!is_current(c, m->id) || at_->phase == Phase::Requested)
     return violation(c, "unexpected abort");

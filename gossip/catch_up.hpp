@@ -12,10 +12,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <set>
 #include <string>
 
+#include "core/base/rng.hpp"
 #include "core/checkpoint.hpp"
 #include "core/step_hook.hpp"
 #include "gossip/catch_up_messages.hpp"
@@ -206,7 +206,7 @@ class CatchUpClient final : public net::TransportHandler {
 
   CatchUpClientConfig cfg_;
   DoneFn done_;
-  std::mt19937_64 rng_;
+  base::ProtocolRng rng_{1};
   std::optional<Attempt> at_;
   std::uint64_t seq_ = 0;
   net::Millis started_{0};

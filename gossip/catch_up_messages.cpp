@@ -1,12 +1,16 @@
-// Encoding and checked parsing of the catch-up messages (layouts in catch_up_messages.hpp).
+// Encoding and checked decoding of the catch-up messages (layouts in catch_up_messages.hpp).
 #include "gossip/catch_up_messages.hpp"
 
 #include <memory>
 
+#include "core/base/bytes.hpp"
 #include "core/checkpoint.hpp"
-#include "gossip/le_bytes.hpp"
 
 namespace gossiptrain::gossip {
+
+using base::ByteReader;
+using base::ByteWriter;
+using base::DecodeError;
 
 std::string_view catch_up_code_name(CatchUpCode c) {
   switch (c) {
@@ -21,71 +25,103 @@ std::string_view catch_up_code_name(CatchUpCode c) {
   return "unknown";
 }
 
+namespace {
+
+net::SharedBytes finish(ByteWriter& w) { return std::make_shared<net::Bytes>(w.take()); }
+
+ByteWriter writer(std::size_t bytes) {
+  ByteWriter w(bytes);
+  w.u8(kCatchUpWireVersion);
+  return w;
+}
+
+// A reader past the version byte of a message that must be exactly `bytes` long.
+ByteReader reader(const net::Bytes& b, std::size_t bytes, const char* what) {
+  if (b.size() != bytes)
+    throw DecodeError(std::string(what) + ": " + std::to_string(b.size()) + " bytes, expected " +
+                      std::to_string(bytes));
+  ByteReader r(b.data(), b.size());
+  if (r.u8() != kCatchUpWireVersion) throw DecodeError("unsupported wire version");
+  return r;
+}
+
+std::int64_t counter(ByteReader& r, const char* what) {
+  const auto v = static_cast<std::int64_t>(r.u64());
+  if (v < 0) throw DecodeError(std::string("negative ") + what);
+  return v;
+}
+
+}  // namespace
+
 net::SharedBytes encode_catch_up_request(const CatchUpRequestMsg& m) {
-  auto b = std::make_shared<net::Bytes>(kCatchUpRequestBytes);
-  put_u64(b->data(), m.id);
-  put_u64(b->data() + 8, m.fingerprint);
-  put_u64(b->data() + 16, m.n_params);
-  return b;
+  ByteWriter w = writer(kCatchUpRequestBytes);
+  w.u64(m.id);
+  w.u64(m.fingerprint);
+  w.u64(m.n_params);
+  return finish(w);
 }
 
 net::SharedBytes encode_catch_up_header(const CatchUpHeaderMsg& m) {
-  auto b = std::make_shared<net::Bytes>(kCatchUpHeaderBytes);
-  std::uint8_t* p = b->data();
-  put_u64(p, m.id);
-  put_u64(p + 8, m.total_bytes);
-  put_u64(p + 16, m.fingerprint);
-  put_u64(p + 24, static_cast<std::uint64_t>(m.step));
-  put_u64(p + 32, static_cast<std::uint64_t>(m.epoch));
-  put_u64(p + 40, static_cast<std::uint64_t>(m.samples));
-  return b;
+  ByteWriter w = writer(kCatchUpHeaderBytes);
+  w.u64(m.id);
+  w.u64(m.total_bytes);
+  w.u64(m.fingerprint);
+  w.u64(static_cast<std::uint64_t>(m.step));
+  w.u64(static_cast<std::uint64_t>(m.epoch));
+  w.u64(static_cast<std::uint64_t>(m.samples));
+  return finish(w);
 }
 
 net::SharedBytes encode_catch_up_end(const CatchUpEndMsg& m) {
-  auto b = std::make_shared<net::Bytes>(kCatchUpEndBytes);
-  put_u64(b->data(), m.id);
-  for (int i = 0; i < 4; ++i) (*b)[8 + i] = static_cast<std::uint8_t>(m.crc32 >> (8 * i));
-  return b;
+  ByteWriter w = writer(kCatchUpEndBytes);
+  w.u64(m.id);
+  w.u32(m.crc32);
+  return finish(w);
 }
 
 net::SharedBytes encode_catch_up_code(std::uint64_t id, CatchUpCode code) {
-  auto b = std::make_shared<net::Bytes>(kCatchUpCodeBytes);
-  put_u64(b->data(), id);
-  (*b)[8] = static_cast<std::uint8_t>(code);
-  return b;
+  ByteWriter w = writer(kCatchUpCodeBytes);
+  w.u64(id);
+  w.u8(static_cast<std::uint8_t>(code));
+  return finish(w);
 }
 
-std::optional<CatchUpRequestMsg> parse_catch_up_request(const net::Bytes& b) {
-  if (b.size() != kCatchUpRequestBytes) return std::nullopt;
-  return CatchUpRequestMsg{get_u64(b.data()), get_u64(b.data() + 8), get_u64(b.data() + 16)};
-}
-
-std::optional<CatchUpHeaderMsg> parse_catch_up_header(const net::Bytes& b) {
-  if (b.size() != kCatchUpHeaderBytes) return std::nullopt;
-  const std::uint8_t* p = b.data();
-  CatchUpHeaderMsg m;
-  m.id = get_u64(p);
-  m.total_bytes = get_u64(p + 8);
-  m.fingerprint = get_u64(p + 16);
-  m.step = static_cast<std::int64_t>(get_u64(p + 24));
-  m.epoch = static_cast<std::int64_t>(get_u64(p + 32));
-  m.samples = static_cast<std::int64_t>(get_u64(p + 40));
-  if (m.step < 0 || m.epoch < 0 || m.samples < 0) return std::nullopt;
+CatchUpRequestMsg decode_catch_up_request(const net::Bytes& b) {
+  ByteReader r = reader(b, kCatchUpRequestBytes, "request");
+  CatchUpRequestMsg m;
+  m.id = r.u64();
+  m.fingerprint = r.u64();
+  m.n_params = r.u64();
   return m;
 }
 
-std::optional<CatchUpEndMsg> parse_catch_up_end(const net::Bytes& b) {
-  if (b.size() != kCatchUpEndBytes) return std::nullopt;
-  std::uint32_t crc = 0;
-  for (int i = 0; i < 4; ++i) crc |= static_cast<std::uint32_t>(b[8 + i]) << (8 * i);
-  return CatchUpEndMsg{get_u64(b.data()), crc};
+CatchUpHeaderMsg decode_catch_up_header(const net::Bytes& b) {
+  ByteReader r = reader(b, kCatchUpHeaderBytes, "header");
+  CatchUpHeaderMsg m;
+  m.id = r.u64();
+  m.total_bytes = r.u64();
+  m.fingerprint = r.u64();
+  m.step = counter(r, "step");
+  m.epoch = counter(r, "epoch");
+  m.samples = counter(r, "sample count");
+  return m;
 }
 
-std::optional<CatchUpCodeMsg> parse_catch_up_code(const net::Bytes& b) {
-  if (b.size() != kCatchUpCodeBytes) return std::nullopt;
-  const auto c = static_cast<CatchUpCode>(b[8]);
-  if (catch_up_code_name(c) == "unknown") return std::nullopt;
-  return CatchUpCodeMsg{get_u64(b.data()), c};
+CatchUpEndMsg decode_catch_up_end(const net::Bytes& b) {
+  ByteReader r = reader(b, kCatchUpEndBytes, "end");
+  CatchUpEndMsg m;
+  m.id = r.u64();
+  m.crc32 = r.u32();
+  return m;
+}
+
+CatchUpCodeMsg decode_catch_up_code(const net::Bytes& b) {
+  ByteReader r = reader(b, kCatchUpCodeBytes, "code");
+  CatchUpCodeMsg m;
+  m.id = r.u64();
+  m.code = static_cast<CatchUpCode>(r.u8());
+  if (catch_up_code_name(m.code) == "unknown") throw DecodeError("unknown code");
+  return m;
 }
 
 }  // namespace gossiptrain::gossip

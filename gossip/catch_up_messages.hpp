@@ -1,12 +1,13 @@
 // Wire format of catch-up (message types 0x60-0x6F): a joining peer fetches one neighbour's whole
-// training state (a checkpoint's bytes, core::encode_checkpoint). Fixed little-endian layouts and
-// parsers that check every size before anything is allocated or trusted, as exchange_messages.
+// training state (a checkpoint's bytes, core::encode_checkpoint). A version byte, then fixed
+// little-endian fields, and decoders that check every size before anything is trusted, as
+// exchange_messages.
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string_view>
 
+#include "core/base/bytes.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::gossip {
@@ -19,13 +20,13 @@ enum class CatchUpType : std::uint8_t {
   Request = 0x60,      // asks for the server's current state
   CancelFetch = 0x61,  // the fetcher gives up (code); the server stops sending
   // server -> fetcher (0x68-0x6F)
-  Accept = 0x68,   // taking it: the state follows at the server's next step boundary
-  Busy = 0x69,     // serving someone else: ask again later or ask another peer
-  Refuse = 0x6A,   // will not serve (code): another model, or no trained state to give
-  Header = 0x6B,   // the state's total length, fingerprint and counters
-  Chunk = 0x6C,    // a slice of the encoded state, in order (the exchange's chunk layout)
-  End = 0x6D,      // everything was sent; CRC-32 of all the bytes
-  Abort = 0x6E,    // the server gives up (code)
+  Accept = 0x68,  // taking it: the state follows at the server's next step boundary
+  Busy = 0x69,    // serving someone else: ask again later or ask another peer
+  Refuse = 0x6A,  // will not serve (code): another model, or no trained state to give
+  Header = 0x6B,  // the state's total length, fingerprint and counters
+  Chunk = 0x6C,   // a slice of the encoded state, in order (the exchange's chunk layout)
+  End = 0x6D,     // everything was sent; CRC-32 of all the bytes
+  Abort = 0x6E,   // the server gives up (code)
 };
 inline constexpr std::uint8_t kCatchUpServerFirst = 0x60, kCatchUpServerLast = 0x67;
 inline constexpr std::uint8_t kCatchUpClientFirst = 0x68, kCatchUpClientLast = 0x6F;
@@ -35,7 +36,7 @@ enum class CatchUpCode : std::uint8_t {
   Size = 2,         // another parameter count
   NotReady = 3,     // no trained state yet (has not taken a step: a joiner itself)
   Timeout = 4,
-  Invalid = 5,      // the state failed validation
+  Invalid = 5,  // the state failed validation
   Protocol = 6,
   Shutdown = 7,
 };
@@ -62,22 +63,25 @@ struct CatchUpCodeMsg {  // CancelFetch, Refuse, Abort
   CatchUpCode code = CatchUpCode::Protocol;
 };
 
-constexpr std::size_t kCatchUpRequestBytes = 24;
-constexpr std::size_t kCatchUpHeaderBytes = 48;
-constexpr std::size_t kCatchUpEndBytes = 12;
-constexpr std::size_t kCatchUpCodeBytes = 9;
-// Accept and Busy are a bare id (exchange_messages' encode_id/parse_id); Chunk is the exchange's
-// chunk layout (encode_chunk/parse_chunk: id, offset, data).
+// Every message starts with the wire version byte (kCatchUpWireVersion).
+inline constexpr std::uint8_t kCatchUpWireVersion = 1;
+constexpr std::size_t kCatchUpRequestBytes = 25;
+constexpr std::size_t kCatchUpHeaderBytes = 49;
+constexpr std::size_t kCatchUpEndBytes = 13;
+constexpr std::size_t kCatchUpCodeBytes = 10;
+// Accept and Busy are a bare id (exchange_messages' encode_id/decode_id); Chunk is the exchange's
+// chunk layout (encode_chunk/decode_chunk: version, id, offset, data).
 
 net::SharedBytes encode_catch_up_request(const CatchUpRequestMsg& m);
 net::SharedBytes encode_catch_up_header(const CatchUpHeaderMsg& m);
 net::SharedBytes encode_catch_up_end(const CatchUpEndMsg& m);
 net::SharedBytes encode_catch_up_code(std::uint64_t id, CatchUpCode code);
 
-// nullopt when the size is not exactly right or a field holds an impossible value.
-std::optional<CatchUpRequestMsg> parse_catch_up_request(const net::Bytes& b);
-std::optional<CatchUpHeaderMsg> parse_catch_up_header(const net::Bytes& b);
-std::optional<CatchUpEndMsg> parse_catch_up_end(const net::Bytes& b);
-std::optional<CatchUpCodeMsg> parse_catch_up_code(const net::Bytes& b);
+// base::DecodeError (core/base/bytes.hpp) when the version or the size is not right or a field
+// holds an impossible value.
+CatchUpRequestMsg decode_catch_up_request(const net::Bytes& b);
+CatchUpHeaderMsg decode_catch_up_header(const net::Bytes& b);
+CatchUpEndMsg decode_catch_up_end(const net::Bytes& b);
+CatchUpCodeMsg decode_catch_up_code(const net::Bytes& b);
 
 }  // namespace gossiptrain::gossip

@@ -1,16 +1,42 @@
-// Encoding and checked parsing of the averaging exchange messages (layouts in exchange_messages.hpp).
+// Encoding and checked decoding of the averaging exchange messages (layouts in
+// exchange_messages.hpp), with the shared byte codec.
 #include "gossip/exchange_messages.hpp"
 
 #include <cmath>
 #include <cstring>
 #include <memory>
 
-#include "gossip/le_bytes.hpp"
-
 namespace gossiptrain::gossip {
+
+using base::ByteReader;
+using base::ByteWriter;
+using base::DecodeError;
+
 namespace {
 
-bool valid_wire(std::uint8_t w) { return w <= static_cast<std::uint8_t>(kernels::Wire::Int8); }
+net::SharedBytes finish(ByteWriter& w) { return std::make_shared<net::Bytes>(w.take()); }
+
+ByteWriter writer(std::size_t bytes) {
+  ByteWriter w(bytes);
+  w.u8(kExchangeWireVersion);
+  return w;
+}
+
+// A reader past the version byte of a message that must be exactly `bytes` long.
+ByteReader reader(const net::Bytes& b, std::size_t bytes, const char* what) {
+  if (b.size() != bytes)
+    throw DecodeError(std::string(what) + ": " + std::to_string(b.size()) + " bytes, expected " +
+                      std::to_string(bytes));
+  ByteReader r(b.data(), b.size());
+  if (r.u8() != kExchangeWireVersion) throw DecodeError("unsupported wire version");
+  return r;
+}
+
+std::int64_t samples(ByteReader& r) {
+  const auto v = static_cast<std::int64_t>(r.u64());
+  if (v < 0) throw DecodeError("negative sample count");
+  return v;
+}
 
 }  // namespace
 
@@ -30,45 +56,57 @@ std::string_view code_name(ExchangeCode c) {
   return "unknown";
 }
 
+std::string_view exchange_type_name(std::uint8_t type) {
+  switch (static_cast<ExchangeType>(type)) {
+    case ExchangeType::Request: return "request";
+    case ExchangeType::Accept: return "accept";
+    case ExchangeType::Busy: return "busy";
+    case ExchangeType::Refuse: return "refuse";
+    case ExchangeType::Chunk: return "chunk";
+    case ExchangeType::Valid: return "valid";
+    case ExchangeType::Abort: return "abort";
+  }
+  return "unknown";
+}
+
 net::SharedBytes encode_request(const RequestMsg& m) {
-  auto b = std::make_shared<net::Bytes>(kRequestBytes);
-  std::uint8_t* p = b->data();
-  put_u64(p, m.exchange_id);
-  put_u64(p + 8, m.fingerprint);
-  put_u64(p + 16, m.n_params);
-  p[24] = static_cast<std::uint8_t>(m.wire);
-  p[25] = m.weighted ? 1 : 0;
-  put_u64(p + 26, static_cast<std::uint64_t>(m.samples));
-  return b;
+  ByteWriter w = writer(kRequestBytes);
+  w.u64(m.exchange_id);
+  w.u64(m.fingerprint);
+  w.u64(m.n_params);
+  w.u8(static_cast<std::uint8_t>(m.wire));
+  w.u8(m.weighted ? 1 : 0);
+  w.u64(static_cast<std::uint64_t>(m.samples));
+  return finish(w);
 }
 
 net::SharedBytes encode_accept(const AcceptMsg& m) {
-  auto b = std::make_shared<net::Bytes>(kAcceptBytes);
-  put_u64(b->data(), m.exchange_id);
-  put_u64(b->data() + 8, static_cast<std::uint64_t>(m.samples));
-  return b;
+  ByteWriter w = writer(kAcceptBytes);
+  w.u64(m.exchange_id);
+  w.u64(static_cast<std::uint64_t>(m.samples));
+  return finish(w);
 }
 
 net::SharedBytes encode_id(std::uint64_t exchange_id) {
-  auto b = std::make_shared<net::Bytes>(kIdBytes);
-  put_u64(b->data(), exchange_id);
-  return b;
+  ByteWriter w = writer(kIdBytes);
+  w.u64(exchange_id);
+  return finish(w);
 }
 
 net::SharedBytes encode_valid(const ValidMsg& m) {
   if (!(m.tau > 0)) return encode_id(m.exchange_id);
-  auto b = std::make_shared<net::Bytes>(kValidClipBytes);
-  put_u64(b->data(), m.exchange_id);
-  put_f64(b->data() + 8, m.tau);
-  put_f64(b->data() + 16, m.norm);
-  return b;
+  ByteWriter w = writer(kValidClipBytes);
+  w.u64(m.exchange_id);
+  w.f64(m.tau);
+  w.f64(m.norm);
+  return finish(w);
 }
 
 net::SharedBytes encode_code(std::uint64_t exchange_id, ExchangeCode code) {
-  auto b = std::make_shared<net::Bytes>(kCodeBytes);
-  put_u64(b->data(), exchange_id);
-  (*b)[8] = static_cast<std::uint8_t>(code);
-  return b;
+  ByteWriter w = writer(kCodeBytes);
+  w.u64(exchange_id);
+  w.u8(static_cast<std::uint8_t>(code));
+  return finish(w);
 }
 
 net::SharedBytes encode_chunk(std::uint64_t exchange_id, std::uint64_t offset,
@@ -80,58 +118,74 @@ net::SharedBytes encode_chunk(std::uint64_t exchange_id, std::uint64_t offset,
 }
 
 void write_chunk_header(net::Bytes& msg, std::uint64_t exchange_id, std::uint64_t offset) {
-  put_u64(msg.data(), exchange_id);
-  put_u64(msg.data() + 8, offset);
+  std::memset(msg.data(), 0, 8);
+  msg[0] = kExchangeWireVersion;
+  base::put_u64(msg.data() + 8, exchange_id);
+  base::put_u64(msg.data() + 16, offset);
 }
 
-std::optional<RequestMsg> parse_request(const net::Bytes& b) {
-  if (b.size() != kRequestBytes) return std::nullopt;
-  const std::uint8_t* p = b.data();
-  if (!valid_wire(p[24]) || p[25] > 1) return std::nullopt;
+RequestMsg decode_request(const net::Bytes& b) {
+  ByteReader r = reader(b, kRequestBytes, "request");
   RequestMsg m;
-  m.exchange_id = get_u64(p);
-  m.fingerprint = get_u64(p + 8);
-  m.n_params = get_u64(p + 16);
-  m.wire = static_cast<kernels::Wire>(p[24]);
-  m.weighted = p[25] == 1;
-  m.samples = static_cast<std::int64_t>(get_u64(p + 26));
-  if (m.samples < 0) return std::nullopt;
+  m.exchange_id = r.u64();
+  m.fingerprint = r.u64();
+  m.n_params = r.u64();
+  const std::uint8_t wire = r.u8();
+  if (wire > static_cast<std::uint8_t>(kernels::Wire::Int8)) throw DecodeError("unknown wire");
+  m.wire = static_cast<kernels::Wire>(wire);
+  const std::uint8_t weighted = r.u8();
+  if (weighted > 1) throw DecodeError("weighted is not a bool");
+  m.weighted = weighted == 1;
+  m.samples = samples(r);
+  r.end();
   return m;
 }
 
-std::optional<AcceptMsg> parse_accept(const net::Bytes& b) {
-  if (b.size() != kAcceptBytes) return std::nullopt;
-  AcceptMsg m{get_u64(b.data()), static_cast<std::int64_t>(get_u64(b.data() + 8))};
-  if (m.samples < 0) return std::nullopt;
+AcceptMsg decode_accept(const net::Bytes& b) {
+  ByteReader r = reader(b, kAcceptBytes, "accept");
+  AcceptMsg m;
+  m.exchange_id = r.u64();
+  m.samples = samples(r);
+  r.end();
   return m;
 }
 
-std::optional<IdMsg> parse_id(const net::Bytes& b) {
-  if (b.size() != kIdBytes) return std::nullopt;
-  return IdMsg{get_u64(b.data())};
+IdMsg decode_id(const net::Bytes& b) {
+  ByteReader r = reader(b, kIdBytes, "id");
+  return IdMsg{r.u64()};
 }
 
-std::optional<ValidMsg> parse_valid(const net::Bytes& b) {
-  if (b.size() == kIdBytes) return ValidMsg{get_u64(b.data()), 0.0, 0.0};
-  if (b.size() != kValidClipBytes) return std::nullopt;
-  ValidMsg m{get_u64(b.data()), get_f64(b.data() + 8), get_f64(b.data() + 16)};
+ValidMsg decode_valid(const net::Bytes& b) {
+  ByteReader r = reader(b, b.size() == kIdBytes ? kIdBytes : kValidClipBytes, "valid");
+  ValidMsg m;
+  m.exchange_id = r.u64();
+  if (r.remaining() == 0) return m;
+  m.tau = r.f64();
+  m.norm = r.f64();
   if (!std::isfinite(m.tau) || !(m.tau > 0) || !std::isfinite(m.norm) || !(m.norm >= 0))
-    return std::nullopt;
+    throw DecodeError("valid: tau or norm out of range");
   return m;
 }
 
-std::optional<CodeMsg> parse_code(const net::Bytes& b) {
-  if (b.size() != kCodeBytes) return std::nullopt;
-  const auto c = static_cast<ExchangeCode>(b[8]);
-  if (code_name(c) == "unknown") return std::nullopt;
-  return CodeMsg{get_u64(b.data()), c};
+CodeMsg decode_code(const net::Bytes& b) {
+  ByteReader r = reader(b, kCodeBytes, "code");
+  CodeMsg m;
+  m.exchange_id = r.u64();
+  m.code = static_cast<ExchangeCode>(r.u8());
+  if (code_name(m.code) == "unknown") throw DecodeError("unknown code");
+  return m;
 }
 
-std::optional<ChunkView> parse_chunk(const net::Bytes& b) {
-  if (b.size() <= kChunkHeaderBytes) return std::nullopt;
+ChunkView decode_chunk(const net::Bytes& b) {
+  if (b.size() <= kChunkHeaderBytes) throw DecodeError("chunk without data");
+  ByteReader r(b.data(), kChunkHeaderBytes);
+  if (r.u8() != kExchangeWireVersion) throw DecodeError("unsupported wire version");
+  const std::uint8_t* reserved = r.bytes(7);
+  for (int i = 0; i < 7; ++i)
+    if (reserved[i] != 0) throw DecodeError("chunk: reserved bytes not zero");
   ChunkView c;
-  c.exchange_id = get_u64(b.data());
-  c.offset = get_u64(b.data() + 8);
+  c.exchange_id = r.u64();
+  c.offset = r.u64();
   c.size = b.size() - kChunkHeaderBytes;
   return c;
 }

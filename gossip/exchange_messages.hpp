@@ -1,13 +1,14 @@
-// Wire format of the averaging exchange (message types 0x40-0x5F): fixed little-endian layouts,
-// and parsers that check every size before anything is allocated or trusted. Chunks carry no
+// Wire format of the averaging exchange (message types 0x40-0x5F): a version byte, then fixed
+// little-endian fields (core/base/bytes.hpp), and decoders that check every size before anything
+// is trusted. Chunks carry no
 // checksum: the channel authenticates every frame (AEAD), and a second pass over 100 MB on each
 // side would cost more than it could catch.
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string_view>
 
+#include "core/base/bytes.hpp"
 #include "kernels/backend.hpp"
 #include "net/transport.hpp"
 
@@ -45,8 +46,8 @@ struct RequestMsg {
   std::uint64_t fingerprint = 0;
   std::uint64_t n_params = 0;
   kernels::Wire wire = kernels::Wire::Fp32;
-  bool weighted = false;      // the initiator mixes with sample-count weights
-  std::int64_t samples = 0;   // the initiator's shard size (for weighting)
+  bool weighted = false;     // the initiator mixes with sample-count weights
+  std::int64_t samples = 0;  // the initiator's shard size (for weighting)
 };
 struct AcceptMsg {
   std::uint64_t exchange_id = 0;
@@ -71,21 +72,28 @@ struct CodeMsg {  // Refuse, Abort
 // A chunk's payload bytes stay in the received message (data bytes follow the header).
 struct ChunkView {
   std::uint64_t exchange_id = 0;
-  std::uint64_t offset = 0;     // of the first data byte in the encoded vector
-  std::size_t size = 0;         // data bytes
+  std::uint64_t offset = 0;  // of the first data byte in the encoded vector
+  std::size_t size = 0;      // data bytes
 };
 
-constexpr std::size_t kRequestBytes = 34;
-constexpr std::size_t kAcceptBytes = 16;
-constexpr std::size_t kIdBytes = 8;
-constexpr std::size_t kCodeBytes = 9;
-constexpr std::size_t kValidClipBytes = 24;
-constexpr std::size_t kChunkHeaderBytes = 16;
+// Every message starts with the wire version byte (kExchangeWireVersion): a peer of another
+// version fails to decode it and the exchange ends as a protocol violation.
+inline constexpr std::uint8_t kExchangeWireVersion = 1;
+constexpr std::size_t kRequestBytes = 35;
+constexpr std::size_t kAcceptBytes = 17;
+constexpr std::size_t kIdBytes = 9;
+constexpr std::size_t kCodeBytes = 10;
+constexpr std::size_t kValidClipBytes = 25;
+// Chunk header: version, 7 zero bytes, exchange id, offset (the data stays 8-byte aligned).
+constexpr std::size_t kChunkHeaderBytes = 24;
+
+// "request", "accept", "busy", "refuse", "chunk", "valid", "abort"; "unknown" else.
+std::string_view exchange_type_name(std::uint8_t type);
 
 net::SharedBytes encode_request(const RequestMsg& m);
 net::SharedBytes encode_accept(const AcceptMsg& m);
 net::SharedBytes encode_id(std::uint64_t exchange_id);
-// 8 bytes when tau is 0, else 24.
+// Without the bound when tau is 0.
 net::SharedBytes encode_valid(const ValidMsg& m);
 net::SharedBytes encode_code(std::uint64_t exchange_id, ExchangeCode code);
 // Copies data[0, size) into a new chunk message after its header.
@@ -95,13 +103,14 @@ net::SharedBytes encode_chunk(std::uint64_t exchange_id, std::uint64_t offset,
 // place (the averager downloads snapshots straight into their chunk messages: no copy).
 void write_chunk_header(net::Bytes& msg, std::uint64_t exchange_id, std::uint64_t offset);
 
-// Parsers: nullopt when the size is not exactly right or a field holds an impossible value.
-std::optional<RequestMsg> parse_request(const net::Bytes& b);
-std::optional<AcceptMsg> parse_accept(const net::Bytes& b);
-std::optional<IdMsg> parse_id(const net::Bytes& b);
-std::optional<ValidMsg> parse_valid(const net::Bytes& b);
-std::optional<CodeMsg> parse_code(const net::Bytes& b);
-// nullopt when shorter than the header or carrying no data.
-std::optional<ChunkView> parse_chunk(const net::Bytes& b);
+// Decoders: base::DecodeError (core/base/bytes.hpp) when the version, the size or a field is not
+// right (an impossible value, trailing bytes).
+RequestMsg decode_request(const net::Bytes& b);
+AcceptMsg decode_accept(const net::Bytes& b);
+IdMsg decode_id(const net::Bytes& b);
+ValidMsg decode_valid(const net::Bytes& b);
+CodeMsg decode_code(const net::Bytes& b);
+// Also DecodeError for a chunk carrying no data. The data stays in b.
+ChunkView decode_chunk(const net::Bytes& b);
 
 }  // namespace gossiptrain::gossip

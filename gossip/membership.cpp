@@ -59,7 +59,7 @@ Membership::Membership(net::Transport& transport, MembershipConfig config)
       cfg_(std::move(config)),
       self_id_(transport.local_id()),
       self_addr_(transport.advertised_addr()),
-      rng_(cfg_.rng_seed ? cfg_.rng_seed : (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()),
+      rng_(cfg_.rng_seed ? cfg_.rng_seed : base::random_seed()),
       token_(std::make_shared<bool>(true)) {
   cfg_.validate();
   if (self_id_.empty() || self_id_.size() > kMaxPeerIdBytes) {

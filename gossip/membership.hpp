@@ -15,7 +15,7 @@
 
 #include "gossip/messages.hpp"
 #include "gossip/peer_directory.hpp"
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 #include "net/address.hpp"
 #include "net/transport.hpp"
 
@@ -213,7 +213,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   MembershipConfig cfg_;
   std::string self_id_;
   std::string self_addr_;
-  core::SplitMix64 rng_;
+  base::ProtocolRng rng_;
   MemberListener listener_;
   std::shared_ptr<bool> token_;  // weakly held by callbacks that may outlive us
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/bytes.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::gossip {
@@ -70,10 +71,7 @@ struct GossipMsg {
   std::vector<Update> updates;
 };
 
-class DecodeError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using base::DecodeError;
 
 net::Bytes encode(const PingMsg& m);
 net::Bytes encode(const AckMsg& m);

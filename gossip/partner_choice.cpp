@@ -43,13 +43,13 @@ double PartnerChoice::weight(const std::string& partner, double ref) const {
   return std::clamp(q * q, cfg_.min_weight, 1.0);
 }
 
-std::size_t PartnerChoice::pick(const std::vector<PeerRef>& cands, std::mt19937_64& rng) const {
+std::size_t PartnerChoice::pick(const std::vector<PeerRef>& cands, base::ProtocolRng& rng) const {
   if (cands.empty()) throw std::logic_error("partner choice: no candidate");
-  if (!cfg_.weighted || cands.size() == 1) return std::size_t(rng() % cands.size());
+  if (!cfg_.weighted || cands.size() == 1) return std::size_t(rng.below(cands.size()));
   std::vector<double> known;
   for (const auto& p : cands)
     if (double c = cost(p.id); c > 0) known.push_back(c);
-  if (known.size() < 2) return std::size_t(rng() % cands.size());
+  if (known.size() < 2) return std::size_t(rng.below(cands.size()));
   auto mid = known.begin() + std::ptrdiff_t(known.size() / 2);
   std::nth_element(known.begin(), mid, known.end());
   const double ref = *mid;
@@ -59,7 +59,7 @@ std::size_t PartnerChoice::pick(const std::vector<PeerRef>& cands, std::mt19937_
   // Our own draw from the rng's 64 bits, so the choice is the same on every standard library.
   double total = 0;
   for (double x : w) total += x;
-  double u = double(rng() >> 11) * 0x1.0p-53 * total;
+  double u = rng.uniform() * total;
   for (std::size_t i = 0; i < w.size(); ++i) {
     if (u < w[i]) return i;
     u -= w[i];

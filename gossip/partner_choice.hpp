@@ -8,11 +8,11 @@
 
 #include <chrono>
 #include <cstddef>
-#include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "core/base/rng.hpp"
 #include "gossip/peer_directory.hpp"
 
 namespace gossiptrain::gossip {
@@ -36,7 +36,7 @@ class PartnerChoice {
   // had begun or by a timeout (a quick BUSY or refusal says nothing about the link).
   void record(const std::string& partner, double ms, Millis now);
   // An index into cands (not empty), drawn with the weights above.
-  std::size_t pick(const std::vector<PeerRef>& cands, std::mt19937_64& rng) const;
+  std::size_t pick(const std::vector<PeerRef>& cands, base::ProtocolRng& rng) const;
   // The weight of partner among candidates whose median cost is ref (1 when either is unknown).
   double weight(const std::string& partner, double ref) const;
   // The recorded cost of partner in ms, or -1.

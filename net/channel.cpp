@@ -1,5 +1,6 @@
 // The Asio session of one encrypted connection (see channel.hpp for the shape and error policy).
 #include "net/channel.hpp"
+#include "core/base/bytes.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -203,8 +204,7 @@ asio::awaitable<bool> Channel::send_message(const Outgoing& m) {
   }
   std::uint8_t start[kMessageStartBytes];
   start[0] = m.type;
-  std::uint64_t total = p.size();
-  for (int i = 0; i < 8; ++i) start[1 + i] = static_cast<std::uint8_t>(total >> (8 * i));
+  base::put_u64(start + 1, p.size());
   if (!co_await send_frame(FrameType::kMessageStart, start, sizeof start)) co_return false;
   const auto& pool = opts_->crypto_pool;
   if (pool && pool->threads() > 1 && p.size() >= opts_->parallel_min_message_bytes)

@@ -1,6 +1,7 @@
 // libsodium behind the crypto facade (crypto.hpp). The only file of the project that includes
 // <sodium.h>.
 #include "net/crypto.hpp"
+#include "core/base/bytes.hpp"
 
 #include <sodium.h>
 
@@ -139,7 +140,7 @@ struct AeadCipher::State {
 static void make_nonce(std::uint8_t* n, std::uint64_t counter) {
   // 4 zero bytes then the little-endian counter: unique per key as long as the counter is.
   std::memset(n, 0, kAeadNonceBytes);
-  for (int i = 0; i < 8; ++i) n[4 + i] = static_cast<std::uint8_t>(counter >> (8 * i));
+  base::put_u64(n + 4, counter);
 }
 
 AeadCipher::AeadCipher(Aead aead, const SymKey& key) : aead_(aead) {

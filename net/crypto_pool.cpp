@@ -7,8 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/cpu_plan.hpp"
-#include "core/thread_priority.hpp"
+#include "core/base/thread.hpp"
 
 namespace gossiptrain::net {
 
@@ -25,9 +24,9 @@ CryptoPool::CryptoPool(unsigned threads, int nice, std::vector<int> cpus) {
   for (unsigned i = 0; i < threads; ++i) {
     workers_.emplace_back([this, nice, cpus] {
       std::string err;
-      if (!core::lower_this_thread_priority(nice, &err))
+      if (!base::lower_this_thread_priority(nice, &err))
         spdlog::warn("net: could not lower a crypto thread's priority: {}", err);
-      if (!core::pin_this_thread(cpus, &err))
+      if (!base::pin_this_thread(cpus, &err))
         spdlog::warn("net: could not pin a crypto thread to the network's cores: {}", err);
       work();
     });

@@ -1,5 +1,6 @@
 // Frame sealing, checking, decryption and message reassembly (see frame.hpp for the format).
 #include "net/frame.hpp"
+#include "core/base/bytes.hpp"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -56,17 +57,13 @@ const char* frame_type_name(FrameType t) {
 }
 
 void encode_frame_header(std::uint8_t* out, FrameType type, std::uint32_t body_bytes) {
-  out[0] = static_cast<std::uint8_t>(body_bytes >> 24);
-  out[1] = static_cast<std::uint8_t>(body_bytes >> 16);
-  out[2] = static_cast<std::uint8_t>(body_bytes >> 8);
-  out[3] = static_cast<std::uint8_t>(body_bytes);
+  base::put_u32(out, body_bytes);
   out[4] = static_cast<std::uint8_t>(type);
 }
 
 bool decode_frame_header(const std::uint8_t* in, std::size_t max_frame_bytes, FrameHeader& out,
                          std::string& error) {
-  std::uint32_t len = (std::uint32_t(in[0]) << 24) | (std::uint32_t(in[1]) << 16) |
-                      (std::uint32_t(in[2]) << 8) | std::uint32_t(in[3]);
+  const std::uint32_t len = base::get_u32(in);
   std::uint8_t t = in[4];
   if (t < 1 || t > 6) {
     error = "unknown frame type " + std::to_string(t);
@@ -380,8 +377,7 @@ FrameReceiver::Event FrameReceiver::on_control(const std::uint8_t* dest, std::si
       message_.assign(dest + 1, dest + plen);
       return Event::kMessage;
     case FrameType::kMessageStart: {
-      std::uint64_t total = 0;
-      for (int i = 0; i < 8; ++i) total |= std::uint64_t(dest[1 + i]) << (8 * i);
+      const std::uint64_t total = base::get_u64(dest + 1);
       if (total > limits_.max_message_bytes)
         return error("announced message of " + std::to_string(total) +
                      " bytes exceeds the limit of " + std::to_string(limits_.max_message_bytes));

@@ -2,7 +2,7 @@
 // streamed as a start frame + data frames, keepalive, rekey and an explicit close (end of stream).
 // Pure code (no sockets) so tests and the fuzzer drive it directly.
 //
-// Wire frame: header = body length (u32 big endian) | frame type (u8), sent in clear but
+// Wire frame: header = body length (u32 little-endian) | frame type (u8), sent in clear but
 // authenticated as the AEAD's associated data; body = ciphertext | 16-byte tag. The nonce is the
 // per-direction frame counter (never sent, never reused: a replayed or dropped frame fails to
 // open). Plaintexts by type:

@@ -1,5 +1,6 @@
 // The handshake state machine (see handshake.hpp for the message layout and the transcript).
 #include "net/handshake.hpp"
+#include "core/base/bytes.hpp"
 
 #include <cstring>
 
@@ -124,18 +125,15 @@ void Handshake::derive_handshake_keys(const crypto::PublicKey& remote_eph, std::
 
 void Handshake::encode_hello(std::uint8_t* out) const {
   std::memset(out, 0, kHelloBytes);
-  out[0] = static_cast<std::uint8_t>(params_.version);
-  out[1] = static_cast<std::uint8_t>(params_.version >> 8);
-  for (int i = 0; i < 8; ++i) out[2 + i] = static_cast<std::uint8_t>(params_.fingerprint >> (8 * i));
+  base::put_u16(out, params_.version);
+  base::put_u64(out + 2, params_.fingerprint);
   out[10] = static_cast<std::uint8_t>(params_.listen_addr.size());
   std::memcpy(out + 11, params_.listen_addr.data(), params_.listen_addr.size());
 }
 
 bool Handshake::decode_hello(const std::uint8_t* in) {
-  result_.remote_version = static_cast<std::uint16_t>(in[0] | (in[1] << 8));
-  std::uint64_t fp = 0;
-  for (int i = 0; i < 8; ++i) fp |= static_cast<std::uint64_t>(in[2 + i]) << (8 * i);
-  result_.remote_fingerprint = fp;
+  result_.remote_version = base::get_u16(in);
+  result_.remote_fingerprint = base::get_u64(in + 2);
   std::size_t n = in[10];
   if (n > kMaxAddrBytes) return false;
   for (std::size_t i = 0; i < kMaxAddrBytes; ++i) {

@@ -8,7 +8,7 @@
 
 namespace gossiptrain::net {
 
-inline constexpr std::uint16_t kProtocolVersion = 2;  // 2: VALID may carry the clipping bound
+inline constexpr std::uint16_t kProtocolVersion = 3;  // 3: one little-endian codec (frame lengths, versioned exchange messages)
 // Hard caps that configuration cannot exceed.
 inline constexpr std::size_t kMaxFrameCapBytes = 16u << 20;         // plaintext per frame
 inline constexpr std::uint64_t kMaxMessageCapBytes = 8ull << 30;    // one streamed message

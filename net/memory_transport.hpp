@@ -16,13 +16,13 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::net {
 
 // Seeded generator of the simulation: the same sequence on every platform and standard library.
-using SimRng = core::Xoshiro256;
+using SimRng = base::Xoshiro256;
 
 struct SimOptions {
   std::uint64_t seed = 1;

@@ -10,8 +10,7 @@
 
 #include <vector>
 
-#include "core/cpu_plan.hpp"
-#include "core/thread_priority.hpp"
+#include "core/base/thread.hpp"
 
 namespace gossiptrain::net {
 namespace {
@@ -106,9 +105,9 @@ void TcpTransport::start() {
   thread_ = std::thread([this, done] {
     io_thread_id_ = std::this_thread::get_id();
     std::string err;
-    if (!core::lower_this_thread_priority(config_.thread_nice, &err))
+    if (!base::lower_this_thread_priority(config_.thread_nice, &err))
       spdlog::warn("net: could not lower the network thread's priority: {}", err);
-    if (!core::pin_this_thread(config_.thread_cpus, &err))
+    if (!base::pin_this_thread(config_.thread_cpus, &err))
       spdlog::warn("net: could not pin the network thread to its cores: {}", err);
     try {
       io_->run();

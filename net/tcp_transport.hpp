@@ -49,7 +49,7 @@ struct TcpTransportConfig {
   // elsewhere).
   int thread_nice = 0;
   // Cores the io thread (and any thread it starts) runs on; empty: wherever the scheduler puts it
-  // (core::CpuPlan::net).
+  // (core::CpuPlan::net, computed by the app).
   std::vector<int> thread_cpus;
   // Crypto threads (crypto_pool.hpp): workers that seal and open the frames of messages of at
   // least crypto_min_message_bytes; 0 or 1: none, the io thread does all of it. They run at the

@@ -130,6 +130,17 @@ void start_all(ChurnRunner& r, FakePeers& p, int n) {
   }
 }
 
+// A runner of a scenario over `slots` fake peers, the first `started` of them running.
+struct Churn {
+  Churn(gossiptrain::core::ChurnScenario s, int slots, int started)
+      : r(std::move(s), 1000, log), p(slots) {
+    start_all(r, p, started);
+  }
+  EventLog log;
+  ChurnRunner r;
+  FakePeers p;
+};
+
 // The churn lines of the log.
 std::vector<json> churn_lines(const EventLog& log) {
   std::vector<json> out;
@@ -279,10 +290,8 @@ TEST_CASE("ChurnDriver: start_pending only while a restart, join or resume is to
 
 TEST_CASE("ChurnRunner: a crash SIGKILLs a running peer and its exit is the scenario's, not a "
           "failure", "[churn]") {
-  EventLog log;
-  ChurnRunner r(shorthand("crash:1@1", 3), 1000, log);
-  FakePeers p(3);
-  start_all(r, p, 3);
+  Churn c(shorthand("crash:1@1", 3), 3, 3);
+  auto& [log, r, p] = c;
   r.tick(0.5, 0.0, p);
   CHECK(p.signals.empty());
   CHECK(churn_lines(log).empty());
@@ -310,10 +319,8 @@ TEST_CASE("ChurnRunner: a crash SIGKILLs a running peer and its exit is the scen
 }
 
 TEST_CASE("ChurnRunner: a stop sends SIGTERM and its exit is the scenario's", "[churn]") {
-  EventLog log;
-  ChurnRunner r(shorthand("stop:0@1", 2), 1000, log);
-  FakePeers p(2);
-  start_all(r, p, 2);
+  Churn c(shorthand("stop:0@1", 2), 2, 2);
+  auto& [log, r, p] = c;
   r.tick(1.0, 0.0, p);
   REQUIRE(p.signals.size() == 1);
   CHECK(p.signals[0] == std::make_pair(0, int(SIGTERM)));
@@ -392,10 +399,8 @@ TEST_CASE("ChurnRunner: a restart or resume of a peer that is up is skipped", "[
 }
 
 TEST_CASE("ChurnRunner: restart only after a crash or stop, once the process is gone", "[churn]") {
-  EventLog log;
-  ChurnRunner r(shorthand("crash:0@2,restart:0@3,stop:1@4,restart:1@5", 3), 1000, log);
-  FakePeers p(3);
-  start_all(r, p, 3);
+  Churn c(shorthand("crash:0@2,restart:0@3,stop:1@4,restart:1@5", 3), 3, 3);
+  auto& [log, r, p] = c;
   CHECK_FALSE(r.waiting_for_restart());  // nobody is down
   r.tick(2.0, 0, p);
   CHECK(r.state(0) == SlotState::kCrashed);
@@ -429,10 +434,8 @@ TEST_CASE("ChurnRunner: restart only after a crash or stop, once the process is 
 // reaped yet: it waits for the process to be gone, and is never dropped.
 TEST_CASE("ChurnRunner: a restart due in the same tick as its crash still restarts the peer",
           "[churn]") {
-  EventLog log;
-  ChurnRunner r(shorthand("crash:0@1,restart:0@1.1", 2), 1000, log);
-  FakePeers p(2);
-  start_all(r, p, 2);
+  Churn c(shorthand("crash:0@1,restart:0@1.1", 2), 2, 2);
+  auto& [log, r, p] = c;
   r.tick(1.5, 0, p);  // both due in one tick: the SIGKILLed process has not been reaped yet
   REQUIRE(p.signals == std::vector<std::pair<int, int>>{{0, SIGKILL}});
   CHECK(p.starts.empty());          // not while the old process is still there
@@ -449,10 +452,8 @@ TEST_CASE("ChurnRunner: a restart due in the same tick as its crash still restar
 }
 
 TEST_CASE("ChurnRunner: a peer that finished on its own is never restarted", "[churn]") {
-  EventLog log;
-  ChurnRunner r(shorthand("crash:0@5,restart:0@6", 2), 1000, log);
-  FakePeers p(2);
-  start_all(r, p, 2);
+  Churn c(shorthand("crash:0@5,restart:0@6", 2), 2, 2);
+  auto& [log, r, p] = c;
   p.up[0] = false;  // done before its crash
   CHECK_FALSE(r.exited(0));
   r.tick(5.0, 0, p);
@@ -520,10 +521,8 @@ TEST_CASE("ChurnRunner: pause sends SIGSTOP, resume SIGCONT, and \"for\" resumes
 
 TEST_CASE("ChurnRunner: release_paused resumes stranded paused peers once no other peer is up",
           "[churn]") {
-  EventLog log;
-  ChurnRunner r(shorthand("pause:0@1", 3), 1000, log);
-  FakePeers p(3);
-  start_all(r, p, 3);
+  Churn c(shorthand("pause:0@1", 3), 3, 3);
+  auto& [log, r, p] = c;
   r.tick(1.0, 0, p);
   REQUIRE(r.state(0) == SlotState::kPaused);
   p.signals.clear();
@@ -550,10 +549,8 @@ TEST_CASE("ChurnRunner: release_paused resumes stranded paused peers once no oth
 }
 
 TEST_CASE("ChurnRunner: release_paused waits while a resume is still to come", "[churn]") {
-  EventLog log;
-  ChurnRunner r(shorthand("pause:0@1,resume:0@30", 2), 1000, log);
-  FakePeers p(2);
-  start_all(r, p, 2);
+  Churn c(shorthand("pause:0@1,resume:0@30", 2), 2, 2);
+  auto& [log, r, p] = c;
   r.tick(1.0, 0, p);
   p.up[1] = false;  // the other peer is done
   p.signals.clear();

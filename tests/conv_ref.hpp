@@ -16,9 +16,11 @@ struct ConvGeom {
   std::size_t cols() const { return std::size_t(n) * oh() * ow() * k * k * c; }
 };
 
-// The value im2col puts at col[(b, oy, ox), (ky, kx, ch)], straight from the definition.
-inline std::vector<float> im2col_ref(const std::vector<float>& x, const ConvGeom& g) {
-  std::vector<float> col(g.cols(), 0.0f);
+// Walks the im2col layout, col[(b, oy, ox), (ky, kx, ch)] in order, calling fn(i, p) for every
+// col entry i that reads a pixel inside the image, p being that pixel's NHWC index (padding
+// entries are skipped).
+template <class Fn>
+void for_each_col_pixel(const ConvGeom& g, Fn fn) {
   std::size_t i = 0;
   for (int b = 0; b < g.n; ++b)
     for (int oy = 0; oy < g.oh(); ++oy)
@@ -28,25 +30,21 @@ inline std::vector<float> im2col_ref(const std::vector<float>& x, const ConvGeom
             for (int ch = 0; ch < g.c; ++ch, ++i) {
               const int iy = oy * g.stride - g.pad + ky, ix = ox * g.stride - g.pad + kx;
               if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
-                col[i] = x[((std::size_t(b) * g.h + iy) * g.w + ix) * g.c + ch];
+                fn(i, ((std::size_t(b) * g.h + iy) * g.w + ix) * g.c + ch);
             }
+}
+
+// The value im2col puts at col[(b, oy, ox), (ky, kx, ch)], straight from the definition.
+inline std::vector<float> im2col_ref(const std::vector<float>& x, const ConvGeom& g) {
+  std::vector<float> col(g.cols(), 0.0f);
+  for_each_col_pixel(g, [&](std::size_t i, std::size_t p) { col[i] = x[p]; });
   return col;
 }
 
 // The adjoint: every col entry added back onto the pixel it came from (double accumulation).
 inline std::vector<float> col2im_ref(const std::vector<float>& col, const ConvGeom& g) {
   std::vector<double> acc(g.image(), 0.0);
-  std::size_t i = 0;
-  for (int b = 0; b < g.n; ++b)
-    for (int oy = 0; oy < g.oh(); ++oy)
-      for (int ox = 0; ox < g.ow(); ++ox)
-        for (int ky = 0; ky < g.k; ++ky)
-          for (int kx = 0; kx < g.k; ++kx)
-            for (int ch = 0; ch < g.c; ++ch, ++i) {
-              const int iy = oy * g.stride - g.pad + ky, ix = ox * g.stride - g.pad + kx;
-              if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
-                acc[((std::size_t(b) * g.h + iy) * g.w + ix) * g.c + ch] += col[i];
-            }
+  for_each_col_pixel(g, [&](std::size_t i, std::size_t p) { acc[p] += col[i]; });
   return std::vector<float>(acc.begin(), acc.end());
 }
 

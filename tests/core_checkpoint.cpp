@@ -16,6 +16,7 @@
 #include "tests/test_util.hpp"
 
 using namespace gossiptrain::core;
+using gt_test::WhatContains;
 namespace fs = std::filesystem;
 
 namespace {
@@ -63,15 +64,16 @@ void check_equal(const Checkpoint& a, const Checkpoint& b) {
   CHECK(a.meta == b.meta);
 }
 
-std::string load_error(const std::string& dir) {
-  try {
-    load_checkpoint(dir);
-  } catch (const CheckpointError& e) {
-    return e.what();
+// small_checkpoint() saved in a scratch folder, with its file's path and bytes to damage.
+struct SavedCheckpoint {
+  std::vector<char> save_and_read() {
+    save_checkpoint(dir.str(), small_checkpoint());
+    return read_all(path);
   }
-  FAIL("expected a CheckpointError");
-  return {};
-}
+  TempDir dir;
+  const std::string path = dir.file("checkpoint.bin");
+  const std::vector<char> bytes = save_and_read();
+};
 
 }  // namespace
 
@@ -114,63 +116,50 @@ TEST_CASE("a later checkpoint replaces the earlier one", "[core]") {
 TEST_CASE("a missing checkpoint is a clear error", "[core]") {
   TempDir dir;
   CHECK_FALSE(checkpoint_exists(dir.str()));
-  std::string msg = load_error(dir.str());
-  CHECK_THAT(msg, Catch::Contains("no checkpoint at " + dir.file("checkpoint.bin")));
-  CHECK_THAT(msg, Catch::Contains("No such file"));
+  CHECK_THROWS_MATCHES(load_checkpoint(dir.str()), CheckpointError,
+                       WhatContains("no checkpoint at " + dir.file("checkpoint.bin")) &&
+                           WhatContains("No such file"));
 }
 
-TEST_CASE("every truncation of a checkpoint is refused", "[core]") {
-  TempDir dir;
-  save_checkpoint(dir.str(), small_checkpoint());
-  std::string path = dir.file("checkpoint.bin");
-  auto bytes = read_all(path);
+TEST_CASE_METHOD(SavedCheckpoint, "every truncation of a checkpoint is refused", "[core]") {
   REQUIRE(bytes.size() > 64);
   for (std::size_t keep = 0; keep < bytes.size(); ++keep) {
     INFO("kept " << keep << " of " << bytes.size() << " bytes");
     write_all(path, bytes.data(), keep);
-    std::string msg = load_error(dir.str());
-    CHECK_THAT(msg, Catch::Contains("bad checkpoint " + path));
-    CHECK_THAT(msg, Catch::Contains("truncated"));
+    CHECK_THROWS_MATCHES(load_checkpoint(dir.str()), CheckpointError,
+                         WhatContains("bad checkpoint " + path) && WhatContains("truncated"));
   }
 }
 
-TEST_CASE("a flipped bit anywhere in a checkpoint is refused", "[core]") {
-  TempDir dir;
-  save_checkpoint(dir.str(), small_checkpoint());
-  std::string path = dir.file("checkpoint.bin");
-  auto bytes = read_all(path);
+TEST_CASE_METHOD(SavedCheckpoint, "a flipped bit anywhere in a checkpoint is refused", "[core]") {
   for (std::size_t pos = 0; pos < bytes.size(); ++pos) {
     for (int bit = 0; bit < 8; ++bit) {
       INFO("byte " << pos << " bit " << bit);
       auto bad = bytes;
       bad[pos] = static_cast<char>(bad[pos] ^ (1 << bit));
       write_all(path, bad.data(), bad.size());
-      std::string msg = load_error(dir.str());
-      CHECK_THAT(msg, Catch::Contains("bad checkpoint " + path));
       // The message names the problem found: header damage, sizes not matching the file, or
       // the checksum over the content.
-      CHECK_THAT(msg, Catch::Contains("magic") || Catch::Contains("version") ||
-                          Catch::Contains("flags") || Catch::Contains("truncated") ||
-                          Catch::Contains("trailing") || Catch::Contains("checksum mismatch"));
+      CHECK_THROWS_MATCHES(load_checkpoint(dir.str()), CheckpointError,
+                           WhatContains("bad checkpoint " + path) &&
+                               (WhatContains("magic") || WhatContains("version") ||
+                                WhatContains("flags") || WhatContains("truncated") ||
+                                WhatContains("trailing") || WhatContains("checksum mismatch")));
     }
   }
   // Flips in the payload itself are caught by the checksum specifically.
   auto bad = bytes;
   bad[bytes.size() - 8] ^= 1;  // inside meta
   write_all(path, bad.data(), bad.size());
-  CHECK_THAT(load_error(dir.str()), Catch::Contains("checksum mismatch"));
+  CHECK_THROWS_MATCHES(load_checkpoint(dir.str()), CheckpointError,
+                       WhatContains("checksum mismatch"));
 }
 
-TEST_CASE("trailing bytes and absurd sizes are refused", "[core]") {
-  TempDir dir;
-  save_checkpoint(dir.str(), small_checkpoint());
-  std::string path = dir.file("checkpoint.bin");
-  auto bytes = read_all(path);
-
+TEST_CASE_METHOD(SavedCheckpoint, "trailing bytes and absurd sizes are refused", "[core]") {
   auto longer = bytes;
   longer.push_back('\0');
   write_all(path, longer.data(), longer.size());
-  CHECK_THAT(load_error(dir.str()), Catch::Contains("trailing bytes"));
+  CHECK_THROWS_MATCHES(load_checkpoint(dir.str()), CheckpointError, WhatContains("trailing bytes"));
 
   // The parameter count sits after magic, version, flags and four 8-byte header fields.
   constexpr std::size_t kParamCountAt = 8 + 4 + 4 + 4 * 8;
@@ -178,7 +167,8 @@ TEST_CASE("trailing bytes and absurd sizes are refused", "[core]") {
     auto huge = bytes;
     std::memcpy(&huge[kParamCountAt], &absurd, sizeof absurd);
     write_all(path, huge.data(), huge.size());
-    CHECK_THAT(load_error(dir.str()), Catch::Contains("parameter count"));
+    CHECK_THROWS_MATCHES(load_checkpoint(dir.str()), CheckpointError,
+                         WhatContains("parameter count"));
   }
 }
 
@@ -232,31 +222,26 @@ TEST_CASE("encode/decode_checkpoint round trip: the file's bytes, every field bi
 TEST_CASE("decode_checkpoint refuses truncation, bit flips, trailing bytes and absurd sizes",
           "[core][catchup]") {
   const std::vector<std::uint8_t> good = encode_checkpoint(small_checkpoint());
-  auto error = [](const std::vector<std::uint8_t>& b) -> std::string {
-    try {
-      decode_checkpoint(b.data(), b.size(), "state from x");
-    } catch (const CheckpointError& e) {
-      return e.what();
-    }
-    return "";
+  auto decode = [](const std::vector<std::uint8_t>& b) {
+    return decode_checkpoint(b.data(), b.size(), "state from x");
   };
   for (std::size_t n = 0; n < good.size(); ++n) {
     INFO("truncated to " << n);
-    const std::string msg = error(std::vector<std::uint8_t>(good.begin(), good.begin() + long(n)));
-    CHECK_THAT(msg, Catch::Contains("bad checkpoint state from x"));
+    const std::vector<std::uint8_t> cut(good.begin(), good.begin() + long(n));
+    CHECK_THROWS_MATCHES(decode(cut), CheckpointError, WhatContains("bad checkpoint state from x"));
   }
   for (std::size_t i = 0; i < good.size(); ++i) {
     INFO("bit flip at byte " << i);
     auto b = good;
     b[i] ^= 0x10;
-    CHECK_FALSE(error(b).empty());
+    CHECK_THROWS_MATCHES(decode(b), CheckpointError, WhatContains(""));
   }
   auto longer = good;
   longer.push_back(0);
-  CHECK_THAT(error(longer), Catch::Contains("trailing bytes"));
+  CHECK_THROWS_MATCHES(decode(longer), CheckpointError, WhatContains("trailing bytes"));
   // A parameter count of 2^61 is refused from the sizes alone, before any allocation.
   auto huge = good;
   const std::uint64_t n = 1ull << 61;
   std::memcpy(huge.data() + 8 + 4 + 4 + 8 * 4, &n, 8);
-  CHECK_THAT(error(huge), Catch::Contains("parameter count"));
+  CHECK_THROWS_MATCHES(decode(huge), CheckpointError, WhatContains("parameter count"));
 }

@@ -15,7 +15,7 @@
 
 #include "tests/core_test_util.hpp"
 #include "core/model.hpp"
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 #include "core/trainer.hpp"
 
 using namespace gossiptrain;
@@ -25,7 +25,7 @@ using core::Model;
 namespace {
 
 std::vector<float> rand_vec(std::size_t n, std::uint64_t seed, float lo = -1.f, float hi = 1.f) {
-  core::SplitMix64 r(seed);
+  base::SplitMix64 r(seed);
   std::vector<float> v(n);
   for (auto& x : v) x = float(lo + (hi - lo) * r.uniform());
   return v;
@@ -79,10 +79,10 @@ TEST_CASE("cnn fingerprints differ by shape; the mlp fingerprint is the one of o
   CHECK(g.fingerprint() != h.fingerprint());  // the same dense layer, another input geometry
   // The MLP keeps its earlier fingerprint, so checkpoints and peers of older builds still match.
   Model m(*be, "mlp:784-256-10", 4);
-  std::uint64_t want = core::fnv1a(core::kFnvOffset, "mlp", 3);
+  std::uint64_t want = base::fnv1a(base::kFnvOffset, "mlp", 3);
   std::int32_t l1[3] = {784, 256, 1}, l2[3] = {256, 10, 0};
-  want = core::fnv1a(want, l1, sizeof l1);
-  want = core::fnv1a(want, l2, sizeof l2);
+  want = base::fnv1a(want, l1, sizeof l1);
+  want = base::fnv1a(want, l2, sizeof l2);
   CHECK(m.fingerprint() == want);
   CHECK_FALSE(m.convolutional());
   CHECK(a.convolutional());
@@ -176,31 +176,13 @@ TEST_CASE("golden: first training losses of a fixed-seed cnn run", "[core][cnn]"
   // above, and the losses fall as the net learns the pattern. A change in initialisation, data
   // order, the conv or pool kernels, their backward passes or the optimizer moves these numbers.
   auto be = kernels::make_backend("cpu");
-  core::Dataset d;
-  d.features = 6 * 6 * 2;
-  d.classes = 3;
-  core::SplitMix64 r(7);
-  for (int i = 0; i < 96; ++i) {
-    const int c = i % 3;
-    d.y.push_back(c);
-    for (int f = 0; f < d.features; ++f)  // the class lights one channel/row pattern
-      d.x.push_back(float(r.uniform() * 0.5 + ((f / 12) % 3 == c ? 0.5 : 0.0)));
-  }
-  core::TrainConfig cfg;
-  cfg.model = "cnn:6x6x2-c4k3-p2-f8-3";
-  cfg.batch = 16;
-  cfg.epochs = 1;
-  cfg.lr = 0.1f;
-  cfg.seed = 42;
-  cfg.log_every_steps = 1;
-  const std::vector<double> got =
-      core::test::step_losses(*be, cfg, d, "core_cnn_golden_metrics.jsonl");
-  const std::vector<double> golden = {1.233092, 1.133393, 1.028530, 1.127827, 0.9508639, 0.9215991};
-  REQUIRE(got.size() == golden.size());
-  for (std::size_t i = 0; i < golden.size(); ++i) {
-    INFO("step " << i + 1);
-    CHECK(got[i] == Approx(golden[i]).epsilon(1e-4));
-  }
+  // The class lights one channel/row pattern.
+  const core::Dataset d =
+      core::test::lit_dataset(96, 6 * 6 * 2, 3, 7, [](int f, int c) { return (f / 12) % 3 == c; });
+  const core::TrainConfig cfg = core::test::golden_config("cnn:6x6x2-c4k3-p2-f8-3");
+  core::test::check_golden_losses(
+      core::test::step_losses(*be, cfg, d, "core_cnn_golden_metrics.jsonl"),
+      {1.233092, 1.133393, 1.028530, 1.127827, 0.9508639, 0.9215991});
 }
 
 TEST_CASE("trainer refuses data whose size does not fit the cnn's input", "[core][cnn]") {
@@ -234,7 +216,7 @@ TEST_CASE("a cnn run stopped mid-epoch and resumed from its checkpoint equals an
   core::Dataset d;
   d.features = 6 * 6 * 2;
   d.classes = 3;
-  core::SplitMix64 r(3);
+  base::SplitMix64 r(3);
   for (int i = 0; i < 90; ++i) {
     d.y.push_back(i % 3);
     for (int f = 0; f < d.features; ++f) d.x.push_back(float(r.uniform()));

@@ -66,8 +66,8 @@ TEST_CASE("cpu plan: the allowed cpus and pinning this thread", "[core]") {
   REQUIRE_FALSE(allowed.empty());
   REQUIRE(core::physical_cores(allowed).size() == allowed.size());
   std::string err;
-  REQUIRE(core::pin_this_thread({allowed.front()}, &err));
+  REQUIRE(base::pin_this_thread({allowed.front()}, &err));
   REQUIRE(core::allowed_cpus() == std::vector<int>{allowed.front()});
-  REQUIRE(core::pin_this_thread(allowed, &err));
+  REQUIRE(base::pin_this_thread(allowed, &err));
   REQUIRE(core::allowed_cpus() == allowed);
 }

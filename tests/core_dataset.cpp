@@ -9,7 +9,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +17,7 @@
 
 using namespace gossiptrain::core;
 namespace fs = std::filesystem;
+using gt_test::WhatContains;
 
 namespace {
 
@@ -76,14 +76,11 @@ void write_fake_fashion(const TempDir& dir, std::uint32_t n_train, std::uint32_t
   emit("t10k", n_test);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  FAIL("expected a DataError");
-  return {};
+// Fashion-MNIST's shape: 28x28 pixels in 10 classes, one row of pixels per sample.
+void check_fashion_shape(const Dataset& d) {
+  CHECK(d.features == 784);
+  CHECK(d.classes == 10);
+  REQUIRE(d.x.size() == d.size() * 784);
 }
 
 // Softmax regression with plain SGD: a stand-in for the MLP that tells whether a set is learnable.
@@ -171,9 +168,8 @@ TEST_CASE("read_idx refuses malformed files with a message naming the file", "[c
       INFO(c.name << (gz ? " (gzip)" : " (plain)"));
       std::string path = dir.file(c.name + (gz ? ".gz" : ""));
       gz ? write_gzip(path, c.bytes) : write_plain(path, c.bytes);
-      std::string msg = error_of([&] { read_idx(path, nullptr); });
-      CHECK_THAT(msg, Catch::Contains(path));
-      CHECK_THAT(msg, Catch::Contains(c.expect));
+      CHECK_THROWS_MATCHES(read_idx(path, nullptr), DataError,
+                           WhatContains(path) && WhatContains(c.expect));
     }
   }
 }
@@ -189,30 +185,28 @@ TEST_CASE("read_idx refuses damaged gzip streams and missing files", "[core]") {
     for (std::size_t keep : {packed.size() - 1, packed.size() - 8, packed.size() / 2, std::size_t{12}}) {
       INFO("keeping " << keep << " of " << packed.size() << " bytes");
       write_plain(dir.file("cut.gz"), {packed.begin(), packed.begin() + static_cast<long>(keep)});
-      CHECK_THAT(error_of([&] { read_idx(dir.file("cut.gz"), nullptr); }),
-                 Catch::Contains(dir.file("cut.gz")));
+      CHECK_THROWS_MATCHES(read_idx(dir.file("cut.gz"), nullptr), DataError,
+                           WhatContains(dir.file("cut.gz")));
     }
   }
   SECTION("checksum trailer damaged") {
     packed[packed.size() - 6] ^= 0x40;  // inside the CRC-32 of the gzip trailer
     write_plain(dir.file("crc.gz"), packed);
-    CHECK_THAT(error_of([&] { read_idx(dir.file("crc.gz"), nullptr); }),
-               Catch::Contains("gzip"));
+    CHECK_THROWS_MATCHES(read_idx(dir.file("crc.gz"), nullptr), DataError, WhatContains("gzip"));
   }
   SECTION("missing") {
-    CHECK_THAT(error_of([&] { read_idx(dir.file("nope.gz"), nullptr); }),
-               Catch::Contains(dir.file("nope.gz")) && Catch::Contains("cannot open"));
+    CHECK_THROWS_MATCHES(read_idx(dir.file("nope.gz"), nullptr), DataError,
+                         WhatContains(dir.file("nope.gz")) && WhatContains("cannot open"));
   }
 }
 
 TEST_CASE("load_fashion_mnist explains how to install a missing data set", "[core]") {
   TempDir dir;
   for (const std::string& where : {dir.file("does-not-exist"), dir.path.string()}) {
-    std::string msg = error_of([&] { load_fashion_mnist(where); });
-    CHECK_THAT(msg, Catch::Contains("Fashion-MNIST not found at " + where));
-    CHECK_THAT(msg, Catch::Contains("sudo apt-get install dataset-fashion-mnist"));
-    CHECK_THAT(msg, Catch::Contains("scripts/setup.sh"));
-    CHECK_THAT(msg, Catch::Contains("--data DIR"));
+    CHECK_THROWS_MATCHES(load_fashion_mnist(where), DataError,
+                         WhatContains("Fashion-MNIST not found at " + where) &&
+                             WhatContains("sudo apt-get install dataset-fashion-mnist") &&
+                             WhatContains("scripts/setup.sh") && WhatContains("--data DIR"));
   }
 }
 
@@ -223,9 +217,7 @@ TEST_CASE("load_fashion_mnist scales pixels and keeps labels in order", "[core]"
   REQUIRE(tt.train.size() == 30);
   REQUIRE(tt.test.size() == 12);
   for (const Dataset* d : {&tt.train, &tt.test}) {
-    CHECK(d->features == 784);
-    CHECK(d->classes == 10);
-    REQUIRE(d->x.size() == d->size() * 784);
+    check_fashion_shape(*d);
     auto px = pattern(d->size() * 784);
     for (std::size_t i = 0; i < px.size(); ++i) REQUIRE(d->x[i] == static_cast<float>(px[i]) / 255.0f);
     for (std::size_t i = 0; i < d->size(); ++i) REQUIRE(d->y[i] == static_cast<int>(i % 10));
@@ -239,25 +231,25 @@ TEST_CASE("load_fashion_mnist refuses inconsistent files", "[core]") {
   auto train_images = dir.file("train-images-idx3-ubyte.gz");
   SECTION("count mismatch") {
     write_gzip(train_labels, idx_bytes({19}, std::vector<std::uint8_t>(19, 1)));
-    CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string()); }),
-               Catch::Contains("19 labels") && Catch::Contains("20 images"));
+    CHECK_THROWS_MATCHES(load_fashion_mnist(dir.path.string()), DataError,
+                         WhatContains("19 labels") && WhatContains("20 images"));
   }
   SECTION("label out of range") {
     std::vector<std::uint8_t> labels(20, 3);
     labels[7] = 10;
     write_gzip(train_labels, idx_bytes({20}, labels));
-    CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string()); }),
-               Catch::Contains(train_labels) && Catch::Contains("label 10 at index 7"));
+    CHECK_THROWS_MATCHES(load_fashion_mnist(dir.path.string()), DataError,
+                         WhatContains(train_labels) && WhatContains("label 10 at index 7"));
   }
   SECTION("wrong image shape") {
     write_gzip(train_images, idx_bytes({20, 27, 28}, pattern(20 * 27 * 28)));
-    CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string()); }),
-               Catch::Contains(train_images) && Catch::Contains("20x27x28"));
+    CHECK_THROWS_MATCHES(load_fashion_mnist(dir.path.string()), DataError,
+                         WhatContains(train_images) && WhatContains("20x27x28"));
   }
   SECTION("one file missing") {
     fs::remove(dir.file("t10k-labels-idx1-ubyte.gz"));
-    CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string()); }),
-               Catch::Contains("t10k-labels-idx1-ubyte") && Catch::Contains("apt-get install"));
+    CHECK_THROWS_MATCHES(load_fashion_mnist(dir.path.string()), DataError,
+                         WhatContains("t10k-labels-idx1-ubyte") && WhatContains("apt-get install"));
   }
 }
 
@@ -270,9 +262,7 @@ TEST_CASE("the installed Fashion-MNIST loads completely", "[core]") {
   CHECK(tt.train.size() == 60000);
   CHECK(tt.test.size() == 10000);
   for (const Dataset* d : {&tt.train, &tt.test}) {
-    CHECK(d->features == 784);
-    CHECK(d->classes == 10);
-    CHECK(d->x.size() == d->size() * 784);
+    check_fashion_shape(*d);
     auto [lo, hi] = std::minmax_element(d->x.begin(), d->x.end());
     CHECK(*lo == 0.0f);
     CHECK(*hi == 1.0f);
@@ -373,10 +363,9 @@ TEST_CASE("load_shard refuses a truncated image file like load_fashion_mnist", "
   bytes.resize(bytes.size() - 100);
   write_gzip(dir.file("train-images-idx3-ubyte.gz"), bytes);
   auto pick = [](const std::vector<std::int32_t>&, int) { return std::vector<std::size_t>{1, 2}; };
-  CHECK_THAT(error_of([&] { load_shard(dir.path.string(), pick); }),
-             Catch::Contains("train-images-idx3-ubyte.gz") && Catch::Contains("truncated"));
-  CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string()); }),
-             Catch::Contains("truncated"));
+  CHECK_THROWS_MATCHES(load_shard(dir.path.string(), pick), DataError,
+                       WhatContains("train-images-idx3-ubyte.gz") && WhatContains("truncated"));
+  CHECK_THROWS_MATCHES(load_fashion_mnist(dir.path.string()), DataError, WhatContains("truncated"));
 }
 
 TEST_CASE("load_shard of the installed Fashion-MNIST equals subset of the whole set", "[core]") {

@@ -12,11 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/core_test_util.hpp"
+#include "core/base/rng.hpp"
 #include "core/checkpoint.hpp"
 #include "core/model.hpp"
-#include "core/rng.hpp"
 #include "core/trainer.hpp"
+#include "tests/core_test_util.hpp"
+#include "tests/test_util.hpp"
 
 using namespace gossiptrain;
 using core::Mlp;
@@ -24,7 +25,7 @@ using core::Mlp;
 namespace {
 
 std::vector<float> random_vec(std::size_t n, std::uint64_t seed, float lo = -1.f, float hi = 1.f) {
-  core::SplitMix64 r(seed);
+  base::SplitMix64 r(seed);
   std::vector<float> v(n);
   for (auto& x : v) x = float(lo + (hi - lo) * r.uniform());
   return v;
@@ -40,6 +41,22 @@ float loss_at(kernels::Backend& be, Mlp& m, const std::vector<float>& p, const f
 bool close(double a, double b, double abs_tol, double rel_tol) {
   return std::abs(a - b) <= abs_tol + rel_tol * std::max(std::abs(a), std::abs(b));
 }
+
+// What most trainer tests start from: the CPU backend, tiny_dataset(), an mlp:12-10-4 config and
+// a metrics sink that writes nothing.
+struct TinyRun {
+  TinyRun() { cfg.model = "mlp:12-10-4"; }
+  // Points cfg at a checkpoint folder that does not exist yet and is removed with the fixture.
+  std::string use_checkpoints() {
+    cfg.checkpoint_dir = ckpt.str();
+    return ckpt.str();
+  }
+  std::unique_ptr<kernels::Backend> be = kernels::make_backend("cpu");
+  const core::Dataset d = core::test::tiny_dataset();
+  core::TrainConfig cfg;
+  core::Metrics metrics{"", "test"};
+  gt_test::TempDir ckpt{"gt-core-model-ckpt", /*create=*/false};
+};
 
 }  // namespace
 
@@ -141,32 +158,13 @@ TEST_CASE("golden: first training losses of a fixed-seed run", "[core]") {
   // Recorded from this code (CPU backend): a change in initialisation, data order, forward,
   // backward or the optimizer moves these numbers.
   auto be = kernels::make_backend("cpu");
-  core::Dataset d;
-  d.features = 20;
-  d.classes = 3;
-  core::SplitMix64 r(7);
-  for (int i = 0; i < 96; ++i) {
-    const int c = i % 3;
-    d.y.push_back(c);
-    for (int f = 0; f < d.features; ++f)
-      d.x.push_back(float(r.uniform() * 0.5 + (f % 3 == c ? 0.5 : 0.0)));
-  }
-  core::TrainConfig cfg;
-  cfg.model = "mlp:20-16-3";
-  cfg.batch = 16;
-  cfg.epochs = 1;
-  cfg.lr = 0.1f;
+  const core::Dataset d =
+      core::test::lit_dataset(96, 20, 3, 7, [](int f, int c) { return f % 3 == c; });
+  core::TrainConfig cfg = core::test::golden_config("mlp:20-16-3");
   cfg.weight_decay = 0.0f;
-  cfg.seed = 42;
-  cfg.log_every_steps = 1;
-  const std::vector<double> got =
-      core::test::step_losses(*be, cfg, d, "core_model_golden_metrics.jsonl");
-  const std::vector<double> golden = {1.178195, 1.187286, 1.028798, 1.134028, 0.9642264, 1.032126};
-  REQUIRE(got.size() == golden.size());
-  for (std::size_t i = 0; i < golden.size(); ++i) {
-    INFO("step " << i + 1);
-    CHECK(got[i] == Approx(golden[i]).epsilon(1e-4));
-  }
+  core::test::check_golden_losses(
+      core::test::step_losses(*be, cfg, d, "core_model_golden_metrics.jsonl"),
+      {1.178195, 1.187286, 1.028798, 1.134028, 0.9642264, 1.032126});
 }
 
 namespace {
@@ -192,17 +190,13 @@ std::vector<float> params_of(core::Trainer& t, kernels::Backend& be) {
 
 }  // namespace
 
-TEST_CASE("a run stopped mid-epoch and resumed from its checkpoint equals an unbroken run",
-          "[core]") {
-  auto be = kernels::make_backend("cpu");
-  const auto d = tiny_dataset();
-  core::TrainConfig cfg;
-  cfg.model = "mlp:12-10-4";
+TEST_CASE_METHOD(TinyRun,
+                 "a run stopped mid-epoch and resumed from its checkpoint equals an unbroken run",
+                 "[core]") {
   cfg.optimizer = GENERATE(std::string("sgd"), std::string("qgm"));
   cfg.batch = 16;  // 13 steps per epoch
   cfg.epochs = 3;
   cfg.seed = 5;
-  core::Metrics metrics("", "test");
 
   std::atomic<bool> never{false};
   core::Trainer whole(*be, cfg, d, d, metrics, nullptr);
@@ -211,9 +205,7 @@ TEST_CASE("a run stopped mid-epoch and resumed from its checkpoint equals an unb
   CHECK(r_whole.epochs_done == 3);
   const auto want = params_of(whole, *be);
 
-  const std::string dir = "core_model_resume_ckpt";
-  std::filesystem::remove_all(dir);
-  cfg.checkpoint_dir = dir;
+  const std::string dir = use_checkpoints();
   std::atomic<bool> stop{false};
   StopAt hook;
   hook.stop_after = 17;  // in the middle of the second epoch
@@ -240,20 +232,14 @@ TEST_CASE("a run stopped mid-epoch and resumed from its checkpoint equals an unb
   REQUIRE(r2.best_test_acc);
   CHECK(r2.best_test_acc == r_whole.best_test_acc);
   CHECK(r2.final_test_acc == r_whole.final_test_acc);
-  std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("a trainer resumed after its last step reports the model it loaded, not 0", "[core]") {
-  auto be = kernels::make_backend("cpu");
-  const auto d = tiny_dataset();
-  core::TrainConfig cfg;
-  cfg.model = "mlp:12-10-4";
+TEST_CASE_METHOD(TinyRun,
+                 "a trainer resumed after its last step reports the model it loaded, not 0",
+                 "[core]") {
   cfg.batch = 16;
   cfg.epochs = 2;
-  const std::string dir = "core_model_finished_ckpt";
-  std::filesystem::remove_all(dir);
-  cfg.checkpoint_dir = dir;
-  core::Metrics metrics("", "test");
+  const std::string dir = use_checkpoints();
   std::atomic<bool> never{false};
   core::Trainer first(*be, cfg, d, d, metrics, nullptr);
   const auto r1 = first.run(never);
@@ -281,19 +267,12 @@ TEST_CASE("a trainer resumed after its last step reports the model it loaded, no
     CHECK(r3.final_test_acc == r1.final_test_acc);
     CHECK_FALSE(r3.best_test_acc);
   }
-  std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("a run stopped before its first evaluation reports no accuracy, not 0", "[core]") {
-  auto be = kernels::make_backend("cpu");
-  const auto d = tiny_dataset();
-  core::TrainConfig cfg;
-  cfg.model = "mlp:12-10-4";
+TEST_CASE_METHOD(TinyRun, "a run stopped before its first evaluation reports no accuracy, not 0",
+                 "[core]") {
   cfg.epochs = 1;
-  const std::string dir = "core_model_unevaluated_ckpt";
-  std::filesystem::remove_all(dir);
-  cfg.checkpoint_dir = dir;
-  core::Metrics metrics("", "test");
+  const std::string dir = use_checkpoints();
   std::atomic<bool> stop{true};
   core::Trainer t(*be, cfg, d, d, metrics, nullptr);
   const auto r = t.run(stop);
@@ -311,19 +290,11 @@ TEST_CASE("a run stopped before its first evaluation reports no accuracy, not 0"
   const auto r2 = resumed.run(go);
   REQUIRE(r2.final_test_acc);
   CHECK(r2.best_test_acc == r2.final_test_acc);
-  std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("a checkpoint of another model is refused on resume", "[core]") {
-  auto be = kernels::make_backend("cpu");
-  const auto d = tiny_dataset();
-  core::TrainConfig cfg;
-  cfg.model = "mlp:12-10-4";
+TEST_CASE_METHOD(TinyRun, "a checkpoint of another model is refused on resume", "[core]") {
   cfg.epochs = 1;
-  const std::string dir = "core_model_other_ckpt";
-  std::filesystem::remove_all(dir);
-  cfg.checkpoint_dir = dir;
-  core::Metrics metrics("", "test");
+  const std::string dir = use_checkpoints();
   std::atomic<bool> never{false};
   {
     core::Trainer t(*be, cfg, d, d, metrics, nullptr);
@@ -332,29 +303,21 @@ TEST_CASE("a checkpoint of another model is refused on resume", "[core]") {
   cfg.model = "mlp:12-8-4";
   core::Trainer other(*be, cfg, d, d, metrics, nullptr);
   CHECK_THROWS_AS(other.resume(), core::CheckpointError);
-  std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("trainer refuses data that does not fit the model", "[core]") {
-  auto be = kernels::make_backend("cpu");
-  const auto d = tiny_dataset();
-  core::TrainConfig cfg;
+TEST_CASE_METHOD(TinyRun, "trainer refuses data that does not fit the model", "[core]") {
   cfg.model = "mlp:10-8-4";
-  core::Metrics metrics("", "test");
   CHECK_THROWS_AS(core::Trainer(*be, cfg, d, d, metrics, nullptr), std::invalid_argument);
   cfg.model = "mlp:12-8-2";
   CHECK_THROWS_AS(core::Trainer(*be, cfg, d, d, metrics, nullptr), std::invalid_argument);
 }
 
-TEST_CASE("a fixed number of steps per epoch cycles through a small shard", "[core]") {
-  auto be = kernels::make_backend("cpu");
-  const auto d = tiny_dataset();  // 200 samples
-  core::TrainConfig cfg;
-  cfg.model = "mlp:12-10-4";
+TEST_CASE_METHOD(TinyRun, "a fixed number of steps per epoch cycles through a small shard",
+                 "[core]") {
+  // tiny_dataset(): 200 samples
   cfg.batch = 16;
   cfg.epochs = 2;
   cfg.steps_per_epoch = 30;  // 480 samples an epoch: more than two passes over the shard
-  core::Metrics metrics("", "test");
   std::atomic<bool> never{false};
   StopAt hook;
   hook.stop_after = -1;
@@ -381,18 +344,14 @@ struct TakeStateAt : core::StepHook {
 };
 }  // namespace
 
-TEST_CASE("a trainer restored from another's state, sent as bytes, continues as that one would",
-          "[core][catchup]") {
-  auto be = kernels::make_backend("cpu");
-  const auto d = tiny_dataset();
-  core::TrainConfig cfg;
-  cfg.model = "mlp:12-10-4";
+TEST_CASE_METHOD(
+    TinyRun, "a trainer restored from another's state, sent as bytes, continues as that one would",
+    "[core][catchup]") {
   cfg.optimizer = GENERATE(std::string("sgd"), std::string("adam"), std::string("qgm"));
   cfg.lr = cfg.optimizer == "adam" ? 0.01f : 0.05f;
   cfg.batch = 16;  // 13 steps per epoch
   cfg.epochs = 3;
   cfg.seed = 5;
-  core::Metrics metrics("", "test");
   std::atomic<bool> never{false};
   core::Trainer whole(*be, cfg, d, d, metrics, nullptr);
   whole.run(never);
@@ -418,15 +377,10 @@ TEST_CASE("a trainer restored from another's state, sent as bytes, continues as 
   CHECK(params_of(joiner, *be) == want);
 }
 
-TEST_CASE("restore refuses counters that do not fit this run and changes nothing",
-          "[core][catchup]") {
-  auto be = kernels::make_backend("cpu");
-  const auto d = tiny_dataset();
-  core::TrainConfig cfg;
-  cfg.model = "mlp:12-10-4";
+TEST_CASE_METHOD(TinyRun, "restore refuses counters that do not fit this run and changes nothing",
+                 "[core][catchup]") {
   cfg.batch = 16;  // 13 steps per epoch
   cfg.epochs = 3;
-  core::Metrics metrics("", "test");
   core::Trainer t(*be, cfg, d, d, metrics, nullptr);
   const auto before = params_of(t, *be);
   core::Checkpoint good = t.state();

@@ -4,14 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/partition.hpp"
+#include "tests/test_util.hpp"
 
 using namespace gossiptrain::core;
+using gt_test::WhatContains;
 
 namespace {
 
@@ -64,16 +66,6 @@ double mean_top_share(const Parts& parts, const std::vector<std::int32_t>& y, in
   return sum / static_cast<double>(parts.size());
 }
 
-std::string invalid_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  FAIL("expected std::invalid_argument");
-  return {};
-}
-
 }  // namespace
 
 TEST_CASE("parse_partition accepts the three forms", "[core]") {
@@ -93,12 +85,14 @@ TEST_CASE("parse_partition rejects bad specs naming the accepted forms", "[core]
                           "dirichlet:inf", "shards", "shards:", "shards:0", "shards:-2",
                           "shards:1.5", "shards:two", " iid"}) {
     INFO("spec '" << bad << "'");
-    std::string msg = invalid_message([&] { parse_partition(bad); });
-    CHECK_THAT(msg, Catch::Contains("'" + std::string(bad) + "'"));
-    CHECK_THAT(msg, Catch::Contains("expected iid, dirichlet:ALPHA (ALPHA > 0) or shards:K (K >= 1)"));
+    CHECK_THROWS_MATCHES(
+        parse_partition(bad), std::invalid_argument,
+        WhatContains("'" + std::string(bad) + "'") &&
+            WhatContains("expected iid, dirichlet:ALPHA (ALPHA > 0) or shards:K (K >= 1)"));
   }
-  CHECK_THAT(invalid_message([] { parse_partition("x"); }),
-             Catch::Equals("unknown partition 'x': expected iid, dirichlet:ALPHA (ALPHA > 0) or "
+  CHECK_THROWS_MATCHES(parse_partition("x"), std::invalid_argument,
+                       Catch::Matchers::Message(
+                           "unknown partition 'x': expected iid, dirichlet:ALPHA (ALPHA > 0) or "
                            "shards:K (K >= 1)"));
 }
 
@@ -173,18 +167,18 @@ TEST_CASE("shards:K gives each peer about K labels", "[core]") {
 
 TEST_CASE("impossible splits are refused with a clear message", "[core]") {
   auto y = sorted_labels(10, 3);  // 30 samples
-  CHECK_THAT(invalid_message([&] { partition(y, 10, 0, parse_partition("iid"), 1); }),
-             Catch::Contains("must be >= 1"));
-  CHECK_THAT(invalid_message([&] { partition(y, 10, 31, parse_partition("iid"), 1); }),
-             Catch::Contains("30 samples into 31"));
-  CHECK_THAT(invalid_message([&] { partition(y, 10, 31, parse_partition("dirichlet:1"), 1); }),
-             Catch::Contains("30 samples into 31"));
-  CHECK_THAT(invalid_message([&] { partition(y, 10, 8, parse_partition("shards:4"), 1); }),
-             Catch::Contains("needs 32 label shards") && Catch::Contains("only 30 samples"));
-  CHECK_THAT(invalid_message([&] { partition({}, 10, 1, parse_partition("iid"), 1); }),
-             Catch::Contains("0 samples"));
-  CHECK_THAT(invalid_message([&] { partition(y, 5, 2, parse_partition("iid"), 1); }),
-             Catch::Contains("label 5"));
+  CHECK_THROWS_MATCHES(partition(y, 10, 0, parse_partition("iid"), 1), std::invalid_argument,
+                       WhatContains("must be >= 1"));
+  CHECK_THROWS_MATCHES(partition(y, 10, 31, parse_partition("iid"), 1), std::invalid_argument,
+                       WhatContains("30 samples into 31"));
+  CHECK_THROWS_MATCHES(partition(y, 10, 31, parse_partition("dirichlet:1"), 1),
+                       std::invalid_argument, WhatContains("30 samples into 31"));
+  CHECK_THROWS_MATCHES(partition(y, 10, 8, parse_partition("shards:4"), 1), std::invalid_argument,
+                       WhatContains("needs 32 label shards") && WhatContains("only 30 samples"));
+  CHECK_THROWS_MATCHES(partition({}, 10, 1, parse_partition("iid"), 1), std::invalid_argument,
+                       WhatContains("0 samples"));
+  CHECK_THROWS_MATCHES(partition(y, 5, 2, parse_partition("iid"), 1), std::invalid_argument,
+                       WhatContains("label 5"));
   PartitionSpec bad_alpha;
   bad_alpha.kind = PartitionSpec::Kind::Dirichlet;
   bad_alpha.alpha = 0.0;

@@ -11,7 +11,7 @@
 
 #include "core/checkpoint.hpp"
 #include "tests/core_test_util.hpp"
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 #include "core/trainer.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 
@@ -20,7 +20,7 @@ using namespace gossiptrain;
 namespace {
 
 std::vector<float> rv(std::size_t n, std::uint64_t seed) {
-  core::SplitMix64 r(seed);
+  base::SplitMix64 r(seed);
   std::vector<float> v(n);
   for (auto& x : v) x = float(2 * r.uniform() - 1);
   return v;

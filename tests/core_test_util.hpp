@@ -8,11 +8,12 @@
 #include <string>
 #include <vector>
 
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "core/dataset.hpp"
 #include "core/metrics.hpp"
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 #include "core/trainer.hpp"
 
 namespace gossiptrain::core::test {
@@ -22,7 +23,7 @@ inline Dataset tiny_dataset() {
   Dataset d;
   d.features = 12;
   d.classes = 4;
-  SplitMix64 r(9);
+  base::SplitMix64 r(9);
   for (int i = 0; i < 200; ++i) {
     const int c = i % 4;
     d.y.push_back(c);
@@ -51,6 +52,44 @@ inline std::vector<double> step_losses(kernels::Backend& be, const TrainConfig& 
   }
   std::remove(path.c_str());
   return got;
+}
+
+// The setup of the golden-loss tests: n samples of `features` values in [0, 0.5) from seed,
+// plus 0.5 where lit(feature, class) holds, classes taking turns.
+template <class Lit>
+Dataset lit_dataset(int n, int features, int classes, std::uint64_t seed, Lit lit) {
+  Dataset d;
+  d.features = features;
+  d.classes = classes;
+  base::SplitMix64 r(seed);
+  for (int i = 0; i < n; ++i) {
+    const int c = i % classes;
+    d.y.push_back(c);
+    for (int f = 0; f < d.features; ++f)
+      d.x.push_back(float(r.uniform() * 0.5 + (lit(f, c) ? 0.5 : 0.0)));
+  }
+  return d;
+}
+
+// One epoch of batch 16 at lr 0.1 from seed 42, logging the loss of every step.
+inline TrainConfig golden_config(const std::string& model) {
+  TrainConfig cfg;
+  cfg.model = model;
+  cfg.batch = 16;
+  cfg.epochs = 1;
+  cfg.lr = 0.1f;
+  cfg.seed = 42;
+  cfg.log_every_steps = 1;
+  return cfg;
+}
+
+// Every step's loss matches its recorded golden value (relative 1e-4).
+inline void check_golden_losses(const std::vector<double>& got, const std::vector<double>& golden) {
+  REQUIRE(got.size() == golden.size());
+  for (std::size_t i = 0; i < golden.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(got[i] == Approx(golden[i]).epsilon(1e-4));
+  }
 }
 
 }  // namespace gossiptrain::core::test

@@ -77,46 +77,74 @@ float max_abs(const std::vector<float>& v) {
 }  // namespace
 
 TEST_CASE("exchange messages round-trip and malformed ones are rejected", "[gossip]") {
+  using base::DecodeError;
   RequestMsg r{0x1122334455667788ull, 42, 1000, kernels::Wire::Int8, true, 600};
   auto b = encode_request(r);
-  auto p = parse_request(*b);
-  REQUIRE(p);
-  CHECK(p->exchange_id == r.exchange_id);
-  CHECK(p->fingerprint == 42);
-  CHECK(p->n_params == 1000);
-  CHECK(p->wire == kernels::Wire::Int8);
-  CHECK(p->weighted);
-  CHECK(p->samples == 600);
+  REQUIRE(b->size() == kRequestBytes);
+  CHECK((*b)[0] == kExchangeWireVersion);
+  const RequestMsg p = decode_request(*b);
+  CHECK(p.exchange_id == r.exchange_id);
+  CHECK(p.fingerprint == 42);
+  CHECK(p.n_params == 1000);
+  CHECK(p.wire == kernels::Wire::Int8);
+  CHECK(p.weighted);
+  CHECK(p.samples == 600);
   net::Bytes bad = *b;
   bad.push_back(0);
-  CHECK_FALSE(parse_request(bad));  // wrong size
+  CHECK_THROWS_AS(decode_request(bad), DecodeError);  // wrong size
   bad = *b;
-  bad[24] = 9;
-  CHECK_FALSE(parse_request(bad));  // unknown wire
+  bad[0] = kExchangeWireVersion + 1;
+  CHECK_THROWS_AS(decode_request(bad), DecodeError);  // another wire version
   bad = *b;
-  bad[25] = 2;
-  CHECK_FALSE(parse_request(bad));  // not a bool
+  bad[25] = 9;
+  CHECK_THROWS_AS(decode_request(bad), DecodeError);  // unknown wire
   bad = *b;
-  bad[33] = 0x80;
-  CHECK_FALSE(parse_request(bad));  // negative sample count
+  bad[26] = 2;
+  CHECK_THROWS_AS(decode_request(bad), DecodeError);  // not a bool
+  bad = *b;
+  bad[34] = 0x80;
+  CHECK_THROWS_AS(decode_request(bad), DecodeError);  // negative sample count
+  CHECK_THROWS_AS(decode_request(net::Bytes{}), DecodeError);
 
-  auto code = parse_code(*encode_code(7, ExchangeCode::Invalid));
-  REQUIRE(code);
-  CHECK(code->exchange_id == 7);
-  CHECK(code->code == ExchangeCode::Invalid);
-  CHECK_FALSE(parse_code(net::Bytes{0, 0, 0, 0, 0, 0, 0, 0, 7}));  // retired value
-  CHECK_FALSE(parse_code(net::Bytes(9, 0)));  // code 0 is not one
-  CHECK_FALSE(parse_id(net::Bytes(7, 0)));
+  const AcceptMsg acc = decode_accept(*encode_accept({5, 77}));
+  CHECK(acc.exchange_id == 5);
+  CHECK(acc.samples == 77);
+  const ValidMsg plain = decode_valid(*encode_valid({6, 0.0, 0.0}));
+  CHECK(plain.exchange_id == 6);
+  CHECK(plain.tau == 0.0);
+  const ValidMsg clip = decode_valid(*encode_valid({6, 2.5, 1.5}));
+  CHECK(clip.tau == 2.5);
+  CHECK(clip.norm == 1.5);
+  bad = *encode_valid({6, 2.5, 1.5});
+  bad.pop_back();
+  CHECK_THROWS_AS(decode_valid(bad), DecodeError);
+
+  const CodeMsg code = decode_code(*encode_code(7, ExchangeCode::Invalid));
+  CHECK(code.exchange_id == 7);
+  CHECK(code.code == ExchangeCode::Invalid);
+  CHECK_THROWS_AS(decode_code(net::Bytes{kExchangeWireVersion, 0, 0, 0, 0, 0, 0, 0, 0, 7}),
+                  DecodeError);  // retired value
+  CHECK_THROWS_AS(decode_code(net::Bytes{kExchangeWireVersion, 0, 0, 0, 0, 0, 0, 0, 0, 0}),
+                  DecodeError);  // code 0 is not one
+  CHECK_THROWS_AS(decode_id(net::Bytes(8, 0)), DecodeError);
+  CHECK(decode_id(*encode_id(11)).exchange_id == 11);
 
   const std::uint8_t data[5] = {1, 2, 3, 4, 5};
   auto ch = encode_chunk(9, 128, data, 5);
-  auto v = parse_chunk(*ch);
-  REQUIRE(v);
-  CHECK(v->exchange_id == 9);
-  CHECK(v->offset == 128);
-  CHECK(v->size == 5);
+  const ChunkView v = decode_chunk(*ch);
+  CHECK(v.exchange_id == 9);
+  CHECK(v.offset == 128);
+  CHECK(v.size == 5);
+  CHECK((*ch)[0] == kExchangeWireVersion);
   CHECK((*ch)[kChunkHeaderBytes + 4] == 5);
-  CHECK_FALSE(parse_chunk(net::Bytes(kChunkHeaderBytes, 0)));  // a chunk without data
+  CHECK(kChunkHeaderBytes % 8 == 0);  // the data stays 8-byte aligned
+  CHECK_THROWS_AS(decode_chunk(net::Bytes(kChunkHeaderBytes, 0)), DecodeError);  // without data
+  bad = *ch;
+  bad[0] = 0;
+  CHECK_THROWS_AS(decode_chunk(bad), DecodeError);  // another wire version
+  bad = *ch;
+  bad[3] = 1;
+  CHECK_THROWS_AS(decode_chunk(bad), DecodeError);  // reserved bytes not zero
 }
 
 TEST_CASE("two peers meet at the midpoint and both report the exchange", "[gossip]") {
@@ -192,7 +220,7 @@ TEST_CASE("fp16 and bf16 mixed straight from the chunks match the copy path bit 
 
 TEST_CASE("a send rate cap spreads the transfer and changes nothing else", "[gossip]") {
   AveragerConfig cfg = base_config();
-  cfg.chunk_bytes = 1000;  // 4000-byte vectors: four chunks of 1016 bytes with their headers
+  cfg.chunk_bytes = 1000;  // 4000-byte vectors: four chunks of 1024 bytes with their headers
   cfg.min_rate_bytes_per_s = 1000;
   const bool capped = GENERATE(true, false);
   if (capped) cfg.max_rate_bytes_per_s = 2000;
@@ -203,8 +231,8 @@ TEST_CASE("a send rate cap spreads the transfer and changes nothing else", "[gos
   REQUIRE(c.run_until([&] { return has_event(c[0]) && has_event(c[1]); }, Millis(10000)));
   for (int i = 0; i < 2; ++i) {
     REQUIRE(c[i].events[0].ok);
-    // The last chunk may leave 3 x 1016 / 2000 s = 1.52 s after the first one.
-    if (capped) CHECK((c[i].events[0].ms >= 1524 && c[i].events[0].ms < 2500));
+    // The last chunk may leave 3 x 1024 / 2000 s = 1.536 s after the first one.
+    if (capped) CHECK((c[i].events[0].ms >= 1536 && c[i].events[0].ms < 2500));
     else CHECK(c[i].events[0].ms < 100);
   }
   const auto y0 = c[0].values(c.be), y1 = c[1].values(c.be);
@@ -507,9 +535,7 @@ TEST_CASE("bad payloads and bad requests are refused and change nothing", "[goss
   SECTION("a wrong vector length is refused before anything is sent") {
     request(cfg.fingerprint, kN + 1);
     REQUIRE(c.run_until([&] { return f.got(ExchangeType::Refuse); }, Millis(100)));
-    auto m = parse_code(f.msgs.back().second);
-    REQUIRE(m);
-    CHECK(m->code == ExchangeCode::Size);
+    CHECK(decode_code(f.msgs.back().second).code == ExchangeCode::Size);
     CHECK_FALSE(a.avg->in_exchange());
   }
   SECTION("a malformed request closes the connection") {

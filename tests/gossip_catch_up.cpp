@@ -79,11 +79,10 @@ struct Scripted final : net::TransportHandler {
   void on_connection(const net::ConnectionPtr&, bool) override {}
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& b) override {
     if (type == static_cast<std::uint8_t>(CatchUpType::Request)) {
-      auto m = parse_catch_up_request(b);
-      REQUIRE(m);
-      if (on_request) on_request(c, m->id);
+      const auto m = decode_catch_up_request(b);
+      if (on_request) on_request(c, m.id);
     } else if (type == static_cast<std::uint8_t>(CatchUpType::CancelFetch)) {
-      cancels.push_back(parse_catch_up_code(b)->code);
+      cancels.push_back(decode_catch_up_code(b).code);
     }
   }
   void on_closed(const net::ConnectionPtr&, const std::string&) override { ++closed; }
@@ -486,26 +485,31 @@ TEST_CASE("a fetcher of another model is refused", "[gossip][catchup]") {
 }
 
 TEST_CASE("catch-up messages: exact sizes, impossible values refused", "[gossip][catchup]") {
+  using base::DecodeError;
   const CatchUpHeaderMsg h{9, 1000, kFp, 5, 1, 160};
   auto hb = encode_catch_up_header(h);
-  auto back = parse_catch_up_header(*hb);
-  REQUIRE(back);
-  CHECK(back->total_bytes == 1000);
-  CHECK(back->step == 5);
+  CHECK((*hb)[0] == kCatchUpWireVersion);
+  const CatchUpHeaderMsg back = decode_catch_up_header(*hb);
+  CHECK(back.total_bytes == 1000);
+  CHECK(back.step == 5);
   net::Bytes longer = *hb;
   longer.push_back(0);
-  CHECK_FALSE(parse_catch_up_header(longer));
-  CHECK_FALSE(parse_catch_up_header(net::Bytes(hb->begin(), hb->end() - 1)));
+  CHECK_THROWS_AS(decode_catch_up_header(longer), DecodeError);
+  CHECK_THROWS_AS(decode_catch_up_header(net::Bytes(hb->begin(), hb->end() - 1)), DecodeError);
   auto neg = encode_catch_up_header({9, 1000, kFp, -1, 1, 160});
-  CHECK_FALSE(parse_catch_up_header(*neg));
+  CHECK_THROWS_AS(decode_catch_up_header(*neg), DecodeError);
+  net::Bytes other = *hb;
+  other[0] = kCatchUpWireVersion + 1;
+  CHECK_THROWS_AS(decode_catch_up_header(other), DecodeError);  // another wire version
 
   auto eb = encode_catch_up_end({9, 0xdeadbeef});
-  REQUIRE(parse_catch_up_end(*eb));
-  CHECK(parse_catch_up_end(*eb)->crc32 == 0xdeadbeef);
+  CHECK(decode_catch_up_end(*eb).crc32 == 0xdeadbeef);
   auto cb = encode_catch_up_code(9, CatchUpCode::NotReady);
-  REQUIRE(parse_catch_up_code(*cb));
+  CHECK(decode_catch_up_code(*cb).code == CatchUpCode::NotReady);
   net::Bytes bad = *cb;
-  bad[8] = 200;  // no such code
-  CHECK_FALSE(parse_catch_up_code(bad));
-  CHECK_FALSE(parse_catch_up_request(net::Bytes(23)));
+  bad[9] = 200;  // no such code
+  CHECK_THROWS_AS(decode_catch_up_code(bad), DecodeError);
+  CHECK_THROWS_AS(decode_catch_up_request(net::Bytes(24)), DecodeError);
+  const auto req = decode_catch_up_request(*encode_catch_up_request({3, kFp, 1000}));
+  CHECK(req.n_params == 1000);
 }

@@ -84,6 +84,10 @@ std::string id_of(int i) { return "p" + std::to_string(100 + i); }
 struct Cluster {
   explicit Cluster(net::SimOptions o = {}, gossip::MembershipConfig c = {}) : net(o), cfg(std::move(c)) {}
 
+  // Adds n peers the way add() does by default.
+  void add_peers(int n) {
+    for (int i = 0; i < n; ++i) add();
+  }
   int add(bool start_now = true, std::vector<std::string> seeds = {addr_of(0)}) {
     const int i = static_cast<int>(nodes.size());
     nodes.push_back(&net.add_node(addr_of(i), id_of(i)));
@@ -431,10 +435,7 @@ TEST_CASE("membership: a suspected live member refutes before the timeout", "[go
 }
 
 TEST_CASE("membership: 64 peers joining through one seed all see all", "[gossip]") {
-  net::SimOptions o;
-  o.latency = 2ms;
-  o.jitter = 8ms;
-  Cluster cl(o, fast_config());
+  Cluster cl(net::SimOptions{.latency = 2ms, .jitter = 8ms}, fast_config());
   const int kPeers = 64;
   cl.add(true, {});
   // The others start at random moments over the first two seconds.
@@ -465,13 +466,9 @@ TEST_CASE("membership: 64 peers joining through one seed all see all", "[gossip]
 }
 
 TEST_CASE("membership: a killed peer is marked dead by all within the suspicion bound", "[gossip]") {
-  net::SimOptions o;
-  o.latency = 2ms;
-  o.jitter = 3ms;
-  o.seed = 11;
-  Cluster cl(o, fast_config());
+  Cluster cl(net::SimOptions{.seed = 11, .latency = 2ms, .jitter = 3ms}, fast_config());
   const int kPeers = 16;
-  for (int i = 0; i < kPeers; ++i) cl.add();
+  cl.add_peers(kPeers);
   REQUIRE(cl.converge());
   cl.net.run_for(5s);
   const int victim = 7;
@@ -512,13 +509,9 @@ TEST_CASE("membership: a killed peer is marked dead by all within the suspicion 
 }
 
 TEST_CASE("membership: no false deaths in 10 simulated minutes with 5% message loss", "[gossip]") {
-  net::SimOptions o;
-  o.latency = 2ms;
-  o.jitter = 10ms;
-  o.seed = 5;
-  Cluster cl(o);
+  Cluster cl(net::SimOptions{.seed = 5, .latency = 2ms, .jitter = 10ms});
   const int kPeers = 24;
-  for (int i = 0; i < kPeers; ++i) cl.add();
+  cl.add_peers(kPeers);
   REQUIRE(cl.converge());
   cl.net.set_loss(0.05, gossip::kMembershipTypeFirst, gossip::kMembershipTypeLast);
   const auto dropped_before = cl.net.stats().dropped_loss;
@@ -537,13 +530,9 @@ TEST_CASE("membership: no false deaths in 10 simulated minutes with 5% message l
 }
 
 TEST_CASE("membership: a partition is detected and heals after heal()", "[gossip]") {
-  net::SimOptions o;
-  o.latency = 2ms;
-  o.jitter = 3ms;
-  o.seed = 3;
-  Cluster cl(o, fast_config());
+  Cluster cl(net::SimOptions{.seed = 3, .latency = 2ms, .jitter = 3ms}, fast_config());
   const int kPeers = 12;
-  for (int i = 0; i < kPeers; ++i) cl.add();
+  cl.add_peers(kPeers);
   REQUIRE(cl.converge());
   std::vector<std::string> left_side, right_side;
   for (int i = 0; i < kPeers; ++i) (i < kPeers / 2 ? left_side : right_side).push_back(addr_of(i));
@@ -623,12 +612,9 @@ TEST_CASE("membership: join retries with exponential backoff until a seed appear
 }
 
 TEST_CASE("membership: a restarted peer rejoins alive with a higher incarnation", "[gossip]") {
-  net::SimOptions o;
-  o.latency = 2ms;
-  o.seed = 21;
-  Cluster cl(o, fast_config());
+  Cluster cl(net::SimOptions{.seed = 21, .latency = 2ms}, fast_config());
   const int kPeers = 8;
-  for (int i = 0; i < kPeers; ++i) cl.add();
+  cl.add_peers(kPeers);
   REQUIRE(cl.converge());
   const int r = 3;
   const std::uint64_t old_inc = cl[r].incarnation();
@@ -665,9 +651,7 @@ TEST_CASE("membership: a restarted peer rejoins alive with a higher incarnation"
 }
 
 TEST_CASE("membership: a graceful leave is seen as left, not dead, and quickly", "[gossip]") {
-  net::SimOptions o;
-  o.latency = 2ms;
-  Cluster cl(o, fast_config());
+  Cluster cl(net::SimOptions{.latency = 2ms}, fast_config());
   for (int i = 0; i < 8; ++i) cl.add();
   REQUIRE(cl.converge());
   cl[4].leave();
@@ -689,9 +673,7 @@ TEST_CASE("membership: a graceful leave is seen as left, not dead, and quickly",
 }
 
 TEST_CASE("membership: malformed messages close the connection with a reason", "[gossip]") {
-  net::SimOptions o;
-  o.latency = 1ms;
-  Cluster cl(o);
+  Cluster cl(net::SimOptions{.latency = 1ms});
   const int a = cl.add(true, {});
   FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
   gossip::Dispatcher d;

@@ -7,7 +7,7 @@
 #include <limits>
 #include <numeric>
 
-#include "gossip/le_bytes.hpp"
+#include "core/base/bytes.hpp"
 #include "tests/gossip_averager_harness.hpp"
 
 using namespace gossiptrain;
@@ -249,25 +249,25 @@ TEST_CASE("fault specs are parsed strictly", "[gossip]") {
 TEST_CASE("the commit vote carries the clipping bound, and a bad one is refused", "[gossip]") {
   auto b = encode_valid({42, 2.5, 7.0});
   REQUIRE(b->size() == kValidClipBytes);
-  auto m = parse_valid(*b);
-  REQUIRE(m);
-  CHECK(m->exchange_id == 42);
-  CHECK(m->tau == 2.5);
-  CHECK(m->norm == 7.0);
-  CHECK(encode_valid({42, 0.0, 0.0})->size() == kIdBytes);  // no bound: the old 8 bytes
-  CHECK(parse_valid(*encode_id(9))->tau == 0.0);
+  const ValidMsg m = decode_valid(*b);
+  CHECK(m.exchange_id == 42);
+  CHECK(m.tau == 2.5);
+  CHECK(m.norm == 7.0);
+  CHECK(encode_valid({42, 0.0, 0.0})->size() == kIdBytes);  // no bound: the id alone
+  CHECK(decode_valid(*encode_id(9)).tau == 0.0);
+  using base::DecodeError;
   net::Bytes bad = *b;
-  put_f64(bad.data() + 8, -1.0);  // a negative bound
-  CHECK_FALSE(parse_valid(bad));
+  base::put_f64(bad.data() + 9, -1.0);  // a negative bound
+  CHECK_THROWS_AS(decode_valid(bad), DecodeError);
   bad = *b;
-  put_f64(bad.data() + 16, std::numeric_limits<double>::infinity());  // an infinite norm
-  CHECK_FALSE(parse_valid(bad));
+  base::put_f64(bad.data() + 17, std::numeric_limits<double>::infinity());  // an infinite norm
+  CHECK_THROWS_AS(decode_valid(bad), DecodeError);
   bad = *b;
-  for (int i = 8; i < 16; ++i) bad[std::size_t(i)] = 0xff;  // tau NaN
-  CHECK_FALSE(parse_valid(bad));
+  for (int i = 9; i < 17; ++i) bad[std::size_t(i)] = 0xff;  // tau NaN
+  CHECK_THROWS_AS(decode_valid(bad), DecodeError);
   bad = *b;
   bad.push_back(0);
-  CHECK_FALSE(parse_valid(bad));
+  CHECK_THROWS_AS(decode_valid(bad), DecodeError);
   CHECK(code_name(ExchangeCode::Anomalous) == "anomalous");
   CHECK(code_name(ExchangeCode::Banned) == "banned");
 }

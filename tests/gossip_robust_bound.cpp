@@ -280,7 +280,7 @@ TEST_CASE("partner choice: a slow partner is asked rarely but not never, determi
   std::vector<PeerRef> cands;
   for (int i = 0; i < 7; ++i) cands.push_back({"p" + std::to_string(i), "a"});
   // Nothing recorded: uniform.
-  std::mt19937_64 rng(1);
+  base::ProtocolRng rng(1);
   std::map<std::size_t, int> n;
   for (int k = 0; k < 7000; ++k) n[pc.pick(cands, rng)]++;
   for (auto& [i, k] : n) CHECK(k > 800);
@@ -289,7 +289,7 @@ TEST_CASE("partner choice: a slow partner is asked rarely but not never, determi
   CHECK(pc.weight("p0", 79) == 1.0);
   CHECK(pc.weight("p2", 79) == Approx(std::pow(3 * 79 / 3000.0, 2)));
   auto draw = [&](std::uint64_t seed) {
-    std::mt19937_64 g(seed);
+    base::ProtocolRng g(seed);
     std::vector<std::size_t> v;
     for (int k = 0; k < 20000; ++k) v.push_back(pc.pick(cands, g));
     return v;

@@ -12,7 +12,7 @@
 #include <atomic>
 
 #include "core/metrics.hpp"
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 #include "core/trainer.hpp"
 #include "kernels/backend.hpp"
 #include "tests/kernels_util.hpp"
@@ -331,7 +331,7 @@ double train_tiny(Backend& be) {
   gossiptrain::core::Dataset d;
   d.features = 20;
   d.classes = 3;
-  gossiptrain::core::SplitMix64 r(11);
+  gossiptrain::base::SplitMix64 r(11);
   for (int i = 0; i < 480; ++i) {
     const int c = i % 3;
     d.y.push_back(c);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/base/bytes.hpp"
 #include "tests/net_test_util.hpp"
 
 using namespace gossiptrain::net;
@@ -42,8 +43,7 @@ Bytes start_frame_plain(std::uint8_t type, std::size_t total) {
 std::vector<Bytes> split_frames(const Bytes& stream) {
   std::vector<Bytes> out;
   for (std::size_t off = 0; off < stream.size();) {
-    std::size_t body = (std::size_t(stream[off]) << 24) | (std::size_t(stream[off + 1]) << 16) |
-                       (std::size_t(stream[off + 2]) << 8) | std::size_t(stream[off + 3]);
+    const std::size_t body = gossiptrain::base::get_u32(stream.data() + off);
     std::size_t n = kFrameHeaderBytes + body;
     out.emplace_back(stream.begin() + off, stream.begin() + off + n);
     off += n;

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "net/handshake.hpp"
@@ -104,32 +105,35 @@ TEST_CASE("handshake: a peer without the network key cannot complete", "[net]") 
   crypto::SymKey k1, k2;
   crypto::random_bytes(k1.span());
   crypto::random_bytes(k2.span());
-  SECTION("responder has a key, initiator none") {
-    auto pb = b.params();
-    pb.network_key = k1;
-    Handshake i(Role::kInitiator, a.params()), r(Role::kResponder, pb);
+  // Drives a handshake between a (initiator) and b (responder) holding these network keys.
+  struct Outcome {
+    bool initiator_done, responder_done, responder_failed;
+    std::string responder_error;
+  };
+  auto run = [&](std::optional<crypto::SymKey> initiator_key,
+                 std::optional<crypto::SymKey> responder_key) {
+    auto pa = a.params(), pb = b.params();
+    pa.network_key = initiator_key;
+    pb.network_key = responder_key;
+    Handshake i(Role::kInitiator, pa), r(Role::kResponder, pb);
     drive(i, r);
-    CHECK(r.failed());
-    CHECK(r.error().find("network key") != std::string::npos);
-    CHECK_FALSE(i.done());
+    return Outcome{i.done(), r.done(), r.failed(), r.failed() ? r.error() : std::string()};
+  };
+  SECTION("responder has a key, initiator none") {
+    const Outcome o = run(std::nullopt, k1);
+    CHECK(o.responder_failed);
+    CHECK(o.responder_error.find("network key") != std::string::npos);
+    CHECK_FALSE(o.initiator_done);
   }
   SECTION("different keys") {
-    auto pa = a.params(), pb = b.params();
-    pa.network_key = k1;
-    pb.network_key = k2;
-    Handshake i(Role::kInitiator, pa), r(Role::kResponder, pb);
-    drive(i, r);
-    CHECK(r.failed());
-    CHECK_FALSE(i.done());
+    const Outcome o = run(k1, k2);
+    CHECK(o.responder_failed);
+    CHECK_FALSE(o.initiator_done);
   }
   SECTION("same key") {
-    auto pa = a.params(), pb = b.params();
-    pa.network_key = k1;
-    pb.network_key = k1;
-    Handshake i(Role::kInitiator, pa), r(Role::kResponder, pb);
-    drive(i, r);
-    CHECK(i.done());
-    CHECK(r.done());
+    const Outcome o = run(k1, k1);
+    CHECK(o.initiator_done);
+    CHECK(o.responder_done);
   }
 }
 

@@ -2,52 +2,30 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
-#include <random>
 
 #include "net/identity.hpp"
+#include "tests/test_util.hpp"
 
 using namespace gossiptrain::net;
 namespace fs = std::filesystem;
+using gt_test::TempDir;
+using gt_test::WhatContains;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("gt_net_id_" + std::to_string(rd()) + std::to_string(::getpid()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 void write_file(const fs::path& p, const std::string& s, mode_t mode = 0600) {
   std::ofstream(p, std::ios::binary) << s;
   ::chmod(p.c_str(), mode);
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("identity file is created 0600 and reloads to the same key", "[net]") {
-  TempDir d;
+  TempDir d("gt_net_id");
   auto p = d.path / "id.key";
   Identity a = Identity::load_or_create(p);
   struct stat st {};
@@ -63,20 +41,19 @@ TEST_CASE("identity file is created 0600 and reloads to the same key", "[net]") 
 }
 
 TEST_CASE("identity file readable by group or others is refused", "[net]") {
-  TempDir d;
+  TempDir d("gt_net_id");
   auto p = d.path / "id.key";
   Identity::load_or_create(p);
   for (mode_t m : {0644, 0640, 0604, 0660}) {
     ::chmod(p.c_str(), m);
-    std::string e = error_of([&] { Identity::load(p); });
-    CHECK(e.find("chmod 600") != std::string::npos);
+    CHECK_THROWS_MATCHES(Identity::load(p), ConfigError, WhatContains("chmod 600"));
   }
   ::chmod(p.c_str(), 0400);
   CHECK_NOTHROW(Identity::load(p));
 }
 
 TEST_CASE("malformed or unreadable identity files are refused", "[net]") {
-  TempDir d;
+  TempDir d("gt_net_id");
   auto p = d.path / "bad.key";
   for (std::string content :
        {std::string(""), std::string("hello\n"), std::string(63, 'a'), std::string(65, 'a'),
@@ -84,12 +61,11 @@ TEST_CASE("malformed or unreadable identity files are refused", "[net]") {
         std::string(32, '\0')}) {
     fs::remove(p);
     write_file(p, content);
-    std::string e = error_of([&] { Identity::load_or_create(p); });
-    CHECK(e.find("malformed") != std::string::npos);
+    CHECK_THROWS_MATCHES(Identity::load_or_create(p), ConfigError, WhatContains("malformed"));
   }
   // A directory where the file should be, and a missing file for load().
-  CHECK_FALSE(error_of([&] { Identity::load(d.path); }).empty());
-  CHECK_FALSE(error_of([&] { Identity::load(d.path / "missing.key"); }).empty());
+  CHECK_THROWS_MATCHES(Identity::load(d.path), ConfigError, WhatContains(""));
+  CHECK_THROWS_MATCHES(Identity::load(d.path / "missing.key"), ConfigError, WhatContains(""));
   // Comments and surrounding whitespace are fine.
   fs::remove(p);
   write_file(p, "# comment\n  " + std::string(64, 'a') + "  \n");
@@ -97,7 +73,7 @@ TEST_CASE("malformed or unreadable identity files are refused", "[net]") {
 }
 
 TEST_CASE("network key file: 32 raw bytes or 64 hex chars", "[net]") {
-  TempDir d;
+  TempDir d("gt_net_id");
   auto raw = d.path / "raw";
   std::string bytes(32, '\0');
   for (int i = 0; i < 32; ++i) bytes[i] = char(i * 7 + 1);
@@ -110,13 +86,13 @@ TEST_CASE("network key file: 32 raw bytes or 64 hex chars", "[net]") {
   CHECK(std::memcmp(k1.data(), k2.data(), 32) == 0);
   auto bad = d.path / "bad";
   write_file(bad, std::string(31, 'x'));
-  CHECK_FALSE(error_of([&] { load_network_key(bad); }).empty());
+  CHECK_THROWS_MATCHES(load_network_key(bad), ConfigError, WhatContains(""));
   write_file(bad, std::string(64, 'z'));
-  CHECK_FALSE(error_of([&] { load_network_key(bad); }).empty());
+  CHECK_THROWS_MATCHES(load_network_key(bad), ConfigError, WhatContains(""));
 }
 
 TEST_CASE("allowlist file: hex keys per line, errors name the line", "[net]") {
-  TempDir d;
+  TempDir d("gt_net_id");
   auto p = d.path / "allow";
   Identity a = Identity::generate(), b = Identity::generate(), c = Identity::generate();
   write_file(p, "# peers\n" + a.public_key_hex() + "\n\n  " + b.public_key_hex() + "\n");
@@ -126,5 +102,5 @@ TEST_CASE("allowlist file: hex keys per line, errors name the line", "[net]") {
   CHECK(l.contains(b.public_key()));
   CHECK_FALSE(l.contains(c.public_key()));
   write_file(p, a.public_key_hex() + "\nnot-a-key\n");
-  CHECK(error_of([&] { Allowlist::load(p); }).find(":2:") != std::string::npos);
+  CHECK_THROWS_MATCHES(Allowlist::load(p), ConfigError, WhatContains(":2:"));
 }

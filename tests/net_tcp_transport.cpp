@@ -1,5 +1,6 @@
-// TcpTransport over real loopback sockets: handshakes, refusals, large messages, close reasons,
-// back-pressure, shutdown and the Scheduler.
+// TcpTransport over real loopback sockets: handshakes, refusals, large messages, back-pressure,
+// shutdown, keepalives and addresses. What every Transport does (delivery in order, close
+// reasons, timers on the protocol thread) is in net_transport.cpp.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -25,6 +26,8 @@ struct Pair {
     server->start();
     client->start();
   }
+  // Dials the server from the client.
+  DialResult dial_server() { return dial(*client, server->listen_addr()); }
 };
 
 Bytes pattern(std::size_t n, std::uint32_t seed) {
@@ -51,7 +54,7 @@ TEST_CASE("tcp: handshake and round trip of a 100 MB message, both AEADs", "[net
     cc.aead = AeadPreference::kAuto;
     Pair p(std::move(sc), std::move(cc));
     p.server_events.echo = true;
-    auto r = dial(*p.client, p.server->listen_addr());
+    auto r = p.dial_server();
     REQUIRE(r.error.empty());
     REQUIRE(r.conn);
     CHECK(r.conn->peer_id() == p.server->local_id());
@@ -71,22 +74,6 @@ TEST_CASE("tcp: handshake and round trip of a 100 MB message, both AEADs", "[net
   }
 }
 
-TEST_CASE("tcp: small messages keep their order and types", "[net]") {
-  Pair p(make_config(), make_config());
-  auto r = dial(*p.client, p.server->listen_addr());
-  REQUIRE(r.conn);
-  on_io(*p.client, [&] {
-    for (int i = 0; i < 50; ++i)
-      REQUIRE(r.conn->send(std::uint8_t(i), std::make_shared<const Bytes>(Bytes(std::size_t(i * 1000), std::uint8_t(i)))));
-  });
-  REQUIRE(wait_for([&] { return p.server_events.n_msgs() == 50; }));
-  std::lock_guard lk(p.server_events.mu);
-  for (int i = 0; i < 50; ++i) {
-    CHECK(p.server_events.msgs[i].first == i);
-    CHECK(p.server_events.msgs[i].second == Bytes(std::size_t(i * 1000), std::uint8_t(i)));
-  }
-}
-
 TEST_CASE("tcp: wrong network key is refused", "[net]") {
   crypto::SymKey k1, k2;
   crypto::random_bytes(k1.span());
@@ -96,7 +83,7 @@ TEST_CASE("tcp: wrong network key is refused", "[net]") {
   SECTION("client without a key") {}
   SECTION("client with another key") { cc.network_key = k2; }
   Pair p(std::move(sc), std::move(cc));
-  auto r = dial(*p.client, p.server->listen_addr());
+  auto r = p.dial_server();
   CHECK_FALSE(r.conn);
   CHECK_FALSE(r.error.empty());
   REQUIRE(wait_for([&] { return p.server_failures.size() >= 1; }));
@@ -111,7 +98,7 @@ TEST_CASE("tcp: matching network keys connect", "[net]") {
   sc.network_key = k;
   cc.network_key = k;
   Pair p(std::move(sc), std::move(cc));
-  CHECK(dial(*p.client, p.server->listen_addr()).conn);
+  CHECK(p.dial_server().conn);
 }
 
 TEST_CASE("tcp: a key not on the allowlist is refused", "[net]") {
@@ -120,7 +107,7 @@ TEST_CASE("tcp: a key not on the allowlist is refused", "[net]") {
   list.add(other.identity->public_key());
   sc.allowlist = list;
   Pair p(std::move(sc), std::move(cc));
-  auto r = dial(*p.client, p.server->listen_addr());
+  auto r = p.dial_server();
   CHECK_FALSE(r.conn);
   REQUIRE(wait_for([&] { return p.server_failures.size() >= 1; }));
   CHECK(p.server_failures.last().find("allowlist") != std::string::npos);
@@ -130,28 +117,19 @@ TEST_CASE("tcp: a key not on the allowlist is refused", "[net]") {
 
 TEST_CASE("tcp: model fingerprint mismatch is refused with a reason on both sides", "[net]") {
   Pair p(make_config(1), make_config(2));
-  auto r = dial(*p.client, p.server->listen_addr());
+  auto r = p.dial_server();
   CHECK_FALSE(r.conn);
   CHECK(r.error.find("fingerprint mismatch") != std::string::npos);
   REQUIRE(wait_for([&] { return p.server_failures.size() >= 1; }));
   CHECK(p.server_failures.last().find("fingerprint mismatch") != std::string::npos);
 }
 
-TEST_CASE("tcp: close reasons reach both sides", "[net]") {
+TEST_CASE("tcp: a closed channel is released on both sides", "[net]") {
   Pair p(make_config(), make_config());
-  auto r = dial(*p.client, p.server->listen_addr());
+  auto r = p.dial_server();
   REQUIRE(r.conn);
   REQUIRE(wait_for([&] { return p.server_events.n_conns() == 1; }));
-  on_io(*p.client, [&] {
-    r.conn->send(1, std::make_shared<const Bytes>(Bytes{1, 2, 3}));
-    r.conn->close("bye");
-    CHECK_FALSE(r.conn->is_open());
-    CHECK_FALSE(r.conn->send(1, std::make_shared<const Bytes>(Bytes{4})));
-  });
-  REQUIRE(wait_for([&] { return p.server_events.n_closed() == 1 && p.client_events.n_closed() == 1; }));
-  CHECK(p.client_events.last_closed() == "bye");
-  CHECK(p.server_events.last_closed() == "closed by remote: bye");
-  CHECK(p.server_events.n_msgs() == 1);  // queued before close: flushed
+  on_io(*p.client, [&] { r.conn->close("bye"); });
   REQUIRE(wait_for([&] { return p.server->channel_count() == 0 && p.client->channel_count() == 0; }));
 }
 
@@ -159,7 +137,7 @@ TEST_CASE("tcp: the send queue is bounded (back-pressure)", "[net]") {
   Limits l = short_limits();
   l.send_queue_max_messages = 2;
   Pair p(make_config(7, l), make_config(7, l));
-  auto r = dial(*p.client, p.server->listen_addr());
+  auto r = p.dial_server();
   REQUIRE(r.conn);
   auto payload = std::make_shared<const Bytes>(Bytes(1 << 20, 1));
   int accepted = on_io(*p.client, [&] {
@@ -178,7 +156,7 @@ TEST_CASE("tcp: the send queue is bounded (back-pressure)", "[net]") {
 
 TEST_CASE("tcp: stop closes every connection with reason shutdown", "[net]") {
   Pair p(make_config(), make_config());
-  auto r = dial(*p.client, p.server->listen_addr());
+  auto r = p.dial_server();
   REQUIRE(r.conn);
   REQUIRE(wait_for([&] { return p.server_events.n_conns() == 1; }));
   auto t0 = Clock::now();
@@ -192,7 +170,7 @@ TEST_CASE("tcp: stop closes every connection with reason shutdown", "[net]") {
 
 TEST_CASE("tcp: idle connections stay up through keepalives", "[net]") {
   Pair p(make_config(), make_config());
-  auto r = dial(*p.client, p.server->listen_addr());
+  auto r = p.dial_server();
   REQUIRE(r.conn);
   // Three idle timeouts of silence from the application.
   auto until = Clock::now() + 3 * short_limits().idle_timeout;
@@ -201,44 +179,11 @@ TEST_CASE("tcp: idle connections stay up through keepalives", "[net]") {
   CHECK(on_io(*p.client, [&] { return r.conn->is_open(); }));
 }
 
-TEST_CASE("tcp: connect failures are reported within the deadline", "[net]") {
-  auto c = make_config();
-  TcpTransport t(std::move(c));
-  t.start();
-  // Nothing listens on this port (we bound then closed it).
-  std::string addr;
-  {
-    asio::io_context io;
-    asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    addr = "127.0.0.1:" + std::to_string(a.local_endpoint().port());
-  }
-  auto r = dial(t, addr);
-  CHECK_FALSE(r.conn);
-  CHECK(r.error.find("connect failed") != std::string::npos);
-  CHECK(dial(t, "not-an-address").error.find("bad address") != std::string::npos);
-  CHECK_FALSE(dial(t, t.listen_addr()).conn);  // ourselves
-}
-
-TEST_CASE("tcp: scheduler timers fire on the protocol thread and can be cancelled", "[net]") {
+TEST_CASE("tcp: dials to a bad address or to ourselves fail", "[net]") {
   TcpTransport t(make_config());
   t.start();
-  std::atomic<int> fired{0}, cancelled{0};
-  std::atomic<bool> on_thread{false};
-  std::thread::id io_id;
-  on_io(t, [&] { io_id = std::this_thread::get_id(); });
-  auto t0 = t.now();
-  t.schedule(20ms, [&] {
-    on_thread = std::this_thread::get_id() == io_id;
-    ++fired;
-  });
-  auto id = t.schedule(30ms, [&] { ++cancelled; });
-  t.cancel(id);
-  REQUIRE(wait_for([&] { return fired == 1; }));
-  CHECK(on_thread);
-  CHECK(t.now() - t0 >= 20ms);
-  on_io(t, [&] { t.schedule(1ms, [&] { ++fired; }); });
-  REQUIRE(wait_for([&] { return fired == 2; }));
-  CHECK(cancelled == 0);
+  CHECK(dial(t, "not-an-address").error.find("bad address") != std::string::npos);
+  CHECK_FALSE(dial(t, t.listen_addr()).conn);  // ourselves
 }
 
 TEST_CASE("tcp: bad configuration throws ConfigError", "[net]") {
@@ -268,7 +213,7 @@ TEST_CASE("tcp: keys ratchet on schedule over a real connection", "[net]") {
   sc.aead = AeadPreference::kChaCha20Poly1305;
   Pair p(std::move(sc), std::move(cc));
   p.server_events.echo = true;
-  auto r = dial(*p.client, p.server->listen_addr());
+  auto r = p.dial_server();
   REQUIRE(r.conn);
   auto msg = std::make_shared<const Bytes>(pattern(10u << 20, 5));
   for (int i = 0; i < 3; ++i) CHECK(on_io(*p.client, [&] { return r.conn->send(1, msg); }));

@@ -24,18 +24,25 @@ bool fashion_mnist_present() {
       std::string(gossiptrain::core::kDefaultFashionMnistDir) + "/train-labels-idx1-ubyte.gz", ec);
 }
 
+// Runs gossip-launch with GOSSIPTRAIN_MEM_LIMIT_MB=400 set for this run only.
+int launch_in_400mb(const std::vector<std::string>& args, const std::string& log, std::string* out,
+                    std::chrono::seconds timeout) {
+  ::setenv("GOSSIPTRAIN_MEM_LIMIT_MB", "400", 1);
+  const int rc = gt_test::run_app("gossip-launch", args, log, out, timeout);
+  ::unsetenv("GOSSIPTRAIN_MEM_LIMIT_MB");
+  return rc;
+}
+
 }  // namespace
 
 TEST_CASE("gossip-launch refuses a run that cannot fit in memory, before any peer starts",
           "[system]") {
   gt_test::TempDir tmp("gt-launch-fit");
   std::string out;
-  ::setenv("GOSSIPTRAIN_MEM_LIMIT_MB", "400", 1);
   const std::string run = tmp / "run";
-  const int rc = gt_test::run_app(
-      "gossip-launch", {"--peers", "64", "--data", "synthetic", "--epochs", "1", "--out", run},
-      tmp / "refused.log", &out, 120s);
-  ::unsetenv("GOSSIPTRAIN_MEM_LIMIT_MB");
+  const int rc =
+      launch_in_400mb({"--peers", "64", "--data", "synthetic", "--epochs", "1", "--out", run},
+                      tmp / "refused.log", &out, 120s);
   INFO(out);
   CHECK(rc == 2);
   CHECK(out.find("needs about") != std::string::npos);
@@ -50,13 +57,10 @@ TEST_CASE("gossip-launch refuses a run that cannot fit in memory, before any pee
   CHECK_FALSE(std::filesystem::exists(run));
 
   // The run it says would fit passes the same check and runs (local mode: no network).
-  ::setenv("GOSSIPTRAIN_MEM_LIMIT_MB", "400", 1);
   const int rc2 =
-      gt_test::run_app("gossip-launch",
-                       {"--peers", std::to_string(fit), "--mode", "local", "--data", "synthetic",
-                        "--epochs", "1", "--no-plots", "--out", tmp / "fits"},
-                       tmp / "fits.log", &out, 300s);
-  ::unsetenv("GOSSIPTRAIN_MEM_LIMIT_MB");
+      launch_in_400mb({"--peers", std::to_string(fit), "--mode", "local", "--data", "synthetic",
+                       "--epochs", "1", "--no-plots", "--out", tmp / "fits"},
+                      tmp / "fits.log", &out, 300s);
   INFO(out);
   CHECK(rc2 == 0);
   CHECK(out.find("memory estimate") != std::string::npos);

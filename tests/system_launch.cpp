@@ -36,21 +36,11 @@ bool matplotlib_available() {
   return std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
 }
 
-// Independent of the launcher: mean over peers of ||x_i - avg|| from their final checkpoints.
-double consensus_from_checkpoints(const std::string& run, int n) {
-  std::vector<std::vector<float>> p;
-  for (int i = 0; i < n; ++i)
-    p.push_back(gossiptrain::core::load_checkpoint(run + "/peer" + std::to_string(i) + "/ckpt").params);
-  std::vector<double> avg(p[0].size(), 0.0);
-  for (const auto& v : p)
-    for (std::size_t k = 0; k < v.size(); ++k) avg[k] += v[k] / double(n);
-  double mean = 0;
-  for (const auto& v : p) {
-    double s = 0;
-    for (std::size_t k = 0; k < v.size(); ++k) s += (v[k] - avg[k]) * (v[k] - avg[k]);
-    mean += std::sqrt(s) / n;
-  }
-  return mean;
+// The peers' checkpoint folders of a gossip-launch run of n peers.
+std::vector<std::string> checkpoint_dirs(const std::string& run, int n) {
+  std::vector<std::string> dirs;
+  for (int i = 0; i < n; ++i) dirs.push_back(run + "/peer" + std::to_string(i) + "/ckpt");
+  return dirs;
 }
 
 // Everything a finished run folder must hold, cross-checked against the peers' own files.
@@ -168,7 +158,7 @@ json check_run_folder(const std::string& run, int n, const std::string& mode, do
   CHECK(s["exchanges_failed"] == failed);
   CHECK(s["consensus_distance"].get<double>() == Approx(sum_dist / n));
   CHECK(s["consensus_distance"].get<double>() ==
-        Approx(consensus_from_checkpoints(run, n)).epsilon(1e-6));
+        Approx(gt_test::consensus_distance(checkpoint_dirs(run, n))).epsilon(1e-6));
 
   // At least one consensus point over time, each with t and distance.
   std::ifstream cj(run + "/consensus.jsonl");

@@ -79,20 +79,11 @@ struct Swarm {
       throw std::runtime_error("peer 0 did not start listening:\n" + gt_test::read_file(log(0)));
     for (int i = 1; i < n; ++i) start(i, gossip);
   }
-  // Final parameter vectors from the checkpoints; mean distance of each to their average.
+  // Mean distance of the peers' final parameter vectors to their average.
   double consensus_distance() const {
-    std::vector<std::vector<float>> p;
-    for (int i = 0; i < n; ++i) p.push_back(gossiptrain::core::load_checkpoint(peer_dir(i) + "/ckpt").params);
-    std::vector<double> avg(p[0].size(), 0.0);
-    for (const auto& v : p)
-      for (std::size_t k = 0; k < v.size(); ++k) avg[k] += v[k] / double(n);
-    double sum = 0;
-    for (const auto& v : p) {
-      double d = 0;
-      for (std::size_t k = 0; k < v.size(); ++k) d += (v[k] - avg[k]) * (v[k] - avg[k]);
-      sum += std::sqrt(d);
-    }
-    return sum / n;
+    std::vector<std::string> dirs;
+    for (int i = 0; i < n; ++i) dirs.push_back(peer_dir(i) + "/ckpt");
+    return gt_test::consensus_distance(dirs);
   }
   std::string peer_id(int i) const {
     for (const auto& j : gt_test::read_metrics(metrics(i)))

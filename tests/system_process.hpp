@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -22,6 +23,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint.hpp"
 #include "tests/test_util.hpp"
 
 extern char** environ;
@@ -155,6 +157,24 @@ inline int free_port() {
     throw std::runtime_error("free_port: cannot bind");
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+// Mean over peers of ||x_i - avg||, from the parameters in their final checkpoints (one folder
+// per peer): the consensus distance, computed independently of the launcher.
+inline double consensus_distance(const std::vector<std::string>& ckpt_dirs) {
+  std::vector<std::vector<float>> p;
+  for (const auto& dir : ckpt_dirs) p.push_back(gossiptrain::core::load_checkpoint(dir).params);
+  const double n = double(p.size());
+  std::vector<double> avg(p.at(0).size(), 0.0);
+  for (const auto& v : p)
+    for (std::size_t k = 0; k < v.size(); ++k) avg[k] += v[k] / n;
+  double sum = 0;
+  for (const auto& v : p) {
+    double d = 0;
+    for (std::size_t k = 0; k < v.size(); ++k) d += (v[k] - avg[k]) * (v[k] - avg[k]);
+    sum += std::sqrt(d);
+  }
+  return sum / n;
 }
 
 }  // namespace gt_test

@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <exception>
 #include <filesystem>
 #include <string>
+
+#include <catch2/catch.hpp>
 
 namespace gt_test {
 
@@ -32,6 +35,24 @@ class TempDir {
   std::string operator/(const std::string& name) const { return file(name); }
 
   std::filesystem::path path;
+};
+
+// Matches an exception whose what() is not empty and contains part. With CHECK_THROWS_MATCHES it
+// also pins the exception type, which CHECK_THROWS_WITH(expr, Catch::Contains(part)) does not:
+//   CHECK_THROWS_MATCHES(load(p), ConfigError, gt_test::WhatContains("malformed"));
+class WhatContains : public Catch::MatcherBase<std::exception> {
+ public:
+  explicit WhatContains(std::string part) : part_(std::move(part)) {}
+  bool match(const std::exception& e) const override {
+    const std::string what = e.what();
+    return !what.empty() && what.find(part_) != std::string::npos;
+  }
+  std::string describe() const override {
+    return "has a non-empty what() containing \"" + part_ + "\"";
+  }
+
+ private:
+  std::string part_;
 };
 
 }  // namespace gt_test

@@ -5,8 +5,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <random>
 
-namespace gossiptrain::core {
+namespace gossiptrain::base {
 
 // The distributions shared by the generators below (Derived provides next()).
 template <typename Derived>
@@ -73,6 +74,16 @@ class Xoshiro256 : public RandomMethods<Xoshiro256> {
   std::uint64_t s_[4];
 };
 
+// The one generator of the protocols (membership, partner choice, exchange ids, catch-up, fault
+// injection): seeded from their config's seed field, reproducible everywhere.
+using ProtocolRng = SplitMix64;
+
+// 64 bits from std::random_device, for a seed field left 0 ("unseeded").
+inline std::uint64_t random_seed() {
+  std::random_device rd;
+  return (std::uint64_t{rd()} << 32) ^ rd();
+}
+
 inline constexpr std::uint64_t kFnvOffset = 0xcbf29ce484222325ull;
 inline std::uint64_t fnv1a(std::uint64_t h, const void* data, std::size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -80,4 +91,4 @@ inline std::uint64_t fnv1a(std::uint64_t h, const void* data, std::size_t n) {
   return h;
 }
 
-}  // namespace gossiptrain::core
+}  // namespace gossiptrain::base

@@ -1,0 +1,177 @@
+// One table of options per command line: it drives parsing (--name value, --name=value), --help
+// and, for gossip-peer, the keys of a --config JSON file. Every bad flag or value is a UsageError
+// naming the flag; the apps print it and exit with code 2.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace gossiptrain::apps {
+
+// Bad flags or values: the app prints the message and exits with code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A command-line flag split into its name (without "--") and value: "--name=value" or "--name".
+struct Flag {
+  std::string name;
+  std::string value;
+  bool has_value = false;  // the value was given after '='
+};
+// Throws UsageError for an argument that does not start with "--".
+Flag split_flag(const std::string& arg);
+
+// "--flag: bad value 'v' (want)".
+UsageError bad_value(const std::string& flag, const std::string& v, const std::string& want);
+// v when it is one of `allowed`; UsageError listing them otherwise.
+std::string one_of(const std::string& flag, const std::string& v,
+                   const std::vector<std::string>& allowed);
+// "a|b|c".
+std::string join_choices(const std::vector<std::string>& allowed);
+// A flag's value as an integer in [lo, hi] or a finite number in [lo, hi]; UsageError otherwise,
+// naming the flag (without "--") and the accepted range.
+long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi);
+double to_double(const std::string& flag, const std::string& v, double lo, double hi);
+// to_int, or `word_value` when v is `word` ("auto").
+long long to_int_or(const std::string& flag, const std::string& v, const std::string& word,
+                    long long word_value, long long lo, long long hi);
+
+// What a HOST:PORT is for. A listen address may have port 0 (any free port) and a wildcard host;
+// an address others dial may not.
+enum class AddrUse { kListen, kDial };
+// The one check of a HOST:PORT flag value ("[v6]:port" too, as net::split_host_port reads it).
+void check_host_port(const std::string& addr, const std::string& flag, AddrUse use);
+// Splits "a:1,b:2" and checks each as an address to dial; UsageError when none is given.
+std::vector<std::string> parse_addr_list(const std::string& s, const std::string& flag);
+
+// How many values an option takes.
+enum class Arity {
+  kOne,   // --name VALUE or --name=VALUE
+  kNone,  // a switch: --name; set() gets ""
+  kMany,  // --name V1 V2 ...: the following arguments up to the next "--flag", one set() each
+};
+
+template <class Config>
+struct Option {
+  std::string name;  // without the leading dashes
+  std::string arg;   // the value's placeholder in --help; empty for a switch
+  std::string help;
+  std::function<void(Config&, const std::string&)> set;
+  Arity arity = Arity::kOne;
+};
+
+// Options that set one field of the config from the value: `field` is a member pointer, or a
+// callable that returns a reference to the field (std::invoke). In a table: using O = Options<C>.
+template <class Config>
+struct Options {
+  template <class Field>
+  static Option<Config> text(std::string name, std::string arg, std::string help, Field field) {
+    auto set = [field](Config& c, const std::string& v) { std::invoke(field, c) = v; };
+    return {std::move(name), std::move(arg), std::move(help), set};
+  }
+  // An integer field takes an integer in [lo, hi], a floating-point one a finite number in it.
+  template <class Field>
+  static Option<Config> number(std::string name, std::string arg, std::string help, Field field,
+                               double lo, double hi) {
+    auto set = [name, field, lo, hi](Config& c, const std::string& v) {
+      auto& x = std::invoke(field, c);
+      using T = std::remove_reference_t<decltype(x)>;
+      if constexpr (std::is_integral_v<T>)
+        x = static_cast<T>(to_int(name, v, static_cast<long long>(lo), static_cast<long long>(hi)));
+      else x = static_cast<T>(to_double(name, v, lo, hi));
+    };
+    return {name, std::move(arg), std::move(help), set};
+  }
+  // The value must be one of `allowed`; --help shows them as the placeholder.
+  template <class Field>
+  static Option<Config> choice(std::string name, std::vector<std::string> allowed, std::string help,
+                               Field field) {
+    std::string arg = join_choices(allowed);
+    auto set = [name, allowed = std::move(allowed), field](Config& c, const std::string& v) {
+      std::invoke(field, c) = one_of(name, v, allowed);
+    };
+    return {name, std::move(arg), std::move(help), set};
+  }
+  // A switch that sets a bool field to `value`.
+  template <class Field>
+  static Option<Config> flag(std::string name, std::string help, Field field, bool value = true) {
+    auto set = [field, value](Config& c, const std::string&) { std::invoke(field, c) = value; };
+    return {std::move(name), "", std::move(help), set, Arity::kNone};
+  }
+};
+
+// "  --name ARG" padded to `column`, then `help` wrapped at 100 columns, indented to `column`.
+std::string help_line(const std::string& flag, const std::string& help, std::size_t column);
+
+template <class Config>
+class OptionTable {
+ public:
+  // A flag not in the table, with its value (the next argument unless given after '=').
+  using Unknown = std::function<void(Config&, const std::string& name, const std::string& value)>;
+
+  explicit OptionTable(std::vector<Option<Config>> options) : options_(std::move(options)) {}
+
+  const std::vector<Option<Config>>& options() const { return options_; }
+  const Option<Config>* find(const std::string& name) const {
+    for (const auto& o : options_)
+      if (o.name == name) return &o;
+    return nullptr;
+  }
+
+  // Applies args (without argv[0]) to c in their order. Stops and returns false at --help or -h.
+  // A flag not in the table goes to `unknown` when given, else it is a UsageError.
+  bool parse(const std::vector<std::string>& args, Config& c, const Unknown& unknown = {}) const {
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--help" || args[i] == "-h") return false;
+      Flag f = split_flag(args[i]);
+      const Option<Config>* o = find(f.name);
+      if (!o && !unknown) throw UsageError("unknown flag '--" + f.name + "' (see --help)");
+      const Arity arity = o ? o->arity : Arity::kOne;
+      if (arity == Arity::kNone) {
+        if (f.has_value) throw UsageError("--" + f.name + " takes no value");
+        o->set(c, "");
+      } else if (arity == Arity::kMany) {
+        i = take_many(*o, f, args, i, c);
+      } else {
+        if (!f.has_value) {
+          if (i + 1 >= args.size())
+            throw UsageError("--" + f.name + " needs a value" + (o ? " (" + o->arg + ")" : ""));
+          f.value = args[++i];
+        }
+        if (o) o->set(c, f.value);
+        else unknown(c, f.name, f.value);
+      }
+    }
+    return true;
+  }
+
+  // One help_line per option, in the table's order.
+  std::string help(std::size_t column) const {
+    std::string s;
+    for (const auto& o : options_)
+      s += help_line("--" + o.name + (o.arg.empty() ? "" : " " + o.arg), o.help, column);
+    return s;
+  }
+
+ private:
+  // Arity::kMany: the value after '=' and the arguments up to the next flag. Returns the index of
+  // the last argument taken.
+  std::size_t take_many(const Option<Config>& o, const Flag& f,
+                        const std::vector<std::string>& args, std::size_t i, Config& c) const {
+    bool any = f.has_value;
+    if (f.has_value) o.set(c, f.value);
+    for (; i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0; any = true) o.set(c, args[++i]);
+    if (!any) throw UsageError("--" + o.name + " needs one or more values (" + o.arg + ")");
+    return i;
+  }
+
+  std::vector<Option<Config>> options_;
+};
+
+}  // namespace gossiptrain::apps

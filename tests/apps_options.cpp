@@ -1,0 +1,183 @@
+// The option tables of the CLIs (apps/option_table.hpp): parsing, the one HOST:PORT rule, the one
+// --lr range, --help from the table, and gossip-launch's --consensus-every reaching the sampler.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "apps/common_options.hpp"
+#include "apps/launch_options.hpp"
+#include "apps/launch_summary.hpp"
+#include "apps/option_table.hpp"
+
+using namespace gossiptrain::apps;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct Toy {
+  int n = 1;
+  double x = 0.5;
+  std::string mode = "a";
+  bool on = false;
+  std::vector<std::string> many;
+  std::vector<std::string> unknown;
+};
+
+const OptionTable<Toy>& toy_options() {
+  using O = Options<Toy>;
+  static const OptionTable<Toy> table({
+      O::number("n", "N", "an integer", &Toy::n, 1, 10),
+      O::number("x", "X", "a number", &Toy::x, 0, 1),
+      O::choice("mode", {"a", "b"}, "a choice", &Toy::mode),
+      O::flag("on", "a switch", &Toy::on),
+      {"many", "V...", "values", [](Toy& t, const std::string& v) { t.many.push_back(v); },
+       Arity::kMany},
+  });
+  return table;
+}
+
+// The UsageError message of f(), or "" when it throws none.
+template <class F>
+std::string usage_error(F&& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string usage_error_of(const std::vector<std::string>& args) {
+  Toy t;
+  return usage_error([&] { toy_options().parse(args, t); });
+}
+
+std::string peer_error(const std::vector<std::string>& args) {
+  bool help = false;
+  return usage_error([&] { parse_peer_args(args, &help); });
+}
+
+}  // namespace
+
+TEST_CASE("option table: values, switches, many values, --help and bad input", "[apps]") {
+  Toy t;
+  REQUIRE(toy_options().parse(
+      {"--n", "3", "--x=0.25", "--mode", "b", "--on", "--many", "p", "q", "--n=4"}, t));
+  CHECK(t.n == 4);  // the last one wins
+  CHECK(t.x == 0.25);
+  CHECK(t.mode == "b");
+  CHECK(t.on);
+  CHECK(t.many == std::vector<std::string>{"p", "q"});
+  Toy h;
+  CHECK_FALSE(toy_options().parse({"--n", "2", "--help", "--n", "x"}, h));
+  CHECK(h.n == 2);  // stops at --help
+  CHECK_THAT(usage_error_of({"--n", "11"}), Contains("--n") && Contains("1..10"));
+  CHECK_THAT(usage_error_of({"--x", "nan"}), Contains("--x"));
+  CHECK_THAT(usage_error_of({"--mode", "c"}), Contains("a|b"));
+  CHECK_THAT(usage_error_of({"--on=1"}), Contains("takes no value"));
+  CHECK_THAT(usage_error_of({"--n"}), Contains("needs a value"));
+  CHECK_THAT(usage_error_of({"--many"}), Contains("needs one or more"));
+  CHECK_THAT(usage_error_of({"--nope", "1"}), Contains("unknown flag '--nope'"));
+  CHECK_THAT(usage_error_of({"stray"}), Contains("unexpected argument"));
+  // Unknown flags go to the handler with their value when there is one.
+  Toy u;
+  toy_options().parse({"--other", "v", "--n", "2"}, u,
+                      [](Toy& c, const std::string& name, const std::string& v) {
+                        c.unknown.push_back(name + "=" + v);
+                      });
+  CHECK(u.unknown == std::vector<std::string>{"other=v"});
+  CHECK(u.n == 2);
+  // --help: one line per row, the placeholder after the flag, the help at the column.
+  const std::string help = toy_options().help(20);
+  CHECK_THAT(help, Contains("  --n N             an integer\n"));
+  CHECK_THAT(help, Contains("  --mode a|b        a choice\n"));
+  CHECK_THAT(help, Contains("  --on              a switch\n"));
+}
+
+TEST_CASE("option table: --help lines wrap at 100 columns under the help column", "[apps]") {
+  const std::string words(25, 'w');
+  const std::string line = help_line("--flag ARG", words + " " + words + " " + words + " end", 40);
+  std::size_t start = 0;
+  int lines = 0;
+  while (start < line.size()) {
+    const std::size_t nl = line.find('\n', start);
+    CHECK(nl - start <= 100);
+    if (lines > 0) CHECK(line.substr(start, 40) == std::string(40, ' '));
+    start = nl + 1;
+    ++lines;
+  }
+  CHECK(lines == 2);
+  // A flag wider than the column puts its help on the next line.
+  CHECK(help_line("--a-very-long-flag-name VALUE", "h", 20) ==
+        "  --a-very-long-flag-name VALUE\n" + std::string(20, ' ') + "h\n");
+}
+
+TEST_CASE("HOST:PORT: one rule; port 0 and wildcards only for a listen address", "[apps]") {
+  CHECK_NOTHROW(check_host_port("127.0.0.1:0", "listen", AddrUse::kListen));
+  CHECK_NOTHROW(check_host_port("0.0.0.0:7000", "listen", AddrUse::kListen));
+  CHECK_NOTHROW(check_host_port("[::1]:0", "listen", AddrUse::kListen));
+  CHECK_NOTHROW(check_host_port("10.0.0.1:7000", "seeds", AddrUse::kDial));
+  CHECK_THROWS_AS(check_host_port("10.0.0.1:0", "seeds", AddrUse::kDial), UsageError);
+  CHECK_THROWS_AS(check_host_port("0.0.0.0:7000", "advertise", AddrUse::kDial), UsageError);
+  for (const char* bad : {"host", ":7000", "host:", "host:65536", "host:x", "::1:7000"}) {
+    CHECK_THROWS_AS(check_host_port(bad, "listen", AddrUse::kListen), UsageError);
+    CHECK_THROWS_AS(check_host_port(bad, "seeds", AddrUse::kDial), UsageError);
+  }
+  CHECK(parse_addr_list("a:1,,b:2", "seeds") == std::vector<std::string>{"a:1", "b:2"});
+  CHECK_THROWS_AS(parse_addr_list(",", "seeds"), UsageError);
+  // The peer's flags apply it: --listen may take port 0, --seeds and --advertise may not.
+  CHECK(peer_error({"--listen", "127.0.0.1:0"}).empty());
+  CHECK_THAT(peer_error({"--seeds", "127.0.0.1:0"}), Contains("--seeds"));
+  CHECK_THAT(peer_error({"--listen", "0.0.0.0:7000", "--advertise", "127.0.0.1:0"}),
+             Contains("--advertise"));
+}
+
+TEST_CASE("lr flag: one range, core::validate's (0, 10)", "[apps]") {
+  bool help = false;
+  CHECK(parse_peer_args({"--lr", "9.5"}, &help).train.lr == 9.5f);
+  CHECK(parse_peer_args({"--lr", "1e-12"}, &help).train.lr > 0);  // the table adds no floor
+  CHECK_THAT(peer_error({"--lr", "10"}), Contains("--lr"));
+  CHECK_THAT(peer_error({"--lr", "0"}), Contains("--lr"));
+  CHECK_THAT(peer_error({"--lr", "-1"}), Contains("--lr"));
+  CHECK_THAT(peer_error({"--lr", "fast"}), Contains("--lr"));
+}
+
+TEST_CASE("gossip-peer --help lists every row of its table, --config included", "[apps]") {
+  const std::string usage = peer_usage();
+  for (const auto& o : peer_options().options())
+    CHECK_THAT(usage, Contains("  --" + o.name + " " + o.arg));
+  CHECK_THAT(usage, Contains("--config FILE.json"));
+  CHECK_THAT(usage, Contains("Exit codes:"));
+}
+
+TEST_CASE("gossip-launch --consensus-every sets the sampler's period", "[apps]") {
+  const std::vector<std::string> base = {"--peers", "3", "--data", "synthetic"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return parse_launch_args(a);
+  };
+  const LaunchOptions two = with({"--consensus-every", "2"});
+  const LaunchOptions dflt = with({});
+  CHECK(two.consensus_every_s == 2.0);
+  CHECK(dflt.consensus_every_s == 5.0);
+  CHECK(with({"--consensus-every=0.5"}).consensus_every_s == 0.5);
+  CHECK_THROWS_AS(with({"--consensus-every", "0.1"}), UsageError);
+  CHECK_THROWS_AS(with({"--consensus-every", "3601"}), UsageError);
+
+  // Some peers have a new checkpoint: a sample once the period has passed since the last one.
+  const CheckpointScan some{3, true, true, false};
+  ConsensusSchedule fast(two), slow(dflt);
+  CHECK(fast.due(some, 0.0));  // nothing sampled yet
+  fast.sampled(10.0);
+  slow.sampled(10.0);
+  CHECK_FALSE(fast.due(some, 11.9));
+  CHECK(fast.due(some, 12.0));        // 2 s, the flag's value...
+  CHECK_FALSE(slow.due(some, 12.0));  // ...not the default's 5 s
+  CHECK(slow.due(some, 15.0));
+  // Every checkpoint new: at once, whatever the period; none new, or one missing: never.
+  CHECK(slow.due({3, true, true, true}, 10.1));
+  CHECK_FALSE(fast.due({3, true, false, false}, 1e9));
+  CHECK_FALSE(fast.due({3, false, true, false}, 1e9));
+}

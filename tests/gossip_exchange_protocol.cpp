@@ -1,0 +1,404 @@
+// ExchangeProtocol driven directly: fake connections and a fake port, no threads, no sockets, no
+// timers (a deadline "expires" when the test calls on_timer).
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gossip/exchange_protocol.hpp"
+
+using namespace gossiptrain;
+using namespace gossiptrain::gossip;
+using net::Millis;
+
+namespace {
+
+constexpr std::uint64_t kFp = 0xF1;
+constexpr std::size_t kN = 4;  // fp32 values: 16 bytes, one chunk each way
+using Type = ExchangeType;
+
+class FakeConnection final : public net::Connection {
+ public:
+  explicit FakeConnection(std::string peer) : peer_(std::move(peer)) {}
+  const std::string& peer_id() const override { return peer_; }
+  const std::string& remote_addr() const override { return addr_; }
+  bool send(std::uint8_t type, net::SharedBytes payload) override {
+    if (!open_ || refuse_sends) return false;
+    sent.emplace_back(type, *payload);
+    return true;
+  }
+  void close(const std::string& reason) override {
+    open_ = false;
+    closed_reason = reason;
+  }
+  bool is_open() const override { return open_; }
+
+  // The messages of one type sent so far.
+  std::vector<net::Bytes> of(Type t) const {
+    std::vector<net::Bytes> v;
+    for (auto& [ty, b] : sent)
+      if (ty == static_cast<std::uint8_t>(t)) v.push_back(b);
+    return v;
+  }
+  std::vector<std::pair<std::uint8_t, net::Bytes>> sent;
+  std::string closed_reason;
+  bool refuse_sends = false;
+
+ private:
+  std::string peer_, addr_ = "10.0.0.9:1";
+  bool open_ = true;
+};
+
+class FakeDirectory final : public PeerDirectory {
+ public:
+  std::vector<PeerRef> peers;
+  std::vector<PeerRef> live_peers() const override { return peers; }
+};
+
+class FakePort final : public ExchangePort {
+ public:
+  Millis t{1000};
+  std::map<Timer, std::pair<std::uint64_t, Millis>> armed;
+  std::vector<std::pair<std::uint64_t, std::string>> dials;
+  std::map<std::string, net::ConnectionPtr> pool_;
+  std::size_t n = kN;
+  std::optional<std::uint64_t> claim_seq;  // nullopt: busy
+  ChunkSetPtr standing;
+  std::vector<std::pair<std::uint64_t, bool>> releases;
+  std::vector<std::pair<std::uint64_t, Commit>> commits;
+  std::vector<net::Bytes> delivered;
+  int boundaries = 0;
+  std::vector<ExchangeEvent> events;
+  std::vector<BanEvent> bans;
+  std::map<Counter, int> counters;
+
+  Millis now() const override { return t; }
+  void arm(Timer tm, std::uint64_t seq, Millis d) override { armed[tm] = {seq, d}; }
+  void cancel(Timer tm) override { armed.erase(tm); }
+  void dial(std::uint64_t seq, const PeerRef& p) override { dials.emplace_back(seq, p.id); }
+  net::ConnectionPtr pooled(const std::string& peer) override {
+    auto it = pool_.find(peer);
+    return it != pool_.end() && it->second->is_open() ? it->second : nullptr;
+  }
+  bool has_pooled(const std::string& peer) override { return pool_.count(peer) != 0; }
+  void pool(const std::string& peer, net::ConnectionPtr c) override { pool_[peer] = c; }
+  void touch_pooled(const std::string&) override {}
+  void forget_pooled(const std::string& peer) override { pool_.erase(peer); }
+  void forget_pooled(const net::ConnectionPtr& c) override {
+    for (auto it = pool_.begin(); it != pool_.end(); ++it)
+      if (it->second == c) return void(pool_.erase(it));
+  }
+  void close_pooled(const std::string& peer, const std::string& reason) override {
+    if (auto c = pooled(peer)) c->close(reason);
+    pool_.erase(peer);
+  }
+  void idle_close_pooled(const std::string&) override {}
+  std::size_t n_params() const override { return n; }
+  std::int64_t own_samples() const override { return 30; }
+  double max_rate() const override { return 0; }
+  std::optional<std::uint64_t> claim(ChunkSetPtr& own) override {
+    if (claim_seq) own = standing;
+    return claim_seq;
+  }
+  void release(std::uint64_t seq, bool no_peer) override { releases.emplace_back(seq, no_peer); }
+  void commit(std::uint64_t seq, const Commit& c) override { commits.emplace_back(seq, c); }
+  void deliver(std::uint64_t, net::Bytes&& chunk, bool, bool, const std::string&) override {
+    delivered.push_back(std::move(chunk));
+  }
+  void request_boundary() override { ++boundaries; }
+  Verdict judge(const std::string&, double norm, const std::function<double()>&) override {
+    Verdict v;
+    v.norm = norm;
+    return v;
+  }
+  bool add_sq_diff(const ChunkSet*, const std::uint8_t*, std::size_t, std::size_t,
+                   double&) override {
+    return false;
+  }
+  double own_sq_norm(const ChunkSet&) override { return 0; }
+  void finished(const ExchangeEvent& ev) override { events.push_back(ev); }
+  void ban_started(const BanEvent& b) override { bans.push_back(b); }
+  void count(Counter c) override { ++counters[c]; }
+};
+
+ExchangeConfig config() {
+  ExchangeConfig c;
+  c.fingerprint = kFp;
+  c.chunk_bytes = kN * sizeof(float);
+  c.max_tries = 1;
+  c.seed = 3;
+  return c;
+}
+
+// Our snapshot: one chunk, all of it cut.
+ChunkSetPtr snapshot(float base) {
+  auto own = std::make_shared<ChunkSet>();
+  auto c = std::make_shared<net::Bytes>(kChunkHeaderBytes + kN * sizeof(float));
+  for (std::size_t i = 0; i < kN; ++i) {
+    const float v = base + float(i);
+    std::memcpy(c->data() + kChunkHeaderBytes + i * sizeof(float), &v, sizeof v);
+  }
+  own->chunks.push_back(c);
+  own->payload_bytes = kN * sizeof(float);
+  own->ready.store(1);
+  return own;
+}
+
+net::Bytes partner_chunk(std::uint64_t id, float value = 5.0f) {
+  std::vector<float> v(kN, value);
+  return *encode_chunk(id, 0, reinterpret_cast<const std::uint8_t*>(v.data()), kN * 4);
+}
+
+struct Fixture {
+  FakePort port;
+  FakeDirectory dir;
+  ExchangeProtocol p;
+  std::shared_ptr<FakeConnection> conn = std::make_shared<FakeConnection>("peer-b");
+  explicit Fixture(ExchangeConfig cfg = config()) : p(cfg, port, dir, "peer-a") {
+    dir.peers = {{"peer-a", "10.0.0.1:7000"}, {"peer-b", "10.0.0.2:7000"}};
+  }
+  void msg(Type t, const net::Bytes& b) {
+    p.on_message(conn, static_cast<std::uint8_t>(t), net::Bytes(b));
+  }
+  void msg(Type t, const net::SharedBytes& b) { msg(t, *b); }
+  // Initiator seq 1, asked peer-b (dialled) and sent the request: its exchange id.
+  std::uint64_t asked() {
+    p.start(1, 100);
+    REQUIRE(port.dials.size() == 1);
+    CHECK(port.dials[0].second == "peer-b");
+    CHECK(port.armed.at(ExchangePort::Timer::Deadline).first == 1);
+    p.on_dialled(1, "peer-b", conn, "");
+    REQUIRE(conn->of(Type::Request).size() == 1);
+    return decode_request(conn->of(Type::Request)[0]).exchange_id;
+  }
+  // A request from peer-b that we answer as responder.
+  RequestMsg request(std::uint64_t id = 55, std::uint64_t fp = kFp) {
+    RequestMsg m{id, fp, kN, kernels::Wire::Fp32, false, 10};
+    msg(Type::Request, encode_request(m));
+    return m;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("exchange protocol: initiator happy path, request to commit and event",
+          "[gossip][protocol]") {
+  Fixture f;
+  const std::uint64_t id = f.asked();
+  const RequestMsg req = decode_request(f.conn->of(Type::Request)[0]);
+  CHECK(req.fingerprint == kFp);
+  CHECK(req.n_params == kN);
+  CHECK(req.samples == 100);
+  CHECK(f.port.pool_.count("peer-b"));
+  f.p.snapshot_ready(1, snapshot(1.0f));
+  CHECK(f.conn->of(Type::Chunk).empty());  // nothing before the ACCEPT
+  f.msg(Type::Accept, encode_accept({id, 300}));
+  REQUIRE(f.conn->of(Type::Chunk).size() == 1);
+  const ChunkView cv = decode_chunk(f.conn->of(Type::Chunk)[0]);
+  CHECK(cv.exchange_id == id);
+  CHECK(cv.offset == 0);
+  CHECK(cv.size == kN * 4);
+  f.msg(Type::Chunk, partner_chunk(id));
+  CHECK(f.port.delivered.size() == 1);
+  REQUIRE(f.conn->of(Type::Valid).size() == 1);  // every value checked: our vote
+  CHECK(f.port.commits.empty());                 // theirs is still missing
+  f.msg(Type::Valid, encode_id(id));
+  REQUIRE(f.port.commits.size() == 1);
+  CHECK(f.port.commits[0].first == 1);
+  CHECK(f.port.commits[0].second.w == 0.5f);
+  CHECK(f.port.armed.empty());  // no deadline left
+  CHECK(f.p.committed());
+  CHECK(f.port.events.empty());  // reported once applied
+  f.p.applied(1);
+  REQUIRE(f.port.events.size() == 1);
+  const ExchangeEvent& ev = f.port.events[0];
+  CHECK(ev.ok);
+  CHECK(ev.role == ExchangeRole::Initiator);
+  CHECK(ev.partner == "peer-b");
+  CHECK(ev.exchange_id == id);
+  CHECK(ev.bytes_sent == kChunkHeaderBytes + kN * 4);
+  CHECK(ev.bytes_received == kChunkHeaderBytes + kN * 4);
+  CHECK(f.conn->is_open());
+}
+
+TEST_CASE("exchange protocol: responder happy path with a standing snapshot",
+          "[gossip][protocol]") {
+  ExchangeConfig cfg = config();
+  cfg.weight_by_samples = true;
+  Fixture f(cfg);
+  f.port.claim_seq = 7;
+  f.port.standing = snapshot(2.0f);
+  RequestMsg m{55, kFp, kN, kernels::Wire::Fp32, true, 10};
+  f.msg(Type::Request, encode_request(m));
+  REQUIRE(f.conn->of(Type::Accept).size() == 1);
+  const AcceptMsg acc = decode_accept(f.conn->of(Type::Accept)[0]);
+  CHECK(acc.exchange_id == 55);
+  CHECK(acc.samples == 30);
+  CHECK(f.conn->of(Type::Chunk).size() == 1);  // streamed at once
+  CHECK(f.port.boundaries == 0);               // no snapshot to wait for
+  CHECK(f.port.armed.at(ExchangePort::Timer::Deadline).first == 7);
+  f.msg(Type::Chunk, partner_chunk(55));
+  f.msg(Type::Valid, encode_id(55));
+  REQUIRE(f.port.commits.size() == 1);
+  CHECK(f.port.commits[0].second.w == Approx(10.0 / 40.0));  // n_other / (n_self + n_other)
+  f.p.applied(7);
+  REQUIRE(f.port.events.size() == 1);
+  CHECK(f.port.events[0].ok);
+  CHECK(f.port.events[0].role == ExchangeRole::Responder);
+}
+
+TEST_CASE("exchange protocol: busy and refused requests", "[gossip][protocol]") {
+  Fixture f;
+  SECTION("busy: answered BUSY, nothing started") {
+    f.request();
+    REQUIRE(f.conn->of(Type::Busy).size() == 1);
+    CHECK(decode_id(f.conn->of(Type::Busy)[0]).exchange_id == 55);
+    CHECK(f.port.counters[ExchangePort::Counter::BusySent] == 1);
+    CHECK_FALSE(f.p.in_flight());
+  }
+  SECTION("another model: refused with its code") {
+    f.port.claim_seq = 7;
+    f.request(55, kFp + 1);
+    REQUIRE(f.conn->of(Type::Refuse).size() == 1);
+    CHECK(decode_code(f.conn->of(Type::Refuse)[0]).code == ExchangeCode::Fingerprint);
+    CHECK(f.port.counters[ExchangePort::Counter::RefusedSent] == 1);
+    CHECK_FALSE(f.p.in_flight());
+  }
+  SECTION("the initiator told BUSY or REFUSE fails with the old reason tokens") {
+    for (const bool refuse : {false, true}) {
+      Fixture g;
+      const std::uint64_t id = g.asked();
+      if (refuse) g.msg(Type::Refuse, encode_code(id, ExchangeCode::Weighting));
+      else g.msg(Type::Busy, encode_id(id));
+      REQUIRE(g.port.events.size() == 1);
+      CHECK_FALSE(g.port.events[0].ok);
+      CHECK(g.port.events[0].reason == (refuse ? "refused:weighting" : "busy"));
+      CHECK(g.port.releases == std::vector<std::pair<std::uint64_t, bool>>{{1, false}});
+      CHECK(g.conn->is_open());  // a clean answer: the connection stays for the next exchange
+    }
+  }
+  SECTION("no live peer: released, no event") {
+    f.dir.peers = {{"peer-a", "10.0.0.1:7000"}};
+    f.p.start(1, 100);
+    CHECK(f.port.releases == std::vector<std::pair<std::uint64_t, bool>>{{1, true}});
+    CHECK(f.port.events.empty());
+  }
+}
+
+TEST_CASE("exchange protocol: malformed and out-of-order messages", "[gossip][protocol]") {
+  Fixture f;
+  SECTION("a malformed request closes the connection") {
+    f.msg(Type::Request, net::Bytes(10, 0));
+    CHECK_FALSE(f.conn->is_open());
+    CHECK(f.conn->closed_reason.find("malformed request") != std::string::npos);
+  }
+  SECTION("another wire version is malformed") {
+    net::Bytes b = *encode_request({55, kFp, kN, kernels::Wire::Fp32, false, 10});
+    b[0] = kExchangeWireVersion + 1;
+    f.msg(Type::Request, b);
+    CHECK_FALSE(f.conn->is_open());
+  }
+  SECTION("an accept nobody asked for") {
+    f.msg(Type::Accept, encode_accept({9, 1}));
+    CHECK_FALSE(f.conn->is_open());
+    CHECK(f.conn->closed_reason.find("unexpected accept") != std::string::npos);
+  }
+  SECTION("a vote before our payload fails the exchange with Abort(protocol)") {
+    const std::uint64_t id = f.asked();
+    f.msg(Type::Accept, encode_accept({id, 300}));  // no snapshot yet: nothing sent
+    f.msg(Type::Valid, encode_id(id));
+    REQUIRE(f.port.events.size() == 1);
+    CHECK(f.port.events[0].reason == "protocol");
+    REQUIRE(f.conn->of(Type::Abort).size() == 1);
+    CHECK(decode_code(f.conn->of(Type::Abort)[0]).code == ExchangeCode::Protocol);
+    CHECK_FALSE(f.conn->is_open());
+    CHECK(f.port.commits.empty());
+  }
+  SECTION("a chunk that does not fit is invalid:length") {
+    const std::uint64_t id = f.asked();
+    f.msg(Type::Accept, encode_accept({id, 300}));
+    std::vector<float> v(kN, 1.0f);
+    f.msg(Type::Chunk, encode_chunk(id, 4, reinterpret_cast<const std::uint8_t*>(v.data()), 4));
+    REQUIRE(f.port.events.size() == 1);
+    CHECK(f.port.events[0].reason == "invalid:length");
+  }
+  SECTION("a non-finite value is invalid:non-finite and counts towards a ban") {
+    ExchangeConfig cfg = config();
+    cfg.robust.ban_after = 1;
+    Fixture g(cfg);
+    const std::uint64_t id = g.asked();
+    g.msg(Type::Accept, encode_accept({id, 300}));
+    g.msg(Type::Chunk, partner_chunk(id, std::numeric_limits<float>::quiet_NaN()));
+    REQUIRE(g.port.events.size() == 1);
+    CHECK(g.port.events[0].reason == "invalid:non-finite");
+    REQUIRE(g.port.bans.size() == 1);
+    CHECK(g.port.bans[0].partner == "peer-b");
+    CHECK(g.p.banned("peer-b"));
+  }
+}
+
+TEST_CASE("exchange protocol: deadlines", "[gossip][protocol]") {
+  Fixture f;
+  using Timer = ExchangePort::Timer;
+  SECTION("no answer: timeout:answer, the connection closed") {
+    f.asked();
+    CHECK(f.port.armed.at(Timer::Deadline).second == ExchangeConfig{}.answer_timeout);
+    f.p.on_timer(Timer::Deadline, 2);  // another exchange's: ignored
+    CHECK(f.port.events.empty());
+    f.p.on_timer(Timer::Deadline, 1);
+    REQUIRE(f.port.events.size() == 1);
+    CHECK(f.port.events[0].reason == "timeout:answer");
+    CHECK_FALSE(f.conn->is_open());
+  }
+  SECTION("no dial result: timeout:connect") {
+    f.p.start(1, 100);
+    f.p.on_timer(Timer::Deadline, 1);
+    REQUIRE(f.port.events.size() == 1);
+    CHECK(f.port.events[0].reason == "timeout:connect");
+    // A late connection is kept for later exchanges.
+    f.p.on_dialled(1, "peer-b", f.conn, "");
+    CHECK(f.port.pool_.count("peer-b"));
+  }
+  SECTION("a stalled transfer: timeout:transfer and Abort(timeout)") {
+    const std::uint64_t id = f.asked();
+    f.msg(Type::Accept, encode_accept({id, 300}));
+    f.p.on_timer(Timer::Deadline, 1);
+    REQUIRE(f.port.events.size() == 1);
+    CHECK(f.port.events[0].reason == "timeout:transfer");
+    REQUIRE(f.conn->of(Type::Abort).size() == 1);
+    CHECK(decode_code(f.conn->of(Type::Abort)[0]).code == ExchangeCode::Timeout);
+  }
+  SECTION("back-pressure: a retry is armed and resumes the send") {
+    const std::uint64_t id = f.asked();
+    f.p.snapshot_ready(1, snapshot(1.0f));
+    f.conn->refuse_sends = true;
+    f.msg(Type::Accept, encode_accept({id, 300}));
+    CHECK(f.port.armed.count(Timer::Retry));
+    CHECK(f.conn->of(Type::Chunk).empty());
+    f.conn->refuse_sends = false;
+    f.p.on_timer(Timer::Retry, 1);
+    CHECK(f.conn->of(Type::Chunk).size() == 1);
+  }
+}
+
+TEST_CASE("exchange failure tokens are the metrics' strings", "[gossip][protocol]") {
+  CHECK(to_string(ExchangeFailure::Busy) == "busy");
+  CHECK(to_string(ExchangeFailure::Connect) == "connect");
+  CHECK(to_string(ExchangeFailure::Closed) == "closed");
+  CHECK(to_string(ExchangeFailure::Protocol) == "protocol");
+  CHECK(to_string(ExchangeFailure::TimeoutConnect) == "timeout:connect");
+  CHECK(to_string(ExchangeFailure::TimeoutAnswer) == "timeout:answer");
+  CHECK(to_string(ExchangeFailure::TimeoutTransfer) == "timeout:transfer");
+  CHECK(to_string({ExchangeFailure::Refused, ExchangeCode::Fingerprint}) == "refused:fingerprint");
+  CHECK(to_string({ExchangeFailure::Refused, ExchangeCode::Banned}) == "refused:banned");
+  CHECK(to_string(ExchangeFailure::InvalidNonFinite) == "invalid:non-finite");
+  CHECK(to_string(ExchangeFailure::InvalidLength) == "invalid:length");
+  CHECK(to_string(ExchangeFailure::InvalidNorm) == "invalid:norm");
+  CHECK(to_string(ExchangeFailure::Anomalous) == "anomalous");
+  CHECK(to_string({ExchangeFailure::PeerAbort, ExchangeCode::Anomalous}) == "peer-abort:anomalous");
+  CHECK(to_string(ExchangeFailure::Backend) == "backend");
+}
