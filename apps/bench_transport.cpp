@@ -43,7 +43,7 @@ struct TransportBenchOptions {
   int runs = 3;
   int handshakes = 50;
   std::size_t frame_kb = 1024;
-  net::AeadPreference aead = net::AeadPreference::kAuto;
+  net::AeadPreference aead = net::AeadPreference::Auto;
   unsigned crypto_threads = net::default_crypto_threads();
   std::size_t crypto_min_kb = net::kParallelMinMessageBytes / 1024;
   bool json = false;  // the output is one JSON object either way
@@ -67,9 +67,9 @@ const OptionTable<TransportBenchOptions>& transport_options() {
            "AEAD of the channel and of the AEAD reference (default auto)",
            [](T& o, const std::string& v) {
              const std::string a = one_of("aead", v, {"auto", "aes256gcm", "chacha20poly1305"});
-             o.aead = a == "auto"        ? net::AeadPreference::kAuto
-                      : a == "aes256gcm" ? net::AeadPreference::kAes256Gcm
-                                         : net::AeadPreference::kChaCha20Poly1305;
+             o.aead = a == "auto"        ? net::AeadPreference::Auto
+                      : a == "aes256gcm" ? net::AeadPreference::Aes256Gcm
+                                         : net::AeadPreference::ChaCha20Poly1305;
            }},
           O::number(
               "crypto-threads", "N",
@@ -204,10 +204,10 @@ double receiver_alone_mbps(const net::Bytes& payload, crypto::Aead aead, std::si
   net::Bytes stream, buf(sealer.max_wire_bytes());
   std::uint8_t start[net::kMessageStartBytes] = {1};
   base::put_u64(start + 1, payload.size());
-  std::size_t n = sealer.seal(net::FrameType::kMessageStart, start, sizeof start, buf.data());
+  std::size_t n = sealer.seal(net::FrameType::MessageStart, start, sizeof start, buf.data());
   stream.insert(stream.end(), buf.begin(), buf.begin() + n);
   for (std::size_t off = 0; off < payload.size(); off += frame) {
-    n = sealer.seal(net::FrameType::kData, payload.data() + off,
+    n = sealer.seal(net::FrameType::Data, payload.data() + off,
                     std::min(frame, payload.size() - off), buf.data());
     stream.insert(stream.end(), buf.begin(), buf.begin() + n);
   }
@@ -223,8 +223,8 @@ double receiver_alone_mbps(const net::Bytes& payload, crypto::Aead aead, std::si
     std::memcpy(rx.body_buffer(), stream.data() + off, body);
     off += body;
     auto ev = rx.on_body(rx.body_buffer(), body);
-    if (ev == net::FrameReceiver::Event::kError) throw std::runtime_error("receiver: " + rx.text());
-    if (ev == net::FrameReceiver::Event::kMessage) {
+    if (ev == net::FrameReceiver::Event::Error) throw std::runtime_error("receiver: " + rx.text());
+    if (ev == net::FrameReceiver::Event::Message) {
       double s = seconds_since(t0);
       net::Bytes m = rx.take_message();
       if (m != payload) throw std::runtime_error("receiver: payload corrupted");
@@ -314,7 +314,7 @@ struct Pair {
     client.start();
     conn = dial(client, server.listen_addr());
     auto* ch = dynamic_cast<net::Channel*>(conn.get());
-    aead = ch ? ch->aead() : crypto::Aead::kChaCha20Poly1305;
+    aead = ch ? ch->aead() : crypto::Aead::ChaCha20Poly1305;
   }
   net::TcpTransport server, client;
   Sink sink, client_sink;
@@ -473,7 +473,7 @@ int run_transport(const Args& args) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("bench-transport"));
   spdlog::set_level(spdlog::level::warn);
   crypto::init();
-  if (o.aead == net::AeadPreference::kAes256Gcm && !crypto::aes256gcm_available()) {
+  if (o.aead == net::AeadPreference::Aes256Gcm && !crypto::aes256gcm_available()) {
     std::fprintf(stderr, "gossip-bench transport: AES-256-GCM is not available on this CPU\n");
     return 2;
   }

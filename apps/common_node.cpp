@@ -304,9 +304,9 @@ void GossipNode::watch_health(const gossip::ExchangeEvent& e) {
     if (auto m = membership_->member(e.partner)) addr = m->addr;
   }
   const auto change = health_.on_result(e.ok, e.reason, addr, transport_->now());
-  if (change == gossip::ExchangeHealth::Change::kNone) return;
+  if (change == gossip::ExchangeHealth::Change::None) return;
   const gossip::ExchangeAlert a = health_.alert();
-  const bool failing = change == gossip::ExchangeHealth::Change::kFailing;
+  const bool failing = change == gossip::ExchangeHealth::Change::Failing;
   if (failing) {
     spdlog::warn("no averaging exchange has succeeded in the last {} attempts ({:.0f} s): most "
                  "failed with '{}'{}; this peer is training alone",

@@ -67,7 +67,7 @@ void check_host_port(const std::string& addr, const std::string& flag, AddrUse u
   std::uint16_t port = 0;
   if (!net::split_host_port(addr, host, port))
     throw bad_value(flag, addr, "HOST:PORT with a port in 0..65535");
-  if (use == AddrUse::kDial && !net::dialable_addr(addr))
+  if (use == AddrUse::Dial && !net::dialable_addr(addr))
     throw UsageError("--" + flag + " " + addr +
                      ": not an address another machine can dial (a wildcard host such as "
                      "0.0.0.0 or ::, or port 0); give this machine's own address, e.g. "
@@ -79,7 +79,7 @@ std::vector<std::string> parse_addr_list(const std::string& s, const std::string
   std::stringstream ss(s);
   for (std::string a; std::getline(ss, a, ',');) {
     if (a.empty()) continue;
-    check_host_port(a, flag, AddrUse::kDial);
+    check_host_port(a, flag, AddrUse::Dial);
     out.push_back(a);
   }
   if (out.empty()) throw bad_value(flag, s, "HOST:PORT,...");

@@ -44,7 +44,7 @@ const OptionTable<PeerConfig>& peer_options() {
   static const OptionTable<PeerConfig> table({
       {"listen", "HOST:PORT", "address to listen on for other peers (port 0: any free port)",
        [](PeerConfig& c, const std::string& v) {
-         check_host_port(v, "listen", AddrUse::kListen);
+         check_host_port(v, "listen", AddrUse::Listen);
          c.listen = v;
          c.listen_given = true;
        }},
@@ -52,7 +52,7 @@ const OptionTable<PeerConfig>& peer_options() {
        "address other peers dial, the one membership announces (default: the listen address; "
        "required when --listen is a wildcard such as 0.0.0.0)",
        [](PeerConfig& c, const std::string& v) {
-         check_host_port(v, "advertise", AddrUse::kDial);
+         check_host_port(v, "advertise", AddrUse::Dial);
          c.advertise = v;
        }},
       {"seeds", "HOST:PORT,...", "peers to join through; none: train alone",

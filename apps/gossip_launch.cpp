@@ -689,7 +689,7 @@ std::vector<std::string> Launch::table(bool full) const {
     if (c.running && s.lines == 0) state = "starting";
     else if (c.running && s.done) state = "finishing";
     if (s.not_averaging) state += " NOT AVERAGING (" + s.alert_reason + ")";
-    if (churn_ && c.running && churn_->state(int(i)) == SlotState::kPaused) state = "paused (churn)";
+    if (churn_ && c.running && churn_->state(int(i)) == SlotState::Paused) state = "paused (churn)";
     if (c.running && !c.fault.empty()) state += " FAULTY (" + c.fault + ")";
     if (netns_ && netns_->partition_state().active())
       state += " partition group " + std::to_string(netns_->partition_state().group_of(int(i)));
@@ -910,7 +910,7 @@ nlohmann::json Launch::summarize() {
     out.started = children_[i].ever_started;
     // With churn, the final figures are over the peers alive at the end: not one the scenario
     // crashed or stopped for good.
-    out.alive_at_end = out.started && (!churn_ || churn_->state(int(i)) == SlotState::kUp);
+    out.alive_at_end = out.started && (!churn_ || churn_->state(int(i)) == SlotState::Up);
     out.ckpt_samples = final_samples_[i];
     out.consensus = final_per_peer_[i];
     outcomes.push_back(out);

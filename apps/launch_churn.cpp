@@ -103,11 +103,11 @@ void EventLog::write(double t, const std::string& event, nlohmann::json fields) 
 
 const char* slot_state_name(SlotState s) {
   switch (s) {
-    case SlotState::kNotJoined: return "not joined";
-    case SlotState::kUp: return "up";
-    case SlotState::kPaused: return "paused";
-    case SlotState::kCrashed: return "crashed";
-    case SlotState::kStopped: return "stopped";
+    case SlotState::NotJoined: return "not joined";
+    case SlotState::Up: return "up";
+    case SlotState::Paused: return "paused";
+    case SlotState::Crashed: return "crashed";
+    case SlotState::Stopped: return "stopped";
   }
   return "?";
 }
@@ -115,7 +115,7 @@ const char* slot_state_name(SlotState s) {
 ChurnRunner::ChurnRunner(core::ChurnScenario scenario, double horizon_s, EventLog& log)
     : driver_(std::move(scenario), horizon_s), log_(log) {
   const int n = driver_.total_peers();
-  state_.assign(std::size_t(n), SlotState::kNotJoined);
+  state_.assign(std::size_t(n), SlotState::NotJoined);
   churn_signalled_.assign(std::size_t(n), false);
   restarts_.assign(std::size_t(n), 0);
   next_join_ = driver_.scenario().initial_peers;
@@ -130,7 +130,7 @@ void ChurnRunner::tick(double now_s, double progress, ChurnPeers& peers) {
 // back as soon as it is gone; one that finished on its own is never restarted.
 void ChurnRunner::restart(int p, ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped) {
   const SlotState st = state_[std::size_t(p)];
-  if (st != SlotState::kCrashed && st != SlotState::kStopped) {
+  if (st != SlotState::Crashed && st != SlotState::Stopped) {
     skipped.push_back(p);
     return;
   }
@@ -141,7 +141,7 @@ void ChurnRunner::restart(int p, ChurnPeers& peers, nlohmann::json& done, nlohma
     return;
   }
   peers.start_peer(p);
-  state_[std::size_t(p)] = SlotState::kUp;
+  state_[std::size_t(p)] = SlotState::Up;
   ++restarts_[std::size_t(p)];
   done.push_back(p);
 }
@@ -170,12 +170,12 @@ bool ChurnRunner::exited(int i) {
 void ChurnRunner::release_paused(double now_s, ChurnPeers& peers) {
   nlohmann::json resumed = nlohmann::json::array();
   for (int i = 0; i < slots(); ++i)
-    if (peers.running(i) && state_[std::size_t(i)] == SlotState::kUp) return;
+    if (peers.running(i) && state_[std::size_t(i)] == SlotState::Up) return;
   if (driver_.start_pending()) return;
   for (int i = 0; i < slots(); ++i) {
-    if (state_[std::size_t(i)] != SlotState::kPaused || !peers.running(i)) continue;
+    if (state_[std::size_t(i)] != SlotState::Paused || !peers.running(i)) continue;
     peers.send_signal(i, SIGCONT);
-    state_[std::size_t(i)] = SlotState::kUp;
+    state_[std::size_t(i)] = SlotState::Up;
     resumed.push_back(i);
   }
   if (!resumed.empty())
@@ -184,7 +184,7 @@ void ChurnRunner::release_paused(double now_s, ChurnPeers& peers) {
 
 bool ChurnRunner::waiting_for_restart() const {
   const bool down = std::any_of(state_.begin(), state_.end(), [](SlotState s) {
-    return s == SlotState::kCrashed || s == SlotState::kStopped;
+    return s == SlotState::Crashed || s == SlotState::Stopped;
   });
   return down && (driver_.start_pending() || !deferred_restarts_.empty());
 }
@@ -217,10 +217,10 @@ struct SignalRule {
 
 SignalRule signal_rule(ChurnKind k) {
   switch (k) {
-    case ChurnKind::Crash: return {SIGKILL, SlotState::kUp, SlotState::kCrashed};
-    case ChurnKind::Stop: return {SIGTERM, SlotState::kUp, SlotState::kStopped};
-    case ChurnKind::Pause: return {SIGSTOP, SlotState::kUp, SlotState::kPaused};
-    case ChurnKind::Resume: return {SIGCONT, SlotState::kPaused, SlotState::kUp};
+    case ChurnKind::Crash: return {SIGKILL, SlotState::Up, SlotState::Crashed};
+    case ChurnKind::Stop: return {SIGTERM, SlotState::Up, SlotState::Stopped};
+    case ChurnKind::Pause: return {SIGSTOP, SlotState::Up, SlotState::Paused};
+    case ChurnKind::Resume: return {SIGCONT, SlotState::Paused, SlotState::Up};
     default: throw std::logic_error("churn: no signal for this event");
   }
 }
@@ -244,7 +244,7 @@ void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
     case ChurnKind::Join:
       for (int k = 0; k < e.count && next_join_ < slots(); ++k) {
         peers.start_peer(next_join_);
-        state_[std::size_t(next_join_)] = SlotState::kUp;
+        state_[std::size_t(next_join_)] = SlotState::Up;
         done.push_back(next_join_++);
       }
       break;
@@ -266,7 +266,7 @@ void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
       // A faulty peer is the same peer restarted with --fault MODE: stopped gracefully (it
       // checkpoints), then started again from that checkpoint once it is gone; the end of the
       // fault does the same without the flag.
-      signal_each(e, SIGTERM, SlotState::kUp, SlotState::kStopped, peers, done, skipped,
+      signal_each(e, SIGTERM, SlotState::Up, SlotState::Stopped, peers, done, skipped,
                   [&](int p) {
                     peers.set_fault(p, e.mode);
                     deferred_restarts_.push_back(p);

@@ -80,7 +80,7 @@ class ChurnPeers {
 };
 
 // Where each peer slot stands as far as churn is concerned.
-enum class SlotState { kNotJoined, kUp, kPaused, kCrashed, kStopped };
+enum class SlotState { NotJoined, Up, Paused, Crashed, Stopped };
 const char* slot_state_name(SlotState s);
 
 // Applies a scenario to the launcher's peers: the due events each tick, and the bookkeeping that
@@ -91,7 +91,7 @@ class ChurnRunner {
 
   // Applies every event due at now_s (launch time) with the swarm at mean progress.
   void tick(double now_s, double progress, ChurnPeers& peers);
-  void started(int i) { state_.at(std::size_t(i)) = SlotState::kUp; }
+  void started(int i) { state_.at(std::size_t(i)) = SlotState::Up; }
   // A peer process ended; true when the scenario caused it (a crash or stop it sent), so the
   // launcher does not count it as a failure.
   bool exited(int i);

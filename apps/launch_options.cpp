@@ -167,7 +167,7 @@ const OptionTable<LaunchOptions>& launch_options() {
        "peers must share one GPU, which time-shares it",
        [](LaunchOptions& o, const std::string& v) { o.gpus = parse_gpus(v); }},
       {"compare", "DIR...", "print the summaries of finished runs side by side",
-       [](LaunchOptions& o, const std::string& v) { o.compare.push_back(v); }, Arity::kMany},
+       [](LaunchOptions& o, const std::string& v) { o.compare.push_back(v); }, Arity::Many},
       O::flag("markdown", "with --compare: a Markdown table", &LaunchOptions::markdown),
   });
   return table;

@@ -48,8 +48,8 @@ constexpr double kHeadroom = 0.9;
 // state (1 for SGD momentum, 2 for Adam), the snapshot's messages, the partner's received
 // messages, the received-buffer pool (at most 2 vectors), the checkpoint's copy (parameters and
 // optimizer state).
-double model_copies(const std::string& optimizer) {
-  const double opt = optimizer == "adam" ? 2 : 1;
+double model_copies(core::Optimizer optimizer) {
+  const double opt = optimizer == core::Optimizer::Adam ? 2 : 1;
   return 1 + 1 + opt + 1 + 1 + 2 + (1 + opt);
 }
 

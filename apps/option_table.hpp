@@ -44,7 +44,7 @@ long long to_int_or(const std::string& flag, const std::string& v, const std::st
 
 // What a HOST:PORT is for. A listen address may have port 0 (any free port) and a wildcard host;
 // an address others dial may not.
-enum class AddrUse { kListen, kDial };
+enum class AddrUse { Listen, Dial };
 // The one check of a HOST:PORT flag value ("[v6]:port" too, as net::split_host_port reads it).
 void check_host_port(const std::string& addr, const std::string& flag, AddrUse use);
 // Splits "a:1,b:2" and checks each as an address to dial; UsageError when none is given.
@@ -52,9 +52,9 @@ std::vector<std::string> parse_addr_list(const std::string& s, const std::string
 
 // How many values an option takes.
 enum class Arity {
-  kOne,   // --name VALUE or --name=VALUE
-  kNone,  // a switch: --name; set() gets ""
-  kMany,  // --name V1 V2 ...: the following arguments up to the next "--flag", one set() each
+  One,   // --name VALUE or --name=VALUE
+  None,  // a switch: --name; set() gets ""
+  Many,  // --name V1 V2 ...: the following arguments up to the next "--flag", one set() each
 };
 
 template <class Config>
@@ -63,7 +63,7 @@ struct Option {
   std::string arg;   // the value's placeholder in --help; empty for a switch
   std::string help;
   std::function<void(Config&, const std::string&)> set;
-  Arity arity = Arity::kOne;
+  Arity arity = Arity::One;
 };
 
 // Options that set one field of the config from the value: `field` is a member pointer, or a
@@ -94,7 +94,12 @@ struct Options {
                                Field field) {
     std::string arg = join_choices(allowed);
     auto set = [name, allowed = std::move(allowed), field](Config& c, const std::string& v) {
-      std::invoke(field, c) = one_of(name, v, allowed);
+      auto& dst = std::invoke(field, c);
+      std::string text = one_of(name, v, allowed);
+      if constexpr (std::is_same_v<std::decay_t<decltype(dst)>, std::string>)
+        dst = std::move(text);
+      else
+        from_string(text, dst);  // an enum's reader, found by argument-dependent lookup
     };
     return {name, std::move(arg), std::move(help), set};
   }
@@ -102,7 +107,7 @@ struct Options {
   template <class Field>
   static Option<Config> flag(std::string name, std::string help, Field field, bool value = true) {
     auto set = [field, value](Config& c, const std::string&) { std::invoke(field, c) = value; };
-    return {std::move(name), "", std::move(help), set, Arity::kNone};
+    return {std::move(name), "", std::move(help), set, Arity::None};
   }
 };
 
@@ -132,11 +137,11 @@ class OptionTable {
       Flag f = split_flag(args[i]);
       const Option<Config>* o = find(f.name);
       if (!o && !unknown) throw UsageError("unknown flag '--" + f.name + "' (see --help)");
-      const Arity arity = o ? o->arity : Arity::kOne;
-      if (arity == Arity::kNone) {
+      const Arity arity = o ? o->arity : Arity::One;
+      if (arity == Arity::None) {
         if (f.has_value) throw UsageError("--" + f.name + " takes no value");
         o->set(c, "");
-      } else if (arity == Arity::kMany) {
+      } else if (arity == Arity::Many) {
         i = take_many(*o, f, args, i, c);
       } else {
         if (!f.has_value) {
@@ -160,7 +165,7 @@ class OptionTable {
   }
 
  private:
-  // Arity::kMany: the value after '=' and the arguments up to the next flag. Returns the index of
+  // Arity::Many: the value after '=' and the arguments up to the next flag. Returns the index of
   // the last argument taken.
   std::size_t take_many(const Option<Config>& o, const Flag& f,
                         const std::vector<std::string>& args, std::size_t i, Config& c) const {

@@ -29,16 +29,16 @@ std::uint64_t mix64(std::uint64_t a, std::uint64_t b) {
 Millis ms_of(double s) { return Millis(static_cast<Millis::rep>(std::llround(s * 1000.0))); }
 const char* state_name(gossip::MemberState s) {
   switch (s) {
-    case gossip::MemberState::kAlive: return "alive";
-    case gossip::MemberState::kSuspect: return "suspect";
-    case gossip::MemberState::kDead: return "dead";
-    case gossip::MemberState::kLeft: return "left";
+    case gossip::MemberState::Alive: return "alive";
+    case gossip::MemberState::Suspect: return "suspect";
+    case gossip::MemberState::Dead: return "dead";
+    case gossip::MemberState::Left: return "left";
   }
   return "?";
 }
 bool live_state(int s) {
-  return s == static_cast<int>(gossip::MemberState::kAlive) ||
-         s == static_cast<int>(gossip::MemberState::kSuspect);
+  return s == static_cast<int>(gossip::MemberState::Alive) ||
+         s == static_cast<int>(gossip::MemberState::Suspect);
 }
 }  // namespace
 
@@ -235,13 +235,13 @@ void World::on_member(int observer, const gossip::MemberInfo& m) {
   const int after = static_cast<int>(m.state);
   o.view[j] = static_cast<std::int8_t>(after);
   o.known_alive += (after == 0 ? 1 : 0) - (before == 0 ? 1 : 0);
-  if (before == kUnseen && m.state == gossip::MemberState::kAlive) {
+  if (before == kUnseen && m.state == gossip::MemberState::Alive) {
     if (!converged_s_) check_converged();
     return;  // first sight: counted, not logged (n^2 lines at join)
   }
   const Peer& v = *peers_[j];
-  if (m.state == gossip::MemberState::kSuspect) ++suspicions_;
-  if (m.state == gossip::MemberState::kDead && v.up) {
+  if (m.state == gossip::MemberState::Suspect) ++suspicions_;
+  if (m.state == gossip::MemberState::Dead && v.up) {
     ++false_dead_;
     if (now_s() - v.up_since > detection_bound_s()) ++false_dead_stable_;
   }
@@ -485,7 +485,7 @@ void World::census() {
     for (const auto& m : peers_) {
       if (m->index == o->index || !m->ever_started) continue;
       const int v = o->view[m->index];
-      if (m->up && v == static_cast<int>(gossip::MemberState::kDead)) ++wrong_dead;
+      if (m->up && v == static_cast<int>(gossip::MemberState::Dead)) ++wrong_dead;
       if (!m->up && live_state(v) && now_s() - m->down_since > bound) ++wrong_alive;
     }
     wrong_dead_sum_ += wrong_dead;

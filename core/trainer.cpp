@@ -25,12 +25,33 @@ double since(Clock::time_point t0) {
 constexpr int kEvalBatch = 500;
 }  // namespace
 
+std::string_view to_string(Optimizer o) {
+  switch (o) {
+    case Optimizer::Sgd: return "sgd";
+    case Optimizer::Adam: return "adam";
+    case Optimizer::Qgm: return "qgm";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Schedule s) {
+  return s == Schedule::Constant ? "constant" : "cosine";
+}
+
+void from_string(std::string_view text, Optimizer& out) {
+  for (Optimizer o : {Optimizer::Sgd, Optimizer::Adam, Optimizer::Qgm})
+    if (text == to_string(o)) { out = o; return; }
+  throw std::invalid_argument("--optimizer must be sgd, adam or qgm, got '" + std::string(text) + "'");
+}
+
+void from_string(std::string_view text, Schedule& out) {
+  for (Schedule s : {Schedule::Cosine, Schedule::Constant})
+    if (text == to_string(s)) { out = s; return; }
+  throw std::invalid_argument("--schedule must be cosine or constant, got '" + std::string(text) + "'");
+}
+
 void validate(const TrainConfig& c) {
   parse_model_spec(c.model);
-  if (c.optimizer != "sgd" && c.optimizer != "adam" && c.optimizer != "qgm")
-    throw std::invalid_argument("--optimizer must be sgd, adam or qgm, got '" + c.optimizer + "'");
-  if (c.schedule != "cosine" && c.schedule != "constant")
-    throw std::invalid_argument("--schedule must be cosine or constant, got '" + c.schedule + "'");
   if (!(c.lr > 0.0f && c.lr < 10.0f)) throw std::invalid_argument("--lr must be in (0, 10)");
   if (!(c.momentum >= 0.0f && c.momentum < 1.0f))
     throw std::invalid_argument("--momentum must be in [0, 1)");
@@ -122,7 +143,7 @@ double Trainer::read_loss_sum() {
 }
 
 float Trainer::lr_at(std::int64_t step) const {
-  if (cfg_.schedule == "constant") return cfg_.lr;
+  if (cfg_.schedule == Schedule::Constant) return cfg_.lr;
   const double p = std::min(1.0, double(step) / double(std::max<std::int64_t>(1, total_steps_)));
   return float(cfg_.lr * 0.5 * (1.0 + std::cos(std::numbers::pi * p)));
 }
@@ -148,9 +169,10 @@ void Trainer::restore(const Checkpoint& c, const std::string& where, bool own) {
   const std::size_t want_state = optimizer_state_count();
   const auto meta = nlohmann::json::parse(c.meta, nullptr, /*allow_exceptions=*/false);
   const bool other_opt = meta.is_object() && meta.contains("optimizer") &&
-                         meta["optimizer"] != nlohmann::json(cfg_.optimizer);
+                         meta["optimizer"] != nlohmann::json(to_string(cfg_.optimizer));
   if (other_opt || c.opt_state.size() != want_state)
-    throw CheckpointError(where + " was written with another optimizer than " + cfg_.optimizer);
+    throw CheckpointError(where + " was written with another optimizer than " +
+                          std::string(to_string(cfg_.optimizer)));
   for (const auto& s : c.opt_state)
     if (s.size() != model_.num_params()) throw CheckpointError(where + ": optimizer state size");
   if (c.step < 0 || c.epoch < 0 || c.samples < 0 || c.epoch > cfg_.epochs ||
@@ -200,7 +222,7 @@ Checkpoint Trainer::state() {
     c.opt_state.emplace_back(model_.num_params());
     be_.download(c.opt_state[1].data(), opt_b_.data(), opt_b_.bytes());
   }
-  nlohmann::json meta{{"model", cfg_.model}, {"optimizer", cfg_.optimizer}};
+  nlohmann::json meta{{"model", cfg_.model}, {"optimizer", to_string(cfg_.optimizer)}};
   if (best_known_) meta["best_test_acc"] = best_acc_ ? nlohmann::json(*best_acc_) : nlohmann::json();
   c.meta = meta.dump();
   return c;
@@ -263,10 +285,10 @@ EvalResult Trainer::evaluate_and_report(TrainResult& res, std::optional<double> 
 
 // One update; step_ already counts it (adam's bias correction uses it 1-based).
 void Trainer::optimizer_step(float lr) {
-  if (cfg_.optimizer == "adam") {
+  if (cfg_.optimizer == Optimizer::Adam) {
     be_.adam(model_.params(), model_.grads(), opt_a_.data(), opt_b_.data(), model_.num_params(),
              lr, 0.9f, 0.999f, 1e-8f, cfg_.weight_decay, step_);
-  } else if (cfg_.optimizer == "qgm") {
+  } else if (cfg_.optimizer == Optimizer::Qgm) {
     // The change since the previous step's x_prev (its update and every mix applied since) per
     // that step's lr feeds the momentum; the first step of the run has no previous one. A state
     // restored from a checkpoint or a neighbour brings its x_prev, so this holds across both.

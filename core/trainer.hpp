@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include <string_view>
+
 #include "core/dataset.hpp"
 #include "core/metrics.hpp"
 #include "core/model.hpp"
@@ -15,10 +17,19 @@
 
 namespace gossiptrain::core {
 
+enum class Optimizer { Sgd, Adam, Qgm };  // SGD with momentum, Adam, quasi-global momentum
+enum class Schedule { Cosine, Constant };  // cosine decays to 0 over all steps
+// The flag spellings ("sgd", "adam", "qgm"; "cosine", "constant"), also written in checkpoints.
+std::string_view to_string(Optimizer o);
+std::string_view to_string(Schedule s);
+// Reads a flag spelling; std::invalid_argument naming the flag for any other text.
+void from_string(std::string_view text, Optimizer& out);
+void from_string(std::string_view text, Schedule& out);
+
 struct TrainConfig {
   std::string model = "mlp:784-256-256-10";
-  std::string optimizer = "sgd";    // sgd (with momentum) | adam | qgm (quasi-global momentum)
-  std::string schedule = "cosine";  // cosine (to 0 over all steps) | constant
+  Optimizer optimizer = Optimizer::Sgd;
+  Schedule schedule = Schedule::Cosine;
   float lr = 0.05f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;  // L2; 0 measured best for gossip (README, Results)
@@ -78,7 +89,7 @@ class Trainer final : public StateSource {
   void restore(const Checkpoint& c, const std::string& where, bool own = true);
   // Optimizer state vectors of n_params values each (sgd: velocity; adam: m, v; qgm: the
   // momentum and the parameters before the last step's update).
-  std::size_t optimizer_state_count() const { return cfg_.optimizer == "sgd" ? 1 : 2; }
+  std::size_t optimizer_state_count() const { return cfg_.optimizer == Optimizer::Sgd ? 1 : 2; }
   // Trains until cfg.epochs are done or stop becomes true; checkpoints at epoch ends and on stop.
   // Resumed with nothing left to train, it evaluates the model it loaded.
   TrainResult run(const std::atomic<bool>& stop);

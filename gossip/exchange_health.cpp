@@ -20,7 +20,7 @@ ExchangeHealth::Change ExchangeHealth::on_result(bool ok, const std::string& rea
     reasons_.clear();
     addrs_.clear();
     reported_ = false;
-    return was_reported ? Change::kRecovered : Change::kNone;
+    return was_reported ? Change::Recovered : Change::None;
   }
   if (failures_ == 0) first_failure_ = now;
   ++failures_;
@@ -28,9 +28,9 @@ ExchangeHealth::Change ExchangeHealth::on_result(bool ok, const std::string& rea
   ++reasons_[reason.empty() ? "unknown" : reason];
   if (!addr.empty()) ++addrs_[addr];
   if (reported_ || failures_ < cfg_.min_failures || now - first_failure_ < cfg_.min_duration)
-    return Change::kNone;
+    return Change::None;
   reported_ = true;
-  return Change::kFailing;
+  return Change::Failing;
 }
 
 ExchangeAlert ExchangeHealth::alert() const {

@@ -32,10 +32,10 @@ class ExchangeHealth {
  public:
   explicit ExchangeHealth(ExchangeHealthConfig cfg = {}) : cfg_(cfg) {}
 
-  enum class Change { kNone, kFailing, kRecovered };
+  enum class Change { None, Failing, Recovered };
   // addr: the address dialled for this exchange ("" when unknown, e.g. a responder's partner).
   Change on_result(bool ok, const std::string& reason, const std::string& addr, net::Millis now);
-  // The current run of failures (meaningful after kFailing, and until the next success).
+  // The current run of failures (meaningful after Failing, and until the next success).
   ExchangeAlert alert() const;
   bool failing() const { return reported_; }
 

@@ -15,7 +15,7 @@ namespace gossiptrain::gossip {
 
 namespace {
 constexpr std::size_t kLeaveDirectFanout = 16;  // members told of a leave directly
-bool is_live(MemberState s) { return s == MemberState::kAlive || s == MemberState::kSuspect; }
+bool is_live(MemberState s) { return s == MemberState::Alive || s == MemberState::Suspect; }
 net::SharedBytes share(net::Bytes b) { return std::make_shared<const net::Bytes>(std::move(b)); }
 }  // namespace
 
@@ -75,7 +75,7 @@ Membership::Membership(net::Transport& transport, MembershipConfig config)
           : static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                            std::chrono::system_clock::now().time_since_epoch())
                                            .count());
-  members_[self_id_] = Member{self_id_, self_addr_, inc, MemberState::kAlive, sched_.now()};
+  members_[self_id_] = Member{self_id_, self_addr_, inc, MemberState::Alive, sched_.now()};
   live_count_ = 1;
   publish();
 }
@@ -141,16 +141,16 @@ void Membership::leave() {
   leaving_ = true;
   Member& self = members_[self_id_];
   if (is_live(self.state)) --live_count_;
-  self.state = MemberState::kLeft;
+  self.state = MemberState::Left;
   self.state_change = sched_.now();
   publish(self);
-  const Update u{self_id_, self_addr_, self.incarnation, MemberState::kLeft, self_id_};
+  const Update u{self_id_, self_addr_, self.incarnation, MemberState::Left, self_id_};
   queue_broadcast(u);
   // Told directly (to a bounded number) as well as gossiped: a leave should not wait for a probe
   // to be noticed, and the receivers pass it on.
   const auto targets = random_members(kLeaveDirectFanout, self_id_,
                                       [](const Member& m) { return is_live(m.state); });
-  for (const Member* m : targets) send_to(m->id, m->addr, kMsgGossip, encode(GossipMsg{{u}}));
+  for (const Member* m : targets) send_to(m->id, m->addr, MembershipType::Gossip, encode(GossipMsg{{u}}));
   spdlog::info("membership {}: leaving, told {} members", self_id_, targets.size());
   later(cfg_.leave_linger, [this] { stop(); });
 }
@@ -195,7 +195,7 @@ void Membership::send_sync_to_addr(const std::string& addr, bool join) {
     if (m.addr != addr || id == self_id_) continue;
     auto it = links_.find(id);
     if (it != links_.end() && it->second.conn && it->second.conn->is_open()) {
-      send_on(it->second.conn, kMsgSync, encode(SyncMsg{next_seq_++, join, full_state()}));
+      send_on(it->second.conn, MembershipType::Sync, encode(SyncMsg{next_seq_++, join, full_state()}));
       return;
     }
   }
@@ -215,7 +215,7 @@ void Membership::send_sync_to_addr(const std::string& addr, bool join) {
       return;
     }
     adopt(c, true);
-    send_on(c, kMsgSync, encode(SyncMsg{seq, join, full_state()}));
+    send_on(c, MembershipType::Sync, encode(SyncMsg{seq, join, full_state()}));
   });
 }
 
@@ -256,14 +256,14 @@ void Membership::probe_tick() {
     if (probe_.active && probe_.seq == seq) probe_.acked = true;
   });
   std::vector<Update> piggyback;
-  if (target->state == MemberState::kSuspect) {
+  if (target->state == MemberState::Suspect) {
     // Lifeguard's buddy system: tell a suspect directly, so it can refute at once.
-    piggyback.push_back(Update{target->id, target->addr, target->incarnation, MemberState::kSuspect, self_id_});
+    piggyback.push_back(Update{target->id, target->addr, target->incarnation, MemberState::Suspect, self_id_});
   }
   for (auto& u : take_broadcasts(cfg_.max_piggyback - std::min(cfg_.max_piggyback, piggyback.size()))) {
     if (u.id != target->id || piggyback.empty()) piggyback.push_back(std::move(u));
   }
-  send_to(target->id, target->addr, kMsgPing, encode(PingMsg{seq, target->id, std::move(piggyback)}));
+  send_to(target->id, target->addr, MembershipType::Ping, encode(PingMsg{seq, target->id, std::move(piggyback)}));
   later(cfg_.probe_timeout, [this, seq] { indirect_probe(seq); });
 }
 
@@ -274,9 +274,9 @@ void Membership::indirect_probe(std::uint32_t seq) {
   if (it == members_.end()) return;
   const Member target = it->second;
   const auto helpers = random_members(static_cast<std::size_t>(cfg_.indirect_checks), target.id,
-                                      [](const Member& m) { return m.state == MemberState::kAlive; });
+                                      [](const Member& m) { return m.state == MemberState::Alive; });
   for (const Member* h : helpers) {
-    send_to(h->id, h->addr, kMsgPingReq,
+    send_to(h->id, h->addr, MembershipType::PingReq,
             encode(PingReqMsg{seq, target.id, target.addr, take_broadcasts(cfg_.max_piggyback)}));
   }
 }
@@ -294,7 +294,7 @@ void Membership::finish_probe() {
   if (it == members_.end() || !is_live(it->second.state)) return;
   spdlog::debug("membership {}: no ack from {} in a probe period, suspecting", self_id_, probe_.target);
   const Member& m = it->second;
-  suspect_node(Update{m.id, m.addr, m.incarnation, MemberState::kSuspect, self_id_});
+  suspect_node(Update{m.id, m.addr, m.incarnation, MemberState::Suspect, self_id_});
 }
 
 void Membership::gossip_tick() {
@@ -306,12 +306,12 @@ void Membership::gossip_tick() {
   const auto targets = random_members(
       static_cast<std::size_t>(cfg_.gossip_nodes), self_id_, [&](const Member& m) {
         return is_live(m.state) ||
-               (m.state == MemberState::kDead && now - m.state_change < cfg_.gossip_to_the_dead);
+               (m.state == MemberState::Dead && now - m.state_change < cfg_.gossip_to_the_dead);
       });
   for (const Member* m : targets) {
     auto ups = take_broadcasts(cfg_.max_piggyback);
     if (ups.empty()) break;
-    send_to(m->id, m->addr, kMsgGossip, encode(GossipMsg{std::move(ups)}));
+    send_to(m->id, m->addr, MembershipType::Gossip, encode(GossipMsg{std::move(ups)}));
   }
 }
 
@@ -326,9 +326,9 @@ Millis push_pull_period(Millis interval, std::size_t n) {
 void Membership::push_pull_tick() {
   later(push_pull_period(cfg_.push_pull_interval, est_num_nodes()), [this] { push_pull_tick(); });
   if (leaving_) return;
-  const auto t = random_members(1, self_id_, [](const Member& m) { return m.state == MemberState::kAlive; });
+  const auto t = random_members(1, self_id_, [](const Member& m) { return m.state == MemberState::Alive; });
   if (t.empty()) return;
-  send_to(t[0]->id, t[0]->addr, kMsgSync, encode(SyncMsg{next_seq_++, false, full_state()}));
+  send_to(t[0]->id, t[0]->addr, MembershipType::Sync, encode(SyncMsg{next_seq_++, false, full_state()}));
 }
 
 void Membership::reconnect_tick() {
@@ -336,10 +336,10 @@ void Membership::reconnect_tick() {
   if (leaving_) return;
   // After a partition each side holds the other as dead; a sync with one of them makes it refute
   // (it sees itself dead) and merges the two views again.
-  const auto t = random_members(1, self_id_, [](const Member& m) { return m.state == MemberState::kDead; });
+  const auto t = random_members(1, self_id_, [](const Member& m) { return m.state == MemberState::Dead; });
   if (t.empty()) return;
   spdlog::debug("membership {}: trying to reconnect to dead member {}", self_id_, t[0]->id);
-  send_to(t[0]->id, t[0]->addr, kMsgSync, encode(SyncMsg{next_seq_++, false, full_state()}));
+  send_to(t[0]->id, t[0]->addr, MembershipType::Sync, encode(SyncMsg{next_seq_++, false, full_state()}));
 }
 
 void Membership::housekeeping_tick() {
@@ -385,10 +385,10 @@ void Membership::housekeeping_tick() {
 
 void Membership::apply(const Update& u) {
   switch (u.state) {
-    case MemberState::kAlive: alive_node(u, false); break;
-    case MemberState::kSuspect: suspect_node(u); break;
-    case MemberState::kDead: dead_node(u); break;
-    case MemberState::kLeft: {
+    case MemberState::Alive: alive_node(u, false); break;
+    case MemberState::Suspect: suspect_node(u); break;
+    case MemberState::Dead: dead_node(u); break;
+    case MemberState::Left: {
       Update d = u;
       d.from = u.id;  // "left" is a dead message from the member itself
       dead_node(d);
@@ -404,17 +404,17 @@ void Membership::apply_all(const net::ConnectionPtr& c, const std::vector<Update
   // while stale news circulates.
   std::vector<Update> corrections;
   for (const auto& u : updates) {
-    if (u.state != MemberState::kAlive && corrections.size() < cfg_.max_piggyback) {
+    if (u.state != MemberState::Alive && corrections.size() < cfg_.max_piggyback) {
       auto it = members_.find(u.id);
-      if (it != members_.end() && it->second.state == MemberState::kAlive &&
+      if (it != members_.end() && it->second.state == MemberState::Alive &&
           u.incarnation < it->second.incarnation) {
         const Member& m = it->second;
-        corrections.push_back(Update{m.id, m.addr, m.incarnation, MemberState::kAlive, ""});
+        corrections.push_back(Update{m.id, m.addr, m.incarnation, MemberState::Alive, ""});
       }
     }
     apply(u);
   }
-  if (!corrections.empty()) send_on(c, kMsgGossip, encode(GossipMsg{std::move(corrections)}));
+  if (!corrections.empty()) send_on(c, MembershipType::Gossip, encode(GossipMsg{std::move(corrections)}));
 }
 
 void Membership::merge_remote(const std::vector<Update>& remote) {
@@ -422,18 +422,18 @@ void Membership::merge_remote(const std::vector<Update>& remote) {
   // and the member gets the chance to refute); "left" is final.
   for (const auto& r : remote) {
     switch (r.state) {
-      case MemberState::kAlive: alive_node(r, false); break;
-      case MemberState::kLeft: {
+      case MemberState::Alive: alive_node(r, false); break;
+      case MemberState::Left: {
         Update d = r;
-        d.state = MemberState::kDead;
+        d.state = MemberState::Dead;
         d.from = r.id;
         dead_node(d);
         break;
       }
-      case MemberState::kDead:
-      case MemberState::kSuspect: {
+      case MemberState::Dead:
+      case MemberState::Suspect: {
         Update s = r;
-        s.state = MemberState::kSuspect;
+        s.state = MemberState::Suspect;
         s.from = self_id_;
         suspect_node(s);
         break;
@@ -459,14 +459,14 @@ void Membership::alive_node(const Update& a, bool bootstrap) {
       spdlog::warn("membership {}: member table full ({}), ignoring {}", self_id_, kMaxSyncMembers, a.id);
       return;
     }
-    Member m{a.id, a.addr, a.incarnation, MemberState::kAlive, sched_.now()};
+    Member m{a.id, a.addr, a.incarnation, MemberState::Alive, sched_.now()};
     it = members_.emplace(a.id, m).first;
     ++live_count_;
     // A random slot in the probe round, so a new member is probed soon but not always first.
     probe_order_.push_back(a.id);
     const std::size_t j = rng_.below(probe_order_.size());
     std::swap(probe_order_[j], probe_order_.back());
-    queue_broadcast(Update{a.id, a.addr, a.incarnation, MemberState::kAlive, ""});
+    queue_broadcast(Update{a.id, a.addr, a.incarnation, MemberState::Alive, ""});
     spdlog::debug("membership {}: new member {} at {} (incarnation {})", self_id_, a.id, a.addr, a.incarnation);
     notify(it->second);
     publish(it->second);
@@ -483,17 +483,17 @@ void Membership::alive_node(const Update& a, bool bootstrap) {
     if (!leaving_) refute(a.incarnation);
     return;
   }
-  queue_broadcast(Update{a.id, a.addr, a.incarnation, MemberState::kAlive, ""});
+  queue_broadcast(Update{a.id, a.addr, a.incarnation, MemberState::Alive, ""});
   const bool addr_changed = st.addr != a.addr;
   const MemberState before = st.state;
   st.incarnation = a.incarnation;
   st.addr = a.addr;
   if (addr_changed) links_.erase(a.id);  // the old connection points at the old address
-  if (before != MemberState::kAlive) {
-    if (before != MemberState::kSuspect) {
+  if (before != MemberState::Alive) {
+    if (before != MemberState::Suspect) {
       spdlog::info("membership {}: {} is alive again (incarnation {})", self_id_, a.id, a.incarnation);
     }
-    set_state(st, MemberState::kAlive);
+    set_state(st, MemberState::Alive);
   } else {
     if (addr_changed) notify(st);
     publish(st);
@@ -510,16 +510,16 @@ void Membership::suspect_node(const Update& s) {
     if (confirm_suspicion(s.id, s.from)) queue_broadcast(s);
     return;
   }
-  if (st.state != MemberState::kAlive) return;
+  if (st.state != MemberState::Alive) return;
   if (s.id == self_id_) {
     refute(s.incarnation);
     return;
   }
-  queue_broadcast(Update{s.id, st.addr, s.incarnation, MemberState::kSuspect, s.from});
+  queue_broadcast(Update{s.id, st.addr, s.incarnation, MemberState::Suspect, s.from});
   st.incarnation = s.incarnation;
   spdlog::debug("membership {}: suspecting {} (incarnation {}, by {}) at {} ms", self_id_, s.id, s.incarnation,
                 s.from, sched_.now().count());
-  set_state(st, MemberState::kSuspect);
+  set_state(st, MemberState::Suspect);
   start_suspicion(st, s.from);
 }
 
@@ -529,16 +529,16 @@ void Membership::dead_node(const Update& d) {
   Member& st = it->second;
   if (d.incarnation < st.incarnation) return;
   cancel_suspicion(d.id);
-  if (st.state == MemberState::kDead || st.state == MemberState::kLeft) return;
+  if (st.state == MemberState::Dead || st.state == MemberState::Left) return;
   if (d.id == self_id_) {
     if (!leaving_) refute(d.incarnation);
     return;
   }
   const bool left = d.from == d.id;
-  queue_broadcast(Update{d.id, st.addr, d.incarnation, left ? MemberState::kLeft : MemberState::kDead, d.from});
+  queue_broadcast(Update{d.id, st.addr, d.incarnation, left ? MemberState::Left : MemberState::Dead, d.from});
   st.incarnation = d.incarnation;
   spdlog::info("membership {}: {} is {} (incarnation {})", self_id_, d.id, left ? "left" : "dead", d.incarnation);
-  set_state(st, left ? MemberState::kLeft : MemberState::kDead);
+  set_state(st, left ? MemberState::Left : MemberState::Dead);
 }
 
 void Membership::refute(std::uint64_t accused_incarnation) {
@@ -606,9 +606,9 @@ void Membership::suspicion_fired(const std::string& id, std::uint64_t incarnatio
   auto it = members_.find(id);
   if (it == members_.end()) return;
   const Member& m = it->second;
-  if (m.state != MemberState::kSuspect || m.incarnation != incarnation) return;
+  if (m.state != MemberState::Suspect || m.incarnation != incarnation) return;
   spdlog::debug("membership {}: suspicion of {} timed out at {} ms", self_id_, id, sched_.now().count());
-  dead_node(Update{id, m.addr, incarnation, MemberState::kDead, self_id_});
+  dead_node(Update{id, m.addr, incarnation, MemberState::Dead, self_id_});
 }
 
 void Membership::cancel_suspicion(const std::string& id) {
@@ -706,13 +706,13 @@ void Membership::on_message(const net::ConnectionPtr& c, std::uint8_t type, net:
 }
 
 void Membership::handle(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& payload) {
-  switch (type) {
-    case kMsgPing: handle_ping(c, decode_ping(payload)); break;
-    case kMsgAck: handle_ack(c, decode_ack(payload)); break;
-    case kMsgPingReq: handle_ping_req(c, decode_ping_req(payload)); break;
-    case kMsgSync: handle_sync(c, decode_sync(payload), false); break;
-    case kMsgSyncReply: handle_sync(c, decode_sync(payload), true); break;
-    case kMsgGossip:
+  switch (static_cast<MembershipType>(type)) {
+    case MembershipType::Ping: handle_ping(c, decode_ping(payload)); break;
+    case MembershipType::Ack: handle_ack(c, decode_ack(payload)); break;
+    case MembershipType::PingReq: handle_ping_req(c, decode_ping_req(payload)); break;
+    case MembershipType::Sync: handle_sync(c, decode_sync(payload), false); break;
+    case MembershipType::SyncReply: handle_sync(c, decode_sync(payload), true); break;
+    case MembershipType::Gossip:
       apply_all(c, decode_gossip(payload).updates);
       break;
     default:
@@ -727,13 +727,13 @@ void Membership::handle_ping(const net::ConnectionPtr& c, PingMsg m) {
     return;
   }
   apply_all(c, m.updates);
-  send_on(c, kMsgAck, encode(AckMsg{m.seq, take_broadcasts(cfg_.max_piggyback)}));
+  send_on(c, MembershipType::Ack, encode(AckMsg{m.seq, take_broadcasts(cfg_.max_piggyback)}));
 }
 
 void Membership::handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m) {
   apply_all(c, m.updates);
   if (m.target_id == self_id_) {
-    send_on(c, kMsgAck, encode(AckMsg{m.seq, take_broadcasts(cfg_.max_piggyback)}));
+    send_on(c, MembershipType::Ack, encode(AckMsg{m.seq, take_broadcasts(cfg_.max_piggyback)}));
     return;
   }
   if (!net::dialable_addr(m.target_addr)) {
@@ -750,13 +750,13 @@ void Membership::handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m) {
       [this, c, their_seq, requester] {
         net::Bytes ack = encode(AckMsg{their_seq, take_broadcasts(cfg_.max_piggyback)});
         if (c->is_open()) {
-          send_on(c, kMsgAck, std::move(ack));
+          send_on(c, MembershipType::Ack, std::move(ack));
         } else if (auto it = members_.find(requester); it != members_.end()) {
-          send_to(requester, it->second.addr, kMsgAck, std::move(ack));
+          send_to(requester, it->second.addr, MembershipType::Ack, std::move(ack));
         }
       },
       [this, target] { drop_link(target); });
-  send_to(m.target_id, m.target_addr, kMsgPing,
+  send_to(m.target_id, m.target_addr, MembershipType::Ping,
           encode(PingMsg{seq, m.target_id, take_broadcasts(cfg_.max_piggyback)}));
 }
 
@@ -775,7 +775,7 @@ void Membership::handle_sync(const net::ConnectionPtr& c, SyncMsg m, bool reply)
   // replies, so the reply already carries its new incarnation (partition healing).
   merge_remote(m.members);
   if (!reply) {
-    send_on(c, kMsgSyncReply, encode(SyncMsg{m.seq, m.join, full_state()}));
+    send_on(c, MembershipType::SyncReply, encode(SyncMsg{m.seq, m.join, full_state()}));
     return;
   }
   if (m.join && join_in_progress_ && m.seq >= join_seq_lo_ && !join_answered_) {
@@ -809,20 +809,20 @@ void Membership::drop_link(const std::string& id) {
   if (owned_.erase(c.get())) c->close("no ack");
 }
 
-void Membership::send_on(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes payload) {
-  if (!c->send(type, share(std::move(payload)))) {
+void Membership::send_on(const net::ConnectionPtr& c, MembershipType type, net::Bytes payload) {
+  if (!c->send(wire(type), share(std::move(payload)))) {
     spdlog::debug("membership {}: send to {} refused (closed or queue full)", self_id_, c->peer_id());
   }
 }
 
-void Membership::send_to(const std::string& id, const std::string& addr, std::uint8_t type,
+void Membership::send_to(const std::string& id, const std::string& addr, MembershipType type,
                          net::Bytes payload) {
   Link& l = links_[id];
   if (l.conn && l.conn->is_open()) {
     send_on(l.conn, type, std::move(payload));
     return;
   }
-  if (l.pending.size() < cfg_.max_pending_per_peer) l.pending.emplace_back(type, share(std::move(payload)));
+  if (l.pending.size() < cfg_.max_pending_per_peer) l.pending.emplace_back(wire(type), share(std::move(payload)));
   if (l.dialing) return;
   l.dialing = true;
   std::weak_ptr<bool> w = token_;
@@ -858,7 +858,7 @@ void Membership::send_to(const std::string& id, const std::string& addr, std::ui
 
 Update Membership::self_update() const {
   const Member& s = members_.at(self_id_);
-  return Update{s.id, s.addr, s.incarnation, MemberState::kAlive, ""};
+  return Update{s.id, s.addr, s.incarnation, MemberState::Alive, ""};
 }
 
 std::vector<Update> Membership::full_state() const {
@@ -866,8 +866,8 @@ std::vector<Update> Membership::full_state() const {
   out.reserve(members_.size());
   for (const auto& [id, m] : members_) {
     Update u{m.id, m.addr, m.incarnation, m.state, ""};
-    if (m.state == MemberState::kLeft) u.from = m.id;
-    if (m.state == MemberState::kSuspect || m.state == MemberState::kDead) u.from = self_id_;
+    if (m.state == MemberState::Left) u.from = m.id;
+    if (m.state == MemberState::Suspect || m.state == MemberState::Dead) u.from = self_id_;
     out.push_back(std::move(u));
   }
   return out;

@@ -64,7 +64,7 @@ struct MemberInfo {
   std::string id;
   std::string addr;
   std::uint64_t incarnation = 0;
-  MemberState state = MemberState::kAlive;
+  MemberState state = MemberState::Alive;
   bool operator==(const MemberInfo&) const = default;
 };
 
@@ -109,7 +109,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
     std::string id;
     std::string addr;
     std::uint64_t incarnation = 0;
-    MemberState state = MemberState::kAlive;
+    MemberState state = MemberState::Alive;
     Millis state_change{0};
   };
   // Lifeguard suspicion (memberlist suspicion.go): starts at max, shrinks towards min as k
@@ -187,8 +187,8 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   void handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m);
   void handle_ack(const net::ConnectionPtr& c, AckMsg m);
   void handle_sync(const net::ConnectionPtr& c, SyncMsg m, bool reply);
-  void send_to(const std::string& id, const std::string& addr, std::uint8_t type, net::Bytes payload);
-  void send_on(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes payload);
+  void send_to(const std::string& id, const std::string& addr, MembershipType type, net::Bytes payload);
+  void send_on(const net::ConnectionPtr& c, MembershipType type, net::Bytes payload);
   void send_sync_to_addr(const std::string& addr, bool join);
   void expect_ack(std::uint32_t seq, Millis timeout, std::function<void()> on_ack,
                   std::function<void()> on_timeout = {});

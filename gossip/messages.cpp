@@ -7,10 +7,10 @@ namespace gossiptrain::gossip {
 
 const char* to_string(MemberState s) {
   switch (s) {
-    case MemberState::kAlive: return "alive";
-    case MemberState::kSuspect: return "suspect";
-    case MemberState::kDead: return "dead";
-    case MemberState::kLeft: return "left";
+    case MemberState::Alive: return "alive";
+    case MemberState::Suspect: return "suspect";
+    case MemberState::Dead: return "dead";
+    case MemberState::Left: return "left";
   }
   return "unknown";
 }
@@ -62,10 +62,10 @@ class Reader : public base::ByteReader {
     if (!valid_addr(u.addr)) throw DecodeError("bad member addr");
     u.incarnation = u64();
     const std::uint8_t st = u8();
-    if (st > static_cast<std::uint8_t>(MemberState::kLeft)) throw DecodeError("bad member state");
+    if (st > static_cast<std::uint8_t>(MemberState::Left)) throw DecodeError("bad member state");
     u.state = static_cast<MemberState>(st);
     u.from = str8(kMaxPeerIdBytes, "from id");
-    if (u.state != MemberState::kAlive && u.from.empty()) throw DecodeError("accusation without from");
+    if (u.state != MemberState::Alive && u.from.empty()) throw DecodeError("accusation without from");
     return u;
   }
   std::vector<Update> updates(std::size_t max) {

@@ -16,14 +16,16 @@ namespace gossiptrain::gossip {
 inline constexpr std::uint8_t kMembershipWireVersion = 1;
 
 // Message types, inside the membership range of the Dispatcher (0x10-0x2F).
-enum MembershipMsgType : std::uint8_t {
-  kMsgPing = 0x10,       // direct probe: seq, target id, piggybacked updates
-  kMsgAck = 0x11,        // answer to a ping (also relayed by an indirect pinger)
-  kMsgPingReq = 0x12,    // "please ping target for me" (indirect probe)
-  kMsgSync = 0x13,       // push-pull: the sender's full member list (join, anti-entropy)
-  kMsgSyncReply = 0x14,  // the receiver's full member list, after merging the sender's
-  kMsgGossip = 0x15,     // only piggybacked updates (dissemination, leave)
+enum class MembershipType : std::uint8_t {
+  Ping = 0x10,       // direct probe: seq, target id, piggybacked updates
+  Ack = 0x11,        // answer to a ping (also relayed by an indirect pinger)
+  PingReq = 0x12,    // "please ping target for me" (indirect probe)
+  Sync = 0x13,       // push-pull: the sender's full member list (join, anti-entropy)
+  SyncReply = 0x14,  // the receiver's full member list, after merging the sender's
+  Gossip = 0x15,     // only piggybacked updates (dissemination, leave)
 };
+// The type byte on the wire.
+constexpr std::uint8_t wire(MembershipType t) { return static_cast<std::uint8_t>(t); }
 
 // Input bounds: what a remote may make us parse or allocate.
 inline constexpr std::size_t kMaxPeerIdBytes = 64;
@@ -33,7 +35,7 @@ inline constexpr std::size_t kMaxSyncMembers = 8192;
 inline constexpr std::size_t kMaxSmallMessageBytes = 256u << 10;
 inline constexpr std::size_t kMaxSyncMessageBytes = 8u << 20;
 
-enum class MemberState : std::uint8_t { kAlive = 0, kSuspect = 1, kDead = 2, kLeft = 3 };
+enum class MemberState : std::uint8_t { Alive = 0, Suspect = 1, Dead = 2, Left = 3 };
 const char* to_string(MemberState s);
 
 // One member's state as gossiped: memberlist's alive/suspect/dead messages in one record.
@@ -42,7 +44,7 @@ struct Update {
   std::string id;
   std::string addr;
   std::uint64_t incarnation = 0;
-  MemberState state = MemberState::kAlive;
+  MemberState state = MemberState::Alive;
   std::string from;
   bool operator==(const Update&) const = default;
 };
@@ -62,7 +64,7 @@ struct PingReqMsg {
   std::string target_addr;
   std::vector<Update> updates;
 };
-struct SyncMsg {  // kMsgSync and kMsgSyncReply
+struct SyncMsg {  // MembershipType::Sync and SyncReply
   std::uint32_t seq = 0;
   bool join = false;
   std::vector<Update> members;

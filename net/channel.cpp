@@ -91,7 +91,7 @@ asio::awaitable<bool> Channel::write_all(const std::uint8_t* data, std::size_t n
 
 asio::awaitable<void> Channel::run() {
   auto self = shared_from_this();
-  Handshake hs(inbound_ ? Handshake::Role::kResponder : Handshake::Role::kInitiator,
+  Handshake hs(inbound_ ? Handshake::Role::Responder : Handshake::Role::Initiator,
                opts_->handshake);
   if (!inbound_) {
     Bytes m1 = hs.start();
@@ -168,14 +168,14 @@ asio::awaitable<void> Channel::reader() {
     auto ev = receiver_->on_body(body, body_bytes);
     if (!closing_) set_deadline(Clock::now() + opts_->limits.idle_timeout, "idle timeout");
     switch (ev) {
-      case FrameReceiver::Event::kNothing: break;
-      case FrameReceiver::Event::kMessage:
+      case FrameReceiver::Event::Nothing: break;
+      case FrameReceiver::Event::Message:
         if (!closing_) host_.channel_message(self, receiver_->message_type(), receiver_->take_message());
         break;
-      case FrameReceiver::Event::kClose:
+      case FrameReceiver::Event::Close:
         fail(closing_ ? close_reason_ : "closed by remote: " + receiver_->text());
         co_return;
-      case FrameReceiver::Event::kError:
+      case FrameReceiver::Event::Error:
         fail("protocol error: " + receiver_->text());
         co_return;
     }
@@ -200,12 +200,12 @@ asio::awaitable<bool> Channel::send_message(const Outgoing& m) {
     small_.resize(p.size() + 1);
     small_[0] = m.type;
     if (!p.empty()) std::memcpy(small_.data() + 1, p.data(), p.size());
-    co_return co_await send_frame(FrameType::kMessage, small_.data(), small_.size());
+    co_return co_await send_frame(FrameType::Message, small_.data(), small_.size());
   }
   std::uint8_t start[kMessageStartBytes];
   start[0] = m.type;
   base::put_u64(start + 1, p.size());
-  if (!co_await send_frame(FrameType::kMessageStart, start, sizeof start)) co_return false;
+  if (!co_await send_frame(FrameType::MessageStart, start, sizeof start)) co_return false;
   const auto& pool = opts_->crypto_pool;
   if (pool && pool->threads() > 1 && p.size() >= opts_->parallel_min_message_bytes)
     co_return co_await send_data_parallel(p);
@@ -214,7 +214,7 @@ asio::awaitable<bool> Channel::send_message(const Outgoing& m) {
     if (closed_) co_return false;
     if (closing_ && !flush_) co_return true;  // shutdown: the close frame follows mid-message
     std::size_t len = std::min(chunk, p.size() - off);
-    if (!co_await send_frame(FrameType::kData, p.data() + off, len)) co_return false;
+    if (!co_await send_frame(FrameType::Data, p.data() + off, len)) co_return false;
   }
   co_return true;
 }
@@ -261,7 +261,7 @@ asio::awaitable<void> Channel::writer() {
       queue_.clear();
       queued_bytes_ = 0;
       std::string r = close_reason_.substr(0, kMaxCloseReasonBytes);
-      if (!co_await send_frame(FrameType::kClose, reinterpret_cast<const std::uint8_t*>(r.data()),
+      if (!co_await send_frame(FrameType::Close, reinterpret_cast<const std::uint8_t*>(r.data()),
                                r.size()))
         co_return;
       std::error_code ec;
@@ -276,7 +276,7 @@ asio::awaitable<void> Channel::writer() {
           Clock::now() >= last_tx_ + opts_->limits.keepalive_interval) {
         // Idle for a keepalive interval: a large frame buffer goes back to the system.
         if (wire_.capacity() > kIdleWireKeepBytes) Bytes().swap(wire_);
-        if (!co_await send_frame(FrameType::kPing, nullptr, 0)) co_return;
+        if (!co_await send_frame(FrameType::Ping, nullptr, 0)) co_return;
       }
       continue;
     }

@@ -116,7 +116,7 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
   std::string peer_id_;
   std::string remote_addr_;
   std::string remote_listen_addr_;
-  crypto::Aead aead_ = crypto::Aead::kChaCha20Poly1305;
+  crypto::Aead aead_ = crypto::Aead::ChaCha20Poly1305;
 
   std::unique_ptr<FrameSealer> sealer_;
   std::unique_ptr<FrameReceiver> receiver_;

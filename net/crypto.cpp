@@ -121,8 +121,8 @@ bool x25519(const X25519Secret& sk, const PublicKey& remote_pk, SymKey& shared) 
 
 const char* aead_name(Aead a) {
   switch (a) {
-    case Aead::kAes256Gcm: return "aes256gcm";
-    case Aead::kChaCha20Poly1305: return "chacha20poly1305";
+    case Aead::Aes256Gcm: return "aes256gcm";
+    case Aead::ChaCha20Poly1305: return "chacha20poly1305";
   }
   return "unknown";
 }
@@ -145,9 +145,9 @@ static void make_nonce(std::uint8_t* n, std::uint64_t counter) {
 
 AeadCipher::AeadCipher(Aead aead, const SymKey& key) : aead_(aead) {
   init();
-  if (aead_ == Aead::kAes256Gcm && !aes256gcm_available())
+  if (aead_ == Aead::Aes256Gcm && !aes256gcm_available())
     throw std::invalid_argument("AES-256-GCM is not available on this CPU");
-  if (aead_ != Aead::kAes256Gcm && aead_ != Aead::kChaCha20Poly1305)
+  if (aead_ != Aead::Aes256Gcm && aead_ != Aead::ChaCha20Poly1305)
     throw std::invalid_argument("unknown AEAD");
   set_key(key);
 }
@@ -156,7 +156,7 @@ AeadCipher::~AeadCipher() = default;
 
 void AeadCipher::set_key(const SymKey& key) {
   key_ = key;
-  if (aead_ == Aead::kAes256Gcm) {
+  if (aead_ == Aead::Aes256Gcm) {
     if (!aes_) aes_ = std::make_unique<State>();
     GT_SODIUM_CHECK(crypto_aead_aes256gcm_beforenm(&aes_->st, key_.data()));
   }
@@ -167,7 +167,7 @@ void AeadCipher::seal(std::uint8_t* out, std::uint8_t* tag, const std::uint8_t* 
                       std::uint64_t nonce) const {
   std::uint8_t n[kAeadNonceBytes];
   make_nonce(n, nonce);
-  if (aead_ == Aead::kAes256Gcm) {
+  if (aead_ == Aead::Aes256Gcm) {
     GT_SODIUM_CHECK(crypto_aead_aes256gcm_encrypt_detached_afternm(
         out, tag, nullptr, in, len, ad.data(), ad.size(), nullptr, n, &aes_->st));
   } else {
@@ -181,7 +181,7 @@ bool AeadCipher::open(std::uint8_t* out, const std::uint8_t* in, std::size_t len
                       std::uint64_t nonce) const {
   std::uint8_t n[kAeadNonceBytes];
   make_nonce(n, nonce);
-  if (aead_ == Aead::kAes256Gcm)
+  if (aead_ == Aead::Aes256Gcm)
     return crypto_aead_aes256gcm_decrypt_detached_afternm(out, nullptr, in, len, tag, ad.data(),
                                                           ad.size(), n, &aes_->st) == 0;
   return crypto_aead_chacha20poly1305_ietf_decrypt_detached(out, nullptr, in, len, tag, ad.data(),

@@ -76,7 +76,7 @@ void x25519_keypair(PublicKey& pk, X25519Secret& sk);
 bool x25519(const X25519Secret& sk, const PublicKey& remote_pk, SymKey& shared);
 
 // The channel's AEADs. Both take 12-byte nonces and 16-byte tags, so frames look the same.
-enum class Aead : std::uint8_t { kAes256Gcm = 1, kChaCha20Poly1305 = 2 };
+enum class Aead : std::uint8_t { Aes256Gcm = 1, ChaCha20Poly1305 = 2 };
 const char* aead_name(Aead a);
 bool aes256gcm_available();  // AES-NI + PCLMUL present (libsodium's requirement)
 

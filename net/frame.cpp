@@ -20,12 +20,12 @@ namespace {
 // Plaintext size bounds per frame type; max_frame_bytes bounds the variable ones.
 bool plain_size_ok(FrameType t, std::size_t p, std::size_t max_frame) {
   switch (t) {
-    case FrameType::kMessage: return p >= 1 && p <= max_frame;
-    case FrameType::kMessageStart: return p == kMessageStartBytes;
-    case FrameType::kData: return p >= 1 && p <= max_frame;
-    case FrameType::kPing: return p == 0;
-    case FrameType::kRekey: return p == 0;
-    case FrameType::kClose: return p <= kMaxCloseReasonBytes;
+    case FrameType::Message: return p >= 1 && p <= max_frame;
+    case FrameType::MessageStart: return p == kMessageStartBytes;
+    case FrameType::Data: return p >= 1 && p <= max_frame;
+    case FrameType::Ping: return p == 0;
+    case FrameType::Rekey: return p == 0;
+    case FrameType::Close: return p <= kMaxCloseReasonBytes;
   }
   return false;
 }
@@ -46,12 +46,12 @@ void advise_huge_pages(void* p, std::size_t n) {
 
 const char* frame_type_name(FrameType t) {
   switch (t) {
-    case FrameType::kMessage: return "message";
-    case FrameType::kMessageStart: return "message-start";
-    case FrameType::kData: return "data";
-    case FrameType::kPing: return "ping";
-    case FrameType::kClose: return "close";
-    case FrameType::kRekey: return "rekey";
+    case FrameType::Message: return "message";
+    case FrameType::MessageStart: return "message-start";
+    case FrameType::Data: return "data";
+    case FrameType::Ping: return "ping";
+    case FrameType::Close: return "close";
+    case FrameType::Rekey: return "rekey";
   }
   return "unknown";
 }
@@ -113,7 +113,7 @@ bool FrameSealer::rekey_due() const {
 }
 
 void FrameSealer::rekey_into(std::uint8_t* out) {
-  seal_one(FrameType::kRekey, nullptr, 0, out);
+  seal_one(FrameType::Rekey, nullptr, 0, out);
   key_ = next_frame_key(key_);
   cipher_.set_key(key_);
   counter_ = 0;
@@ -147,7 +147,7 @@ std::size_t FrameSealer::batch_wire_bytes(std::size_t frames) const {
 
 namespace {
 
-// One sealing task: `frames` consecutive kData frames laid out at `out` (headers already written),
+// One sealing task: `frames` consecutive Data frames laid out at `out` (headers already written),
 // plaintext chunks of `chunk` bytes (the last `last` bytes), nonces counter, counter + 1, ...
 struct SealRun {
   const crypto::AeadCipher* cipher;
@@ -188,7 +188,7 @@ std::size_t FrameSealer::seal_data_batch(const std::uint8_t* plain, std::size_t 
     if (f > 0 && rekey_due()) break;  // the next batch starts with the rekey
     if (counter_ >= kMaxFramesPerKey) throw std::logic_error("frame counter exhausted");
     std::size_t n = std::min(chunk, len - consumed);
-    encode_frame_header(out + wire, FrameType::kData,
+    encode_frame_header(out + wire, FrameType::Data,
                         static_cast<std::uint32_t>(n + crypto::kAeadTagBytes));
     ++run.frames;
     run.last = n;
@@ -231,7 +231,7 @@ FrameReceiver::Event FrameReceiver::error(std::string e) {
   failed_ = true;
   text_ = std::move(e);
   message_ = Bytes();
-  return Event::kError;
+  return Event::Error;
 }
 
 std::string FrameReceiver::auth_error(FrameType t, std::uint64_t counter) const {
@@ -244,7 +244,7 @@ bool FrameReceiver::drain(std::string& err) {
   if (!batch_ || batch_->size() == 0) return true;
   std::size_t bad = 0;
   bool ok = batch_->wait_all(&bad);
-  if (!ok) err = auth_error(FrameType::kData, task_counters_.at(bad));
+  if (!ok) err = auth_error(FrameType::Data, task_counters_.at(bad));
   task_counters_.clear();
   return ok;
 }
@@ -253,7 +253,7 @@ bool FrameReceiver::drain(std::string& err) {
 // the pool opens (once the frame that last used that slot has opened), else body_.
 bool FrameReceiver::pick_body_buffer(std::string& err) {
   std::size_t plen = hdr_.body_bytes - crypto::kAeadTagBytes;
-  slot_frame_ = parallel_ && hdr_.type == FrameType::kData && plen >= kParallelMinFrameBytes;
+  slot_frame_ = parallel_ && hdr_.type == FrameType::Data && plen >= kParallelMinFrameBytes;
   if (!slot_frame_) {
     if (body_.size() < hdr_.body_bytes) body_.resize(hdr_.body_bytes);  // <= max frame + tag
     body_ptr_ = body_.data();
@@ -264,7 +264,7 @@ bool FrameReceiver::pick_body_buffer(std::string& err) {
     slots_.resize(parallel_frames_in_flight(pool_->threads(), limits_.max_frame_bytes));
   std::size_t task = batch_->size();
   if (task >= slots_.size() && !batch_->wait(task - slots_.size())) {
-    err = auth_error(FrameType::kData, task_counters_.at(task - slots_.size()));
+    err = auth_error(FrameType::Data, task_counters_.at(task - slots_.size()));
     return false;
   }
   Bytes& slot = slots_[task % slots_.size()];
@@ -285,8 +285,8 @@ bool FrameReceiver::on_header(const std::uint8_t* header, std::size_t& body_byte
   }
   // Sequencing is checked before reading the body: data only inside a message, no new message
   // inside one.
-  bool data = hdr_.type == FrameType::kData;
-  bool starts = hdr_.type == FrameType::kMessage || hdr_.type == FrameType::kMessageStart;
+  bool data = hdr_.type == FrameType::Data;
+  bool starts = hdr_.type == FrameType::Message || hdr_.type == FrameType::MessageStart;
   if ((data && !in_message_) || (starts && in_message_)) {
     err = std::string("unexpected ") + frame_type_name(hdr_.type) + " frame";
     error(err);
@@ -333,11 +333,11 @@ FrameReceiver::Event FrameReceiver::open_parallel(const std::uint8_t* body, std:
   task_counters_.push_back(counter_);
   ++counter_;
   filled_ += plen;
-  if (filled_ < total_) return Event::kNothing;
+  if (filled_ < total_) return Event::Nothing;
   std::string err;
   if (!drain(err)) return error(err);
   in_message_ = false;
-  return Event::kMessage;
+  return Event::Message;
 }
 
 FrameReceiver::Event FrameReceiver::on_body(const std::uint8_t* body, std::size_t len) {
@@ -348,7 +348,7 @@ FrameReceiver::Event FrameReceiver::on_body(const std::uint8_t* body, std::size_
   const std::uint8_t* tag = body + plen;
   std::span<const std::uint8_t> ad(header_, kFrameHeaderBytes);
   std::uint8_t* dest;
-  if (hdr_.type == FrameType::kData) {
+  if (hdr_.type == FrameType::Data) {
     // The buffer was reserved at the start; growing it frame by frame touches (faults in and
     // zeroes) each part just before the decryption writes it, while it is hot in cache.
     message_.resize(filled_ + plen);
@@ -360,23 +360,23 @@ FrameReceiver::Event FrameReceiver::on_body(const std::uint8_t* body, std::size_
   if (!cipher_.open(dest, body, plen, tag, ad, counter_))
     return error(auth_error(hdr_.type, counter_));
   ++counter_;
-  if (hdr_.type != FrameType::kData) return on_control(dest, plen);
+  if (hdr_.type != FrameType::Data) return on_control(dest, plen);
   filled_ += plen;
-  if (filled_ < total_) return Event::kNothing;
+  if (filled_ < total_) return Event::Nothing;
   std::string err;
   if (!drain(err)) return error(err);  // frames of this message that the pool opened
   in_message_ = false;
-  return Event::kMessage;
+  return Event::Message;
 }
 
-// Every frame but kData, once opened (plaintext at dest).
+// Every frame but Data, once opened (plaintext at dest).
 FrameReceiver::Event FrameReceiver::on_control(const std::uint8_t* dest, std::size_t plen) {
   switch (hdr_.type) {
-    case FrameType::kMessage:
+    case FrameType::Message:
       msg_type_ = dest[0];
       message_.assign(dest + 1, dest + plen);
-      return Event::kMessage;
-    case FrameType::kMessageStart: {
+      return Event::Message;
+    case FrameType::MessageStart: {
       const std::uint64_t total = base::get_u64(dest + 1);
       if (total > limits_.max_message_bytes)
         return error("announced message of " + std::to_string(total) +
@@ -390,23 +390,23 @@ FrameReceiver::Event FrameReceiver::on_control(const std::uint8_t* dest, std::si
       total_ = total;
       filled_ = 0;
       parallel_ = pool_ && pool_->threads() > 1 && total >= parallel_min_message_;
-      if (total == 0) return Event::kMessage;
+      if (total == 0) return Event::Message;
       in_message_ = true;
-      return Event::kNothing;
+      return Event::Nothing;
     }
-    case FrameType::kPing: return Event::kNothing;
-    case FrameType::kRekey:
+    case FrameType::Ping: return Event::Nothing;
+    case FrameType::Rekey:
       key_ = next_frame_key(key_);
       cipher_.set_key(key_);
       counter_ = 0;
-      return Event::kNothing;
-    case FrameType::kClose:
+      return Event::Nothing;
+    case FrameType::Close:
       text_.assign(reinterpret_cast<const char*>(dest), plen);
       for (char& c : text_)
         if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
       failed_ = true;  // nothing may follow the end of the stream
-      return Event::kClose;
-    case FrameType::kData: break;
+      return Event::Close;
+    case FrameType::Data: break;
   }
   return error("unknown frame type");
 }

@@ -6,12 +6,12 @@
 // authenticated as the AEAD's associated data; body = ciphertext | 16-byte tag. The nonce is the
 // per-direction frame counter (never sent, never reused: a replayed or dropped frame fails to
 // open). Plaintexts by type:
-//   kMessage       msg type | payload              (small messages, one frame)
-//   kMessageStart  msg type | total length (u64 LE) then kData frames until total is reached
-//   kData          chunk of the current message (decrypted straight into the message buffer)
-//   kPing          empty (keepalive)
-//   kClose         reason (explicit end of stream: EOF without it is a truncation)
-//   kRekey         empty; the sender's key ratchets after this frame, the receiver's after opening it
+//   Message       msg type | payload              (small messages, one frame)
+//   MessageStart  msg type | total length (u64 LE) then Data frames until total is reached
+//   Data          chunk of the current message (decrypted straight into the message buffer)
+//   Ping          empty (keepalive)
+//   Close         reason (explicit end of stream: EOF without it is a truncation)
+//   Rekey         empty; the sender's key ratchets after this frame, the receiver's after opening it
 #pragma once
 
 #include <cstdint>
@@ -27,13 +27,13 @@
 namespace gossiptrain::net {
 
 enum class FrameType : std::uint8_t {
-  kMessage = 1, kMessageStart = 2, kData = 3, kPing = 4, kClose = 5, kRekey = 6
+  Message = 1, MessageStart = 2, Data = 3, Ping = 4, Close = 5, Rekey = 6
 };
 const char* frame_type_name(FrameType t);
 
 inline constexpr std::size_t kFrameHeaderBytes = 5;
 inline constexpr std::size_t kMessageStartBytes = 9;
-// Messages up to this size travel in one kMessage frame (one small copy); larger ones are streamed.
+// Messages up to this size travel in one Message frame (one small copy); larger ones are streamed.
 inline constexpr std::size_t kSmallMessageBytes = 64 * 1024;
 // Crypto threads (crypto_pool.hpp): only data frames of at least this many plaintext bytes are
 // handed to a worker (smaller ones cost more to hand over than to open), and one sealing task
@@ -76,14 +76,14 @@ class FrameSealer {
   // The same bound for a frame of len plaintext bytes (len <= max_frame_bytes).
   static std::size_t wire_bytes_for(std::size_t len);
   // Seals one frame (plaintext `len` bytes, len <= max_frame_bytes) into out; if a rekey is due a
-  // kRekey frame is written first. Returns the number of wire bytes written.
+  // Rekey frame is written first. Returns the number of wire bytes written.
   std::size_t seal(FrameType type, const std::uint8_t* plain, std::size_t len, std::uint8_t* out);
   std::uint64_t frames_sealed() const { return total_frames_; }
 
   // Wire bytes of a batch of `frames` data frames (and a rekey frame before them).
   std::size_t batch_wire_bytes(std::size_t frames) const;
   // The data frames of a streamed message, sealed by crypto threads. Lays out up to `max_frames`
-  // kData frames of `chunk` plaintext bytes (the last one shorter) from plain[0, len) into out
+  // Data frames of `chunk` plaintext bytes (the last one shorter) from plain[0, len) into out
   // (batch_wire_bytes(max_frames) bytes): headers, counters and rekey frames exactly as seal()
   // would give them one frame at a time, so the wire is the same byte for byte. The encryption
   // itself is queued on `batch` (empty on entry), in tasks of consecutive frames: out holds the
@@ -110,7 +110,7 @@ class FrameSealer {
 // Receiver half: header check, authenticated decryption, message reassembly.
 class FrameReceiver {
  public:
-  enum class Event { kNothing, kMessage, kClose, kError };
+  enum class Event { Nothing, Message, Close, Error };
 
   FrameReceiver(crypto::Aead aead, const crypto::SymKey& key, const Limits& limits);
   ~FrameReceiver();  // waits for the crypto tasks still running
@@ -132,7 +132,7 @@ class FrameReceiver {
   // Step 2: the whole body. Data frames are decrypted directly into the message buffer.
   Event on_body(const std::uint8_t* body, std::size_t len);
 
-  // After kMessage: the message (moved out). After kClose: the reason. After kError: the error.
+  // After Message: the message (moved out). After Close: the reason. After kError: the error.
   std::uint8_t message_type() const { return msg_type_; }
   Bytes take_message() { return std::move(message_); }
   const std::string& text() const { return text_; }

@@ -21,7 +21,7 @@ U8Span str_span(const char* s) {
   return U8Span(reinterpret_cast<const std::uint8_t*>(s), std::strlen(s));
 }
 
-std::uint8_t mask_of(Aead a) { return a == Aead::kAes256Gcm ? kMaskAes : kMaskChaCha; }
+std::uint8_t mask_of(Aead a) { return a == Aead::Aes256Gcm ? kMaskAes : kMaskChaCha; }
 
 std::string hex64(std::uint64_t v) {
   char b[24];
@@ -33,7 +33,7 @@ std::string hex64(std::uint64_t v) {
 // most two messages with distinct nonces.
 void hs_seal(const crypto::SymKey& k, std::uint64_t nonce, const crypto::Hash& ad, U8Span in,
              std::uint8_t* out) {
-  crypto::AeadCipher c(Aead::kChaCha20Poly1305, k);
+  crypto::AeadCipher c(Aead::ChaCha20Poly1305, k);
   c.seal(out, out + in.size(), in.data(), in.size(), ad, nonce);
 }
 
@@ -41,7 +41,7 @@ bool hs_open(const crypto::SymKey& k, std::uint64_t nonce, const crypto::Hash& a
              std::uint8_t* out) {
   if (in.size() < crypto::kAeadTagBytes) return false;
   std::size_t n = in.size() - crypto::kAeadTagBytes;
-  crypto::AeadCipher c(Aead::kChaCha20Poly1305, k);
+  crypto::AeadCipher c(Aead::ChaCha20Poly1305, k);
   return c.open(out, in.data(), n, in.data() + n, ad, nonce);
 }
 
@@ -49,9 +49,9 @@ bool hs_open(const crypto::SymKey& k, std::uint64_t nonce, const crypto::Hash& a
 
 std::uint8_t aead_mask(AeadPreference pref) {
   switch (pref) {
-    case AeadPreference::kAes256Gcm: return crypto::aes256gcm_available() ? kMaskAes : 0;
-    case AeadPreference::kChaCha20Poly1305: return kMaskChaCha;
-    case AeadPreference::kAuto:
+    case AeadPreference::Aes256Gcm: return crypto::aes256gcm_available() ? kMaskAes : 0;
+    case AeadPreference::ChaCha20Poly1305: return kMaskChaCha;
+    case AeadPreference::Auto:
     default: return static_cast<std::uint8_t>((crypto::aes256gcm_available() ? kMaskAes : 0) |
                                               kMaskChaCha);
   }
@@ -59,7 +59,7 @@ std::uint8_t aead_mask(AeadPreference pref) {
 
 Handshake::Handshake(Role role, HandshakeParams params)
     : role_(role), params_(std::move(params)),
-      state_(role == Role::kInitiator ? State::kStart : State::kAwaitM1) {
+      state_(role == Role::Initiator ? State::Start : State::AwaitM1) {
   crypto::init();
   if (!params_.identity) throw ConfigError("handshake: no identity");
   if (params_.listen_addr.size() > kMaxAddrBytes)
@@ -90,7 +90,7 @@ bool Handshake::check_mac(U8Span msg) {
 }
 
 Bytes Handshake::fail(std::string reason) {
-  state_ = State::kFailed;
+  state_ = State::Failed;
   error_ = "handshake: " + std::move(reason);
   return {};
 }
@@ -101,10 +101,10 @@ std::string Handshake::remote_peer_id() const {
 
 std::size_t Handshake::expected_bytes() const {
   switch (state_) {
-    case State::kAwaitM1: return kM1Bytes;
-    case State::kAwaitM2: return kM2Bytes;
-    case State::kAwaitM3: return kM3Bytes;
-    case State::kAwaitM4: return kM4Bytes;
+    case State::AwaitM1: return kM1Bytes;
+    case State::AwaitM2: return kM2Bytes;
+    case State::AwaitM3: return kM3Bytes;
+    case State::AwaitM4: return kM4Bytes;
     default: return 0;
   }
 }
@@ -113,8 +113,8 @@ void Handshake::derive_handshake_keys(const crypto::PublicKey& remote_eph, std::
   // Caller has already checked the shared secret; recomputed here to keep one code path.
   crypto::SymKey ss;
   crypto::x25519(eph_sk_, remote_eph, ss);
-  const crypto::PublicKey& e_i = role_ == Role::kInitiator ? eph_pk_ : remote_eph;
-  const crypto::PublicKey& e_r = role_ == Role::kInitiator ? remote_eph : eph_pk_;
+  const crypto::PublicKey& e_i = role_ == Role::Initiator ? eph_pk_ : remote_eph;
+  const crypto::PublicKey& e_r = role_ == Role::Initiator ? remote_eph : eph_pk_;
   crypto::Hash h = crypto::hash({transcript_, e_i, e_r, U8Span(&chosen, 1)});
   crypto::Hash ikm = crypto::hash({ss.span(), h});
   prk_ = crypto::kdf(net_key_, "handshake prk", ikm);
@@ -159,7 +159,7 @@ bool Handshake::check_hello() {
 }
 
 Bytes Handshake::start() {
-  if (role_ != Role::kInitiator || state_ != State::kStart)
+  if (role_ != Role::Initiator || state_ != State::Start)
     throw std::logic_error("Handshake::start: not a fresh initiator");
   Bytes m(kM1Bytes);
   std::memcpy(m.data(), kMagic, 4);
@@ -168,7 +168,7 @@ Bytes Handshake::start() {
   crypto::Hash mac = mac_of(U8Span(m).first(kM1Bytes - kMacBytes));
   std::memcpy(m.data() + kM1Bytes - kMacBytes, mac.data(), kMacBytes);
   append(m);
-  state_ = State::kAwaitM2;
+  state_ = State::AwaitM2;
   return m;
 }
 
@@ -179,10 +179,10 @@ Bytes Handshake::on_message(U8Span in) {
     return fail("message of " + std::to_string(in.size()) + " bytes, expected " +
                 std::to_string(want));
   switch (state_) {
-    case State::kAwaitM1: return on_m1(in);
-    case State::kAwaitM2: return on_m2(in);
-    case State::kAwaitM3: return on_m3(in);
-    case State::kAwaitM4: return on_m4(in);
+    case State::AwaitM1: return on_m1(in);
+    case State::AwaitM2: return on_m2(in);
+    case State::AwaitM3: return on_m3(in);
+    case State::AwaitM4: return on_m4(in);
     default: return fail("bad state");
   }
 }
@@ -197,7 +197,7 @@ Bytes Handshake::on_m1(U8Span in) {
   if (common == 0)
     return fail("no common AEAD (ours mask " + std::to_string(my_mask_) + ", theirs " +
                 std::to_string(theirs) + ")");
-  Aead chosen = (common & kMaskAes) ? Aead::kAes256Gcm : Aead::kChaCha20Poly1305;
+  Aead chosen = (common & kMaskAes) ? Aead::Aes256Gcm : Aead::ChaCha20Poly1305;
   crypto::PublicKey e_i;
   std::memcpy(e_i.data(), in.data() + 5, 32);
   crypto::SymKey ss;
@@ -216,7 +216,7 @@ Bytes Handshake::on_m1(U8Span in) {
   std::memcpy(m.data() + kM2Bytes - kMacBytes, mac.data(), kMacBytes);
   append(m);
   append(params_.identity->public_key());
-  state_ = State::kAwaitM3;
+  state_ = State::AwaitM3;
   return m;
 }
 
@@ -226,8 +226,8 @@ Bytes Handshake::on_m2(U8Span in) {
   crypto::PublicKey e_r;
   std::memcpy(e_r.data(), in.data(), 32);
   std::uint8_t chosen_byte = in[32];
-  if (chosen_byte != static_cast<std::uint8_t>(Aead::kAes256Gcm) &&
-      chosen_byte != static_cast<std::uint8_t>(Aead::kChaCha20Poly1305))
+  if (chosen_byte != static_cast<std::uint8_t>(Aead::Aes256Gcm) &&
+      chosen_byte != static_cast<std::uint8_t>(Aead::ChaCha20Poly1305))
     return fail("unknown AEAD chosen");
   Aead chosen = static_cast<Aead>(chosen_byte);
   if (!(mask_of(chosen) & my_mask_))
@@ -269,7 +269,7 @@ Bytes Handshake::on_m2(U8Span in) {
   append(m);
   append(id_i);
   append(U8Span(hello, kHelloBytes));
-  state_ = State::kAwaitM4;
+  state_ = State::AwaitM4;
   return m;
 }
 
@@ -344,17 +344,17 @@ void Handshake::finish() {
   crypto::Hash h = transcript_hash();
   crypto::SymKey i2r = crypto::kdf(prk_, "session i2r", h);
   crypto::SymKey r2i = crypto::kdf(prk_, "session r2i", h);
-  result_.send_key = role_ == Role::kInitiator ? i2r : r2i;
-  result_.recv_key = role_ == Role::kInitiator ? r2i : i2r;
+  result_.send_key = role_ == Role::Initiator ? i2r : r2i;
+  result_.recv_key = role_ == Role::Initiator ? r2i : i2r;
   crypto::secure_zero(eph_sk_.data(), eph_sk_.size());
   crypto::secure_zero(prk_.data(), prk_.size());
   crypto::secure_zero(k_i_.data(), k_i_.size());
   crypto::secure_zero(k_r_.data(), k_r_.size());
-  state_ = State::kDone;
+  state_ = State::Done;
 }
 
 HandshakeResult Handshake::take_result() {
-  if (state_ != State::kDone) throw std::logic_error("Handshake::take_result before done");
+  if (state_ != State::Done) throw std::logic_error("Handshake::take_result before done");
   return std::move(result_);
 }
 

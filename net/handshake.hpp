@@ -32,7 +32,7 @@ struct HandshakeParams {
   std::uint64_t fingerprint = 0;         // model fingerprint both sides must share
   std::uint16_t version = kProtocolVersion;
   std::string listen_addr;  // what we advertise (<= kMaxAddrBytes)
-  AeadPreference aead = AeadPreference::kAuto;
+  AeadPreference aead = AeadPreference::Auto;
 };
 
 struct HandshakeResult {
@@ -41,7 +41,7 @@ struct HandshakeResult {
   std::string remote_listen_addr;
   std::uint64_t remote_fingerprint = 0;
   std::uint16_t remote_version = 0;
-  crypto::Aead aead = crypto::Aead::kChaCha20Poly1305;
+  crypto::Aead aead = crypto::Aead::ChaCha20Poly1305;
   crypto::SymKey send_key;
   crypto::SymKey recv_key;
 };
@@ -51,8 +51,8 @@ std::uint8_t aead_mask(AeadPreference pref);
 
 class Handshake {
  public:
-  enum class Role { kInitiator, kResponder };
-  enum class State { kStart, kAwaitM1, kAwaitM2, kAwaitM3, kAwaitM4, kDone, kFailed };
+  enum class Role { Initiator, Responder };
+  enum class State { Start, AwaitM1, AwaitM2, AwaitM3, AwaitM4, Done, Failed };
 
   static constexpr std::size_t kMacBytes = 32;
   static constexpr std::size_t kHelloBytes = 2 + 8 + 1 + kMaxAddrBytes;
@@ -77,8 +77,8 @@ class Handshake {
   Bytes on_message(std::span<const std::uint8_t> in);
 
   State state() const { return state_; }
-  bool done() const { return state_ == State::kDone; }
-  bool failed() const { return state_ == State::kFailed; }
+  bool done() const { return state_ == State::Done; }
+  bool failed() const { return state_ == State::Failed; }
   const std::string& error() const { return error_; }
   // Remote identity, once known (after M2 for I, after M3 for R); empty otherwise.
   std::string remote_peer_id() const;

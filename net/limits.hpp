@@ -19,7 +19,7 @@ inline constexpr std::size_t kMaxCloseReasonBytes = 256;
 inline constexpr std::uint64_t kMaxFramesPerKey = 1ull << 31;
 inline constexpr std::uint64_t kMaxBytesPerKey = 64ull << 30;
 
-enum class AeadPreference { kAuto, kAes256Gcm, kChaCha20Poly1305 };
+enum class AeadPreference { Auto, Aes256Gcm, ChaCha20Poly1305 };
 
 struct Limits {
   std::size_t max_frame_bytes = 1u << 20;          // plaintext bytes per data frame

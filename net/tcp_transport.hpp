@@ -43,7 +43,7 @@ struct TcpTransportConfig {
   std::optional<Allowlist> allowlist;
   std::uint64_t model_fingerprint = 0;
   Limits limits;
-  AeadPreference aead = AeadPreference::kAuto;
+  AeadPreference aead = AeadPreference::Auto;
   // The io thread runs this many nice levels (0..19) below the thread that calls start(), so that
   // a busy training loop keeps the CPU and exchanges take what it leaves (Linux; a warning
   // elsewhere).

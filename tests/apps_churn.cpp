@@ -108,7 +108,7 @@ TEST_CASE("ChurnRunner: a fault restarts the peer with the mode, and honest agai
   CHECK(r.exited(1));  // the scenario's own stop: not a failure
   r.tick(2.2, 0, p);
   CHECK(p.starts == std::vector<int>{1});
-  CHECK(r.state(1) == SlotState::kUp);
+  CHECK(r.state(1) == SlotState::Up);
   r.tick(6.9, 0, p);
   CHECK(p.faults.size() == 1);
   r.tick(7.1, 0, p);  // 2 + for 5
@@ -298,8 +298,8 @@ TEST_CASE("ChurnRunner: a crash SIGKILLs a running peer and its exit is the scen
   r.tick(1.2, 0.0, p);
   REQUIRE(p.signals.size() == 1);
   CHECK(p.signals[0] == std::make_pair(1, int(SIGKILL)));
-  CHECK(r.state(1) == SlotState::kCrashed);
-  CHECK(r.state(0) == SlotState::kUp);
+  CHECK(r.state(1) == SlotState::Crashed);
+  CHECK(r.state(0) == SlotState::Up);
   const auto lines = churn_lines(log);
   REQUIRE(lines.size() == 1);
   CHECK(lines[0]["t"] == 1.2);
@@ -310,7 +310,7 @@ TEST_CASE("ChurnRunner: a crash SIGKILLs a running peer and its exit is the scen
   // The process dies; the launcher reaps it.
   p.up[1] = false;
   CHECK(r.exited(1));
-  CHECK(r.state(1) == SlotState::kCrashed);  // stays crashed (no restart in this scenario)
+  CHECK(r.state(1) == SlotState::Crashed);  // stays crashed (no restart in this scenario)
   CHECK_FALSE(r.exited(1));                  // asked once per exit
   // A peer ending on its own is not the scenario's doing.
   p.up[0] = false;
@@ -324,7 +324,7 @@ TEST_CASE("ChurnRunner: a stop sends SIGTERM and its exit is the scenario's", "[
   r.tick(1.0, 0.0, p);
   REQUIRE(p.signals.size() == 1);
   CHECK(p.signals[0] == std::make_pair(0, int(SIGTERM)));
-  CHECK(r.state(0) == SlotState::kStopped);
+  CHECK(r.state(0) == SlotState::Stopped);
   p.up[0] = false;
   CHECK(r.exited(0));
 }
@@ -340,7 +340,7 @@ TEST_CASE("ChurnRunner: a crash of a peer that is not running is skipped and say
   r.tick(1.0, 0.0, p);
   REQUIRE(p.signals.size() == 1);
   CHECK(p.signals[0].first == 1);
-  CHECK(r.state(2) == SlotState::kUp);  // untouched: it ended on its own
+  CHECK(r.state(2) == SlotState::Up);  // untouched: it ended on its own
   CHECK_FALSE(r.exited(2));             // so its exit is not the scenario's
   const auto lines = churn_lines(log);
   REQUIRE(lines.size() == 1);
@@ -366,7 +366,7 @@ TEST_CASE("ChurnRunner: a crash of a slot not joined yet, or of a crashed peer, 
   FakePeers p(4);
   start_all(r, p, 3);
   CHECK(r.slots() == 4);
-  CHECK(r.state(3) == SlotState::kNotJoined);
+  CHECK(r.state(3) == SlotState::NotJoined);
   r.tick(1.0, 0, p);
   r.tick(2.0, 0, p);
   r.tick(3.0, 0, p);  // peer 0 not reaped yet: running, but already crashed
@@ -403,19 +403,19 @@ TEST_CASE("ChurnRunner: restart only after a crash or stop, once the process is 
   auto& [log, r, p] = c;
   CHECK_FALSE(r.waiting_for_restart());  // nobody is down
   r.tick(2.0, 0, p);
-  CHECK(r.state(0) == SlotState::kCrashed);
+  CHECK(r.state(0) == SlotState::Crashed);
   CHECK(r.waiting_for_restart());  // crashed, with its restart to come
   p.up[0] = false;
   CHECK(r.exited(0));
   r.tick(3.0, 0, p);
   CHECK(p.starts == std::vector<int>{0});
-  CHECK(r.state(0) == SlotState::kUp);
+  CHECK(r.state(0) == SlotState::Up);
   CHECK(r.restarts(0) == 1);
   CHECK(churn_lines(log).back()["kind"] == "restart");
   CHECK(churn_lines(log).back()["applied_to"] == json::array({0}));
   CHECK(r.waiting_for_restart() == false);  // peer 0 up; peer 1 not down yet
   r.tick(4.0, 0, p);
-  CHECK(r.state(1) == SlotState::kStopped);
+  CHECK(r.state(1) == SlotState::Stopped);
   CHECK(r.waiting_for_restart());
   p.up[1] = false;
   CHECK(r.exited(1));
@@ -444,7 +444,7 @@ TEST_CASE("ChurnRunner: a restart due in the same tick as its crash still restar
   CHECK(r.exited(0));
   r.tick(1.7, 0, p);
   CHECK(p.starts == std::vector<int>{0});
-  CHECK(r.state(0) == SlotState::kUp);
+  CHECK(r.state(0) == SlotState::Up);
   std::string all;
   for (const auto& j : log.lines()) all += j.dump() + "\n";
   INFO(all);
@@ -472,12 +472,12 @@ TEST_CASE("ChurnRunner: joins take the next slot indices in order", "[churn]") {
   FakePeers p(6);
   CHECK(r.slots() == 6);
   start_all(r, p, 3);
-  for (int i = 3; i < 6; ++i) CHECK(r.state(i) == SlotState::kNotJoined);
+  for (int i = 3; i < 6; ++i) CHECK(r.state(i) == SlotState::NotJoined);
   r.tick(1.0, 0.1, p);
   CHECK(p.starts == std::vector<int>{3, 4});
-  CHECK(r.state(3) == SlotState::kUp);
-  CHECK(r.state(4) == SlotState::kUp);
-  CHECK(r.state(5) == SlotState::kNotJoined);
+  CHECK(r.state(3) == SlotState::Up);
+  CHECK(r.state(4) == SlotState::Up);
+  CHECK(r.state(5) == SlotState::NotJoined);
   CHECK(churn_lines(log).back()["applied_to"] == json::array({3, 4}));
   CHECK(churn_lines(log).back()["kind"] == "join");
   CHECK(r.restarts(3) == 0);  // a join is not a restart
@@ -497,16 +497,16 @@ TEST_CASE("ChurnRunner: pause sends SIGSTOP, resume SIGCONT, and \"for\" resumes
   FakePeers p(3);
   start_all(r, p, 3);
   r.tick(1.0, 0, p);
-  CHECK(r.state(0) == SlotState::kPaused);
-  CHECK(r.state(1) == SlotState::kPaused);
+  CHECK(r.state(0) == SlotState::Paused);
+  CHECK(r.state(1) == SlotState::Paused);
   r.tick(2.0, 0, p);
-  CHECK(r.state(0) == SlotState::kUp);
+  CHECK(r.state(0) == SlotState::Up);
   r.tick(3.0, 0, p);
-  CHECK(r.state(2) == SlotState::kPaused);
+  CHECK(r.state(2) == SlotState::Paused);
   r.tick(4.9, 0, p);
-  CHECK(r.state(2) == SlotState::kPaused);
+  CHECK(r.state(2) == SlotState::Paused);
   r.tick(5.0, 0, p);
-  CHECK(r.state(2) == SlotState::kUp);
+  CHECK(r.state(2) == SlotState::Up);
   const std::vector<std::pair<int, int>> want{{0, SIGSTOP}, {1, SIGSTOP}, {0, SIGCONT},
                                               {1, SIGCONT}, {2, SIGSTOP}, {2, SIGCONT}};
   CHECK(p.signals == want);
@@ -524,7 +524,7 @@ TEST_CASE("ChurnRunner: release_paused resumes stranded paused peers once no oth
   Churn c(shorthand("pause:0@1", 3), 3, 3);
   auto& [log, r, p] = c;
   r.tick(1.0, 0, p);
-  REQUIRE(r.state(0) == SlotState::kPaused);
+  REQUIRE(r.state(0) == SlotState::Paused);
   p.signals.clear();
   r.release_paused(2.0, p);  // peers 1 and 2 still train
   CHECK(p.signals.empty());
@@ -536,7 +536,7 @@ TEST_CASE("ChurnRunner: release_paused resumes stranded paused peers once no oth
   r.release_paused(4.0, p);
   REQUIRE(p.signals.size() == 1);
   CHECK(p.signals[0] == std::make_pair(0, int(SIGCONT)));
-  CHECK(r.state(0) == SlotState::kUp);
+  CHECK(r.state(0) == SlotState::Up);
   const json last = churn_lines(log).back();
   CHECK(last["kind"] == "resume");
   CHECK(last["source"] == "end of run");
@@ -556,7 +556,7 @@ TEST_CASE("ChurnRunner: release_paused waits while a resume is still to come", "
   p.signals.clear();
   r.release_paused(2.0, p);
   CHECK(p.signals.empty());  // the scenario's resume will come
-  CHECK(r.state(0) == SlotState::kPaused);
+  CHECK(r.state(0) == SlotState::Paused);
   r.tick(30.0, 0, p);
   CHECK(p.signals == std::vector<std::pair<int, int>>{{0, SIGCONT}});
   CHECK(churn_lines(log).back()["source"] == "scenario");

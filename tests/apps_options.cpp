@@ -32,7 +32,7 @@ const OptionTable<Toy>& toy_options() {
       O::choice("mode", {"a", "b"}, "a choice", &Toy::mode),
       O::flag("on", "a switch", &Toy::on),
       {"many", "V...", "values", [](Toy& t, const std::string& v) { t.many.push_back(v); },
-       Arity::kMany},
+       Arity::Many},
   });
   return table;
 }
@@ -114,15 +114,15 @@ TEST_CASE("option table: --help lines wrap at 100 columns under the help column"
 }
 
 TEST_CASE("HOST:PORT: one rule; port 0 and wildcards only for a listen address", "[apps]") {
-  CHECK_NOTHROW(check_host_port("127.0.0.1:0", "listen", AddrUse::kListen));
-  CHECK_NOTHROW(check_host_port("0.0.0.0:7000", "listen", AddrUse::kListen));
-  CHECK_NOTHROW(check_host_port("[::1]:0", "listen", AddrUse::kListen));
-  CHECK_NOTHROW(check_host_port("10.0.0.1:7000", "seeds", AddrUse::kDial));
-  CHECK_THROWS_AS(check_host_port("10.0.0.1:0", "seeds", AddrUse::kDial), UsageError);
-  CHECK_THROWS_AS(check_host_port("0.0.0.0:7000", "advertise", AddrUse::kDial), UsageError);
+  CHECK_NOTHROW(check_host_port("127.0.0.1:0", "listen", AddrUse::Listen));
+  CHECK_NOTHROW(check_host_port("0.0.0.0:7000", "listen", AddrUse::Listen));
+  CHECK_NOTHROW(check_host_port("[::1]:0", "listen", AddrUse::Listen));
+  CHECK_NOTHROW(check_host_port("10.0.0.1:7000", "seeds", AddrUse::Dial));
+  CHECK_THROWS_AS(check_host_port("10.0.0.1:0", "seeds", AddrUse::Dial), UsageError);
+  CHECK_THROWS_AS(check_host_port("0.0.0.0:7000", "advertise", AddrUse::Dial), UsageError);
   for (const char* bad : {"host", ":7000", "host:", "host:65536", "host:x", "::1:7000"}) {
-    CHECK_THROWS_AS(check_host_port(bad, "listen", AddrUse::kListen), UsageError);
-    CHECK_THROWS_AS(check_host_port(bad, "seeds", AddrUse::kDial), UsageError);
+    CHECK_THROWS_AS(check_host_port(bad, "listen", AddrUse::Listen), UsageError);
+    CHECK_THROWS_AS(check_host_port(bad, "seeds", AddrUse::Dial), UsageError);
   }
   CHECK(parse_addr_list("a:1,,b:2", "seeds") == std::vector<std::string>{"a:1", "b:2"});
   CHECK_THROWS_AS(parse_addr_list(",", "seeds"), UsageError);

@@ -223,7 +223,7 @@ TEST_CASE("a cnn run stopped mid-epoch and resumed from its checkpoint equals an
   }
   core::TrainConfig cfg;
   cfg.model = "cnn:6x6x2-c4k3-p2-f8-3";
-  cfg.optimizer = GENERATE(std::string("sgd"), std::string("qgm"));
+  cfg.optimizer = GENERATE(core::Optimizer::Sgd, core::Optimizer::Qgm);
   cfg.batch = 16;  // 6 steps per epoch
   cfg.epochs = 2;
   core::Metrics metrics("", "test");

@@ -193,7 +193,7 @@ std::vector<float> params_of(core::Trainer& t, kernels::Backend& be) {
 TEST_CASE_METHOD(TinyRun,
                  "a run stopped mid-epoch and resumed from its checkpoint equals an unbroken run",
                  "[core]") {
-  cfg.optimizer = GENERATE(std::string("sgd"), std::string("qgm"));
+  cfg.optimizer = GENERATE(core::Optimizer::Sgd, core::Optimizer::Qgm);
   cfg.batch = 16;  // 13 steps per epoch
   cfg.epochs = 3;
   cfg.seed = 5;
@@ -347,8 +347,8 @@ struct TakeStateAt : core::StepHook {
 TEST_CASE_METHOD(
     TinyRun, "a trainer restored from another's state, sent as bytes, continues as that one would",
     "[core][catchup]") {
-  cfg.optimizer = GENERATE(std::string("sgd"), std::string("adam"), std::string("qgm"));
-  cfg.lr = cfg.optimizer == "adam" ? 0.01f : 0.05f;
+  cfg.optimizer = GENERATE(core::Optimizer::Sgd, core::Optimizer::Adam, core::Optimizer::Qgm);
+  cfg.lr = cfg.optimizer == core::Optimizer::Adam ? 0.01f : 0.05f;
   cfg.batch = 16;  // 13 steps per epoch
   cfg.epochs = 3;
   cfg.seed = 5;

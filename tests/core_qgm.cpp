@@ -77,7 +77,7 @@ TEST_CASE("qgm momentum is built from the model's change, the mix included", "[c
   const auto d = core::test::tiny_dataset();
   core::TrainConfig cfg;
   cfg.model = "mlp:12-10-4";
-  cfg.optimizer = "qgm";
+  cfg.optimizer = core::Optimizer::Qgm;
   cfg.batch = 16;
   cfg.epochs = 1;
   cfg.lr = 0.05f;
@@ -116,11 +116,11 @@ TEST_CASE("a qgm trainer refuses an adam state (same vector count) and an sgd on
   core::TrainConfig cfg;
   cfg.model = "mlp:12-10-4";
   core::Metrics metrics("", "test");
-  cfg.optimizer = "adam";
+  cfg.optimizer = core::Optimizer::Adam;
   core::Trainer adam(*be, cfg, d, d, metrics, nullptr);
-  cfg.optimizer = "sgd";
+  cfg.optimizer = core::Optimizer::Sgd;
   core::Trainer sgd(*be, cfg, d, d, metrics, nullptr);
-  cfg.optimizer = "qgm";
+  cfg.optimizer = core::Optimizer::Qgm;
   core::Trainer qgm(*be, cfg, d, d, metrics, nullptr);
   CHECK(qgm.optimizer_state_count() == 2);
   CHECK_THROWS_AS(qgm.restore(adam.state(), "adam state"), core::CheckpointError);

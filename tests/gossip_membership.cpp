@@ -40,14 +40,14 @@ struct FakePeer : net::TransportHandler {
   }
   void on_connection(const net::ConnectionPtr&, bool) override {}
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& p) override {
-    if (type == gossip::kMsgPing && answer_pings) {
+    if (type == wire(gossip::MembershipType::Ping) && answer_pings) {
       auto ping = gossip::decode_ping(p);
-      c->send(gossip::kMsgAck, share(gossip::encode(gossip::AckMsg{ping.seq, {}})));
-    } else if (type == gossip::kMsgSync) {
+      c->send(wire(gossip::MembershipType::Ack), share(gossip::encode(gossip::AckMsg{ping.seq, {}})));
+    } else if (type == wire(gossip::MembershipType::Sync)) {
       auto s = gossip::decode_sync(p);
-      c->send(gossip::kMsgSyncReply,
+      c->send(wire(gossip::MembershipType::SyncReply),
               share(gossip::encode(gossip::SyncMsg{s.seq, s.join, {self_update()}})));
-    } else if (type == gossip::kMsgGossip) {
+    } else if (type == wire(gossip::MembershipType::Gossip)) {
       for (auto& u : gossip::decode_gossip(p).updates) heard.push_back(std::move(u));
     }
   }
@@ -56,7 +56,7 @@ struct FakePeer : net::TransportHandler {
     closed_at.push_back(net.now());
   }
   static net::SharedBytes share(net::Bytes b) { return std::make_shared<const net::Bytes>(std::move(b)); }
-  Update self_update() const { return Update{id, addr, incarnation, MemberState::kAlive, ""}; }
+  Update self_update() const { return Update{id, addr, incarnation, MemberState::Alive, ""}; }
   // Dials `to` once and keeps the connection for later sends.
   void connect(const std::string& to) {
     t.connect(to, [this](net::ConnectionPtr c, const std::string&) { conn = c; });
@@ -64,7 +64,7 @@ struct FakePeer : net::TransportHandler {
     REQUIRE(conn);
   }
   void send(std::uint8_t type, net::Bytes b) { REQUIRE(conn->send(type, share(std::move(b)))); }
-  void gossip(std::vector<Update> ups) { send(gossip::kMsgGossip, gossip::encode(gossip::GossipMsg{std::move(ups)})); }
+  void gossip(std::vector<Update> ups) { send(wire(gossip::MembershipType::Gossip), gossip::encode(gossip::GossipMsg{std::move(ups)})); }
 
   net::SimNetwork& net;
   net::SimTransport& t;
@@ -121,7 +121,7 @@ struct Cluster {
   bool all_alive(const std::vector<int>& who) const {
     for (int i : who) {
       for (int j : who) {
-        if (i != j && view(i, j) != MemberState::kAlive) return false;
+        if (i != j && view(i, j) != MemberState::Alive) return false;
       }
     }
     return true;
@@ -146,7 +146,7 @@ struct Cluster {
   int missing_pairs() const {
     int n = 0;
     for (int i : all()) {
-      for (int j : all()) n += (i != j && view(i, j) != MemberState::kAlive) ? 1 : 0;
+      for (int j : all()) n += (i != j && view(i, j) != MemberState::Alive) ? 1 : 0;
     }
     return n;
   }
@@ -185,8 +185,8 @@ gossip::MembershipConfig fast_config() {
 }  // namespace
 
 TEST_CASE("membership messages: encode/decode round trip and rejection of bad input", "[gossip]") {
-  const Update a{"p1", "h:1", 7, MemberState::kAlive, ""};
-  const Update s{"p2", "host.example:65535", 1ull << 40, MemberState::kSuspect, "p1"};
+  const Update a{"p1", "h:1", 7, MemberState::Alive, ""};
+  const Update s{"p2", "host.example:65535", 1ull << 40, MemberState::Suspect, "p1"};
   auto ping = gossip::decode_ping(gossip::encode(gossip::PingMsg{42, "p9", {a, s}}));
   CHECK(ping.seq == 42);
   CHECK(ping.target_id == "p9");
@@ -209,9 +209,9 @@ TEST_CASE("membership messages: encode/decode round trip and rejection of bad in
   net::Bytes lying_count = good;
   lying_count[1] = 0xFF;  // claims 0x..FF updates with only one present
   CHECK_THROWS_AS(gossip::decode_gossip(lying_count), gossip::DecodeError);
-  CHECK_THROWS_AS(gossip::decode_gossip(gossip::encode(gossip::GossipMsg{{Update{"p1", "nohost", 1, MemberState::kAlive, ""}}})),
+  CHECK_THROWS_AS(gossip::decode_gossip(gossip::encode(gossip::GossipMsg{{Update{"p1", "nohost", 1, MemberState::Alive, ""}}})),
                   gossip::DecodeError);
-  CHECK_THROWS_AS(gossip::decode_gossip(gossip::encode(gossip::GossipMsg{{Update{"p1", "h:1", 1, MemberState::kDead, ""}}})),
+  CHECK_THROWS_AS(gossip::decode_gossip(gossip::encode(gossip::GossipMsg{{Update{"p1", "h:1", 1, MemberState::Dead, ""}}})),
                   gossip::DecodeError);  // an accusation must name its accuser
   net::Bytes bad_state = gossip::encode(gossip::GossipMsg{{a}});
   bad_state[bad_state.size() - 2] = 9;  // the state byte precedes the empty `from`
@@ -231,30 +231,30 @@ TEST_CASE("membership: alive -> suspect -> dead after exactly the minimum suspic
   FakePeer x(cl.net, "10.9.0.2:7000", "fakeX");
   f.connect(addr_of(a));
   // F joins and tells A about X: three members, too few for confirmations (k = 0).
-  f.send(gossip::kMsgSync, gossip::encode(gossip::SyncMsg{1, true, {f.self_update(), x.self_update()}}));
+  f.send(wire(gossip::MembershipType::Sync), gossip::encode(gossip::SyncMsg{1, true, {f.self_update(), x.self_update()}}));
   cl.net.run_for(10ms);
-  REQUIRE(cl.view(a, 0) == MemberState::kAlive);
-  REQUIRE(cl[a].member("fakeX")->state == MemberState::kAlive);
+  REQUIRE(cl.view(a, 0) == MemberState::Alive);
+  REQUIRE(cl[a].member("fakeX")->state == MemberState::Alive);
 
-  f.gossip({Update{"fakeX", x.addr, x.incarnation, MemberState::kSuspect, "fakeF"}});
+  f.gossip({Update{"fakeX", x.addr, x.incarnation, MemberState::Suspect, "fakeF"}});
   const Millis sent = cl.net.now();
   cl.net.run_for(o.latency);
   const Millis suspected = sent + o.latency;
-  REQUIRE(cl[a].member("fakeX")->state == MemberState::kSuspect);
+  REQUIRE(cl[a].member("fakeX")->state == MemberState::Suspect);
   const Millis timeout = min_suspicion(cl.cfg, 3);
   cl.net.run_until(suspected + timeout - 1ms);
-  CHECK(cl[a].member("fakeX")->state == MemberState::kSuspect);
+  CHECK(cl[a].member("fakeX")->state == MemberState::Suspect);
   cl.net.run_until(suspected + timeout);
-  CHECK(cl[a].member("fakeX")->state == MemberState::kDead);
+  CHECK(cl[a].member("fakeX")->state == MemberState::Dead);
 
   std::vector<std::pair<MemberState, Millis>> seen;
   for (const auto& e : cl.events[a]) {
     if (e.subject == "fakeX") seen.emplace_back(e.state, e.at);
   }
   REQUIRE(seen.size() == 3);
-  CHECK(seen[0].first == MemberState::kAlive);
-  CHECK(seen[1] == std::pair{MemberState::kSuspect, suspected});
-  CHECK(seen[2] == std::pair{MemberState::kDead, suspected + timeout});
+  CHECK(seen[0].first == MemberState::Alive);
+  CHECK(seen[1] == std::pair{MemberState::Suspect, suspected});
+  CHECK(seen[2] == std::pair{MemberState::Dead, suspected + timeout});
   CHECK(cl[a].live_peers().size() == 1);  // only F
 }
 
@@ -266,7 +266,7 @@ TEST_CASE("membership: Lifeguard confirmations shorten the suspicion from max to
   FakePeer f(cl.net, "10.9.0.1:7000", "fakeF"), g(cl.net, "10.9.0.3:7000", "fakeG"),
       h(cl.net, "10.9.0.4:7000", "fakeH"), x(cl.net, "10.9.0.2:7000", "fakeX");
   f.connect(addr_of(a));
-  f.send(gossip::kMsgSync, gossip::encode(gossip::SyncMsg{
+  f.send(wire(gossip::MembershipType::Sync), gossip::encode(gossip::SyncMsg{
                                1, true, {f.self_update(), g.self_update(), h.self_update(), x.self_update()}}));
   cl.net.run_for(10ms);
   const std::size_t n = 5;  // A, F, G, H, X
@@ -276,7 +276,7 @@ TEST_CASE("membership: Lifeguard confirmations shorten the suspicion from max to
   const Millis min = min_suspicion(cl.cfg, n);
   const Millis max = cl.cfg.suspicion_max_timeout_mult * min;
   auto suspect_from = [&](const std::string& from) {
-    f.gossip({Update{"fakeX", x.addr, x.incarnation, MemberState::kSuspect, from}});
+    f.gossip({Update{"fakeX", x.addr, x.incarnation, MemberState::Suspect, from}});
     cl.net.run_for(o.latency);
   };
 
@@ -284,9 +284,9 @@ TEST_CASE("membership: Lifeguard confirmations shorten the suspicion from max to
     suspect_from("fakeF");
     const Millis start = cl.net.now();
     cl.net.run_until(start + max - 1ms);
-    CHECK(cl[a].member("fakeX")->state == MemberState::kSuspect);
+    CHECK(cl[a].member("fakeX")->state == MemberState::Suspect);
     cl.net.run_until(start + max);
-    CHECK(cl[a].member("fakeX")->state == MemberState::kDead);
+    CHECK(cl[a].member("fakeX")->state == MemberState::Dead);
   }
   SECTION("one confirmation: log-scaled remaining time; a repeated accuser does not count") {
     suspect_from("fakeF");
@@ -297,9 +297,9 @@ TEST_CASE("membership: Lifeguard confirmations shorten the suspicion from max to
     const double frac = std::log(2.0) / std::log(k + 1.0);
     const Millis expected = Millis(static_cast<Millis::rep>(std::floor(max.count() - frac * (max - min).count())));
     cl.net.run_until(start + expected - 1ms);
-    CHECK(cl[a].member("fakeX")->state == MemberState::kSuspect);
+    CHECK(cl[a].member("fakeX")->state == MemberState::Suspect);
     cl.net.run_until(start + expected);
-    CHECK(cl[a].member("fakeX")->state == MemberState::kDead);
+    CHECK(cl[a].member("fakeX")->state == MemberState::Dead);
   }
   SECTION("k confirmations: dead after min") {
     suspect_from("fakeF");
@@ -307,9 +307,9 @@ TEST_CASE("membership: Lifeguard confirmations shorten the suspicion from max to
     suspect_from("fakeG");
     suspect_from("fakeH");
     cl.net.run_until(start + min - 1ms);
-    CHECK(cl[a].member("fakeX")->state == MemberState::kSuspect);
+    CHECK(cl[a].member("fakeX")->state == MemberState::Suspect);
     cl.net.run_until(start + min);
-    CHECK(cl[a].member("fakeX")->state == MemberState::kDead);
+    CHECK(cl[a].member("fakeX")->state == MemberState::Dead);
   }
 }
 
@@ -322,50 +322,50 @@ TEST_CASE("membership: incarnation precedence, stale updates ignored, self refut
   FakePeer x(cl.net, "10.9.0.2:7000", "fakeX");
   x.incarnation = 5;
   f.connect(addr_of(a));
-  f.send(gossip::kMsgSync, gossip::encode(gossip::SyncMsg{1, true, {f.self_update(), x.self_update()}}));
+  f.send(wire(gossip::MembershipType::Sync), gossip::encode(gossip::SyncMsg{1, true, {f.self_update(), x.self_update()}}));
   cl.net.run_for(10ms);
   auto say = [&](MemberState s, std::uint64_t inc) {
-    f.gossip({Update{"fakeX", x.addr, inc, s, s == MemberState::kAlive ? "" : "fakeF"}});
+    f.gossip({Update{"fakeX", x.addr, inc, s, s == MemberState::Alive ? "" : "fakeF"}});
     cl.net.run_for(2 * o.latency);
     return cl[a].member("fakeX").value();
   };
-  CHECK(say(MemberState::kSuspect, 4).state == MemberState::kAlive);  // older incarnation
-  CHECK(say(MemberState::kDead, 4).state == MemberState::kAlive);
-  CHECK(say(MemberState::kAlive, 4).incarnation == 5);
-  CHECK(say(MemberState::kSuspect, 5).state == MemberState::kSuspect);
-  CHECK(say(MemberState::kAlive, 5).state == MemberState::kSuspect);  // same incarnation: no refutation
-  auto m = say(MemberState::kAlive, 6);
-  CHECK(m.state == MemberState::kAlive);
+  CHECK(say(MemberState::Suspect, 4).state == MemberState::Alive);  // older incarnation
+  CHECK(say(MemberState::Dead, 4).state == MemberState::Alive);
+  CHECK(say(MemberState::Alive, 4).incarnation == 5);
+  CHECK(say(MemberState::Suspect, 5).state == MemberState::Suspect);
+  CHECK(say(MemberState::Alive, 5).state == MemberState::Suspect);  // same incarnation: no refutation
+  auto m = say(MemberState::Alive, 6);
+  CHECK(m.state == MemberState::Alive);
   CHECK(m.incarnation == 6);
-  CHECK(say(MemberState::kDead, 6).state == MemberState::kDead);
-  CHECK(say(MemberState::kAlive, 6).state == MemberState::kDead);  // a dead member needs a newer life
-  CHECK(say(MemberState::kSuspect, 7).state == MemberState::kDead);
-  m = say(MemberState::kAlive, 7);
-  CHECK(m.state == MemberState::kAlive);
+  CHECK(say(MemberState::Dead, 6).state == MemberState::Dead);
+  CHECK(say(MemberState::Alive, 6).state == MemberState::Dead);  // a dead member needs a newer life
+  CHECK(say(MemberState::Suspect, 7).state == MemberState::Dead);
+  m = say(MemberState::Alive, 7);
+  CHECK(m.state == MemberState::Alive);
   CHECK(m.incarnation == 7);
   // A stale accusation is answered to its sender with the newer alive state. First let A's own
   // broadcasts run out (a few gossip rounds), so the only gossip F hears is the answer.
   cl.net.run_for(10 * cl.cfg.gossip_interval);
   f.heard.clear();
-  CHECK(say(MemberState::kSuspect, 6).state == MemberState::kAlive);
-  CHECK(f.heard == std::vector<Update>{Update{"fakeX", x.addr, 7, MemberState::kAlive, ""}});
+  CHECK(say(MemberState::Suspect, 6).state == MemberState::Alive);
+  CHECK(f.heard == std::vector<Update>{Update{"fakeX", x.addr, 7, MemberState::Alive, ""}});
 
   // About A itself: an older accusation is ignored, a current one is refuted with a higher number.
   const std::uint64_t inc = cl[a].incarnation();
-  f.gossip({Update{id_of(a), addr_of(a), inc - 1, MemberState::kSuspect, "fakeF"}});
+  f.gossip({Update{id_of(a), addr_of(a), inc - 1, MemberState::Suspect, "fakeF"}});
   cl.net.run_for(10ms);
   CHECK(cl[a].incarnation() == inc);
-  f.gossip({Update{id_of(a), addr_of(a), inc + 3, MemberState::kDead, "fakeF"}});
+  f.gossip({Update{id_of(a), addr_of(a), inc + 3, MemberState::Dead, "fakeF"}});
   cl.net.run_for(10ms);
   CHECK(cl[a].incarnation() == inc + 4);
-  CHECK(cl.view(a, a) == MemberState::kAlive);
+  CHECK(cl.view(a, a) == MemberState::Alive);
 
   std::vector<MemberState> transitions;
   for (const auto& e : cl.events[a]) {
     if (e.subject == "fakeX") transitions.push_back(e.state);
   }
-  CHECK(transitions == std::vector<MemberState>{MemberState::kAlive, MemberState::kSuspect, MemberState::kAlive,
-                                                MemberState::kDead, MemberState::kAlive});
+  CHECK(transitions == std::vector<MemberState>{MemberState::Alive, MemberState::Suspect, MemberState::Alive,
+                                                MemberState::Dead, MemberState::Alive});
 }
 
 TEST_CASE("membership: a connection without acks is dropped, idle dialled ones are closed", "[gossip]") {
@@ -378,7 +378,7 @@ TEST_CASE("membership: a connection without acks is dropped, idle dialled ones a
   FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
   FakePeer x(cl.net, "10.9.0.2:7000", "fakeX");
   f.connect(addr_of(a));
-  f.send(gossip::kMsgSync, gossip::encode(gossip::SyncMsg{1, true, {f.self_update(), x.self_update()}}));
+  f.send(wire(gossip::MembershipType::Sync), gossip::encode(gossip::SyncMsg{1, true, {f.self_update(), x.self_update()}}));
   // Two other members: each is probed at least once every two periods (round-robin).
   const Millis round = 2 * cl.cfg.probe_interval;
 
@@ -387,7 +387,7 @@ TEST_CASE("membership: a connection without acks is dropped, idle dialled ones a
     REQUIRE(cl.run_until([&] { return !x.closed.empty(); }, round + cl.cfg.probe_interval, 1ms));
     CHECK(x.closed[0] == "closed by peer: no ack");
     cl.net.run_for(cl.cfg.probe_interval - cl.cfg.probe_timeout);  // the end of that probe period
-    CHECK(cl[a].member("fakeX")->state == MemberState::kSuspect);
+    CHECK(cl[a].member("fakeX")->state == MemberState::Suspect);
   }
   SECTION("idle: no membership traffic for idle_connection_timeout") {
     REQUIRE(cl.run_until([&] {
@@ -395,7 +395,7 @@ TEST_CASE("membership: a connection without acks is dropped, idle dialled ones a
       return std::find(d.begin(), d.end(), "fakeX") != d.end();
     }, round + cl.cfg.probe_interval));
     cl.net.run_for(round);  // a few acks on it
-    f.gossip({Update{"fakeX", x.addr, x.incarnation, MemberState::kLeft, "fakeX"}});
+    f.gossip({Update{"fakeX", x.addr, x.incarnation, MemberState::Left, "fakeX"}});
     const Millis left_at = cl.net.now();
     REQUIRE(cl.run_until([&] { return !x.closed.empty(); }, cfg.idle_connection_timeout + 2 * cl.cfg.probe_interval, 1ms));
     CHECK(x.closed[0] == "closed by peer: idle");
@@ -413,25 +413,25 @@ TEST_CASE("membership: a suspected live member refutes before the timeout", "[go
   for (int i = 0; i < 3; ++i) cl.add();
   FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
   f.connect(addr_of(0));
-  f.send(gossip::kMsgSync, gossip::encode(gossip::SyncMsg{1, true, {f.self_update()}}));
+  f.send(wire(gossip::MembershipType::Sync), gossip::encode(gossip::SyncMsg{1, true, {f.self_update()}}));
   REQUIRE(cl.converge());
   cl.net.run_for(5s);  // let the join gossip die down
   const std::uint64_t before = cl[1].incarnation();
-  f.gossip({Update{id_of(1), addr_of(1), before, MemberState::kSuspect, "fakeF"}});
+  f.gossip({Update{id_of(1), addr_of(1), before, MemberState::Suspect, "fakeF"}});
   cl.net.run_for(o.latency);
-  REQUIRE(cl.view(0, 1) == MemberState::kSuspect);
+  REQUIRE(cl.view(0, 1) == MemberState::Suspect);
   const Millis shortest = min_suspicion(cl.cfg, 4);
   auto refuted = cl.run_until([&] { return cl.all_alive(cl.all()); }, shortest, 10ms);
   REQUIRE(refuted);
   CHECK(cl[1].incarnation() == before + 1);
   CHECK(cl[0].member(id_of(1))->incarnation == before + 1);
   cl.net.run_for(2 * shortest);
-  for (int i : cl.all()) CHECK(cl.count_events(i, MemberState::kDead) == 0);
+  for (int i : cl.all()) CHECK(cl.count_events(i, MemberState::Dead) == 0);
   std::vector<MemberState> seen;
   for (const auto& e : cl.events[0]) {
     if (e.subject == id_of(1)) seen.push_back(e.state);
   }
-  CHECK(seen == std::vector<MemberState>{MemberState::kAlive, MemberState::kSuspect, MemberState::kAlive});
+  CHECK(seen == std::vector<MemberState>{MemberState::Alive, MemberState::Suspect, MemberState::Alive});
 }
 
 TEST_CASE("membership: 64 peers joining through one seed all see all", "[gossip]") {
@@ -461,7 +461,7 @@ TEST_CASE("membership: 64 peers joining through one seed all see all", "[gossip]
   for (int i : cl.all()) {
     CHECK(cl[i].live_peers().size() == static_cast<std::size_t>(kPeers - 1));
     CHECK(cl[i].joined());
-    CHECK(cl.count_events(i, MemberState::kSuspect) == 0);
+    CHECK(cl.count_events(i, MemberState::Suspect) == 0);
   }
 }
 
@@ -486,7 +486,7 @@ TEST_CASE("membership: a killed peer is marked dead by all within the suspicion 
                        cl.cfg.probe_interval;
   auto all_dead = cl.run_until([&] {
     for (int i : rest) {
-      if (cl.view(i, victim) != MemberState::kDead) return false;
+      if (cl.view(i, victim) != MemberState::Dead) return false;
     }
     return true;
   }, bound);
@@ -498,7 +498,7 @@ TEST_CASE("membership: a killed peer is marked dead by all within the suspicion 
     CHECK(cl[i].live_peers().size() == rest.size() - 1);
     int dead_events = 0;
     for (const auto& e : cl.events[i]) {
-      if (e.state == MemberState::kDead) {
+      if (e.state == MemberState::Dead) {
         CHECK(e.subject == id_of(victim));
         CHECK(e.at >= killed);
         ++dead_events;
@@ -519,9 +519,9 @@ TEST_CASE("membership: no false deaths in 10 simulated minutes with 5% message l
   CHECK(cl.net.stats().dropped_loss > dropped_before);
   int suspicions = 0;
   for (int i : cl.all()) {
-    CHECK(cl.count_events(i, MemberState::kDead) == 0);
-    CHECK(cl.count_events(i, MemberState::kLeft) == 0);
-    suspicions += cl.count_events(i, MemberState::kSuspect);
+    CHECK(cl.count_events(i, MemberState::Dead) == 0);
+    CHECK(cl.count_events(i, MemberState::Left) == 0);
+    suspicions += cl.count_events(i, MemberState::Suspect);
   }
   UNSCOPED_INFO("suspicions raised (and refuted) under loss: " << suspicions);
   // Suspicions under loss are expected and must all have been refuted by now.
@@ -542,7 +542,7 @@ TEST_CASE("membership: a partition is detected and heals after heal()", "[gossip
     for (int i = 0; i < kPeers; ++i) {
       for (int j = 0; j < kPeers; ++j) {
         const bool same = (i < kPeers / 2) == (j < kPeers / 2);
-        if (i != j && cl.view(i, j) != (same ? MemberState::kAlive : MemberState::kDead)) return false;
+        if (i != j && cl.view(i, j) != (same ? MemberState::Alive : MemberState::Dead)) return false;
       }
     }
     return true;
@@ -623,7 +623,7 @@ TEST_CASE("membership: a restarted peer rejoins alive with a higher incarnation"
     cl.net.kill(addr_of(r));
     REQUIRE(cl.run_until([&] {
       for (int i : cl.all()) {
-        if (i != r && cl.view(i, r) != MemberState::kDead) return false;
+        if (i != r && cl.view(i, r) != MemberState::Dead) return false;
       }
       return true;
     }, 2min));
@@ -658,7 +658,7 @@ TEST_CASE("membership: a graceful leave is seen as left, not dead, and quickly",
   // Bound: told directly, so one latency; we allow a gossip interval.
   auto gone = cl.run_until([&] {
     for (int i : cl.all()) {
-      if (i != 4 && cl.view(i, 4) != MemberState::kLeft) return false;
+      if (i != 4 && cl.view(i, 4) != MemberState::Left) return false;
     }
     return true;
   }, cl.cfg.gossip_interval, 1ms);
@@ -666,9 +666,9 @@ TEST_CASE("membership: a graceful leave is seen as left, not dead, and quickly",
   cl.net.run_for(30s);
   for (int i : cl.all()) {
     if (i == 4) continue;
-    CHECK(cl.view(i, 4) == MemberState::kLeft);
+    CHECK(cl.view(i, 4) == MemberState::Left);
     CHECK(cl[i].live_peers().size() == 6);
-    CHECK(cl.count_events(i, MemberState::kDead) == 0);
+    CHECK(cl.count_events(i, MemberState::Dead) == 0);
   }
 }
 
@@ -683,7 +683,7 @@ TEST_CASE("membership: malformed messages close the connection with a reason", "
     f.connect(addr_of(a));
     net::Bytes ping = gossip::encode(gossip::PingMsg{1, id_of(a), {}});
     ping.pop_back();
-    f.send(gossip::kMsgPing, ping);
+    f.send(wire(gossip::MembershipType::Ping), ping);
     cl.net.run_for(10ms);
     CHECK(f.closed == std::vector<std::string>{"closed by peer: malformed membership message: truncated"});
   }
@@ -692,7 +692,7 @@ TEST_CASE("membership: malformed messages close the connection with a reason", "
     net::Bytes sync = gossip::encode(gossip::SyncMsg{1, true, {}});
     sync[sync.size() - 2] = 0xFF;  // member count, little-endian u16: 0xFFFF > kMaxSyncMembers
     sync[sync.size() - 1] = 0xFF;
-    f.send(gossip::kMsgSync, sync);
+    f.send(wire(gossip::MembershipType::Sync), sync);
     cl.net.run_for(10ms);
     CHECK(f.closed == std::vector<std::string>{"closed by peer: malformed membership message: too many members"});
     CHECK(cl[a].members().size() == 1);
@@ -708,7 +708,7 @@ TEST_CASE("membership: malformed messages close the connection with a reason", "
   // The member keeps working: a well-formed join from a new connection is accepted.
   f.conn.reset();
   f.connect(addr_of(a));
-  f.send(gossip::kMsgSync, gossip::encode(gossip::SyncMsg{2, true, {f.self_update()}}));
+  f.send(wire(gossip::MembershipType::Sync), gossip::encode(gossip::SyncMsg{2, true, {f.self_update()}}));
   cl.net.run_for(10ms);
   CHECK(cl[a].member("fakeF").has_value());
 }
@@ -751,7 +751,7 @@ TEST_CASE("membership: a peer listening on a wildcard announces its advertised a
   const int b = cl.add();
   REQUIRE(cl.run_until([&] { return cl[b].member("pwild").has_value(); }, 10s));
   CHECK(cl[b].member("pwild")->addr == "10.0.0.9:7000");
-  CHECK(cl[b].member("pwild")->state == MemberState::kAlive);
+  CHECK(cl[b].member("pwild")->state == MemberState::Alive);
 }
 
 TEST_CASE("membership: refuses to announce a wildcard, ignores members announced at one", "[gossip]") {
@@ -769,11 +769,11 @@ TEST_CASE("membership: refuses to announce a wildcard, ignores members announced
   const int a = cl.add(true, {});
   FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
   f.connect(addr_of(a));
-  f.send(gossip::kMsgSync,
+  f.send(wire(gossip::MembershipType::Sync),
          gossip::encode(gossip::SyncMsg{1, true,
                                         {f.self_update(),
-                                         Update{"old", "0.0.0.0:7000", 1, MemberState::kAlive, ""},
-                                         Update{"old6", "[::]:7000", 1, MemberState::kAlive, ""}}}));
+                                         Update{"old", "0.0.0.0:7000", 1, MemberState::Alive, ""},
+                                         Update{"old6", "[::]:7000", 1, MemberState::Alive, ""}}}));
   cl.net.run_for(100ms);
   CHECK(cl[a].member("fakeF").has_value());
   CHECK_FALSE(cl[a].member("old").has_value());

@@ -60,10 +60,10 @@ Bytes seal_serial(crypto::Aead a, const crypto::SymKey& k, const Limits& l, cons
     out.insert(out.end(), buf.begin(), buf.begin() + w);
   };
   Bytes start = start_frame_plain(9, msg.size());
-  put(FrameType::kMessageStart, start.data(), start.size());
+  put(FrameType::MessageStart, start.data(), start.size());
   for (std::size_t off = 0; off < msg.size(); off += l.max_frame_bytes)
-    put(FrameType::kData, msg.data() + off, std::min(l.max_frame_bytes, msg.size() - off));
-  put(FrameType::kPing, nullptr, 0);
+    put(FrameType::Data, msg.data() + off, std::min(l.max_frame_bytes, msg.size() - off));
+  put(FrameType::Ping, nullptr, 0);
   return out;
 }
 
@@ -73,7 +73,7 @@ Bytes seal_parallel(crypto::Aead a, const crypto::SymKey& k, const Limits& l, co
   FrameSealer s(a, k, l);
   Bytes out, buf(s.max_wire_bytes());
   Bytes start = start_frame_plain(9, msg.size());
-  std::size_t w = s.seal(FrameType::kMessageStart, start.data(), start.size(), buf.data());
+  std::size_t w = s.seal(FrameType::MessageStart, start.data(), start.size(), buf.data());
   out.insert(out.end(), buf.begin(), buf.begin() + w);
   CryptoBatch batch(pool);
   Bytes wire(s.batch_wire_bytes(batch_frames));
@@ -86,7 +86,7 @@ Bytes seal_parallel(crypto::Aead a, const crypto::SymKey& k, const Limits& l, co
     out.insert(out.end(), wire.begin(), wire.begin() + n);
     off += used;
   }
-  w = s.seal(FrameType::kPing, nullptr, 0, buf.data());
+  w = s.seal(FrameType::Ping, nullptr, 0, buf.data());
   out.insert(out.end(), buf.begin(), buf.begin() + w);
   return out;
 }
@@ -113,12 +113,12 @@ Fed feed(crypto::Aead a, const crypto::SymKey& k, const Limits& l, const std::ve
     // As the channel does: the body is read straight into the receiver's buffer.
     std::memcpy(rx.body_buffer(), f.data() + kFrameHeaderBytes, body);
     auto ev = rx.on_body(rx.body_buffer(), body);
-    if (ev == FrameReceiver::Event::kError) {
+    if (ev == FrameReceiver::Event::Error) {
       r.error = rx.text();
       r.ok = false;
       return r;
     }
-    if (ev == FrameReceiver::Event::kMessage) r.msgs.push_back(rx.take_message());
+    if (ev == FrameReceiver::Event::Message) r.msgs.push_back(rx.take_message());
   }
   return r;
 }
@@ -136,7 +136,7 @@ struct Case {
   // Index of the data frame in the middle of the message.
   std::size_t middle_data() const {
     std::size_t i = frames.size() / 2;
-    while (frames[i][4] != std::uint8_t(FrameType::kData)) ++i;
+    while (frames[i][4] != std::uint8_t(FrameType::Data)) ++i;
     return i;
   }
 };
@@ -171,7 +171,7 @@ TEST_CASE("crypto threads: the wire is identical with 1 and N threads, rekeys in
     Case c(a);
     Bytes serial = seal_serial(a, c.key, c.limits, c.msg);
     std::size_t rekeys = 0;
-    for (auto& f : c.frames) rekeys += f[4] == std::uint8_t(FrameType::kRekey);
+    for (auto& f : c.frames) rekeys += f[4] == std::uint8_t(FrameType::Rekey);
     CHECK(rekeys >= 2);
     for (unsigned threads : {1u, 2u, 4u}) {
       auto pool = std::make_shared<CryptoPool>(threads);
@@ -245,7 +245,7 @@ TEST_CASE("crypto threads: dropped, replayed and reordered frames are rejected",
     Case c(a);
     std::size_t mid = c.middle_data();
     std::size_t next = mid + 1;
-    while (c.frames[next][4] != std::uint8_t(FrameType::kData)) ++next;
+    while (c.frames[next][4] != std::uint8_t(FrameType::Data)) ++next;
     SECTION("dropped") {
       auto frames = c.frames;
       frames.erase(frames.begin() + long(mid));
@@ -286,7 +286,7 @@ TEST_CASE("tcp: large messages both ways with crypto threads, rekeys inside them
   l.keepalive_interval = 1000ms;
   l.max_frame_bytes = 256 * 1024;
   l.rekey_after_frames = 7;
-  for (auto pref : {AeadPreference::kChaCha20Poly1305, AeadPreference::kAuto}) {
+  for (auto pref : {AeadPreference::ChaCha20Poly1305, AeadPreference::Auto}) {
     auto sc = make_config(7, l), cc = make_config(7, l);
     sc.aead = pref;
     sc.crypto_threads = 3;

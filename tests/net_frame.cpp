@@ -36,10 +36,10 @@ struct Wire {
     Bytes start(kMessageStartBytes);
     start[0] = type;
     for (int i = 0; i < 8; ++i) start[1 + i] = std::uint8_t(std::uint64_t(payload.size()) >> (8 * i));
-    out.push_back(frame(FrameType::kMessageStart, start));
+    out.push_back(frame(FrameType::MessageStart, start));
     for (std::size_t off = 0; off < payload.size(); off += chunk) {
       std::size_t n = std::min(chunk, payload.size() - off);
-      out.push_back(frame(FrameType::kData, Bytes(payload.begin() + off, payload.begin() + off + n)));
+      out.push_back(frame(FrameType::Data, Bytes(payload.begin() + off, payload.begin() + off + n)));
     }
     return out;
   }
@@ -62,12 +62,12 @@ struct Feed {
       if (wire.size() - off < body) return false;
       auto ev = rx.on_body(wire.data() + off, body);
       off += body;
-      if (ev == FrameReceiver::Event::kError) {
+      if (ev == FrameReceiver::Event::Error) {
         error = rx.text();
         return false;
       }
-      if (ev == FrameReceiver::Event::kMessage) msgs.emplace_back(rx.message_type(), rx.take_message());
-      if (ev == FrameReceiver::Event::kClose) close_reason = rx.text();
+      if (ev == FrameReceiver::Event::Message) msgs.emplace_back(rx.message_type(), rx.take_message());
+      if (ev == FrameReceiver::Event::Close) close_reason = rx.text();
     }
     return true;
   }
@@ -93,13 +93,13 @@ TEST_CASE("frames: small and streamed messages round trip", "[net]") {
     Bytes msg_plain(1 + small.size());
     msg_plain[0] = 7;
     std::memcpy(msg_plain.data() + 1, small.data(), small.size());
-    REQUIRE(f.push(w.frame(FrameType::kMessage, msg_plain)));
-    REQUIRE(f.push(w.frame(FrameType::kPing, {})));
+    REQUIRE(f.push(w.frame(FrameType::Message, msg_plain)));
+    REQUIRE(f.push(w.frame(FrameType::Ping, {})));
     Bytes big = pattern(50000, 2);
     for (auto& fr : w.message(9, big, l.max_frame_bytes)) REQUIRE(f.push(fr));
     for (auto& fr : w.message(3, {}, l.max_frame_bytes)) REQUIRE(f.push(fr));
     std::string reason = "bye";
-    REQUIRE(f.push(w.frame(FrameType::kClose, Bytes(reason.begin(), reason.end()))));
+    REQUIRE(f.push(w.frame(FrameType::Close, Bytes(reason.begin(), reason.end()))));
     REQUIRE(f.msgs.size() == 3);
     CHECK(f.msgs[0].first == 7);
     CHECK(f.msgs[0].second == small);
@@ -110,7 +110,7 @@ TEST_CASE("frames: small and streamed messages round trip", "[net]") {
     // Nothing is accepted after the end of the stream.
     std::size_t body;
     std::string err;
-    Bytes ping = w.frame(FrameType::kPing, {});
+    Bytes ping = w.frame(FrameType::Ping, {});
     CHECK_FALSE(f.rx.on_header(ping.data(), body, err));
   }
 }
@@ -136,13 +136,13 @@ TEST_CASE("frames: a flipped bit anywhere fails and delivers nothing", "[net]") 
 }
 
 TEST_CASE("frames: replayed, reordered and dropped frames fail", "[net]") {
-  auto a = crypto::Aead::kChaCha20Poly1305;
+  auto a = crypto::Aead::ChaCha20Poly1305;
   auto k = random_key();
   Limits l = small_limits();
   Wire w(a, k, l);
   Bytes p1{1, 2, 3}, p2{1, 4, 5}, p3{1, 6};
-  Bytes f1 = w.frame(FrameType::kMessage, p1), f2 = w.frame(FrameType::kMessage, p2),
-        f3 = w.frame(FrameType::kMessage, p3);
+  Bytes f1 = w.frame(FrameType::Message, p1), f2 = w.frame(FrameType::Message, p2),
+        f3 = w.frame(FrameType::Message, p3);
   {
     Feed f(a, k, l);
     CHECK(f.push(f1));
@@ -170,18 +170,18 @@ TEST_CASE("frames: bad headers are refused before any allocation", "[net]") {
   FrameHeader h;
   std::string err;
   std::uint8_t hdr[kFrameHeaderBytes];
-  encode_frame_header(hdr, FrameType::kData, 0xffffffffu);
+  encode_frame_header(hdr, FrameType::Data, 0xffffffffu);
   CHECK_FALSE(decode_frame_header(hdr, l.max_frame_bytes, h, err));
   CHECK(err.find("bad length") != std::string::npos);
-  encode_frame_header(hdr, FrameType::kData, std::uint32_t(l.max_frame_bytes + 17));
+  encode_frame_header(hdr, FrameType::Data, std::uint32_t(l.max_frame_bytes + 17));
   CHECK_FALSE(decode_frame_header(hdr, l.max_frame_bytes, h, err));
-  encode_frame_header(hdr, FrameType::kData, std::uint32_t(l.max_frame_bytes + 16));
+  encode_frame_header(hdr, FrameType::Data, std::uint32_t(l.max_frame_bytes + 16));
   CHECK(decode_frame_header(hdr, l.max_frame_bytes, h, err));
-  encode_frame_header(hdr, FrameType::kData, 15);
+  encode_frame_header(hdr, FrameType::Data, 15);
   CHECK_FALSE(decode_frame_header(hdr, l.max_frame_bytes, h, err));
-  encode_frame_header(hdr, FrameType::kPing, 17);
+  encode_frame_header(hdr, FrameType::Ping, 17);
   CHECK_FALSE(decode_frame_header(hdr, l.max_frame_bytes, h, err));
-  encode_frame_header(hdr, FrameType::kMessageStart, 16 + 8);
+  encode_frame_header(hdr, FrameType::MessageStart, 16 + 8);
   CHECK_FALSE(decode_frame_header(hdr, l.max_frame_bytes, h, err));
   hdr[4] = 0;
   CHECK_FALSE(decode_frame_header(hdr, l.max_frame_bytes, h, err));
@@ -190,13 +190,13 @@ TEST_CASE("frames: bad headers are refused before any allocation", "[net]") {
 }
 
 TEST_CASE("frames: message sequencing and size limits", "[net]") {
-  auto a = crypto::Aead::kChaCha20Poly1305;
+  auto a = crypto::Aead::ChaCha20Poly1305;
   auto k = random_key();
   Limits l = small_limits();
   SECTION("data without a start") {
     Wire w(a, k, l);
     Feed f(a, k, l);
-    CHECK_FALSE(f.push(w.frame(FrameType::kData, Bytes(10, 1))));
+    CHECK_FALSE(f.push(w.frame(FrameType::Data, Bytes(10, 1))));
     CHECK(f.error.find("unexpected data") != std::string::npos);
   }
   SECTION("announced length above the limit") {
@@ -205,7 +205,7 @@ TEST_CASE("frames: message sequencing and size limits", "[net]") {
     Bytes start(kMessageStartBytes, 0);
     std::uint64_t total = l.max_message_bytes + 1;
     for (int i = 0; i < 8; ++i) start[1 + i] = std::uint8_t(total >> (8 * i));
-    CHECK_FALSE(f.push(w.frame(FrameType::kMessageStart, start)));
+    CHECK_FALSE(f.push(w.frame(FrameType::MessageStart, start)));
     CHECK(f.error.find("exceeds the limit") != std::string::npos);
   }
   SECTION("data beyond the announced length") {
@@ -214,7 +214,7 @@ TEST_CASE("frames: message sequencing and size limits", "[net]") {
     auto frames = w.message(1, Bytes(100, 3), l.max_frame_bytes);
     frames.pop_back();
     for (auto& fr : frames) CHECK(f.push(fr));
-    CHECK_FALSE(f.push(w.frame(FrameType::kData, Bytes(101, 3))));
+    CHECK_FALSE(f.push(w.frame(FrameType::Data, Bytes(101, 3))));
     CHECK(f.error.find("overruns") != std::string::npos);
   }
   SECTION("a new message inside a message") {
@@ -223,7 +223,7 @@ TEST_CASE("frames: message sequencing and size limits", "[net]") {
     auto frames = w.message(1, Bytes(10000, 3), l.max_frame_bytes);
     CHECK(f.push(frames[0]));
     CHECK(f.push(frames[1]));
-    CHECK_FALSE(f.push(w.frame(FrameType::kMessage, Bytes{1, 2})));
+    CHECK_FALSE(f.push(w.frame(FrameType::Message, Bytes{1, 2})));
     CHECK(f.msgs.empty());
   }
 }
@@ -245,12 +245,12 @@ TEST_CASE("frames: the sender rekeys on schedule and the receiver follows", "[ne
     REQUIRE(f.push(stream));
     REQUIRE(f.msgs.size() == 3);
     for (auto& m : f.msgs) CHECK(m.second == big);
-    // The receiver follows the kRekey frames it sees, whatever its own schedule.
+    // The receiver follows the Rekey frames it sees, whatever its own schedule.
     Feed plain(a, k, small_limits());
     Wire w2(a, k, l);
     Bytes s2;
     for (int j = 0; j < 5; ++j) {
-      Bytes fr = w2.frame(FrameType::kPing, {});
+      Bytes fr = w2.frame(FrameType::Ping, {});
       s2.insert(s2.end(), fr.begin(), fr.end());
     }
     CHECK(plain.push(s2));

@@ -46,7 +46,7 @@ int drive(Handshake& i, Handshake& r, const Tamper& tamper = {}) {
 
 TEST_CASE("handshake: both sides derive crossed session keys and learn each other", "[net]") {
   Peer a, b;
-  Handshake i(Role::kInitiator, a.params()), r(Role::kResponder, b.params());
+  Handshake i(Role::Initiator, a.params()), r(Role::Responder, b.params());
   CHECK(r.expected_bytes() == Handshake::kM1Bytes);
   CHECK(drive(i, r) == 4);
   REQUIRE(i.done());
@@ -62,14 +62,14 @@ TEST_CASE("handshake: both sides derive crossed session keys and learn each othe
   CHECK(rr.remote_listen_addr == a.params().listen_addr);
   CHECK(ri.remote_fingerprint == 42);
   CHECK(ri.aead == rr.aead);
-  CHECK(ri.aead == (crypto::aes256gcm_available() ? crypto::Aead::kAes256Gcm
-                                                  : crypto::Aead::kChaCha20Poly1305));
+  CHECK(ri.aead == (crypto::aes256gcm_available() ? crypto::Aead::Aes256Gcm
+                                                  : crypto::Aead::ChaCha20Poly1305));
 }
 
 TEST_CASE("handshake: fresh ephemeral keys give fresh session keys", "[net]") {
   Peer a, b;
-  Handshake i1(Role::kInitiator, a.params()), r1(Role::kResponder, b.params());
-  Handshake i2(Role::kInitiator, a.params()), r2(Role::kResponder, b.params());
+  Handshake i1(Role::Initiator, a.params()), r1(Role::Responder, b.params());
+  Handshake i2(Role::Initiator, a.params()), r2(Role::Responder, b.params());
   drive(i1, r1);
   drive(i2, r2);
   REQUIRE(i1.done());
@@ -80,23 +80,23 @@ TEST_CASE("handshake: fresh ephemeral keys give fresh session keys", "[net]") {
 TEST_CASE("handshake: AEAD negotiation follows the forced choice", "[net]") {
   Peer a, b;
   auto pa = a.params(), pb = b.params();
-  pa.aead = AeadPreference::kChaCha20Poly1305;
-  Handshake i(Role::kInitiator, pa), r(Role::kResponder, pb);
+  pa.aead = AeadPreference::ChaCha20Poly1305;
+  Handshake i(Role::Initiator, pa), r(Role::Responder, pb);
   drive(i, r);
   REQUIRE(i.done());
-  CHECK(i.take_result().aead == crypto::Aead::kChaCha20Poly1305);
+  CHECK(i.take_result().aead == crypto::Aead::ChaCha20Poly1305);
   if (crypto::aes256gcm_available()) {
-    pa.aead = AeadPreference::kAes256Gcm;
-    pb.aead = AeadPreference::kChaCha20Poly1305;
-    Handshake i2(Role::kInitiator, pa), r2(Role::kResponder, pb);
+    pa.aead = AeadPreference::Aes256Gcm;
+    pb.aead = AeadPreference::ChaCha20Poly1305;
+    Handshake i2(Role::Initiator, pa), r2(Role::Responder, pb);
     drive(i2, r2);
     CHECK(r2.failed());
     CHECK(r2.error().find("no common AEAD") != std::string::npos);
-    pb.aead = AeadPreference::kAes256Gcm;
-    Handshake i3(Role::kInitiator, pa), r3(Role::kResponder, pb);
+    pb.aead = AeadPreference::Aes256Gcm;
+    Handshake i3(Role::Initiator, pa), r3(Role::Responder, pb);
     drive(i3, r3);
     REQUIRE(i3.done());
-    CHECK(i3.take_result().aead == crypto::Aead::kAes256Gcm);
+    CHECK(i3.take_result().aead == crypto::Aead::Aes256Gcm);
   }
 }
 
@@ -115,7 +115,7 @@ TEST_CASE("handshake: a peer without the network key cannot complete", "[net]") 
     auto pa = a.params(), pb = b.params();
     pa.network_key = initiator_key;
     pb.network_key = responder_key;
-    Handshake i(Role::kInitiator, pa), r(Role::kResponder, pb);
+    Handshake i(Role::Initiator, pa), r(Role::Responder, pb);
     drive(i, r);
     return Outcome{i.done(), r.done(), r.failed(), r.failed() ? r.error() : std::string()};
   };
@@ -144,7 +144,7 @@ TEST_CASE("handshake: allowlist is checked on the remote identity", "[net]") {
   SECTION("responder refuses an unlisted initiator") {
     auto pb = b.params();
     pb.allowlist = &only_c;
-    Handshake i(Role::kInitiator, a.params()), r(Role::kResponder, pb);
+    Handshake i(Role::Initiator, a.params()), r(Role::Responder, pb);
     drive(i, r);
     CHECK(r.failed());
     CHECK(r.error().find("allowlist") != std::string::npos);
@@ -154,7 +154,7 @@ TEST_CASE("handshake: allowlist is checked on the remote identity", "[net]") {
   SECTION("initiator refuses an unlisted responder") {
     auto pa = a.params();
     pa.allowlist = &only_c;
-    Handshake i(Role::kInitiator, pa), r(Role::kResponder, b.params());
+    Handshake i(Role::Initiator, pa), r(Role::Responder, b.params());
     drive(i, r);
     CHECK(i.failed());
     CHECK(i.error().find("allowlist") != std::string::npos);
@@ -167,7 +167,7 @@ TEST_CASE("handshake: allowlist is checked on the remote identity", "[net]") {
     auto pa = a.params(), pb = b.params();
     pa.allowlist = &both;
     pb.allowlist = &both;
-    Handshake i(Role::kInitiator, pa), r(Role::kResponder, pb);
+    Handshake i(Role::Initiator, pa), r(Role::Responder, pb);
     drive(i, r);
     CHECK(i.done());
     CHECK(r.done());
@@ -176,7 +176,7 @@ TEST_CASE("handshake: allowlist is checked on the remote identity", "[net]") {
 
 TEST_CASE("handshake: fingerprint and version mismatch fail on both sides with a reason", "[net]") {
   Peer a, b;
-  Handshake i(Role::kInitiator, a.params(1)), r(Role::kResponder, b.params(2));
+  Handshake i(Role::Initiator, a.params(1)), r(Role::Responder, b.params(2));
   CHECK(drive(i, r) == 4);  // R still sends M4 so that I learns the reason too
   CHECK(r.failed());
   CHECK(i.failed());
@@ -184,7 +184,7 @@ TEST_CASE("handshake: fingerprint and version mismatch fail on both sides with a
   CHECK(i.error().find("fingerprint mismatch") != std::string::npos);
   auto pa = a.params(), pb = b.params();
   pa.version = 7;
-  Handshake i2(Role::kInitiator, pa), r2(Role::kResponder, pb);
+  Handshake i2(Role::Initiator, pa), r2(Role::Responder, pb);
   drive(i2, r2);
   CHECK(r2.error().find("version mismatch") != std::string::npos);
 }
@@ -195,7 +195,7 @@ TEST_CASE("handshake: a flipped bit in any message fails the handshake", "[net]"
                          Handshake::kM4Bytes};
   for (int which = 1; which <= 4; ++which) {
     for (std::size_t pos = 0; pos < sizes[which - 1]; pos += 3) {
-      Handshake i(Role::kInitiator, a.params()), r(Role::kResponder, b.params());
+      Handshake i(Role::Initiator, a.params()), r(Role::Responder, b.params());
       drive(i, r, [&](int n, Bytes& m) {
         if (n == which) m[pos] ^= std::uint8_t(1u << (pos % 8));
       });
@@ -216,7 +216,7 @@ TEST_CASE("handshake: garbage, wrong sizes and replays at each step fail", "[net
   };
   for (int step = 1; step <= 4; ++step) {
     for (int trial = 0; trial < 20; ++trial) {
-      Handshake i(Role::kInitiator, a.params()), r(Role::kResponder, b.params());
+      Handshake i(Role::Initiator, a.params()), r(Role::Responder, b.params());
       drive(i, r, [&](int n, Bytes& m) {
         if (n != step) return;
         m = garbage(trial % 2 ? m.size() : rng() % 400);
@@ -226,12 +226,12 @@ TEST_CASE("handshake: garbage, wrong sizes and replays at each step fail", "[net
     }
   }
   // M3 from one session replayed into another responder session.
-  Handshake i1(Role::kInitiator, a.params()), r1(Role::kResponder, b.params());
+  Handshake i1(Role::Initiator, a.params()), r1(Role::Responder, b.params());
   Bytes m3_old;
   drive(i1, r1, [&](int n, Bytes& m) {
     if (n == 3) m3_old = m;
   });
-  Handshake i2(Role::kInitiator, a.params()), r2(Role::kResponder, b.params());
+  Handshake i2(Role::Initiator, a.params()), r2(Role::Responder, b.params());
   drive(i2, r2, [&](int n, Bytes& m) {
     if (n == 3) m = m3_old;
   });
@@ -244,7 +244,7 @@ TEST_CASE("handshake: garbage, wrong sizes and replays at each step fail", "[net
 
 TEST_CASE("handshake: connecting to ourselves is refused", "[net]") {
   Peer a;
-  Handshake i(Role::kInitiator, a.params()), r(Role::kResponder, a.params());
+  Handshake i(Role::Initiator, a.params()), r(Role::Responder, a.params());
   drive(i, r);
   CHECK(i.failed());
   CHECK(i.error().find("ourselves") != std::string::npos);

@@ -90,7 +90,7 @@ TEST_CASE("hostile: garbage at each handshake step of the responder", "[net][fau
       HandshakeParams p;
       p.identity = &c.id;
       p.fingerprint = 7;
-      Handshake hs(Handshake::Role::kInitiator, p);
+      Handshake hs(Handshake::Role::Initiator, p);
       REQUIRE(c.write(hs.start()));
       Bytes m2;
       REQUIRE(c.read_exact(m2, Handshake::kM2Bytes));
@@ -128,7 +128,7 @@ TEST_CASE("hostile: garbage at each handshake step of the initiator", "[net][fau
       HandshakeParams hp;
       hp.identity = &id;
       hp.fingerprint = 7;
-      Handshake hs(Handshake::Role::kResponder, hp);
+      Handshake hs(Handshake::Role::Responder, hp);
       Bytes m2 = hs.on_message(m1);
       asio::write(sock, asio::buffer(m2));
       Bytes m3(Handshake::kM3Bytes);
@@ -150,7 +150,7 @@ TEST_CASE("hostile: an oversized length prefix closes the connection", "[net][fa
   RawClient c(s.addr());
   REQUIRE(c.handshake());
   std::uint8_t hdr[kFrameHeaderBytes];
-  encode_frame_header(hdr, FrameType::kData, 0xfffffff0u);
+  encode_frame_header(hdr, FrameType::Data, 0xfffffff0u);
   c.write(Bytes(hdr, hdr + kFrameHeaderBytes));
   CHECK(c.wait_closed(200ms + kSlack) >= 0);
   REQUIRE(wait_for([&] { return s.events.n_closed() == 1; }));
@@ -173,7 +173,7 @@ TEST_CASE("hostile: a flipped bit in any frame closes the connection and deliver
       std::size_t total = l.max_frame_bytes * 2 + l.max_frame_bytes / 2;
       frames.push_back(seal.start(4, total));
       for (std::size_t off = 0; off < total; off += l.max_frame_bytes)
-        frames.push_back(seal.frame(FrameType::kData, Bytes(std::min(l.max_frame_bytes, total - off), 0x44)));
+        frames.push_back(seal.frame(FrameType::Data, Bytes(std::min(l.max_frame_bytes, total - off), 0x44)));
       Bytes& f = frames[std::size_t(frame_idx)];
       std::size_t pos = where == 0 ? 3 : where == 1 ? 4 : where == 2 ? kFrameHeaderBytes + 1 : f.size() - 1;
       f[pos] ^= 0x10;
@@ -226,10 +226,10 @@ TEST_CASE("hostile: truncated streams are detected", "[net][fault]") {
     c.write(seal.small_message(1, Bytes{7}));
     if (k.cut >= 1) {
       c.write(seal.start(2, 3 * l.max_frame_bytes));
-      c.write(seal.frame(FrameType::kData, Bytes(l.max_frame_bytes, 1)));
+      c.write(seal.frame(FrameType::Data, Bytes(l.max_frame_bytes, 1)));
     }
     if (k.cut == 2) {
-      Bytes fr = seal.frame(FrameType::kData, Bytes(l.max_frame_bytes, 1));
+      Bytes fr = seal.frame(FrameType::Data, Bytes(l.max_frame_bytes, 1));
       fr.resize(fr.size() / 2);
       c.write(fr);
     }

@@ -41,8 +41,8 @@ Bytes pattern(std::size_t n, std::uint32_t seed) {
 }  // namespace
 
 TEST_CASE("tcp: handshake and round trip of a 100 MB message, both AEADs", "[net]") {
-  std::vector<AeadPreference> prefs{AeadPreference::kChaCha20Poly1305};
-  if (crypto::aes256gcm_available()) prefs.push_back(AeadPreference::kAes256Gcm);
+  std::vector<AeadPreference> prefs{AeadPreference::ChaCha20Poly1305};
+  if (crypto::aes256gcm_available()) prefs.push_back(AeadPreference::Aes256Gcm);
   const std::size_t kBytes = 100u << 20;
   auto big = std::make_shared<const Bytes>(pattern(kBytes, 99));
   for (auto pref : prefs) {
@@ -51,7 +51,7 @@ TEST_CASE("tcp: handshake and round trip of a 100 MB message, both AEADs", "[net
     l.keepalive_interval = 1000ms;
     auto sc = make_config(7, l), cc = make_config(7, l);
     sc.aead = pref;
-    cc.aead = AeadPreference::kAuto;
+    cc.aead = AeadPreference::Auto;
     Pair p(std::move(sc), std::move(cc));
     p.server_events.echo = true;
     auto r = p.dial_server();
@@ -62,8 +62,8 @@ TEST_CASE("tcp: handshake and round trip of a 100 MB message, both AEADs", "[net
     CHECK(p.server_events.conns[0]->peer_id() == p.client->local_id());
     auto* ch = dynamic_cast<Channel*>(r.conn.get());
     REQUIRE(ch);
-    CHECK(ch->aead() == (pref == AeadPreference::kAes256Gcm ? crypto::Aead::kAes256Gcm
-                                                            : crypto::Aead::kChaCha20Poly1305));
+    CHECK(ch->aead() == (pref == AeadPreference::Aes256Gcm ? crypto::Aead::Aes256Gcm
+                                                            : crypto::Aead::ChaCha20Poly1305));
     CHECK(ch->remote_listen_addr() == p.server->listen_addr());
     CHECK(on_io(*p.client, [&] { return r.conn->send(42, big); }));
     REQUIRE(wait_for([&] { return p.client_events.n_msgs() == 1; }, 60000ms));
@@ -210,7 +210,7 @@ TEST_CASE("tcp: keys ratchet on schedule over a real connection", "[net]") {
   l.rekey_after_bytes = 3u << 20;
   l.max_frame_bytes = 256 * 1024;
   auto sc = make_config(7, l), cc = make_config(7, l);
-  sc.aead = AeadPreference::kChaCha20Poly1305;
+  sc.aead = AeadPreference::ChaCha20Poly1305;
   Pair p(std::move(sc), std::move(cc));
   p.server_events.echo = true;
   auto r = p.dial_server();

@@ -28,8 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 // The AEADs this machine can run: ChaCha20-Poly1305 always, AES-256-GCM with hardware AES.
 inline std::vector<crypto::Aead> aeads() {
-  std::vector<crypto::Aead> v{crypto::Aead::kChaCha20Poly1305};
-  if (crypto::aes256gcm_available()) v.push_back(crypto::Aead::kAes256Gcm);
+  std::vector<crypto::Aead> v{crypto::Aead::ChaCha20Poly1305};
+  if (crypto::aes256gcm_available()) v.push_back(crypto::Aead::Aes256Gcm);
   return v;
 }
 
@@ -201,7 +201,7 @@ struct RawClient {
     p.fingerprint = fingerprint;
     p.network_key = net_key;
     p.listen_addr = "127.0.0.1:1";
-    Handshake hs(Handshake::Role::kInitiator, p);
+    Handshake hs(Handshake::Role::Initiator, p);
     if (!write(hs.start())) return false;
     Bytes in;
     while (!hs.done() && !hs.failed()) {
@@ -233,13 +233,13 @@ struct RawSealer {
     Bytes p(1 + payload.size());
     p[0] = type;
     std::copy(payload.begin(), payload.end(), p.begin() + 1);
-    return frame(FrameType::kMessage, p);
+    return frame(FrameType::Message, p);
   }
   Bytes start(std::uint8_t type, std::uint64_t total) {
     Bytes p(kMessageStartBytes);
     p[0] = type;
     for (int i = 0; i < 8; ++i) p[1 + i] = std::uint8_t(total >> (8 * i));
-    return frame(FrameType::kMessageStart, p);
+    return frame(FrameType::MessageStart, p);
   }
 };
 

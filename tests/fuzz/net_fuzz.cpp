@@ -44,7 +44,7 @@ void fuzz_handshake(Handshake::Role role, const std::uint8_t* d, std::size_t n) 
   p.fingerprint = 7;
   p.listen_addr = "127.0.0.1:9";
   Handshake hs(role, p);
-  if (role == Handshake::Role::kInitiator) hs.start();
+  if (role == Handshake::Role::Initiator) hs.start();
   std::size_t off = 0;
   while (off < n && !hs.done() && !hs.failed()) {
     std::size_t want = hs.expected_bytes();
@@ -66,8 +66,8 @@ void fuzz_raw_frames(crypto::Aead aead, const std::uint8_t* d, std::size_t n) {
     if (n - off < body) return;
     auto ev = rx.on_body(d + off, body);
     off += body;
-    if (ev == FrameReceiver::Event::kError || ev == FrameReceiver::Event::kClose) return;
-    if (ev == FrameReceiver::Event::kMessage) rx.take_message();
+    if (ev == FrameReceiver::Event::Error || ev == FrameReceiver::Event::Close) return;
+    if (ev == FrameReceiver::Event::Message) rx.take_message();
   }
 }
 
@@ -97,8 +97,8 @@ void fuzz_sealed_frames(crypto::Aead aead, const std::uint8_t* d, std::size_t n)
       if (w - pos < body) return;
       auto ev = rx.on_body(wire.data() + pos, body);
       pos += body;
-      if (ev == FrameReceiver::Event::kError || ev == FrameReceiver::Event::kClose) return;
-      if (ev == FrameReceiver::Event::kMessage) rx.take_message();
+      if (ev == FrameReceiver::Event::Error || ev == FrameReceiver::Event::Close) return;
+      if (ev == FrameReceiver::Event::Message) rx.take_message();
     }
   }
 }
@@ -110,11 +110,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::uint8_t mode = data[0];
   const std::uint8_t* d = data + 1;
   std::size_t n = size - 1;
-  crypto::Aead aead = (mode & 0x10) && crypto::aes256gcm_available() ? crypto::Aead::kAes256Gcm
-                                                                     : crypto::Aead::kChaCha20Poly1305;
+  crypto::Aead aead = (mode & 0x10) && crypto::aes256gcm_available() ? crypto::Aead::Aes256Gcm
+                                                                     : crypto::Aead::ChaCha20Poly1305;
   switch (mode % 4) {
-    case 0: fuzz_handshake(Handshake::Role::kResponder, d, n); break;
-    case 1: fuzz_handshake(Handshake::Role::kInitiator, d, n); break;
+    case 0: fuzz_handshake(Handshake::Role::Responder, d, n); break;
+    case 1: fuzz_handshake(Handshake::Role::Initiator, d, n); break;
     case 2: fuzz_raw_frames(aead, d, n); break;
     case 3: fuzz_sealed_frames(aead, d, n); break;
   }
