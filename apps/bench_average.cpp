@@ -103,7 +103,7 @@ class Blaster final : public net::TransportHandler {
       set_ready();
     } else if (type == kBlastData) {
       received_.fetch_add(b.size());
-      net::recycle(std::move(b));  // as the averager does with the chunks it has used
+      t_.buffers().recycle(std::move(b));  // as the averager does with the chunks it has used
     } else {
       c->close("bench: unexpected type");
     }

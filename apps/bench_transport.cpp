@@ -194,7 +194,8 @@ AeadFigures aead_mbps(const net::Bytes& payload, crypto::Aead aead, std::size_t 
 // the transport's crypto threads. What the channel's receiver can reach when the network is
 // infinitely fast.
 double receiver_alone_mbps(const net::Bytes& payload, crypto::Aead aead, std::size_t frame,
-                           unsigned threads, std::size_t min_message_bytes) {
+                           unsigned threads, std::size_t min_message_bytes,
+                           const std::shared_ptr<net::BufferPool>& buffers) {
   crypto::SymKey key;
   crypto::random_bytes(key.span());
   net::Limits l;
@@ -211,7 +212,7 @@ double receiver_alone_mbps(const net::Bytes& payload, crypto::Aead aead, std::si
                     std::min(frame, payload.size() - off), buf.data());
     stream.insert(stream.end(), buf.begin(), buf.begin() + n);
   }
-  net::FrameReceiver rx(aead, key, l);
+  net::FrameReceiver rx(aead, key, l, buffers);
   if (threads > 1)
     rx.set_crypto_pool(std::make_shared<net::CryptoPool>(threads), min_message_bytes);
   auto t0 = Clock::now();
@@ -228,7 +229,7 @@ double receiver_alone_mbps(const net::Bytes& payload, crypto::Aead aead, std::si
       double s = seconds_since(t0);
       net::Bytes m = rx.take_message();
       if (m != payload) throw std::runtime_error("receiver: payload corrupted");
-      net::recycle(std::move(m));
+      buffers->recycle(std::move(m));  // the next run receives into mapped pages
       return mbps(payload.size(), s);
     }
   }
@@ -242,6 +243,7 @@ class Sink : public net::TransportHandler {
   std::promise<Clock::time_point>* pending = nullptr;
   std::size_t expect_bytes = 0;
   bool ok = true;
+  net::BufferPool* buffers = nullptr;  // the receiving transport's
   void on_connection(const net::ConnectionPtr&, bool) override {}
   void on_message(const net::ConnectionPtr&, std::uint8_t, net::Bytes&& payload) override {
     auto t = Clock::now();
@@ -249,7 +251,7 @@ class Sink : public net::TransportHandler {
     if (payload.size() != expect_bytes) ok = false;
     if (pending) pending->set_value(t);
     pending = nullptr;
-    net::recycle(std::move(payload));  // the next run receives into mapped pages, as an exchange does
+    buffers->recycle(std::move(payload));  // the next run reuses its pages, as an exchange does
   }
   void on_closed(const net::ConnectionPtr&, const std::string&) override {}
 };
@@ -310,6 +312,8 @@ struct Pair {
       : server(transport_config(o, size)), client(transport_config(o, size)) {
     server.set_handler(&sink);
     client.set_handler(&client_sink);
+    sink.buffers = &server.buffers();
+    client_sink.buffers = &client.buffers();
     server.start();
     client.start();
     conn = dial(client, server.listen_addr());
@@ -348,6 +352,7 @@ std::pair<double, double> channel_run(Pair& p, const std::shared_ptr<const net::
 Runs measure_runs(const TransportBenchOptions& o, Pair& p,
                   const std::shared_ptr<const net::Bytes>& payload) {
   Runs r;
+  const auto rx_buffers = std::make_shared<net::BufferPool>();
   for (int k = 0; k < o.runs; ++k) {
     auto pf = plain_tcp_mbps(*payload);
     r.plain.push_back(pf.wall_mbps);
@@ -361,7 +366,7 @@ Runs measure_runs(const TransportBenchOptions& o, Pair& p,
     r.chan_cpu.push_back(cpu);
     // After the channel, so that the channel runs after the same steps as before it existed.
     r.rx_alone.push_back(receiver_alone_mbps(*payload, p.aead, o.frame_kb * 1024, o.crypto_threads,
-                                             o.crypto_min_kb * 1024));
+                                             o.crypto_min_kb * 1024, rx_buffers));
   }
   if (!p.sink.ok) throw std::runtime_error("channel: message lost or wrong size");
   return r;

@@ -117,7 +117,7 @@ void Averager::post(Fn fn) {
   });
 }
 
-void Averager::recycle(net::Bytes&& b) { net::recycle(std::move(b)); }
+void Averager::recycle(net::Bytes&& b) { transport_.buffers().recycle(std::move(b)); }
 
 void Averager::recycle_all(ChunkList& chunks) {
   for (auto& c : chunks) recycle(std::move(c));

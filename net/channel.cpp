@@ -119,7 +119,7 @@ asio::awaitable<void> Channel::run() {
   remote_listen_addr_ = r.remote_listen_addr;
   aead_ = r.aead;
   sealer_ = std::make_unique<FrameSealer>(r.aead, r.send_key, opts_->limits);
-  receiver_ = std::make_unique<FrameReceiver>(r.aead, r.recv_key, opts_->limits);
+  receiver_ = std::make_unique<FrameReceiver>(r.aead, r.recv_key, opts_->limits, opts_->buffers);
   if (opts_->crypto_pool && opts_->crypto_pool->threads() > 1)
     receiver_->set_crypto_pool(opts_->crypto_pool, opts_->parallel_min_message_bytes);
   established_ = true;

@@ -23,6 +23,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
 
+#include "net/buffer_pool.hpp"
 #include "net/frame.hpp"
 #include "net/handshake.hpp"
 #include "net/transport.hpp"
@@ -52,6 +53,8 @@ struct ChannelOptions {
   // least parallel_min_message_bytes are sealed and opened by its workers.
   std::shared_ptr<CryptoPool> crypto_pool;
   std::size_t parallel_min_message_bytes = kParallelMinMessageBytes;
+  // The transport's pool of large message buffers (buffer_pool.hpp); never null.
+  std::shared_ptr<BufferPool> buffers = std::make_shared<BufferPool>();
 };
 
 class Channel : public Connection, public std::enable_shared_from_this<Channel> {

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "net/buffer_pool.hpp"
 
 namespace gossiptrain::net {
 namespace {
@@ -208,8 +207,12 @@ std::size_t FrameSealer::seal_data_batch(const std::uint8_t* plain, std::size_t 
 
 // ---- FrameReceiver ----
 
-FrameReceiver::FrameReceiver(crypto::Aead aead, const crypto::SymKey& key, const Limits& limits)
-    : cipher_(aead, key), key_(key), limits_(limits) {}
+FrameReceiver::FrameReceiver(crypto::Aead aead, const crypto::SymKey& key, const Limits& limits,
+                             std::shared_ptr<BufferPool> buffers)
+    : cipher_(aead, key),
+      key_(key),
+      limits_(limits),
+      buffers_(buffers ? std::move(buffers) : std::make_shared<BufferPool>()) {}
 
 FrameReceiver::~FrameReceiver() {
   if (batch_) batch_->wait_all();
@@ -385,7 +388,7 @@ FrameReceiver::Event FrameReceiver::on_control(const std::uint8_t* dest, std::si
       // The one allocation of the message, bounded above; a recycled buffer when the pool has
       // one (its pages already mapped). Page faults of a fresh buffer cost about as much as the
       // decryption: use huge pages for the big ones.
-      message_ = take_buffer(total);
+      message_ = buffers_->take(total);
       if (total >= kHugePageMinBytes) advise_huge_pages(message_.data(), total);
       total_ = total;
       filled_ = 0;

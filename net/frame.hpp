@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "net/buffer_pool.hpp"
 #include "net/crypto.hpp"
 #include "net/crypto_pool.hpp"
 #include "net/limits.hpp"
@@ -112,7 +113,9 @@ class FrameReceiver {
  public:
   enum class Event { Nothing, Message, Close, Error };
 
-  FrameReceiver(crypto::Aead aead, const crypto::SymKey& key, const Limits& limits);
+  // Large messages are received into buffers taken from `buffers` (a pool of its own when null).
+  FrameReceiver(crypto::Aead aead, const crypto::SymKey& key, const Limits& limits,
+                std::shared_ptr<BufferPool> buffers = nullptr);
   ~FrameReceiver();  // waits for the crypto tasks still running
   FrameReceiver(const FrameReceiver&) = delete;
   FrameReceiver& operator=(const FrameReceiver&) = delete;
@@ -162,6 +165,7 @@ class FrameReceiver {
   Bytes body_;  // a frame body read on the io thread
   std::uint8_t* body_ptr_ = nullptr;
   std::string text_;
+  std::shared_ptr<BufferPool> buffers_;
   // Crypto threads.
   std::shared_ptr<CryptoPool> pool_;
   std::size_t parallel_min_message_ = kParallelMinMessageBytes;

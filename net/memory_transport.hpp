@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/base/rng.hpp"
+#include "net/buffer_pool.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::net {
@@ -59,6 +60,8 @@ class SimTransport final : public Transport, public Scheduler {
   const std::string& listen_addr() const override { return addr_; }
   const std::string& advertised_addr() const override { return addr_; }
   void connect(const std::string& addr, ConnectCallback done) override;
+  // Delivered messages are copies made for the receiver; a pool of limit 0 frees what it is given.
+  BufferPool& buffers() override { return buffers_; }
 
   // Scheduler
   Millis now() const override;
@@ -77,6 +80,7 @@ class SimTransport final : public Transport, public Scheduler {
   std::string addr_;
   std::string id_;
   TransportHandler* handler_ = nullptr;
+  BufferPool buffers_{0};
   std::atomic<bool> alive_{true};
   // Bumped by kill(): events (timers, deliveries, connects) of an older generation are discarded,
   // so a killed node's timers never fire and a revived node starts clean.

@@ -89,6 +89,7 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   const std::string& listen_addr() const override { return listen_addr_; }
   const std::string& advertised_addr() const override { return advertised_addr_; }
   void connect(const std::string& addr, ConnectCallback done) override;
+  BufferPool& buffers() override { return *options_->buffers; }
 
   // Scheduler.
   Millis now() const override;

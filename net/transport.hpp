@@ -16,6 +16,8 @@ using Bytes = std::vector<std::uint8_t>;
 using SharedBytes = std::shared_ptr<const Bytes>;
 using Millis = std::chrono::milliseconds;
 
+class BufferPool;  // buffer_pool.hpp
+
 // One authenticated connection to a remote peer. All methods are called on the transport's
 // protocol thread (the one that runs the handler callbacks and timers).
 class Connection {
@@ -74,6 +76,9 @@ class Transport {
   // Dials addr ("host:port") and completes the handshake; calls done(conn, "") on success or
   // done(nullptr, reason) on failure, on the protocol thread, within the connect deadline.
   virtual void connect(const std::string& addr, ConnectCallback done) = 0;
+  // Where this transport's large received messages come from (any thread): a consumer done with
+  // one may give it back with buffers().recycle(), so the next one reuses its mapped pages.
+  virtual BufferPool& buffers() = 0;
 };
 
 }  // namespace gossiptrain::net

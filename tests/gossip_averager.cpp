@@ -671,6 +671,7 @@ class RefusingTransport final : public net::Transport, public net::TransportHand
   const std::string& local_id() const override { return inner_.local_id(); }
   const std::string& listen_addr() const override { return inner_.listen_addr(); }
   const std::string& advertised_addr() const override { return inner_.advertised_addr(); }
+  net::BufferPool& buffers() override { return inner_.buffers(); }
   void connect(const std::string& addr, ConnectCallback done) override {
     inner_.connect(addr, [this, done](net::ConnectionPtr c, const std::string& err) {
       done(c ? wrap(c) : nullptr, err);

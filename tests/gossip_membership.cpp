@@ -724,6 +724,7 @@ struct AdvertisingTransport : net::Transport {
   const std::string& local_id() const override { return inner.local_id(); }
   const std::string& listen_addr() const override { return listen; }
   const std::string& advertised_addr() const override { return inner.advertised_addr(); }
+  net::BufferPool& buffers() override { return inner.buffers(); }
   void connect(const std::string& addr, ConnectCallback done) override {
     inner.connect(addr, std::move(done));
   }

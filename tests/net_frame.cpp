@@ -50,7 +50,9 @@ struct Feed {
   FrameReceiver rx;
   std::vector<std::pair<std::uint8_t, Bytes>> msgs;
   std::string error, close_reason;
-  Feed(crypto::Aead a, const crypto::SymKey& k, const Limits& l) : rx(a, k, l) {}
+  Feed(crypto::Aead a, const crypto::SymKey& k, const Limits& l,
+       std::shared_ptr<BufferPool> buffers = nullptr)
+      : rx(a, k, l, std::move(buffers)) {}
   // Returns false once the receiver reports an error (or on a header error).
   bool push(const Bytes& wire) {
     std::size_t off = 0;
@@ -258,60 +260,68 @@ TEST_CASE("frames: the sender rekeys on schedule and the receiver follows", "[ne
 }
 
 TEST_CASE("buffer pool: large messages are received into recycled buffers", "[net]") {
-  // The pool is process-wide: work with differences of its counters.
-  set_buffer_pool_limit(std::size_t(256) << 20);
+  auto pool = std::make_shared<BufferPool>();
   SECTION("take and recycle") {
-    Bytes a = take_buffer(200000);
+    Bytes a = pool->take(200000);
     CHECK(a.empty());
     CHECK(a.capacity() >= 200000);
     const auto* mem = a.data();
-    const auto before = buffer_pool_stats();
-    recycle(std::move(a));
+    CHECK(pool->stats().fresh == 1);
+    pool->recycle(std::move(a));
     CHECK(a.capacity() == 0);  // given away
-    CHECK(buffer_pool_stats().held_bytes >= before.held_bytes + 200000);
-    Bytes b = take_buffer(190000);  // within 5/4: the same memory comes back, emptied
+    CHECK(pool->stats().held_bytes >= 200000);
+    Bytes b = pool->take(190000);  // within 5/4: the same memory comes back, emptied
     CHECK(b.data() == mem);
     CHECK(b.empty());
-    CHECK(buffer_pool_stats().reused == before.reused + 1);
-    Bytes c = take_buffer(100000);  // 200000 is more than 5/4 of it: a fresh one
+    CHECK(pool->stats().reused == 1);
+    CHECK(pool->stats().held_bytes == 0);
+    Bytes c = pool->take(100000);  // 200000 is more than 5/4 of it: a fresh one
     CHECK(c.data() != mem);
-    recycle(std::move(b));
-    recycle(std::move(c));
+    CHECK(pool->stats().fresh == 2);
   }
-  SECTION("small buffers are not pooled, and the bound holds") {
-    const auto before = buffer_pool_stats();
-    Bytes s = take_buffer(100);
+  SECTION("small buffers are not pooled, and the limit holds") {
+    Bytes s = pool->take(100);
     s.resize(100);
-    recycle(std::move(s));
-    CHECK(buffer_pool_stats().held_bytes == before.held_bytes);
-    set_buffer_pool_limit(before.held_bytes + 300000);
-    Bytes x = take_buffer(200000), y = take_buffer(200000);
-    recycle(std::move(x));
-    recycle(std::move(y));  // over the bound: freed
-    CHECK(buffer_pool_stats().held_bytes <= before.held_bytes + 300000);
-    set_buffer_pool_limit(0);  // frees everything held
-    CHECK(buffer_pool_stats().held_bytes == 0);
-    set_buffer_pool_limit(std::size_t(256) << 20);
+    pool->recycle(std::move(s));
+    CHECK(pool->stats().held_bytes == 0);
+    CHECK(pool->stats().fresh == 0);  // small ones are not counted either
+    pool->set_limit(300000);
+    Bytes x = pool->take(200000), y = pool->take(200000);
+    pool->recycle(std::move(x));
+    pool->recycle(std::move(y));  // over the limit: freed
+    CHECK(pool->stats().held_bytes >= 200000);
+    CHECK(pool->stats().held_bytes <= 300000);
+    pool->set_limit(0);  // frees everything held
+    CHECK(pool->stats().held_bytes == 0);
+    CHECK(pool->stats().limit_bytes == 0);
   }
-  SECTION("the frame receiver reuses a recycled message buffer") {
+  SECTION("two pools share nothing") {
+    BufferPool other;
+    Bytes a = pool->take(200000);
+    pool->recycle(std::move(a));
+    Bytes b = other.take(200000);
+    CHECK(other.stats().reused == 0);
+    CHECK(pool->stats().held_bytes >= 200000);
+  }
+  SECTION("the frame receiver reuses a recycled message buffer of its pool") {
     for (auto a : aeads()) {
       INFO(crypto::aead_name(a));
       auto k = random_key();
       Limits l = small_limits();
       Wire w(a, k, l);
-      Feed f(a, k, l);
+      Feed f(a, k, l, pool);
       Bytes big = pattern(300000, 5);
       for (auto& fr : w.message(9, big, l.max_frame_bytes)) REQUIRE(f.push(fr));
       REQUIRE(f.msgs.size() == 1);
       CHECK(f.msgs[0].second == big);
       const auto* mem = f.msgs[0].second.data();
-      recycle(std::move(f.msgs[0].second));
+      pool->recycle(std::move(f.msgs[0].second));
       Bytes big2 = pattern(290000, 6);
       for (auto& fr : w.message(4, big2, l.max_frame_bytes)) REQUIRE(f.push(fr));
       REQUIRE(f.msgs.size() == 2);
       CHECK(f.msgs[1].second.data() == mem);  // pages already mapped
       CHECK(f.msgs[1].second == big2);        // and nothing of the old message shows
-      recycle(std::move(f.msgs[1].second));
+      pool->recycle(std::move(f.msgs[1].second));
     }
   }
 }

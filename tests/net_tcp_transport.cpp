@@ -74,6 +74,27 @@ TEST_CASE("tcp: handshake and round trip of a 100 MB message, both AEADs", "[net
   }
 }
 
+TEST_CASE("tcp: each transport receives large messages into buffers from its own pool", "[net]") {
+  Pair p(make_config(), make_config());
+  auto r = p.dial_server();
+  REQUIRE(r.conn);
+  const std::size_t kBytes = 1u << 20;  // streamed: one buffer of the pool per message
+  auto msg = std::make_shared<const Bytes>(pattern(kBytes, 3));
+  CHECK(on_io(*p.client, [&] { return r.conn->send(1, msg); }));
+  REQUIRE(wait_for([&] { return p.server_events.n_msgs() == 1; }, 20000ms));
+  const auto* mem = p.server_events.msgs[0].second.data();
+  CHECK(p.server->buffers().stats().fresh == 1);
+  p.server->buffers().recycle(std::move(p.server_events.msgs[0].second));
+  CHECK(p.server->buffers().stats().held_bytes >= kBytes);
+  CHECK(p.client->buffers().stats().held_bytes == 0);  // the other transport's pool is apart
+  CHECK(on_io(*p.client, [&] { return r.conn->send(2, msg); }));
+  REQUIRE(wait_for([&] { return p.server_events.n_msgs() == 2; }, 20000ms));
+  std::lock_guard lk(p.server_events.mu);
+  CHECK(p.server_events.msgs[1].second.data() == mem);  // the recycled buffer, pages mapped
+  CHECK(p.server_events.msgs[1].second == *msg);
+  CHECK(p.server->buffers().stats().reused == 1);
+}
+
 TEST_CASE("tcp: wrong network key is refused", "[net]") {
   crypto::SymKey k1, k2;
   crypto::random_bytes(k1.span());
