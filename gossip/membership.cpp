@@ -21,7 +21,8 @@ net::SharedBytes share(net::Bytes b) { return std::make_shared<const net::Bytes>
 
 void MembershipConfig::validate() const {
   auto positive = [](Millis v, const char* name) {
-    if (v.count() <= 0) throw std::invalid_argument(std::string("membership: ") + name + " must be > 0");
+    if (v.count() <= 0)
+      throw std::invalid_argument(std::string("membership: ") + name + " must be > 0");
   };
   positive(probe_interval, "probe_interval");
   positive(probe_timeout, "probe_timeout");
@@ -128,7 +129,8 @@ void Membership::stop() {
   acks_.clear();
   std::vector<Owned> owned;
   for (auto& [ptr, o] : owned_) owned.push_back(o);
-  std::sort(owned.begin(), owned.end(), [](const Owned& a, const Owned& b) { return a.order < b.order; });
+  std::sort(owned.begin(), owned.end(),
+            [](const Owned& a, const Owned& b) { return a.order < b.order; });
   owned_.clear();
   links_.clear();
   for (auto& o : owned) o.conn->close(leaving_ ? "left" : "membership stopped");
@@ -150,7 +152,8 @@ void Membership::leave() {
   // to be noticed, and the receivers pass it on.
   const auto targets = random_members(kLeaveDirectFanout, self_id_,
                                       [](const Member& m) { return is_live(m.state); });
-  for (const Member* m : targets) send_to(m->id, m->addr, MembershipType::Gossip, encode(GossipMsg{{u}}));
+  for (const Member* m : targets)
+    send_to(m->id, m->addr, MembershipType::Gossip, encode(GossipMsg{{u}}));
   spdlog::info("membership {}: leaving, told {} members", self_id_, targets.size());
   later(cfg_.leave_linger, [this] { stop(); });
 }
@@ -195,28 +198,30 @@ void Membership::send_sync_to_addr(const std::string& addr, bool join) {
     if (m.addr != addr || id == self_id_) continue;
     auto it = links_.find(id);
     if (it != links_.end() && it->second.conn && it->second.conn->is_open()) {
-      send_on(it->second.conn, MembershipType::Sync, encode(SyncMsg{next_seq_++, join, full_state()}));
+      send_on(it->second.conn, MembershipType::Sync,
+              encode(SyncMsg{next_seq_++, join, full_state()}));
       return;
     }
   }
   const std::uint32_t seq = next_seq_++;
   std::weak_ptr<bool> w = token_;
-  transport_.connect(addr, [this, w, addr, seq, join](net::ConnectionPtr c, const std::string& err) {
-    if (w.expired()) {
-      if (c) c->close("membership stopped");
-      return;
-    }
-    if (!c) {
-      spdlog::debug("membership {}: seed {} unreachable: {}", self_id_, addr, err);
-      return;
-    }
-    if (c->peer_id() == self_id_) {
-      c->close("connected to ourselves");
-      return;
-    }
-    adopt(c, true);
-    send_on(c, MembershipType::Sync, encode(SyncMsg{seq, join, full_state()}));
-  });
+  transport_.connect(
+      addr, [this, w, addr, seq, join](net::ConnectionPtr c, const std::string& err) {
+        if (w.expired()) {
+          if (c) c->close("membership stopped");
+          return;
+        }
+        if (!c) {
+          spdlog::debug("membership {}: seed {} unreachable: {}", self_id_, addr, err);
+          return;
+        }
+        if (c->peer_id() == self_id_) {
+          c->close("connected to ourselves");
+          return;
+        }
+        adopt(c, true);
+        send_on(c, MembershipType::Sync, encode(SyncMsg{seq, join, full_state()}));
+      });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -258,12 +263,15 @@ void Membership::probe_tick() {
   std::vector<Update> piggyback;
   if (target->state == MemberState::Suspect) {
     // Lifeguard's buddy system: tell a suspect directly, so it can refute at once.
-    piggyback.push_back(Update{target->id, target->addr, target->incarnation, MemberState::Suspect, self_id_});
+    piggyback.push_back(
+        Update{target->id, target->addr, target->incarnation, MemberState::Suspect, self_id_});
   }
-  for (auto& u : take_broadcasts(cfg_.max_piggyback - std::min(cfg_.max_piggyback, piggyback.size()))) {
+  for (auto& u :
+       take_broadcasts(cfg_.max_piggyback - std::min(cfg_.max_piggyback, piggyback.size()))) {
     if (u.id != target->id || piggyback.empty()) piggyback.push_back(std::move(u));
   }
-  send_to(target->id, target->addr, MembershipType::Ping, encode(PingMsg{seq, target->id, std::move(piggyback)}));
+  send_to(target->id, target->addr, MembershipType::Ping,
+          encode(PingMsg{seq, target->id, std::move(piggyback)}));
   later(cfg_.probe_timeout, [this, seq] { indirect_probe(seq); });
 }
 
@@ -273,8 +281,9 @@ void Membership::indirect_probe(std::uint32_t seq) {
   auto it = members_.find(probe_.target);
   if (it == members_.end()) return;
   const Member target = it->second;
-  const auto helpers = random_members(static_cast<std::size_t>(cfg_.indirect_checks), target.id,
-                                      [](const Member& m) { return m.state == MemberState::Alive; });
+  const auto helpers =
+      random_members(static_cast<std::size_t>(cfg_.indirect_checks), target.id,
+                     [](const Member& m) { return m.state == MemberState::Alive; });
   for (const Member* h : helpers) {
     send_to(h->id, h->addr, MembershipType::PingReq,
             encode(PingReqMsg{seq, target.id, target.addr, take_broadcasts(cfg_.max_piggyback)}));
@@ -292,7 +301,8 @@ void Membership::finish_probe() {
   if (probe_.acked) return;
   auto it = members_.find(probe_.target);
   if (it == members_.end() || !is_live(it->second.state)) return;
-  spdlog::debug("membership {}: no ack from {} in a probe period, suspecting", self_id_, probe_.target);
+  spdlog::debug("membership {}: no ack from {} in a probe period, suspecting", self_id_,
+                probe_.target);
   const Member& m = it->second;
   suspect_node(Update{m.id, m.addr, m.incarnation, MemberState::Suspect, self_id_});
 }
@@ -303,8 +313,8 @@ void Membership::gossip_tick() {
   const Millis now = sched_.now();
   // Recently dead members still hear gossip, so a member wrongly declared dead learns it and
   // refutes (memberlist's GossipToTheDeadTime).
-  const auto targets = random_members(
-      static_cast<std::size_t>(cfg_.gossip_nodes), self_id_, [&](const Member& m) {
+  const auto targets =
+      random_members(static_cast<std::size_t>(cfg_.gossip_nodes), self_id_, [&](const Member& m) {
         return is_live(m.state) ||
                (m.state == MemberState::Dead && now - m.state_change < cfg_.gossip_to_the_dead);
       });
@@ -326,9 +336,11 @@ Millis push_pull_period(Millis interval, std::size_t n) {
 void Membership::push_pull_tick() {
   later(push_pull_period(cfg_.push_pull_interval, est_num_nodes()), [this] { push_pull_tick(); });
   if (leaving_) return;
-  const auto t = random_members(1, self_id_, [](const Member& m) { return m.state == MemberState::Alive; });
+  const auto t =
+      random_members(1, self_id_, [](const Member& m) { return m.state == MemberState::Alive; });
   if (t.empty()) return;
-  send_to(t[0]->id, t[0]->addr, MembershipType::Sync, encode(SyncMsg{next_seq_++, false, full_state()}));
+  send_to(t[0]->id, t[0]->addr, MembershipType::Sync,
+          encode(SyncMsg{next_seq_++, false, full_state()}));
 }
 
 void Membership::reconnect_tick() {
@@ -336,10 +348,12 @@ void Membership::reconnect_tick() {
   if (leaving_) return;
   // After a partition each side holds the other as dead; a sync with one of them makes it refute
   // (it sees itself dead) and merges the two views again.
-  const auto t = random_members(1, self_id_, [](const Member& m) { return m.state == MemberState::Dead; });
+  const auto t =
+      random_members(1, self_id_, [](const Member& m) { return m.state == MemberState::Dead; });
   if (t.empty()) return;
   spdlog::debug("membership {}: trying to reconnect to dead member {}", self_id_, t[0]->id);
-  send_to(t[0]->id, t[0]->addr, MembershipType::Sync, encode(SyncMsg{next_seq_++, false, full_state()}));
+  send_to(t[0]->id, t[0]->addr, MembershipType::Sync,
+          encode(SyncMsg{next_seq_++, false, full_state()}));
 }
 
 void Membership::housekeeping_tick() {
@@ -350,7 +364,8 @@ void Membership::housekeeping_tick() {
   for (const auto& [ptr, o] : owned_) {
     if (now - o.last_used >= cfg_.idle_connection_timeout) idle.push_back(o);
   }
-  std::sort(idle.begin(), idle.end(), [](const Owned& a, const Owned& b) { return a.order < b.order; });
+  std::sort(idle.begin(), idle.end(),
+            [](const Owned& a, const Owned& b) { return a.order < b.order; });
   for (auto& o : idle) {
     owned_.erase(o.conn.get());
     o.conn->close("idle");
@@ -414,7 +429,8 @@ void Membership::apply_all(const net::ConnectionPtr& c, const std::vector<Update
     }
     apply(u);
   }
-  if (!corrections.empty()) send_on(c, MembershipType::Gossip, encode(GossipMsg{std::move(corrections)}));
+  if (!corrections.empty())
+    send_on(c, MembershipType::Gossip, encode(GossipMsg{std::move(corrections)}));
 }
 
 void Membership::merge_remote(const std::vector<Update>& remote) {
@@ -449,14 +465,17 @@ void Membership::alive_node(const Update& a, bool bootstrap) {
     // A peer that announces a wildcard (an old build listening on 0.0.0.0 without --advertise):
     // dialling it would reach ourselves. Once per member and address, so the log stays readable.
     if (unroutable_seen_.insert(a.id + "@" + a.addr).second) {
-      spdlog::warn("membership {}: ignoring member {} announced at unroutable address {} "
-                   "(that peer needs --advertise)", self_id_, a.id, a.addr);
+      spdlog::warn(
+          "membership {}: ignoring member {} announced at unroutable address {} "
+          "(that peer needs --advertise)",
+          self_id_, a.id, a.addr);
     }
     return;
   }
   if (it == members_.end()) {
     if (members_.size() >= kMaxSyncMembers) {
-      spdlog::warn("membership {}: member table full ({}), ignoring {}", self_id_, kMaxSyncMembers, a.id);
+      spdlog::warn("membership {}: member table full ({}), ignoring {}", self_id_, kMaxSyncMembers,
+                   a.id);
       return;
     }
     Member m{a.id, a.addr, a.incarnation, MemberState::Alive, sched_.now()};
@@ -467,7 +486,8 @@ void Membership::alive_node(const Update& a, bool bootstrap) {
     const std::size_t j = rng_.below(probe_order_.size());
     std::swap(probe_order_[j], probe_order_.back());
     queue_broadcast(Update{a.id, a.addr, a.incarnation, MemberState::Alive, ""});
-    spdlog::debug("membership {}: new member {} at {} (incarnation {})", self_id_, a.id, a.addr, a.incarnation);
+    spdlog::debug("membership {}: new member {} at {} (incarnation {})", self_id_, a.id, a.addr,
+                  a.incarnation);
     notify(it->second);
     publish(it->second);
     return;
@@ -491,7 +511,8 @@ void Membership::alive_node(const Update& a, bool bootstrap) {
   if (addr_changed) links_.erase(a.id);  // the old connection points at the old address
   if (before != MemberState::Alive) {
     if (before != MemberState::Suspect) {
-      spdlog::info("membership {}: {} is alive again (incarnation {})", self_id_, a.id, a.incarnation);
+      spdlog::info("membership {}: {} is alive again (incarnation {})", self_id_, a.id,
+                   a.incarnation);
     }
     set_state(st, MemberState::Alive);
   } else {
@@ -517,8 +538,8 @@ void Membership::suspect_node(const Update& s) {
   }
   queue_broadcast(Update{s.id, st.addr, s.incarnation, MemberState::Suspect, s.from});
   st.incarnation = s.incarnation;
-  spdlog::debug("membership {}: suspecting {} (incarnation {}, by {}) at {} ms", self_id_, s.id, s.incarnation,
-                s.from, sched_.now().count());
+  spdlog::debug("membership {}: suspecting {} (incarnation {}, by {}) at {} ms", self_id_, s.id,
+                s.incarnation, s.from, sched_.now().count());
   set_state(st, MemberState::Suspect);
   start_suspicion(st, s.from);
 }
@@ -535,9 +556,11 @@ void Membership::dead_node(const Update& d) {
     return;
   }
   const bool left = d.from == d.id;
-  queue_broadcast(Update{d.id, st.addr, d.incarnation, left ? MemberState::Left : MemberState::Dead, d.from});
+  queue_broadcast(
+      Update{d.id, st.addr, d.incarnation, left ? MemberState::Left : MemberState::Dead, d.from});
   st.incarnation = d.incarnation;
-  spdlog::info("membership {}: {} is {} (incarnation {})", self_id_, d.id, left ? "left" : "dead", d.incarnation);
+  spdlog::info("membership {}: {} is {} (incarnation {})", self_id_, d.id, left ? "left" : "dead",
+               d.incarnation);
   set_state(st, left ? MemberState::Left : MemberState::Dead);
 }
 
@@ -553,8 +576,8 @@ void Membership::refute(std::uint64_t accused_incarnation) {
 
 Millis Membership::suspicion_min_timeout(std::size_t n) const {
   const double node_scale = std::max(1.0, std::log10(std::max(1.0, static_cast<double>(n))));
-  return Millis(static_cast<Millis::rep>(
-      std::floor(cfg_.suspicion_mult * node_scale * static_cast<double>(cfg_.probe_interval.count()))));
+  return Millis(static_cast<Millis::rep>(std::floor(
+      cfg_.suspicion_mult * node_scale * static_cast<double>(cfg_.probe_interval.count()))));
 }
 
 void Membership::start_suspicion(Member& m, const std::string& from) {
@@ -582,19 +605,20 @@ bool Membership::confirm_suspicion(const std::string& id, const std::string& fro
   auto it = suspicions_.find(id);
   if (it == suspicions_.end()) return false;
   Suspicion& s = it->second;
-  const int n = static_cast<int>(s.confirmations.size()) - 1;  // the first accuser is not a confirmation
+  const int n =
+      static_cast<int>(s.confirmations.size()) - 1;  // the first accuser is not a confirmation
   if (n >= s.k || s.confirmations.count(from)) return false;
   s.confirmations.insert(from);
   const int confirmed = n + 1;
   // memberlist remainingSuspicionTime: log-scaled from max towards min.
   const double frac = std::log(confirmed + 1.0) / std::log(s.k + 1.0);
-  const double raw = static_cast<double>(s.max.count()) -
-                     frac * static_cast<double>((s.max - s.min).count());
+  const double raw =
+      static_cast<double>(s.max.count()) - frac * static_cast<double>((s.max - s.min).count());
   Millis timeout = Millis(static_cast<Millis::rep>(std::floor(raw)));
   if (timeout < s.min) timeout = s.min;
   const Millis remaining = timeout - (sched_.now() - s.start);
-  spdlog::debug("membership {}: suspicion of {} confirmed by {} ({}/{}), {} ms left", self_id_, id, from,
-                confirmed, s.k, remaining.count());
+  spdlog::debug("membership {}: suspicion of {} confirmed by {} ({}/{}), {} ms left", self_id_, id,
+                from, confirmed, s.k, remaining.count());
   sched_.cancel(s.timer);
   const std::uint64_t inc = s.incarnation;
   s.timer = later(std::max(remaining, Millis(0)), [this, id, inc] { suspicion_fired(id, inc); });
@@ -607,7 +631,8 @@ void Membership::suspicion_fired(const std::string& id, std::uint64_t incarnatio
   if (it == members_.end()) return;
   const Member& m = it->second;
   if (m.state != MemberState::Suspect || m.incarnation != incarnation) return;
-  spdlog::debug("membership {}: suspicion of {} timed out at {} ms", self_id_, id, sched_.now().count());
+  spdlog::debug("membership {}: suspicion of {} timed out at {} ms", self_id_, id,
+                sched_.now().count());
   dead_node(Update{id, m.addr, incarnation, MemberState::Dead, self_id_});
 }
 
@@ -712,11 +737,8 @@ void Membership::handle(const net::ConnectionPtr& c, std::uint8_t type, const ne
     case MembershipType::PingReq: handle_ping_req(c, decode_ping_req(payload)); break;
     case MembershipType::Sync: handle_sync(c, decode_sync(payload), false); break;
     case MembershipType::SyncReply: handle_sync(c, decode_sync(payload), true); break;
-    case MembershipType::Gossip:
-      apply_all(c, decode_gossip(payload).updates);
-      break;
-    default:
-      throw DecodeError("unknown membership message type");
+    case MembershipType::Gossip: apply_all(c, decode_gossip(payload).updates); break;
+    default: throw DecodeError("unknown membership message type");
   }
 }
 
@@ -737,8 +759,8 @@ void Membership::handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m) {
     return;
   }
   if (!net::dialable_addr(m.target_addr)) {
-    spdlog::debug("membership {}: ping-req for {} at unroutable {} ignored", self_id_,
-                  m.target_id, m.target_addr);
+    spdlog::debug("membership {}: ping-req for {} at unroutable {} ignored", self_id_, m.target_id,
+                  m.target_addr);
     return;
   }
   const std::uint32_t seq = next_seq_++;
@@ -781,7 +803,8 @@ void Membership::handle_sync(const net::ConnectionPtr& c, SyncMsg m, bool reply)
   if (m.join && join_in_progress_ && m.seq >= join_seq_lo_ && !join_answered_) {
     join_answered_ = true;
     if (!joined_) {
-      spdlog::info("membership {}: joined through {} ({} members known)", self_id_, c->peer_id(), members_.size());
+      spdlog::info("membership {}: joined through {} ({} members known)", self_id_, c->peer_id(),
+                   members_.size());
     } else {
       spdlog::info("membership {}: re-joined through {}", self_id_, c->peer_id());
     }
@@ -811,7 +834,8 @@ void Membership::drop_link(const std::string& id) {
 
 void Membership::send_on(const net::ConnectionPtr& c, MembershipType type, net::Bytes payload) {
   if (!c->send(wire(type), share(std::move(payload)))) {
-    spdlog::debug("membership {}: send to {} refused (closed or queue full)", self_id_, c->peer_id());
+    spdlog::debug("membership {}: send to {} refused (closed or queue full)", self_id_,
+                  c->peer_id());
   }
 }
 
@@ -822,7 +846,8 @@ void Membership::send_to(const std::string& id, const std::string& addr, Members
     send_on(l.conn, type, std::move(payload));
     return;
   }
-  if (l.pending.size() < cfg_.max_pending_per_peer) l.pending.emplace_back(wire(type), share(std::move(payload)));
+  if (l.pending.size() < cfg_.max_pending_per_peer)
+    l.pending.emplace_back(wire(type), share(std::move(payload)));
   if (l.dialing) return;
   l.dialing = true;
   std::weak_ptr<bool> w = token_;

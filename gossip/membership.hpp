@@ -13,9 +13,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/base/rng.hpp"
 #include "gossip/messages.hpp"
 #include "gossip/peer_directory.hpp"
-#include "core/base/rng.hpp"
 #include "net/address.hpp"
 #include "net/transport.hpp"
 
@@ -33,14 +33,14 @@ struct MembershipConfig {
   // confirmations (Lifeguard), as memberlist.
   int suspicion_mult = 4;
   int suspicion_max_timeout_mult = 6;
-  int retransmit_mult = 4;         // each update is piggybacked retransmit_mult*ceil(log10(n+1)) times
-  Millis gossip_interval{200};     // dissemination of pending updates to gossip_nodes members
+  int retransmit_mult = 4;      // each update is piggybacked retransmit_mult*ceil(log10(n+1)) times
+  Millis gossip_interval{200};  // dissemination of pending updates to gossip_nodes members
   int gossip_nodes = 3;
-  Millis gossip_to_the_dead{30000};  // dead members still get gossip this long (to refute)
-  std::size_t max_piggyback = 16;  // updates per ping/ack/gossip message
-  Millis push_pull_interval{30000};  // anti-entropy full sync with one random member
-  Millis reconnect_interval{10000};  // sync attempt with one random dead member (heals partitions)
-  Millis join_timeout{3000};         // wait for any seed's sync reply
+  Millis gossip_to_the_dead{30000};   // dead members still get gossip this long (to refute)
+  std::size_t max_piggyback = 16;     // updates per ping/ack/gossip message
+  Millis push_pull_interval{30000};   // anti-entropy full sync with one random member
+  Millis reconnect_interval{10000};   // sync attempt with one random dead member (heals partitions)
+  Millis join_timeout{3000};          // wait for any seed's sync reply
   Millis join_backoff_initial{1000};  // retry delay when no seed answered, doubling ...
   Millis join_backoff_max{30000};     // ... up to this
   Millis idle_connection_timeout{60000};  // connections we dialed, without membership traffic
@@ -91,10 +91,10 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   // Stops timers and closes the connections we dialed; no leave announced (a crash, to others).
   void stop();
 
-  std::vector<PeerRef> live_peers() const override;  // thread-safe
-  std::vector<MemberInfo> members() const;            // thread-safe; includes ourselves
+  std::vector<PeerRef> live_peers() const override;               // thread-safe
+  std::vector<MemberInfo> members() const;                        // thread-safe; includes ourselves
   std::optional<MemberInfo> member(const std::string& id) const;  // thread-safe
-  std::uint64_t incarnation() const;                  // thread-safe
+  std::uint64_t incarnation() const;                              // thread-safe
   bool joined() const { return joined_; }
   // Peer ids of the open connections we dialed (diagnostics and tests; protocol thread only).
   std::vector<std::string> dialed_peers() const;
@@ -187,7 +187,8 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   void handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m);
   void handle_ack(const net::ConnectionPtr& c, AckMsg m);
   void handle_sync(const net::ConnectionPtr& c, SyncMsg m, bool reply);
-  void send_to(const std::string& id, const std::string& addr, MembershipType type, net::Bytes payload);
+  void send_to(const std::string& id, const std::string& addr, MembershipType type,
+               net::Bytes payload);
   void send_on(const net::ConnectionPtr& c, MembershipType type, net::Bytes payload);
   void send_sync_to_addr(const std::string& addr, bool join);
   void expect_ack(std::uint32_t seq, Millis timeout, std::function<void()> on_ack,

@@ -6,13 +6,13 @@
 #include <cstring>
 #include <exception>
 
+#include <spdlog/spdlog.h>
 #include <asio/co_spawn.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
 #include <asio/read.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
-#include <spdlog/spdlog.h>
 
 namespace gossiptrain::net {
 
@@ -36,14 +36,19 @@ std::string io_reason(const std::error_code& ec, const char* where) {
 
 Channel::Channel(std::shared_ptr<asio::io_context> io, asio::ip::tcp::socket socket, bool inbound,
                  std::shared_ptr<const ChannelOptions> opts, ChannelHost& host)
-    : io_(std::move(io)), socket_(std::move(socket)), inbound_(inbound), opts_(std::move(opts)), host_(host),
-      watchdog_timer_(socket_.get_executor()), writer_signal_(socket_.get_executor()) {
+    : io_(std::move(io)),
+      socket_(std::move(socket)),
+      inbound_(inbound),
+      opts_(std::move(opts)),
+      host_(host),
+      watchdog_timer_(socket_.get_executor()),
+      writer_signal_(socket_.get_executor()) {
   std::error_code ec;
   auto ep = socket_.remote_endpoint(ec);
   if (!ec) {
     auto a = ep.address();
-    remote_addr_ = (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" +
-                   std::to_string(ep.port());
+    remote_addr_ =
+        (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(ep.port());
   } else {
     remote_addr_ = "?";
   }
@@ -141,10 +146,8 @@ asio::awaitable<void> Channel::reader() {
     auto [ec, n] = co_await asio::async_read(socket_, asio::buffer(header), kUseTuple);
     if (closed_) co_return;
     if (ec) {
-      if (ec != asio::error::eof)
-        fail(io_reason(ec, "while reading"));
-      else if (closing_)
-        fail(close_reason_);  // the remote finished after our close frame
+      if (ec != asio::error::eof) fail(io_reason(ec, "while reading"));
+      else if (closing_) fail(close_reason_);  // the remote finished after our close frame
       else
         fail(receiver_->mid_message() ? "truncated stream: EOF inside a message"
                                       : "truncated stream: EOF without a close frame");
@@ -170,14 +173,13 @@ asio::awaitable<void> Channel::reader() {
     switch (ev) {
       case FrameReceiver::Event::Nothing: break;
       case FrameReceiver::Event::Message:
-        if (!closing_) host_.channel_message(self, receiver_->message_type(), receiver_->take_message());
+        if (!closing_)
+          host_.channel_message(self, receiver_->message_type(), receiver_->take_message());
         break;
       case FrameReceiver::Event::Close:
         fail(closing_ ? close_reason_ : "closed by remote: " + receiver_->text());
         co_return;
-      case FrameReceiver::Event::Error:
-        fail("protocol error: " + receiver_->text());
-        co_return;
+      case FrameReceiver::Event::Error: fail("protocol error: " + receiver_->text()); co_return;
     }
     if (closed_) co_return;
   }
@@ -291,8 +293,8 @@ bool Channel::send(std::uint8_t type, SharedBytes payload) {
   if (!is_open() || !payload) return false;
   const Limits& l = opts_->limits;
   if (payload->size() > l.max_message_bytes) {
-    spdlog::warn("net: {} refusing to send a {}-byte message (limit {})", peer_id_,
-                 payload->size(), l.max_message_bytes);
+    spdlog::warn("net: {} refusing to send a {}-byte message (limit {})", peer_id_, payload->size(),
+                 l.max_message_bytes);
     return false;
   }
   if (queue_.size() >= l.send_queue_max_messages) return false;

@@ -123,8 +123,8 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
 
   std::unique_ptr<FrameSealer> sealer_;
   std::unique_ptr<FrameReceiver> receiver_;
-  Bytes wire_;   // one sealed frame (the sender's only copy of payload bytes)
-  Bytes small_;  // plaintext of a small message frame
+  Bytes wire_;           // one sealed frame (the sender's only copy of payload bytes)
+  Bytes small_;          // plaintext of a small message frame
   Bytes batch_wire_[2];  // crypto threads: one batch of sealed frames written, the next sealed
 
   std::deque<Outgoing> queue_;

@@ -24,9 +24,9 @@ static_assert(crypto_scalarmult_BYTES == 32);
 
 // Release builds keep this check: a failed libsodium primitive that cannot fail is a broken
 // invariant (docs/ARCHITECTURE.md, "Error policy"), not a network event.
-#define GT_SODIUM_CHECK(expr)                                                         \
-  do {                                                                                \
-    if ((expr) != 0) throw std::logic_error("libsodium call failed: " #expr);         \
+#define GT_SODIUM_CHECK(expr)                                                 \
+  do {                                                                        \
+    if ((expr) != 0) throw std::logic_error("libsodium call failed: " #expr); \
   } while (0)
 
 void init() {
@@ -69,8 +69,8 @@ Hash hash(std::initializer_list<std::span<const std::uint8_t>> parts,
           std::span<const std::uint8_t> key) {
   init();
   crypto_generichash_state st;
-  GT_SODIUM_CHECK(crypto_generichash_init(&st, key.empty() ? nullptr : key.data(), key.size(),
-                                          kHashBytes));
+  GT_SODIUM_CHECK(
+      crypto_generichash_init(&st, key.empty() ? nullptr : key.data(), key.size(), kHashBytes));
   for (auto p : parts) GT_SODIUM_CHECK(crypto_generichash_update(&st, p.data(), p.size()));
   Hash out;
   GT_SODIUM_CHECK(crypto_generichash_final(&st, out.data(), out.size()));
@@ -162,9 +162,8 @@ void AeadCipher::set_key(const SymKey& key) {
   }
 }
 
-void AeadCipher::seal(std::uint8_t* out, std::uint8_t* tag, const std::uint8_t* in,
-                      std::size_t len, std::span<const std::uint8_t> ad,
-                      std::uint64_t nonce) const {
+void AeadCipher::seal(std::uint8_t* out, std::uint8_t* tag, const std::uint8_t* in, std::size_t len,
+                      std::span<const std::uint8_t> ad, std::uint64_t nonce) const {
   std::uint8_t n[kAeadNonceBytes];
   make_nonce(n, nonce);
   if (aead_ == Aead::Aes256Gcm) {

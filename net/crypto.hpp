@@ -12,13 +12,13 @@
 
 namespace gossiptrain::net::crypto {
 
-inline constexpr std::size_t kPublicKeyBytes = 32;   // Ed25519 and X25519 public keys
-inline constexpr std::size_t kSignatureBytes = 64;   // Ed25519 signature
-inline constexpr std::size_t kSeedBytes = 32;        // Ed25519 seed (the stored secret)
-inline constexpr std::size_t kSymKeyBytes = 32;      // AEAD and MAC keys
-inline constexpr std::size_t kHashBytes = 32;        // BLAKE2b-256
-inline constexpr std::size_t kAeadTagBytes = 16;     // both AEADs
-inline constexpr std::size_t kAeadNonceBytes = 12;   // both AEADs (IETF ChaCha20, AES-GCM)
+inline constexpr std::size_t kPublicKeyBytes = 32;  // Ed25519 and X25519 public keys
+inline constexpr std::size_t kSignatureBytes = 64;  // Ed25519 signature
+inline constexpr std::size_t kSeedBytes = 32;       // Ed25519 seed (the stored secret)
+inline constexpr std::size_t kSymKeyBytes = 32;     // AEAD and MAC keys
+inline constexpr std::size_t kHashBytes = 32;       // BLAKE2b-256
+inline constexpr std::size_t kAeadTagBytes = 16;    // both AEADs
+inline constexpr std::size_t kAeadNonceBytes = 12;  // both AEADs (IETF ChaCha20, AES-GCM)
 
 using PublicKey = std::array<std::uint8_t, kPublicKeyBytes>;
 using Signature = std::array<std::uint8_t, kSignatureBytes>;

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <stdexcept>
 
-
 namespace gossiptrain::net {
 namespace {
 
@@ -78,9 +77,7 @@ bool decode_frame_header(const std::uint8_t* in, std::size_t max_frame_bytes, Fr
   return true;
 }
 
-crypto::SymKey next_frame_key(const crypto::SymKey& key) {
-  return crypto::kdf(key, "frame rekey");
-}
+crypto::SymKey next_frame_key(const crypto::SymKey& key) { return crypto::kdf(key, "frame rekey"); }
 
 // ---- FrameSealer ----
 

@@ -11,7 +11,8 @@
 //   Data          chunk of the current message (decrypted straight into the message buffer)
 //   Ping          empty (keepalive)
 //   Close         reason (explicit end of stream: EOF without it is a truncation)
-//   Rekey         empty; the sender's key ratchets after this frame, the receiver's after opening it
+//   Rekey         empty; the sender's key ratchets after this frame, the receiver's after opening
+//   it
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,12 @@
 namespace gossiptrain::net {
 
 enum class FrameType : std::uint8_t {
-  Message = 1, MessageStart = 2, Data = 3, Ping = 4, Close = 5, Rekey = 6
+  Message = 1,
+  MessageStart = 2,
+  Data = 3,
+  Ping = 4,
+  Close = 5,
+  Rekey = 6
 };
 const char* frame_type_name(FrameType t);
 

@@ -52,13 +52,15 @@ std::uint8_t aead_mask(AeadPreference pref) {
     case AeadPreference::Aes256Gcm: return crypto::aes256gcm_available() ? kMaskAes : 0;
     case AeadPreference::ChaCha20Poly1305: return kMaskChaCha;
     case AeadPreference::Auto:
-    default: return static_cast<std::uint8_t>((crypto::aes256gcm_available() ? kMaskAes : 0) |
-                                              kMaskChaCha);
+    default:
+      return static_cast<std::uint8_t>((crypto::aes256gcm_available() ? kMaskAes : 0) |
+                                       kMaskChaCha);
   }
 }
 
 Handshake::Handshake(Role role, HandshakeParams params)
-    : role_(role), params_(std::move(params)),
+    : role_(role),
+      params_(std::move(params)),
       state_(role == Role::Initiator ? State::Start : State::AwaitM1) {
   crypto::init();
   if (!params_.identity) throw ConfigError("handshake: no identity");
@@ -231,7 +233,8 @@ Bytes Handshake::on_m2(U8Span in) {
     return fail("unknown AEAD chosen");
   Aead chosen = static_cast<Aead>(chosen_byte);
   if (!(mask_of(chosen) & my_mask_))
-    return fail(std::string("responder chose an AEAD we did not offer: ") + crypto::aead_name(chosen));
+    return fail(std::string("responder chose an AEAD we did not offer: ") +
+                crypto::aead_name(chosen));
   crypto::SymKey ss;
   if (!crypto::x25519(eph_sk_, e_r, ss)) return fail("bad ephemeral key");
   derive_handshake_keys(e_r, chosen_byte);

@@ -93,7 +93,9 @@ class Handshake {
   Bytes on_m4(std::span<const std::uint8_t> in);
   crypto::Hash mac_of(std::span<const std::uint8_t> body) const;
   bool check_mac(std::span<const std::uint8_t> msg);
-  void append(std::span<const std::uint8_t> b) { transcript_.insert(transcript_.end(), b.begin(), b.end()); }
+  void append(std::span<const std::uint8_t> b) {
+    transcript_.insert(transcript_.end(), b.begin(), b.end());
+  }
   crypto::Hash transcript_hash(std::span<const std::uint8_t> extra = {}) const;
   void derive_handshake_keys(const crypto::PublicKey& remote_eph, std::uint8_t chosen);
   void encode_hello(std::uint8_t* out) const;

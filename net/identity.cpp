@@ -29,8 +29,8 @@ std::string trim(std::string s) {
 std::string read_small_file(const std::filesystem::path& path, const char* what) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    throw ConfigError(std::string(what) + " " + path.string() + ": cannot open: " +
-                      std::strerror(errno));
+    throw ConfigError(std::string(what) + " " + path.string() +
+                      ": cannot open: " + std::strerror(errno));
   std::string data;
   char buf[4096];
   for (;;) {
@@ -39,8 +39,8 @@ std::string read_small_file(const std::filesystem::path& path, const char* what)
       if (errno == EINTR) continue;
       int e = errno;
       ::close(fd);
-      throw ConfigError(std::string(what) + " " + path.string() + ": cannot read: " +
-                        std::strerror(e));
+      throw ConfigError(std::string(what) + " " + path.string() +
+                        ": cannot read: " + std::strerror(e));
     }
     if (n == 0) break;
     data.append(buf, static_cast<std::size_t>(n));
@@ -108,8 +108,8 @@ Identity Identity::load(const std::filesystem::path& path) {
 void Identity::save(const std::filesystem::path& path) const {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0)
-    throw ConfigError("identity file " + path.string() + ": cannot create: " +
-                      std::strerror(errno));
+    throw ConfigError("identity file " + path.string() +
+                      ": cannot create: " + std::strerror(errno));
   ::fchmod(fd, 0600);  // the umask could only have removed bits, but be explicit
   std::string text = std::string(kIdentityHeader) + "\n" + crypto::to_hex(seed_.span()) + "\n";
   std::size_t off = 0;

@@ -64,21 +64,24 @@ bool SimConnection::send(std::uint8_t type, SharedBytes payload) {
   last_delivery_ = at;
   std::weak_ptr<SimConnection> weak = other;
   SimNetwork* net = &net_;
-  net_.enqueue(at, other->owner_, other->owner_gen_, [net, weak, type, payload]() {
-    auto to = weak.lock();
-    if (!to || !to->open_ || !to->reported_) {
-      ++net->stats_.dropped_dead;
-      return;
-    }
-    TransportHandler* h = net->nodes_[to->owner_]->handler_;
-    if (!h) {
-      ++net->stats_.dropped_dead;
-      return;
-    }
-    ++net->stats_.delivered;
-    Bytes copy = payload ? *payload : Bytes{};
-    h->on_message(to, type, std::move(copy));
-  }, false);
+  net_.enqueue(
+      at, other->owner_, other->owner_gen_,
+      [net, weak, type, payload]() {
+        auto to = weak.lock();
+        if (!to || !to->open_ || !to->reported_) {
+          ++net->stats_.dropped_dead;
+          return;
+        }
+        TransportHandler* h = net->nodes_[to->owner_]->handler_;
+        if (!h) {
+          ++net->stats_.dropped_dead;
+          return;
+        }
+        ++net->stats_.delivered;
+        Bytes copy = payload ? *payload : Bytes{};
+        h->on_message(to, type, std::move(copy));
+      },
+      false);
   return true;
 }
 
@@ -89,9 +92,9 @@ void SimConnection::close(const std::string& reason) {
   // within their callbacks without re-entrancy.
   auto self = shared_from_this();
   SimNetwork* net = &net_;
-  net_.enqueue(net_.now(), owner_, owner_gen_, [net, self, reason]() {
-    net->report_closed(self, reason);
-  }, false);
+  net_.enqueue(
+      net_.now(), owner_, owner_gen_, [net, self, reason]() { net->report_closed(self, reason); },
+      false);
   // The FIN travels like data, after everything already sent on this direction; a partition
   // swallows it (the other end then learns by its own timeouts, as with TCP).
   auto other = other_.lock();
@@ -99,12 +102,15 @@ void SimConnection::close(const std::string& reason) {
   Millis at = std::max(net_.now() + net_.one_way_delay(), last_delivery_);
   last_delivery_ = at;
   std::weak_ptr<SimConnection> weak = other;
-  net_.enqueue(at, other->owner_, other->owner_gen_, [net, weak, reason]() {
-    auto to = weak.lock();
-    if (!to || !to->open_) return;
-    to->open_ = false;
-    net->report_closed(to, "closed by peer: " + reason);
-  }, false);
+  net_.enqueue(
+      at, other->owner_, other->owner_gen_,
+      [net, weak, reason]() {
+        auto to = weak.lock();
+        if (!to || !to->open_) return;
+        to->open_ = false;
+        net->report_closed(to, "closed by peer: " + reason);
+      },
+      false);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -169,7 +175,8 @@ bool SimNetwork::lossy(std::uint8_t type) {
 Millis SimNetwork::one_way_delay() {
   Millis d = opts_.latency;
   if (opts_.jitter.count() > 0) {
-    d += Millis(static_cast<Millis::rep>(rng_.below(static_cast<std::uint64_t>(opts_.jitter.count()) + 1)));
+    d += Millis(
+        static_cast<Millis::rep>(rng_.below(static_cast<std::uint64_t>(opts_.jitter.count()) + 1)));
   }
   return d;
 }
@@ -186,42 +193,48 @@ void SimNetwork::do_connect(std::size_t from, const std::string& addr,
   const std::uint64_t src_gen = src.generation_;
   const Millis started = now();
   // The SYN reaches the target after one latency; the dialer completes one latency later.
-  enqueue(now() + one_way_delay(), from, src_gen, [this, from, src_gen, addr, started,
-                                                   done = std::move(done)]() mutable {
-    auto it = by_addr_.find(addr);
-    SimTransport* dst = it == by_addr_.end() ? nullptr : nodes_[it->second].get();
-    if (!dst || !dst->alive_ || !dst->handler_ || !reachable_idx(from, dst->index_)) {
-      ++stats_.connects_failed;
-      enqueue(started + opts_.connect_timeout, from, src_gen,
+  enqueue(
+      now() + one_way_delay(), from, src_gen,
+      [this, from, src_gen, addr, started, done = std::move(done)]() mutable {
+        auto it = by_addr_.find(addr);
+        SimTransport* dst = it == by_addr_.end() ? nullptr : nodes_[it->second].get();
+        if (!dst || !dst->alive_ || !dst->handler_ || !reachable_idx(from, dst->index_)) {
+          ++stats_.connects_failed;
+          enqueue(
+              started + opts_.connect_timeout, from, src_gen,
               [done = std::move(done)]() { done(nullptr, "connect timeout"); }, false);
-      return;
-    }
-    SimTransport& src = *nodes_[from];
-    auto a = std::make_shared<SimConnection>(*this, from, src_gen, dst->id_, dst->addr_);
-    auto b = std::make_shared<SimConnection>(*this, dst->index_, dst->generation_, src.id_,
-                                             ephemeral_addr(src.addr_));
-    a->other_ = b;
-    b->other_ = a;
-    prune(src.conns_);
-    prune(dst->conns_);
-    src.conns_.push_back(a);
-    dst->conns_.push_back(b);
-    const Millis complete_at = now() + one_way_delay();
-    // Nothing from the acceptor may overtake the dialer's completion.
-    b->last_delivery_ = complete_at;
-    ++stats_.connects_ok;
-    enqueue(complete_at, from, src_gen, [this, a, from, done = std::move(done)]() {
-      if (!a->open_) {
-        done(nullptr, "connection closed during handshake");
-        return;
-      }
-      a->reported_ = true;
-      if (TransportHandler* h = nodes_[from]->handler_) h->on_connection(a, false);
-      done(a, "");
-    }, false);
-    b->reported_ = true;
-    dst->handler_->on_connection(b, true);
-  }, false);
+          return;
+        }
+        SimTransport& src = *nodes_[from];
+        auto a = std::make_shared<SimConnection>(*this, from, src_gen, dst->id_, dst->addr_);
+        auto b = std::make_shared<SimConnection>(*this, dst->index_, dst->generation_, src.id_,
+                                                 ephemeral_addr(src.addr_));
+        a->other_ = b;
+        b->other_ = a;
+        prune(src.conns_);
+        prune(dst->conns_);
+        src.conns_.push_back(a);
+        dst->conns_.push_back(b);
+        const Millis complete_at = now() + one_way_delay();
+        // Nothing from the acceptor may overtake the dialer's completion.
+        b->last_delivery_ = complete_at;
+        ++stats_.connects_ok;
+        enqueue(
+            complete_at, from, src_gen,
+            [this, a, from, done = std::move(done)]() {
+              if (!a->open_) {
+                done(nullptr, "connection closed during handshake");
+                return;
+              }
+              a->reported_ = true;
+              if (TransportHandler* h = nodes_[from]->handler_) h->on_connection(a, false);
+              done(a, "");
+            },
+            false);
+        b->reported_ = true;
+        dst->handler_->on_connection(b, true);
+      },
+      false);
 }
 
 void SimNetwork::prune(std::vector<std::shared_ptr<SimConnection>>& v) {
@@ -249,12 +262,15 @@ void SimNetwork::kill(const std::string& addr, bool reset) {
     auto other = c->other_.lock();
     if (!reset || !other || !other->open_ || !reachable_idx(n->index_, other->owner_)) continue;
     std::weak_ptr<SimConnection> weak = other;
-    enqueue(now() + one_way_delay(), other->owner_, other->owner_gen_, [this, weak]() {
-      auto to = weak.lock();
-      if (!to || !to->open_) return;
-      to->open_ = false;
-      report_closed(to, "connection reset");
-    }, false);
+    enqueue(
+        now() + one_way_delay(), other->owner_, other->owner_gen_,
+        [this, weak]() {
+          auto to = weak.lock();
+          if (!to || !to->open_) return;
+          to->open_ = false;
+          report_closed(to, "connection reset");
+        },
+        false);
   }
   n->conns_.clear();
 }

@@ -27,9 +27,9 @@ using SimRng = base::Xoshiro256;
 
 struct SimOptions {
   std::uint64_t seed = 1;
-  Millis latency{5};   // one-way base latency
-  Millis jitter{0};    // extra one-way latency, uniform in [0, jitter]
-  double loss = 0.0;   // probability that one message is dropped (see SimNetwork::set_loss)
+  Millis latency{5};  // one-way base latency
+  Millis jitter{0};   // extra one-way latency, uniform in [0, jitter]
+  double loss = 0.0;  // probability that one message is dropped (see SimNetwork::set_loss)
   // Dials to an unknown, dead, handler-less or partitioned address fail after this long.
   Millis connect_timeout{1000};
 };

@@ -1,12 +1,12 @@
 // TcpTransport: accept loop, dialing, limits, channel bookkeeping and the Asio-timer Scheduler.
 #include "net/tcp_transport.hpp"
 
+#include <spdlog/spdlog.h>
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
 #include <asio/use_awaitable.hpp>
-#include <spdlog/spdlog.h>
 
 #include <vector>
 
@@ -32,7 +32,9 @@ std::string endpoint_str(const asio::ip::tcp::endpoint& ep) {
 }  // namespace
 
 TcpTransport::TcpTransport(TcpTransportConfig config)
-    : config_(std::move(config)), io_(std::make_shared<asio::io_context>()), acceptor_(*io_),
+    : config_(std::move(config)),
+      io_(std::make_shared<asio::io_context>()),
+      acceptor_(*io_),
       epoch_(std::chrono::steady_clock::now()) {
   crypto::init();
   if (!config_.identity) throw ConfigError("tcp transport: no identity");
@@ -79,13 +81,15 @@ void TcpTransport::start() {
     asio::ip::tcp::resolver resolver(*io_);
     auto results = resolver.resolve(host, std::to_string(port), ec);
     if (ec || results.empty())
-      throw ConfigError("tcp transport: cannot resolve listen host '" + host + "': " + ec.message());
+      throw ConfigError("tcp transport: cannot resolve listen host '" + host +
+                        "': " + ec.message());
     asio::ip::tcp::endpoint ep = *results.begin();
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor_.bind(ep, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) throw ConfigError("tcp transport: cannot listen on " + config_.listen + ": " + ec.message());
+    if (ec)
+      throw ConfigError("tcp transport: cannot listen on " + config_.listen + ": " + ec.message());
     listen_addr_ = endpoint_str(acceptor_.local_endpoint());
     asio::co_spawn(*io_, accept_loop(), rethrow);
   }
@@ -95,9 +99,8 @@ void TcpTransport::start() {
   options_->handshake.listen_addr = advertised_addr_;
   // The channels hold the pool through options_: it outlives every channel that uses it.
   if (config_.crypto_threads > 1)
-    options_->crypto_pool =
-        std::make_shared<CryptoPool>(config_.crypto_threads, config_.thread_nice,
-                                     config_.thread_cpus);
+    options_->crypto_pool = std::make_shared<CryptoPool>(config_.crypto_threads,
+                                                         config_.thread_nice, config_.thread_cpus);
   started_ = true;
   work_.emplace(io_->get_executor());
   auto done = std::make_shared<std::promise<void>>();
@@ -117,7 +120,8 @@ void TcpTransport::start() {
     }
     done->set_value();
   });
-  spdlog::info("net: peer {} listening on {}", local_id_, listen_addr_.empty() ? "-" : listen_addr_);
+  spdlog::info("net: peer {} listening on {}", local_id_,
+               listen_addr_.empty() ? "-" : listen_addr_);
 }
 
 void TcpTransport::stop() {
@@ -136,7 +140,8 @@ void TcpTransport::stop() {
         *io_,
         [this]() -> asio::awaitable<void> {
           asio::steady_timer t(*io_);
-          auto until = std::chrono::steady_clock::now() + config_.limits.close_linger + kStopSlackMs;
+          auto until =
+              std::chrono::steady_clock::now() + config_.limits.close_linger + kStopSlackMs;
           while (!channels_.empty() && std::chrono::steady_clock::now() < until) {
             t.expires_after(kStopPollMs);
             co_await t.async_wait(kUseTuple);
@@ -179,8 +184,7 @@ asio::awaitable<void> TcpTransport::accept_loop() {
       continue;
     }
     std::string reason;
-    if (channels_.size() >= config_.limits.max_connections)
-      reason = "connection limit reached";
+    if (channels_.size() >= config_.limits.max_connections) reason = "connection limit reached";
     else if (handshaking() >= config_.limits.max_handshakes_in_flight)
       reason = "too many handshakes in flight";
     {
@@ -326,10 +330,8 @@ Scheduler::TimerId TcpTransport::schedule(Millis delay, std::function<void()> fn
       fn();
     });
   };
-  if (on_io_thread())
-    arm();
-  else
-    asio::post(*io_, std::move(arm));
+  if (on_io_thread()) arm();
+  else asio::post(*io_, std::move(arm));
   return id;
 }
 
@@ -340,10 +342,8 @@ void TcpTransport::cancel(TimerId id) {
     it->second->cancel();
     timers_.erase(it);
   };
-  if (on_io_thread())
-    do_cancel();
-  else
-    asio::post(*io_, do_cancel);
+  if (on_io_thread()) do_cancel();
+  else asio::post(*io_, do_cancel);
 }
 
 void TcpTransport::post(std::function<void()> fn) { asio::post(*io_, std::move(fn)); }

@@ -12,13 +12,13 @@
 #include <functional>
 #include <future>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
@@ -57,15 +57,16 @@ struct TcpTransportConfig {
   unsigned crypto_threads = default_crypto_threads();
   std::size_t crypto_min_message_bytes = kParallelMinMessageBytes;
   // Optional observer of failed handshakes and refused sockets (metrics, tests); io thread.
-  std::function<void(const std::string& remote_addr, const std::string& reason)> on_handshake_failed;
+  std::function<void(const std::string& remote_addr, const std::string& reason)>
+      on_handshake_failed;
 };
 
 struct TcpTransportStats {
-  std::uint64_t accepted = 0;          // sockets accepted
-  std::uint64_t refused = 0;           // dropped at once by the connection/handshake limits
-  std::uint64_t established = 0;       // handshakes completed
+  std::uint64_t accepted = 0;     // sockets accepted
+  std::uint64_t refused = 0;      // dropped at once by the connection/handshake limits
+  std::uint64_t established = 0;  // handshakes completed
   std::uint64_t handshake_failures = 0;
-  std::uint64_t closed = 0;            // established connections closed
+  std::uint64_t closed = 0;  // established connections closed
 };
 
 class TcpTransport : public Transport, public Scheduler, private ChannelHost {

@@ -1,5 +1,6 @@
 // Small deterministic generators and hashes: identical results on every platform and standard
-// library (std:: distributions are not), so seeds reproduce runs, splits and simulations everywhere.
+// library (std:: distributions are not), so seeds reproduce runs, splits and simulations
+// everywhere.
 #pragma once
 
 #include <cmath>

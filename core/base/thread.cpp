@@ -30,7 +30,6 @@ bool set_affinity(pid_t tid, const std::vector<int>& cpus, std::string* error) {
 
 }  // namespace
 
-
 bool lower_this_thread_priority(int by, std::string* error) {
   if (by <= 0) return true;
 #if defined(__linux__)
