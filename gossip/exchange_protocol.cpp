@@ -68,13 +68,33 @@ void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
   try_next_peer();
 }
 
+// Every live peer not excluded from this exchange nor banned; in a swarm larger than
+// 2 * kMaxCandidates, a uniform sample of at most kMaxCandidates of them (a partial shuffle), so
+// starting an exchange costs O(1) rather than O(n) checks. The weighted pick among a random
+// sample spreads exchanges as the pick among all does.
+std::vector<PeerRef> ExchangeProtocol::candidates(const Exchange& e) {
+  std::vector<PeerRef> live = peers_.live_peers();
+  auto ok = [&](const PeerRef& p) {
+    return p.id != local_id_ && !e.excluded.count(p.id) && !banned(p.id);
+  };
+  std::vector<PeerRef> cands;
+  if (live.size() > 2 * kMaxCandidates) {
+    for (std::size_t t = 0; t < live.size() && t < 4 * kMaxCandidates; ++t) {
+      std::swap(live[t], live[t + rng_.below(live.size() - t)]);
+      if (ok(live[t])) cands.push_back(live[t]);
+      if (cands.size() == kMaxCandidates) return cands;
+    }
+    if (!cands.empty()) return cands;
+  }
+  for (auto& p : live)
+    if (ok(p)) cands.push_back(std::move(p));
+  return cands;
+}
+
 void ExchangeProtocol::try_next_peer() {
   Exchange& e = *ex_;
   if (e.tries >= cfg_.max_tries) return fail(e.last_reason.value_or(FailureReason{}), {});
-  std::vector<PeerRef> cands;
-  for (auto& p : peers_.live_peers())
-    if (p.id != local_id_ && !e.excluded.count(p.id) && !banned(p.id))
-      cands.push_back(std::move(p));
+  std::vector<PeerRef> cands = candidates(e);
   if (cands.empty()) {
     if (e.tries > 0) return fail(e.last_reason.value_or(FailureReason{}), {});
     // Nothing to ask (alone, or membership not there yet): not an exchange, no event.

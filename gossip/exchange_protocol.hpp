@@ -20,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "core/base/rng.hpp"
 #include "gossip/ban_list.hpp"
@@ -192,6 +193,8 @@ class ExchangeProtocol {
   };
 
   // Initiator.
+  static constexpr std::size_t kMaxCandidates = 32;
+  std::vector<PeerRef> candidates(const Exchange& e);
   void try_next_peer();
   void ask(const net::ConnectionPtr& c);
   void try_failed(FailureReason reason, bool close_conn);

@@ -372,16 +372,22 @@ void Membership::housekeeping_tick() {
   }
   // Forget long-dead members.
   bool reaped = false;
-  for (auto it = members_.begin(); it != members_.end();) {
+  for (auto d = down_.begin(); d != down_.end();) {
+    auto it = members_.find(*d);
     const Member& m = it->second;
-    if (m.id != self_id_ && !is_live(m.state) && now - m.state_change >= cfg_.dead_reap_after) {
-      cancel_suspicion(m.id);
-      links_.erase(m.id);
-      it = members_.erase(it);
-      reaped = true;
-    } else {
-      ++it;
+    if (now - m.state_change < cfg_.dead_reap_after) {
+      ++d;
+      continue;
     }
+    cancel_suspicion(m.id);
+    links_.erase(m.id);
+    Member* last = others_.back();
+    others_[m.slot] = last;
+    last->slot = m.slot;
+    others_.pop_back();
+    members_.erase(it);
+    d = down_.erase(d);
+    reaped = true;
   }
   // Alone: keep re-dialling the seeds (a healed partition, or everyone restarted).
   if (!leaving_ && !join_in_progress_ && est_num_nodes() <= 1) {
@@ -480,6 +486,8 @@ void Membership::alive_node(const Update& a, bool bootstrap) {
     }
     Member m{a.id, a.addr, a.incarnation, MemberState::Alive, sched_.now()};
     it = members_.emplace(a.id, m).first;
+    it->second.slot = others_.size();
+    others_.push_back(&it->second);
     ++live_count_;
     // A random slot in the probe round, so a new member is probed soon but not always first.
     probe_order_.push_back(a.id);
@@ -907,12 +915,25 @@ std::size_t Membership::est_num_nodes() const {
 std::vector<const Membership::Member*> Membership::random_members(
     std::size_t k, const std::string& exclude, const std::function<bool(const Member&)>& ok) {
   std::vector<const Member*> c;
-  for (const auto& [id, m] : members_) {
-    if (id != self_id_ && id != exclude && ok(m)) c.push_back(&m);
+  if (k == 0) return c;
+  // Draws with rejection: O(k) when most members qualify, as in a large healthy swarm. After a
+  // bounded number of draws (few qualify, or the table is small) the whole table is scanned and
+  // shuffled, so exactly min(k, qualifying) distinct members come back either way.
+  const std::size_t n = others_.size();
+  if (n > 8 * k) {
+    for (std::size_t tries = 0; tries < 4 * k + 8 && c.size() < k; ++tries) {
+      const Member* m = others_[rng_.below(n)];
+      if (m->id == exclude || !ok(*m) || std::find(c.begin(), c.end(), m) != c.end()) continue;
+      c.push_back(m);
+    }
+    if (c.size() == k) return c;
+    c.clear();
   }
-  const std::size_t n = std::min(k, c.size());
-  for (std::size_t i = 0; i < n; ++i) std::swap(c[i], c[i + rng_.below(c.size() - i)]);
-  c.resize(n);
+  for (const Member* m : others_)
+    if (m->id != exclude && ok(*m)) c.push_back(m);
+  const std::size_t take = std::min(k, c.size());
+  for (std::size_t i = 0; i < take; ++i) std::swap(c[i], c[i + rng_.below(c.size() - i)]);
+  c.resize(take);
   return c;
 }
 
@@ -920,6 +941,10 @@ void Membership::set_state(Member& m, MemberState s) {
   if (m.state == s) return;
   live_count_ += is_live(s) ? 1 : 0;
   live_count_ -= is_live(m.state) ? 1 : 0;
+  if (m.id != self_id_) {
+    if (is_live(s)) down_.erase(m.id);
+    else down_.insert(m.id);
+  }
   m.state = s;
   m.state_change = sched_.now();
   publish(m);
@@ -936,6 +961,7 @@ void Membership::publish() {
     snap.emplace(id, MemberInfo{m.id, m.addr, m.incarnation, m.state});
   std::lock_guard<std::mutex> lock(snapshot_mu_);
   snapshot_ = std::move(snap);
+  live_cache_.reset();
 }
 
 // One member changed: O(log n) instead of copying the whole table (a joining peer of a large
@@ -943,15 +969,18 @@ void Membership::publish() {
 void Membership::publish(const Member& m) {
   std::lock_guard<std::mutex> lock(snapshot_mu_);
   snapshot_.insert_or_assign(m.id, MemberInfo{m.id, m.addr, m.incarnation, m.state});
+  live_cache_.reset();
 }
 
 std::vector<PeerRef> Membership::live_peers() const {
   std::lock_guard<std::mutex> lock(snapshot_mu_);
-  std::vector<PeerRef> out;
-  for (const auto& [id, m] : snapshot_) {
-    if (id != self_id_ && is_live(m.state)) out.push_back(PeerRef{m.id, m.addr});
+  // Built once per change of the table, not per call: every exchange asks for it.
+  if (!live_cache_) {
+    live_cache_.emplace();
+    for (const auto& [id, m] : snapshot_)
+      if (id != self_id_ && is_live(m.state)) live_cache_->push_back(PeerRef{m.id, m.addr});
   }
-  return out;
+  return *live_cache_;
 }
 
 std::vector<MemberInfo> Membership::members() const {

@@ -111,6 +111,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
     std::uint64_t incarnation = 0;
     MemberState state = MemberState::Alive;
     Millis state_change{0};
+    std::size_t slot = 0;  // its place in others_ (not ourselves)
   };
   // Lifeguard suspicion (memberlist suspicion.go): starts at max, shrinks towards min as k
   // independent members confirm.
@@ -219,6 +220,10 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   std::shared_ptr<bool> token_;  // weakly held by callbacks that may outlive us
 
   std::map<std::string, Member> members_;  // includes ourselves
+  // Every member but ourselves, in no order, for drawing random members in O(k) rather than
+  // scanning the table (a swarm of thousands gossips to a few random members every 200 ms).
+  std::vector<Member*> others_;
+  std::set<std::string> down_;  // members dead or left (not ourselves): what reaping looks at
   std::unordered_map<std::string, Suspicion> suspicions_;
   std::unordered_map<std::string, Link> links_;
   std::unordered_map<const net::Connection*, Owned> owned_;
@@ -244,7 +249,8 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   Millis join_backoff_{0};
 
   mutable std::mutex snapshot_mu_;
-  std::map<std::string, MemberInfo> snapshot_;  // by id, as members_
+  std::map<std::string, MemberInfo> snapshot_;              // by id, as members_
+  mutable std::optional<std::vector<PeerRef>> live_cache_;  // live_peers(); reset by publish
   std::size_t live_count_ = 0;  // alive or suspect members of members_, ourselves included
 };
 

@@ -211,8 +211,8 @@ void SimNetwork::do_connect(std::size_t from, const std::string& addr,
                                                  ephemeral_addr(src.addr_));
         a->other_ = b;
         b->other_ = a;
-        prune(src.conns_);
-        prune(dst->conns_);
+        prune(src);
+        prune(*dst);
         src.conns_.push_back(a);
         dst->conns_.push_back(b);
         const Millis complete_at = now() + one_way_delay();
@@ -237,9 +237,12 @@ void SimNetwork::do_connect(std::size_t from, const std::string& addr,
       false);
 }
 
-void SimNetwork::prune(std::vector<std::shared_ptr<SimConnection>>& v) {
+void SimNetwork::prune(SimTransport& n) {
+  auto& v = n.conns_;
+  if (v.size() < n.prune_at_) return;
   // Closed ends are released here; a pending on_closed event holds its own reference.
   v.erase(std::remove_if(v.begin(), v.end(), [](const auto& c) { return !c->open_; }), v.end());
+  n.prune_at_ = std::max<std::size_t>(16, 2 * v.size());
 }
 
 void SimNetwork::report_closed(const std::shared_ptr<SimConnection>& c, const std::string& reason) {
@@ -258,6 +261,7 @@ void SimNetwork::kill(const std::string& addr, bool reset) {
   ++n->generation_;
   n->handler_ = nullptr;
   for (auto& c : n->conns_) {
+    if (!c->open_) continue;  // closed before: its FIN already went out
     c->open_ = false;
     auto other = c->other_.lock();
     if (!reset || !other || !other->open_ || !reachable_idx(n->index_, other->owner_)) continue;

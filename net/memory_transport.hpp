@@ -88,6 +88,7 @@ class SimTransport final : public Transport, public Scheduler {
   // Open connections are owned here, as a real transport's reader keeps its socket alive; the
   // handler may drop its pointers without closing the connection.
   std::vector<std::shared_ptr<SimConnection>> conns_;
+  std::size_t prune_at_ = 16;  // conns_ size at which the next prune() runs
 };
 
 // One end of an in-memory connection pair.
@@ -196,7 +197,9 @@ class SimNetwork {
   bool reachable_idx(std::size_t a, std::size_t b) const;
   bool lossy(std::uint8_t type);
   void do_connect(std::size_t from, const std::string& addr, Transport::ConnectCallback done);
-  static void prune(std::vector<std::shared_ptr<SimConnection>>& v);
+  // Releases node n's closed connection ends, once their number has doubled since the last time
+  // (amortized O(1) per connect: a node of a large swarm holds hundreds).
+  static void prune(SimTransport& n);
   void report_closed(const std::shared_ptr<SimConnection>& c, const std::string& reason);
   std::string ephemeral_addr(const std::string& addr);
 
