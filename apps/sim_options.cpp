@@ -25,9 +25,18 @@ void parse_latency(const std::string& spec, SimConfig& cfg) {
     cfg.jitter = hi - lo;
     return;
   }
-  if (spec.rfind("lognormal:", 0) == 0)
-    throw UsageError("--latency: lognormal latency is not modelled by gossip-sim yet");
-  throw UsageError("--latency: expected constant:MS or uniform:LO:HI, got '" + spec + "'");
+  if (spec.rfind("lognormal:", 0) == 0) {
+    const std::string rest = spec.substr(10);
+    const auto colon = rest.find(':');
+    if (colon == std::string::npos)
+      throw UsageError("--latency: lognormal needs lognormal:MEDIAN:SIGMA, got '" + spec + "'");
+    cfg.latency = ms(rest.substr(0, colon));
+    cfg.jitter = net::Millis(0);
+    cfg.latency_sigma = to_double("latency", rest.substr(colon + 1), 0, 3);
+    return;
+  }
+  throw UsageError("--latency: expected constant:MS, uniform:LO:HI or lognormal:MEDIAN:SIGMA, got '" +
+                   spec + "'");
 }
 
 namespace {
@@ -107,8 +116,24 @@ const OptionTable<SimArgs>& sim_options() {
               &SimArgs::churn),
       O::number("loss", "F", "drop probability of each membership message, in [0, 0.5] (default 0)",
                 world(&SimConfig::loss), 0, 0.5),
-      {"latency", "SPEC", "one-way latency: constant:MS or uniform:LO:HI (default constant:5)",
+      {"latency", "SPEC",
+       "one-way latency: constant:MS, uniform:LO:HI (per message), or lognormal:MEDIAN:SIGMA "
+       "(per link: MEDIAN * exp(SIGMA * Z), SIGMA in [0, 3]) (default constant:5)",
        [](SimArgs& a, const std::string& v) { parse_latency(v, a.o.world); }},
+      O::number("bandwidth", "MBIT",
+                "each peer's uplink in Mbit/s: its messages leave one after another at this rate "
+                "(default 0: unlimited)",
+                world(&SimConfig::bandwidth_mbit), 0, 1e6),
+      {"topology", "FILE",
+       "regions and the one-way latency between them (JSON: {\"regions\": [{\"name\", "
+       "\"weight\"}...], \"latency_ms\": [[...]...]}), added to --latency",
+       [](SimArgs& a, const std::string& v) {
+         try {
+           a.o.world.topology = load_topology(v);
+         } catch (const std::invalid_argument& e) {
+           throw UsageError(std::string("--topology: ") + e.what());
+         }
+       }},
       {"mix", "plain|clipped", "the averager's mixing (default plain)",
        [](SimArgs& a, const std::string& v) {
          a.o.world.mix = one_of("mix", v, {"plain", "clipped"}) == "plain"
@@ -123,10 +148,7 @@ const OptionTable<SimArgs>& sim_options() {
   return table;
 }
 
-// Flags of features gossip-sim does not model yet are refused by name; others are unknown.
-void refuse_unmodelled(SimArgs&, const std::string& name, const std::string&) {
-  if (name == "bandwidth" || name == "topology")
-    throw UsageError("--" + name + " is not modelled by gossip-sim yet");
+void unknown_flag(SimArgs&, const std::string& name, const std::string&) {
   throw UsageError("unknown flag '--" + name + "' (see --help)");
 }
 
@@ -134,7 +156,7 @@ void refuse_unmodelled(SimArgs&, const std::string& name, const std::string&) {
 
 SimOptions parse_sim_options(const std::vector<std::string>& args) {
   SimArgs a;
-  if (!sim_options().parse(args, a, refuse_unmodelled)) {
+  if (!sim_options().parse(args, a, unknown_flag)) {
     a.o.help = true;
     return a.o;
   }
@@ -158,8 +180,7 @@ std::string sim_usage() {
          "  gossip-sim --peers N --workload consensus --sim-seconds S --seed X --out DIR "
          "[options]\n\n" +
          sim_options().help(25) +
-         "Not modelled yet (refused with exit code 2): --bandwidth, --topology, lognormal "
-         "latency,\n--workload train.\n";
+         "Not modelled yet (refused with exit code 2): --workload train.\n";
 }
 
 }  // namespace gossiptrain::apps::sim

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <stdexcept>
 
@@ -72,12 +73,79 @@ struct World::Crash {
   std::optional<double> restarted_after;
 };
 
+std::vector<int> Topology::assign(int peers) const {
+  double total = 0;
+  for (double w : weights) total += w;
+  std::vector<int> out(std::size_t(std::max(peers, 0)), 0);
+  for (int i = 0; i < peers; ++i) {
+    const double at = (double(i) + 0.5) / double(peers) * total;
+    double cum = 0;
+    int r = 0;
+    while (r + 1 < int(weights.size()) && at >= cum + weights[std::size_t(r)])
+      cum += weights[std::size_t(r++)];
+    out[std::size_t(i)] = r;
+  }
+  return out;
+}
+
+Topology load_topology(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read '" + path + "'");
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  auto bad = [&](const std::string& what) {
+    return std::invalid_argument("'" + path + "': " + what);
+  };
+  if (!j.is_object() || !j.contains("regions") || !j.contains("latency_ms"))
+    throw bad("want a JSON object with \"regions\" and \"latency_ms\"");
+  const auto& regions = j["regions"];
+  if (!regions.is_array() || regions.empty() || regions.size() > 64)
+    throw bad("\"regions\" must be a list of 1 to 64 regions");
+  Topology t;
+  for (const auto& r : regions) {
+    if (!r.is_object() || !r.contains("name") || !r["name"].is_string())
+      throw bad("every region needs a \"name\"");
+    const std::string name = r["name"];
+    if (std::find(t.names.begin(), t.names.end(), name) != t.names.end())
+      throw bad("region '" + name + "' is named twice");
+    if (r.contains("weight") && !r["weight"].is_number())
+      throw bad("region '" + name + "': \"weight\" must be a number");
+    const double w = r.contains("weight") ? r["weight"].get<double>() : 1.0;
+    if (!(w > 0 && w < 1e9)) throw bad("region '" + name + "': \"weight\" must be > 0");
+    t.names.push_back(name);
+    t.weights.push_back(w);
+  }
+  const auto& m = j["latency_ms"];
+  if (!m.is_array() || m.size() != t.names.size())
+    throw bad("\"latency_ms\" must be a " + std::to_string(t.names.size()) + "x" +
+              std::to_string(t.names.size()) + " matrix (one row per region)");
+  for (const auto& row : m) {
+    if (!row.is_array() || row.size() != t.names.size())
+      throw bad("every row of \"latency_ms\" needs " + std::to_string(t.names.size()) +
+                " numbers");
+    std::vector<double> r;
+    for (const auto& x : row) {
+      if (!x.is_number() || !(x.get<double>() >= 0 && x.get<double>() <= 600000))
+        throw bad("latencies must be numbers of ms in [0, 600000]");
+      r.push_back(x.get<double>());
+    }
+    t.latency_ms.push_back(std::move(r));
+  }
+  return t;
+}
+
 World::World(SimConfig cfg, std::ostream& events)
     : cfg_(std::move(cfg)), events_(events), net_([&] {
         net::SimOptions o;
         o.seed = cfg.seed;
         o.latency = cfg.latency;
         o.jitter = cfg.jitter;
+        o.latency_sigma = cfg.latency_sigma;
+        o.uplink_bytes_per_s = cfg.bandwidth_mbit * 1e6 / 8;
+        if (cfg.topology) {
+          o.region_of =
+              cfg.topology->assign(cfg.churn ? core::total_peers(*cfg.churn) : cfg.peers);
+          o.region_ms = cfg.topology->latency_ms;
+        }
         return o;
       }()) {
   if (cfg_.peers < 1) throw std::invalid_argument("gossip-sim: --peers must be >= 1");
@@ -642,6 +710,11 @@ json World::finish() {
   s["bytes_sent_per_peer_mean"] =
       static_cast<double>(bytes) / std::max<std::size_t>(1, peers_.size());
   const auto& st = net_.stats();
+  s["network_model"] = {{"latency_ms", cfg_.latency.count()},
+                        {"jitter_ms", cfg_.jitter.count()},
+                        {"latency_sigma", cfg_.latency_sigma},
+                        {"bandwidth_mbit", cfg_.bandwidth_mbit},
+                        {"regions", cfg_.topology ? json(cfg_.topology->names) : json(nullptr)}};
   s["network"] = {{"messages_sent", st.sent},
                   {"delivered", st.delivered},
                   {"dropped_loss", st.dropped_loss},

@@ -25,6 +25,19 @@
 
 namespace gossiptrain::apps::sim {
 
+// --topology FILE: regions, each with a weight (its share of the peers, in contiguous blocks of
+// peer indices: peer i of T goes to the region whose cumulative share covers i / T), and the
+// one-way latency in ms between regions, added to every link between them.
+struct Topology {
+  std::vector<std::string> names;
+  std::vector<double> weights;
+  std::vector<std::vector<double>> latency_ms;  // [from][to], square
+  // The region of each of `peers` peer indices.
+  std::vector<int> assign(int peers) const;
+};
+// Reads and checks a topology file; std::invalid_argument saying what is wrong.
+Topology load_topology(const std::string& path);
+
 struct SimConfig {
   int peers = 0;
   std::string workload = "consensus";
@@ -36,8 +49,11 @@ struct SimConfig {
   double join_spread_s = 2.0;        // non-seed peers start uniformly in [0, this)
   int seeds = 3;                     // peers 0..seeds-1 are every peer's seeds
   double loss = 0.0;                 // membership messages only (UDP-like); see README
-  net::Millis latency{5};            // one-way base latency
+  net::Millis latency{5};            // one-way base latency (log-normal: the links' median)
   net::Millis jitter{0};             // plus uniform [0, jitter]
+  double latency_sigma = 0;          // > 0: log-normal links (net::SimOptions::latency_sigma)
+  double bandwidth_mbit = 0;         // each peer's uplink; 0: unlimited
+  std::optional<Topology> topology;  // regions, with latency between them
   gossip::MixMode mix = gossip::MixMode::Plain;
   int rate_rounds = 10;          // rounds sampled for the consensus rate check
   bool trace_exchanges = false;  // one events.jsonl line per exchange side

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
+#include <numbers>
 #include <stdexcept>
 
 namespace gossiptrain::net {
@@ -60,7 +62,8 @@ bool SimConnection::send(std::uint8_t type, SharedBytes payload) {
     ++st.dropped_loss;
     return true;
   }
-  Millis at = std::max(net_.now() + net_.one_way_delay(), last_delivery_);
+  const Millis left = net_.uplink_done(owner_, payload ? payload->size() + 1 : 1);
+  Millis at = std::max(left + net_.one_way_delay(owner_, other->owner_), last_delivery_);
   last_delivery_ = at;
   std::weak_ptr<SimConnection> weak = other;
   SimNetwork* net = &net_;
@@ -99,7 +102,7 @@ void SimConnection::close(const std::string& reason) {
   // swallows it (the other end then learns by its own timeouts, as with TCP).
   auto other = other_.lock();
   if (!other || !net_.reachable_idx(owner_, other->owner_)) return;
-  Millis at = std::max(net_.now() + net_.one_way_delay(), last_delivery_);
+  Millis at = std::max(net_.now() + net_.one_way_delay(owner_, other->owner_), last_delivery_);
   last_delivery_ = at;
   std::weak_ptr<SimConnection> weak = other;
   net_.enqueue(
@@ -116,7 +119,22 @@ void SimConnection::close(const std::string& reason) {
 // ---------------------------------------------------------------------------------------------
 // SimNetwork
 
-SimNetwork::SimNetwork(SimOptions opts) : opts_(opts), rng_(opts.seed) {}
+SimNetwork::SimNetwork(SimOptions opts) : opts_(std::move(opts)), rng_(opts_.seed) {
+  if (!(opts_.latency_sigma >= 0 && opts_.latency_sigma < 10))
+    throw std::invalid_argument("SimNetwork: latency_sigma must be in [0, 10)");
+  if (!(opts_.uplink_bytes_per_s >= 0 && std::isfinite(opts_.uplink_bytes_per_s)))
+    throw std::invalid_argument("SimNetwork: uplink_bytes_per_s must be >= 0");
+  const std::size_t r = opts_.region_ms.size();
+  for (const auto& row : opts_.region_ms) {
+    if (row.size() != r) throw std::invalid_argument("SimNetwork: region_ms must be square");
+    for (double ms : row)
+      if (!(ms >= 0 && ms <= 600000))
+        throw std::invalid_argument("SimNetwork: region latency must be in [0, 600000] ms");
+  }
+  for (int g : opts_.region_of)
+    if (g < 0 || std::size_t(g) >= std::max<std::size_t>(r, 1))
+      throw std::invalid_argument("SimNetwork: a node's region is not in region_ms");
+}
 
 SimTransport& SimNetwork::add_node(const std::string& addr, const std::string& id) {
   if (by_addr_.count(addr)) throw std::invalid_argument("SimNetwork: address taken: " + addr);
@@ -172,13 +190,41 @@ bool SimNetwork::lossy(std::uint8_t type) {
   return rng_.uniform() < opts_.loss;
 }
 
-Millis SimNetwork::one_way_delay() {
-  Millis d = opts_.latency;
+Millis SimNetwork::link_latency(std::size_t a, std::size_t b) const {
+  double ms = double(opts_.latency.count());
+  if (opts_.latency_sigma > 0) {
+    // Z from the link alone (Box-Muller on a generator seeded by the seed and the pair), so a
+    // link keeps its latency whatever else the run draws.
+    base::SplitMix64 g(opts_.seed ^ (std::min(a, b) * 0x9E3779B97F4A7C15ull) ^
+                       (std::max(a, b) * 0xC2B2AE3D27D4EB4Full));
+    const double z = std::sqrt(-2.0 * std::log(g.uniform_open())) *
+                     std::cos(2.0 * std::numbers::pi * g.uniform());
+    ms *= std::exp(opts_.latency_sigma * z);
+  }
+  if (!opts_.region_ms.empty()) {
+    auto region = [&](std::size_t i) {
+      return i < opts_.region_of.size() ? std::size_t(opts_.region_of[i]) : std::size_t(0);
+    };
+    ms += opts_.region_ms[region(a)][region(b)];
+  }
+  return Millis(static_cast<Millis::rep>(std::llround(ms)));
+}
+
+Millis SimNetwork::one_way_delay(std::size_t a, std::size_t b) {
+  Millis d = link_latency(a, b);
   if (opts_.jitter.count() > 0) {
     d += Millis(
         static_cast<Millis::rep>(rng_.below(static_cast<std::uint64_t>(opts_.jitter.count()) + 1)));
   }
   return d;
+}
+
+Millis SimNetwork::uplink_done(std::size_t a, std::size_t bytes) {
+  if (opts_.uplink_bytes_per_s <= 0) return now();
+  SimTransport& n = *nodes_[a];
+  const double start = std::max(double(now().count()), n.uplink_free_ms_);
+  n.uplink_free_ms_ = start + 1000.0 * double(bytes) / opts_.uplink_bytes_per_s;
+  return Millis(static_cast<Millis::rep>(std::ceil(n.uplink_free_ms_)));
 }
 
 std::string SimNetwork::ephemeral_addr(const std::string& addr) {
@@ -194,7 +240,7 @@ void SimNetwork::do_connect(std::size_t from, const std::string& addr,
   const Millis started = now();
   // The SYN reaches the target after one latency; the dialer completes one latency later.
   enqueue(
-      now() + one_way_delay(), from, src_gen,
+      now() + one_way_delay(from, by_addr_.count(addr) ? by_addr_.at(addr) : from), from, src_gen,
       [this, from, src_gen, addr, started, done = std::move(done)]() mutable {
         auto it = by_addr_.find(addr);
         SimTransport* dst = it == by_addr_.end() ? nullptr : nodes_[it->second].get();
@@ -215,7 +261,7 @@ void SimNetwork::do_connect(std::size_t from, const std::string& addr,
         prune(*dst);
         src.conns_.push_back(a);
         dst->conns_.push_back(b);
-        const Millis complete_at = now() + one_way_delay();
+        const Millis complete_at = now() + one_way_delay(dst->index_, from);
         // Nothing from the acceptor may overtake the dialer's completion.
         b->last_delivery_ = complete_at;
         ++stats_.connects_ok;
@@ -267,7 +313,7 @@ void SimNetwork::kill(const std::string& addr, bool reset) {
     if (!reset || !other || !other->open_ || !reachable_idx(n->index_, other->owner_)) continue;
     std::weak_ptr<SimConnection> weak = other;
     enqueue(
-        now() + one_way_delay(), other->owner_, other->owner_gen_,
+        now() + one_way_delay(n->index_, other->owner_), other->owner_, other->owner_gen_,
         [this, weak]() {
           auto to = weak.lock();
           if (!to || !to->open_) return;

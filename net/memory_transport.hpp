@@ -27,8 +27,18 @@ using SimRng = base::Xoshiro256;
 
 struct SimOptions {
   std::uint64_t seed = 1;
-  Millis latency{5};  // one-way base latency
-  Millis jitter{0};   // extra one-way latency, uniform in [0, jitter]
+  Millis latency{5};  // one-way base latency (with latency_sigma: the median of the links)
+  Millis jitter{0};   // extra one-way latency of each message, uniform in [0, jitter]
+  // Log-normal links: when > 0, the base latency of each link (pair of nodes) is
+  // latency * exp(sigma * Z), Z a standard normal drawn once per link from the seed.
+  double latency_sigma = 0.0;
+  // Each node's uplink in bytes per simulated second; 0: unlimited. A node's messages leave one
+  // after another at this rate (later sends queue behind earlier ones), then travel the latency.
+  double uplink_bytes_per_s = 0.0;
+  // Regions: region_of[i] is node i's (nodes beyond the list are in region 0), and the one-way
+  // latency between regions a and b, region_ms[a][b], is added to every link between them.
+  std::vector<int> region_of;
+  std::vector<std::vector<double>> region_ms;
   double loss = 0.0;  // probability that one message is dropped (see SimNetwork::set_loss)
   // Dials to an unknown, dead, handler-less or partitioned address fail after this long.
   Millis connect_timeout{1000};
@@ -89,6 +99,7 @@ class SimTransport final : public Transport, public Scheduler {
   // handler may drop its pointers without closing the connection.
   std::vector<std::shared_ptr<SimConnection>> conns_;
   std::size_t prune_at_ = 16;  // conns_ size at which the next prune() runs
+  double uplink_free_ms_ = 0;  // when the uplink has sent everything queued so far
 };
 
 // One end of an in-memory connection pair.
@@ -193,7 +204,11 @@ class SimNetwork {
                         bool cancellable);
   void cancel_timer(std::uint64_t id);
   bool step_until(Millis limit);  // runs the next live event due at or before limit
-  Millis one_way_delay();
+  // The latency of one message (or SYN, FIN) from node a to node b: the link's, plus jitter.
+  Millis one_way_delay(std::size_t a, std::size_t b);
+  Millis link_latency(std::size_t a, std::size_t b) const;
+  // When a message of `bytes` sent now by node a has left its uplink.
+  Millis uplink_done(std::size_t a, std::size_t bytes);
   bool reachable_idx(std::size_t a, std::size_t b) const;
   bool lossy(std::uint8_t type);
   void do_connect(std::size_t from, const std::string& addr, Transport::ConnectCallback done);

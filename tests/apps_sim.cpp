@@ -136,6 +136,66 @@ TEST_CASE("gossip-sim: consensus of 64 peers at the randomized-gossip rate, sum 
   CHECK(r.summary["exchange_sides_ok"].get<int>() % 2 == 0);
 }
 
+TEST_CASE("gossip-sim: a slow uplink and far regions slow the exchanges, reproducibly", "[sim]") {
+  SimConfig c = small(16, 20, 5);
+  c.params = 25000;  // 100 KB a vector
+  const int fast = simulate(c).summary["exchanges_ok"].get<int>();
+  SimConfig slow = c;
+  slow.bandwidth_mbit = 0.5;  // 100 KB takes 1.6 s to leave
+  slow.latency_sigma = 0.5;
+  slow.topology = apps::sim::Topology{{"a", "b"}, {1, 1}, {{0, 150}, {150, 0}}};
+  const Run a = simulate(slow), b = simulate(slow);
+  CHECK(a.events == b.events);
+  const int n_slow = a.summary["exchanges_ok"].get<int>();
+  CHECK(n_slow > 0);
+  // An exchange sends one vector each way: at most 20 s * 16 uplinks / 1.6 s / 2 of them.
+  CHECK(n_slow <= 20 * 16 / 1.6 / 2);
+  CHECK(fast > 2 * n_slow);
+  CHECK(a.summary["sum_drift_max"].get<double>() < 1e-3);  // still conserved
+  CHECK(apps::sim::Topology{{"a", "b"}, {3, 1}, {{0, 1}, {1, 0}}}.assign(8) ==
+        std::vector<int>{0, 0, 0, 0, 0, 0, 1, 1});
+}
+
+TEST_CASE("gossip-sim: the network model's flags and topology files", "[sim]") {
+  using apps::UsageError;
+  using apps::sim::parse_sim_options;
+  auto parse = [](std::vector<std::string> a) {
+    a.insert(a.begin(), {"--peers", "8", "--sim-seconds", "1"});
+    return parse_sim_options(a);
+  };
+  const auto ln = parse({"--latency", "lognormal:40:0.5", "--bandwidth", "100"});
+  CHECK(ln.world.latency == net::Millis(40));
+  CHECK(ln.world.latency_sigma == 0.5);
+  CHECK(ln.world.bandwidth_mbit == 100);
+  CHECK_THROWS_AS(parse({"--latency", "lognormal:40"}), UsageError);
+  CHECK_THROWS_AS(parse({"--latency", "lognormal:40:9"}), UsageError);
+  CHECK_THROWS_AS(parse({"--bandwidth", "-1"}), UsageError);
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("gt-topo-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto topo = [&](const std::string& text) {
+    std::ofstream(dir / "t.json") << text;
+    return parse({"--topology", (dir / "t.json").string()});
+  };
+  const auto t = topo(R"({"regions": [{"name": "eu", "weight": 2}, {"name": "us"}],
+                          "latency_ms": [[1, 40], [40, 1]]})");
+  REQUIRE(t.world.topology);
+  CHECK(t.world.topology->names == std::vector<std::string>{"eu", "us"});
+  CHECK(t.world.topology->weights == std::vector<double>{2, 1});
+  CHECK(t.world.topology->latency_ms[0][1] == 40);
+  for (const char* bad : {
+           R"({"regions": [{"name": "eu"}], "latency_ms": [[1, 2]]})",          // not square
+           R"({"regions": [{"name": "eu"}, {"name": "eu"}], "latency_ms": [[0, 0], [0, 0]]})",
+           R"({"regions": [{"name": "eu", "weight": 0}], "latency_ms": [[0]]})",
+           R"({"regions": [{"name": "eu", "weight": "x"}], "latency_ms": [[0]]})",
+           R"({"regions": [{"name": "eu"}], "latency_ms": [[-3]]})",
+           R"({"regions": [], "latency_ms": []})", R"([1, 2])", "not json"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(topo(bad), UsageError);
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refused", "[sim]") {
   using apps::UsageError;
   using apps::sim::parse_sim_options;
