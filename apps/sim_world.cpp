@@ -2,7 +2,9 @@
 #include "apps/sim_world.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <stdexcept>
@@ -620,6 +622,7 @@ json World::churn_summary() const {
 // The run
 
 json World::run() {
+  wall_start_ = last_progress_ = std::chrono::steady_clock::now();
   // The baseline before any exchange, over every initial peer (the ones still to start included).
   next_round_sides_ = static_cast<std::uint64_t>(cfg_.peers);
   sum0_ = coordinate_sums();
@@ -669,10 +672,27 @@ json World::run() {
     if (next >= next_census) {
       census();
       next_census += census_every;
+      report_progress();
     }
     if (!converged_s_) check_converged();
   }
   return finish();
+}
+
+// At most every 10 wall seconds: a line on stderr, and events.jsonl flushed so that a killed run
+// leaves what it had simulated.
+void World::report_progress() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_progress_ < std::chrono::seconds(10)) return;
+  last_progress_ = now;
+  events_.flush();
+  const double wall = std::chrono::duration<double>(now - wall_start_).count();
+  std::fprintf(stderr,
+               "gossip-sim: %.0f / %.0f simulated s (x%.2f real time), %d peers up, %llu "
+               "exchanges, msd %.4g\n",
+               now_s(), cfg_.sim_seconds, wall > 0 ? now_s() / wall : 0.0, up_count(),
+               static_cast<unsigned long long>(ok_sides_ / 2),
+               samples_.empty() ? -1.0 : samples_.back().msd);
 }
 
 // Stops starting exchanges, lets the ones in flight end (at most 30 simulated seconds: every

@@ -5,6 +5,7 @@
 // for a step boundary (Averager::set_boundary_request). See docs/ARCHITECTURE.md, "gossip-sim".
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -100,6 +101,7 @@ class World {
   void sample(const char* why);
   void check_converged();
   void census();
+  void report_progress();
   nlohmann::json finish();
   void emit(nlohmann::json j);
   double now_s() const;
@@ -113,6 +115,7 @@ class World {
 
   SimConfig cfg_;
   std::ostream& events_;
+  std::chrono::steady_clock::time_point wall_start_, last_progress_;
   kernels::CpuBackend be_;  // before the peers: their buffers are freed through it
   net::SimNetwork net_;
   std::vector<std::unique_ptr<Peer>> peers_;
