@@ -18,11 +18,9 @@ void ConnectionPool::touch(const std::string& peer) {
 }
 
 void ConnectionPool::forget(const net::ConnectionPtr& c) {
-  for (auto it = conns_.begin(); it != conns_.end(); ++it)
-    if (it->second.conn == c) {
-      conns_.erase(it);
-      return;
-    }
+  // Pooled under its partner's id, which is the connection's authenticated peer id.
+  auto it = conns_.find(c->peer_id());
+  if (it != conns_.end() && it->second.conn == c) conns_.erase(it);
 }
 
 void ConnectionPool::close_unless_in_use(const std::string& peer, const std::string& reason) {

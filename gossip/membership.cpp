@@ -360,9 +360,16 @@ void Membership::housekeeping_tick() {
   later(cfg_.probe_interval, [this] { housekeeping_tick(); });
   const Millis now = sched_.now();
   // Close the connections we dialed that membership no longer uses.
+  // Scanned only once the first of them can have gone idle: last_used only grows, and a
+  // connection added later goes idle later still.
   std::vector<Owned> idle;
-  for (const auto& [ptr, o] : owned_) {
-    if (now - o.last_used >= cfg_.idle_connection_timeout) idle.push_back(o);
+  if (now >= next_idle_check_) {
+    next_idle_check_ = Millis::max();
+    for (const auto& [ptr, o] : owned_) {
+      if (now - o.last_used >= cfg_.idle_connection_timeout) idle.push_back(o);
+      else
+        next_idle_check_ = std::min(next_idle_check_, o.last_used + cfg_.idle_connection_timeout);
+    }
   }
   std::sort(idle.begin(), idle.end(),
             [](const Owned& a, const Owned& b) { return a.order < b.order; });
@@ -712,7 +719,10 @@ void Membership::on_closed(const net::ConnectionPtr& c, const std::string& reaso
 }
 
 void Membership::adopt(const net::ConnectionPtr& c, bool dialed) {
-  if (dialed) owned_[c.get()] = Owned{c, sched_.now(), ++owned_order_};
+  if (dialed) {
+    owned_[c.get()] = Owned{c, sched_.now(), ++owned_order_};
+    next_idle_check_ = std::min(next_idle_check_, sched_.now() + cfg_.idle_connection_timeout);
+  }
   Link& l = links_[c->peer_id()];
   if (dialed || !l.conn || !l.conn->is_open()) l.conn = c;
 }
@@ -956,31 +966,44 @@ void Membership::notify(const Member& m) {
 }
 
 void Membership::publish() {
-  std::map<std::string, MemberInfo> snap;
-  for (const auto& [id, m] : members_)
-    snap.emplace(id, MemberInfo{m.id, m.addr, m.incarnation, m.state});
   std::lock_guard<std::mutex> lock(snapshot_mu_);
-  snapshot_ = std::move(snap);
-  live_cache_.reset();
+  snapshot_.clear();
+  live_.clear();
+  live_index_.clear();
+  for (const auto& [id, m] : members_) publish_locked(m);
 }
 
 // One member changed: O(log n) instead of copying the whole table (a joining peer of a large
 // swarm learns thousands of members, one publish each).
 void Membership::publish(const Member& m) {
   std::lock_guard<std::mutex> lock(snapshot_mu_);
+  publish_locked(m);
+}
+
+// The snapshot entry and the live list (O(1): swap with the last to remove), snapshot_mu_ held.
+void Membership::publish_locked(const Member& m) {
   snapshot_.insert_or_assign(m.id, MemberInfo{m.id, m.addr, m.incarnation, m.state});
-  live_cache_.reset();
+  const bool live = m.id != self_id_ && is_live(m.state);
+  auto it = live_index_.find(m.id);
+  if (live && it == live_index_.end()) {
+    live_index_.emplace(m.id, live_.size());
+    live_.push_back(PeerRef{m.id, m.addr});
+  } else if (live) {
+    live_[it->second].addr = m.addr;
+  } else if (it != live_index_.end()) {
+    const std::size_t i = it->second;
+    live_index_.erase(it);
+    if (i + 1 != live_.size()) {
+      live_[i] = std::move(live_.back());
+      live_index_[live_[i].id] = i;
+    }
+    live_.pop_back();
+  }
 }
 
 std::vector<PeerRef> Membership::live_peers() const {
   std::lock_guard<std::mutex> lock(snapshot_mu_);
-  // Built once per change of the table, not per call: every exchange asks for it.
-  if (!live_cache_) {
-    live_cache_.emplace();
-    for (const auto& [id, m] : snapshot_)
-      if (id != self_id_ && is_live(m.state)) live_cache_->push_back(PeerRef{m.id, m.addr});
-  }
-  return *live_cache_;
+  return live_;  // kept up to date by every publish: every exchange asks for it
 }
 
 std::vector<MemberInfo> Membership::members() const {

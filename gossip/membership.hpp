@@ -205,8 +205,9 @@ class Membership : public net::TransportHandler, public PeerDirectory {
                                             const std::function<bool(const Member&)>& ok);
   void set_state(Member& m, MemberState s);
   void notify(const Member& m);
-  void publish();                 // rebuilds the thread-safe snapshot
-  void publish(const Member& m);  // updates one member of it
+  void publish();  // rebuilds the thread-safe snapshot
+  void publish(const Member& m);
+  void publish_locked(const Member& m);  // updates one member of it
   // A timer that becomes a no-op once we stop or are destroyed.
   net::Scheduler::TimerId later(Millis d, std::function<void()> fn);
 
@@ -228,6 +229,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   std::unordered_map<std::string, Link> links_;
   std::unordered_map<const net::Connection*, Owned> owned_;
   std::uint64_t owned_order_ = 0;
+  Millis next_idle_check_ = Millis::max();  // no owned connection can be idle before this
   std::unordered_map<std::uint32_t, AckWait> acks_;
   // Ordered, plus where each member's queued update is, so that queueing and taking cost
   // O(log n) (a joining peer of a large swarm queues thousands of updates).
@@ -249,8 +251,9 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   Millis join_backoff_{0};
 
   mutable std::mutex snapshot_mu_;
-  std::map<std::string, MemberInfo> snapshot_;              // by id, as members_
-  mutable std::optional<std::vector<PeerRef>> live_cache_;  // live_peers(); reset by publish
+  std::map<std::string, MemberInfo> snapshot_;  // by id, as members_
+  std::vector<PeerRef> live_;  // live members but ourselves, in no order (live_peers())
+  std::unordered_map<std::string, std::size_t> live_index_;  // id -> place in live_
   std::size_t live_count_ = 0;  // alive or suspect members of members_, ourselves included
 };
 
