@@ -726,7 +726,12 @@ json World::finish() {
   s["msd_initial"] = msd0_;
   s["msd_final"] = samples_.empty() ? json(nullptr) : json(samples_.back().msd);
   std::uint64_t bytes = 0;
-  for (const auto& p : peers_) bytes += p->bytes;
+  std::vector<std::uint64_t> per_peer;
+  for (const auto& p : peers_) {
+    bytes += p->bytes;
+    per_peer.push_back(p->bytes);
+  }
+  s["bytes_sent_per_peer"] = per_peer;
   s["bytes_sent_per_peer_mean"] =
       static_cast<double>(bytes) / std::max<std::size_t>(1, peers_.size());
   const auto& st = net_.stats();
