@@ -35,8 +35,9 @@ void parse_latency(const std::string& spec, SimConfig& cfg) {
     cfg.latency_sigma = to_double("latency", rest.substr(colon + 1), 0, 3);
     return;
   }
-  throw UsageError("--latency: expected constant:MS, uniform:LO:HI or lognormal:MEDIAN:SIGMA, got '" +
-                   spec + "'");
+  throw UsageError(
+      "--latency: expected constant:MS, uniform:LO:HI or lognormal:MEDIAN:SIGMA, got '" + spec +
+      "'");
 }
 
 namespace {

@@ -45,6 +45,9 @@ bool live_state(int s) {
 }
 }  // namespace
 
+// The simulated model: its fingerprint in catch-up (every peer holds the same kind of vector).
+constexpr std::uint64_t kSimFingerprint = 0x51D0C0DE;
+
 struct World::Peer {
   int index = 0;
   std::string id, addr;
@@ -52,6 +55,9 @@ struct World::Peer {
   std::unique_ptr<gossip::Dispatcher> disp;
   std::unique_ptr<gossip::Membership> mem;
   std::unique_ptr<gossip::Averager> avg;
+  std::unique_ptr<gossip::CatchUpServer> serve;
+  std::unique_ptr<gossip::CatchUpClient> fetch;
+  bool catching_up = false;        // a joiner fetching a live peer's vector: no exchange yet
   kernels::DeviceBuffer<float> x;  // kept over a crash: the restarted peer resumes from it
   std::int64_t step = 0;
   bool up = false;
@@ -62,6 +68,26 @@ struct World::Peer {
   std::vector<std::int8_t> view;  // what this peer holds of each member (kUnseen or MemberState)
   int known_alive = 0;            // members it holds alive (not itself)
   std::uint64_t ok = 0, failed = 0, bytes = 0;
+};
+
+// A peer's whole state for a catch-up server: its vector, no optimizer state but the one vector
+// a fetcher with n_opt_state 1 expects (zeros), its step as the counters.
+class World::VectorState final : public core::StateSource {
+ public:
+  VectorState(World& w, Peer& p) : w_(w), p_(p) {}
+  core::Checkpoint state() override {
+    core::Checkpoint c;
+    c.fingerprint = kSimFingerprint;
+    c.step = c.samples = p_.step;
+    c.params.resize(p_.x.size());
+    w_.be_.download(c.params.data(), p_.x.data(), c.params.size() * sizeof(float));
+    c.opt_state.emplace_back(c.params.size(), 0.0f);
+    return c;
+  }
+
+ private:
+  World& w_;
+  Peer& p_;
 };
 
 // One crash or stop: when each peer that was up then marked the victim dead or left.
@@ -122,8 +148,7 @@ Topology load_topology(const std::string& path) {
               std::to_string(t.names.size()) + " matrix (one row per region)");
   for (const auto& row : m) {
     if (!row.is_array() || row.size() != t.names.size())
-      throw bad("every row of \"latency_ms\" needs " + std::to_string(t.names.size()) +
-                " numbers");
+      throw bad("every row of \"latency_ms\" needs " + std::to_string(t.names.size()) + " numbers");
     std::vector<double> r;
     for (const auto& x : row) {
       if (!x.is_number() || !(x.get<double>() >= 0 && x.get<double>() <= 600000))
@@ -144,8 +169,7 @@ World::World(SimConfig cfg, std::ostream& events)
         o.latency_sigma = cfg.latency_sigma;
         o.uplink_bytes_per_s = cfg.bandwidth_mbit * 1e6 / 8;
         if (cfg.topology) {
-          o.region_of =
-              cfg.topology->assign(cfg.churn ? core::total_peers(*cfg.churn) : cfg.peers);
+          o.region_of = cfg.topology->assign(cfg.churn ? core::total_peers(*cfg.churn) : cfg.peers);
           o.region_ms = cfg.topology->latency_ms;
         }
         return o;
@@ -247,11 +271,53 @@ void World::build_protocols(Peer& p) {
       boundary(i, false);
     });
   });
+  gossip::CatchUpServerConfig sc;
+  sc.fingerprint = kSimFingerprint;
+  p.serve = std::make_unique<gossip::CatchUpServer>(sc, *p.t, *p.disp);
+  p.fetch = std::make_unique<gossip::CatchUpClient>(*p.t, *p.disp, *p.mem);
   p.mem->set_listener([this, i](const gossip::MemberInfo& m) { on_member(i, m); });
   p.t->set_handler(p.disp.get());
 }
 
-void World::start_peer(int i) {
+// A joiner takes a live peer's vector before it averages, as gossip-peer does (gossip/catch_up):
+// once its membership has joined, it fetches; until the fetch ends it starts no exchange and
+// serves none. A failed fetch leaves its own random vector.
+void World::catch_up(int i, std::uint64_t life) {
+  Peer& p = *peers_[i];
+  if (!p.up || p.life != life || !p.catching_up) return;
+  if (!p.mem->joined()) {
+    p.t->schedule(Millis(100), [this, i, life] { catch_up(i, life); });
+    return;
+  }
+  gossip::CatchUpClientConfig cc;
+  cc.fingerprint = kSimFingerprint;
+  cc.n_params = cfg_.params;
+  cc.seed = mix64(cfg_.seed, 0xCA7C00 + static_cast<std::uint64_t>(i) + 0x10000 * p.life);
+  const double started = now_s();
+  p.fetch->start(cc, [this, i, life, started](gossip::CatchUpResult r) {
+    Peer& q = *peers_[i];
+    if (!q.up || q.life != life) return;
+    q.catching_up = false;
+    if (r.ok) {
+      be_.upload(q.x.data(), r.state.params.data(), r.state.params.size() * sizeof(float));
+      q.step = r.state.step;
+      ++catch_ups_ok_;
+    } else {
+      ++catch_ups_failed_;
+    }
+    emit({{"t", now_s()},
+          {"event", "catch_up"},
+          {"peer", i},
+          {"ok", r.ok},
+          {"reason", r.reason},
+          {"from", r.ok ? index_of(r.from) : -1},
+          {"s", now_s() - started},
+          {"bytes", r.bytes}});
+    boundary(i, false);  // now it averages, from the vector it took
+  });
+}
+
+void World::start_peer(int i, bool joiner) {
   Peer& p = *peers_[i];
   p.t = p.ever_started ? &net_.revive(p.addr) : &net_.add_node(p.addr, p.id);
   p.ever_started = true;
@@ -262,8 +328,13 @@ void World::start_peer(int i) {
   std::fill(p.view.begin(), p.view.end(), kUnseen);
   p.known_alive = 0;
   build_protocols(p);
+  p.catching_up = joiner;
   boundary(i, false);  // the averager learns the vector's size and keeps a snapshot ready
   p.mem->start();
+  if (joiner) {
+    const std::uint64_t l = p.life;
+    p.t->post([this, i, l] { catch_up(i, l); });
+  }
   base::SplitMix64 phase(mix64(cfg_.seed, 0xABCD0000ULL + i + 0x10000 * p.life));
   const auto period = ms_of(cfg_.exchange_interval_s);
   const std::uint64_t life = p.life;
@@ -274,6 +345,8 @@ void World::start_peer(int i) {
 void World::tear_down(Peer& p) {
   // The node vanished from the network first (kill): nothing of it runs any more.
   p.avg.reset();
+  p.fetch.reset();
+  p.serve.reset();
   p.mem.reset();
   p.disp.reset();
 }
@@ -289,9 +362,14 @@ void World::tick(int i, std::uint64_t life) {
 // A step boundary of peer i: the averager's training-thread side (a new exchange when initiate).
 void World::boundary(int i, bool initiate) {
   Peer& p = *peers_[i];
-  if (!p.up || !p.avg) return;
+  if (!p.up || !p.avg || p.catching_up) return;
   core::StepContext ctx{be_, p.x.data(), p.x.size(), p.step, p.step, 1, 0, !initiate};
   p.avg->between_steps(ctx);
+  if (p.step > 0) {  // a catch-up server serves only a state that has taken a step
+    VectorState state(*this, p);
+    ctx.state = &state;
+    p.serve->between_steps(ctx);
+  }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -502,7 +580,7 @@ void World::join(const std::string& source) {
     }
   if (slot < 0) return;  // total_peers() planned one slot per joiner
   ++joins_;
-  start_peer(slot);
+  start_peer(slot, /*joiner=*/true);
   emit({{"t", now_s()}, {"event", "join"}, {"peer", slot}, {"source", source}});
 }
 
@@ -607,6 +685,8 @@ json World::churn_summary() const {
           {"max_detection_s_max", maxes.empty() ? json(nullptr) : json(maxes.back())},
           {"restarts", restarts_},
           {"joins", joins_},
+          {"catch_ups_ok", catch_ups_ok_},
+          {"catch_ups_failed", catch_ups_failed_},
           {"false_dead_marks", false_dead_},
           {"false_dead_marks_of_peers_up_longer_than_bound", false_dead_stable_},
           {"suspicions", suspicions_},

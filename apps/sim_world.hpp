@@ -19,6 +19,7 @@
 
 #include "core/churn_scenario.hpp"
 #include "gossip/averager.hpp"
+#include "gossip/catch_up.hpp"
 #include "gossip/dispatcher.hpp"
 #include "gossip/membership.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
@@ -86,8 +87,10 @@ class World {
 
  private:
   struct Peer;
+  class VectorState;
   struct Crash;
-  void start_peer(int i);
+  void start_peer(int i, bool joiner = false);
+  void catch_up(int i, std::uint64_t life);
   void build_protocols(Peer& p);
   void tear_down(Peer& p);
   void tick(int i, std::uint64_t life);
@@ -146,6 +149,7 @@ class World {
   std::uint64_t false_dead_ = 0, false_dead_stable_ = 0, suspicions_ = 0;
   std::vector<std::unique_ptr<Crash>> crashes_;
   int joins_ = 0, restarts_ = 0;
+  int catch_ups_ok_ = 0, catch_ups_failed_ = 0;
   double wrong_dead_sum_ = 0, wrong_alive_sum_ = 0;
   int wrong_dead_max_ = 0, wrong_alive_max_ = 0;
   std::uint64_t census_observations_ = 0;

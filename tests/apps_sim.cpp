@@ -196,6 +196,30 @@ TEST_CASE("gossip-sim: the network model's flags and topology files", "[sim]") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("gossip-sim: a joiner takes a live peer's vector before it averages", "[sim]") {
+  SimConfig c = small(16, 14, 9);
+  c.churn = core::load_churn_scenario("join:2@10", 16);
+  const Run r = simulate(c);
+  CHECK(r.summary["churn"]["joins"] == 2);
+  CHECK(r.summary["churn"]["catch_ups_ok"] == 2);
+  CHECK(r.summary["churn"]["catch_ups_failed"] == 0);
+  std::istringstream lines(r.events);
+  std::string line;
+  int seen = 0;
+  while (std::getline(lines, line)) {
+    const json e = json::parse(line);
+    if (e["event"] != "catch_up") continue;
+    ++seen;
+    CHECK(e["ok"] == true);
+    CHECK(e["peer"].get<int>() >= 16);
+    CHECK(e["from"].get<int>() >= 0);
+    CHECK(e["from"] != e["peer"]);
+    CHECK(e["bytes"].get<int>() > 4 * 64);
+    CHECK(e["t"].get<double>() < 12);
+  }
+  CHECK(seen == 2);
+}
+
 TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refused", "[sim]") {
   using apps::UsageError;
   using apps::sim::parse_sim_options;
