@@ -402,13 +402,27 @@ void stream_split(const Source& s, const SplitFiles& f, const ShapeFn& on_shape,
       f.images, [&](const ReadFn& read) { stream_idx_rows(read, f.images, on_header, on_bytes); });
 }
 
-// Features per row from the headers alone (what planning needs).
-int split_features(const Source& s, const SplitFiles& f) {
-  if (f.npy) return int(npy::row_features(f.images, npy::read_header(f.images)));
+void check_rows(const SplitFiles& f, std::size_t labels, std::uint64_t rows) {
+  if (rows != labels) {
+    fail(f.labels, std::to_string(labels) + " labels but " + f.images + " has " +
+                       std::to_string(rows) + (f.npy ? " rows" : " images"));
+  }
+}
+
+// Features per row from the headers alone (what planning needs), checked against the labels.
+int split_features(const Source& s, const SplitFiles& f, std::size_t labels) {
+  if (f.npy) {
+    const npy::Header h = npy::read_header(f.images);
+    const int features = int(npy::row_features(f.images, h));
+    check_rows(f, labels, h.shape[0]);
+    return features;
+  }
   std::vector<std::uint32_t> dims;
   with_idx_reader(f.images, [&](const ReadFn& read) { parse_idx_header(read, f.images, &dims); });
   if (s.fashion) check_image_dims(f.images, dims);
-  return int(idx_features(f.images, dims));
+  const int features = int(idx_features(f.images, dims));
+  check_rows(f, labels, dims[0]);
+  return features;
 }
 
 void check_same_features(const Source& s, int train, int test) {
@@ -436,10 +450,7 @@ Dataset load_rows(const Source& s, const SplitFiles& f, const std::vector<std::i
   d.y.resize(idx.size());
   std::size_t F = 0, next = 0;
   auto on_shape = [&](std::uint64_t rows, std::uint64_t features) {
-    if (rows != y.size()) {
-      fail(f.labels, std::to_string(y.size()) + " labels but " + f.images + " has " +
-                         std::to_string(rows) + (f.npy ? " rows" : " images"));
-    }
+    check_rows(f, y.size(), rows);
     F = static_cast<std::size_t>(features);
     d.features = int(F);
     d.x.resize(idx.size() * F);
@@ -557,8 +568,8 @@ DatasetLabels load_labels(const std::string& spec) {
   const std::vector<std::int32_t> test = read_labels(s.test, s.max_classes());
   out.test_rows = test.size();
   out.classes = class_count(s, out.train, test);
-  out.features = split_features(s, s.train);
-  check_same_features(s, out.features, split_features(s, s.test));
+  out.features = split_features(s, s.train, out.train.size());
+  check_same_features(s, out.features, split_features(s, s.test, test.size()));
   return out;
 }
 
