@@ -63,8 +63,12 @@ const OptionTable<PeerConfig>& peer_options() {
               &PeerConfig::network_key),
       O::text("allowlist", "FILE", "hex public keys, one per line: admit only these peers",
               &PeerConfig::allowlist),
-      O::text("data", "DIR|synthetic",
-              "Fashion-MNIST IDX directory, or 'synthetic' for generated data", &PeerConfig::data),
+      O::text("data", "DIR|npy:DIR|npy:XTR,YTR,XTE,YTE|synthetic",
+              "IDX folder (Fashion-MNIST, MNIST, EMNIST: train-/t10k-images-idx3-ubyte[.gz], "
+              "...); npy:DIR (x_train.npy, y_train.npy, x_test.npy, y_test.npy) or four .npy "
+              "files (inputs float32|uint8 N x D or N x H x W x C, integer labels N); or "
+              "'synthetic' for generated data",
+              &PeerConfig::data),
       {"partition", "iid|dirichlet:ALPHA|shards:K", "how the training set is split over shards",
        [](PeerConfig& c, const std::string& v) {
          try {

@@ -1,8 +1,10 @@
-// Fashion-MNIST IDX reader (plain or gzip, checked against its own header) and the generated
-// Gaussian-cluster set used by fast tests.
+// Data sets: IDX folders (Fashion-MNIST, MNIST, EMNIST; plain or gzip, checked against their own
+// headers), .npy pairs (core/dataset_npy.cpp), and the generated Gaussian-cluster set of fast
+// tests.
 #include "core/dataset.hpp"
 
 #include "core/base/rng.hpp"
+#include "core/dataset_npy.hpp"
 
 #include <zlib.h>
 
@@ -14,6 +16,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -40,8 +43,8 @@ void read_exact(const ReadFn& read, const std::string& path, void* dst, std::siz
                 const char* what) {
   std::size_t got = read(dst, n);
   if (got != n) {
-    fail(path, std::string("truncated: ") + what + " needs " + std::to_string(n) +
-                   " bytes, only " + std::to_string(got) + " present");
+    fail(path, std::string("truncated: ") + what + " needs " + std::to_string(n) + " bytes, only " +
+                   std::to_string(got) + " present");
   }
 }
 
@@ -196,9 +199,13 @@ std::vector<std::uint8_t> read_idx(const std::string& path, std::vector<std::uin
 
 namespace {
 
+namespace fs = std::filesystem;
+
+// Labels are class indices; a bound so that a corrupt label cannot ask for a huge output layer.
+constexpr int kMaxClasses = 65536;
+
 // Finds NAME.gz, else the uncompressed NAME (some mirrors ship them unpacked).
 std::string find_file(const std::string& dir, const std::string& name) {
-  namespace fs = std::filesystem;
   std::error_code ec;
   for (const std::string& candidate : {name + ".gz", name}) {
     fs::path p = fs::path(dir) / candidate;
@@ -207,10 +214,20 @@ std::string find_file(const std::string& dir, const std::string& name) {
   return {};
 }
 
-std::string not_found_message(const std::string& dir, const std::string& detail) {
+std::string fashion_not_found(const std::string& dir, const std::string& detail) {
   return "Fashion-MNIST not found at " + dir + detail +
          ": install it with `sudo apt-get install dataset-fashion-mnist` (or run "
          "scripts/setup.sh), or pass --data DIR";
+}
+
+std::string not_found(const std::string& dir, const std::string& detail) {
+  return "no data set found at " + dir + detail +
+         ": --data takes an IDX folder (train-images-idx3-ubyte[.gz], "
+         "train-labels-idx1-ubyte[.gz], "
+         "t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz], or one EMNIST set "
+         "emnist-SPLIT-{train,test}-{images-idx3,labels-idx1}-ubyte[.gz]), npy:DIR, "
+         "npy:X_TRAIN,Y_TRAIN,X_TEST,Y_TEST or synthetic; for Fashion-MNIST run `sudo apt-get "
+         "install dataset-fashion-mnist` (or scripts/setup.sh)";
 }
 
 void check_image_dims(const std::string& images_path, const std::vector<std::uint32_t>& idims) {
@@ -221,51 +238,204 @@ void check_image_dims(const std::string& images_path, const std::vector<std::uin
   }
 }
 
+// One split on disk: its inputs and its labels, both IDX files or both .npy files.
 struct SplitFiles {
   std::string images, labels;
+  bool npy = false;
+};
+
+// The files a data set spec names. fashion: load_fashion_mnist's stricter checks (28x28 images,
+// labels 0..9, always 10 classes).
+struct Source {
+  SplitFiles train, test;
+  bool fashion = false;
+  int max_classes() const { return fashion ? kFashionClasses : kMaxClasses; }
 };
 
 SplitFiles find_split(const std::string& dir, const std::string& images_name,
-                      const std::string& labels_name) {
+                      const std::string& labels_name, bool fashion) {
   SplitFiles f{find_file(dir, images_name), find_file(dir, labels_name)};
   if (f.images.empty() || f.labels.empty()) {
-    throw DataError(not_found_message(
-        dir, " (missing " + (f.images.empty() ? images_name : labels_name) + "[.gz])"));
+    const std::string detail =
+        " (missing " + (f.images.empty() ? images_name : labels_name) + "[.gz])";
+    throw DataError(fashion ? fashion_not_found(dir, detail) : not_found(dir, detail));
   }
   return f;
 }
 
-// The split's labels, checked: one dimension, every label in 0..9.
-std::vector<std::int32_t> read_labels(const std::string& labels_path) {
+// The SPLIT of the one EMNIST set in dir (emnist-SPLIT-train-images-idx3-ubyte[.gz]), "" if none.
+std::string emnist_split(const std::string& dir) {
+  const std::string pre = "emnist-", suf = "-train-images-idx3-ubyte";
+  std::set<std::string> splits;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string n = e.path().filename().string();
+    if (n.ends_with(".gz")) n.resize(n.size() - 3);
+    if (n.size() > pre.size() + suf.size() && n.starts_with(pre) && n.ends_with(suf))
+      splits.insert(n.substr(pre.size(), n.size() - pre.size() - suf.size()));
+  }
+  if (splits.size() > 1) {
+    std::string names;
+    for (const auto& s : splits) names += (names.empty() ? "" : ", ") + s;
+    throw DataError(dir + ": several EMNIST sets (" + names +
+                    "); put the one to train on in a folder of its own");
+  }
+  return splits.empty() ? std::string() : *splits.begin();
+}
+
+Source idx_source(const std::string& dir, bool fashion) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw DataError(fashion ? fashion_not_found(dir, "") : not_found(dir, ""));
+  std::string train = "train-", test = "t10k-";
+  if (!fashion && find_file(dir, "train-images-idx3-ubyte").empty()) {
+    const std::string split = emnist_split(dir);
+    if (!split.empty()) train = "emnist-" + split + "-train-", test = "emnist-" + split + "-test-";
+  }
+  Source s;
+  s.fashion = fashion;
+  s.train = find_split(dir, train + "images-idx3-ubyte", train + "labels-idx1-ubyte", fashion);
+  s.test = find_split(dir, test + "images-idx3-ubyte", test + "labels-idx1-ubyte", fashion);
+  return s;
+}
+
+// "DIR" (DIR/x_train.npy, DIR/y_train.npy, DIR/x_test.npy, DIR/y_test.npy) or four paths.
+Source npy_source(const std::string& rest) {
+  std::vector<std::string> parts;
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = rest.find(',', start);
+    parts.push_back(rest.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  const std::string usage =
+      "expected npy:DIR (holding x_train.npy, y_train.npy, x_test.npy, "
+      "y_test.npy) or npy:X_TRAIN,Y_TRAIN,X_TEST,Y_TEST";
+  if (parts.size() == 1 && !parts[0].empty()) {
+    std::error_code ec;
+    if (!fs::is_directory(parts[0], ec))
+      throw DataError("npy:" + rest + ": not a folder; " + usage);
+    const fs::path dir(parts[0]);
+    parts = {(dir / "x_train.npy").string(), (dir / "y_train.npy").string(),
+             (dir / "x_test.npy").string(), (dir / "y_test.npy").string()};
+  }
+  if (parts.size() != 4 || std::count(parts.begin(), parts.end(), std::string()) > 0)
+    throw DataError("npy:" + rest + ": " + usage);
+  Source s;
+  s.train = {parts[0], parts[1], true};
+  s.test = {parts[2], parts[3], true};
+  return s;
+}
+
+Source resolve(const std::string& spec) {
+  if (spec.starts_with("npy:")) return npy_source(spec.substr(4));
+  return idx_source(spec.empty() ? std::string(kDefaultFashionMnistDir) : spec, false);
+}
+
+// The split's labels, checked: one dimension, every label in 0..max_classes-1.
+std::vector<std::int32_t> read_labels(const SplitFiles& f, int max_classes) {
+  if (f.npy) return npy::read_labels(f.labels, max_classes);
   std::vector<std::uint32_t> ldims;
-  std::vector<std::uint8_t> labels = read_idx(labels_path, &ldims);
+  std::vector<std::uint8_t> labels = read_idx(f.labels, &ldims);
   if (ldims.size() != 1) {
-    fail(labels_path, "expected a 1-dimensional label file, found " +
-                          std::to_string(ldims.size()) + " dimensions");
+    fail(f.labels, "expected a 1-dimensional label file, found " + std::to_string(ldims.size()) +
+                       " dimensions");
   }
   std::vector<std::int32_t> y(labels.size());
   for (std::size_t i = 0; i < labels.size(); ++i) {
-    if (labels[i] >= kFashionClasses) {
-      fail(labels_path, "label " + std::to_string(labels[i]) + " at index " + std::to_string(i) +
-                            " is out of range 0..9");
+    if (labels[i] >= max_classes) {
+      fail(f.labels, "label " + std::to_string(labels[i]) + " at index " + std::to_string(i) +
+                         " is out of range 0.." + std::to_string(max_classes - 1));
     }
     y[i] = labels[i];
   }
   return y;
 }
 
-void check_counts(const SplitFiles& f, std::size_t labels, std::uint32_t images) {
-  if (images != labels) {
+// Classes: the largest training label + 1 (10 for Fashion-MNIST); the test labels must be among
+// them.
+int class_count(const Source& s, const std::vector<std::int32_t>& train,
+                const std::vector<std::int32_t>& test) {
+  if (s.fashion) return kFashionClasses;
+  const int k = train.empty() ? 0 : *std::max_element(train.begin(), train.end()) + 1;
+  if (k < 2) {
+    fail(s.train.labels,
+         "the training labels name " + std::to_string(k) + " class(es); at least 2 are needed");
+  }
+  for (std::size_t i = 0; i < test.size(); ++i) {
+    if (test[i] >= k) {
+      fail(s.test.labels, "label " + std::to_string(test[i]) + " at index " + std::to_string(i) +
+                              " is not among the training set's classes 0.." +
+                              std::to_string(k - 1));
+    }
+  }
+  return k;
+}
+
+// Features per IDX image: the product of the dimensions after the count.
+std::uint64_t idx_features(const std::string& path, const std::vector<std::uint32_t>& dims) {
+  if (dims.size() < 2) fail(path, "expected images (N x H x W ...), found 1 dimension");
+  std::uint64_t f = 1;
+  for (std::size_t i = 1; i < dims.size(); ++i) f *= dims[i];
+  if (f == 0) fail(path, "images of 0 pixels");
+  return f;
+}
+
+using ShapeFn = std::function<void(std::uint64_t rows, std::uint64_t features)>;
+using RowFn = std::function<void(std::size_t, const float*)>;
+
+// Streams a split's inputs as rows of floats in [0,1] (IDX, uint8 .npy) or as stored (float32).
+void stream_split(const Source& s, const SplitFiles& f, const ShapeFn& on_shape,
+                  const RowFn& on_row) {
+  if (f.npy) return npy::stream_rows(f.images, on_shape, on_row);
+  std::vector<float> row;
+  auto on_header = [&](const std::vector<std::uint32_t>& dims) {
+    if (s.fashion) check_image_dims(f.images, dims);
+    row.resize(static_cast<std::size_t>(idx_features(f.images, dims)));
+    on_shape(dims[0], row.size());
+  };
+  auto on_bytes = [&](std::size_t r, const std::uint8_t* px) {
+    for (std::size_t j = 0; j < row.size(); ++j) row[j] = static_cast<float>(px[j]) / 255.0f;
+    on_row(r, row.data());
+  };
+  with_idx_reader(
+      f.images, [&](const ReadFn& read) { stream_idx_rows(read, f.images, on_header, on_bytes); });
+}
+
+void check_rows(const SplitFiles& f, std::size_t labels, std::uint64_t rows) {
+  if (rows != labels) {
     fail(f.labels, std::to_string(labels) + " labels but " + f.images + " has " +
-                       std::to_string(images) + " images");
+                       std::to_string(rows) + (f.npy ? " rows" : " images"));
   }
 }
 
-// Rows idx of a split (in that order, repeats allowed): the images are streamed, one row at a
-// time, and only the chosen rows are converted to float, so the whole split is never in memory.
-Dataset load_rows(const SplitFiles& f, const std::vector<std::int32_t>& y,
-                  const std::vector<std::size_t>& idx) {
-  constexpr std::size_t F = kFashionSide * kFashionSide;
+// Features per row from the headers alone (what planning needs), checked against the labels.
+int split_features(const Source& s, const SplitFiles& f, std::size_t labels) {
+  if (f.npy) {
+    const npy::Header h = npy::read_header(f.images);
+    const int features = int(npy::row_features(f.images, h));
+    check_rows(f, labels, h.shape[0]);
+    return features;
+  }
+  std::vector<std::uint32_t> dims;
+  with_idx_reader(f.images, [&](const ReadFn& read) { parse_idx_header(read, f.images, &dims); });
+  if (s.fashion) check_image_dims(f.images, dims);
+  const int features = int(idx_features(f.images, dims));
+  check_rows(f, labels, dims[0]);
+  return features;
+}
+
+void check_same_features(const Source& s, int train, int test) {
+  if (train != test) {
+    fail(s.test.images, std::to_string(test) + " features per row, but the training set (" +
+                            s.train.images + ") has " + std::to_string(train));
+  }
+}
+
+// Rows idx of a split (in that order, repeats allowed): the inputs are streamed, one row at a
+// time, and only the chosen rows are kept, so the whole split is never in memory.
+Dataset load_rows(const Source& s, const SplitFiles& f, const std::vector<std::int32_t>& y,
+                  const std::vector<std::size_t>& idx, int classes) {
   std::vector<std::pair<std::size_t, std::size_t>> want;  // (row, position), by row
   want.reserve(idx.size());
   for (std::size_t k = 0; k < idx.size(); ++k) {
@@ -276,37 +446,44 @@ Dataset load_rows(const SplitFiles& f, const std::vector<std::int32_t>& y,
   }
   std::sort(want.begin(), want.end());
   Dataset d;
-  d.features = int(F);
-  d.classes = kFashionClasses;
+  d.classes = classes;
   d.y.resize(idx.size());
-  d.x.resize(idx.size() * F);
-  std::size_t next = 0;
-  auto on_header = [&](const std::vector<std::uint32_t>& dims) {
-    check_image_dims(f.images, dims);
-    check_counts(f, y.size(), dims[0]);
+  std::size_t F = 0, next = 0;
+  auto on_shape = [&](std::uint64_t rows, std::uint64_t features) {
+    check_rows(f, y.size(), rows);
+    F = static_cast<std::size_t>(features);
+    d.features = int(F);
+    d.x.resize(idx.size() * F);
   };
-  auto on_row = [&](std::size_t r, const std::uint8_t* px) {
+  auto on_row = [&](std::size_t r, const float* px) {
     for (; next < want.size() && want[next].first == r; ++next) {
-      const std::size_t k = want[next].second;
-      d.y[k] = y[r];
-      float* out = &d.x[k * F];
-      for (std::size_t j = 0; j < F; ++j) out[j] = static_cast<float>(px[j]) / 255.0f;
+      d.y[want[next].second] = y[r];
+      std::copy(px, px + F, &d.x[want[next].second * F]);
     }
   };
-  with_idx_reader(f.images,
-                  [&](const ReadFn& read) { stream_idx_rows(read, f.images, on_header, on_row); });
+  stream_split(s, f, on_shape, on_row);
   return d;
 }
 
-Dataset load_split(const std::string& dir, const std::string& images_name,
-                   const std::string& labels_name) {
-  const SplitFiles f = find_split(dir, images_name, labels_name);
-  const std::vector<std::int32_t> y = read_labels(f.labels);
-  std::vector<std::size_t> all(y.size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  return load_rows(f, y, all);
+std::vector<std::size_t> all_rows(std::size_t n) {
+  std::vector<std::size_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = i;
+  return all;
 }
 
+// The whole data set, or with pick only the chosen rows of its training set.
+ShardData load_source(const Source& s, const PickRows* pick) {
+  const std::vector<std::int32_t> train_y = read_labels(s.train, s.max_classes());
+  const std::vector<std::int32_t> test_y = read_labels(s.test, s.max_classes());
+  const int classes = class_count(s, train_y, test_y);
+  ShardData out;
+  out.train_size = train_y.size();
+  out.shard = load_rows(s, s.train, train_y,
+                        pick ? (*pick)(train_y, classes) : all_rows(train_y.size()), classes);
+  out.test = load_rows(s, s.test, test_y, all_rows(test_y.size()), classes);
+  check_same_features(s, out.shard.features, out.test.features);
+  return out;
+}
 // Class c's clusters are N(mean_c, kNoise^2 I); the means are spread so that two of them are
 // kSeparation noise deviations apart on average, whatever the feature count. About 6 gives a
 // Bayes accuracy near 99%: learnable fast, yet not separable by an untrained model.
@@ -314,8 +491,8 @@ constexpr double kNoise = 0.25;
 constexpr double kSeparation = 6.0;
 constexpr double kCentre = 0.5;  // keeps values on Fashion-MNIST's scale so the same lr works
 
-Dataset draw_split(std::size_t n, int features, int classes,
-                   const std::vector<double>& means, base::SplitMix64& rng) {
+Dataset draw_split(std::size_t n, int features, int classes, const std::vector<double>& means,
+                   base::SplitMix64& rng) {
   Dataset d;
   d.features = features;
   d.classes = classes;
@@ -334,12 +511,8 @@ Dataset draw_split(std::size_t n, int features, int classes,
 }  // namespace
 
 TrainTest load_fashion_mnist(const std::string& dir) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) throw DataError(not_found_message(dir, ""));
-  TrainTest tt;
-  tt.train = load_split(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte");
-  tt.test = load_split(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");
-  return tt;
+  ShardData d = load_source(idx_source(dir, true), nullptr);
+  return {std::move(d.shard), std::move(d.test)};
 }
 
 TrainTest make_synthetic(std::size_t n_train, std::size_t n_test, int features, int classes,
@@ -364,27 +537,20 @@ TrainTest make_synthetic(std::size_t n_train, std::size_t n_test, int features, 
 
 TrainTest load_dataset(const std::string& spec) {
   if (spec == "synthetic") return make_synthetic(6000, 1000, 784, 10, 1);
-  return load_fashion_mnist(spec.empty() ? std::string(kDefaultFashionMnistDir) : spec);
+  ShardData d = load_source(resolve(spec), nullptr);
+  return {std::move(d.shard), std::move(d.test)};
 }
 
 ShardData load_shard(const std::string& spec, const PickRows& pick) {
-  ShardData out;
   if (spec == "synthetic") {
+    ShardData out;
     TrainTest tt = load_dataset(spec);
     out.train_size = tt.train.size();
     out.shard = subset(tt.train, pick(tt.train.y, tt.train.classes));
     out.test = std::move(tt.test);
     return out;
   }
-  const std::string dir = spec.empty() ? std::string(kDefaultFashionMnistDir) : spec;
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) throw DataError(not_found_message(dir, ""));
-  const SplitFiles f = find_split(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte");
-  const std::vector<std::int32_t> y = read_labels(f.labels);
-  out.train_size = y.size();
-  out.shard = load_rows(f, y, pick(y, kFashionClasses));
-  out.test = load_split(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");
-  return out;
+  return load_source(resolve(spec), &pick);
 }
 
 DatasetLabels load_labels(const std::string& spec) {
@@ -397,16 +563,13 @@ DatasetLabels load_labels(const std::string& spec) {
     out.classes = tt.train.classes;
     return out;
   }
-  const std::string dir = spec.empty() ? std::string(kDefaultFashionMnistDir) : spec;
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) throw DataError(not_found_message(dir, ""));
-  out.train =
-      read_labels(find_split(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte").labels);
-  out.test_rows =
-      read_labels(find_split(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte").labels)
-          .size();
-  out.features = kFashionSide * kFashionSide;
-  out.classes = kFashionClasses;
+  const Source s = resolve(spec);
+  out.train = read_labels(s.train, s.max_classes());
+  const std::vector<std::int32_t> test = read_labels(s.test, s.max_classes());
+  out.test_rows = test.size();
+  out.classes = class_count(s, out.train, test);
+  out.features = split_features(s, s.train, out.train.size());
+  check_same_features(s, out.features, split_features(s, s.test, test.size()));
   return out;
 }
 

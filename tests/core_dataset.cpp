@@ -384,3 +384,111 @@ TEST_CASE("load_shard of the installed Fashion-MNIST equals subset of the whole 
   CHECK(d.shard.x == expect.x);
   CHECK(d.test.size() == 10000);
 }
+
+namespace {
+
+// An IDX folder under the given names: 15 training and 6 test images of side x side pixels, as
+// pattern(), labels first_label + i % classes.
+void write_idx_set(const TempDir& dir, const std::string& train, const std::string& test,
+                   std::uint32_t side, std::uint8_t classes, std::uint8_t first_label = 0) {
+  auto emit = [&](const std::string& prefix, std::uint32_t n) {
+    write_plain(dir.file(prefix + "images-idx3-ubyte"),
+                idx_bytes({n, side, side}, pattern(n * side * side)));
+    std::vector<std::uint8_t> labels(n);
+    for (std::uint32_t i = 0; i < n; ++i) labels[i] = std::uint8_t(first_label + i % classes);
+    write_gzip(dir.file(prefix + "labels-idx1-ubyte.gz"), idx_bytes({n}, labels));
+  };
+  emit(train, 15);
+  emit(test, 6);
+}
+
+}  // namespace
+
+TEST_CASE("an IDX folder of any image shape loads, classes from its labels", "[core][data]") {
+  SECTION("MNIST-like, 28x28 in 10 classes") {
+    TempDir dir;
+    write_fake_fashion(dir, 30, 12);
+    TrainTest tt = load_dataset(dir.str());
+    check_fashion_shape(tt.train);
+    check_fashion_shape(tt.test);
+  }
+  SECTION("8x8 in 3 classes, plain images and gzip labels") {
+    TempDir dir;
+    write_idx_set(dir, "train-", "t10k-", 8, 3);
+    TrainTest tt = load_dataset(dir.str());
+    REQUIRE(tt.train.size() == 15);
+    REQUIRE(tt.test.size() == 6);
+    for (const Dataset* d : {&tt.train, &tt.test}) {
+      CHECK(d->features == 64);
+      CHECK(d->classes == 3);
+      auto px = pattern(d->size() * 64);
+      for (std::size_t i = 0; i < px.size(); ++i) REQUIRE(d->x[i] == float(px[i]) / 255.0f);
+      for (std::size_t i = 0; i < d->size(); ++i) REQUIRE(d->y[i] == int(i % 3));
+    }
+    const std::vector<std::size_t> idx{14, 2, 2};
+    const ShardData s = load_shard(dir.str(), [&](const std::vector<std::int32_t>&, int c) {
+      CHECK(c == 3);
+      return idx;
+    });
+    CHECK(s.shard.x == subset(tt.train, idx).x);
+    CHECK(s.shard.x.capacity() == idx.size() * 64);
+    const DatasetLabels l = load_labels(dir.str());
+    CHECK(l.features == 64);
+    CHECK(l.classes == 3);
+    CHECK(l.test_rows == 6);
+  }
+  SECTION("EMNIST names, letters labelled from 1 (class 0 unused)") {
+    TempDir dir;
+    write_idx_set(dir, "emnist-letters-train-", "emnist-letters-test-", 28, 26, 1);
+    TrainTest tt = load_dataset(dir.str());
+    CHECK(tt.train.features == 784);
+    CHECK(tt.train.classes == 16);  // 15 training images labelled 1..15
+    CHECK(tt.train.y[0] == 1);
+    write_idx_set(dir, "emnist-digits-train-", "emnist-digits-test-", 28, 10);
+    CHECK_THROWS_MATCHES(load_dataset(dir.str()), DataError,
+                         WhatContains("several EMNIST sets (digits, letters)"));
+  }
+}
+
+TEST_CASE("an IDX folder with inconsistent files is refused", "[core][data]") {
+  TempDir dir;
+  write_idx_set(dir, "train-", "t10k-", 8, 3);
+  SECTION("a test label beyond the training classes") {
+    write_gzip(dir.file("t10k-labels-idx1-ubyte.gz"), idx_bytes({6}, {0, 1, 2, 0, 7, 1}));
+    CHECK_THROWS_MATCHES(load_dataset(dir.str()), DataError,
+                         WhatContains("t10k-labels-idx1-ubyte.gz") &&
+                             WhatContains("label 7 at index 4 is not among") &&
+                             WhatContains("classes 0..2"));
+  }
+  SECTION("one class only") {
+    write_gzip(dir.file("train-labels-idx1-ubyte.gz"),
+               idx_bytes({15}, std::vector<std::uint8_t>(15, 0)));
+    CHECK_THROWS_MATCHES(load_labels(dir.str()), DataError, WhatContains("at least 2"));
+  }
+  SECTION("test images of another size") {
+    write_plain(dir.file("t10k-images-idx3-ubyte"), idx_bytes({6, 7, 7}, pattern(6 * 49)));
+    for (auto load : {+[](const std::string& s) { (void)load_dataset(s); },
+                      +[](const std::string& s) { (void)load_labels(s); }}) {
+      CHECK_THROWS_MATCHES(load(dir.str()), DataError,
+                           WhatContains("t10k-images-idx3-ubyte") &&
+                               WhatContains("49 features per row, but the training set"));
+    }
+  }
+  SECTION("images without pixels dimensions") {
+    write_plain(dir.file("train-images-idx3-ubyte"), idx_bytes({15}, pattern(15)));
+    CHECK_THROWS_MATCHES(load_dataset(dir.str()), DataError, WhatContains("found 1 dimension"));
+  }
+  SECTION("fewer images than labels, seen when planning too") {
+    write_plain(dir.file("train-images-idx3-ubyte"), idx_bytes({14, 8, 8}, pattern(14 * 64)));
+    CHECK_THROWS_MATCHES(load_labels(dir.str()), DataError,
+                         WhatContains("15 labels") && WhatContains("14 images"));
+  }
+  SECTION("a missing file or folder") {
+    fs::remove(dir.file("t10k-images-idx3-ubyte"));
+    CHECK_THROWS_MATCHES(load_dataset(dir.str()), DataError,
+                         WhatContains("no data set found at " + dir.str()) &&
+                             WhatContains("t10k-images-idx3-ubyte") && WhatContains("npy:DIR"));
+    CHECK_THROWS_MATCHES(load_dataset(dir.file("nope")), DataError,
+                         WhatContains("dataset-fashion-mnist"));
+  }
+}
