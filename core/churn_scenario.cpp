@@ -4,13 +4,14 @@
 #include "core/churn_scenario.hpp"
 
 #include "core/base/rng.hpp"
+#include "core/parse_number.hpp"
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <queue>
 #include <set>
@@ -146,11 +147,8 @@ std::string fault_mode(const json& v, const std::string& where) {
   const std::string m = v.get<std::string>();
   if (m == "random" || m == "signflip" || m == "stale" || m == "nan") return m;
   if (m.starts_with("scale:")) {
-    const char* b = m.data() + 6;
-    const char* e = m.data() + m.size();
-    double k = 0.0;
-    auto [ptr, ec] = std::from_chars(b, e, k);
-    if (b != e && ec == std::errc() && ptr == e && std::isfinite(k)) return m;
+    const auto k = parse_whole<double>(std::string_view(m).substr(6));
+    if (k && std::isfinite(*k)) return m;
     fail(where + "\"mode\" " + m + ": K must be a finite number");
   }
   fail(where + forms + " (got \"" + m + "\")");
@@ -222,11 +220,8 @@ double distribution(const json& v) {
   const std::string d = v.get<std::string>();
   if (d == "exponential") return 0.0;
   if (d.starts_with("weibull:")) {
-    const char* b = d.data() + 8;
-    const char* e = d.data() + d.size();
-    double k = 0.0;
-    auto [ptr, ec] = std::from_chars(b, e, k);
-    if (b != e && ec == std::errc() && ptr == e && std::isfinite(k) && k > 0.0) return k;
+    const auto k = parse_whole<double>(std::string_view(d).substr(8));
+    if (k && std::isfinite(*k) && *k > 0.0) return *k;
   }
   fail(std::string(forms) + " (got \"" + d + "\")");
 }
@@ -317,38 +312,38 @@ std::string at_text(double t) {
 
 enum class PeerState { Absent, Up, Down, Paused };
 
+// A lifecycle kind's transition: a peer must (must_be) or must not be in `state` before it, and is
+// in `next` after it; `problem` is what the refusal says before the event's time.
+struct Transition {
+  ChurnKind kind;
+  PeerState state;
+  bool must_be;
+  const char* problem;
+  PeerState next;
+};
+constexpr Transition kTransitions[] = {
+    {ChurnKind::Crash, PeerState::Down, false, " is already down at", PeerState::Down},
+    {ChurnKind::Stop, PeerState::Down, false, " is already down at", PeerState::Down},
+    {ChurnKind::Pause, PeerState::Up, true, " is not running at", PeerState::Paused},
+    {ChurnKind::Restart, PeerState::Down, true, " was not crashed or stopped before",
+     PeerState::Up},
+    {ChurnKind::Resume, PeerState::Paused, true, " is not paused at", PeerState::Up},
+};
+
 // Applies lifecycle event i to its peers' states, refusing impossible transitions.
 void step_lifecycle(const ChurnScenario& s, std::size_t i, std::vector<PeerState>& state,
                     const std::vector<bool>& decidable) {
   const ChurnEvent& e = s.events[i];
+  const auto* t = std::find_if(std::begin(kTransitions), std::end(kTransitions),
+                               [&](const Transition& x) { return x.kind == e.kind; });
   for (int p : e.peers) {
     if (!decidable[static_cast<std::size_t>(p)]) continue;
     PeerState& st = state[static_cast<std::size_t>(p)];
-    const std::string who = "peer " + std::to_string(p);
-    const std::string when = " at " + at_text(e.at);
-    if (st == PeerState::Absent) fail(event_where(s, i) + who + " has not joined yet" + when);
-    switch (e.kind) {
-      case ChurnKind::Crash:
-      case ChurnKind::Stop:
-        if (st == PeerState::Down) fail(event_where(s, i) + who + " is already down" + when);
-        st = PeerState::Down;
-        break;
-      case ChurnKind::Pause:
-        if (st != PeerState::Up) fail(event_where(s, i) + who + " is not running" + when);
-        st = PeerState::Paused;
-        break;
-      case ChurnKind::Restart:
-        if (st != PeerState::Down) {
-          fail(event_where(s, i) + who + " was not crashed or stopped before " + at_text(e.at));
-        }
-        st = PeerState::Up;
-        break;
-      case ChurnKind::Resume:
-        if (st != PeerState::Paused) fail(event_where(s, i) + who + " is not paused" + when);
-        st = PeerState::Up;
-        break;
-      default: break;
-    }
+    const std::string who = event_where(s, i) + "peer " + std::to_string(p);
+    if (st == PeerState::Absent) fail(who + " has not joined yet at " + at_text(e.at));
+    if (t == std::end(kTransitions)) continue;
+    if ((st == t->state) != t->must_be) fail(who + t->problem + " " + at_text(e.at));
+    st = t->next;
   }
 }
 
@@ -463,21 +458,15 @@ std::vector<ChurnEvent> expand_random(const RandomChurn& r, int n, std::uint64_t
 }
 
 double shorthand_number(std::string_view item, std::string_view text) {
-  double x = 0.0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
-    bad_item(item, "\"" + std::string(text) + "\" is not a number");
-  }
-  return x;
+  const auto x = parse_whole<double>(text);
+  if (!x) bad_item(item, "\"" + std::string(text) + "\" is not a number");
+  return *x;
 }
 
 std::int64_t shorthand_integer(std::string_view item, std::string_view text) {
-  std::int64_t x = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
-    bad_item(item, "\"" + std::string(text) + "\" is not an integer");
-  }
-  return x;
+  const auto x = parse_whole<std::int64_t>(text);
+  if (!x) bad_item(item, "\"" + std::string(text) + "\" is not an integer");
+  return *x;
 }
 
 // "I+J+K" -> [I, J, K].

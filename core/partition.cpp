@@ -3,9 +3,9 @@
 #include "core/partition.hpp"
 
 #include "core/base/rng.hpp"
+#include "core/parse_number.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -151,27 +151,19 @@ PartitionSpec parse_partition(std::string_view s) {
   if (s == "iid") return spec;
   constexpr std::string_view kDir = "dirichlet:", kShards = "shards:";
   if (s.starts_with(kDir)) {
-    std::string_view num = s.substr(kDir.size());
-    double alpha = 0.0;
-    auto [ptr, ec] = std::from_chars(num.data(), num.data() + num.size(), alpha);
-    if (num.empty() || ec != std::errc() || ptr != num.data() + num.size()) {
-      return fail("ALPHA is not a number");
-    }
-    if (!(alpha > 0.0) || !std::isfinite(alpha)) return fail("ALPHA must be a finite number > 0");
+    const auto alpha = parse_whole<double>(s.substr(kDir.size()));
+    if (!alpha) return fail("ALPHA is not a number");
+    if (!(*alpha > 0.0) || !std::isfinite(*alpha)) return fail("ALPHA must be a finite number > 0");
     spec.kind = PartitionSpec::Kind::Dirichlet;
-    spec.alpha = alpha;
+    spec.alpha = *alpha;
     return spec;
   }
   if (s.starts_with(kShards)) {
-    std::string_view num = s.substr(kShards.size());
-    int k = 0;
-    auto [ptr, ec] = std::from_chars(num.data(), num.data() + num.size(), k);
-    if (num.empty() || ec != std::errc() || ptr != num.data() + num.size()) {
-      return fail("K is not an integer");
-    }
-    if (k < 1) return fail("K must be >= 1");
+    const auto k = parse_whole<int>(s.substr(kShards.size()));
+    if (!k) return fail("K is not an integer");
+    if (*k < 1) return fail("K must be >= 1");
     spec.kind = PartitionSpec::Kind::Shards;
-    spec.k = k;
+    spec.k = *k;
     return spec;
   }
   throw std::invalid_argument("unknown partition '" + std::string(s) + "': " + kAcceptedForms);
@@ -202,9 +194,7 @@ std::vector<std::vector<std::size_t>> partition(const std::vector<std::int32_t>&
   Rng rng(seed);
   std::vector<std::vector<std::size_t>> out;
   switch (spec.kind) {
-    case PartitionSpec::Kind::Iid:
-      out = split_iid(labels.size(), num_shards, rng);
-      break;
+    case PartitionSpec::Kind::Iid: out = split_iid(labels.size(), num_shards, rng); break;
     case PartitionSpec::Kind::Dirichlet:
       if (!(spec.alpha > 0.0) || !std::isfinite(spec.alpha)) {
         throw std::invalid_argument("partition: dirichlet ALPHA must be a finite number > 0");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <numbers>
 #include <stdexcept>
@@ -12,8 +13,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/checkpoint.hpp"
+#include "core/base/enum_names.hpp"
 #include "core/base/rng.hpp"
+#include "core/checkpoint.hpp"
 
 namespace gossiptrain::core {
 
@@ -26,12 +28,9 @@ constexpr int kEvalBatch = 500;
 }  // namespace
 
 std::string_view to_string(Optimizer o) {
-  switch (o) {
-    case Optimizer::Sgd: return "sgd";
-    case Optimizer::Adam: return "adam";
-    case Optimizer::Qgm: return "qgm";
-  }
-  return "unknown";
+  constexpr std::string_view kNames[] = {"sgd", "adam", "qgm"};
+  static_assert(std::size(kNames) == base::enum_count(Optimizer::Sgd, Optimizer::Qgm));
+  return base::enum_name(o, Optimizer::Sgd, kNames);
 }
 
 std::string_view to_string(Schedule s) {

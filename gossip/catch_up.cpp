@@ -25,16 +25,6 @@ namespace gossiptrain::gossip {
 
 namespace {
 using net::Millis;
-constexpr auto kRequest = static_cast<std::uint8_t>(CatchUpType::Request);
-constexpr auto kCancel = static_cast<std::uint8_t>(CatchUpType::CancelFetch);
-constexpr auto kAccept = static_cast<std::uint8_t>(CatchUpType::Accept);
-constexpr auto kBusy = static_cast<std::uint8_t>(CatchUpType::Busy);
-constexpr auto kRefuse = static_cast<std::uint8_t>(CatchUpType::Refuse);
-constexpr auto kHeader = static_cast<std::uint8_t>(CatchUpType::Header);
-constexpr auto kChunk = static_cast<std::uint8_t>(CatchUpType::Chunk);
-constexpr auto kEnd = static_cast<std::uint8_t>(CatchUpType::End);
-constexpr auto kAbort = static_cast<std::uint8_t>(CatchUpType::Abort);
-
 std::string short_id(const std::string& id) { return id.substr(0, 8); }
 
 // Decodes b with decode; a malformed message (base::DecodeError) is logged and gives nullopt, and
@@ -47,6 +37,16 @@ auto try_decode(const net::Bytes& b, Decode decode) -> std::optional<decltype(de
     spdlog::warn("catch-up: malformed message ({} bytes): {}", b.size(), e.what());
     return std::nullopt;
   }
+}
+
+// (Re)arms a timer: cancels the one it holds, then runs fn after d unless the owner is gone.
+template <typename Fn>
+void rearm(net::Scheduler& sched, net::Scheduler::TimerId& timer, Millis d,
+           std::weak_ptr<bool> alive, Fn fn) {
+  if (timer) sched.cancel(timer);
+  timer = sched.schedule(d, [alive = std::move(alive), fn = std::move(fn)]() mutable {
+    if (alive.lock()) fn();
+  });
 }
 
 // Deadline of a transfer of `bytes`: a floor plus the time at the slowest rate we accept.
@@ -120,8 +120,8 @@ void CatchUpServer::between_steps(core::StepContext& ctx) {
 
 void CatchUpServer::on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& b) {
   switch (type) {
-    case kRequest: return on_request(c, b);
-    case kCancel: return on_cancel(c, b);
+    case wire(CatchUpType::Request): return on_request(c, b);
+    case wire(CatchUpType::CancelFetch): return on_cancel(c, b);
     default: return violation(c, "unknown message type " + std::to_string(type));
   }
 }
@@ -138,11 +138,11 @@ void CatchUpServer::on_request(const net::ConnectionPtr& c, const net::Bytes& b)
     const auto level = *refuse == CatchUpCode::NotReady ? spdlog::level::debug : spdlog::level::warn;
     spdlog::log(level, "catch-up: refusing {}: {}", short_id(c->peer_id()),
                 catch_up_code_name(*refuse));
-    c->send(kRefuse, encode_catch_up_code(m->id, *refuse));
+    c->send(wire(CatchUpType::Refuse), encode_catch_up_code(m->id, *refuse));
     return;
   }
   if (cur_) {
-    c->send(kBusy, encode_id(m->id));
+    c->send(wire(CatchUpType::Busy), encode_id(m->id));
     return;
   }
   Serve s;
@@ -158,7 +158,8 @@ void CatchUpServer::on_request(const net::ConnectionPtr& c, const net::Bytes& b)
   }
   spdlog::info("catch-up: serving our state to {}", short_id(cur_->peer));
   arm_deadline(cfg_.state_timeout, "timeout:state");
-  c->send(kAccept, encode_id(m->id));  // a full queue loses it: the fetcher's timeout retries
+  // A full queue loses it: the fetcher's timeout retries.
+  c->send(wire(CatchUpType::Accept), encode_id(m->id));
 }
 
 void CatchUpServer::on_cancel(const net::ConnectionPtr& c, const net::Bytes& b) {
@@ -190,19 +191,21 @@ void CatchUpServer::pump() {
   Serve& s = *cur_;
   s.retry = 0;
   if (!s.header_sent) {
-    if (!s.conn->send(kHeader, encode_catch_up_header(s.header))) return retry_later();
+    if (!s.conn->send(wire(CatchUpType::Header), encode_catch_up_header(s.header)))
+      return retry_later();
     s.header_sent = true;
   }
   const net::Bytes& st = *s.state;
   while (s.sent < st.size()) {
     const std::size_t len = std::min(cfg_.chunk_bytes, st.size() - s.sent);
     if (!s.next_chunk) s.next_chunk = encode_chunk(s.id, s.sent, st.data() + s.sent, len);
-    if (!s.conn->send(kChunk, s.next_chunk)) return retry_later();
+    if (!s.conn->send(wire(CatchUpType::Chunk), s.next_chunk)) return retry_later();
     s.next_chunk.reset();
     s.crc = core::crc32_update(s.crc, st.data() + s.sent, len);
     s.sent += len;
   }
-  if (!s.conn->send(kEnd, encode_catch_up_end({s.id, s.crc}))) return retry_later();
+  if (!s.conn->send(wire(CatchUpType::End), encode_catch_up_end({s.id, s.crc})))
+    return retry_later();
   finish(true, "");
 }
 
@@ -216,15 +219,13 @@ void CatchUpServer::retry_later() {
 }
 
 void CatchUpServer::arm_deadline(Millis d, const std::string& reason) {
-  if (cur_->deadline) sched_.cancel(cur_->deadline);
-  std::weak_ptr<bool> alive = alive_;
   const std::uint64_t seq = cur_->seq;
-  cur_->deadline = sched_.schedule(d, [this, alive, seq, reason] {
-    if (!alive.lock() || !cur_ || cur_->seq != seq) return;
+  rearm(sched_, cur_->deadline, d, alive_, [this, seq, reason] {
+    if (!cur_ || cur_->seq != seq) return;
     cur_->deadline = 0;
     auto conn = cur_->conn;
     spdlog::warn("catch-up: serving {} failed: {}", short_id(cur_->peer), reason);
-    conn->send(kAbort, encode_catch_up_code(cur_->id, CatchUpCode::Timeout));
+    conn->send(wire(CatchUpType::Abort), encode_catch_up_code(cur_->id, CatchUpCode::Timeout));
     finish(false, reason);
     conn->close("catch-up: " + reason);
   });
@@ -374,12 +375,12 @@ void CatchUpClient::try_next() {
 
 void CatchUpClient::ask(const net::ConnectionPtr& c) {
   Attempt& a = *at_;
+  a.id = rng_.nonzero();
   a.conn = c;
   a.phase = Phase::Requested;
-  do a.id = rng_.next();
-  while (a.id == 0);
   arm_timer(cfg_.answer_timeout, "timeout:answer");
-  if (!c->send(kRequest, encode_catch_up_request({a.id, cfg_.fingerprint, cfg_.n_params})))
+  if (!c->send(wire(CatchUpType::Request),
+               encode_catch_up_request({a.id, cfg_.fingerprint, cfg_.n_params})))
     attempt_failed("closed", std::nullopt);
 }
 
@@ -399,7 +400,7 @@ void CatchUpClient::attempt_failed(const std::string& reason, std::optional<Catc
   }
   last_reason_ = reason == "refused:not-ready" ? "not-ready" : reason;
   if (notify && at_->conn && at_->conn->is_open())
-    at_->conn->send(kCancel, encode_catch_up_code(at_->id, *notify));
+    at_->conn->send(wire(CatchUpType::CancelFetch), encode_catch_up_code(at_->id, *notify));
   end_attempt(reason);
   try_next();
 }
@@ -432,11 +433,9 @@ void CatchUpClient::finish(bool ok, std::string reason, core::Checkpoint state) 
 }
 
 void CatchUpClient::arm_timer(Millis d, const std::string& reason) {
-  if (at_->timer) sched_.cancel(at_->timer);
-  std::weak_ptr<bool> alive = alive_;
   const std::uint64_t seq = at_->seq;
-  at_->timer = sched_.schedule(d, [this, alive, seq, reason] {
-    if (!alive.lock() || !at_ || at_->seq != seq) return;
+  rearm(sched_, at_->timer, d, alive_, [this, seq, reason] {
+    if (!at_ || at_->seq != seq) return;
     at_->timer = 0;
     attempt_failed(reason, CatchUpCode::Timeout);
   });
@@ -456,13 +455,13 @@ void CatchUpClient::violation(const net::ConnectionPtr& c, const std::string& wh
 
 void CatchUpClient::on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& b) {
   switch (type) {
-    case kAccept:
-    case kBusy:
-    case kRefuse: return on_answer(c, type, b);
-    case kHeader: return on_header(c, b);
-    case kChunk: return on_chunk(c, b);
-    case kEnd: return on_end(c, b);
-    case kAbort: return on_abort(c, b);
+    case wire(CatchUpType::Accept):
+    case wire(CatchUpType::Busy):
+    case wire(CatchUpType::Refuse): return on_answer(c, type, b);
+    case wire(CatchUpType::Header): return on_header(c, b);
+    case wire(CatchUpType::Chunk): return on_chunk(c, b);
+    case wire(CatchUpType::End): return on_end(c, b);
+    case wire(CatchUpType::Abort): return on_abort(c, b);
     default: return violation(c, "unknown message type " + std::to_string(type));
   }
 }
@@ -470,7 +469,7 @@ void CatchUpClient::on_message(const net::ConnectionPtr& c, std::uint8_t type, n
 void CatchUpClient::on_answer(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& b) {
   std::uint64_t id = 0;
   std::optional<CatchUpCode> code;
-  if (type == kRefuse) {
+  if (type == wire(CatchUpType::Refuse)) {
     auto m = try_decode(b, decode_catch_up_code);
     if (!m) return violation(c, "malformed refuse");
     id = m->id;
@@ -481,7 +480,7 @@ void CatchUpClient::on_answer(const net::ConnectionPtr& c, std::uint8_t type, co
     id = m->exchange_id;
   }
   if (!is_current(c, id) || at_->phase != Phase::Requested) return violation(c, "unexpected answer");
-  if (type == kBusy) return attempt_failed("busy", std::nullopt);
+  if (type == wire(CatchUpType::Busy)) return attempt_failed("busy", std::nullopt);
   if (code) return attempt_failed("refused:" + std::string(catch_up_code_name(*code)), std::nullopt);
   at_->phase = Phase::Accepted;
   arm_timer(cfg_.state_timeout, "timeout:state");

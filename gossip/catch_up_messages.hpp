@@ -28,6 +28,8 @@ enum class CatchUpType : std::uint8_t {
   End = 0x6D,     // everything was sent; CRC-32 of all the bytes
   Abort = 0x6E,   // the server gives up (code)
 };
+// The type byte on the wire.
+constexpr std::uint8_t wire(CatchUpType t) { return static_cast<std::uint8_t>(t); }
 inline constexpr std::uint8_t kCatchUpServerFirst = 0x60, kCatchUpServerLast = 0x67;
 inline constexpr std::uint8_t kCatchUpClientFirst = 0x68, kCatchUpClientLast = 0x6F;
 

@@ -4,109 +4,66 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <memory>
+
+#include "core/base/enum_names.hpp"
+#include "gossip/message_codec.hpp"
 
 namespace gossiptrain::gossip {
 
 using base::ByteReader;
-using base::ByteWriter;
 using base::DecodeError;
+using codec::counter;
 
 namespace {
 
-net::SharedBytes finish(ByteWriter& w) { return std::make_shared<net::Bytes>(w.take()); }
-
-ByteWriter writer(std::size_t bytes) {
-  ByteWriter w(bytes);
-  w.u8(kExchangeWireVersion);
-  return w;
-}
-
-// A reader past the version byte of a message that must be exactly `bytes` long.
 ByteReader reader(const net::Bytes& b, std::size_t bytes, const char* what) {
-  if (b.size() != bytes)
-    throw DecodeError(std::string(what) + ": " + std::to_string(b.size()) + " bytes, expected " +
-                      std::to_string(bytes));
-  ByteReader r(b.data(), b.size());
-  if (r.u8() != kExchangeWireVersion) throw DecodeError("unsupported wire version");
-  return r;
-}
-
-std::int64_t samples(ByteReader& r) {
-  const auto v = static_cast<std::int64_t>(r.u64());
-  if (v < 0) throw DecodeError("negative sample count");
-  return v;
+  return codec::reader(b, bytes, kExchangeWireVersion, what);
 }
 
 }  // namespace
 
 std::string_view code_name(ExchangeCode c) {
-  switch (c) {
-    case ExchangeCode::Fingerprint: return "fingerprint";
-    case ExchangeCode::Size: return "size";
-    case ExchangeCode::Wire: return "wire";
-    case ExchangeCode::Weighting: return "weighting";
-    case ExchangeCode::Timeout: return "timeout";
-    case ExchangeCode::Invalid: return "invalid";
-    case ExchangeCode::Protocol: return "protocol";
-    case ExchangeCode::Shutdown: return "shutdown";
-    case ExchangeCode::Anomalous: return "anomalous";
-    case ExchangeCode::Banned: return "banned";
-  }
-  return "unknown";
+  // 7 was a chunk checksum, never shipped.
+  constexpr std::string_view kNames[] = {"fingerprint", "size",      "wire",  "weighting",
+                                         "timeout",     "invalid",   "",      "protocol",
+                                         "shutdown",    "anomalous", "banned"};
+  static_assert(std::size(kNames) ==
+                base::enum_count(ExchangeCode::Fingerprint, ExchangeCode::Banned));
+  return base::enum_name(c, ExchangeCode::Fingerprint, kNames);
 }
 
 std::string_view exchange_type_name(std::uint8_t type) {
-  switch (static_cast<ExchangeType>(type)) {
-    case ExchangeType::Request: return "request";
-    case ExchangeType::Accept: return "accept";
-    case ExchangeType::Busy: return "busy";
-    case ExchangeType::Refuse: return "refuse";
-    case ExchangeType::Chunk: return "chunk";
-    case ExchangeType::Valid: return "valid";
-    case ExchangeType::Abort: return "abort";
-  }
-  return "unknown";
+  constexpr std::string_view kNames[] = {"request", "accept", "busy", "refuse",
+                                         "chunk",   "valid",  "abort"};
+  static_assert(std::size(kNames) == base::enum_count(ExchangeType::Request, ExchangeType::Abort));
+  return base::enum_name(static_cast<ExchangeType>(type), ExchangeType::Request, kNames);
 }
 
 net::SharedBytes encode_request(const RequestMsg& m) {
-  ByteWriter w = writer(kRequestBytes);
-  w.u64(m.exchange_id);
-  w.u64(m.fingerprint);
-  w.u64(m.n_params);
-  w.u8(static_cast<std::uint8_t>(m.wire));
-  w.u8(m.weighted ? 1 : 0);
-  w.u64(static_cast<std::uint64_t>(m.samples));
-  return finish(w);
+  return codec::encode_fields(kExchangeWireVersion, m.exchange_id, m.fingerprint, m.n_params,
+                              static_cast<std::uint8_t>(m.wire),
+                              static_cast<std::uint8_t>(m.weighted ? 1 : 0),
+                              static_cast<std::uint64_t>(m.samples));
 }
 
 net::SharedBytes encode_accept(const AcceptMsg& m) {
-  ByteWriter w = writer(kAcceptBytes);
-  w.u64(m.exchange_id);
-  w.u64(static_cast<std::uint64_t>(m.samples));
-  return finish(w);
+  return codec::encode_fields(kExchangeWireVersion, m.exchange_id,
+                              static_cast<std::uint64_t>(m.samples));
 }
 
 net::SharedBytes encode_id(std::uint64_t exchange_id) {
-  ByteWriter w = writer(kIdBytes);
-  w.u64(exchange_id);
-  return finish(w);
+  return codec::encode_fields(kExchangeWireVersion, exchange_id);
 }
 
 net::SharedBytes encode_valid(const ValidMsg& m) {
   if (!(m.tau > 0)) return encode_id(m.exchange_id);
-  ByteWriter w = writer(kValidClipBytes);
-  w.u64(m.exchange_id);
-  w.f64(m.tau);
-  w.f64(m.norm);
-  return finish(w);
+  return codec::encode_fields(kExchangeWireVersion, m.exchange_id, m.tau, m.norm);
 }
 
 net::SharedBytes encode_code(std::uint64_t exchange_id, ExchangeCode code) {
-  ByteWriter w = writer(kCodeBytes);
-  w.u64(exchange_id);
-  w.u8(static_cast<std::uint8_t>(code));
-  return finish(w);
+  return codec::encode_id_code(kExchangeWireVersion, exchange_id, code);
 }
 
 net::SharedBytes encode_chunk(std::uint64_t exchange_id, std::uint64_t offset,
@@ -136,18 +93,14 @@ RequestMsg decode_request(const net::Bytes& b) {
   const std::uint8_t weighted = r.u8();
   if (weighted > 1) throw DecodeError("weighted is not a bool");
   m.weighted = weighted == 1;
-  m.samples = samples(r);
+  m.samples = counter(r, "sample count");
   r.end();
   return m;
 }
 
 AcceptMsg decode_accept(const net::Bytes& b) {
   ByteReader r = reader(b, kAcceptBytes, "accept");
-  AcceptMsg m;
-  m.exchange_id = r.u64();
-  m.samples = samples(r);
-  r.end();
-  return m;
+  return AcceptMsg{r.u64(), counter(r, "sample count")};
 }
 
 IdMsg decode_id(const net::Bytes& b) {
@@ -168,12 +121,7 @@ ValidMsg decode_valid(const net::Bytes& b) {
 }
 
 CodeMsg decode_code(const net::Bytes& b) {
-  ByteReader r = reader(b, kCodeBytes, "code");
-  CodeMsg m;
-  m.exchange_id = r.u64();
-  m.code = static_cast<ExchangeCode>(r.u8());
-  if (code_name(m.code) == "unknown") throw DecodeError("unknown code");
-  return m;
+  return codec::decode_id_code<CodeMsg>(b, kExchangeWireVersion, code_name);
 }
 
 ChunkView decode_chunk(const net::Bytes& b) {

@@ -145,8 +145,7 @@ void ExchangeProtocol::ask(const net::ConnectionPtr& c) {
   Exchange& e = *ex_;
   e.conn = c;
   e.phase = Phase::Requested;
-  do e.id = rng_.next();
-  while (e.id == 0);
+  e.id = rng_.nonzero();
   port_.touch_pooled(e.partner);
   RequestMsg m;
   m.exchange_id = e.id;

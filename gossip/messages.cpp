@@ -41,10 +41,12 @@ class Writer : public base::ByteWriter {
     u8(static_cast<std::uint8_t>(u.state));
     str8(u.from, kMaxPeerIdBytes);
   }
-  void updates(const std::vector<Update>& v, std::size_t max) {
+  // Every message ends with its update list: the message's bytes.
+  net::Bytes take_with(const std::vector<Update>& v, std::size_t max) {
     if (v.size() > max) throw std::invalid_argument("membership encode: too many updates");
     u16(static_cast<std::uint16_t>(v.size()));
     for (const auto& u : v) update(u);
+    return take();
   }
 };
 
@@ -68,7 +70,23 @@ class Reader : public base::ByteReader {
     if (u.state != MemberState::Alive && u.from.empty()) throw DecodeError("accusation without from");
     return u;
   }
-  std::vector<Update> updates(std::size_t max) {
+  std::string target_id() {
+    std::string id = str8(kMaxPeerIdBytes, "target id");
+    if (id.empty()) throw DecodeError("empty target id");
+    return id;
+  }
+  std::string target_addr() {
+    std::string addr = str8(kMaxMemberAddrBytes, "target addr");
+    if (!valid_addr(addr)) throw DecodeError("bad target addr");
+    return addr;
+  }
+  bool flag(const char* what) {
+    const std::uint8_t v = u8();
+    if (v > 1) throw DecodeError(what);
+    return v == 1;
+  }
+  // Every message ends with its update list: nothing may follow it.
+  std::vector<Update> last_updates(std::size_t max) {
     const std::size_t n = u16();
     if (n > max) throw DecodeError("too many members");
     // Each record is at least 13 bytes: checked before reserving, so a lying count costs nothing.
@@ -76,6 +94,7 @@ class Reader : public base::ByteReader {
     std::vector<Update> v;
     v.reserve(n);
     for (std::size_t i = 0; i < n; ++i) v.push_back(update());
+    end();
     return v;
   }
 };
@@ -86,15 +105,13 @@ net::Bytes encode(const PingMsg& m) {
   Writer w(64 + m.updates.size() * 64);
   w.u32(m.seq);
   w.str8(m.target_id, kMaxPeerIdBytes);
-  w.updates(m.updates, kMaxUpdatesPerMessage);
-  return w.take();
+  return w.take_with(m.updates, kMaxUpdatesPerMessage);
 }
 
 net::Bytes encode(const AckMsg& m) {
   Writer w(16 + m.updates.size() * 64);
   w.u32(m.seq);
-  w.updates(m.updates, kMaxUpdatesPerMessage);
-  return w.take();
+  return w.take_with(m.updates, kMaxUpdatesPerMessage);
 }
 
 net::Bytes encode(const PingReqMsg& m) {
@@ -102,75 +119,45 @@ net::Bytes encode(const PingReqMsg& m) {
   w.u32(m.seq);
   w.str8(m.target_id, kMaxPeerIdBytes);
   w.str8(m.target_addr, kMaxMemberAddrBytes);
-  w.updates(m.updates, kMaxUpdatesPerMessage);
-  return w.take();
+  return w.take_with(m.updates, kMaxUpdatesPerMessage);
 }
 
 net::Bytes encode(const SyncMsg& m) {
   Writer w(16 + m.members.size() * 64);
   w.u32(m.seq);
   w.u8(m.join ? 1 : 0);
-  w.updates(m.members, kMaxSyncMembers);
-  return w.take();
+  return w.take_with(m.members, kMaxSyncMembers);
 }
 
 net::Bytes encode(const GossipMsg& m) {
   Writer w(8 + m.updates.size() * 64);
-  w.updates(m.updates, kMaxUpdatesPerMessage);
-  return w.take();
+  return w.take_with(m.updates, kMaxUpdatesPerMessage);
 }
 
+// The fields are read in order: a braced list evaluates its elements left to right.
 PingMsg decode_ping(const net::Bytes& b) {
   Reader r(b, kMaxSmallMessageBytes);
-  PingMsg m;
-  m.seq = r.u32();
-  m.target_id = r.str8(kMaxPeerIdBytes, "target id");
-  if (m.target_id.empty()) throw DecodeError("empty target id");
-  m.updates = r.updates(kMaxUpdatesPerMessage);
-  r.end();
-  return m;
+  return PingMsg{r.u32(), r.target_id(), r.last_updates(kMaxUpdatesPerMessage)};
 }
 
 AckMsg decode_ack(const net::Bytes& b) {
   Reader r(b, kMaxSmallMessageBytes);
-  AckMsg m;
-  m.seq = r.u32();
-  m.updates = r.updates(kMaxUpdatesPerMessage);
-  r.end();
-  return m;
+  return AckMsg{r.u32(), r.last_updates(kMaxUpdatesPerMessage)};
 }
 
 PingReqMsg decode_ping_req(const net::Bytes& b) {
   Reader r(b, kMaxSmallMessageBytes);
-  PingReqMsg m;
-  m.seq = r.u32();
-  m.target_id = r.str8(kMaxPeerIdBytes, "target id");
-  if (m.target_id.empty()) throw DecodeError("empty target id");
-  m.target_addr = r.str8(kMaxMemberAddrBytes, "target addr");
-  if (!valid_addr(m.target_addr)) throw DecodeError("bad target addr");
-  m.updates = r.updates(kMaxUpdatesPerMessage);
-  r.end();
-  return m;
+  return PingReqMsg{r.u32(), r.target_id(), r.target_addr(), r.last_updates(kMaxUpdatesPerMessage)};
 }
 
 SyncMsg decode_sync(const net::Bytes& b) {
   Reader r(b, kMaxSyncMessageBytes);
-  SyncMsg m;
-  m.seq = r.u32();
-  const std::uint8_t join = r.u8();
-  if (join > 1) throw DecodeError("bad join flag");
-  m.join = join == 1;
-  m.members = r.updates(kMaxSyncMembers);
-  r.end();
-  return m;
+  return SyncMsg{r.u32(), r.flag("bad join flag"), r.last_updates(kMaxSyncMembers)};
 }
 
 GossipMsg decode_gossip(const net::Bytes& b) {
   Reader r(b, kMaxSmallMessageBytes);
-  GossipMsg m;
-  m.updates = r.updates(kMaxUpdatesPerMessage);
-  r.end();
-  return m;
+  return GossipMsg{r.last_updates(kMaxUpdatesPerMessage)};
 }
 
 }  // namespace gossiptrain::gossip

@@ -75,16 +75,16 @@ struct GossipMsg {
 
 using base::DecodeError;
 
+// Each message's encoder and its decoder.
 net::Bytes encode(const PingMsg& m);
-net::Bytes encode(const AckMsg& m);
-net::Bytes encode(const PingReqMsg& m);
-net::Bytes encode(const SyncMsg& m);
-net::Bytes encode(const GossipMsg& m);
-
 PingMsg decode_ping(const net::Bytes& b);
+net::Bytes encode(const AckMsg& m);
 AckMsg decode_ack(const net::Bytes& b);
+net::Bytes encode(const PingReqMsg& m);
 PingReqMsg decode_ping_req(const net::Bytes& b);
+net::Bytes encode(const SyncMsg& m);
 SyncMsg decode_sync(const net::Bytes& b);
+net::Bytes encode(const GossipMsg& m);
 GossipMsg decode_gossip(const net::Bytes& b);
 
 // "host:port" with a non-empty host and a port in 1..65535.

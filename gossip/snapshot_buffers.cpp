@@ -89,8 +89,7 @@ namespace {
 // chunks that do not.
 class DirectBuffers final : public SnapshotBuffers {
  public:
-  DirectBuffers(Wire wire, std::size_t chunk_bytes, kernels::Backend& be, RecycleFn recycle)
-      : SnapshotBuffers(wire, chunk_bytes, be, std::move(recycle)) {}
+  using SnapshotBuffers::SnapshotBuffers;
   void allocate(std::size_t n) override {
     n_ = n;
     if (wire_ != Wire::Fp32) scratch_.resize(2 * kScratchValues);
@@ -177,8 +176,7 @@ void DirectBuffers::for_each_float_span(const FloatSpanFn& fn) {
 // arrive before we encode our snapshot.
 class CopyBuffers final : public SnapshotBuffers {
  public:
-  CopyBuffers(Wire wire, std::size_t chunk_bytes, kernels::Backend& be, RecycleFn recycle)
-      : SnapshotBuffers(wire, chunk_bytes, be, std::move(recycle)) {}
+  using SnapshotBuffers::SnapshotBuffers;
   void allocate(std::size_t n) override {
     n_ = n;
     s_ = kernels::DeviceBuffer<float>(be_, n);

@@ -33,6 +33,10 @@ class SnapshotBuffers {
   static std::unique_ptr<SnapshotBuffers> make(bool direct, kernels::Wire wire,
                                                std::size_t chunk_bytes, kernels::Backend& be,
                                                RecycleFn recycle);
+  // Public for the subclasses' inherited constructors (the class itself is abstract).
+  SnapshotBuffers(kernels::Wire wire, std::size_t chunk_bytes, kernels::Backend& be,
+                  RecycleFn recycle)
+      : wire_(wire), chunk_bytes_(chunk_bytes), be_(be), recycle_(std::move(recycle)) {}
   virtual ~SnapshotBuffers() = default;
 
   // Sizes the buffers for n parameters (the first call; n never changes).
@@ -60,9 +64,6 @@ class SnapshotBuffers {
   double own_sq_norm();
 
  protected:
-  SnapshotBuffers(kernels::Wire wire, std::size_t chunk_bytes, kernels::Backend& be,
-                  RecycleFn recycle)
-      : wire_(wire), chunk_bytes_(chunk_bytes), be_(be), recycle_(std::move(recycle)) {}
   // Hooks of snapshot(): before the chunks, one chunk's data at byte offset off, after them.
   virtual void encode_begin(const float* x, std::size_t n) = 0;
   virtual void fill_chunk(std::uint8_t* dst, const float* x, std::size_t off, std::size_t len) = 0;

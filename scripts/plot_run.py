@@ -28,6 +28,74 @@ def empty_note(ax, text):
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="gray")
 
 
+def save_plot(run_dir, name, ylabel, title, draw):
+    """One figure over the launch clock: draw(ax) plots it, then the labels, grid and file."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    draw(ax)
+    ax.set_xlabel("time since launch (s)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(run_dir, name), dpi=100)
+    plt.close(fig)
+
+
+def legend_or_note(ax, drawn, note):
+    """The per-peer legend, or the note saying why nothing was drawn."""
+    if drawn:
+        ax.legend(fontsize="small", ncol=2)
+    else:
+        empty_note(ax, note)
+
+
+def plot_accuracy(ax, peers, offsets, target):
+    """Test accuracy over time, per peer."""
+    any_acc = False
+    for i, events in peers:
+        off = offsets.get(i, 0.0)
+        pts = [(e["t"] + off, e["test_acc"]) for e in events
+               if e.get("event") == "eval" and isinstance(e.get("test_acc"), (int, float))]
+        if pts:
+            any_acc = True
+            ax.plot([p[0] for p in pts], [100.0 * p[1] for p in pts], marker="o", ms=3,
+                    label=f"peer {i}")
+    if any_acc and isinstance(target, (int, float)):
+        ax.axhline(100.0 * target, color="gray", ls="--", lw=1, label=f"target {100 * target:.0f}%")
+    legend_or_note(ax, any_acc, "no eval events")
+
+
+def plot_consensus(ax, run_dir):
+    """Consensus distance over time."""
+    pts = [(c["t"], c["distance"]) for c in read_jsonl(os.path.join(run_dir, "consensus.jsonl"))
+           if isinstance(c.get("t"), (int, float)) and isinstance(c.get("distance"), (int, float))]
+    if pts:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3)
+        ax.set_ylim(bottom=0)
+    else:
+        empty_note(ax, "no consensus samples (fewer than two peers with checkpoints)")
+
+
+def plot_bytes(ax, peers, offsets):
+    """Cumulative bytes of the exchanges over time, per peer."""
+    any_bytes = False
+    for i, events in peers:
+        off = offsets.get(i, 0.0)
+        xs, ys, total = [off], [0.0], 0.0
+        for e in events:
+            if e.get("event") != "exchange":
+                continue
+            b = e.get("bytes_sent", e.get("bytes"))  # this peer's share; summed over peers = wire
+            if isinstance(b, (int, float)):
+                total += b
+                xs.append(e["t"] + off)
+                ys.append(total / 1e6)
+        if len(xs) > 1:
+            any_bytes = True
+            ax.step(xs, ys, where="post", label=f"peer {i}")
+    legend_or_note(ax, any_bytes, "no exchanges (local/central mode, or gossip off)")
+
+
 def main(argv):
     if len(argv) != 2 or argv[1] in ("-h", "--help"):
         print(__doc__.strip(), file=sys.stderr)
@@ -57,77 +125,14 @@ def main(argv):
 
     peers = [(i, read_jsonl(os.path.join(d, "metrics.jsonl"))) for i, d in peer_dirs(run_dir)]
 
-    # Test accuracy over time.
-    fig, ax = plt.subplots(figsize=(8, 5))
-    any_acc = False
-    for i, events in peers:
-        off = offsets.get(i, 0.0)
-        pts = [(e["t"] + off, e["test_acc"]) for e in events
-               if e.get("event") == "eval" and isinstance(e.get("test_acc"), (int, float))]
-        if pts:
-            any_acc = True
-            ax.plot([p[0] for p in pts], [100.0 * p[1] for p in pts], marker="o", ms=3,
-                    label=f"peer {i}")
     target = config.get("target_acc")
-    if any_acc and isinstance(target, (int, float)):
-        ax.axhline(100.0 * target, color="gray", ls="--", lw=1, label=f"target {100 * target:.0f}%")
-    if any_acc:
-        ax.legend(fontsize="small", ncol=2)
-    else:
-        empty_note(ax, "no eval events")
-    ax.set_xlabel("time since launch (s)")
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title("test accuracy: " + title)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(os.path.join(run_dir, "accuracy.png"), dpi=100)
-    plt.close(fig)
-
-    # Consensus distance over time.
-    fig, ax = plt.subplots(figsize=(8, 5))
-    pts = [(c["t"], c["distance"]) for c in read_jsonl(os.path.join(run_dir, "consensus.jsonl"))
-           if isinstance(c.get("t"), (int, float)) and isinstance(c.get("distance"), (int, float))]
-    if pts:
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3)
-        ax.set_ylim(bottom=0)
-    else:
-        empty_note(ax, "no consensus samples (fewer than two peers with checkpoints)")
-    ax.set_xlabel("time since launch (s)")
-    ax.set_ylabel("mean ||x_i - avg||")
-    ax.set_title("consensus distance: " + title)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(os.path.join(run_dir, "consensus.png"), dpi=100)
-    plt.close(fig)
-
-    # Cumulative bytes of the exchanges over time.
-    fig, ax = plt.subplots(figsize=(8, 5))
-    any_bytes = False
-    for i, events in peers:
-        off = offsets.get(i, 0.0)
-        xs, ys, total = [off], [0.0], 0.0
-        for e in events:
-            if e.get("event") != "exchange":
-                continue
-            b = e.get("bytes_sent", e.get("bytes"))  # this peer's share; summed over peers = wire
-            if isinstance(b, (int, float)):
-                total += b
-                xs.append(e["t"] + off)
-                ys.append(total / 1e6)
-        if len(xs) > 1:
-            any_bytes = True
-            ax.step(xs, ys, where="post", label=f"peer {i}")
-    if any_bytes:
-        ax.legend(fontsize="small", ncol=2)
-    else:
-        empty_note(ax, "no exchanges (local/central mode, or gossip off)")
-    ax.set_xlabel("time since launch (s)")
-    ax.set_ylabel("cumulative MB sent")
-    ax.set_title("bytes on the wire, sent by each peer: " + title)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(os.path.join(run_dir, "bytes.png"), dpi=100)
-    plt.close(fig)
+    save_plot(run_dir, "accuracy.png", "test accuracy (%)", "test accuracy: " + title,
+              lambda ax: plot_accuracy(ax, peers, offsets, target))
+    save_plot(run_dir, "consensus.png", "mean ||x_i - avg||", "consensus distance: " + title,
+              lambda ax: plot_consensus(ax, run_dir))
+    save_plot(run_dir, "bytes.png", "cumulative MB sent",
+              "bytes on the wire, sent by each peer: " + title,
+              lambda ax: plot_bytes(ax, peers, offsets))
     print(f"plot_run.py: wrote accuracy.png, consensus.png, bytes.png in {run_dir}")
     return 0
 

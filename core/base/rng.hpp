@@ -26,6 +26,11 @@ class RandomMethods {
       if (r >= threshold) return r % n;
     }
   }
+  // Any value but 0 (protocol ids, where 0 means none).
+  std::uint64_t nonzero() {
+    for (;;)
+      if (const std::uint64_t r = self().next()) return r;
+  }
   // Standard normal (Box-Muller, one value per call).
   double normal() {
     const double u1 = uniform_open(), u2 = uniform_open();
