@@ -21,21 +21,7 @@
 using namespace gossiptrain;
 using core::LayerKind;
 using core::Model;
-
-namespace {
-
-std::vector<float> rand_vec(std::size_t n, std::uint64_t seed, float lo = -1.f, float hi = 1.f) {
-  base::SplitMix64 r(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = float(lo + (hi - lo) * r.uniform());
-  return v;
-}
-
-bool near(double a, double b, double abs_tol, double rel_tol) {
-  return std::abs(a - b) <= abs_tol + rel_tol * std::max(std::abs(a), std::abs(b));
-}
-
-}  // namespace
+using core::test::random_vec;
 
 TEST_CASE("cnn spec parsing: the FedAvg CNN and its sizes", "[core][cnn]") {
   const auto layers = core::parse_model_layers("cnn:28x28x1-c32k5-p2-c64k5-p2-f512-10");
@@ -90,54 +76,15 @@ TEST_CASE("cnn fingerprints differ by shape; the mlp fingerprint is the one of o
 
 namespace {
 
-float loss_at(kernels::Backend& be, Model& m, const std::vector<float>& p, const float* x,
-              const std::int32_t* y, int batch) {
-  be.upload(m.params(), p.data(), p.size() * sizeof(float));
-  return m.forward_backward(x, y, batch);
-}
-
-// Checks every parameter of every layer against central differences of the loss, in double
-// where it matters; returns the number of parameters checked.
+// Checks the gradients of model spec (batch images, im2col chunks of chunk_limit images, 0: the
+// whole batch) with labels taking turns; returns the number of parameters checked.
 int gradient_check(const std::string& spec, int batch, int chunk_limit, float eps = 1e-3f) {
   auto be = kernels::make_backend("cpu");
   Model m(*be, spec, batch);
   m.limit_conv_chunk(chunk_limit);
-  m.init(3);
-  const int in = m.input_dim(), C = m.num_classes();
-  auto xh = rand_vec(std::size_t(batch) * in, 11, 0.f, 1.f);
-  std::vector<std::int32_t> yh(batch);
-  for (int i = 0; i < batch; ++i) yh[i] = (i * 7 + 1) % C;
-  kernels::DeviceBuffer<float> x(*be, xh.size());
-  kernels::DeviceBuffer<std::int32_t> y(*be, batch);
-  be->upload(x.data(), xh.data(), xh.size() * 4);
-  be->upload(y.data(), yh.data(), yh.size() * 4);
-  std::vector<float> p(m.num_params());
-  be->download(p.data(), m.params(), p.size() * 4);
-  auto noise = rand_vec(p.size(), 5, -0.1f, 0.1f);
-  for (std::size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
-  loss_at(*be, m, p, x.data(), y.data(), batch);
-  std::vector<float> g(m.num_params());
-  be->download(g.data(), m.grads(), g.size() * 4);
-
-  int checked = 0;
-  for (std::size_t li = 0; li < m.layers().size(); ++li) {
-    const auto& l = m.layers()[li];
-    if (!l.has_params()) continue;
-    INFO("layer " << li << " kind " << int(l.kind));
-    for (std::size_t i = l.w_offset; i < l.b_offset + l.out; ++i) {
-      auto pp = p, pm = p;
-      pp[i] += eps;
-      pm[i] -= eps;
-      const double fd = (double(loss_at(*be, m, pp, x.data(), y.data(), batch)) -
-                         double(loss_at(*be, m, pm, x.data(), y.data(), batch))) /
-                        (2.0 * eps);
-      INFO("param " << i << (i >= l.b_offset ? " (bias)" : " (weight)") << ": fd " << fd
-                    << " backprop " << g[i]);
-      CHECK(near(fd, g[i], 2e-3, 2e-2));
-      ++checked;
-    }
-  }
-  return checked;
+  std::vector<std::int32_t> y(batch);
+  for (int i = 0; i < batch; ++i) y[i] = (i * 7 + 1) % m.num_classes();
+  return core::test::check_gradients(*be, m, y, eps);
 }
 
 }  // namespace
@@ -165,7 +112,7 @@ TEST_CASE("cnn forward: chunked im2col gives the same logits", "[core][cnn]") {
   a.init(7);
   b.init(7);
   b.limit_conv_chunk(2);  // 2+2+2+2+1 images
-  auto x = rand_vec(std::size_t(B) * a.input_dim(), 8, 0.f, 1.f);
+  auto x = random_vec(std::size_t(B) * a.input_dim(), 8, 0.f, 1.f);
   const float* la = a.forward(x.data(), B);
   const float* lb = b.forward(x.data(), B);
   for (int i = 0; i < B * 5; ++i) CHECK(la[i] == Approx(lb[i]).epsilon(1e-5).margin(1e-6));

@@ -21,22 +21,9 @@
 
 using namespace gossiptrain;
 using core::Mlp;
+using core::test::random_vec;
 
 namespace {
-
-std::vector<float> random_vec(std::size_t n, std::uint64_t seed, float lo = -1.f, float hi = 1.f) {
-  base::SplitMix64 r(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = float(lo + (hi - lo) * r.uniform());
-  return v;
-}
-
-// Mean loss of the model on (x, y) with the given host parameters.
-float loss_at(kernels::Backend& be, Mlp& m, const std::vector<float>& p, const float* x,
-              const std::int32_t* y, int batch) {
-  be.upload(m.params(), p.data(), p.size() * sizeof(float));
-  return m.forward_backward(x, y, batch);
-}
 
 bool close(double a, double b, double abs_tol, double rel_tol) {
   return std::abs(a - b) <= abs_tol + rel_tol * std::max(std::abs(a), std::abs(b));
@@ -50,6 +37,19 @@ struct TinyRun {
   std::string use_checkpoints() {
     cfg.checkpoint_dir = ckpt.str();
     return ckpt.str();
+  }
+  // A fresh trainer on cfg, run to its end or, with stop set, stopped before its first step.
+  core::TrainResult run_fresh(bool stop_at_once = false) {
+    std::atomic<bool> stop{stop_at_once};
+    core::Trainer t(*be, cfg, d, d, metrics, nullptr);
+    return t.run(stop);
+  }
+  // A fresh trainer on cfg, resumed from the checkpoint (which must load) and run to its end.
+  core::TrainResult run_resumed() {
+    std::atomic<bool> never{false};
+    core::Trainer t(*be, cfg, d, d, metrics, nullptr);
+    REQUIRE(t.resume());
+    return t.run(never);
   }
   std::unique_ptr<kernels::Backend> be = kernels::make_backend("cpu");
   const core::Dataset d = core::test::tiny_dataset();
@@ -80,44 +80,8 @@ TEST_CASE("fingerprint depends on the layer list and shapes only", "[core]") {
 
 TEST_CASE("finite-difference gradient check of every layer", "[core]") {
   auto be = kernels::make_backend("cpu");
-  const int B = 5, In = 7;
-  Mlp m(*be, "mlp:7-6-5-4", B);
-  m.init(3);
-  auto xh = random_vec(std::size_t(B) * In, 11, 0.f, 1.f);
-  std::vector<std::int32_t> yh = {0, 3, 1, 2, 3};
-  kernels::DeviceBuffer<float> x(*be, xh.size());
-  kernels::DeviceBuffer<std::int32_t> y(*be, B);
-  be->upload(x.data(), xh.data(), xh.size() * 4);
-  be->upload(y.data(), yh.data(), yh.size() * 4);
-
-  // Non-zero biases so every bias gradient is exercised away from its initial value.
-  std::vector<float> p(m.num_params());
-  be->download(p.data(), m.params(), p.size() * 4);
-  auto noise = random_vec(p.size(), 5, -0.1f, 0.1f);
-  for (std::size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
-  loss_at(*be, m, p, x.data(), y.data(), B);
-  std::vector<float> g(m.num_params());
-  be->download(g.data(), m.grads(), g.size() * 4);
-
-  const float eps = 1e-3f;
-  int checked = 0;
-  for (std::size_t li = 0; li < m.layers().size(); ++li) {
-    const auto& l = m.layers()[li];
-    INFO("layer " << li);
-    const std::size_t begin = l.w_offset, end = l.b_offset + l.out;  // W then b of this layer
-    for (std::size_t i = begin; i < end; ++i) {
-      auto pp = p, pm = p;
-      pp[i] += eps;
-      pm[i] -= eps;
-      const double fd = (double(loss_at(*be, m, pp, x.data(), y.data(), B)) -
-                         double(loss_at(*be, m, pm, x.data(), y.data(), B))) /
-                        (2.0 * eps);
-      INFO("param " << i << (i >= l.b_offset ? " (bias)" : " (weight)"));
-      CHECK(close(fd, g[i], 2e-3, 2e-2));
-      ++checked;
-    }
-  }
-  CHECK(checked == int(m.num_params()));
+  Mlp m(*be, "mlp:7-6-5-4", 5);
+  CHECK(core::test::check_gradients(*be, m, {0, 3, 1, 2, 3}) == int(m.num_params()));
 }
 
 TEST_CASE("finite-difference gradient check of the softmax cross-entropy loss", "[core]") {
@@ -240,15 +204,11 @@ TEST_CASE_METHOD(TinyRun,
   cfg.batch = 16;
   cfg.epochs = 2;
   const std::string dir = use_checkpoints();
-  std::atomic<bool> never{false};
-  core::Trainer first(*be, cfg, d, d, metrics, nullptr);
-  const auto r1 = first.run(never);
+  const auto r1 = run_fresh();
   REQUIRE(r1.final_test_acc);
   REQUIRE(r1.best_test_acc);
 
-  core::Trainer again(*be, cfg, d, d, metrics, nullptr);
-  REQUIRE(again.resume());
-  const auto r2 = again.run(never);
+  const auto r2 = run_resumed();
   CHECK_FALSE(r2.stopped);
   CHECK(r2.steps == r1.steps);
   CHECK(r2.final_test_acc == r1.final_test_acc);
@@ -261,9 +221,7 @@ TEST_CASE_METHOD(TinyRun,
     meta.erase("best_test_acc");
     c.meta = meta.dump();
     core::save_checkpoint(dir, c);
-    core::Trainer old(*be, cfg, d, d, metrics, nullptr);
-    REQUIRE(old.resume());
-    const auto r3 = old.run(never);
+    const auto r3 = run_resumed();
     CHECK(r3.final_test_acc == r1.final_test_acc);
     CHECK_FALSE(r3.best_test_acc);
   }
@@ -273,9 +231,7 @@ TEST_CASE_METHOD(TinyRun, "a run stopped before its first evaluation reports no 
                  "[core]") {
   cfg.epochs = 1;
   const std::string dir = use_checkpoints();
-  std::atomic<bool> stop{true};
-  core::Trainer t(*be, cfg, d, d, metrics, nullptr);
-  const auto r = t.run(stop);
+  const auto r = run_fresh(/*stop_at_once=*/true);
   CHECK(r.stopped);
   CHECK_FALSE(r.final_test_acc);
   CHECK_FALSE(r.final_test_loss);
@@ -284,10 +240,7 @@ TEST_CASE_METHOD(TinyRun, "a run stopped before its first evaluation reports no 
   const auto meta = nlohmann::json::parse(core::load_checkpoint(dir).meta);
   REQUIRE(meta.contains("best_test_acc"));
   CHECK(meta["best_test_acc"].is_null());
-  std::atomic<bool> go{false};
-  core::Trainer resumed(*be, cfg, d, d, metrics, nullptr);
-  REQUIRE(resumed.resume());
-  const auto r2 = resumed.run(go);
+  const auto r2 = run_resumed();
   REQUIRE(r2.final_test_acc);
   CHECK(r2.best_test_acc == r2.final_test_acc);
 }

@@ -2,7 +2,9 @@
 // run writes to its metrics.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -11,9 +13,10 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/base/rng.hpp"
 #include "core/dataset.hpp"
 #include "core/metrics.hpp"
-#include "core/base/rng.hpp"
+#include "core/model.hpp"
 #include "core/trainer.hpp"
 
 namespace gossiptrain::core::test {
@@ -90,6 +93,66 @@ inline void check_golden_losses(const std::vector<double>& got, const std::vecto
     INFO("step " << i + 1);
     CHECK(got[i] == Approx(golden[i]).epsilon(1e-4));
   }
+}
+
+// n values from seed, uniform in [lo, hi).
+inline std::vector<float> random_vec(std::size_t n, std::uint64_t seed, float lo = -1.f,
+                                     float hi = 1.f) {
+  base::SplitMix64 r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(lo + (hi - lo) * r.uniform());
+  return v;
+}
+
+// Mean loss of the model on (x, y) with the given host parameters (its gradients left in grads()).
+inline float loss_at(kernels::Backend& be, Model& m, const std::vector<float>& p, const float* x,
+                     const std::int32_t* y, int batch) {
+  be.upload(m.params(), p.data(), p.size() * sizeof(float));
+  return m.forward_backward(x, y, batch);
+}
+
+// Finite-difference gradient check: initializes m (seed 3), moves its parameters by noise in
+// [-0.1, 0.1) so that every bias gradient is exercised away from its initial value, and checks
+// the backprop gradient of every parameter of every layer that has parameters against central
+// differences (step eps) of the loss on inputs in [0, 1) from seed 11 with labels y, in double
+// where it matters. Returns the number of parameters checked.
+inline int check_gradients(kernels::Backend& be, Model& m, const std::vector<std::int32_t>& yh,
+                           float eps = 1e-3f) {
+  const int batch = int(yh.size());
+  m.init(3);
+  auto xh = random_vec(std::size_t(batch) * m.input_dim(), 11, 0.f, 1.f);
+  kernels::DeviceBuffer<float> x(be, xh.size());
+  kernels::DeviceBuffer<std::int32_t> y(be, batch);
+  be.upload(x.data(), xh.data(), xh.size() * 4);
+  be.upload(y.data(), yh.data(), yh.size() * 4);
+  std::vector<float> p(m.num_params());
+  be.download(p.data(), m.params(), p.size() * 4);
+  auto noise = random_vec(p.size(), 5, -0.1f, 0.1f);
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
+  loss_at(be, m, p, x.data(), y.data(), batch);
+  std::vector<float> g(m.num_params());
+  be.download(g.data(), m.grads(), g.size() * 4);
+
+  int checked = 0;
+  for (std::size_t li = 0; li < m.layers().size(); ++li) {
+    const auto& l = m.layers()[li];
+    if (!l.has_params()) continue;
+    INFO("layer " << li << " kind " << int(l.kind));
+    for (std::size_t i = l.w_offset; i < l.b_offset + l.out; ++i) {  // W then b of this layer
+      auto pp = p, pm = p;
+      pp[i] += eps;
+      pm[i] -= eps;
+      const double fd = (double(loss_at(be, m, pp, x.data(), y.data(), batch)) -
+                         double(loss_at(be, m, pm, x.data(), y.data(), batch))) /
+                        (2.0 * eps);
+      INFO("param " << i << (i >= l.b_offset ? " (bias)" : " (weight)") << ": fd " << fd
+                    << " backprop " << g[i]);
+      const double tol = 2e-3 + 2e-2 * std::max(std::abs(fd), std::abs(double(g[i])));
+      CHECK(std::abs(fd - g[i]) <= tol);
+      ++checked;
+    }
+  }
+  return checked;
 }
 
 }  // namespace gossiptrain::core::test

@@ -12,14 +12,6 @@ using namespace gossiptrain::gossip::avgtest;
 
 namespace {
 
-AveragerConfig base_config() {
-  AveragerConfig cfg;
-  cfg.gossip_every = 1;
-  cfg.fingerprint = 0xfeedbeef;
-  cfg.transfer_timeout_floor = Millis(2000);  // keeps failure cases short on the virtual clock
-  return cfg;
-}
-
 bool has_event(SimPeer& p) { return !p.events.empty(); }
 
 // A hand-driven peer speaking raw exchange messages, to send what a correct averager never would.
@@ -327,11 +319,7 @@ TEST_CASE("a busy peer answers BUSY and the initiator asks another one", "[gossi
   // B's loop resumes: its first boundary applies the pending mix of the first exchange, then
   // takes the snapshot of the second, which completes.
   b.paused = false;
-  REQUIRE(c.run_until([&] {
-    for (auto& p : c.peers)
-      if (p->avg->in_exchange()) return false;
-    return cc.events.size() == 2;
-  }, Millis(1000)));
+  REQUIRE(c.run_until([&] { return c.none_in_exchange() && cc.events.size() == 2; }, Millis(1000)));
   CHECK(cc.events[1].ok);
   CHECK(cc.events[1].partner == b.id);
   // Every exchange was pairwise and all or nothing: the sum over the peers is what it was.
@@ -610,19 +598,7 @@ TEST_CASE("lossy wire encodings also reach consensus", "[gossip]") {
   const auto v0 = c.all_values();
   const double msd0 = Cluster::msd(v0);
   const auto sum0 = Cluster::coordinate_sums(v0);
-  auto train = [&] {
-    const std::int64_t now = c.net.now().count();
-    for (std::size_t i = 0; i < c.size(); ++i) {
-      if ((now + static_cast<std::int64_t>(i) * 3) % 20 == 0) c[i].step_hook(c.be);
-      else c[i].hook(c.be, true);
-    }
-  };
-  c.run_until([] { return false; }, Millis(3000), train);
-  c.run_until([&] {
-    for (auto& p : c.peers)
-      if (p->avg->in_exchange()) return false;
-    return true;
-  }, Millis(5000));
+  c.train_then_settle(Millis(3000), 20, 3);
   const auto v = c.all_values();
   const double ratio = Cluster::msd(v) / msd0;
   const auto s = Cluster::coordinate_sums(v);

@@ -20,17 +20,39 @@ namespace gossiptrain::gossip::avgtest {
 
 using net::Millis;
 
+// What the exchange tests start from: an exchange at every step boundary, one fingerprint.
+inline AveragerConfig base_config() {
+  AveragerConfig cfg;
+  cfg.gossip_every = 1;
+  cfg.fingerprint = 0xfeedbeef;
+  cfg.transfer_timeout_floor = Millis(2000);  // keeps failure cases short on the virtual clock
+  return cfg;
+}
+
 class StaticDirectory final : public PeerDirectory {
  public:
   std::vector<PeerRef> peers;
   std::vector<PeerRef> live_peers() const override { return peers; }
 };
 
-struct SimPeer {
+// One node's network side: its address and id, its transport on the simulated network, the
+// dispatcher its handlers hang on, and the peers it knows.
+struct SimNode {
   std::string addr, id;
   net::SimTransport* t = nullptr;
   Dispatcher disp;
   StaticDirectory dir;
+
+  // Joins net at `address` as `name`, with the dispatcher as its transport's handler.
+  void attach(net::SimNetwork& net, std::string address, std::string name) {
+    addr = std::move(address);
+    id = std::move(name);
+    t = &net.add_node(addr, id);
+    t->set_handler(&disp);
+  }
+};
+
+struct SimPeer : SimNode {
   std::unique_ptr<Averager> avg;
   kernels::DeviceBuffer<float> x;
   std::int64_t step = 0;
@@ -64,10 +86,7 @@ class Cluster {
     std::normal_distribution<float> N(0.0f, 1.0f);
     for (int i = 0; i < n; ++i) {
       auto p = std::make_unique<SimPeer>();
-      p->addr = "10.0.0." + std::to_string(i + 1) + ":7000";
-      p->id = "peer-" + std::to_string(i);
-      p->t = &net.add_node(p->addr, p->id);
-      p->t->set_handler(&p->disp);
+      p->attach(net, "10.0.0." + std::to_string(i + 1) + ":7000", "peer-" + std::to_string(i));
       AveragerConfig c = cfg;
       c.seed = seed * 1000 + static_cast<std::uint64_t>(i) + 1;
       if (per_peer) per_peer(i, c);
@@ -106,6 +125,28 @@ class Cluster {
       else serve_all();
     }
     return pred();
+  }
+
+  // No peer has an exchange in flight.
+  bool none_in_exchange() const {
+    for (auto& p : peers)
+      if (p->avg->in_exchange()) return false;
+    return true;
+  }
+
+  // Trains for `limit`: peer i takes a step whenever (now + i * phase) % step_ms == 0 (virtual
+  // ms) and serves in between. Then lets the exchanges in flight finish without starting new ones
+  // (within 5 s).
+  void train_then_settle(Millis limit, std::int64_t step_ms, std::int64_t phase) {
+    auto train = [&] {
+      const std::int64_t now = net.now().count();
+      for (std::size_t i = 0; i < size(); ++i) {
+        if ((now + static_cast<std::int64_t>(i) * phase) % step_ms == 0) peers[i]->step_hook(be);
+        else peers[i]->hook(be, true);
+      }
+    };
+    run_until([] { return false; }, limit, train);
+    run_until([&] { return none_in_exchange(); }, Millis(5000));
   }
 
   std::size_t events() const {

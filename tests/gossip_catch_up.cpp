@@ -18,6 +18,7 @@
 #include "gossip/dispatcher.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "net/memory_transport.hpp"
+#include "tests/gossip_averager_harness.hpp"
 
 using namespace gossiptrain;
 using namespace gossiptrain::gossip;
@@ -31,12 +32,6 @@ constexpr auto kAcceptT = static_cast<std::uint8_t>(CatchUpType::Accept);
 constexpr auto kHeaderT = static_cast<std::uint8_t>(CatchUpType::Header);
 constexpr auto kChunkT = static_cast<std::uint8_t>(CatchUpType::Chunk);
 constexpr auto kEndT = static_cast<std::uint8_t>(CatchUpType::End);
-
-class StaticDirectory final : public PeerDirectory {
- public:
-  std::vector<PeerRef> peers;
-  std::vector<PeerRef> live_peers() const override { return peers; }
-};
 
 // A trainer's state, as the step context hands it to the server.
 struct FakeState final : core::StateSource {
@@ -88,11 +83,7 @@ struct Scripted final : net::TransportHandler {
   void on_closed(const net::ConnectionPtr&, const std::string&) override { ++closed; }
 };
 
-struct Node {
-  std::string addr, id;
-  net::SimTransport* t = nullptr;
-  Dispatcher disp;
-  StaticDirectory dir;
+struct Node : avgtest::SimNode {
   std::unique_ptr<CatchUpServer> server;
   std::unique_ptr<CatchUpClient> client;
   std::unique_ptr<Scripted> scripted;
@@ -108,10 +99,7 @@ class Net {
   // A peer with both sides of catch-up, or (scripted) a hand-driven server.
   Node& add(const std::string& name, bool scripted = false) {
     auto n = std::make_unique<Node>();
-    n->addr = "10.0.0." + std::to_string(nodes.size() + 1) + ":7000";
-    n->id = name;
-    n->t = &net.add_node(n->addr, n->id);
-    n->t->set_handler(&n->disp);
+    n->attach(net, "10.0.0." + std::to_string(nodes.size() + 1) + ":7000", name);
     if (scripted) {
       n->scripted = std::make_unique<Scripted>();
       n->disp.add(kCatchUpServerFirst, kCatchUpServerLast, n->scripted.get());

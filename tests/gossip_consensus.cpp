@@ -97,22 +97,9 @@ TEST_CASE("concurrent exchanges among 32 peers conserve the sum and reach consen
   const double msd0 = Cluster::msd(v0);
   const auto sum0 = Cluster::coordinate_sums(v0);
   // Each peer takes a training step every 20 virtual ms (its own phase) and serves in between:
-  // steps several times longer than the 10 ms round trip, as on a real network.
-  constexpr std::int64_t kStepMs = 20;
-  auto train_all = [&] {
-    const std::int64_t now = c.net.now().count();
-    for (std::size_t i = 0; i < c.size(); ++i) {
-      if ((now + static_cast<std::int64_t>(i) * 7) % kStepMs == 0) c[i].step_hook(c.be);
-      else c[i].hook(c.be, true);
-    }
-  };
-  c.run_until([] { return false; }, Millis(3000), train_all);
-  // Let the exchanges in flight finish without starting new ones.
-  c.run_until([&] {
-    for (auto& p : c.peers)
-      if (p->avg->in_exchange()) return false;
-    return true;
-  }, Millis(5000));
+  // steps several times longer than the 10 ms round trip, as on a real network. Then the
+  // exchanges in flight finish without starting new ones.
+  c.train_then_settle(Millis(3000), 20, 7);
   const auto v = c.all_values();
   const double msd = Cluster::msd(v);
   std::size_t ok = 0, failed = 0;

@@ -64,6 +64,11 @@ struct FakePeer : net::TransportHandler {
     REQUIRE(conn);
   }
   void send(std::uint8_t type, net::Bytes b) { REQUIRE(conn->send(type, share(std::move(b)))); }
+  // Sends a join sync naming `ups`.
+  void join(std::vector<Update> ups, std::uint64_t seq = 1) {
+    send(wire(gossip::MembershipType::Sync),
+         gossip::encode(gossip::SyncMsg{seq, true, std::move(ups)}));
+  }
   void gossip(std::vector<Update> ups) { send(wire(gossip::MembershipType::Gossip), gossip::encode(gossip::GossipMsg{std::move(ups)})); }
 
   net::SimNetwork& net;
@@ -223,15 +228,13 @@ TEST_CASE("membership messages: encode/decode round trip and rejection of bad in
 }
 
 TEST_CASE("membership: alive -> suspect -> dead after exactly the minimum suspicion timeout", "[gossip]") {
-  net::SimOptions o;
-  o.latency = 1ms;
+  const net::SimOptions o{.latency = 1ms};
   Cluster cl(o);
   const int a = cl.add(true, {});
-  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
-  FakePeer x(cl.net, "10.9.0.2:7000", "fakeX");
+  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF"), x(cl.net, "10.9.0.2:7000", "fakeX");
   f.connect(addr_of(a));
   // F joins and tells A about X: three members, too few for confirmations (k = 0).
-  f.send(wire(gossip::MembershipType::Sync), gossip::encode(gossip::SyncMsg{1, true, {f.self_update(), x.self_update()}}));
+  f.join({f.self_update(), x.self_update()});
   cl.net.run_for(10ms);
   REQUIRE(cl.view(a, 0) == MemberState::Alive);
   REQUIRE(cl[a].member("fakeX")->state == MemberState::Alive);
@@ -259,15 +262,13 @@ TEST_CASE("membership: alive -> suspect -> dead after exactly the minimum suspic
 }
 
 TEST_CASE("membership: Lifeguard confirmations shorten the suspicion from max towards min", "[gossip]") {
-  net::SimOptions o;
-  o.latency = 1ms;
+  const net::SimOptions o{.latency = 1ms};
   Cluster cl(o);
   const int a = cl.add(true, {});
   FakePeer f(cl.net, "10.9.0.1:7000", "fakeF"), g(cl.net, "10.9.0.3:7000", "fakeG"),
       h(cl.net, "10.9.0.4:7000", "fakeH"), x(cl.net, "10.9.0.2:7000", "fakeX");
   f.connect(addr_of(a));
-  f.send(wire(gossip::MembershipType::Sync), gossip::encode(gossip::SyncMsg{
-                               1, true, {f.self_update(), g.self_update(), h.self_update(), x.self_update()}}));
+  f.join({f.self_update(), g.self_update(), h.self_update(), x.self_update()});
   cl.net.run_for(10ms);
   const std::size_t n = 5;  // A, F, G, H, X
   REQUIRE(cl[a].live_peers().size() == n - 1);
@@ -279,14 +280,18 @@ TEST_CASE("membership: Lifeguard confirmations shorten the suspicion from max to
     f.gossip({Update{"fakeX", x.addr, x.incarnation, MemberState::Suspect, from}});
     cl.net.run_for(o.latency);
   };
+  // X stays suspect until just before `at` and is dead at `at`.
+  auto dead_exactly_at = [&](Millis at) {
+    cl.net.run_until(at - 1ms);
+    CHECK(cl[a].member("fakeX")->state == MemberState::Suspect);
+    cl.net.run_until(at);
+    CHECK(cl[a].member("fakeX")->state == MemberState::Dead);
+  };
 
   SECTION("no confirmation: dead after max") {
     suspect_from("fakeF");
     const Millis start = cl.net.now();
-    cl.net.run_until(start + max - 1ms);
-    CHECK(cl[a].member("fakeX")->state == MemberState::Suspect);
-    cl.net.run_until(start + max);
-    CHECK(cl[a].member("fakeX")->state == MemberState::Dead);
+    dead_exactly_at(start + max);
   }
   SECTION("one confirmation: log-scaled remaining time; a repeated accuser does not count") {
     suspect_from("fakeF");
@@ -296,33 +301,25 @@ TEST_CASE("membership: Lifeguard confirmations shorten the suspicion from max to
     suspect_from("fakeG");
     const double frac = std::log(2.0) / std::log(k + 1.0);
     const Millis expected = Millis(static_cast<Millis::rep>(std::floor(max.count() - frac * (max - min).count())));
-    cl.net.run_until(start + expected - 1ms);
-    CHECK(cl[a].member("fakeX")->state == MemberState::Suspect);
-    cl.net.run_until(start + expected);
-    CHECK(cl[a].member("fakeX")->state == MemberState::Dead);
+    dead_exactly_at(start + expected);
   }
   SECTION("k confirmations: dead after min") {
     suspect_from("fakeF");
     const Millis start = cl.net.now();
     suspect_from("fakeG");
     suspect_from("fakeH");
-    cl.net.run_until(start + min - 1ms);
-    CHECK(cl[a].member("fakeX")->state == MemberState::Suspect);
-    cl.net.run_until(start + min);
-    CHECK(cl[a].member("fakeX")->state == MemberState::Dead);
+    dead_exactly_at(start + min);
   }
 }
 
 TEST_CASE("membership: incarnation precedence, stale updates ignored, self refutes", "[gossip]") {
-  net::SimOptions o;
-  o.latency = 1ms;
+  const net::SimOptions o{.latency = 1ms};
   Cluster cl(o);
   const int a = cl.add(true, {});
-  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
-  FakePeer x(cl.net, "10.9.0.2:7000", "fakeX");
+  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF"), x(cl.net, "10.9.0.2:7000", "fakeX");
   x.incarnation = 5;
   f.connect(addr_of(a));
-  f.send(wire(gossip::MembershipType::Sync), gossip::encode(gossip::SyncMsg{1, true, {f.self_update(), x.self_update()}}));
+  f.join({f.self_update(), x.self_update()});
   cl.net.run_for(10ms);
   auto say = [&](MemberState s, std::uint64_t inc) {
     f.gossip({Update{"fakeX", x.addr, inc, s, s == MemberState::Alive ? "" : "fakeF"}});
@@ -375,10 +372,9 @@ TEST_CASE("membership: a connection without acks is dropped, idle dialled ones a
   cfg.idle_connection_timeout = 5s;
   Cluster cl(o, cfg);
   const int a = cl.add(true, {});
-  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
-  FakePeer x(cl.net, "10.9.0.2:7000", "fakeX");
+  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF"), x(cl.net, "10.9.0.2:7000", "fakeX");
   f.connect(addr_of(a));
-  f.send(wire(gossip::MembershipType::Sync), gossip::encode(gossip::SyncMsg{1, true, {f.self_update(), x.self_update()}}));
+  f.join({f.self_update(), x.self_update()});
   // Two other members: each is probed at least once every two periods (round-robin).
   const Millis round = 2 * cl.cfg.probe_interval;
 
@@ -413,7 +409,7 @@ TEST_CASE("membership: a suspected live member refutes before the timeout", "[go
   for (int i = 0; i < 3; ++i) cl.add();
   FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
   f.connect(addr_of(0));
-  f.send(wire(gossip::MembershipType::Sync), gossip::encode(gossip::SyncMsg{1, true, {f.self_update()}}));
+  f.join({f.self_update()});
   REQUIRE(cl.converge());
   cl.net.run_for(5s);  // let the join gossip die down
   const std::uint64_t before = cl[1].incarnation();
@@ -673,7 +669,8 @@ TEST_CASE("membership: a graceful leave is seen as left, not dead, and quickly",
 }
 
 TEST_CASE("membership: malformed messages close the connection with a reason", "[gossip]") {
-  Cluster cl(net::SimOptions{.latency = 1ms});
+  const net::SimOptions o{.latency = 1ms};
+  Cluster cl(o);
   const int a = cl.add(true, {});
   FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
   gossip::Dispatcher d;
@@ -708,7 +705,7 @@ TEST_CASE("membership: malformed messages close the connection with a reason", "
   // The member keeps working: a well-formed join from a new connection is accepted.
   f.conn.reset();
   f.connect(addr_of(a));
-  f.send(wire(gossip::MembershipType::Sync), gossip::encode(gossip::SyncMsg{2, true, {f.self_update()}}));
+  f.join({f.self_update()}, 2);
   cl.net.run_for(10ms);
   CHECK(cl[a].member("fakeF").has_value());
 }

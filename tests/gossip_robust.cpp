@@ -17,10 +17,7 @@ using namespace gossiptrain::gossip::avgtest;
 namespace {
 
 AveragerConfig clipped_config() {
-  AveragerConfig cfg;
-  cfg.gossip_every = 1;
-  cfg.fingerprint = 0xfeedbeef;
-  cfg.transfer_timeout_floor = Millis(2000);
+  AveragerConfig cfg = base_config();
   cfg.robust.mix = MixMode::Clipped;
   return cfg;
 }

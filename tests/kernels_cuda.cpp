@@ -55,18 +55,15 @@ TEST_CASE("cuda gemm matches the cpu backend for all transposes", "[cuda]") {
   for (Shape s : {Shape{128, 256, 784}, Shape{256, 784, 128}, Shape{128, 10, 256},
                   Shape{33, 17, 65}}) {
     for (int t = 0; t < 4; ++t) {
-      const bool ta = t & 1, tb = t & 2;
+      GemmCase g(s.M, s.N, s.K, t);
       const float alpha = 1.0f, beta = t == 1 ? 0.5f : 0.0f;
-      auto A = random_floats(std::size_t(s.M) * s.K, 10 + t);
-      auto B = random_floats(std::size_t(s.K) * s.N, 20 + t);
-      auto C = random_floats(std::size_t(s.M) * s.N, 30 + t);
-      auto dA = to_device(*p.gpu, A);
-      auto dB = to_device(*p.gpu, B);
-      auto dC = to_device(*p.gpu, C);
-      p.cpu->gemm(ta, tb, s.M, s.N, s.K, alpha, A.data(), B.data(), beta, C.data());
-      p.gpu->gemm(ta, tb, s.M, s.N, s.K, alpha, dA.data(), dB.data(), beta, dC.data());
-      INFO("M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << ta << " tb=" << tb);
-      REQUIRE(max_rel_err(to_host(*p.gpu, dC), C) < kRelTol);
+      auto dA = to_device(*p.gpu, g.A);
+      auto dB = to_device(*p.gpu, g.B);
+      auto dC = to_device(*p.gpu, g.C);
+      p.cpu->gemm(g.ta, g.tb, g.M, g.N, g.K, alpha, g.A.data(), g.B.data(), beta, g.C.data());
+      p.gpu->gemm(g.ta, g.tb, g.M, g.N, g.K, alpha, dA.data(), dB.data(), beta, dC.data());
+      INFO(g);
+      REQUIRE(max_rel_err(to_host(*p.gpu, dC), g.C) < kRelTol);
     }
   }
 }

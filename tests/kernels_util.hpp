@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -43,6 +44,28 @@ inline void gemm_ref(bool ta, bool tb, int M, int N, int K, float alpha,
       auto& c = C[std::size_t(i) * N + j];
       c = static_cast<float>(alpha * acc + (beta == 0.0f ? 0.0 : double(beta) * c));
     }
+}
+
+// One gemm case, C = alpha * op(A) op(B) + beta * C with op(A) M x K and op(B) K x N: A is
+// transposed when bit 0 of t is set, B when bit 1 is; A, B and C are seeded random (10 + t,
+// 20 + t, 30 + t).
+struct GemmCase {
+  GemmCase(int m, int n, int k, int t)
+      : M(m),
+        N(n),
+        K(k),
+        ta(t & 1),
+        tb(t & 2),
+        A(random_floats(std::size_t(m) * k, 10 + t)),
+        B(random_floats(std::size_t(k) * n, 20 + t)),
+        C(random_floats(std::size_t(m) * n, 30 + t)) {}
+  int M, N, K;
+  bool ta, tb;
+  std::vector<float> A, B, C;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const GemmCase& g) {
+  return os << "M=" << g.M << " N=" << g.N << " K=" << g.K << " ta=" << g.ta << " tb=" << g.tb;
 }
 
 // Largest |a - b| / max(|b|, floor) over the two vectors.

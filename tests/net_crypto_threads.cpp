@@ -139,6 +139,12 @@ struct Case {
     while (frames[i][4] != std::uint8_t(FrameType::Data)) ++i;
     return i;
   }
+  // Index of the first data frame after frame i.
+  std::size_t data_after(std::size_t i) const {
+    do ++i;
+    while (frames[i][4] != std::uint8_t(FrameType::Data));
+    return i;
+  }
 };
 
 }  // namespace
@@ -243,9 +249,7 @@ TEST_CASE("crypto threads: dropped, replayed and reordered frames are rejected",
   for (auto a : aeads()) {
     INFO(crypto::aead_name(a));
     Case c(a);
-    std::size_t mid = c.middle_data();
-    std::size_t next = mid + 1;
-    while (c.frames[next][4] != std::uint8_t(FrameType::Data)) ++next;
+    const std::size_t mid = c.middle_data(), next = c.data_after(mid);
     SECTION("dropped") {
       auto frames = c.frames;
       frames.erase(frames.begin() + long(mid));

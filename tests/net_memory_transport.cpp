@@ -78,8 +78,7 @@ struct TwoNodes {
 
 TEST_CASE("memory transport: connect and delivery follow the latency on the virtual clock",
           "[net]") {
-  SimOptions o;
-  o.latency = 10ms;
+  const SimOptions o{.latency = 10ms};
   TwoNodes n(o);
   ConnectionPtr c = n.connect_ab();
   REQUIRE(n.rb.inbound_at.size() == 1);
@@ -145,8 +144,7 @@ TEST_CASE("memory transport: connect to an unknown or handler-less address fails
 
 TEST_CASE("memory transport: a close is reported at once here and one latency later there",
           "[net]") {
-  SimOptions o;
-  o.latency = 3ms;
+  const SimOptions o{.latency = 3ms};
   TwoNodes n(o);
   ConnectionPtr c = n.connect_ab();
   REQUIRE(c->send(1, bytes({9})));  // data sent before the close still arrives, before the FIN
@@ -216,8 +214,7 @@ TEST_CASE("memory transport: a partition drops messages and connects, heal resto
 }
 
 TEST_CASE("memory transport: kill makes a node vanish, revive brings it back clean", "[net]") {
-  SimOptions o;
-  o.latency = 4ms;
+  const SimOptions o{.latency = 4ms};
   TwoNodes n(o);
   ConnectionPtr ab = n.connect_ab();
   bool b_timer_fired = false;

@@ -17,20 +17,28 @@ using namespace gossiptrain::net::test;
 
 namespace {
 
+// The Recorders of a fixture's server and client: a base, so that they outlive the transports
+// (members of the fixture) that report to them.
+struct Events {
+  // Makes the Recorders the handlers of the two transports.
+  void attach(Transport& server, Transport& client) {
+    server.set_handler(&server_events);
+    client.set_handler(&client_events);
+  }
+  Recorder server_events, client_events;
+};
+
 // Each fixture holds a server and a client transport, each reporting to a Recorder, and offers:
 //   dial(addr)      dials from the client and waits for the connect callback;
 //   wait_for(pred)  runs the network (memory) or polls (tcp) until pred holds;
 //   on_io(fn)       runs fn on the client's protocol thread and returns its result;
 //   unreachable()   an address nobody listens on; a dial to it fails with kConnectError;
 // and kRemoteClose, what the remote end's on_closed reason starts with.
-struct MemoryFixture {
+struct MemoryFixture : Events {
   static constexpr const char* kConnectError = "connect timeout";
   static constexpr const char* kRemoteClose = "closed by peer: ";
 
-  MemoryFixture() {
-    server.set_handler(&server_events);
-    client.set_handler(&client_events);
-  }
+  MemoryFixture() { attach(server, client); }
   DialResult dial(const std::string& addr) {
     DialResult r{nullptr, "test: no connect callback"};
     bool done = false;
@@ -62,19 +70,17 @@ struct MemoryFixture {
     return o;
   }
 
-  Recorder server_events, client_events;
   SimNetwork net{options()};
   SimTransport& server = net.add_node("server:1", "SERVER");
   SimTransport& client = net.add_node("client:1", "CLIENT");
 };
 
-struct TcpFixture {
+struct TcpFixture : Events {
   static constexpr const char* kConnectError = "connect failed";
   static constexpr const char* kRemoteClose = "closed by remote: ";
 
   TcpFixture() {
-    server.set_handler(&server_events);
-    client.set_handler(&client_events);
+    attach(server, client);
     server.start();
     client.start();
   }
@@ -94,7 +100,6 @@ struct TcpFixture {
     return "127.0.0.1:" + std::to_string(a.local_endpoint().port());
   }
 
-  Recorder server_events, client_events;  // outlive the transports that report to them
   TcpTransport server{make_config()};
   TcpTransport client{make_config()};
 };

@@ -72,6 +72,17 @@ std::vector<std::string> netns_names() {
   return out;
 }
 
+// Runs gossip-launch with args to its end (the test fails past 240 s) and warns how long the
+// `what` run took; returns its exit code, and its output (also left in the file log) in *out.
+int run_launch(const std::vector<std::string>& args, const std::string& log, std::string* out,
+               const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = gt_test::run_app("gossip-launch", args, log, out, 240s);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  WARN(what << " run took " << secs << " s");
+  return rc;
+}
+
 }  // namespace
 
 TEST_CASE("churn: gossip-launch crashes, restarts and joins peers over loopback", "[system][churn]") {
@@ -84,22 +95,17 @@ TEST_CASE("churn: gossip-launch crashes, restarts and joins peers over loopback"
   // how long the restarted peer then waits for its cohort (it is given --min-peers 4 again: see
   // the [!mayfail] test below).
   const std::string churn = "crash:3@4,restart:3@16,join:1@50%";
-  std::vector<std::string> argv = {gt_test::app_bin("gossip-launch"),
-                                   "--peers", "4", "--data", "synthetic", "--model", "mlp:784-32-10",
-                                   "--lr", "0.01", "--epochs", "GT_EPOCHS", "--backend", "cpu",
-                                   "--no-plots", "--out", run, "--churn", churn,
+  std::vector<std::string> args = {"--peers", "4", "--data", "synthetic", "--model",
+                                   "mlp:784-32-10", "--lr", "0.01", "--epochs", "GT_EPOCHS",
+                                   "--backend", "cpu", "--no-plots", "--out", run, "--churn", churn,
                                    "--linger", "3", "--min-peers-timeout", "8"};
   const char* epochs = std::getenv("GT_CHURN_EPOCHS");
-  std::replace(argv.begin(), argv.end(), std::string("GT_EPOCHS"),
+  std::replace(args.begin(), args.end(), std::string("GT_EPOCHS"),
                std::string(epochs ? epochs : "300"));
-  const auto t0 = std::chrono::steady_clock::now();
-  gt_test::Process launch(argv, tmp / "launch.log");
-  REQUIRE(launch.wait_for(240s));
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::string out = gt_test::read_file(tmp / "launch.log");
+  std::string out;
+  const int rc = run_launch(args, tmp / "launch.log", &out, "churn");
   INFO("gossip-launch output:\n" << out);
-  WARN("churn run took " << secs << " s");
-  CHECK(launch.exit_code() == 0);
+  CHECK(rc == 0);
 
   const auto ev = gt_test::read_metrics(run + "/events.jsonl");
   REQUIRE_FALSE(ev.empty());
@@ -221,19 +227,14 @@ TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "
       << R"(,"event":"partition","groups":[[0,1],[2,3]],"for":)" << dur << "}]}";
   }
   const char* epochs = std::getenv("GT_CHURN_NETNS_EPOCHS");
-  std::vector<std::string> argv = {gt_test::app_bin("gossip-launch"),
-                                   "--peers", "4", "--data", "synthetic", "--model", "mlp:784-32-10",
-                                   "--lr", "0.01", "--epochs", epochs ? epochs : "700",
-                                   "--backend", "cpu", "--no-plots", "--out", run, "--netns",
-                                   "--churn", tmp / "part.json", "--linger", "5"};
-  const auto t0 = std::chrono::steady_clock::now();
-  gt_test::Process launch(argv, tmp / "launch.log");
-  REQUIRE(launch.wait_for(240s));
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::string out = gt_test::read_file(tmp / "launch.log");
+  const std::vector<std::string> args = {
+      "--peers", "4", "--data", "synthetic", "--model", "mlp:784-32-10",
+      "--lr", "0.01", "--epochs", epochs ? epochs : "700", "--backend", "cpu",
+      "--no-plots", "--out", run, "--netns", "--churn", tmp / "part.json", "--linger", "5"};
+  std::string out;
+  const int rc = run_launch(args, tmp / "launch.log", &out, "netns partition");
   INFO("gossip-launch output:\n" << out);
-  WARN("netns partition run took " << secs << " s");
-  CHECK(launch.exit_code() == 0);
+  CHECK(rc == 0);
 
   const auto ev = gt_test::read_metrics(run + "/events.jsonl");
   std::string all;

@@ -310,37 +310,37 @@ TEST_CASE("gossip-launch refuses bad input with exit code 2 and a message", "[sy
     std::filesystem::remove(tmp / "bad.log");
     std::filesystem::remove_all(tmp / "run");
   };
-  expect_usage_error({"--peers", "3", "--data", "synthetic", "--partition", "bogus"}, "--partition");
-  expect_usage_error({"--peers", "3", "--mode", "sideways"}, "--mode");
-  expect_usage_error({"--peers", "3", "--data", tmp / "no-such-dataset"}, "dataset-fashion-mnist");
-  expect_usage_error({"--peers", "3", "--data", "synthetic", "--listen", "127.0.0.1:1"},
-                     "set by gossip-launch");
-  expect_usage_error({"--peers", "3", "--data", "synthetic", "--no-such-flag", "1"},
-                     "--no-such-flag");
-  expect_usage_error({"--peers", "2", "--data", "synthetic", "--peer-bin", tmp / "nothing"},
-                     "gossip-peer not found");
-  // --peer-flags: an existing peer, a flag the launcher does not own, and the peer's own parser.
-  expect_usage_error({"--peers", "3", "--data", "synthetic", "--peer-flags", "3:--lr=8"},
-                     "no peer 3");
-  expect_usage_error({"--peers", "3", "--data", "synthetic", "--peer-flags", "1:--shard=0"},
-                     "set by gossip-launch");
-  expect_usage_error({"--peers", "3", "--data", "synthetic", "--peer-flags", "1:--lr=99"},
-                     "--lr");
   ::unsetenv("GOSSIPTRAIN_ALLOW_FAULTS");
-  expect_usage_error({"--peers", "3", "--data", "synthetic", "--peer-flags", "2:--fault=random"},
-                     "GOSSIPTRAIN_ALLOW_FAULTS=1");
-  // Churn scenarios are checked whole before anything starts.
-  expect_usage_error({"--peers", "4", "--data", "synthetic", "--churn", "crash:9@5"},
-                     "out of range");
-  expect_usage_error({"--peers", "4", "--data", "synthetic", "--churn", "random:crash,uptime=30"},
-                     "mean_downtime_s");
-  expect_usage_error({"--peers", "4", "--mode", "local", "--data", "synthetic", "--churn",
-                      "crash:1@5"},
-                     "--churn needs --mode gossip");
-  {
-    std::ofstream(tmp / "part.json") << R"({"events":[{"at":1,"event":"partition","groups":[[0,1],[2,3]]}]})";
-    expect_usage_error({"--peers", "4", "--data", "synthetic", "--churn", tmp / "part.json"},
-                       "--netns");
+  std::ofstream(tmp / "part.json")
+      << R"({"events":[{"at":1,"event":"partition","groups":[[0,1],[2,3]]}]})";
+  // Each bad command line and a part of the message it must be refused with.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--peers", "3", "--data", "synthetic", "--partition", "bogus"}, "--partition"},
+      {{"--peers", "3", "--mode", "sideways"}, "--mode"},
+      {{"--peers", "3", "--data", tmp / "no-such-dataset"}, "dataset-fashion-mnist"},
+      {{"--peers", "3", "--data", "synthetic", "--listen", "127.0.0.1:1"}, "set by gossip-launch"},
+      {{"--peers", "3", "--data", "synthetic", "--no-such-flag", "1"}, "--no-such-flag"},
+      {{"--peers", "2", "--data", "synthetic", "--peer-bin", tmp / "nothing"},
+       "gossip-peer not found"},
+      // --peer-flags: an existing peer, a flag the launcher does not own, the peer's own parser,
+      // and a fault without GOSSIPTRAIN_ALLOW_FAULTS.
+      {{"--peers", "3", "--data", "synthetic", "--peer-flags", "3:--lr=8"}, "no peer 3"},
+      {{"--peers", "3", "--data", "synthetic", "--peer-flags", "1:--shard=0"},
+       "set by gossip-launch"},
+      {{"--peers", "3", "--data", "synthetic", "--peer-flags", "1:--lr=99"}, "--lr"},
+      {{"--peers", "3", "--data", "synthetic", "--peer-flags", "2:--fault=random"},
+       "GOSSIPTRAIN_ALLOW_FAULTS=1"},
+      // Churn scenarios are checked whole before anything starts.
+      {{"--peers", "4", "--data", "synthetic", "--churn", "crash:9@5"}, "out of range"},
+      {{"--peers", "4", "--data", "synthetic", "--churn", "random:crash,uptime=30"},
+       "mean_downtime_s"},
+      {{"--peers", "4", "--mode", "local", "--data", "synthetic", "--churn", "crash:1@5"},
+       "--churn needs --mode gossip"},
+      {{"--peers", "4", "--data", "synthetic", "--churn", tmp / "part.json"}, "--netns"},
+  };
+  for (const auto& [args, needle] : bad) {
+    INFO("refused with: " << needle);
+    expect_usage_error(args, needle);
   }
   // --help is the whole text, churn shorthands included.
   {
