@@ -27,26 +27,35 @@ double since(Clock::time_point t0) {
 constexpr int kEvalBatch = 500;
 }  // namespace
 
+namespace {
+constexpr std::string_view kOptimizerNames[] = {"sgd", "adam", "qgm"};
+static_assert(std::size(kOptimizerNames) == base::enum_count(Optimizer::Sgd, Optimizer::Qgm));
+constexpr std::string_view kScheduleNames[] = {"cosine", "constant"};
+static_assert(std::size(kScheduleNames) == base::enum_count(Schedule::Cosine, Schedule::Constant));
+}  // namespace
+
 std::string_view to_string(Optimizer o) {
-  constexpr std::string_view kNames[] = {"sgd", "adam", "qgm"};
-  static_assert(std::size(kNames) == base::enum_count(Optimizer::Sgd, Optimizer::Qgm));
-  return base::enum_name(o, Optimizer::Sgd, kNames);
+  return base::enum_name(o, Optimizer::Sgd, kOptimizerNames);
 }
 
 std::string_view to_string(Schedule s) {
-  return s == Schedule::Constant ? "constant" : "cosine";
+  return base::enum_name(s, Schedule::Cosine, kScheduleNames);
 }
 
 void from_string(std::string_view text, Optimizer& out) {
-  for (Optimizer o : {Optimizer::Sgd, Optimizer::Adam, Optimizer::Qgm})
-    if (text == to_string(o)) { out = o; return; }
-  throw std::invalid_argument("--optimizer must be sgd, adam or qgm, got '" + std::string(text) + "'");
+  const auto o = base::enum_from_name(text, Optimizer::Sgd, kOptimizerNames);
+  if (!o)
+    throw std::invalid_argument("--optimizer must be sgd, adam or qgm, got '" + std::string(text) +
+                                "'");
+  out = *o;
 }
 
 void from_string(std::string_view text, Schedule& out) {
-  for (Schedule s : {Schedule::Cosine, Schedule::Constant})
-    if (text == to_string(s)) { out = s; return; }
-  throw std::invalid_argument("--schedule must be cosine or constant, got '" + std::string(text) + "'");
+  const auto s = base::enum_from_name(text, Schedule::Cosine, kScheduleNames);
+  if (!s)
+    throw std::invalid_argument("--schedule must be cosine or constant, got '" + std::string(text) +
+                                "'");
+  out = *s;
 }
 
 void validate(const TrainConfig& c) {
@@ -77,10 +86,9 @@ Trainer::Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, co
                                 std::to_string(model_.input_dim()) + " inputs but the data has " +
                                 std::to_string(shard_.features) + " features");
   if (shard_.classes > model_.num_classes())
-    throw std::invalid_argument("model " + cfg_.model + " has " +
-                                std::to_string(model_.num_classes()) +
-                                " outputs but the data has " + std::to_string(shard_.classes) +
-                                " classes");
+    throw std::invalid_argument(
+        "model " + cfg_.model + " has " + std::to_string(model_.num_classes()) +
+        " outputs but the data has " + std::to_string(shard_.classes) + " classes");
   model_.init(cfg_.seed);
   const std::size_t n = model_.num_params();
   opt_a_ = kernels::DeviceBuffer<float>(be_, n);
@@ -149,8 +157,15 @@ float Trainer::lr_at(std::int64_t step) const {
 
 void Trainer::call_hook(bool done) {
   if (!hook_) return;
-  StepContext ctx{be_,     model_.params(),          model_.num_params(), step_, samples_,
-                  std::int64_t(shard_.size()), epoch_, done, this};
+  StepContext ctx{be_,
+                  model_.params(),
+                  model_.num_params(),
+                  step_,
+                  samples_,
+                  std::int64_t(shard_.size()),
+                  epoch_,
+                  done,
+                  this};
   hook_->between_steps(ctx);
 }
 
@@ -177,8 +192,8 @@ void Trainer::restore(const Checkpoint& c, const std::string& where, bool own) {
   if (c.step < 0 || c.epoch < 0 || c.samples < 0 || c.epoch > cfg_.epochs ||
       c.step > total_steps_ || c.step < c.epoch * steps_per_epoch_ ||
       c.step > (c.epoch + 1) * steps_per_epoch_)
-    throw CheckpointError(where + " has counters outside this run (step " +
-                          std::to_string(c.step) + ", epoch " + std::to_string(c.epoch) + ")");
+    throw CheckpointError(where + " has counters outside this run (step " + std::to_string(c.step) +
+                          ", epoch " + std::to_string(c.epoch) + ")");
   be_.upload(model_.params(), c.params.data(), c.params.size() * sizeof(float));
   be_.upload(opt_a_.data(), c.opt_state[0].data(), opt_a_.bytes());
   if (want_state == 2) be_.upload(opt_b_.data(), c.opt_state[1].data(), opt_b_.bytes());
@@ -222,7 +237,8 @@ Checkpoint Trainer::state() {
     be_.download(c.opt_state[1].data(), opt_b_.data(), opt_b_.bytes());
   }
   nlohmann::json meta{{"model", cfg_.model}, {"optimizer", to_string(cfg_.optimizer)}};
-  if (best_known_) meta["best_test_acc"] = best_acc_ ? nlohmann::json(*best_acc_) : nlohmann::json();
+  if (best_known_)
+    meta["best_test_acc"] = best_acc_ ? nlohmann::json(*best_acc_) : nlohmann::json();
   c.meta = meta.dump();
   return c;
 }
@@ -285,8 +301,8 @@ EvalResult Trainer::evaluate_and_report(TrainResult& res, std::optional<double> 
 // One update; step_ already counts it (adam's bias correction uses it 1-based).
 void Trainer::optimizer_step(float lr) {
   if (cfg_.optimizer == Optimizer::Adam) {
-    be_.adam(model_.params(), model_.grads(), opt_a_.data(), opt_b_.data(), model_.num_params(),
-             lr, 0.9f, 0.999f, 1e-8f, cfg_.weight_decay, step_);
+    be_.adam(model_.params(), model_.grads(), opt_a_.data(), opt_b_.data(), model_.num_params(), lr,
+             0.9f, 0.999f, 1e-8f, cfg_.weight_decay, step_);
   } else if (cfg_.optimizer == Optimizer::Qgm) {
     // The change since the previous step's x_prev (its update and every mix applied since) per
     // that step's lr feeds the momentum; the first step of the run has no previous one. A state

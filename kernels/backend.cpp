@@ -4,8 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
+#include "core/base/enum_names.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #if defined(GT_HAVE_CUDA)
 #include <dlfcn.h>
@@ -19,41 +21,30 @@
 
 namespace gossiptrain::kernels {
 
+namespace {
+constexpr std::string_view kPrecisionNames[] = {"fp32", "tf32", "bf16"};
+static_assert(std::size(kPrecisionNames) == base::enum_count(Precision::Fp32, Precision::Bf16));
+constexpr std::string_view kWireNames[] = {"fp32", "fp16", "bf16", "int8"};
+static_assert(std::size(kWireNames) == base::enum_count(Wire::Fp32, Wire::Int8));
+}  // namespace
+
 Precision parse_precision(std::string_view s) {
-  if (s == "fp32") return Precision::Fp32;
-  if (s == "tf32") return Precision::Tf32;
-  if (s == "bf16") return Precision::Bf16;
+  if (auto p = base::enum_from_name(s, Precision::Fp32, kPrecisionNames)) return *p;
   throw std::invalid_argument("unknown precision '" + std::string(s) +
                               "' (expected fp32, tf32 or bf16)");
 }
 
 std::string_view precision_name(Precision p) {
-  switch (p) {
-    case Precision::Fp32: return "fp32";
-    case Precision::Tf32: return "tf32";
-    case Precision::Bf16: return "bf16";
-  }
-  return "unknown";
+  return base::enum_name(p, Precision::Fp32, kPrecisionNames);
 }
 
 Wire parse_wire(std::string_view s) {
-  if (s == "fp32") return Wire::Fp32;
-  if (s == "fp16") return Wire::Fp16;
-  if (s == "bf16") return Wire::Bf16;
-  if (s == "int8") return Wire::Int8;
+  if (auto w = base::enum_from_name(s, Wire::Fp32, kWireNames)) return *w;
   throw std::invalid_argument("unknown wire encoding '" + std::string(s) +
                               "' (expected fp32, fp16, bf16 or int8)");
 }
 
-std::string_view wire_name(Wire w) {
-  switch (w) {
-    case Wire::Fp32: return "fp32";
-    case Wire::Fp16: return "fp16";
-    case Wire::Bf16: return "bf16";
-    case Wire::Int8: return "int8";
-  }
-  return "unknown";
-}
+std::string_view wire_name(Wire w) { return base::enum_name(w, Wire::Fp32, kWireNames); }
 
 std::size_t encoded_size(Wire w, std::size_t n) {
   switch (w) {
@@ -113,7 +104,8 @@ const CudaModule& cuda_module() {
         tried += "; " + path + ": " + (e ? e : "dlopen failed");
         continue;
       }
-      r.device_count = reinterpret_cast<decltype(r.device_count)>(::dlsym(h, "gt_cuda_device_count"));
+      r.device_count =
+          reinterpret_cast<decltype(r.device_count)>(::dlsym(h, "gt_cuda_device_count"));
       r.make = reinterpret_cast<decltype(r.make)>(::dlsym(h, "gt_cuda_make_backend"));
       if (r.device_count && r.make) {
         spdlog::debug("CUDA backend module loaded from {}", path);
@@ -178,8 +170,9 @@ std::unique_ptr<Backend> make_backend(std::string_view name, int device) {
                          " visible (0.." + std::to_string(n - 1) + ")");
     return make_cuda_backend(device);
 #else
-    throw BackendError("backend 'cuda' requested but this build has no CUDA support "
-                       "(configure with nvcc available and GT_CUDA=ON)");
+    throw BackendError(
+        "backend 'cuda' requested but this build has no CUDA support "
+        "(configure with nvcc available and GT_CUDA=ON)");
 #endif
   }
   if (name == "auto") {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string_view>
 
 namespace gossiptrain::base {
@@ -13,6 +14,16 @@ constexpr std::string_view enum_name(E v, E first, const std::string_view (&name
   const auto i = static_cast<long long>(v) - static_cast<long long>(first);
   if (i < 0 || i >= static_cast<long long>(N) || names[i].empty()) return "unknown";
   return names[i];
+}
+
+// The value a name stands for in the table; none for a name it does not hold.
+template <class E, std::size_t N>
+constexpr std::optional<E> enum_from_name(std::string_view name, E first,
+                                          const std::string_view (&names)[N]) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (!names[i].empty() && names[i] == name)
+      return static_cast<E>(static_cast<long long>(first) + static_cast<long long>(i));
+  return std::nullopt;
 }
 
 // For a static_assert that a table covers first..last.
