@@ -42,20 +42,26 @@ std::string_view to_string(Schedule s) {
   return base::enum_name(s, Schedule::Cosine, kScheduleNames);
 }
 
+namespace {
+// The value `text` names in the table; std::invalid_argument naming the flag and its values.
+template <class E, std::size_t N>
+E parse_named(std::string_view text, E first, const std::string_view (&names)[N],
+              const std::string& flag) {
+  if (auto v = base::enum_from_name(text, first, names)) return *v;
+  std::string want;
+  for (std::size_t i = 0; i < N; ++i)
+    want += (i ? (i + 1 == N ? " or " : ", ") : "") + std::string(names[i]);
+  throw std::invalid_argument("--" + flag + " must be " + want + ", got '" + std::string(text) +
+                              "'");
+}
+}  // namespace
+
 void from_string(std::string_view text, Optimizer& out) {
-  const auto o = base::enum_from_name(text, Optimizer::Sgd, kOptimizerNames);
-  if (!o)
-    throw std::invalid_argument("--optimizer must be sgd, adam or qgm, got '" + std::string(text) +
-                                "'");
-  out = *o;
+  out = parse_named(text, Optimizer::Sgd, kOptimizerNames, "optimizer");
 }
 
 void from_string(std::string_view text, Schedule& out) {
-  const auto s = base::enum_from_name(text, Schedule::Cosine, kScheduleNames);
-  if (!s)
-    throw std::invalid_argument("--schedule must be cosine or constant, got '" + std::string(text) +
-                                "'");
-  out = *s;
+  out = parse_named(text, Schedule::Cosine, kScheduleNames, "schedule");
 }
 
 void validate(const TrainConfig& c) {

@@ -396,3 +396,20 @@ TEST_CASE("how often the loss is read back does not change training", "[core]") 
   REQUIRE(losses[1] == losses[0]);
   REQUIRE(losses[2] == losses[0]);
 }
+
+TEST_CASE("optimizer and schedule names read and write through one table", "[core]") {
+  core::Optimizer o = core::Optimizer::Sgd;
+  for (auto want : {core::Optimizer::Sgd, core::Optimizer::Adam, core::Optimizer::Qgm}) {
+    core::from_string(core::to_string(want), o);
+    CHECK(o == want);
+  }
+  core::Schedule s = core::Schedule::Cosine;
+  core::from_string("constant", s);
+  CHECK(s == core::Schedule::Constant);
+  CHECK(core::to_string(core::Schedule::Cosine) == "cosine");
+  CHECK_THROWS_MATCHES(core::from_string("lamb", o), std::invalid_argument,
+                       gt_test::WhatContains("--optimizer must be sgd, adam or qgm, got 'lamb'"));
+  CHECK_THROWS_MATCHES(core::from_string("", s), std::invalid_argument,
+                       gt_test::WhatContains("--schedule must be cosine or constant"));
+  CHECK(o == core::Optimizer::Qgm);  // unchanged by the refusal
+}
