@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -34,6 +33,7 @@
 #include "apps/launch_metrics.hpp"
 #include "apps/launch_netns.hpp"
 #include "apps/launch_options.hpp"
+#include "apps/launch_plots.hpp"
 #include "apps/launch_ports.hpp"
 #include "apps/launch_resources.hpp"
 #include "apps/launch_summary.hpp"
@@ -116,18 +116,6 @@ void write_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   if (!out) throw std::runtime_error("cannot write " + path.string());
-}
-
-std::vector<std::string> last_lines(const fs::path& path, int n) {
-  std::ifstream in(path);
-  std::deque<std::string> q;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    q.push_back(line);
-    if (int(q.size()) > n) q.pop_front();
-  }
-  return {q.begin(), q.end()};
 }
 
 struct Child {
@@ -656,73 +644,16 @@ void Launch::draw(bool force) {
   std::fflush(stderr);
 }
 
-std::optional<fs::path> find_plot_script() {
-  std::vector<fs::path> dirs;
-  if (const char* env = std::getenv("GT_SCRIPTS_DIR")) dirs.emplace_back(env);
-  const fs::path self = self_dir();
-  dirs.push_back(self / ".." / ".." / "scripts");
-  dirs.push_back(self / ".." / "scripts");
-#ifdef GT_SOURCE_DIR
-  dirs.push_back(fs::path(GT_SOURCE_DIR) / "scripts");
-#endif
-  std::error_code ec;
-  for (const auto& d : dirs)
-    if (fs::is_regular_file(d / "plot_run.py", ec)) return fs::weakly_canonical(d / "plot_run.py", ec);
-  return std::nullopt;
-}
-
 void Launch::finish_plots(nlohmann::json& summary) {
   nlohmann::json plots = {{"ok", false}};
-  auto script = find_plot_script();
+  auto script = find_plot_script(self_dir());
   if (!o_.plots) {
     plots["message"] = "skipped (--no-plots)";
   } else if (!script) {
     plots["message"] =
         "scripts/plot_run.py not found (set GT_SCRIPTS_DIR to the folder that holds it)";
   } else {
-    // Debian's python3 has matplotlib; the python3 first on PATH may be another one.
-    std::string python = ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
-    const std::string log = (run_dir_ / "plot.log").string();
-    pid_t pid = -1;
-    std::vector<std::string> args{script->string(), run_dir_.string()};
-    std::vector<char*> argv;
-    argv.push_back(python.data());
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid = ::fork();
-    if (pid == 0) {
-      int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (out >= 0) {
-        ::dup2(out, 1);
-        ::dup2(out, 2);
-      }
-      ::execvp(python.c_str(), argv.data());
-      std::fprintf(stderr, "cannot run %s: %s\n", python.c_str(), std::strerror(errno));
-      ::_exit(127);
-    }
-    int status = 0;
-    const auto t = Clock::now();
-    bool done = false;
-    while (pid > 0 && since(t) < kPlotTimeoutS) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        done = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
-    }
-    if (!done && pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-    }
-    if (done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-      plots["ok"] = true;
-      plots["message"] = "accuracy.png, consensus.png, bytes.png";
-    } else {
-      auto tail = last_lines(log, 1);
-      plots["message"] = std::string(done ? "plot_run.py failed" : "plot_run.py timed out") +
-                         " (" + python + "; see " + log + ")" +
-                         (tail.empty() ? "" : ": " + tail.back());
-    }
+    plots = run_plot_script(*script, run_dir_, kPlotTimeoutS, kTickMs);
   }
   summary["plots"] = plots;
   if (o_.plots)
