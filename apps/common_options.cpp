@@ -208,19 +208,16 @@ const OptionTable<PeerConfig>& peer_options() {
           "CPU training leaves; membership shares that thread, so keep it 0 on a busy machine "
           "(0-19, default 0; only with gossip)",
           &PeerConfig::net_nice, 0, 19),
-      {"net-cores", "K|auto",
-       "keep K cores for the network threads and pin training (and its BLAS threads) to the "
-       "others, so that an exchange never stalls a matrix product; auto (default): none below 8 "
-       "usable cores (priorities decide), else max(2, cores/8); 0: pin nothing",
-       [](PeerConfig& c, const std::string& v) {
-         c.net_cores = int(to_int_or("net-cores", v, "auto", -1, 0, 1024));
-       }},
-      {"compute-threads", "N|auto",
-       "BLAS threads of the cpu backend; auto (default): one per training core when --net-cores "
-       "pins, else OpenBLAS's own choice (OPENBLAS_NUM_THREADS)",
-       [](PeerConfig& c, const std::string& v) {
-         c.compute_threads = int(to_int_or("compute-threads", v, "auto", 0, 1, 1024));
-       }},
+      O::number_or(
+          "net-cores", "K", "auto", -1,
+          "keep K cores for the network threads and pin training (and its BLAS threads) to the "
+          "others, so that an exchange never stalls a matrix product; auto (default): none below "
+          "8 usable cores (priorities decide), else max(2, cores/8); 0: pin nothing",
+          &PeerConfig::net_cores, 0, 1024),
+      O::number_or("compute-threads", "N", "auto", 0,
+                   "BLAS threads of the cpu backend; auto (default): one per training core when "
+                   "--net-cores pins, else OpenBLAS's own choice (OPENBLAS_NUM_THREADS)",
+                   &PeerConfig::compute_threads, 1, 1024),
       {"max-rate", "MB_PER_S",
        "send an exchange's snapshot at most this fast, spreading its CPU over more training steps "
        "(0: no cap, the default; else at least 20, the rate partners' deadlines assume)",

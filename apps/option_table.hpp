@@ -95,6 +95,19 @@ struct Options {
     };
     return {name, std::move(arg), std::move(help), set};
   }
+  // number() for an integer field that also takes `word` ("auto") for word_value; --help shows
+  // ARG|WORD.
+  template <class Field>
+  static Option<Config> number_or(std::string name, const std::string& arg, std::string word,
+                                  long long word_value, std::string help, Field field, long long lo,
+                                  long long hi) {
+    auto set = [name, word, word_value, field, lo, hi](Config& c, const std::string& v) {
+      auto& x = std::invoke(field, c);
+      x = static_cast<std::remove_reference_t<decltype(x)>>(
+          to_int_or(name, v, word, word_value, lo, hi));
+    };
+    return {name, arg + "|" + word, std::move(help), set};
+  }
   // A duration: a number of SECONDS in [lo, hi] (at most a day unless told), into a floating-point
   // field in seconds or a std::chrono::duration.
   template <class Field>
