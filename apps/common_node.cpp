@@ -37,24 +37,6 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
   return tc;
 }
 
-// gossip::RobustConfig from the robust-mixing flags.
-void set_robust(const PeerConfig& cfg, gossip::RobustConfig& r) {
-  r.mix = cfg.mix == "plain" ? gossip::MixMode::Plain : gossip::MixMode::Clipped;
-  r.clip_mult = cfg.clip_mult;
-  r.clip_window = cfg.clip_window;
-  r.clip_warmup = cfg.clip_warmup;
-  r.warmup_frac = cfg.clip_warmup_frac;
-  r.suspect_mult = cfg.suspect_mult;
-  r.suspect_floor = cfg.suspect_floor;
-  r.suspect_clip = cfg.suspect_action == "clip";
-  r.suspect_decay = cfg.suspect_decay;
-  r.refuse_mult = cfg.refuse_mult;
-  r.ban_after = cfg.ban_after;
-  r.ban_window = net::Millis(static_cast<std::int64_t>(cfg.ban_window_s * 1000));
-  r.ban_base = net::Millis(static_cast<std::int64_t>(cfg.ban_s * 1000));
-  r.ban_max = std::max(r.ban_base, net::Millis(3600000));
-}
-
 gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint) {
   gossip::AveragerConfig ac;
   ac.gossip_every = cfg.gossip_every;
@@ -62,7 +44,7 @@ gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fing
   ac.weight_by_samples = cfg.weighting == "samples";
   ac.fingerprint = fingerprint;
   ac.max_diff_norm = cfg.max_diff_norm;
-  set_robust(cfg, ac.robust);
+  ac.robust = cfg.robust;
   ac.choice.weighted = cfg.partner_choice == "weighted";
   if (!cfg.fault.empty()) {
     ac.fault = gossip::parse_fault(cfg.fault);

@@ -23,11 +23,16 @@ namespace {
 using PeerOption = Option<PeerConfig>;
 using O = Options<PeerConfig>;
 
-// A field of the training config, for O::number and the like.
+// A field of the training config or of robust mixing, for O::number and the like.
 template <class T>
 auto train(T core::TrainConfig::*field) {
-  return [field](PeerConfig& c) -> T& { return c.train.*field; };
+  return field_of(&PeerConfig::train, field);
 }
+template <class T>
+auto robust(T gossip::RobustConfig::*field) {
+  return field_of(&PeerConfig::robust, field);
+}
+using R = gossip::RobustConfig;
 
 // Any finite number: the range is core::validate's, checked once the whole config is read.
 double to_number(const std::string& flag, const std::string& v) {
@@ -127,45 +132,45 @@ const OptionTable<PeerConfig>& peer_options() {
                 "mix weight: 1/2, or by the two shards' sample counts", &PeerConfig::weighting),
       O::number("max-diff-norm", "X", "refuse a partner whose ||r - s|| exceeds X (0: no bound)",
                 &PeerConfig::max_diff_norm, 0, 1e30),
-      O::choice(
-          "mix", {"plain", "clipped"},
+      O::named<gossip::MixMode>(
+          "mix", {{"plain", gossip::MixMode::Plain}, {"clipped", gossip::MixMode::Clipped}},
           "how a partner's vector is mixed in: plain x += w (r - s), or clipped: the difference "
           "scaled down to at most tau, an adaptive bound (default clipped)",
-          &PeerConfig::mix),
+          robust(&R::mix)),
       O::number("clip-mult", "K",
                 "clipped: tau = K times the median ||r - s|| of the last --clip-window accepted "
                 "exchanges (default 3)",
-                &PeerConfig::clip_mult, 0.1, 1e6),
+                robust(&R::clip_mult), 0.1, 1e6),
       O::number("clip-window", "N",
                 "clipped: accepted exchanges the median is taken over (default 32)",
-                &PeerConfig::clip_window, 1, 100000),
+                robust(&R::clip_window), 1, 100000),
       O::number("clip-warmup", "N",
                 "clipped: for the first N accepted exchanges tau is --clip-warmup-frac times our "
                 "parameters' norm, and a difference beyond that norm is refused (default 8)",
-                &PeerConfig::clip_warmup, 0, 100000),
+                robust(&R::clip_warmup), 0, 100000),
       O::number("clip-warmup-frac", "F", "clipped: see --clip-warmup (default 0.25)",
-                &PeerConfig::clip_warmup_frac, 1e-6, 1),
+                robust(&R::warmup_frac), 1e-6, 1),
       O::number("suspect-mult", "K",
                 "clipped: refuse a partner whose typical ||r - s|| (median of its last 5, over the "
                 "median of all accepted) is K times that of the partners we meet (0: off; default "
                 "2.5)...",
-                &PeerConfig::suspect_mult, 0, 1e6),
+                robust(&R::suspect_mult), 0, 1e6),
       O::number("suspect-floor", "F",
                 "...once its ||r - s|| is also beyond F times our parameters' norm (default 0.05)",
-                &PeerConfig::suspect_floor, 0, 1e6),
-      O::choice(
-          "suspect-action", {"refuse", "clip"},
+                robust(&R::suspect_floor), 0, 1e6),
+      O::named<bool>(
+          "suspect-action", {{"refuse", false}, {"clip", true}},
           "what happens to a partner far persistently (--suspect-mult): refused, counting towards "
           "a ban, or clipped to a third of tau (less with each further such exchange: "
           "--suspect-decay) and mixed (default clip: refuse also bans honest peers that restart "
           "far behind, see README)",
-          &PeerConfig::suspect_action),
+          robust(&R::suspect_clip)),
       O::number(
           "suspect-decay", "F",
           "with --suspect-action clip: each further exchange in a row with a partner judged far "
           "persistently multiplies its clip by F (B, B*F, B*F^2, ...), so one that never comes "
           "closer (stale) fades out; in (0, 1], 1 = always B (default 0.5)",
-          &PeerConfig::suspect_decay, 1e-6, 1),
+          robust(&R::suspect_decay), 1e-6, 1),
       O::choice(
           "partner-choice", {"weighted", "uniform"},
           "which live member to ask: uniform, or weighted: a partner whose recent exchanges took "
@@ -175,18 +180,16 @@ const OptionTable<PeerConfig>& peer_options() {
           "refuse-mult", "K",
           "clipped: refuse an exchange whose ||r - s|| exceeds K tau and our parameters' own norm, "
           "reason anomalous (default 10)",
-          &PeerConfig::refuse_mult, 1, 1e6),
+          robust(&R::refuse_mult), 1, 1e6),
       O::number("ban-after", "N",
                 "ban a partner whose vector was refused N times within --ban-window (0: never; "
                 "default 3)",
-                &PeerConfig::ban_after, 0, 1000),
-      O::number("ban-window", "SECONDS", "window for --ban-after (default 120)",
-                &PeerConfig::ban_window_s, 0, 86400),
-      O::number(
-          "ban", "SECONDS",
-          "first ban's length, doubled for each later ban of the same partner, at most an hour "
-          "(default 30)",
-          &PeerConfig::ban_s, 0, 3600),
+                robust(&R::ban_after), 0, 1000),
+      O::seconds("ban-window", "window for --ban-after (default 120)", robust(&R::ban_window), 0),
+      O::seconds("ban",
+                 "first ban's length, doubled for each later ban of the same partner, at most an "
+                 "hour (default 30)",
+                 robust(&R::ban_base), 0, 3600),
       {"fault", "MODE",
        "experiments only, refused unless GOSSIPTRAIN_ALLOW_FAULTS=1: send a corrupted vector, "
        "scale:K|random|signflip|stale|nan, and mix nothing in",
@@ -209,19 +212,16 @@ const OptionTable<PeerConfig>& peer_options() {
           "CPU training leaves; membership shares that thread, so keep it 0 on a busy machine "
           "(0-19, default 0; only with gossip)",
           &PeerConfig::net_nice, 0, 19),
-      {"net-cores", "K|auto",
-       "keep K cores for the network threads and pin training (and its BLAS threads) to the "
-       "others, so that an exchange never stalls a matrix product; auto (default): none below 8 "
-       "usable cores (priorities decide), else max(2, cores/8); 0: pin nothing",
-       [](PeerConfig& c, const std::string& v) {
-         c.net_cores = int(to_int_or("net-cores", v, "auto", -1, 0, 1024));
-       }},
-      {"compute-threads", "N|auto",
-       "BLAS threads of the cpu backend; auto (default): one per training core when --net-cores "
-       "pins, else OpenBLAS's own choice (OPENBLAS_NUM_THREADS)",
-       [](PeerConfig& c, const std::string& v) {
-         c.compute_threads = int(to_int_or("compute-threads", v, "auto", 0, 1, 1024));
-       }},
+      O::number_or(
+          "net-cores", "K", "auto", -1,
+          "keep K cores for the network threads and pin training (and its BLAS threads) to the "
+          "others, so that an exchange never stalls a matrix product; auto (default): none below "
+          "8 usable cores (priorities decide), else max(2, cores/8); 0: pin nothing",
+          &PeerConfig::net_cores, 0, 1024),
+      O::number_or("compute-threads", "N", "auto", 0,
+                   "BLAS threads of the cpu backend; auto (default): one per training core when "
+                   "--net-cores pins, else OpenBLAS's own choice (OPENBLAS_NUM_THREADS)",
+                   &PeerConfig::compute_threads, 1, 1024),
       {"max-rate", "MB_PER_S",
        "send an exchange's snapshot at most this fast, spreading its CPU over more training steps "
        "(0: no cap, the default; else at least 20, the rate partners' deadlines assume)",
@@ -238,26 +238,25 @@ const OptionTable<PeerConfig>& peer_options() {
           "their nonces (0 or 1: the network thread alone; default min(cores - 1, 4), 1 on 2 cores "
           "or fewer; only with gossip)",
           &PeerConfig::crypto_threads, 0, net::kMaxCryptoThreads),
-      O::number("linger", "SECONDS",
-                "keep serving exchanges after training (default 10 with gossip)",
-                &PeerConfig::linger_s, 0, 86400),
+      O::seconds("linger", "keep serving exchanges after training (default 10 with gossip)",
+                 &PeerConfig::linger_s, 0),
       O::choice(
           "catch-up", {"auto", "off"},
           "auto: a peer with no checkpoint to resume from that finds live members fetches one's "
           "state (parameters, optimizer state, step) before its first step, unless it starts with "
           "a cohort (--min-peers above 1) (default auto)",
           &PeerConfig::catch_up),
-      O::number("catch-up-timeout", "SECONDS",
-                "give up catching up after this and start from our own weights (default 60)",
-                &PeerConfig::catch_up_timeout_s, 1, 86400),
+      O::seconds("catch-up-timeout",
+                 "give up catching up after this and start from our own weights (default 60)",
+                 &PeerConfig::catch_up_timeout_s, 1),
       O::number("min-peers", "N",
                 "wait before the first step until N live members, this peer included, are known "
                 "(default 1: do not wait)",
                 &PeerConfig::min_peers, 1, 100000),
-      O::number(
-          "min-peers-timeout", "SECONDS",
+      O::seconds(
+          "min-peers-timeout",
           "stop waiting for --min-peers after this and start anyway, with a warning (default 120)",
-          &PeerConfig::min_peers_timeout_s, 0, 86400),
+          &PeerConfig::min_peers_timeout_s, 0),
       O::text("metrics", "FILE.jsonl", "append metrics as JSON lines to FILE",
               &PeerConfig::metrics),
       O::text("checkpoint-dir", "DIR", "write checkpoints to DIR and resume from it on restart",

@@ -8,10 +8,19 @@
 
 #include "apps/option_table.hpp"
 #include "core/trainer.hpp"
+#include "gossip/robust_bound.hpp"
 
 namespace gossiptrain::apps {
 
 inline constexpr int kDefaultNetNice = 0;
+
+// gossip::RobustConfig as gossip-peer defaults it: clipped mixing, far partners clipped.
+inline gossip::RobustConfig peer_robust_defaults() {
+  gossip::RobustConfig r;
+  r.mix = gossip::MixMode::Clipped;
+  r.suspect_clip = true;
+  return r;
+}
 
 struct PeerConfig {
   core::TrainConfig train;
@@ -36,21 +45,10 @@ struct PeerConfig {
   std::string wire = "fp32";
   std::string weighting = "uniform";  // uniform (w = 1/2) | samples
   double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
-  // Robust mixing (gossip::RobustConfig): clipped by default, no number needed from the user.
-  std::string mix = "clipped";  // plain | clipped
-  double clip_mult = 3.0;
-  int clip_window = 32;
-  int clip_warmup = 8;
-  double clip_warmup_frac = 0.25;
-  double suspect_mult = 2.5;
-  double suspect_floor = 0.05;
-  std::string suspect_action = "clip";  // refuse | clip (refuse bans honest restarted peers)
-  double suspect_decay = 0.5;  // with clip: the clip's factor per suspect exchange in a row
+  // Robust mixing, --mix to --ban: clipped by default, no number needed from the user, and a far
+  // partner clipped rather than refused (refusing bans honest restarted peers).
+  gossip::RobustConfig robust = peer_robust_defaults();
   std::string partner_choice = "weighted";  // weighted | uniform (gossip::PartnerChoiceConfig)
-  double refuse_mult = 10.0;
-  int ban_after = 3;
-  double ban_window_s = 120.0;
-  double ban_s = 30.0;
   std::string fault;         // a faulty peer for experiments (GOSSIPTRAIN_ALLOW_FAULTS=1); "": none
   double max_rate_mb = 0.0;  // cap on the MB/s an exchange sends; 0: none
   double linger_s = -1.0;    // serve exchanges after training; <0: 10 with seeds, else 0

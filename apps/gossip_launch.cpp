@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -30,14 +29,15 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/launch_churn.hpp"
+#include "apps/launch_consensus.hpp"
 #include "apps/launch_metrics.hpp"
 #include "apps/launch_netns.hpp"
 #include "apps/launch_options.hpp"
+#include "apps/launch_plots.hpp"
 #include "apps/launch_ports.hpp"
 #include "apps/launch_resources.hpp"
 #include "apps/launch_summary.hpp"
 #include "apps/launch_view.hpp"
-#include "core/checkpoint.hpp"
 
 namespace fs = std::filesystem;
 using namespace gossiptrain;
@@ -118,18 +118,6 @@ void write_file(const fs::path& path, const std::string& text) {
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-std::vector<std::string> last_lines(const fs::path& path, int n) {
-  std::ifstream in(path);
-  std::deque<std::string> q;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    q.push_back(line);
-    if (int(q.size()) > n) q.pop_front();
-  }
-  return {q.begin(), q.end()};
-}
-
 struct Child {
   pid_t pid = -1;
   bool running = false;
@@ -193,20 +181,8 @@ class Launch : private ChurnPeers {
   void write_config();
   void reap();
   void poll_metrics();
-  // Consensus sampling: when every peer has a new checkpoint, else at most every
-  // --consensus-every seconds (consensus_schedule_), and once at the end (final).
+  // Consensus sampling (ConsensusSampler): during the run when due, and once at the end (final).
   void sample_consensus(bool final);
-  struct CheckpointSet {
-    std::vector<std::vector<float>> params;
-    std::vector<std::size_t> who;
-    nlohmann::json steps = nlohmann::json::array(), epochs = nlohmann::json::array();
-  };
-  // The peers' checkpoint times into mt, and what changed since the last sample.
-  CheckpointScan scan_checkpoints(std::vector<fs::file_time_type>& mt) const;
-  void keep_last_sample_as_final();
-  // The started peers' checkpoints; false during the run when one cannot be read (no sample).
-  bool load_checkpoints(bool final, CheckpointSet& set);
-  void record_consensus(const Consensus& c, const CheckpointSet& set, bool final, double now);
   void handle_stop();
   void draw(bool force);
   std::vector<std::string> table(bool full = false) const;
@@ -255,19 +231,10 @@ class Launch : private ChurnPeers {
   bool config_rejected_ = false;
   double stop_deadline_ = 0;
   bool killed_ = false;
-  // Consensus sampling: the checkpoint times of the last sample.
-  std::vector<fs::file_time_type> sampled_mtime_;
-  ConsensusSchedule consensus_schedule_{o_};
-  int consensus_points_ = 0;
-  std::optional<double> final_consensus_;
-  std::string consensus_note_;
-  std::vector<std::optional<double>> final_per_peer_;
-  Consensus last_consensus_;
-  std::vector<std::size_t> last_who_;
-  std::vector<std::optional<std::int64_t>> final_samples_;
-  std::unique_ptr<EventLog> events_;   // events.jsonl
-  std::unique_ptr<ChurnRunner> churn_;  // with --churn
-  std::unique_ptr<NetnsSwarm> netns_;   // with --netns; removes its namespaces when destroyed
+  std::unique_ptr<EventLog> events_;             // events.jsonl
+  std::unique_ptr<ConsensusSampler> consensus_;  // from start_peers
+  std::unique_ptr<ChurnRunner> churn_;           // with --churn
+  std::unique_ptr<NetnsSwarm> netns_;  // with --netns; removes its namespaces when destroyed
 };
 
 void Launch::prepare(int argc, char** argv) {
@@ -316,10 +283,12 @@ void Launch::prepare(int argc, char** argv) {
 void Launch::start_peers() {
   children_.resize(plans_.size());
   stats_.resize(plans_.size());
-  sampled_mtime_.resize(plans_.size());
-  final_per_peer_.resize(plans_.size());
-  final_samples_.resize(plans_.size());
-  for (const auto& p : plans_) tails_.emplace_back(p.dir + "/metrics.jsonl");
+  std::vector<std::string> dirs;
+  for (const auto& p : plans_) {
+    tails_.emplace_back(p.dir + "/metrics.jsonl");
+    dirs.push_back(p.dir);
+  }
+  consensus_ = std::make_unique<ConsensusSampler>(o_, std::move(dirs), run_dir_, *events_);
   for (std::size_t i = 0; i < children_.size(); ++i)
     children_[i].outcome.state = int(i) < o_.peers ? "waiting for the seeds" : "not joined yet";
   // OpenBLAS threads spin while they wait: N peers with a thread per core each on one machine
@@ -552,101 +521,10 @@ void Launch::poll_metrics() {
   }
 }
 
-CheckpointScan Launch::scan_checkpoints(std::vector<fs::file_time_type>& mt) const {
-  CheckpointScan scan{0, true, false, true};
-  std::error_code ec;
-  for (std::size_t i = 0; i < plans_.size(); ++i) {
-    if (!children_[i].ever_started) continue;  // a slot for a join that has not come (--churn)
-    ++scan.peers;
-    mt[i] = fs::last_write_time(fs::path(plans_[i].dir) / "ckpt" / "checkpoint.bin", ec);
-    if (ec) {
-      scan.all_exist = false;
-      continue;
-    }
-    const bool newer = mt[i] != sampled_mtime_[i];
-    scan.any_newer |= newer;
-    scan.all_newer &= newer;
-  }
-  return scan;
-}
-
-// The last sample already holds the final checkpoints: keep its figures, add no duplicate.
-void Launch::keep_last_sample_as_final() {
-  for (std::size_t i = 0; i < plans_.size(); ++i) {
-    try {
-      final_samples_[i] = core::load_checkpoint(plans_[i].dir + "/ckpt").samples;
-    } catch (const core::CheckpointError&) {
-    }
-  }
-  final_consensus_ = last_consensus_.mean;
-  for (std::size_t k = 0; k < last_who_.size(); ++k)
-    final_per_peer_[last_who_[k]] = last_consensus_.per_peer[k];
-}
-
-bool Launch::load_checkpoints(bool final, CheckpointSet& set) {
-  for (std::size_t i = 0; i < plans_.size(); ++i) {
-    if (!children_[i].ever_started) continue;
-    try {
-      core::Checkpoint c = core::load_checkpoint(fs::path(plans_[i].dir + "/ckpt").string());
-      if (final) final_samples_[i] = c.samples;
-      set.steps.push_back(c.step);
-      set.epochs.push_back(c.epoch);
-      set.params.push_back(std::move(c.params));
-      set.who.push_back(i);
-    } catch (const core::CheckpointError& e) {
-      // A missing checkpoint (peer died early) leaves that peer out of the final figure.
-      if (!final) return false;
-      consensus_note_ += "peer " + std::to_string(i) + ": " + e.what() + "; ";
-    }
-  }
-  return true;
-}
-
-void Launch::record_consensus(const Consensus& c, const CheckpointSet& set, bool final,
-                              double now) {
-  last_consensus_ = c;
-  last_who_ = set.who;
-  if (final) {
-    final_consensus_ = c.mean;
-    for (std::size_t k = 0; k < set.who.size(); ++k) final_per_peer_[set.who[k]] = c.per_peer[k];
-  }
-  nlohmann::json point = {{"t", now},         {"distance", c.mean},     {"per_peer", c.per_peer},
-                          {"peers", set.who}, {"steps", set.steps},     {"epochs", set.epochs},
-                          {"final", final}};
-  events_->write(now, "consensus", {{"distance", c.mean}, {"peers", set.who}});
-  std::ofstream out(run_dir_ / "consensus.jsonl", std::ios::app);
-  out << point.dump() << "\n";
-  ++consensus_points_;
-}
-
 void Launch::sample_consensus(bool final) {
-  std::vector<fs::file_time_type> mt(plans_.size());
-  const CheckpointScan scan = scan_checkpoints(mt);
-  const double now = since(t0_);
-  if (!final) {
-    if (!consensus_schedule_.due(scan, now)) return;
-  } else if (!scan.any_newer && consensus_points_ > 0) {
-    keep_last_sample_as_final();
-    return;
-  }
-  CheckpointSet set;
-  if (!load_checkpoints(final, set)) return;
-  sampled_mtime_ = mt;
-  consensus_schedule_.sampled(now);
-  if (set.params.size() < 2) {
-    if (final)
-      consensus_note_ += plans_.size() < 2 ? "one peer: no consensus to measure"
-                                           : "fewer than two final checkpoints";
-    return;
-  }
-  Consensus c;
-  try {
-    c = consensus_distance(set.params);
-  } catch (const std::invalid_argument& e) {
-    consensus_note_ = e.what();
-    return;
-  }
-  record_consensus(c, set, final, now);
+  std::vector<bool> started;
+  for (const auto& c : children_) started.push_back(c.ever_started);
+  consensus_->sample(final, started, since(t0_));
 }
 
 void Launch::handle_stop() {
@@ -766,73 +644,16 @@ void Launch::draw(bool force) {
   std::fflush(stderr);
 }
 
-std::optional<fs::path> find_plot_script() {
-  std::vector<fs::path> dirs;
-  if (const char* env = std::getenv("GT_SCRIPTS_DIR")) dirs.emplace_back(env);
-  const fs::path self = self_dir();
-  dirs.push_back(self / ".." / ".." / "scripts");
-  dirs.push_back(self / ".." / "scripts");
-#ifdef GT_SOURCE_DIR
-  dirs.push_back(fs::path(GT_SOURCE_DIR) / "scripts");
-#endif
-  std::error_code ec;
-  for (const auto& d : dirs)
-    if (fs::is_regular_file(d / "plot_run.py", ec)) return fs::weakly_canonical(d / "plot_run.py", ec);
-  return std::nullopt;
-}
-
 void Launch::finish_plots(nlohmann::json& summary) {
   nlohmann::json plots = {{"ok", false}};
-  auto script = find_plot_script();
+  auto script = find_plot_script(self_dir());
   if (!o_.plots) {
     plots["message"] = "skipped (--no-plots)";
   } else if (!script) {
     plots["message"] =
         "scripts/plot_run.py not found (set GT_SCRIPTS_DIR to the folder that holds it)";
   } else {
-    // Debian's python3 has matplotlib; the python3 first on PATH may be another one.
-    std::string python = ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
-    const std::string log = (run_dir_ / "plot.log").string();
-    pid_t pid = -1;
-    std::vector<std::string> args{script->string(), run_dir_.string()};
-    std::vector<char*> argv;
-    argv.push_back(python.data());
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid = ::fork();
-    if (pid == 0) {
-      int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (out >= 0) {
-        ::dup2(out, 1);
-        ::dup2(out, 2);
-      }
-      ::execvp(python.c_str(), argv.data());
-      std::fprintf(stderr, "cannot run %s: %s\n", python.c_str(), std::strerror(errno));
-      ::_exit(127);
-    }
-    int status = 0;
-    const auto t = Clock::now();
-    bool done = false;
-    while (pid > 0 && since(t) < kPlotTimeoutS) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        done = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
-    }
-    if (!done && pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-    }
-    if (done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-      plots["ok"] = true;
-      plots["message"] = "accuracy.png, consensus.png, bytes.png";
-    } else {
-      auto tail = last_lines(log, 1);
-      plots["message"] = std::string(done ? "plot_run.py failed" : "plot_run.py timed out") +
-                         " (" + python + "; see " + log + ")" +
-                         (tail.empty() ? "" : ": " + tail.back());
-    }
+    plots = run_plot_script(*script, run_dir_, kPlotTimeoutS, kTickMs);
   }
   summary["plots"] = plots;
   if (o_.plots)
@@ -898,9 +719,9 @@ nlohmann::json Launch::summarize() {
   facts.started_at = started_at_;
   facts.seconds = since(t0_);
   facts.interrupted = interrupted_;
-  facts.consensus_distance = final_consensus_;
-  facts.consensus_note = consensus_note_;
-  facts.consensus_points = consensus_points_;
+  facts.consensus_distance = consensus_->final_distance();
+  facts.consensus_note = consensus_->note();
+  facts.consensus_points = consensus_->points();
   facts.epochs = plans_[0].config.train.epochs;
   facts.batch = plans_[0].config.train.batch;
   facts.model = plans_[0].config.train.model;
@@ -911,8 +732,8 @@ nlohmann::json Launch::summarize() {
     // With churn, the final figures are over the peers alive at the end: not one the scenario
     // crashed or stopped for good.
     out.alive_at_end = out.started && (!churn_ || churn_->state(int(i)) == SlotState::Up);
-    out.ckpt_samples = final_samples_[i];
-    out.consensus = final_per_peer_[i];
+    out.ckpt_samples = consensus_->final_samples(i);
+    out.consensus = consensus_->peer_distance(i);
     outcomes.push_back(out);
   }
   nlohmann::json summary = make_summary(facts, stats_, outcomes);

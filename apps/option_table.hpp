@@ -3,6 +3,7 @@
 // naming the flag; the apps print it and exit with code 2.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <stdexcept>
@@ -68,6 +69,12 @@ struct Option {
 
 // Options that set one field of the config from the value: `field` is a member pointer, or a
 // callable that returns a reference to the field (std::invoke). In a table: using O = Options<C>.
+// A field of a struct within the config, (c.*part).*field: a Field for the Options below.
+template <class Config, class Part, class T>
+auto field_of(Part Config::*part, T Part::*field) {
+  return [part, field](Config& c) -> T& { return (c.*part).*field; };
+}
+
 template <class Config>
 struct Options {
   template <class Field>
@@ -88,6 +95,33 @@ struct Options {
     };
     return {name, std::move(arg), std::move(help), set};
   }
+  // number() for an integer field that also takes `word` ("auto") for word_value; --help shows
+  // ARG|WORD.
+  template <class Field>
+  static Option<Config> number_or(std::string name, const std::string& arg, std::string word,
+                                  long long word_value, std::string help, Field field, long long lo,
+                                  long long hi) {
+    auto set = [name, word, word_value, field, lo, hi](Config& c, const std::string& v) {
+      auto& x = std::invoke(field, c);
+      x = static_cast<std::remove_reference_t<decltype(x)>>(
+          to_int_or(name, v, word, word_value, lo, hi));
+    };
+    return {name, arg + "|" + word, std::move(help), set};
+  }
+  // A duration: a number of SECONDS in [lo, hi] (at most a day unless told), into a floating-point
+  // field in seconds or a std::chrono::duration.
+  template <class Field>
+  static Option<Config> seconds(std::string name, std::string help, Field field, double lo,
+                                double hi = 86400) {
+    auto set = [name, field, lo, hi](Config& c, const std::string& v) {
+      const double s = to_double(name, v, lo, hi);
+      auto& x = std::invoke(field, c);
+      using T = std::remove_reference_t<decltype(x)>;
+      if constexpr (std::is_floating_point_v<T>) x = s;
+      else x = std::chrono::duration_cast<T>(std::chrono::duration<double>(s));
+    };
+    return {name, "SECONDS", std::move(help), set};
+  }
   // The value must be one of `allowed`; --help shows them as the placeholder.
   template <class Field>
   static Option<Config> choice(std::string name, std::vector<std::string> allowed, std::string help,
@@ -100,6 +134,21 @@ struct Options {
         dst = std::move(text);
       else
         from_string(text, dst);  // an enum's reader, found by argument-dependent lookup
+    };
+    return {name, std::move(arg), std::move(help), set};
+  }
+  // A choice for a field that is neither a string nor an enum with a from_string: the field gets
+  // the value paired with the name given. In a table: O::named<T>(...).
+  template <class T, class Field>
+  static Option<Config> named(std::string name, std::vector<std::pair<std::string, T>> values,
+                              std::string help, Field field) {
+    std::vector<std::string> names;
+    for (const auto& nv : values) names.push_back(nv.first);
+    std::string arg = join_choices(names);
+    auto set = [name, names, values = std::move(values), field](Config& c, const std::string& v) {
+      const std::string given = one_of(name, v, names);
+      for (const auto& [n, value] : values)
+        if (n == given) std::invoke(field, c) = value;
     };
     return {name, std::move(arg), std::move(help), set};
   }

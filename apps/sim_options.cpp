@@ -135,12 +135,9 @@ const OptionTable<SimArgs>& sim_options() {
            throw UsageError(std::string("--topology: ") + e.what());
          }
        }},
-      {"mix", "plain|clipped", "the averager's mixing (default plain)",
-       [](SimArgs& a, const std::string& v) {
-         a.o.world.mix = one_of("mix", v, {"plain", "clipped"}) == "plain"
-                             ? gossip::MixMode::Plain
-                             : gossip::MixMode::Clipped;
-       }},
+      O::named<gossip::MixMode>(
+          "mix", {{"plain", gossip::MixMode::Plain}, {"clipped", gossip::MixMode::Clipped}},
+          "the averager's mixing (default plain)", world(&SimConfig::mix)),
       O::flag("trace-exchanges", "one events.jsonl line per exchange side",
               world(&SimConfig::trace_exchanges)),
       {"log-level", "L", "spdlog level of the protocol code (default warn)",

@@ -1,0 +1,99 @@
+#include "apps/launch_plots.hpp"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <thread>
+
+namespace fs = std::filesystem;
+
+namespace gossiptrain::apps {
+
+std::optional<fs::path> find_plot_script(const fs::path& self_dir) {
+  std::vector<fs::path> dirs;
+  if (const char* env = std::getenv("GT_SCRIPTS_DIR")) dirs.emplace_back(env);
+  dirs.push_back(self_dir / ".." / ".." / "scripts");
+  dirs.push_back(self_dir / ".." / "scripts");
+#ifdef GT_SOURCE_DIR
+  dirs.push_back(fs::path(GT_SOURCE_DIR) / "scripts");
+#endif
+  std::error_code ec;
+  for (const auto& d : dirs)
+    if (fs::is_regular_file(d / "plot_run.py", ec))
+      return fs::weakly_canonical(d / "plot_run.py", ec);
+  return std::nullopt;
+}
+
+nlohmann::json run_plot_script(const fs::path& script, const fs::path& run_dir, double timeout_s,
+                               int poll_ms) {
+  nlohmann::json plots = {{"ok", false}};
+  // Debian's python3 has matplotlib; the python3 first on PATH may be another one.
+  std::string python = ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+  const std::string log = (run_dir / "plot.log").string();
+  pid_t pid = -1;
+  std::vector<std::string> args{script.string(), run_dir.string()};
+  std::vector<char*> argv;
+  argv.push_back(python.data());
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid = ::fork();
+  if (pid == 0) {
+    int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out >= 0) {
+      ::dup2(out, 1);
+      ::dup2(out, 2);
+    }
+    ::execvp(python.c_str(), argv.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", python.c_str(), std::strerror(errno));
+    ::_exit(127);
+  }
+  int status = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  bool done = false;
+  while (pid > 0 && since() < timeout_s) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      done = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+  }
+  if (!done && pid > 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  if (done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    plots["ok"] = true;
+    plots["message"] = "accuracy.png, consensus.png, bytes.png";
+  } else {
+    auto tail = last_lines(log, 1);
+    plots["message"] = std::string(done ? "plot_run.py failed" : "plot_run.py timed out") + " (" +
+                       python + "; see " + log + ")" + (tail.empty() ? "" : ": " + tail.back());
+  }
+  return plots;
+}
+
+std::vector<std::string> last_lines(const fs::path& path, int n) {
+  std::ifstream in(path);
+  std::deque<std::string> q;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    q.push_back(line);
+    if (int(q.size()) > n) q.pop_front();
+  }
+  return {q.begin(), q.end()};
+}
+
+}  // namespace gossiptrain::apps

@@ -1,0 +1,27 @@
+// gossip-launch's plots: scripts/plot_run.py run on the run folder with a time limit, and what
+// came of it for summary.json ("plots").
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gossiptrain::apps {
+
+// plot_run.py in $GT_SCRIPTS_DIR, else next to the build (self_dir/../../scripts or
+// self_dir/../scripts, self_dir the launcher's folder), else in the source tree.
+std::optional<std::filesystem::path> find_plot_script(const std::filesystem::path& self_dir);
+
+// Runs the script on run_dir (its output in run_dir/plot.log), killed after timeout_s; polls
+// every poll_ms. {"ok": true, "message": the plots made}, or ok false with why and the log's last
+// line.
+nlohmann::json run_plot_script(const std::filesystem::path& script,
+                               const std::filesystem::path& run_dir, double timeout_s, int poll_ms);
+
+// The last n non-empty lines of a text file (a peer's log, plot.log); none when it is unreadable.
+std::vector<std::string> last_lines(const std::filesystem::path& path, int n);
+
+}  // namespace gossiptrain::apps
