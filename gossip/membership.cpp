@@ -15,7 +15,6 @@ namespace gossiptrain::gossip {
 
 namespace {
 constexpr std::size_t kLeaveDirectFanout = 16;  // members told of a leave directly
-bool is_live(MemberState s) { return s == MemberState::Alive || s == MemberState::Suspect; }
 net::SharedBytes share(net::Bytes b) { return std::make_shared<const net::Bytes>(std::move(b)); }
 }  // namespace
 
@@ -61,7 +60,8 @@ Membership::Membership(net::Transport& transport, MembershipConfig config)
       self_id_(transport.local_id()),
       self_addr_(transport.advertised_addr()),
       rng_(cfg_.rng_seed ? cfg_.rng_seed : base::random_seed()),
-      token_(std::make_shared<bool>(true)) {
+      token_(std::make_shared<bool>(true)),
+      snapshot_(transport.local_id()) {
   cfg_.validate();
   if (self_id_.empty() || self_id_.size() > kMaxPeerIdBytes) {
     throw std::invalid_argument("membership: bad local peer id");
@@ -659,46 +659,17 @@ void Membership::cancel_suspicion(const std::string& id) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Dissemination (memberlist TransmitLimitedQueue, simplified)
+// Dissemination (broadcast_queue.hpp)
 
 int Membership::retransmit_limit() const {
   const double n = static_cast<double>(est_num_nodes());
   return cfg_.retransmit_mult * static_cast<int>(std::ceil(std::log10(n + 1.0)));
 }
 
-void Membership::queue_broadcast(const Update& u) {
-  // A newer update about a member replaces the older one still queued.
-  auto old = broadcast_of_.find(u.id);
-  if (old != broadcast_of_.end()) {
-    broadcasts_.erase(old->second);
-    broadcast_of_.erase(old);
-  }
-  const BroadcastKey key{0, ++broadcast_order_};
-  broadcasts_.emplace(key, u);
-  broadcast_of_.emplace(u.id, key);
-}
+void Membership::queue_broadcast(const Update& u) { broadcasts_.push(u); }
 
 std::vector<Update> Membership::take_broadcasts(std::size_t max) {
-  std::vector<Update> out;
-  if (broadcasts_.empty() || max == 0) return out;
-  // Least transmitted first, then newest: fresh news spreads before old news is repeated.
-  const int limit = retransmit_limit();
-  std::vector<std::pair<BroadcastKey, Update>> taken;
-  for (auto it = broadcasts_.begin(); it != broadcasts_.end() && taken.size() < max;) {
-    taken.emplace_back(it->first, std::move(it->second));
-    it = broadcasts_.erase(it);
-  }
-  for (auto& [key, u] : taken) {
-    out.push_back(u);
-    ++key.transmits;
-    broadcast_of_[u.id] = key;
-    broadcasts_.emplace(key, std::move(u));
-  }
-  // Everything sent limit times is done (the limit shrinks with the swarm, so not only these).
-  auto done = broadcasts_.lower_bound(BroadcastKey{limit, UINT64_MAX});
-  for (auto it = done; it != broadcasts_.end(); ++it) broadcast_of_.erase(it->second.id);
-  broadcasts_.erase(done, broadcasts_.end());
-  return out;
+  return broadcasts_.take(max, retransmit_limit());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -966,59 +937,25 @@ void Membership::notify(const Member& m) {
 }
 
 void Membership::publish() {
-  std::lock_guard<std::mutex> lock(snapshot_mu_);
-  snapshot_.clear();
-  live_.clear();
-  live_index_.clear();
-  for (const auto& [id, m] : members_) publish_locked(m);
+  std::vector<MemberInfo> all;
+  all.reserve(members_.size());
+  for (const auto& [id, m] : members_)
+    all.push_back(MemberInfo{m.id, m.addr, m.incarnation, m.state});
+  snapshot_.reset(all);
 }
 
 // One member changed: O(log n) instead of copying the whole table (a joining peer of a large
 // swarm learns thousands of members, one publish each).
 void Membership::publish(const Member& m) {
-  std::lock_guard<std::mutex> lock(snapshot_mu_);
-  publish_locked(m);
+  snapshot_.set(MemberInfo{m.id, m.addr, m.incarnation, m.state});
 }
 
-// The snapshot entry and the live list (O(1): swap with the last to remove), snapshot_mu_ held.
-void Membership::publish_locked(const Member& m) {
-  snapshot_.insert_or_assign(m.id, MemberInfo{m.id, m.addr, m.incarnation, m.state});
-  const bool live = m.id != self_id_ && is_live(m.state);
-  auto it = live_index_.find(m.id);
-  if (live && it == live_index_.end()) {
-    live_index_.emplace(m.id, live_.size());
-    live_.push_back(PeerRef{m.id, m.addr});
-  } else if (live) {
-    live_[it->second].addr = m.addr;
-  } else if (it != live_index_.end()) {
-    const std::size_t i = it->second;
-    live_index_.erase(it);
-    if (i + 1 != live_.size()) {
-      live_[i] = std::move(live_.back());
-      live_index_[live_[i].id] = i;
-    }
-    live_.pop_back();
-  }
-}
+std::vector<PeerRef> Membership::live_peers() const { return snapshot_.live(); }
 
-std::vector<PeerRef> Membership::live_peers() const {
-  std::lock_guard<std::mutex> lock(snapshot_mu_);
-  return live_;  // kept up to date by every publish: every exchange asks for it
-}
-
-std::vector<MemberInfo> Membership::members() const {
-  std::lock_guard<std::mutex> lock(snapshot_mu_);
-  std::vector<MemberInfo> out;
-  out.reserve(snapshot_.size());
-  for (const auto& [id, m] : snapshot_) out.push_back(m);
-  return out;
-}
+std::vector<MemberInfo> Membership::members() const { return snapshot_.all(); }
 
 std::optional<MemberInfo> Membership::member(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(snapshot_mu_);
-  auto it = snapshot_.find(id);
-  if (it == snapshot_.end()) return std::nullopt;
-  return it->second;
+  return snapshot_.find(id);
 }
 
 std::vector<std::string> Membership::dialed_peers() const {

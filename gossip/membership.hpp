@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "core/base/rng.hpp"
+#include "gossip/broadcast_queue.hpp"
+#include "gossip/member_snapshot.hpp"
 #include "gossip/messages.hpp"
 #include "gossip/peer_directory.hpp"
 #include "net/address.hpp"
@@ -59,14 +61,6 @@ struct MembershipConfig {
 // The push-pull period for n live members (memberlist pushPullScale): the interval up to 32
 // members, then one more interval per doubling.
 Millis push_pull_period(Millis interval, std::size_t n);
-
-struct MemberInfo {
-  std::string id;
-  std::string addr;
-  std::uint64_t incarnation = 0;
-  MemberState state = MemberState::Alive;
-  bool operator==(const MemberInfo&) const = default;
-};
 
 // Called on the protocol thread for every state change of another member (first sight included).
 using MemberListener = std::function<void(const MemberInfo&)>;
@@ -137,14 +131,6 @@ class Membership : public net::TransportHandler, public PeerDirectory {
     std::function<void()> on_ack;
     net::Scheduler::TimerId timer = 0;
   };
-  // The transmit queue, least transmitted first, then newest (order: unique, newer is larger).
-  struct BroadcastKey {
-    int transmits = 0;
-    std::uint64_t order = 0;
-    bool operator<(const BroadcastKey& o) const {
-      return transmits != o.transmits ? transmits < o.transmits : order > o.order;
-    }
-  };
   struct Probe {
     std::string target;
     std::uint32_t seq = 0;
@@ -205,9 +191,8 @@ class Membership : public net::TransportHandler, public PeerDirectory {
                                             const std::function<bool(const Member&)>& ok);
   void set_state(Member& m, MemberState s);
   void notify(const Member& m);
-  void publish();  // rebuilds the thread-safe snapshot
-  void publish(const Member& m);
-  void publish_locked(const Member& m);  // updates one member of it
+  void publish();                 // rebuilds the thread-safe snapshot
+  void publish(const Member& m);  // updates one member of it
   // A timer that becomes a no-op once we stop or are destroyed.
   net::Scheduler::TimerId later(Millis d, std::function<void()> fn);
 
@@ -233,9 +218,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   std::unordered_map<std::uint32_t, AckWait> acks_;
   // Ordered, plus where each member's queued update is, so that queueing and taking cost
   // O(log n) (a joining peer of a large swarm queues thousands of updates).
-  std::map<BroadcastKey, Update> broadcasts_;
-  std::unordered_map<std::string, BroadcastKey> broadcast_of_;
-  std::uint64_t broadcast_order_ = 0;
+  BroadcastQueue broadcasts_;
   std::vector<std::string> probe_order_;
   std::size_t probe_index_ = 0;
   Probe probe_;
@@ -250,10 +233,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   std::uint32_t join_seq_lo_ = 0;  // sync replies with seq >= this complete the current join
   Millis join_backoff_{0};
 
-  mutable std::mutex snapshot_mu_;
-  std::map<std::string, MemberInfo> snapshot_;  // by id, as members_
-  std::vector<PeerRef> live_;  // live members but ourselves, in no order (live_peers())
-  std::unordered_map<std::string, std::size_t> live_index_;  // id -> place in live_
+  MemberSnapshot snapshot_;     // what other threads read
   std::size_t live_count_ = 0;  // alive or suspect members of members_, ourselves included
 };
 
