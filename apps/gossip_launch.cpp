@@ -33,7 +33,7 @@
 #include "apps/launch_metrics.hpp"
 #include "apps/launch_netns.hpp"
 #include "apps/launch_options.hpp"
-#include "apps/launch_plots.hpp"
+#include "apps/common_plots.hpp"
 #include "apps/launch_ports.hpp"
 #include "apps/launch_resources.hpp"
 #include "apps/launch_summary.hpp"
@@ -85,11 +85,6 @@ std::string utc_now(const char* format) {
   return buf;
 }
 
-fs::path self_dir() {
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? fs::path(".") : p.parent_path();
-}
 
 
 std::string write_network_key(const fs::path& path) {
@@ -646,7 +641,7 @@ void Launch::draw(bool force) {
 
 void Launch::finish_plots(nlohmann::json& summary) {
   nlohmann::json plots = {{"ok", false}};
-  auto script = find_plot_script(self_dir());
+  auto script = find_script(self_dir(), "plot_run.py");
   if (!o_.plots) {
     plots["message"] = "skipped (--no-plots)";
   } else if (!script) {

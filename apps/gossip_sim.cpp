@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "apps/common_plots.hpp"
 #include "apps/sim_options.hpp"
 
 using namespace gossiptrain;
@@ -27,6 +28,8 @@ double max_rss_mb() {
   return -1;
 }
 
+constexpr double kPlotTimeoutS = 300;  // a million events take about a minute
+
 std::string default_out(int peers) {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -40,6 +43,23 @@ void prepare_out(const std::string& out) {
     throw UsageError("--out: '" + out + "' exists and is not an empty folder");
   fs::create_directories(out, ec);
   if (ec) throw UsageError("--out: cannot create '" + out + "': " + ec.message());
+}
+
+// scripts/plot_sim.py on the run folder (it reads summary.json, written first), then summary.json
+// again with what came of it ("plots").
+void plot(const apps::sim::SimOptions& o, const std::string& out, nlohmann::json& s) {
+  nlohmann::json plots = {{"ok", false}};
+  const auto script = apps::find_script(apps::self_dir(), "plot_sim.py");
+  if (!o.plots) plots["message"] = "skipped (--no-plots)";
+  else if (!script)
+    plots["message"] =
+        "scripts/plot_sim.py not found (set GT_SCRIPTS_DIR to the folder that holds it)";
+  else plots = apps::run_plot_script(*script, out, kPlotTimeoutS, 100);
+  s["plots"] = plots;
+  std::ofstream(out + "/summary.json") << s.dump(2) << '\n';
+  if (o.plots)
+    std::fprintf(stderr, "plots: %s%s\n", plots["ok"].get<bool>() ? "" : "NOT MADE: ",
+                 plots["message"].get<std::string>().c_str());
 }
 
 int run(const apps::sim::SimOptions& o, const std::vector<std::string>& args) {
@@ -65,6 +85,7 @@ int run(const apps::sim::SimOptions& o, const std::vector<std::string>& args) {
   s["max_rss_mb"] = max_rss_mb();
   s["run_dir"] = out;
   std::ofstream(out + "/summary.json") << s.dump(2) << '\n';
+  plot(o, out, s);
   std::printf(
       "gossip-sim: %d peers, %.0f simulated s in %.1f wall s (x%.2f), %llu exchanges, "
       "msd %.4g -> %.4g, max RSS %.0f MB; %s/summary.json\n",

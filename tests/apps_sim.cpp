@@ -255,6 +255,13 @@ TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refus
   CHECK(exit_code_of(base + " --peers x") == 2);
   CHECK(exit_code_of(base) == 0);
   CHECK(fs::exists(dir / "run" / "summary.json"));
+  // The plots (scripts/plot_sim.py, matplotlib: installed by scripts/setup.sh).
+  std::ifstream sum(dir / "run" / "summary.json");
+  const json j = json::parse(sum);
+  INFO(j["plots"].dump());
+  CHECK(j["plots"]["ok"] == true);
+  for (const char* png : {"consensus.png", "alive.png", "bytes.png"})
+    CHECK(fs::exists(dir / "run" / png));
   CHECK(exit_code_of(base) == 2);  // the folder is no longer empty
   fs::remove_all(dir);
 }

@@ -1,9 +1,10 @@
-#include "apps/launch_plots.hpp"
+#include "apps/common_plots.hpp"
 
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -18,7 +19,13 @@ namespace fs = std::filesystem;
 
 namespace gossiptrain::apps {
 
-std::optional<fs::path> find_plot_script(const fs::path& self_dir) {
+fs::path self_dir() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path(".") : p.parent_path();
+}
+
+std::optional<fs::path> find_script(const fs::path& self_dir, const std::string& name) {
   std::vector<fs::path> dirs;
   if (const char* env = std::getenv("GT_SCRIPTS_DIR")) dirs.emplace_back(env);
   dirs.push_back(self_dir / ".." / ".." / "scripts");
@@ -28,8 +35,7 @@ std::optional<fs::path> find_plot_script(const fs::path& self_dir) {
 #endif
   std::error_code ec;
   for (const auto& d : dirs)
-    if (fs::is_regular_file(d / "plot_run.py", ec))
-      return fs::weakly_canonical(d / "plot_run.py", ec);
+    if (fs::is_regular_file(d / name, ec)) return fs::weakly_canonical(d / name, ec);
   return std::nullopt;
 }
 
@@ -75,11 +81,19 @@ nlohmann::json run_plot_script(const fs::path& script, const fs::path& run_dir, 
   }
   if (done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     plots["ok"] = true;
-    plots["message"] = "accuracy.png, consensus.png, bytes.png";
+    std::vector<std::string> made;  // the figures in the folder now
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(run_dir, ec))
+      if (e.path().extension() == ".png") made.push_back(e.path().filename().string());
+    std::sort(made.begin(), made.end());
+    std::string list;
+    for (const auto& m : made) list += (list.empty() ? "" : ", ") + m;
+    plots["message"] = list.empty() ? "no figure written" : list;
   } else {
     auto tail = last_lines(log, 1);
-    plots["message"] = std::string(done ? "plot_run.py failed" : "plot_run.py timed out") + " (" +
-                       python + "; see " + log + ")" + (tail.empty() ? "" : ": " + tail.back());
+    const std::string name = script.filename().string();
+    plots["message"] = name + (done ? " failed" : " timed out") + " (" + python + "; see " + log +
+                       ")" + (tail.empty() ? "" : ": " + tail.back());
   }
   return plots;
 }

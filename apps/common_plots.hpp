@@ -1,5 +1,6 @@
-// gossip-launch's plots: scripts/plot_run.py run on the run folder with a time limit, and what
-// came of it for summary.json ("plots").
+// The plots of a run folder, shared by gossip-launch (scripts/plot_run.py) and gossip-sim
+// (scripts/plot_sim.py): the script found and run with a time limit, and what came of it for
+// summary.json ("plots").
 #pragma once
 
 #include <filesystem>
@@ -11,9 +12,13 @@
 
 namespace gossiptrain::apps {
 
-// plot_run.py in $GT_SCRIPTS_DIR, else next to the build (self_dir/../../scripts or
-// self_dir/../scripts, self_dir the launcher's folder), else in the source tree.
-std::optional<std::filesystem::path> find_plot_script(const std::filesystem::path& self_dir);
+// The folder of the running binary (/proc/self/exe), "." when unknown.
+std::filesystem::path self_dir();
+
+// scripts/<name> in $GT_SCRIPTS_DIR, else next to the build (self_dir/../../scripts or
+// self_dir/../scripts, self_dir the binary's folder), else in the source tree.
+std::optional<std::filesystem::path> find_script(const std::filesystem::path& self_dir,
+                                                 const std::string& name);
 
 // Runs the script on run_dir (its output in run_dir/plot.log), killed after timeout_s; polls
 // every poll_ms. {"ok": true, "message": the plots made}, or ok false with why and the log's last
