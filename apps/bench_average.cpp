@@ -23,10 +23,10 @@
 
 #include "apps/bench.hpp"
 #include "apps/common_options.hpp"
-#include "core/model.hpp"
-#include "core/cpu_plan.hpp"
-#include "core/base/thread.hpp"
 #include "core/base/rng.hpp"
+#include "core/base/thread.hpp"
+#include "core/cpu_plan.hpp"
+#include "core/model.hpp"
 #include "gossip/averager.hpp"
 #include "gossip/dispatcher.hpp"
 #include "kernels/cpu/cpu_backend.hpp"

@@ -14,8 +14,8 @@
 
 #include "apps/bench.hpp"
 #include "apps/common_options.hpp"
-#include "core/model.hpp"
 #include "core/base/rng.hpp"
+#include "core/model.hpp"
 #include "kernels/backend.hpp"
 
 namespace gossiptrain::apps {

@@ -24,11 +24,11 @@
 #include <spdlog/spdlog.h>
 
 #include "apps/bench.hpp"
-#include "core/base/bytes.hpp"
 #include "apps/common_options.hpp"
+#include "core/base/bytes.hpp"
+#include "net/buffer_pool.hpp"
 #include "net/crypto.hpp"
 #include "net/frame.hpp"
-#include "net/buffer_pool.hpp"
 #include "net/tcp_transport.hpp"
 
 namespace gossiptrain::apps {

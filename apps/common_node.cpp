@@ -70,8 +70,7 @@ void GossipNode::limit_buffer_pool(const PeerConfig& cfg) {
     n_params = 0;  // the trainer reports a bad spec; keep the default pool
   }
   if (n_params > 0)
-    transport_->buffers().set_limit(
-        std::max<std::size_t>(8u << 20, 2 * 4 * n_params + (2u << 20)));
+    transport_->buffers().set_limit(std::max<std::size_t>(8u << 20, 2 * 4 * n_params + (2u << 20)));
 }
 
 GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels::Backend& backend,

@@ -13,9 +13,9 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -28,12 +28,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/common_plots.hpp"
 #include "apps/launch_churn.hpp"
 #include "apps/launch_consensus.hpp"
 #include "apps/launch_metrics.hpp"
 #include "apps/launch_netns.hpp"
 #include "apps/launch_options.hpp"
-#include "apps/common_plots.hpp"
 #include "apps/launch_ports.hpp"
 #include "apps/launch_resources.hpp"
 #include "apps/launch_summary.hpp"
@@ -84,8 +84,6 @@ std::string utc_now(const char* format) {
   std::strftime(buf, sizeof buf, format, &tm);
   return buf;
 }
-
-
 
 std::string write_network_key(const fs::path& path) {
   std::ifstream rnd("/dev/urandom", std::ios::binary);

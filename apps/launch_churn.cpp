@@ -266,11 +266,10 @@ void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
       // A faulty peer is the same peer restarted with --fault MODE: stopped gracefully (it
       // checkpoints), then started again from that checkpoint once it is gone; the end of the
       // fault does the same without the flag.
-      signal_each(e, SIGTERM, SlotState::Up, SlotState::Stopped, peers, done, skipped,
-                  [&](int p) {
-                    peers.set_fault(p, e.mode);
-                    deferred_restarts_.push_back(p);
-                  });
+      signal_each(e, SIGTERM, SlotState::Up, SlotState::Stopped, peers, done, skipped, [&](int p) {
+        peers.set_fault(p, e.mode);
+        deferred_restarts_.push_back(p);
+      });
       break;
   }
   nlohmann::json j = core::to_json(e);

@@ -130,10 +130,8 @@ struct Options {
     auto set = [name, allowed = std::move(allowed), field](Config& c, const std::string& v) {
       auto& dst = std::invoke(field, c);
       std::string text = one_of(name, v, allowed);
-      if constexpr (std::is_same_v<std::decay_t<decltype(dst)>, std::string>)
-        dst = std::move(text);
-      else
-        from_string(text, dst);  // an enum's reader, found by argument-dependent lookup
+      if constexpr (std::is_same_v<std::decay_t<decltype(dst)>, std::string>) dst = std::move(text);
+      else from_string(text, dst);  // an enum's reader, found by argument-dependent lookup
     };
     return {name, std::move(arg), std::move(help), set};
   }

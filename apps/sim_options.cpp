@@ -140,8 +140,9 @@ const OptionTable<SimArgs>& sim_options() {
           "the averager's mixing (default plain)", world(&SimConfig::mix)),
       O::flag("trace-exchanges", "one events.jsonl line per exchange side",
               world(&SimConfig::trace_exchanges)),
-      O::flag("no-plots", "do not run scripts/plot_sim.py on the run folder at the end",
-              [](SimArgs& a) -> bool& { return a.o.plots; }, false),
+      O::flag(
+          "no-plots", "do not run scripts/plot_sim.py on the run folder at the end",
+          [](SimArgs& a) -> bool& { return a.o.plots; }, false),
       {"log-level", "L", "spdlog level of the protocol code (default warn)",
        [](SimArgs& a, const std::string& v) { a.o.log_level = v; }},
   });

@@ -126,8 +126,8 @@ extern const char* const kChurnShorthandHelp;
 // The concrete schedule of a run expected to last horizon_s seconds: the explicit timed events
 // plus the "random" model's events in [start_s, horizon_s), sorted by time (stable: ties keep
 // explicit events first, in file order); progress events apart, sorted by progress. Deterministic
-// in the seed (own inverse-CDF sampling on base::Xoshiro256, the same on every platform). "for" is left
-// on its event: the executor schedules the end of the effect.
+// in the seed (own inverse-CDF sampling on base::Xoshiro256, the same on every platform). "for" is
+// left on its event: the executor schedules the end of the effect.
 struct ChurnSchedule {
   std::vector<ChurnEvent> timed;
   std::vector<ChurnEvent> by_progress;

@@ -29,7 +29,6 @@ std::string ranges(const std::vector<int>& v) {
   return s;
 }
 
-
 }  // namespace
 
 std::string CpuPlan::describe() const {

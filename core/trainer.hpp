@@ -17,7 +17,7 @@
 
 namespace gossiptrain::core {
 
-enum class Optimizer { Sgd, Adam, Qgm };  // SGD with momentum, Adam, quasi-global momentum
+enum class Optimizer { Sgd, Adam, Qgm };   // SGD with momentum, Adam, quasi-global momentum
 enum class Schedule { Cosine, Constant };  // cosine decays to 0 over all steps
 // The flag spellings ("sgd", "adam", "qgm"; "cosine", "constant"), also written in checkpoints.
 std::string_view to_string(Optimizer o);

@@ -67,7 +67,8 @@ class Reader : public base::ByteReader {
     if (st > static_cast<std::uint8_t>(MemberState::Left)) throw DecodeError("bad member state");
     u.state = static_cast<MemberState>(st);
     u.from = str8(kMaxPeerIdBytes, "from id");
-    if (u.state != MemberState::Alive && u.from.empty()) throw DecodeError("accusation without from");
+    if (u.state != MemberState::Alive && u.from.empty())
+      throw DecodeError("accusation without from");
     return u;
   }
   std::string target_id() {

@@ -310,7 +310,7 @@ TEST_CASE("ChurnRunner: a crash SIGKILLs a running peer and its exit is the scen
   // The process dies; the launcher reaps it.
   p.up[1] = false;
   CHECK(r.exited(1));
-  CHECK(r.state(1) == SlotState::Crashed);  // stays crashed (no restart in this scenario)
+  CHECK(r.state(1) == SlotState::Crashed);   // stays crashed (no restart in this scenario)
   CHECK_FALSE(r.exited(1));                  // asked once per exit
   // A peer ending on its own is not the scenario's doing.
   p.up[0] = false;
@@ -340,7 +340,7 @@ TEST_CASE("ChurnRunner: a crash of a peer that is not running is skipped and say
   r.tick(1.0, 0.0, p);
   REQUIRE(p.signals.size() == 1);
   CHECK(p.signals[0].first == 1);
-  CHECK(r.state(2) == SlotState::Up);  // untouched: it ended on its own
+  CHECK(r.state(2) == SlotState::Up);   // untouched: it ended on its own
   CHECK_FALSE(r.exited(2));             // so its exit is not the scenario's
   const auto lines = churn_lines(log);
   REQUIRE(lines.size() == 1);

@@ -183,13 +183,13 @@ TEST_CASE("gossip-sim: the network model's flags and topology files", "[sim]") {
   CHECK(t.world.topology->names == std::vector<std::string>{"eu", "us"});
   CHECK(t.world.topology->weights == std::vector<double>{2, 1});
   CHECK(t.world.topology->latency_ms[0][1] == 40);
-  for (const char* bad : {
-           R"({"regions": [{"name": "eu"}], "latency_ms": [[1, 2]]})",          // not square
-           R"({"regions": [{"name": "eu"}, {"name": "eu"}], "latency_ms": [[0, 0], [0, 0]]})",
-           R"({"regions": [{"name": "eu", "weight": 0}], "latency_ms": [[0]]})",
-           R"({"regions": [{"name": "eu", "weight": "x"}], "latency_ms": [[0]]})",
-           R"({"regions": [{"name": "eu"}], "latency_ms": [[-3]]})",
-           R"({"regions": [], "latency_ms": []})", R"([1, 2])", "not json"}) {
+  for (const char* bad :
+       {R"({"regions": [{"name": "eu"}], "latency_ms": [[1, 2]]})",  // not square
+        R"({"regions": [{"name": "eu"}, {"name": "eu"}], "latency_ms": [[0, 0], [0, 0]]})",
+        R"({"regions": [{"name": "eu", "weight": 0}], "latency_ms": [[0]]})",
+        R"({"regions": [{"name": "eu", "weight": "x"}], "latency_ms": [[0]]})",
+        R"({"regions": [{"name": "eu"}], "latency_ms": [[-3]]})",
+        R"({"regions": [], "latency_ms": []})", R"([1, 2])", "not json"}) {
     INFO(bad);
     CHECK_THROWS_AS(topo(bad), UsageError);
   }

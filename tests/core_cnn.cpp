@@ -13,10 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/core_test_util.hpp"
-#include "core/model.hpp"
 #include "core/base/rng.hpp"
+#include "core/model.hpp"
 #include "core/trainer.hpp"
+#include "tests/core_test_util.hpp"
 
 using namespace gossiptrain;
 using core::LayerKind;

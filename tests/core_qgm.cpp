@@ -9,11 +9,11 @@
 #include <numbers>
 #include <vector>
 
-#include "core/checkpoint.hpp"
-#include "tests/core_test_util.hpp"
 #include "core/base/rng.hpp"
+#include "core/checkpoint.hpp"
 #include "core/trainer.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "tests/core_test_util.hpp"
 
 using namespace gossiptrain;
 

@@ -42,7 +42,8 @@ struct FakePeer : net::TransportHandler {
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& p) override {
     if (type == wire(gossip::MembershipType::Ping) && answer_pings) {
       auto ping = gossip::decode_ping(p);
-      c->send(wire(gossip::MembershipType::Ack), share(gossip::encode(gossip::AckMsg{ping.seq, {}})));
+      c->send(wire(gossip::MembershipType::Ack),
+              share(gossip::encode(gossip::AckMsg{ping.seq, {}})));
     } else if (type == wire(gossip::MembershipType::Sync)) {
       auto s = gossip::decode_sync(p);
       c->send(wire(gossip::MembershipType::SyncReply),
@@ -69,7 +70,9 @@ struct FakePeer : net::TransportHandler {
     send(wire(gossip::MembershipType::Sync),
          gossip::encode(gossip::SyncMsg{seq, true, std::move(ups)}));
   }
-  void gossip(std::vector<Update> ups) { send(wire(gossip::MembershipType::Gossip), gossip::encode(gossip::GossipMsg{std::move(ups)})); }
+  void gossip(std::vector<Update> ups) {
+    send(wire(gossip::MembershipType::Gossip), gossip::encode(gossip::GossipMsg{std::move(ups)}));
+  }
 
   net::SimNetwork& net;
   net::SimTransport& t;
@@ -214,9 +217,11 @@ TEST_CASE("membership messages: encode/decode round trip and rejection of bad in
   net::Bytes lying_count = good;
   lying_count[1] = 0xFF;  // claims 0x..FF updates with only one present
   CHECK_THROWS_AS(gossip::decode_gossip(lying_count), gossip::DecodeError);
-  CHECK_THROWS_AS(gossip::decode_gossip(gossip::encode(gossip::GossipMsg{{Update{"p1", "nohost", 1, MemberState::Alive, ""}}})),
+  CHECK_THROWS_AS(gossip::decode_gossip(gossip::encode(
+                      gossip::GossipMsg{{Update{"p1", "nohost", 1, MemberState::Alive, ""}}})),
                   gossip::DecodeError);
-  CHECK_THROWS_AS(gossip::decode_gossip(gossip::encode(gossip::GossipMsg{{Update{"p1", "h:1", 1, MemberState::Dead, ""}}})),
+  CHECK_THROWS_AS(gossip::decode_gossip(gossip::encode(
+                      gossip::GossipMsg{{Update{"p1", "h:1", 1, MemberState::Dead, ""}}})),
                   gossip::DecodeError);  // an accusation must name its accuser
   net::Bytes bad_state = gossip::encode(gossip::GossipMsg{{a}});
   bad_state[bad_state.size() - 2] = 9;  // the state byte precedes the empty `from`
@@ -330,7 +335,8 @@ TEST_CASE("membership: incarnation precedence, stale updates ignored, self refut
   CHECK(say(MemberState::Dead, 4).state == MemberState::Alive);
   CHECK(say(MemberState::Alive, 4).incarnation == 5);
   CHECK(say(MemberState::Suspect, 5).state == MemberState::Suspect);
-  CHECK(say(MemberState::Alive, 5).state == MemberState::Suspect);  // same incarnation: no refutation
+  CHECK(say(MemberState::Alive, 5).state ==
+        MemberState::Suspect);  // same incarnation: no refutation
   auto m = say(MemberState::Alive, 6);
   CHECK(m.state == MemberState::Alive);
   CHECK(m.incarnation == 6);
@@ -361,8 +367,9 @@ TEST_CASE("membership: incarnation precedence, stale updates ignored, self refut
   for (const auto& e : cl.events[a]) {
     if (e.subject == "fakeX") transitions.push_back(e.state);
   }
-  CHECK(transitions == std::vector<MemberState>{MemberState::Alive, MemberState::Suspect, MemberState::Alive,
-                                                MemberState::Dead, MemberState::Alive});
+  CHECK(transitions == std::vector<MemberState>{MemberState::Alive, MemberState::Suspect,
+                                                MemberState::Alive, MemberState::Dead,
+                                                MemberState::Alive});
 }
 
 TEST_CASE("membership: a connection without acks is dropped, idle dialled ones are closed", "[gossip]") {
@@ -427,7 +434,8 @@ TEST_CASE("membership: a suspected live member refutes before the timeout", "[go
   for (const auto& e : cl.events[0]) {
     if (e.subject == id_of(1)) seen.push_back(e.state);
   }
-  CHECK(seen == std::vector<MemberState>{MemberState::Alive, MemberState::Suspect, MemberState::Alive});
+  CHECK(seen ==
+        std::vector<MemberState>{MemberState::Alive, MemberState::Suspect, MemberState::Alive});
 }
 
 TEST_CASE("membership: 64 peers joining through one seed all see all", "[gossip]") {
@@ -538,7 +546,8 @@ TEST_CASE("membership: a partition is detected and heals after heal()", "[gossip
     for (int i = 0; i < kPeers; ++i) {
       for (int j = 0; j < kPeers; ++j) {
         const bool same = (i < kPeers / 2) == (j < kPeers / 2);
-        if (i != j && cl.view(i, j) != (same ? MemberState::Alive : MemberState::Dead)) return false;
+        if (i != j && cl.view(i, j) != (same ? MemberState::Alive : MemberState::Dead))
+          return false;
       }
     }
     return true;
@@ -768,10 +777,11 @@ TEST_CASE("membership: refuses to announce a wildcard, ignores members announced
   FakePeer f(cl.net, "10.9.0.1:7000", "fakeF");
   f.connect(addr_of(a));
   f.send(wire(gossip::MembershipType::Sync),
-         gossip::encode(gossip::SyncMsg{1, true,
-                                        {f.self_update(),
-                                         Update{"old", "0.0.0.0:7000", 1, MemberState::Alive, ""},
-                                         Update{"old6", "[::]:7000", 1, MemberState::Alive, ""}}}));
+         gossip::encode(gossip::SyncMsg{
+             1,
+             true,
+             {f.self_update(), Update{"old", "0.0.0.0:7000", 1, MemberState::Alive, ""},
+              Update{"old6", "[::]:7000", 1, MemberState::Alive, ""}}}));
   cl.net.run_for(100ms);
   CHECK(cl[a].member("fakeF").has_value());
   CHECK_FALSE(cl[a].member("old").has_value());

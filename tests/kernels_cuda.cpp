@@ -11,8 +11,8 @@
 
 #include <atomic>
 
-#include "core/metrics.hpp"
 #include "core/base/rng.hpp"
+#include "core/metrics.hpp"
 #include "core/trainer.hpp"
 #include "kernels/backend.hpp"
 #include "tests/kernels_util.hpp"

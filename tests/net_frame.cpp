@@ -39,7 +39,8 @@ struct Wire {
     out.push_back(frame(FrameType::MessageStart, start));
     for (std::size_t off = 0; off < payload.size(); off += chunk) {
       std::size_t n = std::min(chunk, payload.size() - off);
-      out.push_back(frame(FrameType::Data, Bytes(payload.begin() + off, payload.begin() + off + n)));
+      out.push_back(
+          frame(FrameType::Data, Bytes(payload.begin() + off, payload.begin() + off + n)));
     }
     return out;
   }
@@ -68,7 +69,8 @@ struct Feed {
         error = rx.text();
         return false;
       }
-      if (ev == FrameReceiver::Event::Message) msgs.emplace_back(rx.message_type(), rx.take_message());
+      if (ev == FrameReceiver::Event::Message)
+        msgs.emplace_back(rx.message_type(), rx.take_message());
       if (ev == FrameReceiver::Event::Close) close_reason = rx.text();
     }
     return true;

@@ -62,8 +62,8 @@ TEST_CASE("handshake: both sides derive crossed session keys and learn each othe
   CHECK(rr.remote_listen_addr == a.params().listen_addr);
   CHECK(ri.remote_fingerprint == 42);
   CHECK(ri.aead == rr.aead);
-  CHECK(ri.aead == (crypto::aes256gcm_available() ? crypto::Aead::Aes256Gcm
-                                                  : crypto::Aead::ChaCha20Poly1305));
+  CHECK(ri.aead ==
+        (crypto::aes256gcm_available() ? crypto::Aead::Aes256Gcm : crypto::Aead::ChaCha20Poly1305));
 }
 
 TEST_CASE("handshake: fresh ephemeral keys give fresh session keys", "[net]") {

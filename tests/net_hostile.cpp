@@ -173,7 +173,8 @@ TEST_CASE("hostile: a flipped bit in any frame closes the connection and deliver
       std::size_t total = l.max_frame_bytes * 2 + l.max_frame_bytes / 2;
       frames.push_back(seal.start(4, total));
       for (std::size_t off = 0; off < total; off += l.max_frame_bytes)
-        frames.push_back(seal.frame(FrameType::Data, Bytes(std::min(l.max_frame_bytes, total - off), 0x44)));
+        frames.push_back(
+            seal.frame(FrameType::Data, Bytes(std::min(l.max_frame_bytes, total - off), 0x44)));
       Bytes& f = frames[std::size_t(frame_idx)];
       std::size_t pos = where == 0 ? 3 : where == 1 ? 4 : where == 2 ? kFrameHeaderBytes + 1 : f.size() - 1;
       f[pos] ^= 0x10;

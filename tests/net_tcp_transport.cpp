@@ -63,7 +63,7 @@ TEST_CASE("tcp: handshake and round trip of a 100 MB message, both AEADs", "[net
     auto* ch = dynamic_cast<Channel*>(r.conn.get());
     REQUIRE(ch);
     CHECK(ch->aead() == (pref == AeadPreference::Aes256Gcm ? crypto::Aead::Aes256Gcm
-                                                            : crypto::Aead::ChaCha20Poly1305));
+                                                           : crypto::Aead::ChaCha20Poly1305));
     CHECK(ch->remote_listen_addr() == p.server->listen_addr());
     CHECK(on_io(*p.client, [&] { return r.conn->send(42, big); }));
     REQUIRE(wait_for([&] { return p.client_events.n_msgs() == 1; }, 60000ms));
