@@ -206,6 +206,7 @@ void Trainer::restore(const Checkpoint& c, const std::string& where, bool own) {
   step_ = c.step;
   epoch_ = int(c.epoch);
   samples_ = c.samples;
+  ep_.open = false;  // the next step opens the restored epoch (its sample order)
   if (own) {
     restore_best(c.meta);
   } else {
@@ -324,66 +325,85 @@ void Trainer::optimizer_step(float lr) {
   }
 }
 
+void Trainer::begin_epoch() {
+  upload_epoch_order();
+  const double zero = 0.0;
+  be_.upload(loss_acc_.data(), &zero, sizeof zero);
+  ep_ = EpochProgress{};
+  ep_.open = true;
+  ep_.start = Clock::now();
+}
+
+// One optimizer step of the open epoch, its `step` line every read_every steps, and the hook.
+void Trainer::one_step() {
+  const int read_every = cfg_.log_every_steps > 0 ? cfg_.log_every_steps : kLossReadSteps;
+  const std::int64_t s = step_ - std::int64_t(epoch_) * steps_per_epoch_;
+  const std::size_t lo = std::size_t(s) * cfg_.batch;
+  const int b = int(std::min<std::size_t>(cfg_.batch, epoch_samples_ - lo));
+  be_.gather_batch(train_.x, train_.y, order_dev_.data() + lo, b, shard_.features, x_dev_.data(),
+                   y_dev_.data());
+  model_.forward_backward_acc(x_dev_.data(), y_dev_.data(), b, loss_acc_.data());
+  const float lr = lr_at(step_);
+  ++step_;
+  optimizer_step(lr);
+  samples_ += b;
+  ep_.samples += b;
+  ++ep_.loss_n;
+  if (step_ % read_every == 0) {
+    const double loss_sum = read_loss_sum();
+    if (cfg_.log_every_steps > 0)  // the mean loss of the steps since the last line
+      metrics_.emit("step", {{"step", step_},
+                             {"steps_total", total_steps_},
+                             {"epoch", epoch_},
+                             {"loss", (loss_sum - ep_.loss_read) / double(ep_.loss_n - ep_.read_n)},
+                             {"lr", lr},
+                             {"samples_per_s", double(ep_.samples) / since(ep_.start)}});
+    ep_.loss_read = loss_sum;
+    ep_.read_n = ep_.loss_n;
+  }
+  call_hook(false);
+}
+
+// The epoch's end: its mean loss, the evaluation, the progress line and a checkpoint. Resumed from
+// a checkpoint taken after the epoch's last step, this run trained none of it (no loss, no speed).
+void Trainer::end_epoch(TrainResult& res) {
+  std::optional<double> sps, mean_loss;
+  if (ep_.loss_n) {
+    mean_loss = read_loss_sum() / double(ep_.loss_n);
+    sps = double(ep_.samples) / std::max(1e-9, since(ep_.start));
+  }
+  ep_.open = false;
+  ++epoch_;
+  const EvalResult ev = evaluate_and_report(res, mean_loss, sps);
+  if (on_epoch) on_epoch(epoch_, mean_loss, ev, sps);
+  save_checkpoint_now();
+  last_ckpt_ = Clock::now();
+}
+
+bool Trainer::train_step(TrainResult& res) {
+  if (epoch_ >= cfg_.epochs) return false;
+  if (!ep_.open) begin_epoch();
+  if (step_ < std::int64_t(epoch_ + 1) * steps_per_epoch_) {
+    one_step();
+    if (!cfg_.checkpoint_dir.empty() && since(last_ckpt_) > cfg_.checkpoint_every_s) {
+      save_checkpoint_now();
+      last_ckpt_ = Clock::now();
+    }
+  }
+  if (step_ >= std::int64_t(epoch_ + 1) * steps_per_epoch_) end_epoch(res);
+  res.steps = step_;
+  res.epochs_done = epoch_;
+  res.best_test_acc = best_test_acc();
+  return epoch_ < cfg_.epochs;
+}
+
 TrainResult Trainer::run(const std::atomic<bool>& stop) {
   TrainResult res;
   // A checkpoint written after the last step: report the model it holds, not an empty result.
   if (epoch_ >= cfg_.epochs && !stop.load()) evaluate_and_report(res, std::nullopt, std::nullopt);
   const auto t_start = Clock::now();
-  auto t_ckpt = Clock::now();
-  const int F = shard_.features;
-  const int read_every = cfg_.log_every_steps > 0 ? cfg_.log_every_steps : kLossReadSteps;
-
-  while (epoch_ < cfg_.epochs && !stop.load()) {
-    upload_epoch_order();
-    const double zero = 0.0;
-    be_.upload(loss_acc_.data(), &zero, sizeof zero);
-    const auto t_epoch = Clock::now();
-    double loss_sum = 0.0, loss_read = 0.0;  // summed batch losses: now, and at the last read
-    std::int64_t loss_n = 0, read_n = 0, epoch_samples = 0;
-    std::int64_t first = step_ - std::int64_t(epoch_) * steps_per_epoch_;
-    for (std::int64_t s = first; s < steps_per_epoch_ && !stop.load(); ++s) {
-      const std::size_t lo = std::size_t(s) * cfg_.batch;
-      const int b = int(std::min<std::size_t>(cfg_.batch, epoch_samples_ - lo));
-      be_.gather_batch(train_.x, train_.y, order_dev_.data() + lo, b, F, x_dev_.data(),
-                       y_dev_.data());
-      model_.forward_backward_acc(x_dev_.data(), y_dev_.data(), b, loss_acc_.data());
-      const float lr = lr_at(step_);
-      ++step_;
-      optimizer_step(lr);
-      samples_ += b;
-      epoch_samples += b;
-      ++loss_n;
-      if (step_ % read_every == 0) {
-        loss_sum = read_loss_sum();
-        if (cfg_.log_every_steps > 0)  // the mean loss of the steps since the last line
-          metrics_.emit("step", {{"step", step_},
-                                 {"steps_total", total_steps_},
-                                 {"epoch", epoch_},
-                                 {"loss", (loss_sum - loss_read) / double(loss_n - read_n)},
-                                 {"lr", lr},
-                                 {"samples_per_s", double(epoch_samples) / since(t_epoch)}});
-        loss_read = loss_sum;
-        read_n = loss_n;
-      }
-      call_hook(false);
-      if (!cfg_.checkpoint_dir.empty() && since(t_ckpt) > cfg_.checkpoint_every_s) {
-        save_checkpoint_now();
-        t_ckpt = Clock::now();
-      }
-    }
-    if (loss_n) loss_sum = read_loss_sum();
-    if (stop.load()) break;
-    // Resumed from a checkpoint taken after the epoch's last step, this run trained none of it.
-    std::optional<double> sps, mean_loss;
-    if (loss_n) {
-      sps = double(epoch_samples) / std::max(1e-9, since(t_epoch));
-      mean_loss = loss_sum / double(loss_n);
-    }
-    ++epoch_;
-    const EvalResult ev = evaluate_and_report(res, mean_loss, sps);
-    if (on_epoch) on_epoch(epoch_, mean_loss, ev, sps);
-    save_checkpoint_now();
-    t_ckpt = Clock::now();
+  last_ckpt_ = Clock::now();
+  while (!stop.load() && train_step(res)) {
   }
   if (stop.load()) {
     res.stopped = true;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -93,6 +94,13 @@ class Trainer final : public StateSource {
   // Trains until cfg.epochs are done or stop becomes true; checkpoints at epoch ends and on stop.
   // Resumed with nothing left to train, it evaluates the model it loaded.
   TrainResult run(const std::atomic<bool>& stop);
+  // One step of run(), for a caller that drives the clock itself (gossip-sim): the next optimizer
+  // step and the hook after it, then, after an epoch's last step, that epoch's evaluation and
+  // checkpoint (res gets its figures). Returns false once every epoch is done (no step taken).
+  bool train_step(TrainResult& res);
+  // Calls the hook with this step's context outside a step (done: training is over); what a
+  // caller driving train_step uses when the exchange asks for a step boundary.
+  void call_hook(bool done);
   EvalResult evaluate(const Dataset& d);
   // Best test accuracy of the run, kept in its checkpoints: empty before the first evaluation, and
   // unknown (empty) after resuming from a checkpoint of an older build that did not keep it.
@@ -128,7 +136,9 @@ class Trainer final : public StateSource {
   // not finite (diverged).
   double read_loss_sum();
   float lr_at(std::int64_t step) const;
-  void call_hook(bool done);
+  void begin_epoch();
+  void one_step();
+  void end_epoch(TrainResult& res);
   void restore_best(const std::string& meta);
   // Evaluates on the test set, updates res and the best, and writes the `eval` metric line (the
   // training figures only when measured).
@@ -156,7 +166,16 @@ class Trainer final : public StateSource {
   std::size_t epoch_samples_ = 0;  // samples drawn per epoch
   std::int64_t total_steps_ = 0;
   std::optional<double> best_acc_;
-  bool best_known_ = true;  // false: resumed from a checkpoint without it
+  bool best_known_ = true;
+  // The epoch train_step is in: its loss sums (now, and at the last `step` line) and speed.
+  struct EpochProgress {
+    bool open = false;
+    std::chrono::steady_clock::time_point start;
+    double loss_read = 0.0;
+    std::int64_t loss_n = 0, read_n = 0, samples = 0;
+  };
+  EpochProgress ep_;
+  std::chrono::steady_clock::time_point last_ckpt_ = std::chrono::steady_clock::now();  // false: resumed from a checkpoint without it
 };
 
 }  // namespace gossiptrain::core
