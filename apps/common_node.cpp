@@ -37,6 +37,8 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
   return tc;
 }
 
+}  // namespace
+
 gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint) {
   gossip::AveragerConfig ac;
   ac.gossip_every = cfg.gossip_every;
@@ -54,8 +56,6 @@ gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fing
   ac.max_rate_bytes_per_s = cfg.max_rate_mb * 1e6;
   return ac;
 }
-
-}  // namespace
 
 // The received-buffer pool holds what one exchange needs again (the partner's vector as fp32,
 // the largest wire, twice for a catch-up served meanwhile), not the 256 MiB default: a hundred

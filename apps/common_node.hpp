@@ -19,6 +19,9 @@
 
 namespace gossiptrain::apps {
 
+// The averager's configuration from a peer's flags (gossip-peer and gossip-sim's train workload).
+gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint);
+
 // The node is the training loop's one step hook: the averager, then the catch-up server (which
 // takes the state after any mix applied at the same boundary).
 class GossipNode final : private core::StepHook {

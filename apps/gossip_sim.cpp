@@ -81,7 +81,8 @@ int run(const apps::sim::SimOptions& o, const std::vector<std::string>& args) {
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s["wall_seconds"] = wall;
-  s["sim_over_wall"] = wall > 0 ? o.world.sim_seconds / wall : 0.0;
+  const double simulated = s["sim_seconds"].get<double>();
+  s["sim_over_wall"] = wall > 0 ? simulated / wall : 0.0;
   s["max_rss_mb"] = max_rss_mb();
   s["run_dir"] = out;
   std::ofstream(out + "/summary.json") << s.dump(2) << '\n';
@@ -89,9 +90,9 @@ int run(const apps::sim::SimOptions& o, const std::vector<std::string>& args) {
   std::printf(
       "gossip-sim: %d peers, %.0f simulated s in %.1f wall s (x%.2f), %llu exchanges, "
       "msd %.4g -> %.4g, max RSS %.0f MB; %s/summary.json\n",
-      o.world.peers, o.world.sim_seconds, wall, s["sim_over_wall"].get<double>(),
+      o.world.peers, simulated, wall, s["sim_over_wall"].get<double>(),
       static_cast<unsigned long long>(s["exchanges_ok"].get<std::uint64_t>()),
-      s["msd_initial"].get<double>(),
+      s["msd_initial"].is_null() ? -1.0 : s["msd_initial"].get<double>(),
       s["msd_final"].is_null() ? -1.0 : s["msd_final"].get<double>(), max_rss_mb(), out.c_str());
   return 0;
 }

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "core/partition.hpp"
+
 namespace gossiptrain::apps::sim {
 
 void parse_latency(const std::string& spec, SimConfig& cfg) {
@@ -61,6 +63,7 @@ void check_simulable(const core::ChurnScenario& s) {
 struct SimArgs {
   SimOptions o;
   std::string churn;
+  std::vector<std::string> peer_args;  // gossip-peer flags for the train workload
   bool have_peers = false, have_seconds = false;
 };
 using O = Options<SimArgs>;
@@ -77,20 +80,24 @@ const OptionTable<SimArgs>& sim_options() {
          a.o.world.peers = int(to_int("peers", v, 1, 100000));
          a.have_peers = true;
        }},
-      {"workload", "W", "consensus (random vectors, averaging only). train is not simulated yet.",
+      {"workload", "W",
+       "consensus (random vectors, averaging only) or train (every peer trains the model on its "
+       "shard, with gossip-peer's training flags)",
        [](SimArgs& a, const std::string& v) {
-         if (v == "train")
-           throw UsageError("--workload train is not simulated by gossip-sim yet (only consensus)");
-         if (v != "consensus")
+         if (v != "consensus" && v != "train")
            throw UsageError("--workload: expected consensus|train, got '" + v + "'");
          a.o.world.workload = v;
        }},
-      {"sim-seconds", "S", "simulated time (> 0)",
+      {"sim-seconds", "S",
+       "simulated time (> 0); required for consensus, for train a cap (default: until every "
+       "peer has trained)",
        [](SimArgs& a, const std::string& v) {
          a.o.world.sim_seconds = to_double("sim-seconds", v, 0.001, 1e7);
          a.have_seconds = true;
        }},
-      O::number("seed", "X", "seed of everything (vectors, network, protocol choices); default 1",
+      O::number("seed", "X",
+                "seed of everything (vectors, network, protocol choices, and the peers' --seed: "
+                "partition, initial weights, sample order); default 1",
                 world(&SimConfig::seed), 0, double(1LL << 53)),
       {"out", "DIR", "run folder (absent or empty); default runs/sim-<N>p-<UTC time>",
        [](SimArgs& a, const std::string& v) {
@@ -138,6 +145,10 @@ const OptionTable<SimArgs>& sim_options() {
       O::named<gossip::MixMode>(
           "mix", {{"plain", gossip::MixMode::Plain}, {"clipped", gossip::MixMode::Clipped}},
           "the averager's mixing (default plain)", world(&SimConfig::mix)),
+      O::number("step-ms", "MS",
+                "train: the simulated time of one training step (default 0: measured once at "
+                "start on this machine)",
+                world(&SimConfig::step_ms), 0, 1e6),
       O::flag("trace-exchanges", "one events.jsonl line per exchange side",
               world(&SimConfig::trace_exchanges)),
       O::flag(
@@ -149,7 +160,22 @@ const OptionTable<SimArgs>& sim_options() {
   return table;
 }
 
-void unknown_flag(SimArgs&, const std::string& name, const std::string&) {
+// gossip-peer flags the train workload takes (any other flag is unknown): the data and its split,
+// the model and its training, and how a peer averages. --seed is gossip-sim's own.
+constexpr const char* kPeerFlags[] = {
+    "data",         "partition",    "model",          "epochs",      "batch",
+    "lr",           "momentum",     "weight-decay",   "optimizer",   "schedule",
+    "gossip-every", "wire",         "weighting",      "max-diff-norm", "clip-mult",
+    "clip-window",  "clip-warmup",  "clip-warmup-frac", "suspect-mult", "suspect-floor",
+    "suspect-action", "suspect-decay", "partner-choice", "refuse-mult", "ban-after",
+    "ban-window",   "ban",          "max-rate",       "linger",      "catch-up"};
+
+void unknown_flag(SimArgs& a, const std::string& name, const std::string& value) {
+  for (const char* f : kPeerFlags)
+    if (name == f) {
+      a.peer_args.push_back("--" + name + "=" + value);
+      return;
+    }
   throw UsageError("unknown flag '--" + name + "' (see --help)");
 }
 
@@ -162,8 +188,32 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
     return a.o;
   }
   if (!a.have_peers) throw UsageError("--peers is required");
-  if (!a.have_seconds) throw UsageError("--sim-seconds is required");
   SimOptions& o = a.o;
+  if (!a.have_seconds && !o.world.train())
+    throw UsageError("--sim-seconds is required (for the consensus workload)");
+  if (!a.peer_args.empty() && !o.world.train())
+    throw UsageError("training flags (" + a.peer_args[0] + ") need --workload train");
+  if (o.world.train()) {
+    bool help = false;
+    try {
+      o.world.peer = parse_peer_args(a.peer_args, &help);
+      o.world.peer.train.seed = o.world.seed;
+      // --mix is gossip-sim's flag; for training peers it overrides gossip-peer's default only
+      // when given.
+      for (const auto& arg : args)
+        if (arg == "--mix" || arg.rfind("--mix=", 0) == 0) o.world.peer.robust.mix = o.world.mix;
+      // Every sim peer gossips: gossip-peer's --linger default for a peer with seeds (10 s).
+      bool linger_given = false;
+      for (const auto& arg : a.peer_args) linger_given |= arg.rfind("--linger=", 0) == 0;
+      if (!linger_given) o.world.peer.linger_s = 10.0;
+      core::validate(o.world.peer.train);
+      core::parse_partition(o.world.peer.partition);
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("train: ") + e.what());
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("train: ") + e.what());
+    }
+  }
   if (!a.churn.empty()) {
     try {
       o.world.churn = core::load_churn_scenario(a.churn, o.world.peers);
@@ -179,9 +229,17 @@ std::string sim_usage() {
   return "gossip-sim: N peers in one process, running gossip/'s real membership and averaging "
          "code\nover the seeded in-memory network on a virtual clock.\n\n"
          "  gossip-sim --peers N --workload consensus --sim-seconds S --seed X --out DIR "
-         "[options]\n\n" +
+         "[options]\n"
+         "  gossip-sim --peers N --workload train [--sim-seconds S] --seed X --out DIR [options] "
+         "[training flags]\n\n" +
          sim_options().help(25) +
-         "Not modelled yet (refused with exit code 2): --workload train.\n";
+         "\nTraining flags (--workload train; as gossip-peer --help describes them): --data, "
+         "--partition,\n--model, --epochs, --batch, --lr, --optimizer, --schedule, --momentum, "
+         "--weight-decay,\n--gossip-every, --wire, --weighting, --max-diff-norm, the --clip-*, "
+         "--suspect-*, --refuse-mult,\n--ban* and --partner-choice flags, --max-rate, --linger, "
+         "--catch-up. Peer i trains shard i of every peer\nslot (joiners included), on the "
+         "CPU backend. Not modelled yet (refused with exit code 2):\npause, resume, link and fault "
+         "churn events.\n";
 }
 
 }  // namespace gossiptrain::apps::sim

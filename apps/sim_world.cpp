@@ -9,6 +9,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "apps/common_node.hpp"
+#include "apps/sim_peer.hpp"
 #include "core/base/rng.hpp"
 
 namespace gossiptrain::apps::sim {
@@ -24,12 +26,6 @@ std::string addr_of(int i) {
   return "10." + std::to_string((i >> 16) & 255) + "." + std::to_string((i >> 8) & 255) + "." +
          std::to_string(i & 255) + ":7000";
 }
-std::uint64_t mix64(std::uint64_t a, std::uint64_t b) {
-  base::SplitMix64 r(a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL));
-  std::uint64_t v = r.next();
-  return v ? v : 1;
-}
-Millis ms_of(double s) { return Millis(static_cast<Millis::rep>(std::llround(s * 1000.0))); }
 const char* state_name(gossip::MemberState s) {
   switch (s) {
     case gossip::MemberState::Alive: return "alive";
@@ -48,27 +44,6 @@ bool live_state(int s) {
 // The simulated model: its fingerprint in catch-up (every peer holds the same kind of vector).
 constexpr std::uint64_t kSimFingerprint = 0x51D0C0DE;
 
-struct World::Peer {
-  int index = 0;
-  std::string id, addr;
-  net::SimTransport* t = nullptr;
-  std::unique_ptr<gossip::Dispatcher> disp;
-  std::unique_ptr<gossip::Membership> mem;
-  std::unique_ptr<gossip::Averager> avg;
-  std::unique_ptr<gossip::CatchUpServer> serve;
-  std::unique_ptr<gossip::CatchUpClient> fetch;
-  bool catching_up = false;        // a joiner fetching a live peer's vector: no exchange yet
-  kernels::DeviceBuffer<float> x;  // kept over a crash: the restarted peer resumes from it
-  std::int64_t step = 0;
-  bool up = false;
-  bool ever_started = false;
-  bool boundary_pending = false;
-  std::uint64_t life = 0;  // bumped at every start: ticks of an older life are dropped
-  double up_since = 0, down_since = 0;
-  std::vector<std::int8_t> view;  // what this peer holds of each member (kUnseen or MemberState)
-  int known_alive = 0;            // members it holds alive (not itself)
-  std::uint64_t ok = 0, failed = 0, bytes = 0;
-};
 
 // A peer's whole state for a catch-up server: its vector, no optimizer state but the one vector
 // a fetcher with n_opt_state 1 expects (zeros), its step as the counters.
@@ -175,8 +150,8 @@ World::World(SimConfig cfg, std::ostream& events)
         return o;
       }()) {
   if (cfg_.peers < 1) throw std::invalid_argument("gossip-sim: --peers must be >= 1");
-  if (cfg_.workload != "consensus")
-    throw std::invalid_argument("gossip-sim: only the consensus workload is simulated");
+  if (cfg_.workload != "consensus" && cfg_.workload != "train")
+    throw std::invalid_argument("gossip-sim: --workload is consensus or train");
   if (cfg_.loss > 0)
     net_.set_loss(cfg_.loss, gossip::kMembershipTypeFirst, gossip::kMembershipTypeLast);
   const int slots = cfg_.churn ? core::total_peers(*cfg_.churn) : cfg_.peers;
@@ -188,14 +163,22 @@ World::World(SimConfig cfg, std::ostream& events)
     p->id = id_of(i);
     p->addr = addr_of(i);
     p->view.assign(static_cast<std::size_t>(slots), kUnseen);
-    p->x = kernels::DeviceBuffer<float>(be_, cfg_.params);
-    for (std::size_t j = 0; j < cfg_.params; ++j) p->x.data()[j] = static_cast<float>(rng.normal());
+    if (!cfg_.train()) {
+      p->x = kernels::DeviceBuffer<float>(be_, cfg_.params);
+      for (std::size_t j = 0; j < cfg_.params; ++j)
+        p->x.data()[j] = static_cast<float>(rng.normal());
+    }
     peers_.push_back(std::move(p));
   }
+  dim_ = cfg_.params;
+  if (cfg_.train()) load_train_data();
   if (cfg_.churn) {
-    schedule_ = core::expand_schedule(*cfg_.churn, cfg_.sim_seconds);
-    for (auto e : schedule_.by_progress) {  // progress is the share of the simulated time
-      e.at = e.at * cfg_.sim_seconds;
+    schedule_ = core::expand_schedule(
+        *cfg_.churn, cfg_.sim_seconds > 0 ? cfg_.sim_seconds : 3 * expected_train_s_ + 600);
+    // Progress is the share of the simulated time, or of the training's expected length.
+    const double span = cfg_.train() ? expected_train_s_ : cfg_.sim_seconds;
+    for (auto e : schedule_.by_progress) {
+      e.at = e.at * span;
       e.by_progress = false;
       schedule_.timed.push_back(e);
     }
@@ -255,9 +238,14 @@ void World::build_protocols(Peer& p) {
   mc.rng_seed = mix64(cfg_.seed, 2 * static_cast<std::uint64_t>(i) + 1 + 0x10000 * p.life);
   p.mem = std::make_unique<gossip::Membership>(*p.t, mc);
   p.disp->add(gossip::kMembershipTypeFirst, gossip::kMembershipTypeLast, p.mem.get());
+  // Training peers average as gossip-peer does with the same flags; consensus peers at every tick.
   gossip::AveragerConfig ac;
-  ac.gossip_every = 1;
-  ac.robust.mix = cfg_.mix;
+  if (cfg_.train()) {
+    ac = averager_config(cfg_.peer, fingerprint_);
+  } else {
+    ac.gossip_every = 1;
+    ac.robust.mix = cfg_.mix;
+  }
   ac.yield_between_steps = false;
   ac.seed = mix64(cfg_.seed, 2 * static_cast<std::uint64_t>(i) + 2 + 0x10000 * p.life);
   p.avg = std::make_unique<gossip::Averager>(ac, *p.t, *p.disp, *p.mem, be_);
@@ -272,7 +260,7 @@ void World::build_protocols(Peer& p) {
     });
   });
   gossip::CatchUpServerConfig sc;
-  sc.fingerprint = kSimFingerprint;
+  sc.fingerprint = cfg_.train() ? ac.fingerprint : kSimFingerprint;
   p.serve = std::make_unique<gossip::CatchUpServer>(sc, *p.t, *p.disp);
   p.fetch = std::make_unique<gossip::CatchUpClient>(*p.t, *p.disp, *p.mem);
   p.mem->set_listener([this, i](const gossip::MemberInfo& m) { on_member(i, m); });
@@ -291,16 +279,29 @@ void World::catch_up(int i, std::uint64_t life) {
   }
   gossip::CatchUpClientConfig cc;
   cc.fingerprint = kSimFingerprint;
-  cc.n_params = cfg_.params;
+  cc.n_params = dim_;
+  if (p.trainer) {
+    cc.fingerprint = p.trainer->model().fingerprint();
+    cc.n_opt_state = p.trainer->optimizer_state_count();
+  }
   cc.seed = mix64(cfg_.seed, 0xCA7C00 + static_cast<std::uint64_t>(i) + 0x10000 * p.life);
   const double started = now_s();
   p.fetch->start(cc, [this, i, life, started](gossip::CatchUpResult r) {
     Peer& q = *peers_[i];
     if (!q.up || q.life != life) return;
     q.catching_up = false;
-    if (r.ok) {
+    if (r.ok && q.trainer) {
+      try {
+        q.trainer->restore(r.state, "state from peer " + r.from, /*own=*/false);
+      } catch (const core::CheckpointError& e) {
+        r.ok = false;
+        r.reason = "restore";
+      }
+    } else if (r.ok) {
       be_.upload(q.x.data(), r.state.params.data(), r.state.params.size() * sizeof(float));
       q.step = r.state.step;
+    }
+    if (r.ok) {
       ++catch_ups_ok_;
     } else {
       ++catch_ups_failed_;
@@ -314,6 +315,7 @@ void World::catch_up(int i, std::uint64_t life) {
           {"s", now_s() - started},
           {"bytes", r.bytes}});
     boundary(i, false);  // now it averages, from the vector it took
+    if (q.trainer) train_tick(i, life);
   });
 }
 
@@ -329,6 +331,10 @@ void World::start_peer(int i, bool joiner) {
   p.known_alive = 0;
   build_protocols(p);
   p.catching_up = joiner;
+  if (cfg_.train()) {
+    start_training(p, joiner);
+    return;
+  }
   boundary(i, false);  // the averager learns the vector's size and keeps a snapshot ready
   p.mem->start();
   if (joiner) {
@@ -343,7 +349,11 @@ void World::start_peer(int i, bool joiner) {
 }
 
 void World::tear_down(Peer& p) {
-  // The node vanished from the network first (kill): nothing of it runs any more.
+  // The node vanished from the network first (kill): nothing of it runs any more. Its trainer
+  // goes too: a restart resumes from the last checkpoint (p.ckpt).
+  p.training = false;
+  p.trainer.reset();
+  p.hook.reset();
   p.avg.reset();
   p.fetch.reset();
   p.serve.reset();
@@ -363,6 +373,12 @@ void World::tick(int i, std::uint64_t life) {
 void World::boundary(int i, bool initiate) {
   Peer& p = *peers_[i];
   if (!p.up || !p.avg || p.catching_up) return;
+  if (p.trainer) {
+    // A training peer answers the averager at its next step, as gossip-peer does; between steps
+    // only while it waits for its cohort or lingers after its last step.
+    if (!p.training) p.trainer->call_hook(/*done=*/true);
+    return;
+  }
   core::StepContext ctx{be_, p.x.data(), p.x.size(), p.step, p.step, 1, 0, !initiate};
   p.avg->between_steps(ctx);
   if (p.step > 0) {  // a catch-up server serves only a state that has taken a step
@@ -453,14 +469,22 @@ void World::check_converged() {
 // The peers whose vectors count: those up, and the initial ones not started yet (their vectors
 // exist from time 0 and join the averaging when they start).
 bool World::counted(const Peer& p) const {
+  if (cfg_.train()) return p.up && p.trainer;
   return p.up || (!p.ever_started && p.index < cfg_.peers);
 }
 
+// The vector a peer averages: its random vector, or its model's parameters (null while it has no
+// trainer).
+const float* World::vec(const Peer& p) const {
+  if (!cfg_.train()) return p.x.data();
+  return p.trainer ? p.trainer->model().params() : nullptr;
+}
+
 std::vector<double> World::coordinate_sums() const {
-  std::vector<double> s(cfg_.params, 0.0);
+  std::vector<double> s(dim_, 0.0);
   for (const auto& p : peers_)
     if (counted(*p))
-      for (std::size_t j = 0; j < cfg_.params; ++j) s[j] += p->x.data()[j];
+      for (std::size_t j = 0; j < dim_; ++j) s[j] += vec(*p)[j];
   return s;
 }
 
@@ -468,18 +492,19 @@ void World::sample(const char* why) {
   int n = 0;
   for (const auto& p : peers_) n += counted(*p) ? 1 : 0;
   double msd = 0;
-  if (n > 0 && cfg_.params > 0) {
+  if (n > 0 && dim_ > 0) {
     std::vector<double> mean = coordinate_sums();
     for (double& v : mean) v /= n;
     double total = 0;
     for (const auto& p : peers_) {
       if (!counted(*p)) continue;
-      const float* x = p->x.data();
-      for (std::size_t j = 0; j < cfg_.params; ++j) total += (x[j] - mean[j]) * (x[j] - mean[j]);
+      const float* x = vec(*p);
+      for (std::size_t j = 0; j < dim_; ++j) total += (x[j] - mean[j]) * (x[j] - mean[j]);
     }
-    msd = total / (static_cast<double>(n) * static_cast<double>(cfg_.params));
+    msd = total / (static_cast<double>(n) * static_cast<double>(dim_));
   }
-  if (msd0_ < 0) msd0_ = msd;
+  if (cfg_.train() && n == 0) return;  // no model up to measure
+  if (msd0_ < 0 && n > 0) msd0_ = msd;
   Sample s{now_s(), ok_sides_ / 2, msd, n};
   (std::string(why) == "round" ? round_samples_ : samples_).push_back(s);
   emit({{"t", s.t},
@@ -706,7 +731,7 @@ json World::run() {
   // The baseline before any exchange, over every initial peer (the ones still to start included).
   next_round_sides_ = static_cast<std::uint64_t>(cfg_.peers);
   sum0_ = coordinate_sums();
-  sample("initial");
+  if (!cfg_.train()) sample("initial");  // a training peer's vector exists once it starts
   // Seeds first, at 0; the others at seeded random moments over join_spread_s.
   base::SplitMix64 rng(mix64(cfg_.seed, 0x5EED));
   std::vector<std::pair<Millis, int>> starts;
@@ -723,7 +748,9 @@ json World::run() {
   last_start_s_ = now_s();
   all_started_ = true;
   check_converged();
-  const Millis end = ms_of(cfg_.sim_seconds);
+  // The train workload runs until every peer has trained, lingered and left (--sim-seconds, when
+  // given, cuts it short).
+  const Millis end = ms_of(cfg_.sim_seconds > 0 ? cfg_.sim_seconds : 3 * expected_train_s_ + 600);
   const Millis sample_every = std::max(Millis(1), ms_of(cfg_.sample_every_s));
   const Millis census_every = Millis(10000);
   Millis next_sample = net_.now() + sample_every, next_census = net_.now() + census_every;
@@ -755,6 +782,9 @@ json World::run() {
       report_progress();
     }
     if (!converged_s_) check_converged();
+    if (training_over() && std::none_of(schedule_.timed.begin() + next_churn, schedule_.timed.end(),
+                                        [](const auto& e) { return !e.generated; }))
+      break;
   }
   return finish();
 }
@@ -770,7 +800,7 @@ void World::report_progress() {
   std::fprintf(stderr,
                "gossip-sim: %.0f / %.0f simulated s (x%.2f real time), %d peers up, %llu "
                "exchanges, msd %.4g\n",
-               now_s(), cfg_.sim_seconds, wall > 0 ? now_s() / wall : 0.0, up_count(),
+               now_s(), cfg_.train() ? expected_train_s_ : cfg_.sim_seconds, wall > 0 ? now_s() / wall : 0.0, up_count(),
                static_cast<unsigned long long>(ok_sides_ / 2),
                samples_.empty() ? -1.0 : samples_.back().msd);
 }
@@ -792,18 +822,18 @@ json World::finish() {
   if (!converged_s_) check_converged();
   const int n = up_count();
   json s;
-  s["sim_seconds"] = cfg_.sim_seconds;
+  s["sim_seconds"] = cfg_.train() ? sim_end : cfg_.sim_seconds;
   s["drain_seconds"] = now_s() - sim_end;
   s["peers"] = cfg_.peers;
   s["peers_up_at_end"] = n;
   s["workload"] = cfg_.workload;
-  s["params"] = cfg_.params;
+  s["params"] = dim_;
   s["seed"] = cfg_.seed;
   s["exchanges_ok"] = ok_sides_ / 2;
   s["exchange_sides_ok"] = ok_sides_;
   s["exchange_sides_failed"] = failed_sides_;
   s["exchanges_failed_by_reason"] = failed_by_reason_;
-  s["msd_initial"] = msd0_;
+  s["msd_initial"] = msd0_ >= 0 ? json(msd0_) : json(nullptr);
   s["msd_final"] = samples_.empty() ? json(nullptr) : json(samples_.back().msd);
   std::uint64_t bytes = 0;
   std::vector<std::uint64_t> per_peer;
@@ -832,7 +862,8 @@ json World::finish() {
                       converged_s_ ? json(*converged_s_ - last_start_s_) : json(nullptr)},
                      {"last_start_s", last_start_s_},
                      {"seeds", seed_addrs_.size()}};
-  if (!cfg_.churn) {
+  if (cfg_.train()) s["train"] = train_summary();
+  if (!cfg_.churn && !cfg_.train()) {
     s["rate_check"] = rate_check();
     // Pairwise mixing conserves the sum of the vectors (up to float rounding).
     const auto sum = coordinate_sums();
@@ -843,7 +874,7 @@ json World::finish() {
     }
     s["sum_drift_max"] = drift;
     s["sum_abs_max"] = scale;
-  } else {
+  } else if (cfg_.churn) {
     s["churn"] = churn_summary();
     json alive = json::array();
     for (auto [t, k] : alive_over_time_) alive.push_back({t, k});

@@ -17,7 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/common_options.hpp"
 #include "core/churn_scenario.hpp"
+#include "core/dataset.hpp"
 #include "gossip/averager.hpp"
 #include "gossip/catch_up.hpp"
 #include "gossip/dispatcher.hpp"
@@ -60,6 +62,11 @@ struct SimConfig {
   int rate_rounds = 10;          // rounds sampled for the consensus rate check
   bool trace_exchanges = false;  // one events.jsonl line per exchange side
   std::optional<core::ChurnScenario> churn;
+  // The train workload: the peers' flags (gossip-peer's training and gossip flags; the shard and
+  // the number of shards are set per peer), and the simulated time of one step (0: measured).
+  PeerConfig peer;
+  double step_ms = 0;
+  bool train() const { return workload == "train"; }
 };
 
 // What a run measured; summary.json is built from it (to_json).
@@ -88,6 +95,7 @@ class World {
  private:
   struct Peer;
   class VectorState;
+  class TrainHook;
   struct Crash;
   void start_peer(int i, bool joiner = false);
   void catch_up(int i, std::uint64_t life);
@@ -115,7 +123,18 @@ class World {
   std::vector<double> coordinate_sums() const;
   int up_count() const;
   bool counted(const Peer& p) const;
+  const float* vec(const Peer& p) const;
 
+  // The train workload (sim_train.cpp): data and shards, the step loop, checkpoints, the end.
+  void load_train_data();
+  double measure_step_ms();
+  void start_training(Peer& p, bool joiner);
+  void wait_for_cohort(int i, std::uint64_t life, double since_s);
+  void train_tick(int i, std::uint64_t life);
+  void train_boundary(int i, core::StepContext& ctx);
+  void finish_training(int i);
+  bool training_over() const;
+  nlohmann::json train_summary() const;
   SimConfig cfg_;
   std::ostream& events_;
   std::chrono::steady_clock::time_point wall_start_, last_progress_;
@@ -154,6 +173,16 @@ class World {
   int wrong_dead_max_ = 0, wrong_alive_max_ = 0;
   std::uint64_t census_observations_ = 0;
   std::vector<std::pair<double, int>> alive_over_time_;
+
+  // Train workload.
+  core::TrainTest data_;
+  std::vector<core::Dataset> shards_;
+  std::size_t dim_ = 0;         // floats per peer: params, or the model's size
+  std::uint64_t fingerprint_ = 0;  // the model's (train workload)
+  std::int64_t steps_per_epoch_ = 0;
+  double expected_train_s_ = 0;  // total steps x step time: where at_progress events fall
+  std::string step_ms_source_;
+  int evaluations_ = 0;
 };
 
 }  // namespace gossiptrain::apps::sim

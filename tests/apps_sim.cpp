@@ -220,6 +220,71 @@ TEST_CASE("gossip-sim: a joiner takes a live peer's vector before it averages", 
   CHECK(seen == 2);
 }
 
+namespace {
+// The train workload on the small generated data set: 4 peers, 2 epochs, a given step time (so
+// the run does not depend on this machine's speed).
+SimConfig small_train(std::uint64_t seed) {
+  SimConfig c = small(4, 0, seed);
+  c.workload = "train";
+  c.peer.data = "synthetic";
+  c.peer.train.epochs = 2;
+  c.peer.train.seed = seed;
+  c.peer.linger_s = 2;
+  c.step_ms = 20;
+  return c;
+}
+
+int count_events(const std::string& events, const std::string& kind, int peer = -1) {
+  std::istringstream lines(events);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    const json e = json::parse(line);
+    if (e["event"] == kind && (peer < 0 || e["peer"] == peer)) ++n;
+  }
+  return n;
+}
+}  // namespace
+
+TEST_CASE("gossip-sim train: peers train their shards and average, reproducibly", "[sim]") {
+  const Run a = simulate(small_train(5)), b = simulate(small_train(5));
+  CHECK(a.events == b.events);
+  const json& t = a.summary["train"];
+  INFO(a.summary.dump());
+  CHECK(t["peers_finished"] == 4);
+  CHECK(t["step_ms_source"] == "given");
+  CHECK(t["evaluations"] == 8);  // every peer, every epoch
+  CHECK(t["final_test_acc_min"].get<double>() > 0.4);  // 10 classes: chance is 0.1
+  CHECK(a.summary["exchanges_ok"].get<int>() > 10);
+  // Averaging pulls the models together: their distance to the mean ends far below its first
+  // measure, taken early in training.
+  CHECK(a.summary["msd_final"].get<double>() < 0.1 * a.summary["msd_initial"].get<double>());
+  // Every step takes step_ms of simulated time: 2 epochs of ceil(ceil(6000 / 4) / 32) = 47 steps.
+  CHECK(t["steps_per_epoch"] == 47);
+  CHECK(a.summary["sim_seconds"].get<double>() > 94 * 0.020);
+}
+
+TEST_CASE("gossip-sim train: a crashed peer resumes from its checkpoint, a joiner catches up",
+          "[sim]") {
+  SimConfig c = small_train(6);
+  c.peer.train.epochs = 4;
+  // Training starts near 2 s (the last start) and an epoch takes 47 steps of 20 ms: the crash
+  // falls in the second epoch.
+  c.churn = core::load_churn_scenario("crash:1@3.6,restart:1@3.8,join:1@4", 4);
+  const Run r = simulate(c);
+  INFO(r.summary.dump());
+  const json& t = r.summary["train"];
+  CHECK(r.summary["churn"]["restarts"] == 1);
+  CHECK(r.summary["churn"]["catch_ups_ok"] == 1);
+  CHECK(t["peers_finished"] == 5);
+  // The restarted peer resumed: it evaluates each epoch once (none twice, none missed), as the
+  // checkpoint taken at its last epoch end holds the epochs before the crash.
+  CHECK(count_events(r.events, "eval", 1) == 4);
+  // The joiner took a trained peer's state: it evaluates only the epochs left after it.
+  CHECK(count_events(r.events, "eval", 4) < 4);
+  CHECK(count_events(r.events, "done") == 5);
+}
+
 TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refused", "[sim]") {
   using apps::UsageError;
   using apps::sim::parse_sim_options;
@@ -236,7 +301,24 @@ TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refus
                   UsageError);
   CHECK_THROWS_AS(parse({"--peers", "8", "--sim-seconds", "1", "--topology", "t.json"}),
                   UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8", "--sim-seconds", "1", "--workload", "train"}), UsageError);
+  CHECK_THROWS_AS(parse({"--peers", "8", "--sim-seconds", "1", "--workload", "bogus"}), UsageError);
+  // Training flags: checked by gossip-peer's own parser, only with --workload train, and only
+  // those that mean something in the sim.
+  CHECK_THROWS_AS(parse({"--peers", "8", "--workload", "train", "--lr", "20"}), UsageError);
+  CHECK_THROWS_AS(parse({"--peers", "8", "--workload", "train", "--partition", "shards:x"}),
+                  UsageError);
+  CHECK_THROWS_AS(parse({"--peers", "8", "--workload", "train", "--listen", "1.2.3.4:5"}),
+                  UsageError);
+  CHECK_THROWS_AS(parse({"--peers", "8", "--sim-seconds", "1", "--epochs", "2"}), UsageError);
+  CHECK_THROWS_AS(parse({"--peers", "8", "--workload", "train", "--step-ms", "-1"}), UsageError);
+  const auto train = parse({"--peers", "8", "--workload", "train", "--epochs", "2", "--lr=0.1",
+                            "--seed", "7", "--step-ms", "3"});
+  CHECK(train.world.train());
+  CHECK(train.world.peer.train.epochs == 2);
+  CHECK(train.world.peer.train.lr == Approx(0.1));
+  CHECK(train.world.peer.train.seed == 7);
+  CHECK(train.world.peer.linger_s == 10.0);  // a gossiping peer's default
+  CHECK(train.world.step_ms == 3.0);
   const auto ok = parse({"--peers", "8", "--sim-seconds", "5", "--latency", "uniform:2:7"});
   CHECK(ok.world.latency == net::Millis(2));
   CHECK(ok.world.jitter == net::Millis(5));
