@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # Plots of one gossip-sim run folder, over simulated time: consensus.png (mean squared distance to
 # the average of the live peers' vectors), alive.png (peers up), bytes.png (bytes each peer sent)
-# and, with churn, detection.png (how long until every peer up had marked each crash dead).
+# and, with churn, detection.png (how long until every peer up had marked each crash dead); for the
+# train workload accuracy.png (each peer's test accuracy at its epoch ends and at its end).
 """usage: plot_sim.py RUN_DIR
 
 Reads RUN_DIR/events.jsonl and RUN_DIR/summary.json (docs/ARCHITECTURE.md, "gossip-sim") and
@@ -74,6 +75,25 @@ def bytes_sent(run, summary):
     save(fig, ax, run, "bytes.png", "Bytes sent per peer", "MB sent", "peers")
 
 
+def accuracy(run, events, peers):
+    evals = [e for e in events if e.get("event") in ("eval", "done")]
+    if not evals:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4))
+    by_peer = {}
+    for e in evals:
+        acc = e.get("test_acc", e.get("final_test_acc"))
+        if acc is not None:
+            by_peer.setdefault(e["peer"], []).append((e["t"], 100 * acc))
+    for peer, pts in sorted(by_peer.items()):
+        ax.plot([t for t, _ in pts], [a for _, a in pts], lw=1, marker=".", label=f"peer {peer}")
+    if len(by_peer) <= 12:
+        ax.legend(fontsize=7)
+    save(fig, ax, run, "accuracy.png", f"Test accuracy, {peers} peers", "simulated s",
+         "test accuracy (%)")
+    return True
+
+
 def detection(run, summary):
     churn = summary.get("churn") or {}
     crashes = [c for c in churn.get("crashes", []) if c.get("max_detection_s") is not None]
@@ -108,6 +128,8 @@ def main():
     made = ["consensus.png", "alive.png", "bytes.png"]
     if detection(run, summary):
         made.append("detection.png")
+    if accuracy(run, events, peers):
+        made.append("accuracy.png")
     print("plot_sim.py: wrote " + ", ".join(made) + " in " + run)
 
 
