@@ -79,6 +79,7 @@ int run(const apps::sim::SimOptions& o, const std::vector<std::string>& args) {
     apps::sim::World world(o.world, events);
     s = world.run();
   }
+  events.close();  // every line on disk before the plots read them
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s["wall_seconds"] = wall;
   const double simulated = s["sim_seconds"].get<double>();

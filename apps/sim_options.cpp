@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "core/dataset.hpp"
+#include "core/model.hpp"
 #include "core/partition.hpp"
 
 namespace gossiptrain::apps::sim {
@@ -171,6 +173,9 @@ constexpr const char* kPeerFlags[] = {
     "ban-window",   "ban",          "max-rate",       "linger",      "catch-up"};
 
 void unknown_flag(SimArgs& a, const std::string& name, const std::string& value) {
+  if (name == "backend" || name == "device" || name == "precision")
+    throw UsageError("--" + name + ": the train workload trains on the CPU backend only (all "
+                     "peers on one GPU is not simulated yet)");
   for (const char* f : kPeerFlags)
     if (name == f) {
       a.peer_args.push_back("--" + name + "=" + value);
@@ -208,10 +213,20 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
       if (!linger_given) o.world.peer.linger_s = 10.0;
       core::validate(o.world.peer.train);
       core::parse_partition(o.world.peer.partition);
+      // The data's labels and shape now, so that a missing or bad data set is refused before the
+      // run folder is made.
+      const core::DatasetLabels d = core::load_labels(o.world.peer.data);
+      if (d.features != core::parse_model_spec(o.world.peer.train.model).front())
+        throw UsageError("--model " + o.world.peer.train.model + " takes " +
+                         std::to_string(core::parse_model_spec(o.world.peer.train.model).front()) +
+                         " inputs but --data " + o.world.peer.data + " has " +
+                         std::to_string(d.features) + " features");
     } catch (const UsageError& e) {
       throw UsageError(std::string("train: ") + e.what());
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("train: ") + e.what());
+    } catch (const core::DataError& e) {
+      throw UsageError(std::string("--data: ") + e.what());
     }
   }
   if (!a.churn.empty()) {

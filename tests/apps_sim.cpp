@@ -345,5 +345,18 @@ TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refus
   for (const char* png : {"consensus.png", "alive.png", "bytes.png"})
     CHECK(fs::exists(dir / "run" / png));
   CHECK(exit_code_of(base) == 2);  // the folder is no longer empty
+  // The train workload from the command line: its figures and the accuracy plot; a data set that
+  // is not there is refused with exit code 2 before any run folder is made.
+  const std::string train_cmd = bin + " --peers 3 --workload train --data synthetic --epochs 1 " +
+                            "--step-ms 5 --linger 1 --out " + (dir / "train").string();
+  CHECK(exit_code_of(train_cmd) == 0);
+  CHECK(fs::exists(dir / "train" / "accuracy.png"));
+  const json t = json::parse(std::ifstream(dir / "train" / "summary.json"));
+  CHECK(t["train"]["peers_finished"] == 3);
+  CHECK(exit_code_of(bin + " --peers 3 --workload train --data " + (dir / "none").string() +
+                     " --out " + (dir / "train2").string()) == 2);
+  CHECK(exit_code_of(bin + " --peers 3 --workload train --backend cuda --out " +
+                     (dir / "train2").string()) == 2);
+  CHECK(!fs::exists(dir / "train2"));
   fs::remove_all(dir);
 }
