@@ -289,28 +289,31 @@ TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refus
   using apps::UsageError;
   using apps::sim::parse_sim_options;
   auto parse = [](std::vector<std::string> a) { return parse_sim_options(a); };
-  CHECK_THROWS_AS(parse({"--peers", "0", "--sim-seconds", "1"}), UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8"}), UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8", "--sim-seconds", "-1"}), UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8", "--sim-seconds", "1", "--loss", "2"}), UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8", "--sim-seconds", "1", "--latency", "uniform:9:3"}),
-                  UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8", "--sim-seconds", "1", "--churn", "crash:9@3"}),
-                  UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8", "--sim-seconds", "1", "--churn", "pause:1@3"}),
-                  UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8", "--sim-seconds", "1", "--topology", "t.json"}),
-                  UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8", "--sim-seconds", "1", "--workload", "bogus"}), UsageError);
-  // Training flags: checked by gossip-peer's own parser, only with --workload train, and only
-  // those that mean something in the sim.
-  CHECK_THROWS_AS(parse({"--peers", "8", "--workload", "train", "--lr", "20"}), UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8", "--workload", "train", "--partition", "shards:x"}),
-                  UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8", "--workload", "train", "--listen", "1.2.3.4:5"}),
-                  UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8", "--sim-seconds", "1", "--epochs", "2"}), UsageError);
-  CHECK_THROWS_AS(parse({"--peers", "8", "--workload", "train", "--step-ms", "-1"}), UsageError);
+  // Each refused: bad values, a bad scenario or topology, training flags outside --workload train,
+  // training flags gossip-peer's own parser refuses, and gossip-peer flags the sim has no use for.
+  const std::vector<std::vector<std::string>> refused = {
+      {"--peers", "0", "--sim-seconds", "1"},
+      {"--peers", "8"},
+      {"--peers", "8", "--sim-seconds", "-1"},
+      {"--peers", "8", "--sim-seconds", "1", "--loss", "2"},
+      {"--peers", "8", "--sim-seconds", "1", "--latency", "uniform:9:3"},
+      {"--peers", "8", "--sim-seconds", "1", "--churn", "crash:9@3"},
+      {"--peers", "8", "--sim-seconds", "1", "--churn", "pause:1@3"},
+      {"--peers", "8", "--sim-seconds", "1", "--topology", "t.json"},
+      {"--peers", "8", "--sim-seconds", "1", "--workload", "bogus"},
+      {"--peers", "8", "--workload", "train", "--lr", "20"},
+      {"--peers", "8", "--workload", "train", "--partition", "shards:x"},
+      {"--peers", "8", "--workload", "train", "--listen", "1.2.3.4:5"},
+      {"--peers", "8", "--sim-seconds", "1", "--epochs", "2"},
+      {"--peers", "8", "--workload", "train", "--step-ms", "-1"},
+      {"--peers", "8", "--workload", "train", "--backend", "cuda"},
+      {"--peers", "8", "--workload", "train", "--data", "/nonexistent/data"},
+      {"--peers", "8", "--workload", "train", "--data", "synthetic", "--model", "mlp:100-10"},
+  };
+  for (const auto& args : refused) {
+    INFO(json(args).dump());
+    CHECK_THROWS_AS(parse(args), UsageError);
+  }
   const auto train = parse({"--peers", "8", "--workload", "train", "--epochs", "2", "--lr=0.1",
                             "--seed", "7", "--step-ms", "3"});
   CHECK(train.world.train());
