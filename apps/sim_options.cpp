@@ -164,17 +164,21 @@ const OptionTable<SimArgs>& sim_options() {
 
 // gossip-peer flags the train workload takes (any other flag is unknown): the data and its split,
 // the model and its training, and how a peer averages. --seed is gossip-sim's own.
-constexpr const char* kPeerFlags[] = {
-    "data",         "partition",    "model",          "epochs",      "batch",
-    "lr",           "momentum",     "weight-decay",   "optimizer",   "schedule",
-    "gossip-every", "wire",         "weighting",      "max-diff-norm", "clip-mult",
-    "clip-window",  "clip-warmup",  "clip-warmup-frac", "suspect-mult", "suspect-floor",
-    "suspect-action", "suspect-decay", "partner-choice", "refuse-mult", "ban-after",
-    "ban-window",   "ban",          "max-rate",       "linger",      "catch-up"};
+constexpr const char* kPeerFlags[] = {"data",          "partition",      "model",
+                                      "epochs",        "batch",          "lr",
+                                      "momentum",      "weight-decay",   "optimizer",
+                                      "schedule",      "gossip-every",   "wire",
+                                      "weighting",     "max-diff-norm",  "clip-mult",
+                                      "clip-window",   "clip-warmup",    "clip-warmup-frac",
+                                      "suspect-mult",  "suspect-floor",  "suspect-action",
+                                      "suspect-decay", "partner-choice", "refuse-mult",
+                                      "ban-after",     "ban-window",     "ban",
+                                      "max-rate",      "linger",         "catch-up"};
 
 void unknown_flag(SimArgs& a, const std::string& name, const std::string& value) {
   if (name == "backend" || name == "device" || name == "precision")
-    throw UsageError("--" + name + ": the train workload trains on the CPU backend only (all "
+    throw UsageError("--" + name +
+                     ": the train workload trains on the CPU backend only (all "
                      "peers on one GPU is not simulated yet)");
   for (const char* f : kPeerFlags)
     if (name == f) {

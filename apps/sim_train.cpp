@@ -31,7 +31,8 @@ void World::load_train_data() {
   pc.train.checkpoint_dir.clear();
   data_ = core::load_dataset(pc.data);
   const auto spec = core::parse_partition(pc.partition);
-  const auto parts = core::partition(data_.train.y, data_.train.classes, slots, spec, pc.train.seed);
+  const auto parts =
+      core::partition(data_.train.y, data_.train.classes, slots, spec, pc.train.seed);
   shards_.clear();
   for (const auto& rows : parts) shards_.push_back(core::subset(data_.train, rows));
   // An epoch of a peer is an equal share of the training set, whatever its shard's size.

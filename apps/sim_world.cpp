@@ -44,7 +44,6 @@ bool live_state(int s) {
 // The simulated model: its fingerprint in catch-up (every peer holds the same kind of vector).
 constexpr std::uint64_t kSimFingerprint = 0x51D0C0DE;
 
-
 // A peer's whole state for a catch-up server: its vector, no optimizer state but the one vector
 // a fetcher with n_opt_state 1 expects (zeros), its step as the counters.
 class World::VectorState final : public core::StateSource {
@@ -800,7 +799,8 @@ void World::report_progress() {
   std::fprintf(stderr,
                "gossip-sim: %.0f / %.0f simulated s (x%.2f real time), %d peers up, %llu "
                "exchanges, msd %.4g\n",
-               now_s(), cfg_.train() ? expected_train_s_ : cfg_.sim_seconds, wall > 0 ? now_s() / wall : 0.0, up_count(),
+               now_s(), cfg_.train() ? expected_train_s_ : cfg_.sim_seconds,
+               wall > 0 ? now_s() / wall : 0.0, up_count(),
                static_cast<unsigned long long>(ok_sides_ / 2),
                samples_.empty() ? -1.0 : samples_.back().msd);
 }

@@ -177,7 +177,7 @@ class World {
   // Train workload.
   core::TrainTest data_;
   std::vector<core::Dataset> shards_;
-  std::size_t dim_ = 0;         // floats per peer: params, or the model's size
+  std::size_t dim_ = 0;            // floats per peer: params, or the model's size
   std::uint64_t fingerprint_ = 0;  // the model's (train workload)
   std::int64_t steps_per_epoch_ = 0;
   double expected_train_s_ = 0;  // total steps x step time: where at_progress events fall

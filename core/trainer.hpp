@@ -175,7 +175,8 @@ class Trainer final : public StateSource {
     std::int64_t loss_n = 0, read_n = 0, samples = 0;
   };
   EpochProgress ep_;
-  std::chrono::steady_clock::time_point last_ckpt_ = std::chrono::steady_clock::now();  // false: resumed from a checkpoint without it
+  std::chrono::steady_clock::time_point last_ckpt_ =
+      std::chrono::steady_clock::now();  // false: resumed from a checkpoint without it
 };
 
 }  // namespace gossiptrain::core

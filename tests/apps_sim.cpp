@@ -253,7 +253,7 @@ TEST_CASE("gossip-sim train: peers train their shards and average, reproducibly"
   INFO(a.summary.dump());
   CHECK(t["peers_finished"] == 4);
   CHECK(t["step_ms_source"] == "given");
-  CHECK(t["evaluations"] == 8);  // every peer, every epoch
+  CHECK(t["evaluations"] == 8);                        // every peer, every epoch
   CHECK(t["final_test_acc_min"].get<double>() > 0.4);  // 10 classes: chance is 0.1
   CHECK(a.summary["exchanges_ok"].get<int>() > 10);
   // Averaging pulls the models together: their distance to the mean ends far below its first
@@ -351,7 +351,7 @@ TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refus
   // The train workload from the command line: its figures and the accuracy plot; a data set that
   // is not there is refused with exit code 2 before any run folder is made.
   const std::string train_cmd = bin + " --peers 3 --workload train --data synthetic --epochs 1 " +
-                            "--step-ms 5 --linger 1 --out " + (dir / "train").string();
+                                "--step-ms 5 --linger 1 --out " + (dir / "train").string();
   CHECK(exit_code_of(train_cmd) == 0);
   CHECK(fs::exists(dir / "train" / "accuracy.png"));
   const json t = json::parse(std::ifstream(dir / "train" / "summary.json"));
