@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "apps/option_table.hpp"
+#include "core/base/stats.hpp"
 
 namespace gossiptrain::apps {
 
@@ -36,11 +37,7 @@ struct BenchRegistrar {
 };
 
 // The median of the figures of a subject's rounds (the upper one of an even count); 0 for none.
-inline double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using base::median;
 
 // A subject's option table: its rows, then --json, which sets Config::json.
 template <class Config>

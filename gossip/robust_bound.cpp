@@ -5,17 +5,15 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/base/stats.hpp"
+
 namespace gossiptrain::gossip {
+
+using base::median;
 
 namespace {
 
 constexpr std::size_t kMaxPartners = 4096;
-
-double median(std::vector<double> v) {
-  auto mid = v.begin() + std::ptrdiff_t(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
 
 bool finite_pos(double x) { return x > 0 && std::isfinite(x); }
 
