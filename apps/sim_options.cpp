@@ -51,14 +51,11 @@ void check_simulable(const core::ChurnScenario& s) {
   for (std::size_t k = 0; k < s.events.size(); ++k) {
     const auto kind = s.events[k].kind;
     using core::ChurnKind;
-    if (kind == ChurnKind::Pause || kind == ChurnKind::Resume || kind == ChurnKind::Link ||
-        kind == ChurnKind::Fault)
+    if (kind == ChurnKind::Link || kind == ChurnKind::Fault)
       throw UsageError("--churn: event " + std::to_string(k) + " (" +
                        std::string(core::churn_kind_name(kind)) +
                        ") is not simulated by gossip-sim yet");
   }
-  if (s.random && s.random->down == core::ChurnKind::Pause)
-    throw UsageError("--churn: the random pause model is not simulated by gossip-sim yet");
 }
 
 // What parsing gathers besides the options: the required flags seen, the churn argument.
@@ -121,8 +118,8 @@ const OptionTable<SimArgs>& sim_options() {
       O::number("seeds", "K", "peers 0..K-1 are everyone's seeds (default 3)",
                 world(&SimConfig::seeds), 1, 100),
       O::text("churn", "FILE|SPEC",
-              "a gossip-launch churn scenario (crash, stop, restart, join, partition, heal, random "
-              "crash/stop model); pause, resume, link, fault are refused",
+              "a gossip-launch churn scenario (crash, stop, restart, join, pause, resume, partition, "
+              "heal, the random crash/stop/pause model); link and fault events are refused",
               &SimArgs::churn),
       O::number("loss", "F", "drop probability of each membership message, in [0, 0.5] (default 0)",
                 world(&SimConfig::loss), 0, 0.5),
@@ -257,8 +254,8 @@ std::string sim_usage() {
          "--weight-decay,\n--gossip-every, --wire, --weighting, --max-diff-norm, the --clip-*, "
          "--suspect-*, --refuse-mult,\n--ban* and --partner-choice flags, --max-rate, --linger, "
          "--catch-up. Peer i trains shard i of every peer\nslot (joiners included), on the "
-         "CPU backend. Not modelled yet (refused with exit code 2):\npause, resume, link and fault "
-         "churn events.\n";
+         "CPU backend. Not modelled yet (refused with exit code 2):\nlink and fault churn "
+         "events.\n";
 }
 
 }  // namespace gossiptrain::apps::sim

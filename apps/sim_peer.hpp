@@ -52,6 +52,7 @@ struct World::Peer {
   kernels::DeviceBuffer<float> x;  // kept over a crash: the restarted peer resumes from it
   std::int64_t step = 0;
   bool up = false;
+  bool paused = false;  // up (its process exists) but stopped: nothing of it runs
   bool ever_started = false;
   bool boundary_pending = false;
   std::uint64_t life = 0;  // bumped at every start: ticks of an older life are dropped

@@ -69,6 +69,7 @@ struct World::Crash {
   int victim = 0;
   double at = 0;
   bool graceful = false;
+  bool paused = false;  // a pause (SIGSTOP), not a crash; "restarted" at its resume
   std::string source;
   std::vector<int> observers;
   std::map<int, double> detected;  // observer -> seconds after the crash
@@ -404,7 +405,7 @@ void World::on_member(int observer, const gossip::MemberInfo& m) {
   }
   const Peer& v = *peers_[j];
   if (m.state == gossip::MemberState::Suspect) ++suspicions_;
-  if (m.state == gossip::MemberState::Dead && v.up) {
+  if (m.state == gossip::MemberState::Dead && responsive(v)) {
     ++false_dead_;
     if (now_s() - v.up_since > detection_bound_s()) ++false_dead_stable_;
   }
@@ -419,7 +420,7 @@ void World::on_member(int observer, const gossip::MemberInfo& m) {
         {"member", j},
         {"state", state_name(m.state)},
         {"incarnation", m.incarnation},
-        {"member_up", v.up}});
+        {"member_up", responsive(v)}});
 }
 
 void World::on_exchange(int i, const gossip::ExchangeEvent& e) {
@@ -555,17 +556,24 @@ json World::rate_check() const {
 // ------------------------------------------------------------------------------------------------
 // Churn: the scenario format and parser of gossip-launch --churn, applied to simulated peers
 
+// Up and not paused: a peer that runs, and answers.
+bool World::responsive(const Peer& p) const { return p.up && !p.paused; }
+
 void World::crash(int i, const std::string& source, bool graceful) {
   Peer& p = *peers_[i];
   if (!p.up) return;
-  auto c = std::make_unique<Crash>();
-  c->victim = i;
-  c->at = now_s();
-  c->graceful = graceful;
-  c->source = source;
-  for (const auto& q : peers_)
-    if (q->up && q->index != i) c->observers.push_back(q->index);
-  crashes_.push_back(std::move(c));
+  graceful = graceful && !p.paused;  // a stopped process cannot leave: its end is a kill
+  if (!p.paused) {  // a paused peer's record is already open: others are detecting it
+    auto c = std::make_unique<Crash>();
+    c->victim = i;
+    c->at = now_s();
+    c->graceful = graceful;
+    c->source = source;
+    for (const auto& q : peers_)
+      if (responsive(*q) && q->index != i) c->observers.push_back(q->index);
+    crashes_.push_back(std::move(c));
+  }
+  p.paused = false;
   if (graceful) {
     // gossip-peer's clean stop: announce "left", linger, then the process ends.
     p.mem->leave();
@@ -593,6 +601,35 @@ void World::restart(int i, const std::string& source) {
   ++restarts_;
   start_peer(i);
   emit({{"t", now_s()}, {"event", "restart"}, {"peer", i}, {"source", source}});
+}
+
+// SIGSTOP and SIGCONT: the node's events wait in the network (net::SimNetwork::pause) while the
+// others detect it as they would a crash; at resume it runs what waited and refutes.
+void World::pause(int i, const std::string& source) {
+  Peer& p = *peers_[i];
+  if (!responsive(p)) return;
+  auto c = std::make_unique<Crash>();
+  c->victim = i;
+  c->at = now_s();
+  c->paused = true;
+  c->source = source;
+  for (const auto& q : peers_)
+    if (responsive(*q) && q->index != i) c->observers.push_back(q->index);
+  crashes_.push_back(std::move(c));
+  net_.pause(p.addr);
+  p.paused = true;
+  p.down_since = now_s();
+}
+
+void World::resume(int i, const std::string& source) {
+  Peer& p = *peers_[i];
+  if (!p.up || !p.paused) return;
+  for (auto& c : crashes_)
+    if (c->victim == i && !c->restarted_after) c->restarted_after = now_s() - c->at;
+  net_.resume(p.addr);
+  p.paused = false;
+  p.up_since = now_s();
+  emit({{"t", now_s()}, {"event", "resume"}, {"peer", i}, {"source", source}});
 }
 
 void World::join(const std::string& source) {
@@ -641,6 +678,14 @@ void World::apply_churn(const core::ChurnEvent& e, const std::string& source) {
       break;
     }
     case ChurnKind::Heal: net_.heal(); break;
+    case ChurnKind::Pause:
+    case ChurnKind::Resume:
+      for (int i : e.peers)
+        if (i < static_cast<int>(peers_.size())) {
+          if (e.kind == ChurnKind::Pause) pause(i, source);
+          else resume(i, source);
+        }
+      break;
     default:
       // Refused by check_simulable before the run starts.
       throw std::logic_error("gossip-sim: churn kind not simulated");
@@ -652,13 +697,13 @@ void World::apply_churn(const core::ChurnEvent& e, const std::string& source) {
 void World::census() {
   const double bound = detection_bound_s();
   for (const auto& o : peers_) {
-    if (!o->up) continue;
+    if (!responsive(*o)) continue;
     int wrong_dead = 0, wrong_alive = 0;
     for (const auto& m : peers_) {
       if (m->index == o->index || !m->ever_started) continue;
       const int v = o->view[m->index];
-      if (m->up && v == static_cast<int>(gossip::MemberState::Dead)) ++wrong_dead;
-      if (!m->up && live_state(v) && now_s() - m->down_since > bound) ++wrong_alive;
+      if (responsive(*m) && v == static_cast<int>(gossip::MemberState::Dead)) ++wrong_dead;
+      if (!responsive(*m) && live_state(v) && now_s() - m->down_since > bound) ++wrong_alive;
     }
     wrong_dead_sum_ += wrong_dead;
     wrong_alive_sum_ += wrong_alive;
@@ -677,14 +722,14 @@ json World::churn_summary() const {
   for (const auto& c : crashes_) {
     json j{{"peer", c->victim},
            {"at", c->at},
-           {"kind", c->graceful ? "stop" : "crash"},
+           {"kind", c->graceful ? "stop" : c->paused ? "pause" : "crash"},
            {"source", c->source},
            {"observers", c->observers.size()},
            {"detected_by", c->detected.size()}};
     if (c->restarted_after) j["restarted_after_s"] = *c->restarted_after;
     // Observers that went down themselves cannot report; the others must all have seen it.
     std::size_t expected = 0;
-    for (int o : c->observers) expected += peers_[o]->up || c->detected.count(o) ? 1 : 0;
+    for (int o : c->observers) expected += responsive(*peers_[o]) || c->detected.count(o) ? 1 : 0;
     if (c->detected.size() >= expected && expected > 0) {
       double mx = 0;
       for (const auto& [o, d] : c->detected) mx = std::max(mx, d);
@@ -762,9 +807,13 @@ json World::run() {
     while (next_churn < schedule_.timed.size() && ms_of(schedule_.timed[next_churn].at) <= next) {
       const auto& e = schedule_.timed[next_churn++];
       apply_churn(e, e.generated ? "random" : "scenario");
-      if (e.for_s && e.kind == core::ChurnKind::Partition) {
+      // An effect with a duration ends by itself, as gossip-launch's ChurnDriver::schedule_end.
+      if (e.for_s && (e.kind == core::ChurnKind::Partition || e.kind == core::ChurnKind::Pause)) {
         core::ChurnEvent heal;
-        heal.kind = core::ChurnKind::Heal;
+        heal.kind =
+            e.kind == core::ChurnKind::Pause ? core::ChurnKind::Resume : core::ChurnKind::Heal;
+        if (e.kind == core::ChurnKind::Pause) heal.peers = e.peers;
+        heal.generated = e.generated;
         heal.at = e.at + *e.for_s;
         auto pos = std::upper_bound(schedule_.timed.begin() + next_churn, schedule_.timed.end(),
                                     heal, [](const auto& a, const auto& b) { return a.at < b.at; });

@@ -305,6 +305,15 @@ void SimNetwork::kill(const std::string& addr, bool reset) {
   if (!n->alive_) return;
   n->alive_ = false;
   ++n->generation_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n->paused_ = false;  // what waited belonged to the killed process
+    if (auto it = held_.find(n->index_); it != held_.end()) {
+      for (const auto& ev : it->second)
+        if (ev.timer) pending_timers_.erase(ev.timer);
+      held_.erase(it);
+    }
+  }
   n->handler_ = nullptr;
   for (auto& c : n->conns_) {
     if (!c->open_) continue;  // closed before: its FIN already went out
@@ -323,6 +332,36 @@ void SimNetwork::kill(const std::string& addr, bool reset) {
         false);
   }
   n->conns_.clear();
+}
+
+void SimNetwork::pause(const std::string& addr) {
+  SimTransport* n = node(addr);
+  if (!n) throw std::invalid_argument("SimNetwork: unknown address: " + addr);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (n->alive_) n->paused_ = true;
+}
+
+void SimNetwork::resume(const std::string& addr) {
+  SimTransport* n = node(addr);
+  if (!n) throw std::invalid_argument("SimNetwork: unknown address: " + addr);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!n->paused_) return;
+  n->paused_ = false;
+  auto it = held_.find(n->index_);
+  if (it == held_.end()) return;
+  for (auto& ev : it->second) {  // in the order they fell due, all due now
+    ev.at = now();
+    ev.seq = next_seq_++;
+    queue_.push(std::move(ev));
+  }
+  held_.erase(it);
+}
+
+bool SimNetwork::paused(const std::string& addr) {
+  SimTransport* n = node(addr);
+  if (!n) throw std::invalid_argument("SimNetwork: unknown address: " + addr);
+  std::lock_guard<std::mutex> lock(mu_);
+  return n->paused_;
 }
 
 SimTransport& SimNetwork::revive(const std::string& addr) {
@@ -365,12 +404,15 @@ bool SimNetwork::step_until(Millis limit) {
       if (queue_.empty() || queue_.top().at > limit) return false;
       Event ev = std::move(const_cast<Event&>(queue_.top()));
       queue_.pop();
-      if (ev.timer) {
-        if (cancelled_.erase(ev.timer)) continue;
-        pending_timers_.erase(ev.timer);
-      }
+      if (ev.timer && cancelled_.erase(ev.timer)) continue;
       if (ev.at.count() > now_ms_.load()) now_ms_.store(ev.at.count());
-      if (ev.node != kNoNode && nodes_[ev.node]->generation_ != ev.gen) continue;
+      const bool owned = ev.node != kNoNode;
+      if (owned && nodes_[ev.node]->paused_ && nodes_[ev.node]->generation_ == ev.gen) {
+        held_[ev.node].push_back(std::move(ev));  // a held timer stays pending (cancellable)
+        continue;
+      }
+      if (ev.timer) pending_timers_.erase(ev.timer);
+      if (owned && nodes_[ev.node]->generation_ != ev.gen) continue;
       fn = std::move(ev.fn);
       break;
     }

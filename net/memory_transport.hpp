@@ -92,6 +92,7 @@ class SimTransport final : public Transport, public Scheduler {
   TransportHandler* handler_ = nullptr;
   BufferPool buffers_{0};
   std::atomic<bool> alive_{true};
+  bool paused_ = false;  // SimNetwork::pause: its events wait in SimNetwork::held_
   // Bumped by kill(): events (timers, deliveries, connects) of an older generation are discarded,
   // so a killed node's timers never fire and a revived node starts clean.
   std::atomic<std::uint64_t> generation_{0};
@@ -167,6 +168,13 @@ class SimNetwork {
   // Brings a killed node back with no connections and no handler: call set_handler again (the
   // "restarted process"). Returns the node.
   SimTransport& revive(const std::string& addr);
+  // Freezes a node like a stopped process (SIGSTOP): nothing of it runs (its timers, posted work,
+  // deliveries to it, dials reaching it) but it keeps its connections, and what reaches it waits,
+  // as in a socket buffer. resume() runs everything that waited, in order, from now (SIGCONT).
+  // A kill while paused drops what waited. Unknown addresses throw std::invalid_argument.
+  void pause(const std::string& addr);
+  void resume(const std::string& addr);
+  bool paused(const std::string& addr);
 
   Millis now() const { return Millis(now_ms_.load()); }
   // Runs the next event (advancing the clock to it). False when the queue is empty.
@@ -235,6 +243,7 @@ class SimNetwork {
   std::uint64_t next_timer_ = 1;
   std::unordered_set<std::uint64_t> pending_timers_;
   std::unordered_set<std::uint64_t> cancelled_;
+  std::unordered_map<std::size_t, std::vector<Event>> held_;  // a paused node's events, in order
 };
 
 }  // namespace gossiptrain::net

@@ -323,3 +323,39 @@ TEST_CASE("memory transport: the same seed gives the same run, another seed anot
   CHECK(run(1234) == first);
   CHECK(run(4321) != first);
 }
+
+TEST_CASE("memory transport: a paused node runs nothing until resumed, then all that waited",
+          "[net]") {
+  TwoNodes n(SimOptions{.latency = 10ms});
+  ConnectionPtr ab = n.connect_ab();
+  int fired = 0;
+  n.b.schedule(50ms, [&] { ++fired; });
+  const Scheduler::TimerId cancelled = n.b.schedule(60ms, [&] { fired += 100; });
+  n.net.pause("b:1");
+  CHECK(n.net.paused("b:1"));
+  const Millis t0 = n.net.now();
+  ab->send(1, bytes({1}));
+  ab->send(2, bytes({2}));
+  n.net.run_for(200ms);
+  CHECK(fired == 0);  // its timer fell due while it was stopped
+  CHECK(n.rb.msgs.empty());  // and the messages wait, as in a socket buffer
+  n.b.cancel(cancelled);     // a timer that waits can still be cancelled
+  n.net.resume("b:1");
+  n.net.run_for(1ms);
+  CHECK(fired == 1);
+  REQUIRE(n.rb.msgs.size() == 2);
+  CHECK(n.rb.msgs[0].type == 1);  // in order, delivered at the resume
+  CHECK(n.rb.msgs[1].type == 2);
+  CHECK(n.rb.msgs[0].at >= t0 + 200ms);
+  CHECK(!n.net.paused("b:1"));
+  // A kill while paused drops what waited: a revived node starts clean.
+  n.b.schedule(5ms, [&] { fired += 10; });
+  n.net.pause("b:1");
+  n.net.run_for(20ms);
+  n.net.kill("b:1");
+  n.net.revive("b:1");
+  n.net.run_for(100ms);
+  CHECK(fired == 1);
+  CHECK(!n.net.paused("b:1"));
+  CHECK_THROWS_AS(n.net.pause("nowhere:1"), std::invalid_argument);
+}
