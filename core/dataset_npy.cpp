@@ -2,6 +2,7 @@
 // file, and row-by-row reading of inputs (float32, uint8) and whole reading of integer labels.
 #include "core/dataset_npy.hpp"
 
+#include "core/base/bytes.hpp"
 #include "core/dataset.hpp"
 
 #include <bit>
@@ -204,12 +205,12 @@ Header read_header(const std::string& path) {
   const int major = pre[6], minor = pre[7];
   if (major < 1 || major > 3 || minor != 0)
     fail(path, "unsupported .npy version " + std::to_string(major) + "." + std::to_string(minor));
-  std::uint64_t hlen = pre[8] | (std::uint64_t{pre[9]} << 8);
+  std::uint64_t hlen = base::get_u16(pre + 8);
   std::uint64_t offset = 10;
   if (major >= 2) {
     unsigned char more[2];
     read_exact(f.get(), path, more, sizeof more, "the .npy header length");
-    hlen |= (std::uint64_t{more[0]} << 16) | (std::uint64_t{more[1]} << 24);
+    hlen |= std::uint64_t{base::get_u16(more)} << 16;
     offset = 12;
   }
   if (hlen > kMaxHeaderBytes)
@@ -240,8 +241,7 @@ std::uint64_t row_features(const std::string& path, const Header& h) {
 namespace {
 
 std::int64_t decode_int(const unsigned char* p, const Header& h) {
-  std::uint64_t u = 0;
-  for (int b = 0; b < h.item_size; ++b) u |= std::uint64_t{p[b]} << (8 * b);
+  const std::uint64_t u = base::get_le(p, h.item_size);
   if (h.kind == 'u' || h.item_size == 8) return static_cast<std::int64_t>(u);
   const std::uint64_t sign = std::uint64_t{1} << (8 * h.item_size - 1);
   return static_cast<std::int64_t>((u ^ sign) - sign);  // sign-extends
