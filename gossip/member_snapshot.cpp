@@ -7,7 +7,6 @@ void MemberSnapshot::reset(const std::vector<MemberInfo>& all) {
   std::lock_guard<std::mutex> lock(mu_);
   by_id_.clear();
   live_.clear();
-  live_index_.clear();
   for (const auto& m : all) set_locked(m);
 }
 
@@ -16,22 +15,23 @@ void MemberSnapshot::set(const MemberInfo& m) {
   set_locked(m);
 }
 
-// The entry and the live list (O(1): swap with the last to remove); mu_ held.
+// The entry and the live list (O(1): swap with the last to remove); mu_ held. An entry's info
+// changes in place: its id, the set's key, never does.
 void MemberSnapshot::set_locked(const MemberInfo& m) {
-  by_id_.insert_or_assign(m.id, m);
+  auto it = by_id_.find(m.id);
+  if (it == by_id_.end()) it = by_id_.insert(Entry{m}).first;
+  else const_cast<MemberInfo&>(it->info) = m;
+  const Entry& e = *it;
   const bool live = m.id != self_id_ && is_live(m.state);
-  auto it = live_index_.find(m.id);
-  if (live && it == live_index_.end()) {
-    live_index_.emplace(m.id, live_.size());
-    live_.push_back(PeerRef{m.id, m.addr});
-  } else if (live) {
-    live_[it->second].addr = m.addr;
-  } else if (it != live_index_.end()) {
-    const std::size_t i = it->second;
-    live_index_.erase(it);
+  if (live && e.live_pos == kNotLive) {
+    e.live_pos = live_.size();
+    live_.push_back(&e);
+  } else if (!live && e.live_pos != kNotLive) {
+    const std::size_t i = e.live_pos;
+    e.live_pos = kNotLive;
     if (i + 1 != live_.size()) {
-      live_[i] = std::move(live_.back());
-      live_index_[live_[i].id] = i;
+      live_[i] = live_.back();
+      live_[i]->live_pos = i;
     }
     live_.pop_back();
   }
@@ -39,14 +39,17 @@ void MemberSnapshot::set_locked(const MemberInfo& m) {
 
 std::vector<PeerRef> MemberSnapshot::live() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return live_;
+  std::vector<PeerRef> out;
+  out.reserve(live_.size());
+  for (const Entry* e : live_) out.push_back(PeerRef{e->info.id, e->info.addr});
+  return out;
 }
 
 std::vector<MemberInfo> MemberSnapshot::all() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<MemberInfo> out;
   out.reserve(by_id_.size());
-  for (const auto& [id, m] : by_id_) out.push_back(m);
+  for (const auto& e : by_id_) out.push_back(e.info);
   return out;
 }
 
@@ -54,7 +57,7 @@ std::optional<MemberInfo> MemberSnapshot::find(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return std::nullopt;
-  return it->second;
+  return it->info;
 }
 
 }  // namespace gossiptrain::gossip

@@ -5,11 +5,10 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "gossip/messages.hpp"
@@ -40,13 +39,26 @@ class MemberSnapshot {
   std::optional<MemberInfo> find(const std::string& id) const;
 
  private:
+  // A member and its place in live_ (kNotLive when not there). Entries are nodes of a std::set,
+  // so live_ can point at them: one copy of each member, whatever a swarm's size (a simulated
+  // swarm of n peers holds n^2 of them).
+  static constexpr std::size_t kNotLive = static_cast<std::size_t>(-1);
+  struct Entry {
+    MemberInfo info;
+    mutable std::size_t live_pos = kNotLive;  // not part of the ordering
+  };
+  struct ById {
+    using is_transparent = void;
+    bool operator()(const Entry& a, const Entry& b) const { return a.info.id < b.info.id; }
+    bool operator()(const Entry& a, const std::string& b) const { return a.info.id < b; }
+    bool operator()(const std::string& a, const Entry& b) const { return a < b.info.id; }
+  };
   void set_locked(const MemberInfo& m);
 
   const std::string self_id_;
   mutable std::mutex mu_;
-  std::map<std::string, MemberInfo> by_id_;
-  std::vector<PeerRef> live_;
-  std::unordered_map<std::string, std::size_t> live_index_;  // id -> place in live_
+  std::set<Entry, ById> by_id_;
+  std::vector<const Entry*> live_;  // alive or suspect, not ourselves
 };
 
 }  // namespace gossiptrain::gossip
