@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 
 #include "apps/common_plots.hpp"
 #include "apps/sim_options.hpp"
+#include "core/dataset.hpp"
 
 using namespace gossiptrain;
 using apps::UsageError;
@@ -64,6 +66,18 @@ void plot(const apps::sim::SimOptions& o, const std::string& out, nlohmann::json
 
 int run(const apps::sim::SimOptions& o, const std::vector<std::string>& args) {
   const std::string out = o.out.empty() ? default_out(o.world.peers) : o.out;
+  // The world first (it reads and splits the data, and emits nothing yet): a configuration it
+  // cannot run is refused with exit code 2 before a run folder exists.
+  std::ofstream events;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<apps::sim::World> world;
+  try {
+    world.emplace(o.world, events);
+  } catch (const core::DataError& e) {
+    throw UsageError(std::string("--data: ") + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   prepare_out(out);
   {
     std::ofstream cmd(out + "/command.txt");
@@ -71,14 +85,10 @@ int run(const apps::sim::SimOptions& o, const std::vector<std::string>& args) {
     for (const auto& a : args) cmd << ' ' << a;
     cmd << '\n';
   }
-  std::ofstream events(out + "/events.jsonl");
+  events.open(out + "/events.jsonl");
   if (!events) throw UsageError("--out: cannot write " + out + "/events.jsonl");
-  const auto t0 = std::chrono::steady_clock::now();
-  nlohmann::json s;
-  {
-    apps::sim::World world(o.world, events);
-    s = world.run();
-  }
+  nlohmann::json s = world->run();
+  world.reset();
   events.close();  // every line on disk before the plots read them
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s["wall_seconds"] = wall;

@@ -396,6 +396,9 @@ TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refus
                      " --out " + (dir / "train2").string()) == 2);
   CHECK(exit_code_of(bin + " --peers 3 --workload train --backend cuda --out " +
                      (dir / "train2").string()) == 2);
+  // More peers than the generated set's 6,000 rows: a shard would be empty.
+  CHECK(exit_code_of(bin + " --peers 7000 --workload train --data synthetic --out " +
+                     (dir / "train2").string()) == 2);
   CHECK(!fs::exists(dir / "train2"));
   fs::remove_all(dir);
 }
