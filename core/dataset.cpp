@@ -381,7 +381,7 @@ std::uint64_t idx_features(const std::string& path, const std::vector<std::uint3
   return f;
 }
 
-using ShapeFn = std::function<void(std::uint64_t rows, std::uint64_t features)>;
+using npy::ShapeFn;
 using RowFn = std::function<void(std::size_t, const float*)>;
 
 // Streams a split's inputs as rows of floats in [0,1] (IDX, uint8 .npy) or as stored (float32).
@@ -392,7 +392,7 @@ void stream_split(const Source& s, const SplitFiles& f, const ShapeFn& on_shape,
   auto on_header = [&](const std::vector<std::uint32_t>& dims) {
     if (s.fashion) check_image_dims(f.images, dims);
     row.resize(static_cast<std::size_t>(idx_features(f.images, dims)));
-    on_shape(dims[0], row.size());
+    on_shape(dims[0], row.size(), std::vector<std::uint64_t>(dims.begin() + 1, dims.end()));
   };
   auto on_bytes = [&](std::size_t r, const std::uint8_t* px) {
     for (std::size_t j = 0; j < row.size(); ++j) row[j] = static_cast<float>(px[j]) / 255.0f;
@@ -449,10 +449,12 @@ Dataset load_rows(const Source& s, const SplitFiles& f, const std::vector<std::i
   d.classes = classes;
   d.y.resize(idx.size());
   std::size_t F = 0, next = 0;
-  auto on_shape = [&](std::uint64_t rows, std::uint64_t features) {
+  auto on_shape = [&](std::uint64_t rows, std::uint64_t features,
+                      const std::vector<std::uint64_t>& row_shape) {
     check_rows(f, y.size(), rows);
     F = static_cast<std::size_t>(features);
     d.features = int(F);
+    d.row_shape = row_shape;
     d.x.resize(idx.size() * F);
   };
   auto on_row = [&](std::size_t r, const float* px) {
@@ -577,6 +579,7 @@ Dataset subset(const Dataset& d, const std::vector<std::size_t>& idx) {
   Dataset out;
   out.features = d.features;
   out.classes = d.classes;
+  out.row_shape = d.row_shape;
   out.y.reserve(idx.size());
   out.x.reserve(idx.size() * static_cast<std::size_t>(d.features));
   for (std::size_t i : idx) {

@@ -22,6 +22,10 @@ struct Dataset {
   std::vector<std::int32_t> y;  // [n]
   int features = 0;
   int classes = 0;
+  // One row's dimensions as stored (an IDX file's after N, a .npy array's after N: {28, 28},
+  // {28, 28, 1}, {784}); empty where not known (the generated set). A CNN's input is checked
+  // against it.
+  std::vector<std::uint64_t> row_shape;
   std::size_t size() const { return y.size(); }
 };
 

@@ -270,12 +270,11 @@ std::vector<std::int32_t> read_labels(const std::string& path, int max_classes) 
   return y;
 }
 
-void stream_rows(const std::string& path,
-                 const std::function<void(std::uint64_t, std::uint64_t)>& on_shape,
+void stream_rows(const std::string& path, const ShapeFn& on_shape,
                  const std::function<void(std::size_t, const float*)>& on_row) {
   const Header h = read_header(path);
   const std::uint64_t features = row_features(path, h);
-  on_shape(h.shape[0], features);
+  on_shape(h.shape[0], features, std::vector<std::uint64_t>(h.shape.begin() + 1, h.shape.end()));
   const bool bytes = h.kind == 'u';
   std::vector<unsigned char> raw(static_cast<std::size_t>(features * h.item_size));
   std::vector<float> row(static_cast<std::size_t>(features));

@@ -31,10 +31,12 @@ std::uint64_t row_features(const std::string& path, const Header& h);
 // A label array: integers (any width), shape N or N x 1, every value in 0..max_classes-1.
 std::vector<std::int32_t> read_labels(const std::string& path, int max_classes);
 
-// Streams an input array row by row as floats (uint8 scaled to [0,1]): on_shape(rows, features)
-// first, then on_row(index, values) for each row; only one row is held at a time.
-void stream_rows(const std::string& path,
-                 const std::function<void(std::uint64_t, std::uint64_t)>& on_shape,
+// Streams an input array row by row as floats (uint8 scaled to [0,1]): on_shape(rows, features,
+// one row's dimensions) first, then on_row(index, values) for each row; only one row is held at
+// a time.
+using ShapeFn = std::function<void(std::uint64_t rows, std::uint64_t features,
+                                   const std::vector<std::uint64_t>& row_shape)>;
+void stream_rows(const std::string& path, const ShapeFn& on_shape,
                  const std::function<void(std::size_t, const float*)>& on_row);
 
 }  // namespace gossiptrain::core::npy

@@ -91,6 +91,7 @@ Trainer::Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, co
     throw std::invalid_argument("model " + cfg_.model + " takes " +
                                 std::to_string(model_.input_dim()) + " inputs but the data has " +
                                 std::to_string(shard_.features) + " features");
+  check_image_shape();
   if (shard_.classes > model_.num_classes())
     throw std::invalid_argument(
         "model " + cfg_.model + " has " + std::to_string(model_.num_classes()) +
@@ -113,6 +114,23 @@ Trainer::Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, co
   }
   total_steps_ = steps_per_epoch_ * cfg_.epochs;
   order_dev_ = kernels::DeviceBuffer<std::int32_t>(be_, epoch_samples_);
+}
+
+// A CNN's input geometry against the images as stored: H x W takes H x W (when C is 1) or
+// H x W x C; data of flat rows (N x D) can only be checked by its feature count, done before.
+void Trainer::check_image_shape() const {
+  const auto& shape = shard_.row_shape;
+  if (!model_.convolutional() || shape.size() < 2) return;
+  const Layer& in = model_.layers().front();
+  const std::vector<std::uint64_t> hw{std::uint64_t(in.in_h), std::uint64_t(in.in_w)};
+  std::vector<std::uint64_t> hwc = hw;
+  hwc.push_back(std::uint64_t(in.in_c));
+  if (shape == hwc || (in.in_c == 1 && shape == hw)) return;
+  std::string have;
+  for (std::size_t i = 0; i < shape.size(); ++i) have += (i ? "x" : "") + std::to_string(shape[i]);
+  throw std::invalid_argument("model " + cfg_.model + " takes " + std::to_string(in.in_h) + "x" +
+                              std::to_string(in.in_w) + "x" + std::to_string(in.in_c) +
+                              " images but the data's images are " + have);
 }
 
 void Trainer::make_resident(const Dataset& d, Resident& r) {

@@ -130,6 +130,7 @@ class Trainer final : public StateSource {
   static constexpr int kLossReadSteps = 50;
 
   void make_resident(const Dataset& d, Resident& r);
+  void check_image_shape() const;
   // Uploads epoch_'s shuffled order of the shard (depends only on seed and epoch).
   void upload_epoch_order();
   // Reads the summed loss of this epoch's steps so far (waits for the device); throws when it is

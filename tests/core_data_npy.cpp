@@ -215,10 +215,19 @@ TEST_CASE("the model's input size is checked against the data's features", "[cor
   refused("mlp:784-32-10", "takes 784 inputs but the data has 16 features");
   refused("cnn:4x4x3-c4k3-p2-3", "takes 48 inputs but the data has 16 features");
   refused("mlp:16-8-2", "has 2 outputs but the data has 3 classes");
+  // The same 16 features as other images: the stored 4x4 shape refuses them.
+  refused("cnn:2x8x1-c4k3-p2-3", "takes 2x8x1 images but the data's images are 4x4x1");
+  refused("cnn:8x2x1-c4k1-3", "takes 8x2x1 images but the data's images are 4x4x1");
   for (const char* ok : {"mlp:16-8-3", "cnn:4x4x1-c4k3-p2-3"}) {
     cfg.model = ok;
     CHECK_NOTHROW(Trainer(*be, cfg, tt.train, tt.test, metrics, nullptr));
   }
+  // A subset (a peer's shard) keeps the shape; flat rows (N x D) are checked by features only.
+  CHECK(subset(tt.train, {0, 1}).row_shape == tt.train.row_shape);
+  Dataset flat = tt.train;
+  flat.row_shape = {16};
+  cfg.model = "cnn:2x8x1-c4k3-p2-3";
+  CHECK_NOTHROW(Trainer(*be, cfg, flat, tt.test, metrics, nullptr));
 }
 
 TEST_CASE("gossip-peer exits with code 2 on a truncated npy file", "[core][data]") {

@@ -420,6 +420,7 @@ TEST_CASE("an IDX folder of any image shape loads, classes from its labels", "[c
     REQUIRE(tt.test.size() == 6);
     for (const Dataset* d : {&tt.train, &tt.test}) {
       CHECK(d->features == 64);
+      CHECK(d->row_shape == std::vector<std::uint64_t>{8, 8});  // what a CNN is checked against
       CHECK(d->classes == 3);
       auto px = pattern(d->size() * 64);
       for (std::size_t i = 0; i < px.size(); ++i) REQUIRE(d->x[i] == float(px[i]) / 255.0f);
