@@ -60,14 +60,19 @@ PeerMemory peer_memory(const PeerConfig& c, std::size_t largest_shard, std::size
   const double row = double(features) * 4 + 4;  // float32 image and int32 label
   m.shard_mb = double(largest_shard) * row / kMB;
   m.test_mb = double(test_rows) * row / kMB;
-  const std::vector<int> dims = core::parse_model_spec(c.train.model);
-  double params = 0, acts = 0;
-  for (std::size_t i = 1; i < dims.size(); ++i) {
-    params += double(dims[i - 1]) * dims[i] + dims[i];
-    acts += dims[i];
+  // Per sample: the input, each layer's output and its gradient; and the im2col buffer (k * k *
+  // in_c values per output position, within core::kIm2colBudget). Parameters: the layers' own (a
+  // CNN's are far fewer than its layer sizes would make a dense net's).
+  const std::vector<core::Layer> layers = core::parse_model_layers(c.train.model);
+  double params = 0, acts = double(layers.front().in_size()), cols = 0;
+  for (const core::Layer& l : layers) {
+    if (l.has_params()) params += double(l.in) * l.out + l.out;
+    acts += 2.0 * double(l.out_size());
+    if (l.kind == core::LayerKind::Conv) cols = std::max(cols, double(l.in) * l.positions());
   }
   const double batch = std::max(c.train.batch, 500);  // the evaluation batch is 500
-  m.model_mb = (params * model_copies(c.train.optimizer) + batch * (2 * acts + dims[0])) * 4 / kMB;
+  const double col_floats = std::min(batch * cols, double(core::kIm2colBudget));
+  m.model_mb = (params * model_copies(c.train.optimizer) + batch * acts + col_floats) * 4 / kMB;
   return m;
 }
 

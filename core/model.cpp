@@ -17,7 +17,7 @@ namespace {
 
 constexpr std::size_t kMaxParams = std::size_t(1) << 30;        // floats in the arena
 constexpr std::size_t kMaxActPerSample = std::size_t(1) << 24;  // floats of one layer's output
-constexpr std::size_t kColBudget = std::size_t(1) << 23;        // floats of the im2col buffer
+constexpr std::size_t kColBudget = kIm2colBudget;
 
 // A decimal in [lo, hi] (at most 6 digits); nullopt-like -1 for anything else.
 int parse_int(std::string_view tok, int lo, int hi) {

@@ -34,6 +34,9 @@ struct Layer {
 };
 using LinearLayer = Layer;
 
+// Floats of a model's im2col buffer at most: a convolution over a larger batch runs in chunks.
+inline constexpr std::size_t kIm2colBudget = std::size_t(1) << 23;
+
 // Model specs (throw std::invalid_argument with a clear message for anything else):
 //   mlp:IN-HIDDEN-...-CLASSES             e.g. mlp:784-256-256-10 (dense layers, ReLU between)
 //   cnn:HxWxC-LAYER-...-CLASSES           e.g. cnn:28x28x1-c32k5-p2-c64k5-p2-f512-10
