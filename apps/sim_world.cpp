@@ -559,20 +559,23 @@ json World::rate_check() const {
 // Up and not paused: a peer that runs, and answers.
 bool World::responsive(const Peer& p) const { return p.up && !p.paused; }
 
+// A crash, stop or pause of peer i from now: its observers are the peers that answer now.
+World::Crash& World::open_record(int i, const std::string& source) {
+  auto c = std::make_unique<Crash>();
+  c->victim = i;
+  c->at = now_s();
+  c->source = source;
+  for (const auto& q : peers_)
+    if (responsive(*q) && q->index != i) c->observers.push_back(q->index);
+  crashes_.push_back(std::move(c));
+  return *crashes_.back();
+}
+
 void World::crash(int i, const std::string& source, bool graceful) {
   Peer& p = *peers_[i];
   if (!p.up) return;
   graceful = graceful && !p.paused;  // a stopped process cannot leave: its end is a kill
-  if (!p.paused) {  // a paused peer's record is already open: others are detecting it
-    auto c = std::make_unique<Crash>();
-    c->victim = i;
-    c->at = now_s();
-    c->graceful = graceful;
-    c->source = source;
-    for (const auto& q : peers_)
-      if (responsive(*q) && q->index != i) c->observers.push_back(q->index);
-    crashes_.push_back(std::move(c));
-  }
+  if (!p.paused) open_record(i, source).graceful = graceful;  // a paused peer's is open
   p.paused = false;
   if (graceful) {
     // gossip-peer's clean stop: announce "left", linger, then the process ends.
@@ -608,14 +611,7 @@ void World::restart(int i, const std::string& source) {
 void World::pause(int i, const std::string& source) {
   Peer& p = *peers_[i];
   if (!responsive(p)) return;
-  auto c = std::make_unique<Crash>();
-  c->victim = i;
-  c->at = now_s();
-  c->paused = true;
-  c->source = source;
-  for (const auto& q : peers_)
-    if (responsive(*q) && q->index != i) c->observers.push_back(q->index);
-  crashes_.push_back(std::move(c));
+  open_record(i, source).paused = true;
   net_.pause(p.addr);
   p.paused = true;
   p.down_since = now_s();

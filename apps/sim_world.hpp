@@ -108,6 +108,7 @@ class World {
   void apply_churn(const core::ChurnEvent& e, const std::string& source);
   void crash(int i, const std::string& source, bool graceful);
   void restart(int i, const std::string& source);
+  Crash& open_record(int i, const std::string& source);
   void pause(int i, const std::string& source);
   void resume(int i, const std::string& source);
   bool responsive(const Peer& p) const;
