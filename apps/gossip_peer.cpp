@@ -140,12 +140,9 @@ Resources prepare(apps::PeerConfig& cfg) {
     auto parts = core::partition(y, classes, cfg.num_shards, spec, cfg.train.seed);
     return std::move(parts[std::size_t(cfg.shard)]);
   });
-  // An epoch of a peer is an equal share of the training set, whatever its shard's size, so
-  // that skewed splits do not leave the peers with big shards training alone at the end.
-  if (cfg.num_shards > 1) {
-    const std::size_t share = (r.data.train_size + cfg.num_shards - 1) / cfg.num_shards;
-    cfg.train.steps_per_epoch = std::int64_t((share + cfg.train.batch - 1) / cfg.train.batch);
-  }
+  if (cfg.num_shards > 1)
+    cfg.train.steps_per_epoch =
+        core::share_steps_per_epoch(r.data.train_size, cfg.num_shards, cfg.train.batch);
   r.backend = kernels::make_backend(cfg.backend, cfg.device);
   r.backend->set_precision(kernels::parse_precision(cfg.precision));
   return r;

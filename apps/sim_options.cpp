@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "core/dataset.hpp"
-#include "core/model.hpp"
 #include "core/partition.hpp"
+#include "core/trainer.hpp"
 
 namespace gossiptrain::apps::sim {
 
@@ -216,12 +216,8 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
       core::parse_partition(o.world.peer.partition);
       // The data's labels and shape now, so that a missing or bad data set is refused before the
       // run folder is made.
-      const core::DatasetLabels d = core::load_labels(o.world.peer.data);
-      if (d.features != core::parse_model_spec(o.world.peer.train.model).front())
-        throw UsageError("--model " + o.world.peer.train.model + " takes " +
-                         std::to_string(core::parse_model_spec(o.world.peer.train.model).front()) +
-                         " inputs but --data " + o.world.peer.data + " has " +
-                         std::to_string(d.features) + " features");
+      core::check_input_features(o.world.peer.train.model,
+                                 core::load_labels(o.world.peer.data).features);
     } catch (const UsageError& e) {
       throw UsageError(std::string("train: ") + e.what());
     } catch (const std::invalid_argument& e) {

@@ -35,13 +35,10 @@ void World::load_train_data() {
       core::partition(data_.train.y, data_.train.classes, slots, spec, pc.train.seed);
   shards_.clear();
   for (const auto& rows : parts) shards_.push_back(core::subset(data_.train, rows));
-  // An epoch of a peer is an equal share of the training set, whatever its shard's size.
-  const std::size_t share = (data_.train.size() + std::size_t(slots) - 1) / std::size_t(slots);
-  steps_per_epoch_ = std::int64_t((share + std::size_t(pc.train.batch) - 1) / pc.train.batch);
+  // As gossip-peer with --num-shards: an epoch is an equal share of the training set. Alone, the
+  // trainer's own count (one pass over the shard, which is the whole set) is the same number.
+  steps_per_epoch_ = core::share_steps_per_epoch(data_.train.size(), slots, pc.train.batch);
   pc.train.steps_per_epoch = slots > 1 ? steps_per_epoch_ : 0;
-  for (const auto& s : shards_)
-    if (s.size() == 0)
-      throw std::invalid_argument("partition " + pc.partition + " leaves a peer's shard empty");
   core::Metrics quiet("", "probe");
   core::Trainer probe(be_, pc.train, shards_[0], data_.test, quiet, nullptr);
   fingerprint_ = probe.model().fingerprint();
@@ -52,11 +49,8 @@ void World::load_train_data() {
     cfg_.step_ms = measure_step_ms();
     step_ms_source_ = "measured";
   }
-  const auto total = steps_per_epoch_ > 0 && slots > 1
-                         ? steps_per_epoch_ * pc.train.epochs
-                         : std::int64_t((shards_[0].size() + pc.train.batch - 1) / pc.train.batch) *
-                               pc.train.epochs;
-  expected_train_s_ = double(total) * cfg_.step_ms / 1000.0 + cfg_.join_spread_s;
+  const double total_steps = double(steps_per_epoch_) * pc.train.epochs;
+  expected_train_s_ = total_steps * cfg_.step_ms / 1000.0 + cfg_.join_spread_s;
 }
 
 // The wall time of one step of peer 0's trainer, after a warm-up: what a simulated step costs.

@@ -76,6 +76,19 @@ void validate(const TrainConfig& c) {
   if (c.steps_per_epoch < 0) throw std::invalid_argument("steps per epoch must be >= 0");
 }
 
+std::int64_t share_steps_per_epoch(std::size_t train_rows, int peers, int batch) {
+  const std::size_t share = (train_rows + std::size_t(peers) - 1) / std::size_t(peers);
+  return std::int64_t((share + std::size_t(batch) - 1) / std::size_t(batch));
+}
+
+void check_input_features(const std::string& model, int features) {
+  const int inputs = parse_model_spec(model).front();
+  if (features != inputs)
+    throw std::invalid_argument("model " + model + " takes " + std::to_string(inputs) +
+                                " inputs but the data has " + std::to_string(features) +
+                                " features");
+}
+
 Trainer::Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, const Dataset& test,
                  Metrics& metrics, StepHook* hook)
     : be_(be),
@@ -87,10 +100,7 @@ Trainer::Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, co
       model_(be, cfg_.model, std::max(cfg_.batch, kEvalBatch)) {
   validate(cfg_);
   if (shard_.size() == 0) throw std::invalid_argument("the training shard is empty");
-  if (shard_.features != model_.input_dim())
-    throw std::invalid_argument("model " + cfg_.model + " takes " +
-                                std::to_string(model_.input_dim()) + " inputs but the data has " +
-                                std::to_string(shard_.features) + " features");
+  check_input_features(cfg_.model, shard_.features);
   check_image_shape();
   if (shard_.classes > model_.num_classes())
     throw std::invalid_argument(

@@ -49,6 +49,13 @@ struct TrainConfig {
 
 // Validates ranges and names; throws std::invalid_argument with a message naming the flag.
 void validate(const TrainConfig& c);
+// Throws std::invalid_argument unless the model takes rows of `features` values (what the trainer
+// checks first; a caller may check a data set's header before loading it).
+void check_input_features(const std::string& model, int features);
+// Steps in one epoch of a swarm's peer: an equal share of the whole training set (train_rows over
+// peers, rounded up), whatever its own shard's size, so that skewed splits do not leave the peers
+// with big shards training alone at the end.
+std::int64_t share_steps_per_epoch(std::size_t train_rows, int peers, int batch);
 
 struct TrainResult {
   std::int64_t steps = 0;
@@ -167,7 +174,7 @@ class Trainer final : public StateSource {
   std::size_t epoch_samples_ = 0;  // samples drawn per epoch
   std::int64_t total_steps_ = 0;
   std::optional<double> best_acc_;
-  bool best_known_ = true;
+  bool best_known_ = true;  // false: resumed from a checkpoint without it
   // The epoch train_step is in: its loss sums (now, and at the last `step` line) and speed.
   struct EpochProgress {
     bool open = false;
@@ -176,8 +183,7 @@ class Trainer final : public StateSource {
     std::int64_t loss_n = 0, read_n = 0, samples = 0;
   };
   EpochProgress ep_;
-  std::chrono::steady_clock::time_point last_ckpt_ =
-      std::chrono::steady_clock::now();  // false: resumed from a checkpoint without it
+  std::chrono::steady_clock::time_point last_ckpt_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace gossiptrain::core
