@@ -242,16 +242,15 @@ std::string sim_usage() {
          "code\nover the seeded in-memory network on a virtual clock.\n\n"
          "  gossip-sim --peers N --workload consensus --sim-seconds S --seed X --out DIR "
          "[options]\n"
-         "  gossip-sim --peers N --workload train [--sim-seconds S] --seed X --out DIR [options] "
-         "[training flags]\n\n" +
+         "  gossip-sim --peers N --workload train [--sim-seconds S] --seed X --out DIR [options]\n"
+         "             [training flags]\n\n" +
          sim_options().help(25) +
          "\nTraining flags (--workload train; as gossip-peer --help describes them): --data, "
          "--partition,\n--model, --epochs, --batch, --lr, --optimizer, --schedule, --momentum, "
          "--weight-decay,\n--gossip-every, --wire, --weighting, --max-diff-norm, the --clip-*, "
          "--suspect-*, --refuse-mult,\n--ban* and --partner-choice flags, --max-rate, --linger, "
-         "--catch-up. Peer i trains shard i of every peer\nslot (joiners included), on the "
-         "CPU backend. Not modelled yet (refused with exit code 2):\nlink and fault churn "
-         "events.\n";
+         "--catch-up. Peer i trains shard i of every\npeer slot (joiners included), on the CPU "
+         "backend. Not modelled yet (refused with exit code 2): link\nand fault churn events.\n";
 }
 
 }  // namespace gossiptrain::apps::sim
