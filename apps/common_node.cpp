@@ -213,8 +213,15 @@ bool GossipNode::wait_for_members(int n, double timeout_s, const std::atomic<boo
                             std::chrono::duration<double>(timeout_s));
   spdlog::info("waiting for {} live members before the first step ({} so far, at most {} s)", n,
                have, timeout_s);
+  // Once a second, a full-state sync with a random member: members that joined right after us
+  // may have gossiped their arrival before they knew us, and the periodic sync is 30 s away.
+  auto next_sync = t0 + std::chrono::seconds(1);
   while (have < n && !stop.load() && Clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (Clock::now() >= next_sync) {
+      transport_->post([this] { membership_->sync_now(); });
+      next_sync += std::chrono::seconds(1);
+    }
     const int now = count();
     if (now != have) spdlog::info("{} of {} live members", now, n);
     have = now;

@@ -107,13 +107,14 @@ void World::start_training(Peer& p, bool joiner) {
     p.t->post([this, i, life] { catch_up(i, life); });
   } else if (!restarted && cfg_.peers > 1) {
     const double since = now_s();
-    p.t->post([this, i, life, since] { wait_for_cohort(i, life, since); });
+    p.t->post([this, i, life, since] { wait_for_cohort(i, life, since, 0); });
   } else {
     p.t->post([this, i, life] { train_tick(i, life); });
   }
 }
 
-void World::wait_for_cohort(int i, std::uint64_t life, double since_s) {
+// Checks every 100 ms, and syncs with a random member every 10th time, as gossip-peer does.
+void World::wait_for_cohort(int i, std::uint64_t life, double since_s, int checks) {
   Peer& p = *peers_[i];
   if (!p.up || p.life != life) return;
   const int have = int(p.mem->live_peers().size()) + 1;
@@ -122,7 +123,10 @@ void World::wait_for_cohort(int i, std::uint64_t life, double since_s) {
     return;
   }
   p.trainer->call_hook(/*done=*/true);  // answers exchanges meanwhile
-  p.t->schedule(Millis(100), [this, i, life, since_s] { wait_for_cohort(i, life, since_s); });
+  if (++checks % 10 == 0) p.mem->sync_now();
+  p.t->schedule(Millis(100), [this, i, life, since_s, checks] {
+    wait_for_cohort(i, life, since_s, checks);
+  });
 }
 
 // One step of peer i's trainer (its hook runs the averager), then the next one a step time later.

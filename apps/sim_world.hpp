@@ -133,7 +133,7 @@ class World {
   void load_train_data();
   double measure_step_ms();
   void start_training(Peer& p, bool joiner);
-  void wait_for_cohort(int i, std::uint64_t life, double since_s);
+  void wait_for_cohort(int i, std::uint64_t life, double since_s, int checks);
   void train_tick(int i, std::uint64_t life);
   void train_boundary(int i, core::StepContext& ctx);
   void finish_training(int i);

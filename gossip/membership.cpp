@@ -335,6 +335,10 @@ Millis push_pull_period(Millis interval, std::size_t n) {
 
 void Membership::push_pull_tick() {
   later(push_pull_period(cfg_.push_pull_interval, est_num_nodes()), [this] { push_pull_tick(); });
+  sync_now();
+}
+
+void Membership::sync_now() {
   if (leaving_) return;
   const auto t =
       random_members(1, self_id_, [](const Member& m) { return m.state == MemberState::Alive; });

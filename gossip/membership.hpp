@@ -84,6 +84,11 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   void leave();
   // Stops timers and closes the connections we dialed; no leave announced (a crash, to others).
   void stop();
+  // A push-pull full-state sync with one random live member now, besides the periodic one
+  // (protocol thread). A peer that waits for a cohort calls it: a joiner that missed the gossip of
+  // members who joined just after it would otherwise learn of them only at the next periodic
+  // sync (--push-pull-interval, 30 s).
+  void sync_now();
 
   std::vector<PeerRef> live_peers() const override;               // thread-safe
   std::vector<MemberInfo> members() const;                        // thread-safe; includes ourselves

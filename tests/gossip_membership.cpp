@@ -47,7 +47,8 @@ struct FakePeer : net::TransportHandler {
     } else if (type == wire(gossip::MembershipType::Sync)) {
       auto s = gossip::decode_sync(p);
       c->send(wire(gossip::MembershipType::SyncReply),
-              share(gossip::encode(gossip::SyncMsg{s.seq, s.join, {self_update()}})));
+              share(gossip::encode(gossip::SyncMsg{s.seq, s.join, sync_state()})));
+      ++syncs;
     } else if (type == wire(gossip::MembershipType::Gossip)) {
       for (auto& u : gossip::decode_gossip(p).updates) heard.push_back(std::move(u));
     }
@@ -58,6 +59,11 @@ struct FakePeer : net::TransportHandler {
   }
   static net::SharedBytes share(net::Bytes b) { return std::make_shared<const net::Bytes>(std::move(b)); }
   Update self_update() const { return Update{id, addr, incarnation, MemberState::Alive, ""}; }
+  std::vector<Update> sync_state() const {
+    std::vector<Update> v{self_update()};
+    v.insert(v.end(), also_known.begin(), also_known.end());
+    return v;
+  }
   // Dials `to` once and keeps the connection for later sends.
   void connect(const std::string& to) {
     t.connect(to, [this](net::ConnectionPtr c, const std::string&) { conn = c; });
@@ -82,7 +88,9 @@ struct FakePeer : net::TransportHandler {
   net::ConnectionPtr conn;
   std::vector<std::string> closed;
   std::vector<Millis> closed_at;
-  std::vector<Update> heard;  // updates received in gossip messages
+  std::vector<Update> heard;       // updates received in gossip messages
+  std::vector<Update> also_known;  // sent with ourselves in every sync reply
+  int syncs = 0;                   // sync requests answered
 };
 
 std::string addr_of(int i) { return "10.0.0." + std::to_string(i) + ":7000"; }
@@ -370,6 +378,27 @@ TEST_CASE("membership: incarnation precedence, stale updates ignored, self refut
   CHECK(transitions == std::vector<MemberState>{MemberState::Alive, MemberState::Suspect,
                                                 MemberState::Alive, MemberState::Dead,
                                                 MemberState::Alive});
+}
+
+TEST_CASE("membership: sync_now learns at once what the periodic sync would bring 30 s later",
+          "[gossip]") {
+  // A joins through F, which knows only itself then. F later learns of X but never gossips it:
+  // only a sync brings X to A.
+  Cluster cl(net::SimOptions{.latency = 1ms});
+  FakePeer f(cl.net, "10.9.0.1:7000", "fakeF"), x(cl.net, "10.9.0.2:7000", "fakeX");
+  const int a = cl.add(true, {f.addr});
+  cl.net.run_for(100ms);
+  REQUIRE(cl[a].joined());
+  REQUIRE(f.syncs == 1);
+  f.also_known = {x.self_update()};
+  cl.net.run_for(5s);  // probes and gossip, but no periodic sync yet (30 s)
+  CHECK_FALSE(cl[a].member("fakeX"));
+  cl[a].sync_now();
+  cl.net.run_for(10ms);
+  CHECK(f.syncs == 2);
+  const auto m = cl[a].member("fakeX");
+  REQUIRE(m);
+  CHECK(m->state == MemberState::Alive);
 }
 
 TEST_CASE("membership: a connection without acks is dropped, idle dialled ones are closed", "[gossip]") {
