@@ -94,6 +94,8 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels
   max_lag_ = cfg.max_lag >= 0           ? cfg.max_lag
              : backend.host_memory()    ? 4 * cfg.gossip_every
                                         : cfg.gossip_every;
+  if (cfg.max_ahead > 0)
+    pace_ = std::make_unique<gossip::PaceKeeper>(gossip::PaceConfig{cfg.max_ahead});
   const gossip::AveragerConfig ac = averager_config(cfg, fingerprint);
   auto built = std::make_shared<std::promise<void>>();
   auto ready = built->get_future();
@@ -122,6 +124,9 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
 
   averager_ = std::make_unique<gossip::Averager>(ac, *transport_, dispatcher_, *membership_, backend);
   averager_->set_event_callback([this](const gossip::ExchangeEvent& e) {
+    if (pace_)
+      pace_->heard(e.partner, e.partner_progress,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
     metrics_.emit("exchange", {{"partner", e.partner},
                                {"role", gossip::role_name(e.role)},
                                {"ok", e.ok},
@@ -165,6 +170,35 @@ void GossipNode::between_steps(core::StepContext& ctx) {
   averager_->between_steps(ctx);
   catch_up_server_->between_steps(ctx);
   if (max_lag_ > 0 && !ctx.training_done) bound_lag(ctx);
+  if (pace_ && !ctx.training_done) keep_pace(ctx);
+}
+
+template <class Done>
+double GossipNode::serve_until(core::StepContext& ctx, double max_s, Done done) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const auto end =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(max_s));
+  while (!done() && Clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    averager_->between_steps(ctx);  // applies a committed mix, answers requests, may start one
+    catch_up_server_->between_steps(ctx);
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void GossipNode::keep_pace(core::StepContext& ctx) {
+  constexpr double kPaceWait = 2.0;  // seconds at a time; the partners' word is re-read meanwhile
+  auto now_s = [this] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  };
+  const double own = core::progress_of(ctx);
+  if (own < 0) return;
+  pace_->trained(own, now_s());
+  if (!pace_->should_wait(own, now_s())) return;
+  ++pace_waits_;
+  pace_wait_s_ += serve_until(ctx, kPaceWait, [&] { return !pace_->should_wait(own, now_s()); });
+  pace_->resumed(own, now_s());
 }
 
 void GossipNode::bound_lag(core::StepContext& ctx) {
@@ -172,7 +206,6 @@ void GossipNode::bound_lag(core::StepContext& ctx) {
   // exchange is in flight: without a bound it trains alone, and a swarm of such peers averages a
   // few times per hundred steps. Waiting here keeps at least one exchange per max_lag_ steps.
   constexpr double kMaxLagWait = 2.0;  // seconds; a partner that cannot answer by then is dead
-  using Clock = std::chrono::steady_clock;
   std::uint64_t ok = averager_->stats().ok;
   if (ok != ok_seen_ || ctx.step < ok_step_) {  // ctx.step < ok_step_: restored to an earlier step
     ok_seen_ = ok;
@@ -182,18 +215,12 @@ void GossipNode::bound_lag(core::StepContext& ctx) {
   if (ctx.step - ok_step_ < max_lag_) return;
   ok_step_ = ctx.step;  // wait at most once per max_lag_ steps, whatever the outcome
   if (membership_->live_peers().empty()) return;  // alone: nobody to wait for
-  const auto t0 = Clock::now();
-  const auto end = t0 + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(kMaxLagWait));
   ++lag_waits_;
-  while (ok == ok_seen_ && Clock::now() < end) {
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-    averager_->between_steps(ctx);  // applies a committed mix, answers requests, may start one
-    catch_up_server_->between_steps(ctx);
+  lag_wait_s_ += serve_until(ctx, kMaxLagWait, [&] {
     ok = averager_->stats().ok;
-  }
+    return ok != ok_seen_;
+  });
   ok_seen_ = ok;
-  lag_wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 bool GossipNode::joined() {

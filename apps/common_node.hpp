@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 
@@ -14,6 +15,7 @@
 #include "gossip/dispatcher.hpp"
 #include "gossip/exchange_health.hpp"
 #include "gossip/membership.hpp"
+#include "gossip/pace.hpp"
 #include "kernels/backend.hpp"
 #include "net/tcp_transport.hpp"
 
@@ -44,6 +46,9 @@ class GossipNode final : private core::StepHook {
   // --max-lag: how often, and for how long in all, training waited for an exchange to complete.
   std::uint64_t lag_waits() const { return lag_waits_; }
   double lag_wait_s() const { return lag_wait_s_; }
+  // --max-ahead: how often, and for how long in all, training waited for slower partners.
+  std::uint64_t pace_waits() const { return pace_waits_; }
+  double pace_wait_s() const { return pace_wait_s_; }
 
   // Start together: waits (polling membership) until n live members, this peer included, are
   // known, or timeout_s pass (a warning; returns false), or stop is set. Before the first step.
@@ -67,6 +72,12 @@ class GossipNode final : private core::StepHook {
   // Bounded staleness: after max_lag_ steps without a completed exchange, keeps serving the
   // protocol between steps (no training) until one completes or kMaxLagWait passes.
   void bound_lag(core::StepContext& ctx);
+  // --max-ahead: while more than that ahead of the slowest recent partner, serves the protocol
+  // between steps (no training), at most kPaceWait at a time.
+  void keep_pace(core::StepContext& ctx);
+  // Serves the protocol (no training) until done() or max_s pass; returns the seconds waited.
+  template <class Done>
+  double serve_until(core::StepContext& ctx, double max_s, Done done);
 
   core::Metrics& metrics_;
   std::shared_ptr<const net::Identity> identity_;
@@ -84,6 +95,11 @@ class GossipNode final : private core::StepHook {
   std::int64_t ok_step_ = 0;    // the step at which that count last changed (or a wait ended)
   std::uint64_t lag_waits_ = 0;
   double lag_wait_s_ = 0.0;
+  // --max-ahead (null: off). Partners are heard on the protocol thread.
+  std::unique_ptr<gossip::PaceKeeper> pace_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  std::uint64_t pace_waits_ = 0;
+  double pace_wait_s_ = 0.0;
 };
 
 }  // namespace gossiptrain::apps

@@ -126,6 +126,16 @@ const OptionTable<PeerConfig>& peer_options() {
        [](PeerConfig& c, const std::string& v) {
          c.max_lag = v == "off" ? 0 : int(to_int_or("max-lag", v, "auto", -1, 1, 1000000));
        }},
+      {"max-ahead", "F|off",
+       "keep pace: a peer more than F of its run ahead of the slowest partner it heard from in "
+       "the last 10 s (each exchange tells both sides the other's progress) stops training and "
+       "serves exchanges until it is not, at most 2 s at a time; partners over 0.1 behind are not "
+       "waited for (default 0.02; off: never wait)",
+       [](PeerConfig& c, const std::string& v) {
+         c.max_ahead = v == "off" ? 0.0 : to_number("max-ahead", v);
+         if (!(c.max_ahead > 0.0 && c.max_ahead < 1.0) && v != "off")
+           throw std::invalid_argument("--max-ahead must be in (0, 1) or off, got " + v);
+       }},
       O::choice("wire", {"fp32", "fp16", "bf16", "int8"}, "encoding of parameters on the wire",
                 &PeerConfig::wire),
       O::choice("weighting", {"uniform", "samples"},

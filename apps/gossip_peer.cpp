@@ -203,8 +203,9 @@ void finish_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::Go
   const auto st = node.stats();
   spdlog::info(
       "exchanges: {} ok, {} failed, {:.1f} MB sent; training waited for one {} times "
-      "({:.1f} s, --max-lag)",
-      st.ok, st.failed, st.bytes_sent / 1e6, node.lag_waits(), node.lag_wait_s());
+      "({:.1f} s, --max-lag), for slower partners {} times ({:.1f} s, --max-ahead)",
+      st.ok, st.failed, st.bytes_sent / 1e6, node.lag_waits(), node.lag_wait_s(), node.pace_waits(),
+      node.pace_wait_s());
   node.stop();
 }
 

@@ -30,7 +30,16 @@ struct StepContext {
   // The trainer's whole state, valid during this call only; null where there is none (tests,
   // benchmarks that drive a bare parameter vector).
   StateSource* state = nullptr;
+  std::int64_t total_steps = 0;  // steps of the whole run; 0: not known
 };
+
+// The fraction of its training a peer has done, steps over total_steps in [0, 1] (1 once done),
+// or -1 when the run's length is not known.
+inline double progress_of(const StepContext& ctx) {
+  if (ctx.total_steps <= 0) return -1.0;
+  const double p = double(ctx.step) / double(ctx.total_steps);
+  return p < 0.0 ? 0.0 : (p > 1.0 ? 1.0 : p);
+}
 
 class StepHook {
  public:

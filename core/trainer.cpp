@@ -199,7 +199,8 @@ void Trainer::call_hook(bool done) {
                   std::int64_t(shard_.size()),
                   epoch_,
                   done,
-                  this};
+                  this,
+                  total_steps_};
   hook_->between_steps(ctx);
 }
 

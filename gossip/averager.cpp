@@ -278,6 +278,7 @@ void Averager::between_steps(core::StepContext& ctx) {
   if (cfg_.yield_between_steps) std::this_thread::yield();
   ensure_buffers(ctx);
   own_samples_.store(ctx.shard_size);
+  own_progress_.store(core::progress_of(ctx));
   StepWork w = take_work(ctx);
   std::uint64_t failing = w.mix ? w.mix->seq : w.seq;
   try {

@@ -175,6 +175,7 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   void idle_close_pooled(const std::string& peer) override { conns_.schedule_idle_close(peer); }
   std::size_t n_params() const override { return n_params_.load(); }
   std::int64_t own_samples() const override { return own_samples_.load(); }
+  double own_progress() const override { return own_progress_.load(); }
   double max_rate() const override { return max_rate_.load(); }
   std::optional<std::uint64_t> claim(ChunkSetPtr& own) override;
   void release(std::uint64_t seq, bool no_peer) override;
@@ -231,6 +232,7 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
 
   std::atomic<std::size_t> n_params_{0};  // known after the first between_steps
   std::atomic<std::int64_t> own_samples_{0};
+  std::atomic<double> own_progress_{-1.0};  // core::progress_of the last step boundary
   std::atomic<double> max_rate_{0.0};  // bytes per second; 0: no cap
 
   // Training thread only.

@@ -22,6 +22,13 @@ ByteReader reader(const net::Bytes& b, std::size_t bytes, const char* what) {
   return codec::reader(b, bytes, kExchangeWireVersion, what);
 }
 
+// A fraction of training done: -1 (not known) or in [0, 1].
+double progress(ByteReader& r) {
+  const double p = r.f64();
+  if (!(p == -1.0 || (p >= 0.0 && p <= 1.0))) throw DecodeError("progress out of range");
+  return p;
+}
+
 }  // namespace
 
 std::string_view code_name(ExchangeCode c) {
@@ -45,12 +52,12 @@ net::SharedBytes encode_request(const RequestMsg& m) {
   return codec::encode_fields(kExchangeWireVersion, m.exchange_id, m.fingerprint, m.n_params,
                               static_cast<std::uint8_t>(m.wire),
                               static_cast<std::uint8_t>(m.weighted ? 1 : 0),
-                              static_cast<std::uint64_t>(m.samples));
+                              static_cast<std::uint64_t>(m.samples), m.progress);
 }
 
 net::SharedBytes encode_accept(const AcceptMsg& m) {
   return codec::encode_fields(kExchangeWireVersion, m.exchange_id,
-                              static_cast<std::uint64_t>(m.samples));
+                              static_cast<std::uint64_t>(m.samples), m.progress);
 }
 
 net::SharedBytes encode_id(std::uint64_t exchange_id) {
@@ -94,13 +101,18 @@ RequestMsg decode_request(const net::Bytes& b) {
   if (weighted > 1) throw DecodeError("weighted is not a bool");
   m.weighted = weighted == 1;
   m.samples = counter(r, "sample count");
+  m.progress = progress(r);
   r.end();
   return m;
 }
 
 AcceptMsg decode_accept(const net::Bytes& b) {
   ByteReader r = reader(b, kAcceptBytes, "accept");
-  return AcceptMsg{r.u64(), counter(r, "sample count")};
+  AcceptMsg m;
+  m.exchange_id = r.u64();
+  m.samples = counter(r, "sample count");
+  m.progress = progress(r);
+  return m;
 }
 
 IdMsg decode_id(const net::Bytes& b) {

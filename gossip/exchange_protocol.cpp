@@ -154,6 +154,7 @@ void ExchangeProtocol::ask(const net::ConnectionPtr& c) {
   m.wire = cfg_.wire;
   m.weighted = cfg_.weight_by_samples;
   m.samples = e.n_self;
+  m.progress = port_.own_progress();
   arm_deadline(cfg_.answer_timeout, ExchangeFailure::TimeoutAnswer);
   queue_control(kReq, encode_request(m));
 }
@@ -183,6 +184,7 @@ void ExchangeProtocol::on_accept(const net::ConnectionPtr& c, const net::Bytes& 
     return violation(c, "unexpected accept");
   Exchange& e = *ex_;
   e.n_other = m.samples;
+  e.partner_progress = m.progress;
   e.w = weight(e.n_self, e.n_other);
   e.phase = Phase::Transferring;
   spdlog::trace("averager: #{} accepted by {}", e.seq, short_id(e.partner));
@@ -267,10 +269,11 @@ void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m,
   e.started = e.asked = port_.now();
   e.n_self = port_.own_samples();
   e.n_other = m.samples;
+  e.partner_progress = m.progress;
   e.w = weight(e.n_self, e.n_other);
   e.out.set_own(std::move(own));
   ex_ = std::move(e);
-  ex_->out.control(kAcc, encode_accept({m.exchange_id, ex_->n_self}));
+  ex_->out.control(kAcc, encode_accept({m.exchange_id, ex_->n_self, port_.own_progress()}));
   begin_transfer();
 }
 
@@ -298,12 +301,13 @@ void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m
   e.conn = c;
   e.started = e.asked = port_.now();
   e.n_other = m.samples;
+  e.partner_progress = m.progress;
   e.w = weight(e.n_self, e.n_other);
   e.tries = 0;
   e.excluded.clear();
   e.last_reason.reset();
   e.out.clear_control();
-  e.out.control(kAcc, encode_accept({m.exchange_id, e.n_self}));
+  e.out.control(kAcc, encode_accept({m.exchange_id, e.n_self, port_.own_progress()}));
   begin_transfer();
 }
 
@@ -571,6 +575,7 @@ void ExchangeProtocol::report(Exchange& e, bool ok, const std::string& reason) {
   ev.diff_norm = ok ? e.diff_norm : -1;
   ev.tau = ok ? e.tau : 0;
   ev.clip = ok ? e.clip : 1;
+  ev.partner_progress = e.partner_progress;
   if (e.role == ExchangeRole::Initiator && !e.partner.empty()) port_.idle_close_pooled(e.partner);
   if (ok)
     spdlog::debug("averager: exchange with {} done as {} in {} ms, w={}", short_id(ev.partner),

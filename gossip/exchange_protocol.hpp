@@ -52,6 +52,7 @@ struct ExchangeEvent {
   double diff_norm = -1;  // ||r - s|| both sides agreed on (-1: not measured)
   double tau = 0;         // the clipping bound both applied, min of theirs (0: none)
   double clip = 1;        // c in x += w c (r - s)
+  double partner_progress = -1;  // its fraction of training done, as it said (-1: not known)
 };
 
 // The training thread's (or the fast path's) verdict on the partner's vector.
@@ -101,6 +102,8 @@ class ExchangePort {
   // The training thread's side. n_params: 0 before its first step boundary.
   virtual std::size_t n_params() const = 0;
   virtual std::int64_t own_samples() const = 0;
+  // Our fraction of training done, in [0, 1], or -1 when not known; told to every partner.
+  virtual double own_progress() const = 0;
   virtual double max_rate() const = 0;
   // Claims the exchange for a request: its seq, with our snapshot when one stands ready (else one
   // is taken at the next step boundary); nullopt when busy.
@@ -185,6 +188,7 @@ class ExchangeProtocol {
     bool fast_norm = false;
     double sq = 0;
     std::int64_t n_self = 0, n_other = 0;
+    double partner_progress = -1;  // from its REQUEST or ACCEPT
     float w = 0.5f;
     std::uint64_t bytes_received = 0;
     int tries = 0;

@@ -70,7 +70,7 @@ float max_abs(const std::vector<float>& v) {
 
 TEST_CASE("exchange messages round-trip and malformed ones are rejected", "[gossip]") {
   using base::DecodeError;
-  RequestMsg r{0x1122334455667788ull, 42, 1000, kernels::Wire::Int8, true, 600};
+  RequestMsg r{0x1122334455667788ull, 42, 1000, kernels::Wire::Int8, true, 600, 0.375};
   auto b = encode_request(r);
   REQUIRE(b->size() == kRequestBytes);
   CHECK((*b)[0] == kExchangeWireVersion);
@@ -81,6 +81,8 @@ TEST_CASE("exchange messages round-trip and malformed ones are rejected", "[goss
   CHECK(p.wire == kernels::Wire::Int8);
   CHECK(p.weighted);
   CHECK(p.samples == 600);
+  CHECK(p.progress == 0.375);
+  CHECK(decode_request(*encode_request(RequestMsg{})).progress == -1.0);  // not known
   net::Bytes bad = *b;
   bad.push_back(0);
   CHECK_THROWS_AS(decode_request(bad), DecodeError);  // wrong size
@@ -96,11 +98,20 @@ TEST_CASE("exchange messages round-trip and malformed ones are rejected", "[goss
   bad = *b;
   bad[34] = 0x80;
   CHECK_THROWS_AS(decode_request(bad), DecodeError);  // negative sample count
+  for (double p : {1.5, -0.5, std::nan("")}) {
+    bad = *b;
+    base::put_f64(bad.data() + 35, p);
+    CHECK_THROWS_AS(decode_request(bad), DecodeError);  // progress outside {-1} and [0, 1]
+  }
   CHECK_THROWS_AS(decode_request(net::Bytes{}), DecodeError);
 
-  const AcceptMsg acc = decode_accept(*encode_accept({5, 77}));
+  const AcceptMsg acc = decode_accept(*encode_accept({5, 77, 1.0}));
   CHECK(acc.exchange_id == 5);
   CHECK(acc.samples == 77);
+  CHECK(acc.progress == 1.0);
+  bad = *encode_accept({5, 77, 1.0});
+  base::put_f64(bad.data() + 17, 2.0);
+  CHECK_THROWS_AS(decode_accept(bad), DecodeError);
   const ValidMsg plain = decode_valid(*encode_valid({6, 0.0, 0.0}));
   CHECK(plain.exchange_id == 6);
   CHECK(plain.tau == 0.0);

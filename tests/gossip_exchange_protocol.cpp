@@ -99,6 +99,7 @@ class FakePort final : public ExchangePort {
   void idle_close_pooled(const std::string&) override {}
   std::size_t n_params() const override { return n; }
   std::int64_t own_samples() const override { return 30; }
+  double own_progress() const override { return 0.25; }
   double max_rate() const override { return 0; }
   std::optional<std::uint64_t> claim(ChunkSetPtr& own) override {
     if (claim_seq) own = standing;
@@ -193,10 +194,11 @@ TEST_CASE("exchange protocol: initiator happy path, request to commit and event"
   CHECK(req.fingerprint == kFp);
   CHECK(req.n_params == kN);
   CHECK(req.samples == 100);
+  CHECK(req.progress == 0.25);  // the port's own_progress()
   CHECK(f.port.pool_.count("peer-b"));
   f.p.snapshot_ready(1, snapshot(1.0f));
   CHECK(f.conn->of(Type::Chunk).empty());  // nothing before the ACCEPT
-  f.msg(Type::Accept, encode_accept({id, 300}));
+  f.msg(Type::Accept, encode_accept({id, 300, 0.625}));
   REQUIRE(f.conn->of(Type::Chunk).size() == 1);
   const ChunkView cv = decode_chunk(f.conn->of(Type::Chunk)[0]);
   CHECK(cv.exchange_id == id);
@@ -222,6 +224,7 @@ TEST_CASE("exchange protocol: initiator happy path, request to commit and event"
   CHECK(ev.exchange_id == id);
   CHECK(ev.bytes_sent == kChunkHeaderBytes + kN * 4);
   CHECK(ev.bytes_received == kChunkHeaderBytes + kN * 4);
+  CHECK(ev.partner_progress == 0.625);  // what its ACCEPT said
   CHECK(f.conn->is_open());
 }
 

@@ -1,0 +1,56 @@
+#include "gossip/pace.hpp"
+
+#include <algorithm>
+
+namespace gossiptrain::gossip {
+
+void PaceKeeper::heard(const std::string& partner, double progress, double now_s) {
+  if (progress < 0) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  partners_[partner] = Heard{progress, now_s, false};
+  // Forget the silent ones, so the table stays the size of the recent partners.
+  std::erase_if(partners_, [&](const auto& kv) { return now_s - kv.second.at_s > cfg_.window_s; });
+}
+
+void PaceKeeper::trained(double progress, double now_s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  // A sample every 0.2 s at least, so one slow step (an exchange's mix) does not swing the rate.
+  constexpr double kMinSampleS = 0.2;
+  if (last_progress_ < 0 || progress < last_progress_) {  // first call, or restored to earlier
+    last_progress_ = progress;
+    last_s_ = now_s;
+    return;
+  }
+  const double dt = now_s - last_s_;
+  if (dt < kMinSampleS) return;
+  const double r = (progress - last_progress_) / dt;
+  rate_ = rate_ > 0 ? 0.7 * rate_ + 0.3 * r : r;
+  last_progress_ = progress;
+  last_s_ = now_s;
+}
+
+void PaceKeeper::resumed(double progress, double now_s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  last_progress_ = progress;
+  last_s_ = now_s;
+  for (auto& [id, h] : partners_) h.spent = true;
+}
+
+double PaceKeeper::ahead(double own, double now_s) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  double most = 0;
+  for (const auto& [id, h] : partners_) {
+    if (h.spent || now_s - h.at_s > cfg_.window_s || h.progress >= 1.0) continue;
+    const double now_at = std::min(1.0, h.progress + rate_ * std::max(0.0, now_s - h.at_s));
+    const double gap = own - now_at;
+    if (gap <= cfg_.ignore_behind) most = std::max(most, gap);
+  }
+  return most;
+}
+
+double PaceKeeper::rate() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return rate_;
+}
+
+}  // namespace gossiptrain::gossip

@@ -1,0 +1,55 @@
+// Keeping pace with the swarm (--max-ahead). Peers of one machine, or of unequal machines, train
+// at unequal speeds; on skewed data a peer that runs ahead spends the end of its run, and the
+// slowest peer the end of the swarm's, training alone on its own labels, and what it learns there
+// is what every peer averages towards. Each exchange tells both sides the other's progress (the
+// fraction of its training done); a peer more than max_ahead ahead of the slowest partner it has
+// heard from recently waits, serving exchanges, until it is not. A partner's word causes at most
+// one wait: after a wait it counts again only once the partner speaks again, so peers that all
+// hold old news of each other never stall one another.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace gossiptrain::gossip {
+
+struct PaceConfig {
+  double max_ahead = 0.02;  // fraction of the run a peer may be ahead of the slowest partner
+  double ignore_behind =
+      0.10;                // partners further behind (restarted, catching up) are not waited for
+  double window_s = 10.0;  // what a partner said is forgotten after this long
+};
+
+// Thread-safe: partners are heard on the protocol thread, the training thread asks.
+class PaceKeeper {
+ public:
+  explicit PaceKeeper(PaceConfig cfg) : cfg_(cfg) {}
+
+  // A partner said it had done `progress` of its run (-1: not known, ignored) at now_s.
+  void heard(const std::string& partner, double progress, double now_s);
+  // Our own progress at a step boundary while training: the rate partners are extrapolated at.
+  void trained(double progress, double now_s);
+  // After a wait: the next rate sample starts here, so waiting never counts as slow training, and
+  // every partner's word heard so far is spent.
+  void resumed(double progress, double now_s);
+  // How far we are ahead of the slowest partner heard within the window, not spent by a wait, not
+  // finished and at most ignore_behind behind: its last word, moved on at our own rate since. 0
+  // when none is behind.
+  double ahead(double own, double now_s) const;
+  bool should_wait(double own, double now_s) const { return ahead(own, now_s) > cfg_.max_ahead; }
+  double rate() const;  // our progress per second while training (0 until measured)
+
+ private:
+  struct Heard {
+    double progress = 0, at_s = 0;
+    bool spent = false;  // a wait has been made on it
+  };
+  PaceConfig cfg_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Heard> partners_;
+  double last_progress_ = -1, last_s_ = 0;  // the last rate sample's start (-1: none)
+  double rate_ = 0;                         // an average over recent samples
+};
+
+}  // namespace gossiptrain::gossip

@@ -1,0 +1,95 @@
+// PaceKeeper (--max-ahead): who is waited for, the extrapolation at our own rate, and what is
+// ignored (finished, far behind, unknown, forgotten partners).
+#include <catch2/catch.hpp>
+
+#include "gossip/pace.hpp"
+
+using gossiptrain::gossip::PaceConfig;
+using gossiptrain::gossip::PaceKeeper;
+
+namespace {
+
+// Our own rate made 0.01 of the run per second: two samples a second apart.
+void set_rate(PaceKeeper& k) {
+  k.trained(0.10, 0.0);
+  k.trained(0.11, 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("pace: nobody heard from, nothing to wait for", "[gossip]") {
+  PaceKeeper k(PaceConfig{});
+  CHECK(k.ahead(0.5, 0.0) == 0.0);
+  CHECK_FALSE(k.should_wait(0.5, 0.0));
+  CHECK(k.rate() == 0.0);
+}
+
+TEST_CASE("pace: a partner behind by more than max_ahead is waited for until it catches up",
+          "[gossip]") {
+  PaceKeeper k(PaceConfig{});
+  set_rate(k);
+  CHECK(k.rate() == Approx(0.01));
+  k.heard("slow", 0.05, 1.0);
+  k.heard("fast", 0.20, 1.0);
+  CHECK(k.ahead(0.11, 1.0) == Approx(0.06));
+  CHECK(k.should_wait(0.11, 1.0));  // 0.06 > 0.02
+  // It moves on at our rate meanwhile: at t = 5 it is estimated at 0.09, within 0.02 of us.
+  CHECK(k.ahead(0.11, 5.0) == Approx(0.02));
+  CHECK(k.should_wait(0.11, 4.5));
+  CHECK_FALSE(k.should_wait(0.11, 5.5));
+  // Its next word counts, whatever the estimate said.
+  k.heard("slow", 0.06, 5.5);
+  CHECK(k.should_wait(0.11, 5.5));
+  k.heard("slow", 0.10, 6.0);
+  CHECK_FALSE(k.should_wait(0.11, 6.0));
+}
+
+TEST_CASE("pace: a word causes one wait at most; the partner's next word counts again",
+          "[gossip]") {
+  // Rate unknown (0): nothing moves a partner's estimate on, as at the start of a run.
+  PaceKeeper k(PaceConfig{});
+  k.heard("slow", 0.0, 0.0);
+  k.heard("slower", 0.01, 0.0);
+  CHECK(k.should_wait(0.05, 0.5));
+  k.resumed(0.05, 2.5);  // waited 2 s without hearing from them
+  CHECK_FALSE(k.should_wait(0.05, 2.5));
+  CHECK_FALSE(k.should_wait(0.06, 3.0));
+  k.heard("slower", 0.02, 3.0);
+  CHECK(k.should_wait(0.06, 3.0));
+  CHECK(k.ahead(0.06, 3.0) == Approx(0.04));  // "slow" is spent, "slower" is fresh
+}
+
+TEST_CASE("pace: finished, far behind, unknown and forgotten partners are not waited for",
+          "[gossip]") {
+  PaceKeeper k(PaceConfig{.max_ahead = 0.02, .ignore_behind = 0.10, .window_s = 10.0});
+  set_rate(k);
+  k.heard("done", 1.0, 1.0);       // finished: lingering, never catches up
+  k.heard("restarted", 0.0, 1.0);  // 0.5 behind: catching up, not to be waited for
+  k.heard("unknown", -1.0, 1.0);   // a peer that does not say
+  CHECK(k.ahead(0.5, 1.0) == 0.0);
+  k.heard("close", 0.45, 1.0);
+  CHECK(k.should_wait(0.5, 1.0));
+  CHECK(k.ahead(0.5, 1.0) == Approx(0.05));
+  // Ten seconds later its word is forgotten (and at our rate it would have caught up anyway).
+  CHECK_FALSE(k.should_wait(0.5, 11.5));
+  // A new word from a partner drops the silent ones from the table too.
+  k.heard("other", 0.49, 12.0);
+  CHECK(k.ahead(0.5, 12.0) == Approx(0.01));
+}
+
+TEST_CASE("pace: the rate ignores waiting and restarts from a restored step", "[gossip]") {
+  PaceKeeper k(PaceConfig{});
+  set_rate(k);
+  // Waited 3 s at 0.11 (serving exchanges): resumed() restarts the sample, so the rate stays.
+  k.resumed(0.11, 4.0);
+  k.trained(0.12, 5.0);
+  CHECK(k.rate() == Approx(0.01));
+  // Samples closer than 0.2 s apart are merged into the next one.
+  k.trained(0.125, 5.1);
+  CHECK(k.rate() == Approx(0.01));
+  // Restored to an earlier step (a checkpoint): the next sample starts there.
+  k.trained(0.02, 6.0);
+  CHECK(k.rate() == Approx(0.01));
+  k.trained(0.04, 7.0);
+  CHECK(k.rate() == Approx(0.7 * 0.01 + 0.3 * 0.02));
+}
