@@ -51,7 +51,7 @@ void check_simulable(const core::ChurnScenario& s) {
   for (std::size_t k = 0; k < s.events.size(); ++k) {
     const auto kind = s.events[k].kind;
     using core::ChurnKind;
-    if (kind == ChurnKind::Link || kind == ChurnKind::Fault)
+    if (kind == ChurnKind::Fault)
       throw UsageError("--churn: event " + std::to_string(k) + " (" +
                        std::string(core::churn_kind_name(kind)) +
                        ") is not simulated by gossip-sim yet");
@@ -117,10 +117,11 @@ const OptionTable<SimArgs>& sim_options() {
                 world(&SimConfig::join_spread_s), 0, 3600),
       O::number("seeds", "K", "peers 0..K-1 are everyone's seeds (default 3)",
                 world(&SimConfig::seeds), 1, 100),
-      O::text("churn", "FILE|SPEC",
-              "a gossip-launch churn scenario (crash, stop, restart, join, pause, resume, partition, "
-              "heal, the random crash/stop/pause model); link and fault events are refused",
-              &SimArgs::churn),
+      O::text(
+          "churn", "FILE|SPEC",
+          "a gossip-launch churn scenario (crash, stop, restart, join, pause, resume, partition, "
+          "heal, link, the random crash/stop/pause model); fault events are refused",
+          &SimArgs::churn),
       O::number("loss", "F", "drop probability of each membership message, in [0, 0.5] (default 0)",
                 world(&SimConfig::loss), 0, 0.5),
       {"latency", "SPEC",
@@ -250,7 +251,7 @@ std::string sim_usage() {
          "--weight-decay,\n--gossip-every, --wire, --weighting, --max-diff-norm, the --clip-*, "
          "--suspect-*, --refuse-mult,\n--ban* and --partner-choice flags, --max-rate, --linger, "
          "--catch-up. Peer i trains shard i of every\npeer slot (joiners included), on the CPU "
-         "backend. Not modelled yet (refused with exit code 2): link\nand fault churn events.\n";
+         "backend. Not modelled yet (refused with exit code 2): fault churn\nevents.\n";
 }
 
 }  // namespace gossiptrain::apps::sim

@@ -152,8 +152,9 @@ World::World(SimConfig cfg, std::ostream& events)
   if (cfg_.peers < 1) throw std::invalid_argument("gossip-sim: --peers must be >= 1");
   if (cfg_.workload != "consensus" && cfg_.workload != "train")
     throw std::invalid_argument("gossip-sim: --workload is consensus or train");
-  if (cfg_.loss > 0)
-    net_.set_loss(cfg_.loss, gossip::kMembershipTypeFirst, gossip::kMembershipTypeLast);
+  // Loss (--loss, and a churn link event's) drops membership messages only: the exchange's bulk
+  // transfer would only slow down on a lossy TCP connection, which is not modelled.
+  net_.set_loss(cfg_.loss, gossip::kMembershipTypeFirst, gossip::kMembershipTypeLast);
   const int slots = cfg_.churn ? core::total_peers(*cfg_.churn) : cfg_.peers;
   for (int i = 0; i < std::min(cfg_.seeds, cfg_.peers); ++i) seed_addrs_.push_back(addr_of(i));
   base::Xoshiro256 rng(mix64(cfg_.seed, 0xC0FFEE));
@@ -682,6 +683,17 @@ void World::apply_churn(const core::ChurnEvent& e, const std::string& source) {
           else resume(i, source);
         }
       break;
+    case ChurnKind::Link: {
+      // The peer's own link, both ways (gossip-launch --netns shapes its veth the same way); an
+      // event with neither rate nor loss (a "for" ending) restores it. A slot whose peer has not
+      // started yet has no link to shape.
+      std::optional<double> bytes_per_s;
+      if (e.rate_mbit) bytes_per_s = *e.rate_mbit * 1e6 / 8.0;
+      for (int i : e.peers)
+        if (i < static_cast<int>(peers_.size()) && peers_[i]->ever_started)
+          net_.set_link(peers_[i]->addr, bytes_per_s, e.loss);
+      break;
+    }
     default:
       // Refused by check_simulable before the run starts.
       throw std::logic_error("gossip-sim: churn kind not simulated");
@@ -804,11 +816,13 @@ json World::run() {
       const auto& e = schedule_.timed[next_churn++];
       apply_churn(e, e.generated ? "random" : "scenario");
       // An effect with a duration ends by itself, as gossip-launch's ChurnDriver::schedule_end.
-      if (e.for_s && (e.kind == core::ChurnKind::Partition || e.kind == core::ChurnKind::Pause)) {
+      if (e.for_s && (e.kind == core::ChurnKind::Partition || e.kind == core::ChurnKind::Pause ||
+                      e.kind == core::ChurnKind::Link)) {
         core::ChurnEvent heal;
-        heal.kind =
-            e.kind == core::ChurnKind::Pause ? core::ChurnKind::Resume : core::ChurnKind::Heal;
-        if (e.kind == core::ChurnKind::Pause) heal.peers = e.peers;
+        heal.kind = e.kind == core::ChurnKind::Pause  ? core::ChurnKind::Resume
+                    : e.kind == core::ChurnKind::Link ? core::ChurnKind::Link  // no rate: restore
+                                                      : core::ChurnKind::Heal;
+        if (e.kind != core::ChurnKind::Partition) heal.peers = e.peers;
         heal.generated = e.generated;
         heal.at = e.at + *e.for_s;
         auto pos = std::upper_bound(schedule_.timed.begin() + next_churn, schedule_.timed.end(),

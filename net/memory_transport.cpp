@@ -58,12 +58,15 @@ bool SimConnection::send(std::uint8_t type, SharedBytes payload) {
     ++st.dropped_partition;
     return true;
   }
-  if (net_.lossy(type)) {
+  if (net_.lossy(type) || net_.link_lossy(type, owner_, other->owner_)) {
     ++st.dropped_loss;
     return true;
   }
-  const Millis left = net_.uplink_done(owner_, payload ? payload->size() + 1 : 1);
-  Millis at = std::max(left + net_.one_way_delay(owner_, other->owner_), last_delivery_);
+  const std::size_t bytes = payload ? payload->size() + 1 : 1;
+  const Millis left = net_.uplink_done(owner_, bytes);
+  Millis at = std::max(
+      net_.downlink_done(other->owner_, left + net_.one_way_delay(owner_, other->owner_), bytes),
+      last_delivery_);
   last_delivery_ = at;
   std::weak_ptr<SimConnection> weak = other;
   SimNetwork* net = &net_;
@@ -220,11 +223,39 @@ Millis SimNetwork::one_way_delay(std::size_t a, std::size_t b) {
 }
 
 Millis SimNetwork::uplink_done(std::size_t a, std::size_t bytes) {
-  if (opts_.uplink_bytes_per_s <= 0) return now();
   SimTransport& n = *nodes_[a];
+  const double rate = n.link_bytes_per_s_ > 0 ? n.link_bytes_per_s_ : opts_.uplink_bytes_per_s;
+  if (rate <= 0) return now();
   const double start = std::max(double(now().count()), n.uplink_free_ms_);
-  n.uplink_free_ms_ = start + 1000.0 * double(bytes) / opts_.uplink_bytes_per_s;
+  n.uplink_free_ms_ = start + 1000.0 * double(bytes) / rate;
   return Millis(static_cast<Millis::rep>(std::ceil(n.uplink_free_ms_)));
+}
+
+Millis SimNetwork::downlink_done(std::size_t b, Millis arrive, std::size_t bytes) {
+  SimTransport& n = *nodes_[b];
+  if (n.link_bytes_per_s_ <= 0) return arrive;
+  const double start = std::max(double(arrive.count()), n.downlink_free_ms_);
+  n.downlink_free_ms_ = start + 1000.0 * double(bytes) / n.link_bytes_per_s_;
+  return Millis(static_cast<Millis::rep>(std::ceil(n.downlink_free_ms_)));
+}
+
+bool SimNetwork::link_lossy(std::uint8_t type, std::size_t a, std::size_t b) {
+  const double la = nodes_[a]->link_loss_, lb = nodes_[b]->link_loss_;
+  if (la <= 0 && lb <= 0) return false;  // no draw: runs without link loss keep their sequence
+  if (type < loss_first_ || type > loss_last_) return false;
+  return rng_.uniform() < 1.0 - (1.0 - la) * (1.0 - lb);
+}
+
+void SimNetwork::set_link(const std::string& addr, std::optional<double> bytes_per_s,
+                          std::optional<double> loss) {
+  SimTransport* n = node(addr);
+  if (!n) throw std::invalid_argument("SimNetwork::set_link: unknown address " + addr);
+  if (bytes_per_s && !(*bytes_per_s > 0 && std::isfinite(*bytes_per_s)))
+    throw std::invalid_argument("SimNetwork::set_link: the rate must be > 0");
+  if (loss && !(*loss >= 0 && *loss <= 1))
+    throw std::invalid_argument("SimNetwork::set_link: the loss must be in [0, 1]");
+  n->link_bytes_per_s_ = bytes_per_s.value_or(0.0);
+  n->link_loss_ = loss.value_or(0.0);
 }
 
 std::string SimNetwork::ephemeral_addr(const std::string& addr) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <queue>
 #include <set>
 #include <string>
@@ -101,6 +102,10 @@ class SimTransport final : public Transport, public Scheduler {
   std::vector<std::shared_ptr<SimConnection>> conns_;
   std::size_t prune_at_ = 16;  // conns_ size at which the next prune() runs
   double uplink_free_ms_ = 0;  // when the uplink has sent everything queued so far
+  // SimNetwork::set_link: this node's own link (0: none set).
+  double link_bytes_per_s_ = 0;  // both ways, instead of the network's uplink rate
+  double link_loss_ = 0;         // of every message it sends or receives, besides the network's
+  double downlink_free_ms_ = 0;  // when its link has delivered everything queued to it so far
 };
 
 // One end of an in-memory connection pair.
@@ -175,6 +180,15 @@ class SimNetwork {
   void pause(const std::string& addr);
   void resume(const std::string& addr);
   bool paused(const std::string& addr);
+  // One node's own link, as a churn "link" event shapes a peer's network interface: a rate in
+  // bytes per simulated second both ways (its messages leave at that rate, instead of the
+  // network's uplink rate, and messages to it are delivered at that rate after their latency,
+  // queued in the order they were sent), and a loss probability for every message it sends or
+  // receives, on top of the network's (of the types set_loss names, all by default). Nullopt
+  // clears that part. Throws std::invalid_argument for
+  // an unknown address, a rate <= 0 or a loss outside [0, 1].
+  void set_link(const std::string& addr, std::optional<double> bytes_per_s,
+                std::optional<double> loss);
 
   Millis now() const { return Millis(now_ms_.load()); }
   // Runs the next event (advancing the clock to it). False when the queue is empty.
@@ -219,6 +233,9 @@ class SimNetwork {
   Millis uplink_done(std::size_t a, std::size_t bytes);
   bool reachable_idx(std::size_t a, std::size_t b) const;
   bool lossy(std::uint8_t type);
+  // set_link's loss of a's or b's link, for the types set_loss names.
+  bool link_lossy(std::uint8_t type, std::size_t a, std::size_t b);
+  Millis downlink_done(std::size_t b, Millis arrive, std::size_t bytes);
   void do_connect(std::size_t from, const std::string& addr, Transport::ConnectCallback done);
   // Releases node n's closed connection ends, once their number has doubled since the last time
   // (amortized O(1) per connect: a node of a large swarm holds hundreds).

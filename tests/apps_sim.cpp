@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -143,6 +144,38 @@ TEST_CASE("gossip-sim: a paused peer is marked dead, and alive again once resume
   }
   CHECK(during == 0);
   CHECK(after > 5);
+}
+
+TEST_CASE(
+    "gossip-sim: a peer whose link drops 99.9% of membership messages is marked dead, then "
+    "alive again once the link is restored",
+    "[sim]") {
+  SimConfig c = small(16, 90, 11);
+  c.churn = core::parse_churn_scenario(
+      json::parse(R"({"events": [{"at": 20, "event": "link", "peers": [7], "loss": 0.999,
+                                  "for": 40}]})"),
+      16);
+  std::ostringstream ev;
+  spdlog::set_level(spdlog::level::off);
+  World w(c, ev);
+  const json s = w.run();
+  // Each other peer marked it dead while its link was down (it was up all along, so they count
+  // as false dead marks), and holds it alive at the end.
+  std::set<int> dead_by;
+  double last_dead = 0;
+  std::istringstream in(ev.str());
+  for (std::string line; std::getline(in, line);) {
+    const json e = json::parse(line);
+    if (e["event"] != "member" || e["member"] != 7 || e["state"] != "dead") continue;
+    dead_by.insert(e["peer"].get<int>());
+    last_dead = std::max(last_dead, e["t"].get<double>());
+  }
+  CHECK(dead_by.size() == 15);
+  CHECK(last_dead > 20);
+  CHECK(last_dead < 60);
+  CHECK(s["churn"]["false_dead_marks"].get<int>() >= 15);
+  for (int o = 0; o < 16; ++o)
+    if (o != 7) CHECK(w.view(o, 7) == static_cast<int>(gossip::MemberState::Alive));
 }
 
 // The gossip_consensus.cpp model at 64 peers over the real protocol and membership: the msd falls
@@ -370,9 +403,10 @@ TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refus
   CHECK(exit_code_of(base + " --churn " + bad.string()) == 2);
   CHECK(!fs::exists(dir / "run"));
   CHECK(exit_code_of(base + " --topology " + bad.string()) == 2);
-  const fs::path link = dir / "link.json";  // link caps are not simulated: refused, not ignored
-  std::ofstream(link) << R"({"events": [{"at": 1, "event": "link", "peers": [1], "rate_mbit": 10}]})";
-  CHECK(exit_code_of(base + " --churn " + link.string()) == 2);
+  const fs::path fault = dir / "fault.json";  // faults are not simulated: refused, not ignored
+  std::ofstream(fault)
+      << R"({"events": [{"at": 1, "event": "fault", "peers": [1], "mode": "nan"}]})";
+  CHECK(exit_code_of(base + " --churn " + fault.string()) == 2);
   CHECK(exit_code_of(base + " --peers x") == 2);
   CHECK(exit_code_of(base) == 0);
   CHECK(fs::exists(dir / "run" / "summary.json"));

@@ -180,6 +180,56 @@ TEST_CASE("memory transport: loss drops about the configured fraction", "[net]")
   CHECK(n.net.stats().dropped_loss == kMessages - lossy_delivered);
 }
 
+TEST_CASE("memory transport: a node's own link limits its rate both ways and drops its messages",
+          "[net]") {
+  SimOptions o;
+  o.latency = Millis(5);
+  TwoNodes n(o);
+  ConnectionPtr c = n.connect_ab();
+  auto payload = std::make_shared<Bytes>(999'999);  // 1,000,000 bytes with the type byte
+  SECTION("a's link at 1 MB/s: its message leaves in 1 s, then travels 5 ms") {
+    n.net.set_link("a:1", 1e6, std::nullopt);
+    const Millis t0 = n.net.now();
+    REQUIRE(c->send(0x40, payload));
+    n.net.run_until_idle();
+    REQUIRE(n.rb.msgs.size() == 1);
+    CHECK(n.rb.msgs[0].at - t0 == Millis(1005));
+  }
+  SECTION("b's link at 2 MB/s: two messages to it arrive 0.5 s apart, after the latency") {
+    n.net.set_link("b:1", 2e6, std::nullopt);
+    const Millis t0 = n.net.now();
+    REQUIRE(c->send(0x40, payload));
+    REQUIRE(c->send(0x40, payload));
+    n.net.run_until_idle();
+    REQUIRE(n.rb.msgs.size() == 2);
+    CHECK(n.rb.msgs[0].at - t0 == Millis(505));
+    CHECK(n.rb.msgs[1].at - t0 == Millis(1005));
+  }
+  SECTION(
+      "loss 1 on b's link drops everything either way, of the lossy types only; cleared, "
+      "nothing") {
+    n.net.set_loss(0.0, 0x10, 0x2F);
+    n.net.set_link("b:1", std::nullopt, 1.0);
+    for (int i = 0; i < 10; ++i) REQUIRE(c->send(0x11, bytes({0})));
+    REQUIRE(c->send(0x40, bytes({1})));  // outside the lossy range
+    n.net.run_until_idle();
+    REQUIRE(n.rb.msgs.size() == 1);
+    CHECK(n.rb.msgs[0].type == 0x40);
+    CHECK(n.net.stats().dropped_loss == 10);
+    REQUIRE(n.rb.conns.size() == 1);
+    REQUIRE(n.rb.conns[0]->send(0x11, bytes({2})));  // b -> a: b's link too
+    n.net.run_until_idle();
+    CHECK(n.ra.msgs.empty());
+    n.net.set_link("b:1", std::nullopt, std::nullopt);
+    REQUIRE(c->send(0x11, bytes({3})));
+    n.net.run_until_idle();
+    CHECK(n.rb.msgs.size() == 2);
+  }
+  CHECK_THROWS_AS(n.net.set_link("nowhere:1", 1e6, std::nullopt), std::invalid_argument);
+  CHECK_THROWS_AS(n.net.set_link("a:1", 0.0, std::nullopt), std::invalid_argument);
+  CHECK_THROWS_AS(n.net.set_link("a:1", std::nullopt, 1.5), std::invalid_argument);
+}
+
 TEST_CASE("memory transport: a partition drops messages and connects, heal restores them", "[net]") {
   SimOptions o;
   o.latency = 2ms;
