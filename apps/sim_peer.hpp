@@ -53,6 +53,9 @@ struct World::Peer {
   std::int64_t step = 0;
   bool up = false;
   bool paused = false;  // up (its process exists) but stopped: nothing of it runs
+  // A churn fault event's mode, kept over restarts until its end, as gossip-launch restarts the
+  // peer with --fault.
+  gossip::FaultConfig fault;
   bool ever_started = false;
   bool boundary_pending = false;
   std::uint64_t life = 0;  // bumped at every start: ticks of an older life are dropped

@@ -248,6 +248,7 @@ void World::build_protocols(Peer& p) {
     ac.robust.mix = cfg_.mix;
   }
   ac.yield_between_steps = false;
+  ac.fault = p.fault;
   ac.seed = mix64(cfg_.seed, 2 * static_cast<std::uint64_t>(i) + 2 + 0x10000 * p.life);
   p.avg = std::make_unique<gossip::Averager>(ac, *p.t, *p.disp, *p.mem, be_);
   p.avg->set_event_callback([this, i](const gossip::ExchangeEvent& e) { on_exchange(i, e); });
@@ -694,9 +695,17 @@ void World::apply_churn(const core::ChurnEvent& e, const std::string& source) {
           net_.set_link(peers_[i]->addr, bytes_per_s, e.loss);
       break;
     }
-    default:
-      // Refused by check_simulable before the run starts.
-      throw std::logic_error("gossip-sim: churn kind not simulated");
+    case ChurnKind::Fault:
+      // gossip-launch restarts the peer with --fault MODE (and without, at the end); here the
+      // running averager changes its fault in place, which the restart amounts to for the
+      // exchange. An end (no mode) makes it honest again. A slot not started yet gets it at start.
+      for (int i : e.peers)
+        if (i < static_cast<int>(peers_.size())) {
+          Peer& p = *peers_[i];
+          p.fault = e.mode.empty() ? gossip::FaultConfig{} : gossip::parse_fault(e.mode);
+          if (p.up && p.avg) p.avg->set_fault(p.fault);
+        }
+      break;
   }
 }
 
@@ -816,12 +825,13 @@ json World::run() {
       const auto& e = schedule_.timed[next_churn++];
       apply_churn(e, e.generated ? "random" : "scenario");
       // An effect with a duration ends by itself, as gossip-launch's ChurnDriver::schedule_end.
-      if (e.for_s && (e.kind == core::ChurnKind::Partition || e.kind == core::ChurnKind::Pause ||
-                      e.kind == core::ChurnKind::Link)) {
+      // "for" is only allowed on pause, partition, link and fault (the parser checks).
+      if (e.for_s) {
         core::ChurnEvent heal;
-        heal.kind = e.kind == core::ChurnKind::Pause  ? core::ChurnKind::Resume
-                    : e.kind == core::ChurnKind::Link ? core::ChurnKind::Link  // no rate: restore
-                                                      : core::ChurnKind::Heal;
+        // Link and fault ends are the same kind with no rate, loss or mode: restore.
+        heal.kind = e.kind == core::ChurnKind::Pause       ? core::ChurnKind::Resume
+                    : e.kind == core::ChurnKind::Partition ? core::ChurnKind::Heal
+                                                           : e.kind;
         if (e.kind != core::ChurnKind::Partition) heal.peers = e.peers;
         heal.generated = e.generated;
         heal.at = e.at + *e.for_s;

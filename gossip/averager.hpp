@@ -89,6 +89,9 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   ~Averager() override;
 
   // Called on the protocol thread for every finished exchange. Set before traffic starts.
+  // Changes the fault injected from the next snapshot on (the simulator's churn fault events;
+  // a gossip-peer process is restarted with --fault instead). Training thread.
+  void set_fault(FaultConfig f) { fault_.reset(f); }
   void set_event_callback(EventFn fn) { on_event_ = std::move(fn); }
   // Called on the protocol thread when a partner is banned. Set before traffic starts.
   void set_ban_callback(std::function<void(const BanEvent&)> fn) { on_ban_ = std::move(fn); }

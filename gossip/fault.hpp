@@ -25,6 +25,11 @@ class FaultInjector {
  public:
   FaultInjector(FaultConfig cfg, kernels::Backend& be) : cfg_(cfg), be_(be) {}
   bool active() const { return cfg_.mode != FaultMode::None; }
+  // Another fault from now on (None: honest again); a stale fault starts from its next snapshot.
+  void reset(FaultConfig cfg) {
+    cfg_ = cfg;
+    stale_.clear();
+  }
   // Our parameters corrupted on the host (download, change, upload), so it works with any
   // backend; valid until the next call. Stale: the first snapshot ever taken, again and again.
   const float* source(const float* params, std::size_t n);

@@ -178,6 +178,39 @@ TEST_CASE(
     if (o != 7) CHECK(w.view(o, 7) == static_cast<int>(gossip::MemberState::Alive));
 }
 
+TEST_CASE(
+    "gossip-sim: a faulty peer's vectors are refused while its fault lasts, then it "
+    "averages again",
+    "[sim]") {
+  SimConfig c = small(16, 150, 5);
+  c.trace_exchanges = true;
+  c.churn = core::parse_churn_scenario(
+      json::parse(R"({"events": [{"at": 10, "event": "fault", "peers": [5], "mode": "nan",
+                                  "for": 20}]})"),
+      16);
+  std::ostringstream ev;
+  spdlog::set_level(spdlog::level::off);
+  World w(c, ev);
+  const json s = w.run();
+  int ok_during = 0, refused_during = 0, ok_after = 0;
+  std::istringstream in(ev.str());
+  for (std::string line; std::getline(in, line);) {
+    const json e = json::parse(line);
+    if (e["event"] != "exchange" || (e["peer"] != 5 && e["partner"] != 5)) continue;
+    const double t = e["t"].get<double>();
+    const bool ok = e["ok"] == true;
+    if (t > 10.5 && t < 30) {
+      ok_during += ok ? 1 : 0;
+      refused_during += ok ? 0 : 1;
+    }
+    if (t > 30) ok_after += ok ? 1 : 0;
+  }
+  CHECK(ok_during == 0);  // every NaN vector refused: nothing of it mixed anywhere
+  CHECK(refused_during > 5);
+  CHECK(ok_after > 5);  // honest again (after the bans it earned run out)
+  CHECK(std::isfinite(s["msd_final"].get<double>()));
+}
+
 // The gossip_consensus.cpp model at 64 peers over the real protocol and membership: the msd falls
 // by (1 - 1/(n-1)) per exchange within a factor of 2 over the first rounds. The runtime runs
 // ahead of that model as rounds go on (a peer is in one exchange at a time, so a round is closer
@@ -403,9 +436,9 @@ TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refus
   CHECK(exit_code_of(base + " --churn " + bad.string()) == 2);
   CHECK(!fs::exists(dir / "run"));
   CHECK(exit_code_of(base + " --topology " + bad.string()) == 2);
-  const fs::path fault = dir / "fault.json";  // faults are not simulated: refused, not ignored
+  const fs::path fault = dir / "fault.json";  // a scale of 0 is no fault gossip-peer takes
   std::ofstream(fault)
-      << R"({"events": [{"at": 1, "event": "fault", "peers": [1], "mode": "nan"}]})";
+      << R"({"events": [{"at": 1, "event": "fault", "peers": [1], "mode": "scale:0"}]})";
   CHECK(exit_code_of(base + " --churn " + fault.string()) == 2);
   CHECK(exit_code_of(base + " --peers x") == 2);
   CHECK(exit_code_of(base) == 0);
