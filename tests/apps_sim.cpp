@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -54,6 +55,14 @@ SimConfig small(int peers, double seconds, std::uint64_t seed) {
   c.latency = net::Millis(2);
   c.jitter = net::Millis(3);
   return c;
+}
+
+// The lines of an events.jsonl text, parsed.
+std::vector<json> event_lines(const std::string& events) {
+  std::vector<json> out;
+  std::istringstream in(events);
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
 }
 
 int exit_code_of(const std::string& cmd) {
@@ -100,9 +109,7 @@ TEST_CASE("gossip-sim: a killed peer among 16 is marked dead by all within the u
   CHECK(ch["false_dead_marks"] == 0);
   // Exactly one "dead" line per observer, all about peer 7, none before the crash.
   int dead = 0;
-  std::istringstream in(r.events);
-  for (std::string line; std::getline(in, line);) {
-    const json e = json::parse(line);
+  for (const json& e : event_lines(r.events)) {
     if (e["event"] != "member" || e["state"] != "dead") continue;
     CHECK(e["member"] == 7);
     CHECK(e["t"].get<double>() >= 20.0);
@@ -134,9 +141,7 @@ TEST_CASE("gossip-sim: a paused peer is marked dead, and alive again once resume
     if (o != 7) CHECK(w.view(o, 7) == static_cast<int>(gossip::MemberState::Alive));
   // Nothing of peer 7 ran while it was paused; it exchanged again after.
   int during = 0, after = 0;
-  std::istringstream in(ev.str());
-  for (std::string line; std::getline(in, line);) {
-    const json e = json::parse(line);
+  for (const json& e : event_lines(ev.str())) {
     if (e["event"] != "exchange" || e["peer"] != 7 || e["ok"] != true) continue;
     const double t = e["t"].get<double>();
     during += t > 20.5 && t < 60 ? 1 : 0;
@@ -163,9 +168,7 @@ TEST_CASE(
   // as false dead marks), and holds it alive at the end.
   std::set<int> dead_by;
   double last_dead = 0;
-  std::istringstream in(ev.str());
-  for (std::string line; std::getline(in, line);) {
-    const json e = json::parse(line);
+  for (const json& e : event_lines(ev.str())) {
     if (e["event"] != "member" || e["member"] != 7 || e["state"] != "dead") continue;
     dead_by.insert(e["peer"].get<int>());
     last_dead = std::max(last_dead, e["t"].get<double>());
@@ -193,9 +196,7 @@ TEST_CASE(
   World w(c, ev);
   const json s = w.run();
   int ok_during = 0, refused_during = 0, ok_after = 0;
-  std::istringstream in(ev.str());
-  for (std::string line; std::getline(in, line);) {
-    const json e = json::parse(line);
+  for (const json& e : event_lines(ev.str())) {
     if (e["event"] != "exchange" || (e["peer"] != 5 && e["partner"] != 5)) continue;
     const double t = e["t"].get<double>();
     const bool ok = e["ok"] == true;
@@ -303,11 +304,8 @@ TEST_CASE("gossip-sim: a joiner takes a live peer's vector before it averages", 
   CHECK(r.summary["churn"]["joins"] == 2);
   CHECK(r.summary["churn"]["catch_ups_ok"] == 2);
   CHECK(r.summary["churn"]["catch_ups_failed"] == 0);
-  std::istringstream lines(r.events);
-  std::string line;
   int seen = 0;
-  while (std::getline(lines, line)) {
-    const json e = json::parse(line);
+  for (const json& e : event_lines(r.events)) {
     if (e["event"] != "catch_up") continue;
     ++seen;
     CHECK(e["ok"] == true);
@@ -335,11 +333,8 @@ SimConfig small_train(std::uint64_t seed) {
 }
 
 int count_events(const std::string& events, const std::string& kind, int peer = -1) {
-  std::istringstream lines(events);
-  std::string line;
   int n = 0;
-  while (std::getline(lines, line)) {
-    const json e = json::parse(line);
+  for (const json& e : event_lines(events)) {
     if (e["event"] == kind && (peer < 0 || e["peer"] == peer)) ++n;
   }
   return n;
