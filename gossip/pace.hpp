@@ -34,8 +34,8 @@ class PaceKeeper {
   // every partner's word heard so far is spent.
   void resumed(double progress, double now_s);
   // How far we are ahead of the slowest partner heard within the window, not spent by a wait, not
-  // finished and at most ignore_behind behind: its last word, moved on at our own rate since. 0
-  // when none is behind.
+  // finished and at most ignore_behind behind: its last word, moved on since at its own rate
+  // (measured from its words) or ours, whichever is lower. 0 when none is behind.
   double ahead(double own, double now_s) const;
   bool should_wait(double own, double now_s) const { return ahead(own, now_s) > cfg_.max_ahead; }
   double rate() const;  // our progress per second while training (0 until measured)
@@ -44,6 +44,9 @@ class PaceKeeper {
   struct Heard {
     double progress = 0, at_s = 0;
     bool spent = false;  // a wait has been made on it
+    // The partner's own rate, from two of its words at least 0.2 s apart (-1: not yet), and the
+    // word that rate's next sample starts from.
+    double rate = -1, from_progress = 0, from_s = 0;
   };
   PaceConfig cfg_;
   mutable std::mutex mu_;

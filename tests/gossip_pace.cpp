@@ -93,3 +93,24 @@ TEST_CASE("pace: the rate ignores waiting and restarts from a restored step", "[
   k.trained(0.04, 7.0);
   CHECK(k.rate() == Approx(0.7 * 0.01 + 0.3 * 0.02));
 }
+
+TEST_CASE("pace: a partner slower than us is extrapolated at its own rate", "[gossip]") {
+  PaceKeeper k(PaceConfig{});
+  set_rate(k);  // ours: 0.01 a second
+  // Its words 1 s apart: 0.002 a second, a fifth of ours.
+  k.heard("slow", 0.050, 1.0);
+  k.heard("slow", 0.052, 2.0);
+  // At our rate it would be at 0.082 by t = 5 and we, at 0.11, would stop waiting at t = 4.8; at
+  // its own it is at 0.058, and we wait.
+  CHECK(k.ahead(0.11, 5.0) == Approx(0.11 - 0.058));
+  CHECK(k.should_wait(0.11, 5.0));
+  // A partner faster than us is still moved on at our rate (we cannot know more of it).
+  PaceKeeper f(PaceConfig{});
+  set_rate(f);
+  f.heard("quick", 0.00, 1.0);
+  f.heard("quick", 0.05, 2.0);  // 0.05 a second
+  CHECK(f.ahead(0.11, 3.0) == Approx(0.11 - 0.06));
+  // A restarted partner (its progress went back) starts over without a rate.
+  f.heard("quick", 0.01, 3.0);
+  CHECK(f.ahead(0.11, 4.0) == Approx(0.11 - 0.02));
+}
