@@ -124,9 +124,7 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
 
   averager_ = std::make_unique<gossip::Averager>(ac, *transport_, dispatcher_, *membership_, backend);
   averager_->set_event_callback([this](const gossip::ExchangeEvent& e) {
-    if (pace_)
-      pace_->heard(e.partner, e.partner_progress,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
+    if (pace_) pace_->heard(e.partner, e.partner_progress, metrics_.seconds());
     metrics_.emit("exchange", {{"partner", e.partner},
                                {"role", gossip::role_name(e.role)},
                                {"ok", e.ok},
@@ -189,9 +187,7 @@ double GossipNode::serve_until(core::StepContext& ctx, double max_s, Done done) 
 
 void GossipNode::keep_pace(core::StepContext& ctx) {
   constexpr double kPaceWait = 2.0;  // seconds at a time; the partners' word is re-read meanwhile
-  auto now_s = [this] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  };
+  auto now_s = [this] { return metrics_.seconds(); };
   const double own = core::progress_of(ctx);
   if (own < 0) return;
   pace_->trained(own, now_s());

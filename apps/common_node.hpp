@@ -3,7 +3,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <memory>
 #include <optional>
 
@@ -97,7 +96,6 @@ class GossipNode final : private core::StepHook {
   double lag_wait_s_ = 0.0;
   // --max-ahead (null: off). Partners are heard on the protocol thread.
   std::unique_ptr<gossip::PaceKeeper> pace_;
-  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   std::uint64_t pace_waits_ = 0;
   double pace_wait_s_ = 0.0;
 };

@@ -41,18 +41,28 @@ class PaceKeeper {
   double rate() const;  // our progress per second while training (0 until measured)
 
  private:
+  // A rate of progress per second, averaged over samples at least 0.2 s long: ours from our step
+  // boundaries, a partner's from its words.
+  struct Rate {
+    double rate = -1;                     // -1: no sample yet
+    double from_progress = -1, from_s = 0;  // where the next sample starts (-1: nowhere yet)
+    // Progress at now_s: closes a sample once 0.2 s long; progress that went back (a restore, a
+    // restart) starts the next sample there instead.
+    void add(double progress, double now_s);
+    void restart(double progress, double now_s) {
+      from_progress = progress;
+      from_s = now_s;
+    }
+  };
   struct Heard {
     double progress = 0, at_s = 0;
     bool spent = false;  // a wait has been made on it
-    // The partner's own rate, from two of its words at least 0.2 s apart (-1: not yet), and the
-    // word that rate's next sample starts from.
-    double rate = -1, from_progress = 0, from_s = 0;
+    Rate rate;           // the partner's own
   };
   PaceConfig cfg_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Heard> partners_;
-  double last_progress_ = -1, last_s_ = 0;  // the last rate sample's start (-1: none)
-  double rate_ = 0;                         // an average over recent samples
+  Rate own_;
 };
 
 }  // namespace gossiptrain::gossip
