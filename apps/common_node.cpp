@@ -210,7 +210,7 @@ void GossipNode::bound_lag(core::StepContext& ctx) {
   }
   if (ctx.step - ok_step_ < max_lag_) return;
   ok_step_ = ctx.step;  // wait at most once per max_lag_ steps, whatever the outcome
-  if (membership_->live_peers().empty()) return;  // alone: nobody to wait for
+  if (membership_->live_count() == 0) return;  // alone: nobody to wait for
   ++lag_waits_;
   lag_wait_s_ += serve_until(ctx, kMaxLagWait, [&] {
     ok = averager_->stats().ok;
@@ -228,7 +228,7 @@ bool GossipNode::joined() {
 
 bool GossipNode::wait_for_members(int n, double timeout_s, const std::atomic<bool>& stop) {
   using Clock = std::chrono::steady_clock;
-  auto count = [this] { return int(membership_->live_peers().size()) + 1; };
+  auto count = [this] { return int(membership_->live_count()) + 1; };
   int have = count();
   if (n <= 1 || have >= n) return true;
   const auto t0 = Clock::now();
@@ -275,7 +275,7 @@ std::optional<gossip::CatchUpResult> GossipNode::catch_up(gossip::CatchUpClientC
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  const std::size_t live = membership_->live_peers().size();
+  const std::size_t live = membership_->live_count();
   if (live == 0) {
     spdlog::info("catch-up: no live member to fetch a state from: starting from our own weights");
     return std::nullopt;

@@ -73,20 +73,18 @@ void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
 // starting an exchange costs O(1) rather than O(n) checks. The weighted pick among a random
 // sample spreads exchanges as the pick among all does.
 std::vector<PeerRef> ExchangeProtocol::candidates(const Exchange& e) {
-  std::vector<PeerRef> live = peers_.live_peers();
   auto ok = [&](const PeerRef& p) {
     return p.id != local_id_ && !e.excluded.count(p.id) && !banned(p.id);
   };
   std::vector<PeerRef> cands;
-  if (live.size() > 2 * kMaxCandidates) {
-    for (std::size_t t = 0; t < live.size() && t < 4 * kMaxCandidates; ++t) {
-      std::swap(live[t], live[t + rng_.below(live.size() - t)]);
-      if (ok(live[t])) cands.push_back(live[t]);
+  if (peers_.live_count() > 2 * kMaxCandidates) {
+    for (auto& p : peers_.live_sample(4 * kMaxCandidates, rng_)) {
+      if (ok(p)) cands.push_back(std::move(p));
       if (cands.size() == kMaxCandidates) return cands;
     }
     if (!cands.empty()) return cands;
   }
-  for (auto& p : live)
+  for (auto& p : peers_.live_peers())
     if (ok(p)) cands.push_back(std::move(p));
   return cands;
 }

@@ -60,8 +60,7 @@ Membership::Membership(net::Transport& transport, MembershipConfig config)
       self_id_(transport.local_id()),
       self_addr_(transport.advertised_addr()),
       rng_(cfg_.rng_seed ? cfg_.rng_seed : base::random_seed()),
-      token_(std::make_shared<bool>(true)),
-      snapshot_(transport.local_id()) {
+      token_(std::make_shared<bool>(true)) {
   cfg_.validate();
   if (self_id_.empty() || self_id_.size() > kMaxPeerIdBytes) {
     throw std::invalid_argument("membership: bad local peer id");
@@ -76,9 +75,9 @@ Membership::Membership(net::Transport& transport, MembershipConfig config)
           : static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                            std::chrono::system_clock::now().time_since_epoch())
                                            .count());
-  members_[self_id_] = Member{self_id_, self_addr_, inc, MemberState::Alive, sched_.now()};
-  live_count_ = 1;
-  publish();
+  if (!cfg_.names) cfg_.names = std::make_shared<MemberNames>();
+  table_ = std::make_unique<MemberTable>(cfg_.names, self_id_, self_addr_, inc, sched_.now());
+  self_name_ = table_->self_id();
 }
 
 Membership::~Membership() {
@@ -141,19 +140,20 @@ void Membership::stop() {
 void Membership::leave() {
   if (!running_ || leaving_) return;
   leaving_ = true;
-  Member& self = members_[self_id_];
-  if (is_live(self.state)) --live_count_;
-  self.state = MemberState::Left;
-  self.state_change = sched_.now();
-  publish(self);
+  const Row& self = table_->self();
+  const Millis now = sched_.now();
+  table_->modify(self, [now](Row& r) {
+    r.state = MemberState::Left;
+    r.state_change = now;
+  });
   const Update u{self_id_, self_addr_, self.incarnation, MemberState::Left, self_id_};
-  queue_broadcast(u);
+  table_->queue(self, MemberState::Left, self.incarnation, self_name_);
   // Told directly (to a bounded number) as well as gossiped: a leave should not wait for a probe
   // to be noticed, and the receivers pass it on.
-  const auto targets = random_members(kLeaveDirectFanout, self_id_,
-                                      [](const Member& m) { return is_live(m.state); });
-  for (const Member* m : targets)
-    send_to(m->id, m->addr, MembershipType::Gossip, encode(GossipMsg{{u}}));
+  const auto targets =
+      random_members(kLeaveDirectFanout, self_name_, [](const Row& m) { return is_live(m.state); });
+  for (const Row& m : targets)
+    send_to(table_->id_str(m), table_->addr_str(m), MembershipType::Gossip, encode(GossipMsg{{u}}));
   spdlog::info("membership {}: leaving, told {} members", self_id_, targets.size());
   later(cfg_.leave_linger, [this] { stop(); });
 }
@@ -194,9 +194,10 @@ void Membership::join_check() {
 
 void Membership::send_sync_to_addr(const std::string& addr, bool join) {
   // A seed we already talk to is reached over the existing connection.
-  for (const auto& [id, m] : members_) {
-    if (m.addr != addr || id == self_id_) continue;
-    auto it = links_.find(id);
+  const auto addr_name = table_->names().addrs.find(addr);
+  for (std::size_t slot = 1; addr_name && slot < table_->size(); ++slot) {
+    if (table_->at(slot).addr != *addr_name) continue;
+    auto it = links_.find(table_->id_str(table_->at(slot)));
     if (it != links_.end() && it->second.conn && it->second.conn->is_open()) {
       send_on(it->second.conn, MembershipType::Sync,
               encode(SyncMsg{next_seq_++, join, full_state()}));
@@ -233,19 +234,19 @@ void Membership::probe_tick() {
   if (leaving_) return;
   // Round-robin over a shuffled list (memberlist): every member is probed once per round, so a
   // failure is detected in bounded time rather than only in expectation.
-  const Member* target = nullptr;
+  const Row* target = nullptr;
   for (int pass = 0; pass < 2 && !target; ++pass) {
     while (probe_index_ < probe_order_.size()) {
-      auto it = members_.find(probe_order_[probe_index_++]);
-      if (it != members_.end() && it->first != self_id_ && is_live(it->second.state)) {
-        target = &it->second;
+      const Row* m = table_->find(probe_order_[probe_index_++]);
+      if (m && m->id != self_name_ && is_live(m->state)) {
+        target = m;
         break;
       }
     }
     if (!target) {
       probe_order_.clear();
-      for (const auto& [id, m] : members_) {
-        if (id != self_id_ && is_live(m.state)) probe_order_.push_back(id);
+      for (std::size_t slot = 1; slot < table_->size(); ++slot) {
+        if (is_live(table_->at(slot).state)) probe_order_.push_back(table_->at(slot).id);
       }
       for (std::size_t i = probe_order_.size(); i > 1; --i) {
         std::swap(probe_order_[i - 1], probe_order_[rng_.below(i)]);
@@ -254,39 +255,40 @@ void Membership::probe_tick() {
     }
   }
   if (!target) return;
+  const Row t = *target;
+  const std::string& target_id = table_->id_str(t);
   const std::uint32_t seq = next_seq_++;
-  probe_ = Probe{target->id, seq, false, true};
+  probe_ = Probe{t.id, seq, false, true};
   // Direct and indirect acks carry the same seq; any of them counts until the period ends.
   expect_ack(seq, cfg_.probe_interval, [this, seq] {
     if (probe_.active && probe_.seq == seq) probe_.acked = true;
   });
   std::vector<Update> piggyback;
-  if (target->state == MemberState::Suspect) {
+  if (t.state == MemberState::Suspect) {
     // Lifeguard's buddy system: tell a suspect directly, so it can refute at once.
-    piggyback.push_back(
-        Update{target->id, target->addr, target->incarnation, MemberState::Suspect, self_id_});
+    piggyback.push_back(update_of(t, MemberState::Suspect, self_id_));
   }
   for (auto& u :
        take_broadcasts(cfg_.max_piggyback - std::min(cfg_.max_piggyback, piggyback.size()))) {
-    if (u.id != target->id || piggyback.empty()) piggyback.push_back(std::move(u));
+    if (u.id != target_id || piggyback.empty()) piggyback.push_back(std::move(u));
   }
-  send_to(target->id, target->addr, MembershipType::Ping,
-          encode(PingMsg{seq, target->id, std::move(piggyback)}));
+  send_to(target_id, table_->addr_str(t), MembershipType::Ping,
+          encode(PingMsg{seq, target_id, std::move(piggyback)}));
   later(cfg_.probe_timeout, [this, seq] { indirect_probe(seq); });
 }
 
 void Membership::indirect_probe(std::uint32_t seq) {
   if (!probe_.active || probe_.seq != seq || probe_.acked) return;
-  drop_link(probe_.target);
-  auto it = members_.find(probe_.target);
-  if (it == members_.end()) return;
-  const Member target = it->second;
-  const auto helpers =
-      random_members(static_cast<std::size_t>(cfg_.indirect_checks), target.id,
-                     [](const Member& m) { return m.state == MemberState::Alive; });
-  for (const Member* h : helpers) {
-    send_to(h->id, h->addr, MembershipType::PingReq,
-            encode(PingReqMsg{seq, target.id, target.addr, take_broadcasts(cfg_.max_piggyback)}));
+  const std::string& target_id = table_->id_str(probe_.target);
+  drop_link(target_id);
+  const Row* found = table_->find(probe_.target);
+  if (!found) return;
+  const std::string& target_addr = table_->addr_str(*found);
+  const auto helpers = random_members(static_cast<std::size_t>(cfg_.indirect_checks), probe_.target,
+                                      [](const Row& m) { return m.state == MemberState::Alive; });
+  for (const Row& h : helpers) {
+    send_to(table_->id_str(h), table_->addr_str(h), MembershipType::PingReq,
+            encode(PingReqMsg{seq, target_id, target_addr, take_broadcasts(cfg_.max_piggyback)}));
   }
 }
 
@@ -299,29 +301,29 @@ void Membership::finish_probe() {
     acks_.erase(a);
   }
   if (probe_.acked) return;
-  auto it = members_.find(probe_.target);
-  if (it == members_.end() || !is_live(it->second.state)) return;
+  const Row* m = table_->find(probe_.target);
+  if (!m || !is_live(m->state)) return;
   spdlog::debug("membership {}: no ack from {} in a probe period, suspecting", self_id_,
-                probe_.target);
-  const Member& m = it->second;
-  suspect_node(Update{m.id, m.addr, m.incarnation, MemberState::Suspect, self_id_});
+                table_->id_str(*m));
+  suspect_node(update_of(*m, MemberState::Suspect, self_id_));
 }
 
 void Membership::gossip_tick() {
   later(cfg_.gossip_interval, [this] { gossip_tick(); });
-  if (broadcasts_.empty()) return;
+  if (table_->queue_empty()) return;
   const Millis now = sched_.now();
   // Recently dead members still hear gossip, so a member wrongly declared dead learns it and
   // refutes (memberlist's GossipToTheDeadTime).
   const auto targets =
-      random_members(static_cast<std::size_t>(cfg_.gossip_nodes), self_id_, [&](const Member& m) {
+      random_members(static_cast<std::size_t>(cfg_.gossip_nodes), self_name_, [&](const Row& m) {
         return is_live(m.state) ||
                (m.state == MemberState::Dead && now - m.state_change < cfg_.gossip_to_the_dead);
       });
-  for (const Member* m : targets) {
+  for (const Row& m : targets) {
     auto ups = take_broadcasts(cfg_.max_piggyback);
     if (ups.empty()) break;
-    send_to(m->id, m->addr, MembershipType::Gossip, encode(GossipMsg{std::move(ups)}));
+    send_to(table_->id_str(m), table_->addr_str(m), MembershipType::Gossip,
+            encode(GossipMsg{std::move(ups)}));
   }
 }
 
@@ -341,9 +343,9 @@ void Membership::push_pull_tick() {
 void Membership::sync_now() {
   if (leaving_) return;
   const auto t =
-      random_members(1, self_id_, [](const Member& m) { return m.state == MemberState::Alive; });
+      random_members(1, self_name_, [](const Row& m) { return m.state == MemberState::Alive; });
   if (t.empty()) return;
-  send_to(t[0]->id, t[0]->addr, MembershipType::Sync,
+  send_to(table_->id_str(t[0]), table_->addr_str(t[0]), MembershipType::Sync,
           encode(SyncMsg{next_seq_++, false, full_state()}));
 }
 
@@ -353,10 +355,11 @@ void Membership::reconnect_tick() {
   // After a partition each side holds the other as dead; a sync with one of them makes it refute
   // (it sees itself dead) and merges the two views again.
   const auto t =
-      random_members(1, self_id_, [](const Member& m) { return m.state == MemberState::Dead; });
+      random_members(1, self_name_, [](const Row& m) { return m.state == MemberState::Dead; });
   if (t.empty()) return;
-  spdlog::debug("membership {}: trying to reconnect to dead member {}", self_id_, t[0]->id);
-  send_to(t[0]->id, t[0]->addr, MembershipType::Sync,
+  const std::string& id = table_->id_str(t[0]);
+  spdlog::debug("membership {}: trying to reconnect to dead member {}", self_id_, id);
+  send_to(id, table_->addr_str(t[0]), MembershipType::Sync,
           encode(SyncMsg{next_seq_++, false, full_state()}));
 }
 
@@ -382,23 +385,16 @@ void Membership::housekeeping_tick() {
     o.conn->close("idle");
   }
   // Forget long-dead members.
-  bool reaped = false;
   for (auto d = down_.begin(); d != down_.end();) {
-    auto it = members_.find(*d);
-    const Member& m = it->second;
-    if (now - m.state_change < cfg_.dead_reap_after) {
+    const Row* m = table_->find(*d);
+    if (now - m->state_change < cfg_.dead_reap_after) {
       ++d;
       continue;
     }
-    cancel_suspicion(m.id);
-    links_.erase(m.id);
-    Member* last = others_.back();
-    others_[m.slot] = last;
-    last->slot = m.slot;
-    others_.pop_back();
-    members_.erase(it);
+    cancel_suspicion(m->id);
+    links_.erase(table_->id_str(*m));
+    table_->remove(m->id);
     d = down_.erase(d);
-    reaped = true;
   }
   // Alone: keep re-dialling the seeds (a healed partition, or everyone restarted).
   if (!leaving_ && !join_in_progress_ && est_num_nodes() <= 1) {
@@ -409,7 +405,6 @@ void Membership::housekeeping_tick() {
       join_attempt();
     }
   }
-  if (reaped) publish();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -437,12 +432,9 @@ void Membership::apply_all(const net::ConnectionPtr& c, const std::vector<Update
   std::vector<Update> corrections;
   for (const auto& u : updates) {
     if (u.state != MemberState::Alive && corrections.size() < cfg_.max_piggyback) {
-      auto it = members_.find(u.id);
-      if (it != members_.end() && it->second.state == MemberState::Alive &&
-          u.incarnation < it->second.incarnation) {
-        const Member& m = it->second;
-        corrections.push_back(Update{m.id, m.addr, m.incarnation, MemberState::Alive, ""});
-      }
+      const Row* m = table_->find(u.id);
+      if (m && m->state == MemberState::Alive && u.incarnation < m->incarnation)
+        corrections.push_back(update_of(*m, MemberState::Alive, ""));
     }
     apply(u);
   }
@@ -476,7 +468,6 @@ void Membership::merge_remote(const std::vector<Update>& remote) {
 }
 
 void Membership::alive_node(const Update& a, bool bootstrap) {
-  auto it = members_.find(a.id);
   const bool is_self = a.id == self_id_;
   if (!is_self && !net::dialable_addr(a.addr)) {
     // A peer that announces a wildcard (an old build listening on 0.0.0.0 without --advertise):
@@ -489,108 +480,113 @@ void Membership::alive_node(const Update& a, bool bootstrap) {
     }
     return;
   }
-  if (it == members_.end()) {
-    if (members_.size() >= kMaxSyncMembers) {
+  const Row* st = table_->find(a.id);
+  if (!st) {
+    if (table_->size() >= kMaxSyncMembers) {
       spdlog::warn("membership {}: member table full ({}), ignoring {}", self_id_, kMaxSyncMembers,
                    a.id);
       return;
     }
-    Member m{a.id, a.addr, a.incarnation, MemberState::Alive, sched_.now()};
-    it = members_.emplace(a.id, m).first;
-    it->second.slot = others_.size();
-    others_.push_back(&it->second);
-    ++live_count_;
+    const Row& m = table_->add(cfg_.names->ids.intern(a.id), cfg_.names->addrs.intern(a.addr),
+                               a.incarnation, sched_.now());
     // A random slot in the probe round, so a new member is probed soon but not always first.
-    probe_order_.push_back(a.id);
+    probe_order_.push_back(m.id);
     const std::size_t j = rng_.below(probe_order_.size());
     std::swap(probe_order_[j], probe_order_.back());
-    queue_broadcast(Update{a.id, a.addr, a.incarnation, MemberState::Alive, ""});
+    table_->queue(m, MemberState::Alive, a.incarnation, kNoName);
     spdlog::debug("membership {}: new member {} at {} (incarnation {})", self_id_, a.id, a.addr,
                   a.incarnation);
-    notify(it->second);
-    publish(it->second);
+    notify(m);
     return;
   }
-  Member& st = it->second;
-  if (!is_self && a.incarnation <= st.incarnation) return;
-  if (is_self && a.incarnation < st.incarnation) return;
-  cancel_suspicion(a.id);
+  if (!is_self && a.incarnation <= st->incarnation) return;
+  if (is_self && a.incarnation < st->incarnation) return;
+  cancel_suspicion(st->id);
   if (is_self) {
-    if (bootstrap || (a.incarnation == st.incarnation && a.addr == st.addr)) return;
+    if (bootstrap || (a.incarnation == st->incarnation && a.addr == table_->addr_str(*st))) return;
     // Someone announces us with our incarnation or a later one (our previous life, or a
     // different address): outbid it.
     if (!leaving_) refute(a.incarnation);
     return;
   }
-  queue_broadcast(Update{a.id, a.addr, a.incarnation, MemberState::Alive, ""});
-  const bool addr_changed = st.addr != a.addr;
-  const MemberState before = st.state;
-  st.incarnation = a.incarnation;
-  st.addr = a.addr;
+  const NameId addr = cfg_.names->addrs.intern(a.addr);
+  const bool addr_changed = st->addr != addr;
+  const MemberState before = st->state;
+  table_->modify(*st, [&](Row& m) {
+    m.incarnation = a.incarnation;
+    m.addr = addr;
+  });
+  table_->queue(*st, MemberState::Alive, a.incarnation, kNoName);
   if (addr_changed) links_.erase(a.id);  // the old connection points at the old address
   if (before != MemberState::Alive) {
     if (before != MemberState::Suspect) {
       spdlog::info("membership {}: {} is alive again (incarnation {})", self_id_, a.id,
                    a.incarnation);
     }
-    set_state(st, MemberState::Alive);
-  } else {
-    if (addr_changed) notify(st);
-    publish(st);
+    set_state(*st, MemberState::Alive);
+  } else if (addr_changed) {
+    notify(*st);
   }
 }
 
+NameId Membership::accuser(const std::string& from) {
+  if (auto n = cfg_.names->ids.find(from)) return *n;
+  // Not a name we know: kept while the names table is within a few times the largest member
+  // table, so that accusers made up by a peer cannot grow it without bound.
+  if (cfg_.names->ids.size() >= 4 * kMaxSyncMembers) return kNoName;
+  return cfg_.names->ids.intern(from);
+}
+
 void Membership::suspect_node(const Update& s) {
-  auto it = members_.find(s.id);
-  if (it == members_.end()) return;
-  Member& st = it->second;
-  if (s.incarnation < st.incarnation) return;
-  if (suspicions_.count(s.id)) {
+  const Row* st = table_->find(s.id);
+  if (!st) return;
+  if (s.incarnation < st->incarnation) return;
+  const NameId from = accuser(s.from);
+  if (suspicions_.count(st->id)) {
     // An independent accusation shortens the timeout (Lifeguard); pass it on if it was new.
-    if (confirm_suspicion(s.id, s.from)) queue_broadcast(s);
+    if (confirm_suspicion(st->id, from))
+      table_->queue(*st, MemberState::Suspect, s.incarnation, from);
     return;
   }
-  if (st.state != MemberState::Alive) return;
+  if (st->state != MemberState::Alive) return;
   if (s.id == self_id_) {
     refute(s.incarnation);
     return;
   }
-  queue_broadcast(Update{s.id, st.addr, s.incarnation, MemberState::Suspect, s.from});
-  st.incarnation = s.incarnation;
+  table_->queue(*st, MemberState::Suspect, s.incarnation, from);
+  table_->modify(*st, [&](Row& m) { m.incarnation = s.incarnation; });
   spdlog::debug("membership {}: suspecting {} (incarnation {}, by {}) at {} ms", self_id_, s.id,
                 s.incarnation, s.from, sched_.now().count());
-  set_state(st, MemberState::Suspect);
-  start_suspicion(st, s.from);
+  set_state(*st, MemberState::Suspect);
+  start_suspicion(*st, from);
 }
 
 void Membership::dead_node(const Update& d) {
-  auto it = members_.find(d.id);
-  if (it == members_.end()) return;
-  Member& st = it->second;
-  if (d.incarnation < st.incarnation) return;
-  cancel_suspicion(d.id);
-  if (st.state == MemberState::Dead || st.state == MemberState::Left) return;
+  const Row* st = table_->find(d.id);
+  if (!st) return;
+  if (d.incarnation < st->incarnation) return;
+  cancel_suspicion(st->id);
+  if (st->state == MemberState::Dead || st->state == MemberState::Left) return;
   if (d.id == self_id_) {
     if (!leaving_) refute(d.incarnation);
     return;
   }
   const bool left = d.from == d.id;
-  queue_broadcast(
-      Update{d.id, st.addr, d.incarnation, left ? MemberState::Left : MemberState::Dead, d.from});
-  st.incarnation = d.incarnation;
+  const MemberState state = left ? MemberState::Left : MemberState::Dead;
+  table_->queue(*st, state, d.incarnation, left ? st->id : accuser(d.from));
+  table_->modify(*st, [&](Row& m) { m.incarnation = d.incarnation; });
   spdlog::info("membership {}: {} is {} (incarnation {})", self_id_, d.id, left ? "left" : "dead",
                d.incarnation);
-  set_state(st, left ? MemberState::Left : MemberState::Dead);
+  set_state(*st, state);
 }
 
 void Membership::refute(std::uint64_t accused_incarnation) {
-  Member& self = members_[self_id_];
+  const Row& self = table_->self();
   std::uint64_t inc = self.incarnation + 1;
   if (accused_incarnation >= inc) inc = accused_incarnation + 1;
-  self.incarnation = inc;
+  table_->modify(self, [inc](Row& r) { r.incarnation = inc; });
   spdlog::debug("membership {}: refuting, incarnation now {}", self_id_, inc);
-  queue_broadcast(self_update());
-  publish(self);
+  table_->queue(self, MemberState::Alive, inc, kNoName);
 }
 
 Millis Membership::suspicion_min_timeout(std::size_t n) const {
@@ -599,7 +595,7 @@ Millis Membership::suspicion_min_timeout(std::size_t n) const {
       cfg_.suspicion_mult * node_scale * static_cast<double>(cfg_.probe_interval.count()))));
 }
 
-void Membership::start_suspicion(Member& m, const std::string& from) {
+void Membership::start_suspicion(const Row& m, NameId from) {
   const std::size_t n = est_num_nodes();
   // k independent confirmations bring the timeout from max down to min; in a tiny cluster there
   // are not enough members to confirm, so the timeout starts at min (memberlist suspectNode).
@@ -613,14 +609,14 @@ void Membership::start_suspicion(Member& m, const std::string& from) {
   s.start = sched_.now();
   s.confirmations.insert(from);
   const Millis timeout = k < 1 ? s.min : s.max;
-  const std::string id = m.id;
+  const NameId id = m.id;
   const std::uint64_t inc = m.incarnation;
   s.timer = later(timeout, [this, id, inc] { suspicion_fired(id, inc); });
   cancel_suspicion(id);
   suspicions_[id] = std::move(s);
 }
 
-bool Membership::confirm_suspicion(const std::string& id, const std::string& from) {
+bool Membership::confirm_suspicion(NameId id, NameId from) {
   auto it = suspicions_.find(id);
   if (it == suspicions_.end()) return false;
   Suspicion& s = it->second;
@@ -636,26 +632,26 @@ bool Membership::confirm_suspicion(const std::string& id, const std::string& fro
   Millis timeout = Millis(static_cast<Millis::rep>(std::floor(raw)));
   if (timeout < s.min) timeout = s.min;
   const Millis remaining = timeout - (sched_.now() - s.start);
-  spdlog::debug("membership {}: suspicion of {} confirmed by {} ({}/{}), {} ms left", self_id_, id,
-                from, confirmed, s.k, remaining.count());
+  spdlog::debug("membership {}: suspicion of {} confirmed by {} ({}/{}), {} ms left", self_id_,
+                table_->id_str(id), from == kNoName ? "?" : table_->id_str(from), confirmed, s.k,
+                remaining.count());
   sched_.cancel(s.timer);
   const std::uint64_t inc = s.incarnation;
   s.timer = later(std::max(remaining, Millis(0)), [this, id, inc] { suspicion_fired(id, inc); });
   return true;
 }
 
-void Membership::suspicion_fired(const std::string& id, std::uint64_t incarnation) {
+void Membership::suspicion_fired(NameId id, std::uint64_t incarnation) {
   suspicions_.erase(id);
-  auto it = members_.find(id);
-  if (it == members_.end()) return;
-  const Member& m = it->second;
-  if (m.state != MemberState::Suspect || m.incarnation != incarnation) return;
-  spdlog::debug("membership {}: suspicion of {} timed out at {} ms", self_id_, id,
+  const Row* m = table_->find(id);
+  if (!m) return;
+  if (m->state != MemberState::Suspect || m->incarnation != incarnation) return;
+  spdlog::debug("membership {}: suspicion of {} timed out at {} ms", self_id_, table_->id_str(id),
                 sched_.now().count());
-  dead_node(Update{id, m.addr, incarnation, MemberState::Dead, self_id_});
+  dead_node(update_of(*m, MemberState::Dead, self_id_));
 }
 
-void Membership::cancel_suspicion(const std::string& id) {
+void Membership::cancel_suspicion(NameId id) {
   auto it = suspicions_.find(id);
   if (it == suspicions_.end()) return;
   sched_.cancel(it->second.timer);
@@ -663,17 +659,15 @@ void Membership::cancel_suspicion(const std::string& id) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Dissemination (broadcast_queue.hpp)
+// Dissemination (the transmit queue of member_table.hpp)
 
 int Membership::retransmit_limit() const {
   const double n = static_cast<double>(est_num_nodes());
   return cfg_.retransmit_mult * static_cast<int>(std::ceil(std::log10(n + 1.0)));
 }
 
-void Membership::queue_broadcast(const Update& u) { broadcasts_.push(u); }
-
 std::vector<Update> Membership::take_broadcasts(std::size_t max) {
-  return broadcasts_.take(max, retransmit_limit());
+  return table_->take(max, retransmit_limit());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -690,6 +684,7 @@ void Membership::on_closed(const net::ConnectionPtr& c, const std::string& reaso
   if (it != links_.end() && it->second.conn == c) {
     it->second.conn.reset();
     spdlog::debug("membership {}: connection to {} closed: {}", self_id_, c->peer_id(), reason);
+    forget_link_if_idle(c->peer_id());
   }
 }
 
@@ -766,8 +761,8 @@ void Membership::handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m) {
         net::Bytes ack = encode(AckMsg{their_seq, take_broadcasts(cfg_.max_piggyback)});
         if (c->is_open()) {
           send_on(c, MembershipType::Ack, std::move(ack));
-        } else if (auto it = members_.find(requester); it != members_.end()) {
-          send_to(requester, it->second.addr, MembershipType::Ack, std::move(ack));
+        } else if (const Row* r = table_->find(requester)) {
+          send_to(requester, table_->addr_str(*r), MembershipType::Ack, std::move(ack));
         }
       },
       [this, target] { drop_link(target); });
@@ -797,7 +792,7 @@ void Membership::handle_sync(const net::ConnectionPtr& c, SyncMsg m, bool reply)
     join_answered_ = true;
     if (!joined_) {
       spdlog::info("membership {}: joined through {} ({} members known)", self_id_, c->peer_id(),
-                   members_.size());
+                   table_->size());
     } else {
       spdlog::info("membership {}: re-joined through {}", self_id_, c->peer_id());
     }
@@ -822,7 +817,15 @@ void Membership::drop_link(const std::string& id) {
   if (it == links_.end() || !it->second.conn) return;
   net::ConnectionPtr c = std::move(it->second.conn);
   it->second.conn.reset();
+  forget_link_if_idle(id);
   if (owned_.erase(c.get())) c->close("no ack");
+}
+
+void Membership::forget_link_if_idle(const std::string& id) {
+  auto it = links_.find(id);
+  if (it == links_.end()) return;
+  const Link& l = it->second;
+  if (!l.conn && !l.dialing && l.pending.empty()) links_.erase(it);
 }
 
 void Membership::send_on(const net::ConnectionPtr& c, MembershipType type, net::Bytes payload) {
@@ -857,11 +860,13 @@ void Membership::send_to(const std::string& id, const std::string& addr, Members
     l.pending.clear();
     if (!c) {
       spdlog::debug("membership {}: dial {} failed: {}", self_id_, id, err);
+      forget_link_if_idle(id);
       return;
     }
     if (c->peer_id() != id) {
       spdlog::warn("membership {}: dialled {} but reached {}", self_id_, id, c->peer_id());
       c->close("unexpected peer id");
+      forget_link_if_idle(id);
       return;
     }
     adopt(c, true);
@@ -874,92 +879,92 @@ void Membership::send_to(const std::string& id, const std::string& addr, Members
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-Update Membership::self_update() const {
-  const Member& s = members_.at(self_id_);
-  return Update{s.id, s.addr, s.incarnation, MemberState::Alive, ""};
+Update Membership::self_update() const { return update_of(table_->self(), MemberState::Alive, ""); }
+
+Update Membership::update_of(const Row& m, MemberState state, const std::string& from) const {
+  return Update{table_->id_str(m), table_->addr_str(m), m.incarnation, state, from};
 }
 
 std::vector<Update> Membership::full_state() const {
   std::vector<Update> out;
-  out.reserve(members_.size());
-  for (const auto& [id, m] : members_) {
-    Update u{m.id, m.addr, m.incarnation, m.state, ""};
-    if (m.state == MemberState::Left) u.from = m.id;
-    if (m.state == MemberState::Suspect || m.state == MemberState::Dead) u.from = self_id_;
-    out.push_back(std::move(u));
+  out.reserve(table_->size());
+  for (std::size_t slot = 0; slot < table_->size(); ++slot) {
+    const Row& m = table_->at(slot);
+    std::string from;
+    if (m.state == MemberState::Left) from = table_->id_str(m);
+    if (m.state == MemberState::Suspect || m.state == MemberState::Dead) from = self_id_;
+    out.push_back(update_of(m, m.state, from));
   }
   return out;
 }
 
 std::size_t Membership::est_num_nodes() const {
-  // Kept up to date by every state change (set_state, a new member, leave); reaping removes only
-  // members that are not live.
-  return live_count_;
+  // Kept up to date by every state change; reaping removes only members that are not live.
+  return table_->live_members();
 }
 
-std::vector<const Membership::Member*> Membership::random_members(
-    std::size_t k, const std::string& exclude, const std::function<bool(const Member&)>& ok) {
-  std::vector<const Member*> c;
+std::vector<MemberTable::Row> Membership::random_members(
+    std::size_t k, NameId exclude, const std::function<bool(const Row&)>& ok) {
+  std::vector<Row> c;
   if (k == 0) return c;
-  // Draws with rejection: O(k) when most members qualify, as in a large healthy swarm. After a
-  // bounded number of draws (few qualify, or the table is small) the whole table is scanned and
-  // shuffled, so exactly min(k, qualifying) distinct members come back either way.
-  const std::size_t n = others_.size();
+  // Draws with rejection from every member but ourselves (slots 1..): O(k) when most members
+  // qualify, as in a large healthy swarm. After a bounded number of draws (few qualify, or the
+  // table is small) the whole table is scanned and shuffled, so exactly min(k, qualifying)
+  // distinct members come back either way.
+  const std::size_t n = table_->size() - 1;
+  auto taken = [&c](const Row& m) {
+    return std::any_of(c.begin(), c.end(), [&m](const Row& x) { return x.id == m.id; });
+  };
   if (n > 8 * k) {
     for (std::size_t tries = 0; tries < 4 * k + 8 && c.size() < k; ++tries) {
-      const Member* m = others_[rng_.below(n)];
-      if (m->id == exclude || !ok(*m) || std::find(c.begin(), c.end(), m) != c.end()) continue;
+      const Row& m = table_->at(1 + rng_.below(n));
+      if (m.id == exclude || !ok(m) || taken(m)) continue;
       c.push_back(m);
     }
     if (c.size() == k) return c;
     c.clear();
   }
-  for (const Member* m : others_)
-    if (m->id != exclude && ok(*m)) c.push_back(m);
+  for (std::size_t slot = 1; slot <= n; ++slot) {
+    const Row& m = table_->at(slot);
+    if (m.id != exclude && ok(m)) c.push_back(m);
+  }
   const std::size_t take = std::min(k, c.size());
   for (std::size_t i = 0; i < take; ++i) std::swap(c[i], c[i + rng_.below(c.size() - i)]);
   c.resize(take);
   return c;
 }
 
-void Membership::set_state(Member& m, MemberState s) {
+void Membership::set_state(const Row& m, MemberState s) {
   if (m.state == s) return;
-  live_count_ += is_live(s) ? 1 : 0;
-  live_count_ -= is_live(m.state) ? 1 : 0;
-  if (m.id != self_id_) {
+  const Millis now = sched_.now();
+  table_->modify(m, [s, now](Row& r) {
+    r.state = s;
+    r.state_change = now;
+  });
+  if (m.id != self_name_) {
     if (is_live(s)) down_.erase(m.id);
     else down_.insert(m.id);
   }
-  m.state = s;
-  m.state_change = sched_.now();
-  publish(m);
   notify(m);
 }
 
-void Membership::notify(const Member& m) {
-  if (listener_ && m.id != self_id_) listener_(MemberInfo{m.id, m.addr, m.incarnation, m.state});
+void Membership::notify(const Row& m) {
+  if (listener_ && m.id != self_name_)
+    listener_(MemberInfo{table_->id_str(m), table_->addr_str(m), m.incarnation, m.state});
 }
 
-void Membership::publish() {
-  std::vector<MemberInfo> all;
-  all.reserve(members_.size());
-  for (const auto& [id, m] : members_)
-    all.push_back(MemberInfo{m.id, m.addr, m.incarnation, m.state});
-  snapshot_.reset(all);
+std::vector<PeerRef> Membership::live_peers() const { return table_->live_peers(); }
+
+std::size_t Membership::live_count() const { return table_->live_count(); }
+
+std::vector<PeerRef> Membership::live_sample(std::size_t k, base::ProtocolRng& rng) const {
+  return table_->live_sample(k, rng);
 }
 
-// One member changed: O(log n) instead of copying the whole table (a joining peer of a large
-// swarm learns thousands of members, one publish each).
-void Membership::publish(const Member& m) {
-  snapshot_.set(MemberInfo{m.id, m.addr, m.incarnation, m.state});
-}
-
-std::vector<PeerRef> Membership::live_peers() const { return snapshot_.live(); }
-
-std::vector<MemberInfo> Membership::members() const { return snapshot_.all(); }
+std::vector<MemberInfo> Membership::members() const { return table_->all(); }
 
 std::optional<MemberInfo> Membership::member(const std::string& id) const {
-  return snapshot_.find(id);
+  return table_->info(id);
 }
 
 std::vector<std::string> Membership::dialed_peers() const {
@@ -971,10 +976,6 @@ std::vector<std::string> Membership::dialed_peers() const {
   return out;
 }
 
-std::uint64_t Membership::incarnation() const {
-  auto m = member(self_id_);
-  assert(m);
-  return m->incarnation;
-}
+std::uint64_t Membership::incarnation() const { return table_->self_incarnation(); }
 
 }  // namespace gossiptrain::gossip

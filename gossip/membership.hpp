@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -14,8 +13,7 @@
 #include <vector>
 
 #include "core/base/rng.hpp"
-#include "gossip/broadcast_queue.hpp"
-#include "gossip/member_snapshot.hpp"
+#include "gossip/member_table.hpp"
 #include "gossip/messages.hpp"
 #include "gossip/peer_directory.hpp"
 #include "net/address.hpp"
@@ -53,6 +51,9 @@ struct MembershipConfig {
   // anything it announced before; if not, it refutes when it hears its old state.
   std::optional<std::uint64_t> initial_incarnation;
   std::uint64_t rng_seed = 0;  // 0: seeded from std::random_device
+  // Where peer ids and addresses are interned (member_table.hpp). Null: a table of its own; a
+  // process running many peers (gossip-sim) passes one to all of them.
+  std::shared_ptr<MemberNames> names;
 
   // Throws std::invalid_argument describing the first bad value.
   void validate() const;
@@ -91,6 +92,8 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   void sync_now();
 
   std::vector<PeerRef> live_peers() const override;               // thread-safe
+  std::size_t live_count() const override;                        // thread-safe
+  std::vector<PeerRef> live_sample(std::size_t k, base::ProtocolRng& rng) const override;
   std::vector<MemberInfo> members() const;                        // thread-safe; includes ourselves
   std::optional<MemberInfo> member(const std::string& id) const;  // thread-safe
   std::uint64_t incarnation() const;                              // thread-safe
@@ -104,14 +107,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
 
  private:
-  struct Member {
-    std::string id;
-    std::string addr;
-    std::uint64_t incarnation = 0;
-    MemberState state = MemberState::Alive;
-    Millis state_change{0};
-    std::size_t slot = 0;  // its place in others_ (not ourselves)
-  };
+  using Row = MemberTable::Row;
   // Lifeguard suspicion (memberlist suspicion.go): starts at max, shrinks towards min as k
   // independent members confirm.
   struct Suspicion {
@@ -119,7 +115,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
     int k = 0;
     Millis min{0}, max{0};
     Millis start{0};
-    std::set<std::string> confirmations;
+    std::set<NameId> confirmations;
     net::Scheduler::TimerId timer = 0;
   };
   struct Link {  // the connection we use to talk to one peer
@@ -137,7 +133,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
     net::Scheduler::TimerId timer = 0;
   };
   struct Probe {
-    std::string target;
+    NameId target = kNoName;
     std::uint32_t seq = 0;
     bool acked = false;
     bool active = false;
@@ -162,14 +158,16 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   void apply(const Update& u);
   void apply_all(const net::ConnectionPtr& c, const std::vector<Update>& updates);
   void refute(std::uint64_t accused_incarnation);
-  void start_suspicion(Member& m, const std::string& from);
-  bool confirm_suspicion(const std::string& id, const std::string& from);
-  void suspicion_fired(const std::string& id, std::uint64_t incarnation);
-  void cancel_suspicion(const std::string& id);
+  void start_suspicion(const Row& m, NameId from);
+  bool confirm_suspicion(NameId id, NameId from);
+  void suspicion_fired(NameId id, std::uint64_t incarnation);
+  void cancel_suspicion(NameId id);
+  // The name of an accuser (`from` of a suspect or dead update), interned while the table of
+  // names is not too large for one that is not a member (kNoName after that).
+  NameId accuser(const std::string& from);
   Millis suspicion_min_timeout(std::size_t n) const;
 
   // Dissemination.
-  void queue_broadcast(const Update& u);
   std::vector<Update> take_broadcasts(std::size_t max);
   int retransmit_limit() const;
 
@@ -186,18 +184,19 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   void expect_ack(std::uint32_t seq, Millis timeout, std::function<void()> on_ack,
                   std::function<void()> on_timeout = {});
   void drop_link(const std::string& id);
+  void forget_link_if_idle(const std::string& id);  // no connection, no dial, nothing pending
   void adopt(const net::ConnectionPtr& c, bool dialed);
 
   // Helpers.
   Update self_update() const;
   std::vector<Update> full_state() const;
   std::size_t est_num_nodes() const;
-  std::vector<const Member*> random_members(std::size_t k, const std::string& exclude,
-                                            const std::function<bool(const Member&)>& ok);
-  void set_state(Member& m, MemberState s);
-  void notify(const Member& m);
-  void publish();                 // rebuilds the thread-safe snapshot
-  void publish(const Member& m);  // updates one member of it
+  Update update_of(const Row& m, MemberState state, const std::string& from) const;
+  // Copies: sending may change the table.
+  std::vector<Row> random_members(std::size_t k, NameId exclude,
+                                  const std::function<bool(const Row&)>& ok);
+  void set_state(const Row& m, MemberState s);
+  void notify(const Row& m);
   // A timer that becomes a no-op once we stop or are destroyed.
   net::Scheduler::TimerId later(Millis d, std::function<void()> fn);
 
@@ -210,21 +209,17 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   MemberListener listener_;
   std::shared_ptr<bool> token_;  // weakly held by callbacks that may outlive us
 
-  std::map<std::string, Member> members_;  // includes ourselves
-  // Every member but ourselves, in no order, for drawing random members in O(k) rather than
-  // scanning the table (a swarm of thousands gossips to a few random members every 200 ms).
-  std::vector<Member*> others_;
-  std::set<std::string> down_;  // members dead or left (not ourselves): what reaping looks at
-  std::unordered_map<std::string, Suspicion> suspicions_;
+  std::unique_ptr<MemberTable> table_;  // ourselves included; see member_table.hpp
+  NameId self_name_ = kNoName;
+  std::set<NameId> down_;  // members dead or left (not ourselves): what reaping looks at
+  std::unordered_map<NameId, Suspicion> suspicions_;
+  // Only while a connection is open, being dialed or has messages waiting for one.
   std::unordered_map<std::string, Link> links_;
   std::unordered_map<const net::Connection*, Owned> owned_;
   std::uint64_t owned_order_ = 0;
   Millis next_idle_check_ = Millis::max();  // no owned connection can be idle before this
   std::unordered_map<std::uint32_t, AckWait> acks_;
-  // Ordered, plus where each member's queued update is, so that queueing and taking cost
-  // O(log n) (a joining peer of a large swarm queues thousands of updates).
-  BroadcastQueue broadcasts_;
-  std::vector<std::string> probe_order_;
+  std::vector<NameId> probe_order_;
   std::size_t probe_index_ = 0;
   Probe probe_;
   std::uint32_t next_seq_ = 1;
@@ -237,9 +232,6 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   bool join_answered_ = false;
   std::uint32_t join_seq_lo_ = 0;  // sync replies with seq >= this complete the current join
   Millis join_backoff_{0};
-
-  MemberSnapshot snapshot_;     // what other threads read
-  std::size_t live_count_ = 0;  // alive or suspect members of members_, ourselves included
 };
 
 }  // namespace gossiptrain::gossip

@@ -31,9 +31,9 @@ constexpr std::uint8_t wire(MembershipType t) { return static_cast<std::uint8_t>
 inline constexpr std::size_t kMaxPeerIdBytes = 64;
 inline constexpr std::size_t kMaxMemberAddrBytes = 128;   // = net::kMaxAddrBytes
 inline constexpr std::size_t kMaxUpdatesPerMessage = 256;  // piggyback on ping/ack/gossip
-inline constexpr std::size_t kMaxSyncMembers = 8192;
+inline constexpr std::size_t kMaxSyncMembers = 32768;      // the member table too
 inline constexpr std::size_t kMaxSmallMessageBytes = 256u << 10;
-inline constexpr std::size_t kMaxSyncMessageBytes = 8u << 20;
+inline constexpr std::size_t kMaxSyncMessageBytes = 16u << 20;
 
 enum class MemberState : std::uint8_t { Alive = 0, Suspect = 1, Dead = 2, Left = 3 };
 const char* to_string(MemberState s);
