@@ -76,9 +76,9 @@ auto world(T SimConfig::*field) {
 
 const OptionTable<SimArgs>& sim_options() {
   static const OptionTable<SimArgs> table({
-      {"peers", "N", "initial peers (1..100000)",
+      {"peers", "N", "initial peers (1..32768, the largest member table)",
        [](SimArgs& a, const std::string& v) {
-         a.o.world.peers = int(to_int("peers", v, 1, 100000));
+         a.o.world.peers = int(to_int("peers", v, 1, 32768));
          a.have_peers = true;
        }},
       {"workload", "W",
@@ -117,6 +117,11 @@ const OptionTable<SimArgs>& sim_options() {
                 world(&SimConfig::rate_rounds), 0, 1000),
       O::number("join-spread", "S", "non-seed peers start uniformly in [0, S) (default 2)",
                 world(&SimConfig::join_spread_s), 0, 3600),
+      O::number("idle-timeout", "S",
+                "membership closes a connection it dialed after S simulated seconds without "
+                "membership traffic (default 60, as gossip-peer); shorter keeps fewer connections "
+                "open in a swarm of thousands",
+                world(&SimConfig::idle_timeout_s), 0.1, 86400),
       O::number("seeds", "K", "peers 0..K-1 are everyone's seeds (default 3)",
                 world(&SimConfig::seeds), 1, 100),
       O::text(

@@ -117,7 +117,7 @@ void World::start_training(Peer& p, bool joiner) {
 void World::wait_for_cohort(int i, std::uint64_t life, double since_s, int checks) {
   Peer& p = *peers_[i];
   if (!p.up || p.life != life) return;
-  const int have = int(p.mem->live_peers().size()) + 1;
+  const int have = int(p.mem->live_count()) + 1;
   if (have >= cfg_.peers || now_s() - since_s >= kCohortTimeoutS) {
     train_tick(i, life);
     return;
@@ -182,7 +182,7 @@ void World::finish_training(int i) {
     Peer& q = *peers_[i];
     if (!q.up || q.life != life) return;
     net_.kill(q.addr, true);
-    q.up = false;
+    set_up(q, false);
     q.down_since = now_s();
     tear_down(q);
   });

@@ -208,10 +208,11 @@ int World::index_of(const std::string& id) const {
 
 int World::view(int observer, int member) const { return peers_.at(observer)->view.at(member); }
 
-int World::up_count() const {
-  int n = 0;
-  for (const auto& p : peers_) n += p->up ? 1 : 0;
-  return n;
+int World::up_count() const { return up_; }
+
+void World::set_up(Peer& p, bool up) {
+  if (p.up != up) up_ += up ? 1 : -1;
+  p.up = up;
 }
 
 void World::emit(json j) { events_ << j.dump() << '\n'; }
@@ -233,6 +234,8 @@ void World::build_protocols(Peer& p) {
   p.disp = std::make_unique<gossip::Dispatcher>();
   gossip::MembershipConfig mc;
   mc.seeds = seed_addrs_;
+  mc.names = names_;  // one interned copy of each id and address for all the peers' tables
+  mc.idle_connection_timeout = ms_of(cfg_.idle_timeout_s);
   // Incarnations from the virtual clock (a real peer uses wall-clock seconds): a restarted peer
   // starts above anything its previous life announced.
   mc.initial_incarnation = static_cast<std::uint64_t>(net_.now().count()) + 1;
@@ -325,7 +328,7 @@ void World::start_peer(int i, bool joiner) {
   Peer& p = *peers_[i];
   p.t = p.ever_started ? &net_.revive(p.addr) : &net_.add_node(p.addr, p.id);
   p.ever_started = true;
-  p.up = true;
+  set_up(p, true);
   p.up_since = now_s();
   ++p.life;
   p.boundary_pending = false;
@@ -402,7 +405,9 @@ void World::on_member(int observer, const gossip::MemberInfo& m) {
   o.view[j] = static_cast<std::int8_t>(after);
   o.known_alive += (after == 0 ? 1 : 0) - (before == 0 ? 1 : 0);
   if (before == kUnseen && m.state == gossip::MemberState::Alive) {
-    if (!converged_s_) check_converged();
+    // Only a peer that has just come to hold every other alive can complete the swarm: the scan
+    // runs about once per peer, not once per first sight (n^3 at 10,000 peers).
+    if (!converged_s_ && o.known_alive == up_ - 1) check_converged();
     return;  // first sight: counted, not logged (n^2 lines at join)
   }
   const Peer& v = *peers_[j];
@@ -586,14 +591,14 @@ void World::crash(int i, const std::string& source, bool graceful) {
     p.t->schedule(linger, [this, i] {
       Peer& q = *peers_[i];
       net_.kill(q.addr, true);
-      q.up = false;
+      set_up(q, false);
       q.down_since = now_s();
       tear_down(q);
     });
     return;
   }
   net_.kill(p.addr, true);  // SIGKILL: the kernel resets the peer's connections
-  p.up = false;
+  set_up(p, false);
   p.down_since = now_s();
   tear_down(p);
 }

@@ -52,6 +52,7 @@ struct SimConfig {
   double sample_every_s = 1.0;       // consensus samples (msd) in events.jsonl
   double join_spread_s = 2.0;        // non-seed peers start uniformly in [0, this)
   int seeds = 3;                     // peers 0..seeds-1 are every peer's seeds
+  double idle_timeout_s = 60;        // membership's idle_connection_timeout
   double loss = 0.0;                 // membership messages only (UDP-like); see README
   net::Millis latency{5};            // one-way base latency (log-normal: the links' median)
   net::Millis jitter{0};             // plus uniform [0, jitter]
@@ -126,6 +127,7 @@ class World {
   nlohmann::json churn_summary() const;
   std::vector<double> coordinate_sums() const;
   int up_count() const;
+  void set_up(Peer& p, bool up);  // keeps up_ in step
   bool counted(const Peer& p) const;
   const float* vec(const Peer& p) const;
 
@@ -146,8 +148,10 @@ class World {
   net::SimNetwork net_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<std::string> seed_addrs_;
+  std::shared_ptr<gossip::MemberNames> names_ = std::make_shared<gossip::MemberNames>();
   core::ChurnSchedule schedule_;
   bool ticking_ = true;
+  int up_ = 0;  // peers up
   bool all_started_ = false;
 
   // Consensus bookkeeping.
