@@ -63,7 +63,8 @@ bool SimConnection::send(std::uint8_t type, SharedBytes payload) {
     return true;
   }
   const std::size_t bytes = payload ? payload->size() + 1 : 1;
-  const Millis left = net_.uplink_done(owner_, bytes);
+  const Millis left =
+      net_.lossy_tcp_done(*this, other->owner_, type, net_.uplink_done(owner_, bytes), bytes);
   Millis at = std::max(
       net_.downlink_done(other->owner_, left + net_.one_way_delay(owner_, other->owner_), bytes),
       last_delivery_);
@@ -237,6 +238,22 @@ Millis SimNetwork::downlink_done(std::size_t b, Millis arrive, std::size_t bytes
   const double start = std::max(double(arrive.count()), n.downlink_free_ms_);
   n.downlink_free_ms_ = start + 1000.0 * double(bytes) / n.link_bytes_per_s_;
   return Millis(static_cast<Millis::rep>(std::ceil(n.downlink_free_ms_)));
+}
+
+// Mathis, Semke, Mahdavi and Ott (1997): a TCP flow that loses a fraction p of its segments
+// settles at MSS / (RTT * sqrt(2p/3)) bytes per second. The bound holds for small p; above 50%
+// loss it is taken at 50% (real TCP would stall on timeouts there).
+Millis SimNetwork::lossy_tcp_done(SimConnection& c, std::size_t b, std::uint8_t type, Millis ready,
+                                  std::size_t bytes) {
+  const double la = nodes_[c.owner_]->link_loss_, lb = nodes_[b]->link_loss_;
+  if ((la <= 0 && lb <= 0) || (type >= loss_first_ && type <= loss_last_)) return ready;
+  constexpr double kMss = 1448;  // bytes: a 1500-byte MTU less IP and TCP headers with timestamps
+  const double p = std::min(0.5, 1.0 - (1.0 - la) * (1.0 - lb));
+  const double rtt_s = std::max(1.0, 2.0 * double(link_latency(c.owner_, b).count())) / 1000.0;
+  const double rate = kMss / (rtt_s * std::sqrt(2.0 * p / 3.0));
+  const double start = std::max(double(ready.count()), c.tcp_free_ms_);
+  c.tcp_free_ms_ = start + 1000.0 * double(bytes) / rate;
+  return Millis(static_cast<Millis::rep>(std::ceil(c.tcp_free_ms_)));
 }
 
 bool SimNetwork::link_lossy(std::uint8_t type, std::size_t a, std::size_t b) {

@@ -132,6 +132,7 @@ class SimConnection final : public Connection, public std::enable_shared_from_th
   bool reported_ = false;         // on_connection was called (so on_closed is owed)
   bool closed_reported_ = false;  // on_closed was called
   Millis last_delivery_{0};       // keeps this direction FIFO under jitter
+  double tcp_free_ms_ = 0;        // when a lossy link's slowed flow has sent what it was given
 };
 
 // The simulated network: owns the virtual clock, the single event queue and the nodes.
@@ -184,7 +185,9 @@ class SimNetwork {
   // bytes per simulated second both ways (its messages leave at that rate, instead of the
   // network's uplink rate, and messages to it are delivered at that rate after their latency,
   // queued in the order they were sent), and a loss probability for every message it sends or
-  // receives, on top of the network's (of the types set_loss names, all by default). Nullopt
+  // receives, on top of the network's (of the types set_loss names, all by default). Messages of
+  // the other types (TCP traffic) are not dropped but slowed: each connection through a lossy
+  // link carries them at the Mathis bound MSS / (RTT sqrt(2p/3)) (lossy_tcp_done). Nullopt
   // clears that part. Throws std::invalid_argument for
   // an unknown address, a rate <= 0 or a loss outside [0, 1].
   void set_link(const std::string& addr, std::optional<double> bytes_per_s,
@@ -236,6 +239,11 @@ class SimNetwork {
   // set_link's loss of a's or b's link, for the types set_loss names.
   bool link_lossy(std::uint8_t type, std::size_t a, std::size_t b);
   Millis downlink_done(std::size_t b, Millis arrive, std::size_t bytes);
+  // When a message of a type outside the lossy range (the TCP-like traffic), ready to go at
+  // `ready`, has gone through connection c (from its owner to node b) when either end's link
+  // loses packets: TCP retransmits, so the flow slows to the Mathis bound instead of dropping.
+  Millis lossy_tcp_done(SimConnection& c, std::size_t b, std::uint8_t type, Millis ready,
+                        std::size_t bytes);
   void do_connect(std::size_t from, const std::string& addr, Transport::ConnectCallback done);
   // Releases node n's closed connection ends, once their number has doubled since the last time
   // (amortized O(1) per connect: a node of a large swarm holds hundreds).

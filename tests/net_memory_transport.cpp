@@ -225,6 +225,32 @@ TEST_CASE("memory transport: a node's own link limits its rate both ways and dro
     n.net.run_until_idle();
     CHECK(n.rb.msgs.size() == 2);
   }
+  SECTION("1% loss on a's link slows a TCP-type transfer to the Mathis bound, both ways") {
+    n.net.set_loss(0.0, 0x10, 0x2F);
+    n.net.set_link("a:1", std::nullopt, 0.01);
+    // RTT 10 ms: 1448 / (0.010 * sqrt(0.02 / 3)) = 1.773 MB/s, so 1 MB takes 564 ms, + 5 ms.
+    const double rate = 1448.0 / (0.010 * std::sqrt(2.0 * 0.01 / 3.0));
+    const auto expect = Millis(static_cast<long>(std::ceil(1000.0 * 1e6 / rate)) + 5);
+    const Millis t0 = n.net.now();
+    REQUIRE(c->send(0x40, payload));
+    REQUIRE(c->send(0x40, payload));  // queued behind the first on the same flow
+    n.net.run_until_idle();
+    REQUIRE(n.rb.msgs.size() == 2);
+    CHECK(n.rb.msgs[0].at - t0 == expect);
+    CHECK(n.rb.msgs[1].at - t0 >= 2 * expect - Millis(6));
+    REQUIRE(n.rb.conns.size() == 1);
+    const Millis t1 = n.net.now();
+    REQUIRE(n.rb.conns[0]->send(0x40, payload));  // b -> a crosses a's link as well
+    n.net.run_until_idle();
+    REQUIRE(n.ra.msgs.size() == 1);
+    CHECK(n.ra.msgs[0].at - t1 == expect);
+    n.net.set_link("a:1", std::nullopt, std::nullopt);  // restored: full speed again
+    const Millis t2 = n.net.now();
+    REQUIRE(c->send(0x40, payload));
+    n.net.run_until_idle();
+    CHECK(n.rb.msgs.back().at - t2 == Millis(5));
+    CHECK(n.net.stats().dropped_loss == 0);  // slowed, never dropped
+  }
   CHECK_THROWS_AS(n.net.set_link("nowhere:1", 1e6, std::nullopt), std::invalid_argument);
   CHECK_THROWS_AS(n.net.set_link("a:1", 0.0, std::nullopt), std::invalid_argument);
   CHECK_THROWS_AS(n.net.set_link("a:1", std::nullopt, 1.5), std::invalid_argument);
