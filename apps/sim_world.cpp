@@ -718,14 +718,24 @@ void World::apply_churn(const core::ChurnEvent& e, const std::string& source) {
 // or suspect that have been down for longer than the detection bound.
 void World::census() {
   const double bound = detection_bound_s();
+  // What each member is, once: the n^2 loop below then reads two flat arrays and the views.
+  enum : std::uint8_t { kSkip, kUp, kDownLong, kDownRecent };
+  std::vector<std::uint8_t> truth(peers_.size(), kSkip);
+  for (const auto& m : peers_) {
+    if (!m->ever_started) continue;
+    truth[m->index] = responsive(*m)                       ? kUp
+                      : now_s() - m->down_since > bound ? kDownLong
+                                                        : kDownRecent;
+  }
   for (const auto& o : peers_) {
     if (!responsive(*o)) continue;
     int wrong_dead = 0, wrong_alive = 0;
-    for (const auto& m : peers_) {
-      if (m->index == o->index || !m->ever_started) continue;
-      const int v = o->view[m->index];
-      if (responsive(*m) && v == static_cast<int>(gossip::MemberState::Dead)) ++wrong_dead;
-      if (!responsive(*m) && live_state(v) && now_s() - m->down_since > bound) ++wrong_alive;
+    const std::size_t n = std::min(o->view.size(), truth.size());
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j == static_cast<std::size_t>(o->index) || truth[j] == kSkip) continue;
+      const int v = o->view[j];
+      if (truth[j] == kUp && v == static_cast<int>(gossip::MemberState::Dead)) ++wrong_dead;
+      if (truth[j] == kDownLong && live_state(v)) ++wrong_alive;
     }
     wrong_dead_sum_ += wrong_dead;
     wrong_alive_sum_ += wrong_alive;
