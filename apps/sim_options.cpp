@@ -178,13 +178,10 @@ constexpr const char* kPeerFlags[] = {"data",          "partition",      "model"
                                       "suspect-mult",  "suspect-floor",  "suspect-action",
                                       "suspect-decay", "partner-choice", "refuse-mult",
                                       "ban-after",     "ban-window",     "ban",
-                                      "max-rate",      "linger",         "catch-up"};
+                                      "max-rate",      "linger",         "catch-up",
+                                      "backend",       "device",         "precision"};
 
 void unknown_flag(SimArgs& a, const std::string& name, const std::string& value) {
-  if (name == "backend" || name == "device" || name == "precision")
-    throw UsageError("--" + name +
-                     ": the train workload trains on the CPU backend only (all "
-                     "peers on one GPU is not simulated yet)");
   for (const char* f : kPeerFlags)
     if (name == f) {
       a.peer_args.push_back("--" + name + "=" + value);
@@ -212,6 +209,14 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
     try {
       o.world.peer = parse_peer_args(a.peer_args, &help);
       o.world.peer.train.seed = o.world.seed;
+      // gossip-peer's --backend default is auto; the sim's is cpu, so that a run does not change
+      // with the machine it runs on.
+      bool backend_given = false;
+      for (const auto& arg : a.peer_args) backend_given |= arg.rfind("--backend=", 0) == 0;
+      if (!backend_given) o.world.peer.backend = "cpu";
+      if (o.world.peer.backend == "cpu" && o.world.peer.precision != "fp32")
+        throw UsageError("--precision " + o.world.peer.precision +
+                         ": the cpu backend computes in fp32 only (--backend cuda)");
       // --mix is gossip-sim's flag; for training peers it overrides gossip-peer's default only
       // when given.
       for (const auto& arg : args)
@@ -257,8 +262,10 @@ std::string sim_usage() {
          "--partition,\n--model, --epochs, --batch, --lr, --optimizer, --schedule, --momentum, "
          "--weight-decay,\n--gossip-every, --wire, --weighting, --max-diff-norm, the --clip-*, "
          "--suspect-*, --refuse-mult,\n--ban* and --partner-choice flags, --max-rate, --linger, "
-         "--catch-up. Peer i trains shard i of every\npeer slot (joiners included), on the CPU "
-         "backend.\n";
+         "--catch-up,\n--backend, --device, --precision. Peer i trains shard i of every peer "
+         "slot (joiners included).\n--backend cpu (the default here, where gossip-peer's is auto) "
+         "or cuda:\nevery peer on the one backend of the process, one after another (one GPU, one "
+         "stream); the\nsimulated step time is --step-ms or measured on that backend.\n";
 }
 
 }  // namespace gossiptrain::apps::sim

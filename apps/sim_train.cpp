@@ -8,6 +8,7 @@
 
 #include "apps/sim_peer.hpp"
 #include "core/partition.hpp"
+#include "kernels/backend.hpp"
 
 namespace gossiptrain::apps::sim {
 
@@ -40,7 +41,9 @@ void World::load_train_data() {
   steps_per_epoch_ = core::share_steps_per_epoch(data_.train.size(), slots, pc.train.batch);
   pc.train.steps_per_epoch = slots > 1 ? steps_per_epoch_ : 0;
   core::Metrics quiet("", "probe");
-  core::Trainer probe(be_, pc.train, shards_[0], data_.test, quiet, nullptr);
+  train_be_ = kernels::make_backend(pc.backend, pc.device);
+  train_be_->set_precision(kernels::parse_precision(pc.precision));
+  core::Trainer probe(*train_be_, pc.train, shards_[0], data_.test, quiet, nullptr);
   fingerprint_ = probe.model().fingerprint();
   dim_ = probe.model().num_params();
   if (cfg_.step_ms > 0) {
@@ -60,11 +63,13 @@ double World::measure_step_ms() {
   tc.epochs = 1;
   tc.steps_per_epoch = kMeasureSteps + kMeasureWarmup + 1;  // no epoch end inside the timing
   tc.log_every_steps = 0;
-  core::Trainer t(be_, tc, shards_[0], data_.test, quiet, nullptr);
+  core::Trainer t(*train_be_, tc, shards_[0], data_.test, quiet, nullptr);
   core::TrainResult r;
   for (int k = 0; k < kMeasureWarmup; ++k) t.train_step(r);
+  train_be_->synchronize();  // a GPU's queued work is not part of the timing, nor left out of it
   const auto t0 = std::chrono::steady_clock::now();
   for (int k = 0; k < kMeasureSteps; ++k) t.train_step(r);
+  train_be_->synchronize();
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return std::max(0.001, ms / kMeasureSteps);
@@ -77,7 +82,7 @@ void World::start_training(Peer& p, bool joiner) {
   const int i = p.index;
   p.metrics = std::make_unique<core::Metrics>("", p.id);
   p.hook = std::make_unique<TrainHook>(*this, i);
-  p.trainer = std::make_unique<core::Trainer>(be_, cfg_.peer.train, shards_[std::size_t(i)],
+  p.trainer = std::make_unique<core::Trainer>(*train_be_, cfg_.peer.train, shards_[std::size_t(i)],
                                               data_.test, *p.metrics, p.hook.get());
   p.trainer->on_epoch = [this, i](int epoch, std::optional<double> loss, const core::EvalResult& ev,
                                   std::optional<double>) {

@@ -253,7 +253,8 @@ void World::build_protocols(Peer& p) {
   ac.yield_between_steps = false;
   ac.fault = p.fault;
   ac.seed = mix64(cfg_.seed, 2 * static_cast<std::uint64_t>(i) + 2 + 0x10000 * p.life);
-  p.avg = std::make_unique<gossip::Averager>(ac, *p.t, *p.disp, *p.mem, be_);
+  p.avg = std::make_unique<gossip::Averager>(ac, *p.t, *p.disp, *p.mem,
+                                             train_be_ ? *train_be_ : be_);
   p.avg->set_event_callback([this, i](const gossip::ExchangeEvent& e) { on_exchange(i, e); });
   p.avg->set_boundary_request([this, i] {
     Peer& q = *peers_[i];
@@ -482,16 +483,24 @@ bool World::counted(const Peer& p) const {
 
 // The vector a peer averages: its random vector, or its model's parameters (null while it has no
 // trainer).
-const float* World::vec(const Peer& p) const {
+const float* World::vec(const Peer& p, std::vector<float>& scratch) const {
   if (!cfg_.train()) return p.x.data();
-  return p.trainer ? p.trainer->model().params() : nullptr;
+  if (!p.trainer) return nullptr;
+  const float* x = p.trainer->model().params();
+  if (train_be_->host_memory()) return x;
+  scratch.resize(dim_);
+  train_be_->download(scratch.data(), x, dim_ * sizeof(float));
+  return scratch.data();
 }
 
 std::vector<double> World::coordinate_sums() const {
   std::vector<double> s(dim_, 0.0);
+  std::vector<float> scratch;
   for (const auto& p : peers_)
-    if (counted(*p))
-      for (std::size_t j = 0; j < dim_; ++j) s[j] += vec(*p)[j];
+    if (counted(*p)) {
+      const float* x = vec(*p, scratch);
+      for (std::size_t j = 0; j < dim_; ++j) s[j] += x[j];
+    }
   return s;
 }
 
@@ -503,9 +512,10 @@ void World::sample(const char* why) {
     std::vector<double> mean = coordinate_sums();
     for (double& v : mean) v /= n;
     double total = 0;
+    std::vector<float> scratch;
     for (const auto& p : peers_) {
       if (!counted(*p)) continue;
-      const float* x = vec(*p);
+      const float* x = vec(*p, scratch);
       for (std::size_t j = 0; j < dim_; ++j) total += (x[j] - mean[j]) * (x[j] - mean[j]);
     }
     msd = total / (static_cast<double>(n) * static_cast<double>(dim_));

@@ -65,7 +65,13 @@ struct SimConfig {
   std::optional<core::ChurnScenario> churn;
   // The train workload: the peers' flags (gossip-peer's training and gossip flags; the shard and
   // the number of shards are set per peer), and the simulated time of one step (0: measured).
-  PeerConfig peer;
+  // Its backend is cpu unless set (gossip-peer's default, auto, would change the run with the
+  // machine).
+  PeerConfig peer = [] {
+    PeerConfig p;
+    p.backend = "cpu";
+    return p;
+  }();
   double step_ms = 0;
   bool train() const { return workload == "train"; }
 };
@@ -129,7 +135,8 @@ class World {
   int up_count() const;
   void set_up(Peer& p, bool up);  // keeps up_ in step
   bool counted(const Peer& p) const;
-  const float* vec(const Peer& p) const;
+  // The vector a peer averages, readable here: on the GPU, copied into scratch first.
+  const float* vec(const Peer& p, std::vector<float>& scratch) const;
 
   // The train workload (sim_train.cpp): data and shards, the step loop, checkpoints, the end.
   void load_train_data();
@@ -145,6 +152,9 @@ class World {
   std::ostream& events_;
   std::chrono::steady_clock::time_point wall_start_, last_progress_;
   kernels::CpuBackend be_;  // before the peers: their buffers are freed through it
+  // The train workload's backend (--backend cpu or cuda): every peer's trainer and averager on it,
+  // one after another on the sim's one thread (one stream). Before the peers, as be_.
+  std::unique_ptr<kernels::Backend> train_be_;
   net::SimNetwork net_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<std::string> seed_addrs_;
