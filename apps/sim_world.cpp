@@ -726,6 +726,29 @@ void World::apply_churn(const core::ChurnEvent& e, const std::string& source) {
 
 // Each observer's wrong beliefs now: members it holds dead that are up, and members it holds alive
 // or suspect that have been down for longer than the detection bound.
+// At the end: how far the peers up are from holding every other peer up alive (what convergence
+// means), for a run that ends before it converged.
+void World::held_alive_at_end(json& m) const {
+  std::vector<std::size_t> up;
+  for (const auto& p : peers_)
+    if (p->up) up.push_back(static_cast<std::size_t>(p->index));
+  if (up.size() < 2) return;
+  int complete = 0;
+  double sum = 0, lowest = 1;
+  for (std::size_t o : up) {
+    std::size_t held = 0;
+    for (std::size_t j : up)
+      held += j != o && peers_[o]->view[j] == static_cast<int>(gossip::MemberState::Alive);
+    const double frac = static_cast<double>(held) / static_cast<double>(up.size() - 1);
+    complete += held == up.size() - 1 ? 1 : 0;
+    sum += frac;
+    lowest = std::min(lowest, frac);
+  }
+  m["peers_holding_all_alive_at_end"] = complete;
+  m["held_alive_fraction_mean_at_end"] = sum / static_cast<double>(up.size());
+  m["held_alive_fraction_min_at_end"] = lowest;
+}
+
 void World::census() {
   const double bound = detection_bound_s();
   // What each member is, once: the n^2 loop below then reads two flat arrays and the views.
@@ -956,6 +979,7 @@ json World::finish() {
                       converged_s_ ? json(*converged_s_ - last_start_s_) : json(nullptr)},
                      {"last_start_s", last_start_s_},
                      {"seeds", seed_addrs_.size()}};
+  held_alive_at_end(s["membership"]);
   if (cfg_.train()) s["train"] = train_summary();
   if (!cfg_.churn && !cfg_.train()) {
     s["rate_check"] = rate_check();

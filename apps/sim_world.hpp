@@ -123,6 +123,7 @@ class World {
   void sample(const char* why);
   void check_converged();
   void census();
+  void held_alive_at_end(nlohmann::json& membership) const;
   void report_progress();
   nlohmann::json finish();
   void emit(nlohmann::json j);

@@ -118,6 +118,24 @@ TEST_CASE("gossip-sim: a killed peer among 16 is marked dead by all within the u
   }
   CHECK(dead == 15);
   CHECK(!r.summary["membership"]["converged_s"].is_null());
+  // At the end the 15 peers up hold one another alive.
+  CHECK(r.summary["membership"]["peers_holding_all_alive_at_end"] == 15);
+  CHECK(r.summary["membership"]["held_alive_fraction_min_at_end"] == 1.0);
+}
+
+TEST_CASE("gossip-sim: a run that ends before convergence says how far the peers got", "[sim]") {
+  SimConfig c = small(64, 0.8, 5);
+  c.join_spread_s = 0.6;
+  c.loss = 0.3;  // joins and gossip are slow to get through
+  const Run r = simulate(c);
+  const json& m = r.summary["membership"];
+  INFO(m.dump());
+  CHECK(m["converged_s"].is_null());
+  CHECK(m["peers_holding_all_alive_at_end"].get<int>() < 64);
+  CHECK(m["held_alive_fraction_min_at_end"].get<double>() < 1.0);
+  CHECK(m["held_alive_fraction_mean_at_end"].get<double>() > 0.0);
+  CHECK(m["held_alive_fraction_mean_at_end"].get<double>() >=
+        m["held_alive_fraction_min_at_end"].get<double>());
 }
 
 // A paused process (SIGSTOP) answers nothing: the others mark it dead as they would a crashed one.
