@@ -20,10 +20,7 @@ constexpr const char* kAcceptedForms =
 // xoshiro256**: the same split with every standard library.
 using Rng = base::Xoshiro256;
 
-template <typename T>
-void shuffle(std::vector<T>& v, Rng& rng) {
-  for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
-}
+using base::shuffle;
 
 // log of a Gamma(alpha, 1) draw (Marsaglia-Tsang). Working in logs matters for small alpha: the
 // alpha < 1 boost multiplies by U^(1/alpha), which underflows to 0 in doubles for alpha ~ 0.01.

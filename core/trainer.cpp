@@ -167,7 +167,7 @@ void Trainer::upload_epoch_order() {
   base::SplitMix64 rng(cfg_.seed * 0x9E3779B97F4A7C15ull + std::uint64_t(epoch_) + 1);
   while (order.size() < epoch_samples_) {
     for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = std::int32_t(i);
-    for (std::size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[rng.below(i)]);
+    base::shuffle(perm, rng);
     order.insert(order.end(), perm.begin(), perm.end());
   }
   order.resize(epoch_samples_);

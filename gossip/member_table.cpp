@@ -234,7 +234,7 @@ std::vector<PeerRef> MemberTable::live_sample(std::size_t k, base::ProtocolRng& 
   std::vector<PeerRef> out;
   if (n <= 2 * k) {  // most of them: all, shuffled
     for (std::uint32_t slot : live_) out.push_back(ref_of(rows_[slot]));
-    for (std::size_t i = out.size(); i > 1; --i) std::swap(out[i - 1], out[rng.below(i)]);
+    base::shuffle(out, rng);
     out.resize(std::min(k, out.size()));
     return out;
   }

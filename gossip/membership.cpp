@@ -248,9 +248,7 @@ void Membership::probe_tick() {
       for (std::size_t slot = 1; slot < table_->size(); ++slot) {
         if (is_live(table_->at(slot).state)) probe_order_.push_back(table_->at(slot).id);
       }
-      for (std::size_t i = probe_order_.size(); i > 1; --i) {
-        std::swap(probe_order_[i - 1], probe_order_[rng_.below(i)]);
-      }
+      base::shuffle(probe_order_, rng_);
       probe_index_ = 0;
     }
   }
@@ -928,9 +926,7 @@ std::vector<MemberTable::Row> Membership::random_members(
     const Row& m = table_->at(slot);
     if (m.id != exclude && ok(m)) c.push_back(m);
   }
-  const std::size_t take = std::min(k, c.size());
-  for (std::size_t i = 0; i < take; ++i) std::swap(c[i], c[i + rng_.below(c.size() - i)]);
-  c.resize(take);
+  base::keep_random(c, k, rng_);
   return c;
 }
 

@@ -3,10 +3,13 @@
 // everywhere.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <utility>
+#include <vector>
 
 namespace gossiptrain::base {
 
@@ -83,6 +86,22 @@ class Xoshiro256 : public RandomMethods<Xoshiro256> {
 // The one generator of the protocols (membership, partner choice, exchange ids, catch-up, fault
 // injection): seeded from their config's seed field, reproducible everywhere.
 using ProtocolRng = SplitMix64;
+
+// Fisher-Yates from the back: v in a uniformly random order (the project's one shuffle; its draws
+// are part of every seeded run).
+template <typename T, typename Rng>
+void shuffle(std::vector<T>& v, Rng& rng) {
+  for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
+}
+
+// min(k, v.size()) distinct elements of v, uniformly, in random order: a partial Fisher-Yates
+// from the front, then v cut to them.
+template <typename T, typename Rng>
+void keep_random(std::vector<T>& v, std::size_t k, Rng& rng) {
+  const std::size_t take = std::min(k, v.size());
+  for (std::size_t i = 0; i < take; ++i) std::swap(v[i], v[i + rng.below(v.size() - i)]);
+  v.resize(take);
+}
 
 // 64 bits from std::random_device, for a seed field left 0 ("unseeded").
 inline std::uint64_t random_seed() {
