@@ -120,7 +120,7 @@ void MemberTable::remove(NameId id) {
   const Row* r = find(id);
   assert(r && r != &rows_[0]);
   std::lock_guard<std::mutex> lock(mu_);
-  Row& row = rows_[slot_of_[id]];
+  Row& row = row_of(id);
   if (row.queue_key) --queued_;
   row.state = MemberState::Dead;  // off the live list
   relist(row);
@@ -156,7 +156,7 @@ void MemberTable::relist(Row& row) {
 // of its one current entry; entries left behind by a newer update are skipped when they surface.
 
 void MemberTable::queue(const Row& r, MemberState state, std::uint64_t incarnation, NameId from) {
-  Row& row = rows_[slot_of_[r.id]];
+  Row& row = row_of(r.id);
   if (!row.queue_key) ++queued_;
   const std::uint64_t key = kOrderMask - (++order_ & kOrderMask);  // transmits 0, newest first
   row.queue_key = key;
@@ -166,15 +166,21 @@ void MemberTable::queue(const Row& r, MemberState state, std::uint64_t incarnati
   queue_push(Queued{key, r.id});
 }
 
+namespace {
+// The heap's order: the smallest key on top.
+template <class Q>
+bool after(const Q& a, const Q& b) {
+  return a.key > b.key;
+}
+}  // namespace
+
 void MemberTable::queue_push(Queued q) {
   heap_.push_back(q);
-  std::push_heap(heap_.begin(), heap_.end(),
-                 [](const Queued& a, const Queued& b) { return a.key > b.key; });
+  std::push_heap(heap_.begin(), heap_.end(), after<Queued>);
 }
 
 MemberTable::Queued MemberTable::queue_pop() {
-  std::pop_heap(heap_.begin(), heap_.end(),
-                [](const Queued& a, const Queued& b) { return a.key > b.key; });
+  std::pop_heap(heap_.begin(), heap_.end(), after<Queued>);
   const Queued q = heap_.back();
   heap_.pop_back();
   return q;
@@ -187,7 +193,7 @@ std::vector<Update> MemberTable::take(std::size_t max, int limit) {
     const Queued q = queue_pop();
     const Row* found = find(q.id);
     if (!found || found->queue_key != q.key) continue;  // stale: replaced or removed
-    Row& row = rows_[slot_of_[q.id]];
+    Row& row = row_of(q.id);
     const int transmits = transmits_of(q.key);
     if (transmits < limit) {
       out.push_back(Update{id_str(row), addr_str(row), row.queued_incarnation, row.queued_state,

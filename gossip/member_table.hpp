@@ -110,7 +110,7 @@ class MemberTable {
   template <class F>
   void modify(const Row& r, F&& f) {
     std::lock_guard<std::mutex> lock(mu_);
-    Row& row = rows_[slot_of_[r.id]];
+    Row& row = row_of(r.id);
     f(row);
     relist(row);
   }
@@ -130,6 +130,8 @@ class MemberTable {
   std::vector<MemberInfo> all() const;  // by id, ourselves included
   std::optional<MemberInfo> info(const std::string& id) const;
   std::uint64_t self_incarnation() const;
+  // A row as other code sees a member (the names resolved).
+  MemberInfo info_of(const Row& r) const;
 
  private:
   static constexpr std::uint32_t kNotLive = static_cast<std::uint32_t>(-1);
@@ -137,8 +139,8 @@ class MemberTable {
     std::uint64_t key;  // transmits in the top bits, then newest first
     NameId id;
   };
-  void relist(Row& row);  // mu_ held
-  MemberInfo info_of(const Row& r) const;
+  Row& row_of(NameId id) { return rows_[slot_of_[id]]; }  // a member of the table
+  void relist(Row& row);                                   // mu_ held
   PeerRef ref_of(const Row& r) const;
   void queue_push(Queued q);
   Queued queue_pop();

@@ -945,8 +945,7 @@ void Membership::set_state(const Row& m, MemberState s) {
 }
 
 void Membership::notify(const Row& m) {
-  if (listener_ && m.id != self_name_)
-    listener_(MemberInfo{table_->id_str(m), table_->addr_str(m), m.incarnation, m.state});
+  if (listener_ && m.id != self_name_) listener_(table_->info_of(m));
 }
 
 std::vector<PeerRef> Membership::live_peers() const { return table_->live_peers(); }
