@@ -1,12 +1,15 @@
 // gossip-sim's flags.
 #include "apps/sim_options.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/dataset.hpp"
 #include "core/partition.hpp"
 #include "core/trainer.hpp"
 #include "gossip/fault.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
 
 namespace gossiptrain::apps::sim {
 
@@ -209,22 +212,26 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
     try {
       o.world.peer = parse_peer_args(a.peer_args, &help);
       o.world.peer.train.seed = o.world.seed;
+      auto given = [&](const std::string& flag) {
+        return std::any_of(a.peer_args.begin(), a.peer_args.end(),
+                           [&](const std::string& arg) { return arg.rfind(flag + "=", 0) == 0; });
+      };
       // gossip-peer's --backend default is auto; the sim's is cpu, so that a run does not change
       // with the machine it runs on.
-      bool backend_given = false;
-      for (const auto& arg : a.peer_args) backend_given |= arg.rfind("--backend=", 0) == 0;
-      if (!backend_given) o.world.peer.backend = "cpu";
-      if (o.world.peer.backend == "cpu" && o.world.peer.precision != "fp32")
-        throw UsageError("--precision " + o.world.peer.precision +
-                         ": the cpu backend computes in fp32 only (--backend cuda)");
+      if (!given("--backend")) o.world.peer.backend = "cpu";
+      if (o.world.peer.backend == "cpu") {  // the backend's own rule, before any run folder
+        try {
+          kernels::CpuBackend().set_precision(kernels::parse_precision(o.world.peer.precision));
+        } catch (const kernels::BackendError& e) {
+          throw UsageError(e.what());
+        }
+      }
       // --mix is gossip-sim's flag; for training peers it overrides gossip-peer's default only
       // when given.
       for (const auto& arg : args)
         if (arg == "--mix" || arg.rfind("--mix=", 0) == 0) o.world.peer.robust.mix = o.world.mix;
       // Every sim peer gossips: gossip-peer's --linger default for a peer with seeds (10 s).
-      bool linger_given = false;
-      for (const auto& arg : a.peer_args) linger_given |= arg.rfind("--linger=", 0) == 0;
-      if (!linger_given) o.world.peer.linger_s = 10.0;
+      if (!given("--linger")) o.world.peer.linger_s = 10.0;
       core::validate(o.world.peer.train);
       core::parse_partition(o.world.peer.partition);
       // The data's labels and shape now, so that a missing or bad data set is refused before the
