@@ -189,8 +189,27 @@ bool SimNetwork::reachable_idx(std::size_t a, std::size_t b) const {
   return group_of_.empty() || group_of_[a] == group_of_[b];
 }
 
+namespace {
+// A message of `bytes` ready at ready_ms goes through a pipe of `rate` bytes per second that is
+// busy until free_ms: when it is through, rounded up to the clock's ms (free_ms moves on).
+Millis through(double& free_ms, double ready_ms, std::size_t bytes, double rate) {
+  free_ms = std::max(ready_ms, free_ms) + 1000.0 * double(bytes) / rate;
+  return Millis(static_cast<Millis::rep>(std::ceil(free_ms)));
+}
+}  // namespace
+
+bool SimNetwork::lossy_type(std::uint8_t type) const {
+  return type >= loss_first_ && type <= loss_last_;
+}
+
+std::optional<double> SimNetwork::link_loss(std::size_t a, std::size_t b) const {
+  const double la = nodes_[a]->link_loss_, lb = nodes_[b]->link_loss_;
+  if (la <= 0 && lb <= 0) return std::nullopt;
+  return 1.0 - (1.0 - la) * (1.0 - lb);
+}
+
 bool SimNetwork::lossy(std::uint8_t type) {
-  if (opts_.loss <= 0.0 || type < loss_first_ || type > loss_last_) return false;
+  if (opts_.loss <= 0.0 || !lossy_type(type)) return false;
   return rng_.uniform() < opts_.loss;
 }
 
@@ -227,17 +246,13 @@ Millis SimNetwork::uplink_done(std::size_t a, std::size_t bytes) {
   SimTransport& n = *nodes_[a];
   const double rate = n.link_bytes_per_s_ > 0 ? n.link_bytes_per_s_ : opts_.uplink_bytes_per_s;
   if (rate <= 0) return now();
-  const double start = std::max(double(now().count()), n.uplink_free_ms_);
-  n.uplink_free_ms_ = start + 1000.0 * double(bytes) / rate;
-  return Millis(static_cast<Millis::rep>(std::ceil(n.uplink_free_ms_)));
+  return through(n.uplink_free_ms_, double(now().count()), bytes, rate);
 }
 
 Millis SimNetwork::downlink_done(std::size_t b, Millis arrive, std::size_t bytes) {
   SimTransport& n = *nodes_[b];
   if (n.link_bytes_per_s_ <= 0) return arrive;
-  const double start = std::max(double(arrive.count()), n.downlink_free_ms_);
-  n.downlink_free_ms_ = start + 1000.0 * double(bytes) / n.link_bytes_per_s_;
-  return Millis(static_cast<Millis::rep>(std::ceil(n.downlink_free_ms_)));
+  return through(n.downlink_free_ms_, double(arrive.count()), bytes, n.link_bytes_per_s_);
 }
 
 // Mathis, Semke, Mahdavi and Ott (1997): a TCP flow that loses a fraction p of its segments
@@ -245,22 +260,20 @@ Millis SimNetwork::downlink_done(std::size_t b, Millis arrive, std::size_t bytes
 // loss it is taken at 50% (real TCP would stall on timeouts there).
 Millis SimNetwork::lossy_tcp_done(SimConnection& c, std::size_t b, std::uint8_t type, Millis ready,
                                   std::size_t bytes) {
-  const double la = nodes_[c.owner_]->link_loss_, lb = nodes_[b]->link_loss_;
-  if ((la <= 0 && lb <= 0) || (type >= loss_first_ && type <= loss_last_)) return ready;
+  const auto loss = link_loss(c.owner_, b);
+  if (!loss || lossy_type(type)) return ready;
   constexpr double kMss = 1448;  // bytes: a 1500-byte MTU less IP and TCP headers with timestamps
-  const double p = std::min(0.5, 1.0 - (1.0 - la) * (1.0 - lb));
+  const double p = std::min(0.5, *loss);
   const double rtt_s = std::max(1.0, 2.0 * double(link_latency(c.owner_, b).count())) / 1000.0;
   const double rate = kMss / (rtt_s * std::sqrt(2.0 * p / 3.0));
-  const double start = std::max(double(ready.count()), c.tcp_free_ms_);
-  c.tcp_free_ms_ = start + 1000.0 * double(bytes) / rate;
-  return Millis(static_cast<Millis::rep>(std::ceil(c.tcp_free_ms_)));
+  return through(c.tcp_free_ms_, double(ready.count()), bytes, rate);
 }
 
 bool SimNetwork::link_lossy(std::uint8_t type, std::size_t a, std::size_t b) {
-  const double la = nodes_[a]->link_loss_, lb = nodes_[b]->link_loss_;
-  if (la <= 0 && lb <= 0) return false;  // no draw: runs without link loss keep their sequence
-  if (type < loss_first_ || type > loss_last_) return false;
-  return rng_.uniform() < 1.0 - (1.0 - la) * (1.0 - lb);
+  const auto loss = link_loss(a, b);
+  if (!loss) return false;  // no draw: runs without link loss keep their sequence
+  if (!lossy_type(type)) return false;
+  return rng_.uniform() < *loss;
 }
 
 void SimNetwork::set_link(const std::string& addr, std::optional<double> bytes_per_s,

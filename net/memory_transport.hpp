@@ -235,7 +235,10 @@ class SimNetwork {
   // When a message of `bytes` sent now by node a has left its uplink.
   Millis uplink_done(std::size_t a, std::size_t bytes);
   bool reachable_idx(std::size_t a, std::size_t b) const;
+  bool lossy_type(std::uint8_t type) const;  // in the range set_loss names
   bool lossy(std::uint8_t type);
+  // The combined loss of a's and b's own links (set_link); nullopt when neither has any.
+  std::optional<double> link_loss(std::size_t a, std::size_t b) const;
   // set_link's loss of a's or b's link, for the types set_loss names.
   bool link_lossy(std::uint8_t type, std::size_t a, std::size_t b);
   Millis downlink_done(std::size_t b, Millis arrive, std::size_t bytes);
