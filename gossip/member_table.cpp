@@ -74,9 +74,11 @@ std::size_t NameTable::size() const {
 // MemberTable: rows
 
 namespace {
+// A queue key: bit 63 set for join news, transmits in bits 48-62, then newest first.
 constexpr int kTransmitShift = 48;
 constexpr std::uint64_t kOrderMask = (std::uint64_t{1} << kTransmitShift) - 1;
-int transmits_of(std::uint64_t key) { return static_cast<int>(key >> kTransmitShift); }
+constexpr std::uint64_t kJoinBit = std::uint64_t{1} << 63;
+int transmits_of(std::uint64_t key) { return static_cast<int>((key & ~kJoinBit) >> kTransmitShift); }
 }  // namespace
 
 MemberTable::MemberTable(std::shared_ptr<MemberNames> names, const std::string& self_id,
@@ -155,10 +157,13 @@ void MemberTable::relist(Row& row) {
 // MemberTable: the transmit queue, a binary heap of (key, member). A member's row holds the key
 // of its one current entry; entries left behind by a newer update are skipped when they surface.
 
-void MemberTable::queue(const Row& r, MemberState state, std::uint64_t incarnation, NameId from) {
+void MemberTable::queue(const Row& r, MemberState state, std::uint64_t incarnation, NameId from,
+                        News news) {
   Row& row = row_of(r.id);
   if (!row.queue_key) ++queued_;
-  const std::uint64_t key = kOrderMask - (++order_ & kOrderMask);  // transmits 0, newest first
+  // Transmits 0, newest first; never 0, which marks a row with nothing queued.
+  const std::uint64_t key = (news == News::Join ? kJoinBit : 0) +
+                            std::max<std::uint64_t>(1, kOrderMask - (++order_ & kOrderMask));
   row.queue_key = key;
   row.queued_state = state;
   row.queued_incarnation = incarnation;

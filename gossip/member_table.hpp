@@ -118,7 +118,13 @@ class MemberTable {
   // The transmit queue (memberlist's TransmitLimitedQueue): one update per member, a newer one
   // replacing the older; taken least transmitted first, then newest, each until it has gone out
   // `limit` times (the limit shrinks with the swarm, so an update may leave before that).
-  void queue(const Row& r, MemberState state, std::uint64_t incarnation, NameId from);
+  // Failure-detector news (suspect, dead, left, a refutation, a member back alive) all go before
+  // any join news: while a large swarm joins, new members' news arrives faster than it drains,
+  // and ordered by transmits alone a refutation sent once would wait behind every join still to
+  // go out, until the suspicion it answers has expired into a false death.
+  enum class News : std::uint8_t { Failure, Join };
+  void queue(const Row& r, MemberState state, std::uint64_t incarnation, NameId from,
+             News news = News::Failure);
   std::vector<Update> take(std::size_t max, int limit);
   bool queue_empty() const { return queued_ == 0; }
   std::size_t queued() const { return queued_; }
@@ -136,7 +142,7 @@ class MemberTable {
  private:
   static constexpr std::uint32_t kNotLive = static_cast<std::uint32_t>(-1);
   struct Queued {
-    std::uint64_t key;  // transmits in the top bits, then newest first
+    std::uint64_t key;  // join news in the top bit, then transmits, then newest first
     NameId id;
   };
   Row& row_of(NameId id) { return rows_[slot_of_[id]]; }  // a member of the table

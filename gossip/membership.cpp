@@ -491,7 +491,7 @@ void Membership::alive_node(const Update& a, bool bootstrap) {
     probe_order_.push_back(m.id);
     const std::size_t j = rng_.below(probe_order_.size());
     std::swap(probe_order_[j], probe_order_.back());
-    table_->queue(m, MemberState::Alive, a.incarnation, kNoName);
+    table_->queue(m, MemberState::Alive, a.incarnation, kNoName, MemberTable::News::Join);
     spdlog::debug("membership {}: new member {} at {} (incarnation {})", self_id_, a.id, a.addr,
                   a.incarnation);
     notify(m);

@@ -180,3 +180,28 @@ TEST_CASE("transmit queue: fresh news first, replaced per member, dropped after 
   CHECK(f.t.queue_empty());
   CHECK(f.t.take(5, 3).empty());
 }
+
+TEST_CASE("transmit queue: failure-detector news goes before any join news", "[gossip]") {
+  // A join storm: news of 50 new members queued, fresher than a refutation already sent once.
+  Fixture f;
+  const auto& r = f.add("refuter", "x:0");
+  f.t.queue(r, MemberState::Alive, 7, kNoName);
+  REQUIRE(f.t.take(1, 5).size() == 1);
+  for (int i = 0; i < 50; ++i) {
+    const auto& j = f.add("joiner" + std::to_string(i), "y:" + std::to_string(i));
+    f.t.queue(j, MemberState::Alive, 1, kNoName, MemberTable::News::Join);
+  }
+  // The refutation, sent once, still goes out first, until its limit; then the joins, newest first.
+  for (int sent = 1; sent < 5; ++sent) {
+    const auto ups = f.t.take(1, 5);
+    REQUIRE(ups.size() == 1);
+    CHECK(ups[0].id == "refuter");
+  }
+  const auto ups = f.t.take(2, 5);
+  REQUIRE(ups.size() == 2);
+  CHECK(ups[0].id == "joiner49");
+  CHECK(ups[1].id == "joiner48");
+  // A join's news replaced by a suspicion is failure news from then on.
+  f.t.queue(*f.t.find("joiner3"), MemberState::Suspect, 1, kNoName);
+  CHECK(f.t.take(1, 5)[0].id == "joiner3");
+}
