@@ -187,6 +187,35 @@ TEST_CASE("cpu sgd_momentum matches the reference over several steps", "[kernels
   }
 }
 
+TEST_CASE("cpu optimizer steps flush denormal state to zero, and leave the caller's float mode",
+          "[kernels]") {
+#if !defined(__x86_64__)
+  WARN("skipped: denormals are flushed on x86 only");
+#else
+  // A momentum with a zero gradient decays into the denormal range; rounded to nearest, 0.9 times
+  // the smallest denormal is the smallest denormal again, so without a flush it never leaves.
+  CpuBackend be;
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  REQUIRE(0.9f * tiny == tiny);  // the trap, on this thread's default mode
+  for (std::size_t n : {std::size_t(64), std::size_t(1) << 18}) {  // one thread; the pool
+    INFO("n = " << n);
+    std::vector<float> w(n, 1.0f), g(n, 0.0f), v(n, tiny);
+    v[1] = 1e-30f;  // a normal value is untouched
+    be.sgd_momentum(w.data(), g.data(), v.data(), n, 0.1f, 0.9f, 0.0f);
+    CHECK(v[0] == 0.0f);
+    CHECK(v[n - 1] == 0.0f);
+    CHECK(v[1] == 0.9f * 1e-30f);
+    std::vector<float> m(n, tiny), v2(n, 0.0f), w2(n, 1.0f);
+    be.adam(w2.data(), g.data(), m.data(), v2.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    CHECK(m[0] == 0.0f);
+    CHECK(m[n - 1] == 0.0f);
+  }
+  // The caller's thread gets its own mode back: here, denormals as before.
+  volatile float x = tiny;
+  CHECK(x * 0.9f == tiny);
+#endif
+}
+
 TEST_CASE("cpu adam matches the reference with bias correction and decoupled decay", "[kernels]") {
   CpuBackend be;
   const std::size_t n = 517;

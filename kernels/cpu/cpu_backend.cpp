@@ -15,6 +15,7 @@
 #include <new>
 #include <string>
 
+#include "kernels/cpu/denormals.hpp"
 #include "kernels/float_convert.hpp"
 
 namespace gossiptrain::kernels {
@@ -358,6 +359,7 @@ void CpuBackend::sgd_momentum(float* w, const float* g, float* v, std::size_t n,
 
 void CpuBackend::qgm(float* w, const float* g, float* m, float* xprev, std::size_t n, float lr,
                      float inv_lr_prev, float beta, float mu, float weight_decay) {
+  const FlushDenormals ftz;  // as in the loops of parallel()
   qgm_loop(w, g, m, xprev, n, lr, inv_lr_prev, beta, mu, weight_decay);
 }
 

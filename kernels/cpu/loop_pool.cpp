@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/denormals.hpp"
+
 namespace gossiptrain::kernels {
 
 LoopPool::~LoopPool() {
@@ -25,6 +27,7 @@ void LoopPool::grow(unsigned workers) {
 
 void LoopPool::run(std::size_t n, std::size_t align, unsigned workers,
                    const std::function<void(std::size_t, std::size_t, std::size_t)>& fn) {
+  const FlushDenormals ftz;
   const unsigned p = parts(n, workers);
   if (p <= 1) {
     fn(0, 0, n);
@@ -74,6 +77,7 @@ void LoopPool::run_parts(std::uint64_t gen) {
 }
 
 void LoopPool::work() {
+  const FlushDenormals ftz;  // this thread runs nothing but the loops
   std::uint64_t seen = 0;
   for (;;) {
     {

@@ -4,6 +4,7 @@
 // The workers start on first use, from the calling thread, whose core affinity they inherit (the
 // training cores of core::CpuPlan). A loop is split into fixed, kLanes-aligned ranges; element-wise
 // loops give the same bits as one thread, and sums add their ranges' partial sums in order.
+// Denormals read and written as zero throughout (kernels/cpu/denormals.hpp).
 #pragma once
 
 #include <cstdint>
