@@ -215,7 +215,15 @@ void TcpTransport::connect(const std::string& addr, ConnectCallback done) {
 
 asio::awaitable<void> TcpTransport::dial(std::string addr, ConnectCallback done) {
   auto refuse = [&](const std::string& reason) {
-    spdlog::warn("net: connect to {} failed: {}", addr, reason);
+    if (const auto held = connect_warnings_.admit(addr, std::chrono::steady_clock::now())) {
+      spdlog::warn("net: connect to {} failed: {}{}", addr, reason,
+                   *held ? fmt::format(" ({} more failures since the last warning; repeats "
+                                       "within 30 s are logged at debug)",
+                                       *held)
+                         : std::string());
+    } else {
+      spdlog::debug("net: connect to {} failed: {}", addr, reason);
+    }
     {
       std::lock_guard lk(stats_mu_);
       ++stats_.handshake_failures;

@@ -29,6 +29,7 @@
 #include "net/channel.hpp"
 #include "net/identity.hpp"
 #include "net/limits.hpp"
+#include "net/repeat_limiter.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::net {
@@ -152,6 +153,7 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   std::atomic<std::size_t> channel_count_{0};
 
   mutable std::mutex stats_mu_;
+  RepeatLimiter connect_warnings_;  // a failed dial warns once per address per 30 s
   TcpTransportStats stats_;
 };
 
