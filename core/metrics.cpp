@@ -6,10 +6,12 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <spdlog/spdlog.h>
+
 namespace gossiptrain::core {
 
 Metrics::Metrics(const std::string& path, std::string peer)
-    : peer_(std::move(peer)), start_(std::chrono::steady_clock::now()) {
+    : path_(path), peer_(std::move(peer)), start_(std::chrono::steady_clock::now()) {
   if (path.empty()) return;
   f_ = std::fopen(path.c_str(), "a");
   if (!f_) {
@@ -55,8 +57,19 @@ void Metrics::emit(const std::string& event, nlohmann::json fields) {
   char tbuf[48];
   std::snprintf(tbuf, sizeof tbuf, "{\"t\":%.6f,\"peer\":", seconds());
   std::string line = tbuf + dump(peer_) + body;
-  std::fwrite(line.data(), 1, line.size(), f_);
-  std::fflush(f_);
+  const bool ok =
+      std::fwrite(line.data(), 1, line.size(), f_) == line.size() && std::fflush(f_) == 0;
+  if (!ok) {
+    // A full disk, say: said once, not per line, and the lines lost counted; the stream is reset
+    // so that the next line is tried again.
+    if (lost_++ == 0)
+      spdlog::error("metrics: cannot write to {}: {}; metric lines are lost until it can", path_,
+                    std::strerror(errno));
+    std::clearerr(f_);
+  } else if (lost_ > 0) {
+    spdlog::warn("metrics: writing to {} again; {} line(s) were lost", path_, lost_);
+    lost_ = 0;
+  }
 }
 
 }  // namespace gossiptrain::core

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -29,7 +30,9 @@ class Metrics {
  private:
   std::mutex mu_;
   std::FILE* f_ = nullptr;
+  std::string path_;
   std::string peer_;
+  std::uint64_t lost_ = 0;  // lines not written since the last one that was
   std::chrono::steady_clock::time_point start_;
 };
 

@@ -8,9 +8,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "core/metrics.hpp"
 
@@ -162,4 +166,26 @@ TEST_CASE("concurrent emits produce only whole lines", "[core]") {
     last_t = j["t"].get<double>();
   }
   for (int n : next) CHECK(n == kPerThread);
+}
+
+TEST_CASE("a metrics file that cannot be written is said once, not per line", "[core]") {
+  if (!fs::exists("/dev/full")) {
+    WARN("skipped: no /dev/full to make writes fail");
+    return;
+  }
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  {
+    Metrics m("/dev/full", "p");  // every write fails with "No space left on device"
+    for (int i = 0; i < 5; ++i) m.emit("step", {{"i", i}});
+  }
+  spdlog::set_default_logger(previous);
+  const std::string out = log.str();
+  INFO(out);
+  CHECK(out.find("metrics: cannot write to /dev/full: No space left on device") !=
+        std::string::npos);
+  // Said once for the five lost lines.
+  CHECK(out.find("cannot write") == out.rfind("cannot write"));
 }
