@@ -20,6 +20,7 @@ class RepeatLimiter {
   explicit RepeatLimiter(Clock::duration quiet = std::chrono::seconds(30),
                          std::size_t max_keys = 1024)
       : quiet_(quiet), max_keys_(max_keys) {}
+  Clock::duration quiet() const { return quiet_; }
 
   // How many repeats of `key` were held back since its last warning when this one is to be a
   // warning; nullopt when it is to be held back. Thread-safe.

@@ -218,8 +218,11 @@ asio::awaitable<void> TcpTransport::dial(std::string addr, ConnectCallback done)
     if (const auto held = connect_warnings_.admit(addr, std::chrono::steady_clock::now())) {
       spdlog::warn("net: connect to {} failed: {}{}", addr, reason,
                    *held ? fmt::format(" ({} more failures since the last warning; repeats "
-                                       "within 30 s are logged at debug)",
-                                       *held)
+                                       "within {} s are logged at debug)",
+                                       *held,
+                                       std::chrono::duration_cast<std::chrono::seconds>(
+                                           connect_warnings_.quiet())
+                                           .count())
                          : std::string());
     } else {
       spdlog::debug("net: connect to {} failed: {}", addr, reason);
