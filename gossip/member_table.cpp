@@ -78,7 +78,9 @@ namespace {
 constexpr int kTransmitShift = 48;
 constexpr std::uint64_t kOrderMask = (std::uint64_t{1} << kTransmitShift) - 1;
 constexpr std::uint64_t kJoinBit = std::uint64_t{1} << 63;
-int transmits_of(std::uint64_t key) { return static_cast<int>((key & ~kJoinBit) >> kTransmitShift); }
+int transmits_of(std::uint64_t key) {
+  return static_cast<int>((key & ~kJoinBit) >> kTransmitShift);
+}
 }  // namespace
 
 MemberTable::MemberTable(std::shared_ptr<MemberNames> names, const std::string& self_id,
