@@ -2,7 +2,8 @@
 # The README's test command: installs what is missing, builds (CUDA backend too when nvcc is
 # present), runs every test with CTest ([cuda] tests skip with a message when there is no GPU), then
 # builds the layers that parse what the network sends (net/ and gossip/) with AddressSanitizer + UBSan
-# (CMake preset "asan") and runs their tests and the parser fuzz smoke test there. GT_SKIP_ASAN=1
+# (CMake preset "asan") and runs their tests, the loop pool's tests and the parser fuzz smoke test
+# there. GT_SKIP_ASAN=1
 # skips that second stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,8 @@ echo "test.sh: main suite done in $(( $(date +%s) - start )) s"
 if [[ "${GT_SKIP_ASAN:-0}" != 1 ]]; then
   start=$(date +%s)
   cmake --preset asan >/dev/null
-  cmake --build build-asan -j "$JOBS" --target test_net test_gossip fuzz_net_driver
-  (cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 -R '^(net|gossip)')
+  cmake --build build-asan -j "$JOBS" --target test_net test_gossip test_kernels fuzz_net_driver
+  # The loop pool's many-callers stress test too: the training and network threads share it.
+  (cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 -R '^(net|gossip)|^kernels:loop pool')
   echo "test.sh: AddressSanitizer stage done in $(( $(date +%s) - start )) s"
 fi

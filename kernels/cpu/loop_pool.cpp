@@ -33,11 +33,19 @@ void LoopPool::run(std::size_t n, std::size_t align, unsigned workers,
     fn(0, 0, n);
     return;
   }
+  std::vector<std::size_t> bounds(p + 1, n);
+  bounds[0] = 0;
+  for (unsigned i = 1; i < p; ++i) bounds[i] = std::min(n, n * i / p / align * align);
   std::unique_lock<std::mutex> lk(mu_);
+  if (busy_) {
+    // Another thread's job holds the pool: the same ranges, in order, here.
+    lk.unlock();
+    for (unsigned i = 0; i < p; ++i) fn(i, bounds[i], bounds[i + 1]);
+    return;
+  }
+  busy_ = true;
   grow(p - 1);
-  bounds_.assign(p + 1, n);
-  bounds_[0] = 0;
-  for (unsigned i = 1; i < p; ++i) bounds_[i] = std::min(n, n * i / p / align * align);
+  bounds_ = std::move(bounds);
   fn_ = &fn;
   next_ = 0;
   pending_ = p;
@@ -49,6 +57,7 @@ void LoopPool::run(std::size_t n, std::size_t align, unsigned workers,
   lk.lock();
   done_cv_.wait(lk, [this] { return pending_ == 0; });
   fn_ = nullptr;
+  busy_ = false;
 }
 
 // Takes parts of job `gen` until none is left. Parts are claimed under the lock, so a worker that
