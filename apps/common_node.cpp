@@ -343,6 +343,13 @@ void GossipNode::start() {
   spdlog::info("peer {} listening on {}", peer_id(), transport_->listen_addr());
 }
 
+void GossipNode::withdraw() {
+  if (!started_) return;
+  transport_->post([this] {
+    if (membership_) membership_->leave();
+  });
+}
+
 void GossipNode::stop() {
   if (!started_) return;
   started_ = false;

@@ -40,6 +40,10 @@ class GossipNode final : private core::StepHook {
   void start();
   // Leaves the swarm gracefully and stops the transport.
   void stop();
+  // Announces a leave and stops answering membership, from any thread, without waiting: the
+  // training thread has hung, and the swarm must stop counting on this peer. The transport stays
+  // up until stop().
+  void withdraw();
   core::StepHook& hook() { return *this; }
   gossip::AveragerStats stats() const { return averager_->stats(); }
   // --max-lag: how often, and for how long in all, training waited for an exchange to complete.
@@ -87,7 +91,7 @@ class GossipNode final : private core::StepHook {
   gossip::ExchangeHealth health_;  // protocol thread only
   std::unique_ptr<gossip::CatchUpServer> catch_up_server_;
   std::unique_ptr<gossip::CatchUpClient> catch_up_client_;
-  bool started_ = false;
+  std::atomic<bool> started_{false};
   // Training thread only: --max-lag state.
   int max_lag_ = 0;
   std::uint64_t ok_seen_ = 0;   // completed exchanges, as last seen

@@ -250,6 +250,16 @@ const OptionTable<PeerConfig>& peer_options() {
           &PeerConfig::crypto_threads, 0, net::kMaxCryptoThreads),
       O::seconds("linger", "keep serving exchanges after training (default 10 with gossip)",
                  &PeerConfig::linger_s, 0),
+      O::seconds("stall-timeout",
+                 "the training thread counts as hung after this long with no step, evaluation "
+                 "batch or wait (or 50 times its slowest gap, if longer): it says so at error "
+                 "level and the peer leaves the swarm (default 120; 0: no watchdog)",
+                 &PeerConfig::stall_timeout_s, 0),
+      O::seconds("stop-grace",
+                 "after SIGINT or SIGTERM the peer exits within this many seconds whatever state "
+                 "its training thread is in, without a final checkpoint if it had to force it "
+                 "(a second signal exits at once) (default 10)",
+                 &PeerConfig::stop_grace_s, 1),
       O::choice(
           "catch-up", {"auto", "off"},
           "auto: a peer with no checkpoint to resume from that finds live members fetches one's "

@@ -53,6 +53,10 @@ struct PeerConfig {
   std::string fault;         // a faulty peer for experiments (GOSSIPTRAIN_ALLOW_FAULTS=1); "": none
   double max_rate_mb = 0.0;  // cap on the MB/s an exchange sends; 0: none
   double linger_s = -1.0;    // serve exchanges after training; <0: 10 with seeds, else 0
+  // The training thread's watchdog: no step, evaluation batch or wait for this long (or 50 times
+  // the slowest gap seen) is a stall; 0: off. And a stop request must end the process in stop_grace_s.
+  double stall_timeout_s = 120.0;
+  double stop_grace_s = 10.0;
   // A peer with no checkpoint that finds live members fetches one's state before its first step
   // (auto), or starts from its own initial weights (off).
   std::string catch_up = "auto";

@@ -4,12 +4,14 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <unistd.h>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -22,6 +24,7 @@
 #include "core/dataset.hpp"
 #include "core/partition.hpp"
 #include "core/trainer.hpp"
+#include "core/watchdog.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "net/identity.hpp"
@@ -56,7 +59,15 @@ void emit_data_line(core::Metrics& metrics, const core::ShardData& d) {
 }
 
 std::atomic<bool> g_stop{false};
-extern "C" void on_signal(int) { g_stop.store(true); }
+// The first SIGINT or SIGTERM asks for a clean stop (the watchdog bounds how long it may take);
+// a second one exits at once.
+extern "C" void on_signal(int) {
+  if (g_stop.exchange(true)) {
+    static const char msg[] = "gossip-peer: second signal: exiting now\n";
+    [[maybe_unused]] const auto n = ::write(2, msg, sizeof msg - 1);
+    ::_exit(130);
+  }
+}
 
 void install_signal_handlers() {
   struct sigaction sa {};
@@ -117,6 +128,59 @@ void catch_up(core::Trainer& trainer, apps::GossipNode& node, const apps::PeerCo
     metrics.emit("catch_up", {{"ok", false}, {"reason", r->reason}, {"ms", r->ms},
                               {"attempts", r->attempts}});
   }
+}
+
+// Test-only fault (GT_TEST_STALL_AT_STEP=N in the environment): from step N the training thread
+// hangs for good, deaf to stop requests, as it did in the loop pool's deadlock. The watchdog must
+// notice it, take the peer out of the swarm, and still end the process on SIGTERM.
+class StallAtStep final : public core::StepHook {
+ public:
+  StallAtStep(core::StepHook& inner, std::int64_t at) : inner_(inner), at_(at) {}
+  void between_steps(core::StepContext& ctx) override {
+    if (ctx.step >= at_) {
+      spdlog::warn("test fault: the training thread hangs from step {} (GT_TEST_STALL_AT_STEP)",
+                   ctx.step);
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    inner_.between_steps(ctx);
+  }
+
+ private:
+  core::StepHook& inner_;
+  std::int64_t at_;
+};
+
+// The watchdog of the training thread: a stall is said at error level and takes the peer out of
+// the swarm (others stop dialling a peer that cannot average); a stop request not honoured within
+// --stop-grace ends the process here, keeping the last checkpoint written.
+// node is read only once training has started (a stall), after the main thread has set it.
+std::unique_ptr<core::Watchdog> start_watchdog(const apps::PeerConfig& cfg,
+                                               const core::Heartbeat& hb,
+                                               const std::unique_ptr<apps::GossipNode>& node) {
+  core::WatchdogConfig wc;
+  wc.stall_after_s = cfg.stall_timeout_s > 0 ? cfg.stall_timeout_s : 1e300;
+  wc.stop_grace_s = cfg.stop_grace_s;
+  core::Watchdog::Callbacks cb;
+  cb.on_stall = [&node](const std::string& state) {
+    spdlog::error("watchdog: the training thread is stuck: {}; {}", state,
+                  node ? "leaving the swarm so that others stop dialling this peer (restart it "
+                         "to rejoin; SIGTERM ends it)"
+                       : "SIGTERM ends it");
+    if (node) node->withdraw();
+  };
+  cb.on_recover = [&node](const std::string& state) {
+    spdlog::warn("watchdog: the training thread moves again ({}){}", state,
+                 node ? "; this peer has left the swarm and trains alone" : "");
+  };
+  cb.on_stop_overdue = [grace = cfg.stop_grace_s](const std::string& state) {
+    spdlog::error(
+        "watchdog: still running {:.0f} s after the stop request, training thread {}: exiting "
+        "now without a final checkpoint (the last one written is kept)",
+        grace, state);
+    spdlog::default_logger()->flush();
+    std::_Exit(130);
+  };
+  return std::make_unique<core::Watchdog>(hb, wc, g_stop, std::move(cb));
 }
 
 // What a peer trains with, read before training starts. Bad input (data, partition, backend
@@ -185,21 +249,22 @@ std::unique_ptr<apps::GossipNode> start_gossip(const apps::PeerConfig& cfg, core
 
 // After training: serve exchanges for --linger, then evaluate and save once more, since the
 // exchanges served changed the parameters.
+// A stopped peer skips both (the run saved its checkpoint on the way out): a stop must be quick.
 void finish_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::GossipNode& node,
                    const core::Dataset& test, core::TrainResult& res, core::Metrics& metrics) {
   trainer.linger(g_stop, cfg.linger_s);
-  const core::EvalResult ev = trainer.evaluate(test);
-  if (!res.stopped) {
+  if (!res.stopped && !g_stop.load()) {
+    const core::EvalResult ev = trainer.evaluate(test);
     trainer.note_test_acc(ev.acc);
     res.final_test_acc = ev.acc;
     res.best_test_acc = trainer.best_test_acc();
+    metrics.emit("eval", {{"epoch", res.epochs_done},
+                          {"step", res.steps},
+                          {"final", true},
+                          {"test_acc", ev.acc},
+                          {"test_loss", ev.loss}});
+    trainer.save_checkpoint_now();
   }
-  metrics.emit("eval", {{"epoch", res.epochs_done},
-                        {"step", res.steps},
-                        {"final", true},
-                        {"test_acc", ev.acc},
-                        {"test_loss", ev.loss}});
-  trainer.save_checkpoint_now();
   const auto st = node.stats();
   spdlog::info(
       "exchanges: {} ok, {} failed, {:.1f} MB sent; training waited for one {} times "
@@ -234,7 +299,12 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
   emit_data_line(metrics, r.data);
   // The trainer owns the model; the gossip node needs only its fingerprint, known from the spec.
   std::unique_ptr<apps::GossipNode> node;
+  core::Heartbeat heartbeat;
   core::Trainer trainer(*r.backend, cfg.train, r.data.shard, r.data.test, metrics, nullptr);
+  trainer.set_heartbeat(&heartbeat);
+  // From here a stop request ends the process within --stop-grace (joining and catch-up included);
+  // stalls count from the first step. Declared after node: it goes first on the way out.
+  const auto watchdog = start_watchdog(cfg, heartbeat, node);
   bool resumed = false;
   try {
     resumed = trainer.resume();
@@ -248,6 +318,11 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
     } catch (const net::ConfigError& e) {
       return usage_error(e.what());
     }
+  }
+  std::unique_ptr<StallAtStep> stall_fault;
+  if (const char* at = std::getenv("GT_TEST_STALL_AT_STEP"); at && node) {
+    stall_fault = std::make_unique<StallAtStep>(node->hook(), std::atoll(at));
+    trainer.set_hook(stall_fault.get());
   }
   const int epochs = cfg.train.epochs;
   trainer.on_epoch = [epochs](int epoch, std::optional<double> loss, const core::EvalResult& ev,

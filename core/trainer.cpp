@@ -190,6 +190,7 @@ float Trainer::lr_at(std::int64_t step) const {
 }
 
 void Trainer::call_hook(bool done) {
+  beat(done ? TrainPhase::Linger : TrainPhase::Hook);
   if (!hook_) return;
   StepContext ctx{be_,
                   model_.params(),
@@ -202,6 +203,7 @@ void Trainer::call_hook(bool done) {
                   this,
                   total_steps_};
   hook_->between_steps(ctx);
+  beat(done ? TrainPhase::Linger : TrainPhase::Step);
 }
 
 bool Trainer::resume() {
@@ -281,6 +283,7 @@ Checkpoint Trainer::state() {
 
 void Trainer::save_checkpoint_now() {
   if (cfg_.checkpoint_dir.empty()) return;
+  beat(TrainPhase::Checkpoint);
   save_checkpoint(cfg_.checkpoint_dir, state());
   metrics_.emit("checkpoint", {{"step", step_}, {"epoch", epoch_}, {"dir", cfg_.checkpoint_dir}});
 }
@@ -292,6 +295,7 @@ EvalResult Trainer::evaluate(const Dataset& d) {
   // The test set is resident; any other dataset is read from the host a batch at a time.
   const bool resident = &d == &test_ || be_.host_memory();
   for (std::size_t i = 0; i < d.size(); i += kEvalBatch) {
+    beat(TrainPhase::Eval);
     const int b = int(std::min<std::size_t>(kEvalBatch, d.size() - i));
     const float* x = x_dev_.data();
     const std::int32_t* y = y_dev_.data();

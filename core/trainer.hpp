@@ -15,6 +15,7 @@
 #include "core/metrics.hpp"
 #include "core/model.hpp"
 #include "core/step_hook.hpp"
+#include "core/watchdog.hpp"
 
 namespace gossiptrain::core {
 
@@ -83,6 +84,9 @@ class Trainer final : public StateSource {
   Mlp& model() { return model_; }
   // Sets the step hook (null: none); before run().
   void set_hook(StepHook* hook) { hook_ = hook; }
+  // Beats hb between steps, evaluation batches, checkpoints and lingering (null: none); hb must
+  // outlive the trainer's use of it.
+  void set_heartbeat(Heartbeat* hb) { heartbeat_ = hb; }
   // Restores from cfg.checkpoint_dir when a checkpoint is there; throws CheckpointError when it is
   // corrupt or belongs to another model. Returns true when something was restored.
   bool resume();
@@ -159,6 +163,10 @@ class Trainer final : public StateSource {
   const Dataset& test_;
   Metrics& metrics_;
   StepHook* hook_;
+  Heartbeat* heartbeat_ = nullptr;
+  void beat(TrainPhase p) {
+    if (heartbeat_) heartbeat_->beat(p, step_);
+  }
   Mlp model_;
   void optimizer_step(float lr);
   kernels::DeviceBuffer<float> opt_a_, opt_b_;  // sgd: velocity; adam: m, v; qgm: m, x_prev

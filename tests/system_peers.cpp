@@ -459,3 +459,56 @@ TEST_CASE("keeping pace: the others wait for a peer slowed for real, and run ahe
   CHECK(paced[0] > 0.8 * paced[2]);
   CHECK(paced[1] > 0.8 * paced[2]);
 }
+
+TEST_CASE("a peer whose training thread hangs says so, leaves the swarm, and still obeys SIGTERM",
+          "[system][fault]") {
+  auto flags = kTrainFlags;
+  flags.insert(flags.end(), {"--epochs", "100000", "--stall-timeout", "3", "--stop-grace", "3"});
+  Swarm s("gt-swarm-stall", 3, flags);
+  s.procs.resize(3);
+  s.start(0, true);
+  REQUIRE(gt_test::eventually(30s, [&] { return gt_test::port_open(s.ports[0]); }));
+  s.start(1, true);
+  // Peer 2's training thread hangs for good at step 300 (a test-only fault), deaf to stop requests.
+  ::setenv("GT_TEST_STALL_AT_STEP", "300", 1);
+  s.start(2, true);
+  ::unsetenv("GT_TEST_STALL_AT_STEP");
+  const std::string victim = [&] {
+    std::string id;
+    gt_test::eventually(30s, [&] { return !(id = s.peer_id(2)).empty(); });
+    return id;
+  }();
+  REQUIRE(!victim.empty());
+  {
+    INFO("hung peer's log:\n" << gt_test::read_file(s.log(2)));
+    // Noticed and said at error level within the stall bound (3 s after the hang begins).
+    REQUIRE(gt_test::eventually(90s, [&] {
+      return gt_test::read_file(s.log(2)).find("the training thread is stuck") != std::string::npos;
+    }));
+    const std::string log = gt_test::read_file(s.log(2));
+    CHECK(log.find("error watchdog") != std::string::npos);
+    CHECK(log.find("last seen in its averaging hook at step") != std::string::npos);
+  }
+  // It leaves membership: both others see it leave, so they stop dialling it.
+  for (int i = 0; i < 2; ++i) {
+    INFO("peer " << i << " log:\n" << gt_test::read_file(s.log(i)));
+    CHECK(gt_test::eventually(15s, [&] { return s.member_event(i, victim, "left") >= 0; }));
+  }
+  // SIGTERM ends it within --stop-grace although its training thread never answers.
+  const auto t0 = std::chrono::steady_clock::now();
+  s.procs[2]->signal(SIGTERM);
+  REQUIRE(s.procs[2]->wait_for(10s));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(took < 6.0);
+  CHECK(s.procs[2]->exit_code() == 130);
+  CHECK(gt_test::read_file(s.log(2)).find("exiting now without a final checkpoint") !=
+        std::string::npos);
+  // The healthy peers stop cleanly on SIGTERM, well inside the grace.
+  for (int i = 0; i < 2; ++i) {
+    s.procs[i]->signal(SIGTERM);
+    INFO("peer " << i << " log:\n" << gt_test::read_file(s.log(i)));
+    REQUIRE(s.procs[i]->wait_for(10s));
+    CHECK(s.procs[i]->exit_code() == 130);
+    CHECK(gt_test::read_file(s.log(i)).find("without a final checkpoint") == std::string::npos);
+  }
+}
