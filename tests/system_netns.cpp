@@ -3,7 +3,10 @@
 // address, so only the advertised address can bring them together.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <csignal>
 #include <cstdlib>
+#include <thread>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -54,9 +57,10 @@ namespace {
 // Runs the README's commands for three machines (A the first peer, B and C with A as seed) in
 // three namespaces, plus `extra` flags for every peer, and waits up to `limit` for all three to
 // end. Checks that each exits 0 and averaged with both others. Returns each peer's log.
+// slow_c: peer C is stopped half of every 100 ms (SIGSTOP/SIGCONT), as on a machine half as fast.
 std::vector<std::string> run_three_hosts(gt_test::NetnsLab& lab, const std::string& name,
                                          const std::vector<std::string>& extra,
-                                         std::chrono::seconds limit) {
+                                         std::chrono::seconds limit, bool slow_c = false) {
   gt_test::TempDir dir(name);
   std::ofstream(dir / "net.key") << "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
   const char* names[] = {"a", "b", "c"};
@@ -76,7 +80,29 @@ std::vector<std::string> run_three_hosts(gt_test::NetnsLab& lab, const std::stri
     peers.push_back(std::make_unique<Process>(argv, home + "/log.txt", home));
   }
   const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<bool> slowing{slow_c};
+  std::thread duty([&] {
+    while (slowing.load() && peers[2]->running()) {
+      peers[2]->signal(SIGSTOP);
+      std::this_thread::sleep_for(50ms);
+      peers[2]->signal(SIGCONT);
+      std::this_thread::sleep_for(50ms);
+    }
+  });
+  struct Join {
+    std::atomic<bool>& flag;
+    std::thread& t;
+    ~Join() {
+      flag = false;
+      t.join();
+    }
+  } join{slowing, duty};
   for (int i = 0; i < 3; ++i) {
+    if (i == 2) {
+      slowing = false;  // C alone is left: let it finish at full speed
+      duty.join();
+      duty = std::thread([] {});
+    }
     INFO("peer " << names[i] << " log:\n" << gt_test::read_file(dir / (std::string(names[i]) + "/log.txt")));
     REQUIRE(peers[std::size_t(i)]->wait_for(limit - std::chrono::duration_cast<std::chrono::seconds>(
                                                          std::chrono::steady_clock::now() - t0)));
@@ -147,7 +173,9 @@ TEST_CASE("three hosts as a user runs them: the README's commands with default B
   const std::string epochs = e && std::atoi(e) > 0 ? e : "10";
   std::vector<std::string> extra;
   if (epochs != "10") extra = {"--epochs", epochs};
-  const auto logs = run_three_hosts(lab, "netns3-user", extra, 3000s);
+  // GT_THREE_HOSTS_SLOW=1 slows peer C to about half speed (a SIGSTOP duty cycle).
+  const bool slow = std::getenv("GT_THREE_HOSTS_SLOW") != nullptr;
+  const auto logs = run_three_hosts(lab, "netns3-user", extra, 3000s, slow);
   for (const auto& log : logs) {
     INFO(log);
     CHECK(log.find("watchdog") == std::string::npos);
