@@ -381,7 +381,7 @@ TEST_CASE("gossip-sim train: peers train their shards and average, reproducibly"
 TEST_CASE("gossip-sim train: --backend cuda trains every peer on the one GPU as the CPU does",
           "[sim][cuda]") {
   if (!kernels::cuda_available()) {
-    WARN("skipped: no CUDA device (the train workload on a GPU needs one)");
+    WARN("SKIPPED: no CUDA device (the train workload on a GPU needs one)");
     return;
   }
   SimConfig gpu = small_train(5);
