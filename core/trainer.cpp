@@ -106,6 +106,18 @@ Trainer::Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, co
     throw std::invalid_argument(
         "model " + cfg_.model + " has " + std::to_string(model_.num_classes()) +
         " outputs but the data has " + std::to_string(shard_.classes) + " classes");
+  // Trains, but the extra outputs only learn never to fire: most likely the class count was left
+  // off the spec (mlp:784-256 is a 256-class model).
+  if (shard_.classes < model_.num_classes()) {
+    std::string hint;
+    if (cfg_.model.starts_with("mlp:"))
+      hint = "; if the class count was left off, use " + cfg_.model + "-" +
+             std::to_string(shard_.classes);
+    spdlog::warn(
+        "model {} has {} outputs but the data has only {} classes: the extra outputs are "
+        "never a right answer{}",
+        cfg_.model, model_.num_classes(), shard_.classes, hint);
+  }
   model_.init(cfg_.seed);
   const std::size_t n = model_.num_params();
   opt_a_ = kernels::DeviceBuffer<float>(be_, n);
