@@ -825,16 +825,10 @@ int main(int argc, char** argv) {
   if (::access(bin.c_str(), X_OK) != 0)
     return usage_error("gossip-peer not found or not executable at " + bin +
                        " (build it: ninja -C BUILD gossip-peer, or pass --peer-bin)");
-  if (o.data != "synthetic") {
-    std::error_code ec;
-    if (!fs::is_directory(o.data, ec))
-      return usage_error("data set folder " + o.data +
-                         " not found: install Fashion-MNIST with 'sudo apt-get install "
-                         "dataset-fashion-mnist' (or scripts/setup.sh), or pass --data DIR, or "
-                         "--data synthetic for a small generated set");
-  }
   // Threads, memory and file descriptors, before anything starts: a run that cannot fit is
-  // refused here (exit code 2), not by the kernel's OOM killer halfway through.
+  // refused here (exit code 2), not by the kernel's OOM killer halfway through. The plan reads
+  // the data set's labels with the peers' own loader, so --data is checked here too, in every
+  // form the peers take (IDX folder, npy:DIR, four .npy files, synthetic).
   try {
     std::fprintf(stderr, "%s\n", describe(plan_resources(o)).c_str());
   } catch (const UsageError& e) {
