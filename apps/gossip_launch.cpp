@@ -500,8 +500,12 @@ void Launch::poll_metrics() {
     // The peer creates its metrics file when its clock starts, so seeing the file bounds t = 0.
     if (!offset && fs::exists(plans_[i].dir + "/metrics.jsonl", ec)) offset = now;
     tails_[i].poll([&](const std::string& line) {
-      if (auto t = stats_[i].add_line(line, o_.target_acc))
+      if (auto t = stats_[i].add_line(line, o_.target_acc)) {
         if (!offset || now - *t < *offset) offset = std::max(0.0, now - *t);
+        // Kept while the process that reached the target runs, so a restart does not move it.
+        if (stats_[i].time_to_target && stats_[i].target_life == stats_[i].life)
+          children_[i].outcome.target_clock_offset_s = offset;
+      }
       observe(i, line, now);
     });
     const PeerStats& s = stats_[i];

@@ -42,6 +42,7 @@ std::optional<double> PeerStats::add_line(const std::string& line, double target
 }
 
 void PeerStats::restarted() {
+  ++life;
   done = false;
   stopped = false;
   final_test_acc.reset();
@@ -71,7 +72,10 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
     if (auto v = num(j, "test_acc")) {
       test_acc = v;
       if (!best_test_acc || *v > *best_test_acc) best_test_acc = v;
-      if (!time_to_target && *v >= target_acc) time_to_target = t;
+      if (!time_to_target && *v >= target_acc) {
+        time_to_target = t;
+        target_life = life;
+      }
       if (j.contains("final") && j["final"].is_boolean() && j["final"].get<bool>()) final_eval_acc = v;
     }
   } else if (ev == "exchange") {

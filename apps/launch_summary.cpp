@@ -137,7 +137,9 @@ PeerTotals sum_peers(const RunFacts& run, const std::vector<PeerStats>& stats,
     if (s.best_test_acc && (!t.best || *s.best_test_acc > *t.best)) t.best = s.best_test_acc;
     std::optional<double> t_launch;
     if (s.time_to_target) {
-      t_launch = *s.time_to_target + out.clock_offset_s.value_or(out.start_offset_s);
+      const std::optional<double> offset =
+          s.target_life == s.life ? out.clock_offset_s : out.target_clock_offset_s;
+      t_launch = *s.time_to_target + offset.value_or(out.start_offset_s);
       if (!t.t_all || *t_launch > *t.t_all) t.t_all = t_launch;
       if (!t.t_first || *t_launch < *t.t_first) t.t_first = t_launch;
     } else {
