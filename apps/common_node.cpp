@@ -31,9 +31,7 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
   tc.thread_nice = cfg.net_nice;
   tc.thread_cpus = std::move(net_cpus);
   if (cfg.crypto_threads >= 0) tc.crypto_threads = unsigned(cfg.crypto_threads);
-  tc.on_handshake_failed = [](const std::string& addr, const std::string& reason) {
-    spdlog::warn("handshake with {} failed: {}", addr, reason);
-  };
+  // A failed handshake is logged once, by the transport ("net: handshake with ... failed").
   return tc;
 }
 
