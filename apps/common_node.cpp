@@ -334,10 +334,26 @@ void GossipNode::watch_health(const gossip::ExchangeEvent& e) {
 
 GossipNode::~GossipNode() { stop(); }
 
+std::optional<std::string> GossipNode::join_refused() const {
+  std::lock_guard<std::mutex> lock(refused_mu_);
+  return join_refused_;
+}
+
 const std::string& GossipNode::peer_id() const { return identity_->peer_id(); }
 
-void GossipNode::start() {
-  transport_->post([this] { membership_->start(); });
+void GossipNode::start(std::atomic<bool>* give_up) {
+  give_up_ = give_up;
+  transport_->post([this] {
+    membership_->set_join_refused_handler([this](const std::string& why) {
+      {
+        std::lock_guard<std::mutex> lock(refused_mu_);
+        join_refused_ = why;
+      }
+      metrics_.emit("join_refused", {{"reason", why}});
+      if (give_up_) give_up_->store(true);
+    });
+    membership_->start();
+  });
   spdlog::info("peer {} listening on {}", peer_id(), transport_->listen_addr());
 }
 

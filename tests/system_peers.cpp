@@ -404,6 +404,63 @@ TEST_CASE("min-peers: a peer waits for the swarm, and starts anyway at the deadl
   CHECK_FALSE(events(dir / "metrics.jsonl", "eval").empty());
 }
 
+// Issue 26, item 3: a joiner whose network key is not the seed's saw only "connection closed by
+// remote during handshake" and retried for ever.
+TEST_CASE("a joiner refused by every seed in the handshake says why and exits 2", "[system]") {
+  Swarm s("gt-peer-wrong-key", 1, kTrainFlags);
+  s.extra.insert(s.extra.end(), {"--epochs", "1000", "--linger", "0"});
+  s.start_all(true);
+  std::ofstream(s.dir / "other.key")
+      << "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210\n";
+  std::filesystem::create_directories(s.dir / "joiner");
+  Process joiner({gt_test::peer_bin(),
+                  "--data",
+                  "synthetic",
+                  "--backend",
+                  "cpu",
+                  "--model",
+                  "mlp:784-32-10",
+                  "--epochs",
+                  "1000",
+                  "--listen",
+                  "127.0.0.1:" + std::to_string(gt_test::free_port()),
+                  "--identity",
+                  s.dir / "joiner/id.key",
+                  "--network-key",
+                  s.dir / "other.key",
+                  "--seeds",
+                  s.addr(0),
+                  "--metrics",
+                  s.dir / "joiner/metrics.jsonl",
+                  "--checkpoint-dir",
+                  s.dir / "joiner/ckpt"},
+                 s.dir / "joiner/log.txt");
+  const bool exited = joiner.wait_for(60s);
+  const std::string log = gt_test::read_file(s.dir / "joiner/log.txt");
+  INFO(log);
+  REQUIRE(exited);
+  CHECK(joiner.exit_code() == 2);
+  CHECK_THAT(log, Catch::Contains("--network-key"));
+  CHECK_THAT(log, Catch::Contains("giving up joining after 3 attempts"));
+  CHECK(events(s.dir / "joiner/metrics.jsonl", "join_refused").size() == 1);
+  // The seed said why, once per refused handshake (issue 26, item 8: every network line twice).
+  const std::string seed_log = gt_test::read_file(s.log(0));
+  int refusals = 0, net_lines = 0;
+  std::istringstream lines(seed_log);
+  for (std::string l; std::getline(lines, l);)
+    if (l.find("network key mismatch") != std::string::npos) {
+      ++refusals;
+      net_lines += l.find("net: handshake with") != std::string::npos;
+    }
+  INFO(seed_log);
+  CHECK(refusals >= 3);
+  CHECK(net_lines == refusals);
+  // The seed is unharmed: still running.
+  CHECK(::kill(s.procs[0]->pid(), 0) == 0);
+  s.procs[0]->signal(SIGTERM);
+  CHECK(s.procs[0]->wait_for(30s));
+}
+
 namespace {
 
 // Peer 2 of the swarm at about 40% speed, for real: stopped 60 ms of every 100 (SIGSTOP and
