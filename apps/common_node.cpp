@@ -232,8 +232,11 @@ bool GossipNode::wait_for_members(int n, double timeout_s, const std::atomic<boo
   const auto t0 = Clock::now();
   const auto end = t0 + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(timeout_s));
-  spdlog::info("waiting for {} live members before the first step ({} so far, at most {} s)", n,
-               have, timeout_s);
+  spdlog::info(
+      "training on hold: waiting for {} live members before the first step ({} so far, "
+      "at most {} s, --min-peers-timeout)",
+      n, have, timeout_s);
+  metrics_.emit("hold", {{"reason", "min-peers"}, {"left_s", timeout_s}});
   // Once a second, a full-state sync with a random member: members that joined right after us
   // may have gossiped their arrival before they knew us, and the periodic sync is 30 s away.
   auto next_sync = t0 + std::chrono::seconds(1);
@@ -263,8 +266,24 @@ std::optional<gossip::CatchUpResult> GossipNode::catch_up(gossip::CatchUpClientC
   const auto t0 = Clock::now();
   const auto end = t0 + cfg.deadline;
   // The member list arrives with the join's sync reply: before it, "no live member" means nothing.
+  // Training waits meanwhile: say so, and for how long at most, then every kHoldNoteS.
+  constexpr double kHoldNoteS = 10.0;
+  auto left_s = [&] { return std::chrono::duration<double>(end - Clock::now()).count(); };
+  auto next_note = t0;
   while (!joined()) {
     if (stop.load()) return std::nullopt;
+    if (Clock::now() >= next_note && Clock::now() < end) {
+      const bool first = next_note == t0;
+      spdlog::info(
+          "training on hold: {} the seeds to catch up from the swarm ({:.0f} s left of "
+          "--catch-up-timeout {:.0f} s; then it trains from its own weights)",
+          first ? "joining through" : "still no answer from", left_s(),
+          std::chrono::duration<double>(cfg.deadline).count());
+      metrics_.emit("hold", {{"reason", first ? "catch-up: joining" : "catch-up: seeds silent"},
+                             {"left_s", left_s()}});
+      next_note +=
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kHoldNoteS));
+    }
     if (Clock::now() >= end) {
       gossip::CatchUpResult r;
       r.reason = "not-joined";
@@ -278,8 +297,11 @@ std::optional<gossip::CatchUpResult> GossipNode::catch_up(gossip::CatchUpClientC
     spdlog::info("catch-up: no live member to fetch a state from: starting from our own weights");
     return std::nullopt;
   }
-  spdlog::info("catch-up: fetching the state of one of {} live members (at most {:.0f} s)", live,
-               std::chrono::duration<double>(end - Clock::now()).count());
+  spdlog::info(
+      "training on hold: catch-up fetching the state of one of {} live members (at most "
+      "{:.0f} s)",
+      live, left_s());
+  metrics_.emit("hold", {{"reason", "catch-up: fetching"}, {"left_s", left_s()}});
   cfg.deadline = std::max(net::Millis(1), std::chrono::duration_cast<net::Millis>(end - Clock::now()));
   auto p = std::make_shared<std::promise<gossip::CatchUpResult>>();
   auto f = p->get_future();

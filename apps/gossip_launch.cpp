@@ -563,6 +563,7 @@ std::vector<std::string> Launch::table(bool full) const {
     std::string state = c.outcome.state;
     if (c.running && s.lines == 0) state = "starting";
     else if (c.running && s.done) state = "finishing";
+    else if (c.running && !s.hold.empty()) state = "on hold (" + s.hold + ")";
     if (s.not_averaging) state += " NOT AVERAGING (" + s.alert_reason + ")";
     if (churn_ && c.running && churn_->state(int(i)) == SlotState::Paused) state = "paused (churn)";
     if (c.running && !c.fault.empty()) state += " FAULTY (" + c.fault + ")";

@@ -1,6 +1,7 @@
 // Incremental metrics reading and per-peer figures for gossip-launch (see launch_metrics.hpp).
 #include "apps/launch_metrics.hpp"
 
+#include <cmath>
 #include <cstdio>
 
 namespace gossiptrain::apps {
@@ -59,6 +60,14 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
   last_t = t;
   if (j["peer"].is_string()) id = j["peer"].get<std::string>();
   const std::string ev = j["event"].get<std::string>();
+  // A `hold` line (waiting for the swarm before the first step) holds until training shows again.
+  if (ev == "hold") {
+    hold = j.value("reason", "waiting");
+    if (auto v = num(j, "left_s")) hold += ", at most " + std::to_string(int(std::ceil(*v))) + " s";
+  } else if (ev == "step" || ev == "eval" || ev == "catch_up" || ev == "min_peers" ||
+             ev == "done") {
+    hold.clear();
+  }
   if (ev == "step") {
     if (auto v = num(j, "step")) step = std::int64_t(*v);
     if (auto v = num(j, "steps_total")) steps_total = std::int64_t(*v);

@@ -139,6 +139,22 @@ TEST_CASE("a time to target from a restarted peer's earlier life is on that life
   CHECK(summarize({late}, {out})["time_to_target_s"].get<double>() == Approx(5.0 + second_offset));
 }
 
+// Issue 26, item 4: a peer waiting for the swarm before its first step looked merely silent.
+TEST_CASE("a peer's hold line holds until it trains", "[apps]") {
+  PeerStats s;
+  REQUIRE(s.add_line(json{{"t", 0.1},
+                          {"peer", "p"},
+                          {"event", "hold"},
+                          {"reason", "catch-up: joining"},
+                          {"left_s", 59.6}}
+                         .dump(),
+                     kTarget));
+  CHECK(s.hold == "catch-up: joining, at most 60 s");
+  REQUIRE(s.add_line(json{{"t", 60.0}, {"peer", "p"}, {"event", "catch_up"}, {"ok", false}}.dump(),
+                     kTarget));
+  CHECK(s.hold.empty());
+}
+
 TEST_CASE("the live table shows - for what a peer has not reported yet", "[apps]") {
   CHECK(peer_table_header().find("acc") != std::string::npos);
   const std::string empty = peer_table_row(7, PeerStats{}, 3, "starting");

@@ -461,6 +461,42 @@ TEST_CASE("a joiner refused by every seed in the handshake says why and exits 2"
   CHECK(s.procs[0]->wait_for(30s));
 }
 
+// Issue 26, item 4: a peer waiting to catch up through seeds that do not answer said nothing.
+TEST_CASE("a peer waiting for its seeds before training says training is on hold, and how long",
+          "[system][catchup]") {
+  gt_test::TempDir dir("gt-peer-hold");
+  std::string out;
+  const int rc = gt_test::run_app("gossip-peer",
+                                  {"--data",
+                                   "synthetic",
+                                   "--backend",
+                                   "cpu",
+                                   "--model",
+                                   "mlp:784-32-10",
+                                   "--epochs",
+                                   "1",
+                                   "--listen",
+                                   "127.0.0.1:" + std::to_string(gt_test::free_port()),
+                                   "--identity",
+                                   dir / "id.key",
+                                   "--seeds",
+                                   "127.0.0.1:" + std::to_string(gt_test::free_port()),
+                                   "--metrics",
+                                   dir / "metrics.jsonl",
+                                   "--catch-up-timeout",
+                                   "2",
+                                   "--linger",
+                                   "0"},
+                                  dir / "log.txt", &out, 60s);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK_THAT(out, Catch::Contains("training on hold"));
+  CHECK_THAT(out, Catch::Contains("2 s left of --catch-up-timeout 2 s"));
+  const auto h = events(dir / "metrics.jsonl", "hold");
+  REQUIRE_FALSE(h.empty());
+  CHECK(h[0]["left_s"].get<double>() <= 2.0);
+}
+
 namespace {
 
 // Peer 2 of the swarm at about 40% speed, for real: stopped 60 ms of every 100 (SIGSTOP and
