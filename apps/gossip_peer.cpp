@@ -259,6 +259,14 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
     return node ? node->join_refused() : std::nullopt;
   };
   if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
+  trainer.on_progress = [epochs](const core::EpochStepProgress& p) {
+    spdlog::info(
+        "epoch {}/{}  step {}/{} ({:.0f}%)  loss {:.4f}  {:.0f} samples/s  {:.0f} s left "
+        "in the epoch",
+        p.epoch, epochs, p.step_in_epoch, p.steps_in_epoch,
+        100.0 * double(p.step_in_epoch) / double(std::max<std::int64_t>(1, p.steps_in_epoch)),
+        p.loss, p.samples_per_s, p.seconds_left);
+  };
   core::TrainResult res = trainer.run(g_stop);
   if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
   if (node) finish_gossip(cfg, trainer, *node, r.data.test, res, metrics);

@@ -232,7 +232,18 @@ std::string peer_table_header() {
 std::string peer_table_row(std::size_t i, const PeerStats& s, int epochs, const std::string& state) {
   // Counts from the metrics lines are only shown once the peer has written one.
   const bool reported = s.lines > 0;
-  const std::string ep = (s.epoch ? std::to_string(*s.epoch) : "-") + "/" + std::to_string(epochs);
+  std::string ep = s.epoch ? std::to_string(*s.epoch) : "-";
+  // Within an epoch, the fraction of the run's epochs done, from the `step` lines: a long epoch
+  // (a CNN on a CPU: minutes) would otherwise show no progress until it ends.
+  if (!s.done && s.step && s.steps_total > 0 && epochs > 0) {
+    const double e = s.progress() * epochs;
+    if (e >= s.epoch.value_or(0) + 0.05 && e < epochs) {
+      char f[32];
+      std::snprintf(f, sizeof f, "%.1f", e);
+      ep = f;
+    }
+  }
+  ep += "/" + std::to_string(epochs);
   const std::string step = s.step ? std::to_string(*s.step) : "-";
   const std::string exch =
       reported ? std::to_string(s.exchanges_ok) + "/" + std::to_string(s.exchanges_failed) : "-";

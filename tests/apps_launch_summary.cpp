@@ -155,6 +155,24 @@ TEST_CASE("a peer's hold line holds until it trains", "[apps]") {
   CHECK(s.hold.empty());
 }
 
+// Issue 26, item 6: a long epoch showed no progress in the live table until it ended.
+TEST_CASE("the live table shows progress within an epoch from the step lines", "[apps]") {
+  PeerStats s = fold({eval_line(1.0, 1, 0.5)});
+  CHECK(peer_table_row(0, s, 3, "running").find(" 1/3 ") != std::string::npos);
+  REQUIRE(s.add_line(json{{"t", 2.0},
+                          {"peer", "p"},
+                          {"event", "step"},
+                          {"step", 170},
+                          {"steps_total", 300},
+                          {"epoch", 1},
+                          {"loss", 0.7}}
+                         .dump(),
+                     kTarget));
+  const std::string row = peer_table_row(0, s, 3, "running");
+  INFO(row);
+  CHECK(row.find("1.7/3") != std::string::npos);
+}
+
 TEST_CASE("the live table shows - for what a peer has not reported yet", "[apps]") {
   CHECK(peer_table_header().find("acc") != std::string::npos);
   const std::string empty = peer_table_row(7, PeerStats{}, 3, "starting");

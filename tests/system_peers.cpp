@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -495,6 +496,26 @@ TEST_CASE("a peer waiting for its seeds before training says training is on hold
   const auto h = events(dir / "metrics.jsonl", "hold");
   REQUIRE_FALSE(h.empty());
   CHECK(h[0]["left_s"].get<double>() <= 2.0);
+}
+
+// Issue 26, item 6: a lone CNN peer printed nothing for 7 minutes, one line per epoch.
+TEST_CASE("a peer prints its progress within an epoch (--progress-every)", "[system]") {
+  gt_test::TempDir dir("gt-peer-progress");
+  std::string out;
+  // Batch 2: one epoch is 3,000 steps, long enough for a few progress lines (--lr 0.01: batches
+  // this small diverge at the default 0.05).
+  const int rc =
+      gt_test::run_app("gossip-peer",
+                       {"--data", "synthetic", "--backend", "cpu", "--epochs", "1", "--batch", "2", "--lr",
+                        "0.01", "--progress-every", "0.1", "--metrics", dir / "metrics.jsonl"},
+                       dir / "log.txt", &out, 120s);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const auto at = out.find("step ");
+  REQUIRE(at != std::string::npos);
+  CHECK(at < out.find("epoch 1/1  loss"));  // before the epoch's own line
+  CHECK_THAT(out, Catch::Contains("s left in the epoch"));
+  CHECK(std::regex_search(out, std::regex("epoch 1/1  step [0-9]+/[0-9]+ \\([0-9]+%\\)")));
 }
 
 namespace {
