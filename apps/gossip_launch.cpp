@@ -182,6 +182,8 @@ class Launch : private ChurnPeers {
   void write_table_file(bool force);
   std::string progress_line() const;
   void note(const std::string& line);
+  // Says each churn event of events.jsonl as it happens, and keeps the last for the live table.
+  void note_churn();
   void finish_plots(nlohmann::json& summary);
   int exit_code() const;
   bool tick();
@@ -219,6 +221,8 @@ class Launch : private ChurnPeers {
   double last_table_file_ = -1e9;
   // Stop handling.
   int signals_seen_ = 0;
+  std::size_t churn_noted_ = 0;  // events.jsonl lines looked at by note_churn
+  std::string last_churn_;
   bool stop_requested_ = false;
   bool interrupted_ = false;
   bool config_rejected_ = false;
@@ -437,6 +441,16 @@ void Launch::note(const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
+void Launch::note_churn() {
+  const auto& lines = events_->lines();
+  for (; churn_noted_ < lines.size(); ++churn_noted_) {
+    std::string d = describe_churn(lines[churn_noted_]);
+    if (d.empty()) continue;
+    note("gossip-launch: " + d);
+    last_churn_ = std::move(d);
+  }
+}
+
 void Launch::reap() {
   for (std::size_t i = 0; i < children_.size(); ++i) {
     Child& c = children_[i];
@@ -578,6 +592,7 @@ std::vector<std::string> Launch::table(bool full) const {
   if (rows.size() > max_rows) lines.insert(lines.begin() + 1, view_summary(rows));
   for (auto& l : view_rows(rows, max_rows, kViewSlowest, (run_dir_ / "table.txt").string()))
     lines.push_back(std::move(l));
+  if (!last_churn_.empty()) lines.push_back("last " + last_churn_);
   return lines;
 }
 
@@ -696,6 +711,7 @@ bool Launch::tick() {
     churn_->tick(since(t0_), mean_progress(), *this);
     churn_->release_paused(since(t0_), *this);
   }
+  if (churn_) note_churn();
   reap();
   if (!all_started_ && !stop_requested_ && (seeds_ready() || since(t0_) > kSeedWaitS)) {
     if (!seeds_ready())

@@ -172,7 +172,7 @@ json check_run_folder(const std::string& run, int n, const std::string& mode, do
 
   if (matplotlib_available()) {
     CHECK(s["plots"]["ok"] == true);
-    for (const char* png : {"accuracy.png", "consensus.png", "bytes.png"}) {
+    for (const char* png : {"accuracy.png", "loss.png", "consensus.png", "bytes.png"}) {
       INFO(png);
       const std::string data = gt_test::read_file(run + "/" + png);
       REQUIRE(data.size() > 8);
