@@ -245,15 +245,21 @@ void Launch::prepare(int argc, char** argv) {
                                                   utc_now("%Y%m%d-%H%M%S"))
                             : fs::path(o_.out);
   std::error_code ec;
-  if (fs::exists(run_dir_, ec) && !(fs::is_directory(run_dir_, ec) && fs::is_empty(run_dir_, ec)))
+  const bool resume = !o_.resume.empty();
+  if (!resume && fs::exists(run_dir_, ec) &&
+      !(fs::is_directory(run_dir_, ec) && fs::is_empty(run_dir_, ec)))
     throw UsageError("run folder " + run_dir_.string() +
                      " exists and is not empty (peers would resume from its checkpoints and append "
-                     "to its metrics): pass another --out");
+                     "to its metrics): pass another --out, or continue that run with "
+                     "'gossip-launch --resume " +
+                     run_dir_.string() + "'");
   std::vector<int> ports(std::size_t(o_.slots()), 0);
   if (o_.mode == LaunchMode::Gossip) ports = pick_ports(o_.slots(), o_.base_port);
   fs::create_directories(run_dir_);
+  // Resumed, the peers keep the run's key (and their identity.key files, in their folders).
+  const fs::path key = run_dir_ / "network.key";
   if (o_.mode == LaunchMode::Gossip && o_.network_key.empty())
-    network_key_ = write_network_key(run_dir_ / "network.key");
+    network_key_ = resume && fs::exists(key, ec) ? key.string() : write_network_key(key);
   plans_ = plan_peers(o_, run_dir_.string(), ports, network_key_);
   for (const auto& p : plans_) fs::create_directories(p.dir);
   events_ = std::make_unique<EventLog>((run_dir_ / "events.jsonl").string());
@@ -273,7 +279,15 @@ void Launch::prepare(int argc, char** argv) {
 
   std::string cmd;
   for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + shell_quote(argv[i]);
-  write_file(run_dir_ / "command.txt", cmd + "\n");
+  if (resume) {
+    // The first line stays the run's command (a later --resume reads it); each resume is noted.
+    std::ofstream(run_dir_ / "command.txt", std::ios::app)
+        << "# resumed " << started_at_ << ": " << cmd << "\n";
+    note("gossip-launch: resuming " + run_dir_.string() +
+         ": each peer restarts from its last checkpoint");
+  } else {
+    write_file(run_dir_ / "command.txt", cmd + "\n");
+  }
   tty_ = ::isatty(STDERR_FILENO) == 1;
 }
 

@@ -358,6 +358,65 @@ TEST_CASE("gossip-launch takes --data npy:DIR and the four-file form, as gossip-
   CHECK(out.find("not a folder") != std::string::npos);
 }
 
+// Issue 26, item 14: an interrupted launch could not be resumed: its --out was refused.
+TEST_CASE("gossip-launch --resume continues an interrupted run from the peers' checkpoints",
+          "[system]") {
+  gt_test::TempDir tmp("gt-launch-resume");
+  const std::string run = tmp / "run";
+  const int epochs = 60;
+  Process launch(
+      {launch_bin(), "--peers", "2", "--out", run, "--data", "synthetic", "--epochs",
+       std::to_string(epochs), "--model", "mlp:784-32-10", "--no-plots", "--linger", "0"},
+      tmp / "first.log");
+  // Interrupted once both peers have a checkpoint (an eval line comes with each epoch's).
+  REQUIRE(gt_test::eventually(90s, [&] {
+    for (int i = 0; i < 2; ++i) {
+      bool eval = false;
+      for (const auto& j :
+           gt_test::read_metrics(run + "/peer" + std::to_string(i) + "/metrics.jsonl"))
+        eval |= j["event"] == "eval";
+      if (!eval) return false;
+    }
+    return true;
+  }));
+  launch.signal(SIGTERM);
+  REQUIRE(launch.wait_for(60s));
+  const json first = read_json(run + "/summary.json");
+  CHECK(first["interrupted"] == true);
+  auto ids = [&] {
+    std::vector<std::string> v;
+    for (int i = 0; i < 2; ++i)
+      v.push_back(gt_test::read_file(run + "/peer" + std::to_string(i) + "/identity.key"));
+    return v;
+  };
+  const auto ids_before = ids();
+  const std::string key_before = gt_test::read_file(run + "/network.key");
+  std::string out;
+  // The run folder's own command again is refused, and says how to resume.
+  {
+    const int rc =
+        run_launch({"--peers", "2", "--out", run, "--data", "synthetic"}, tmp / "again.log", &out);
+    CHECK(rc == 2);
+    CHECK(out.find("gossip-launch --resume " + run) != std::string::npos);
+  }
+  {
+    const int rc = run_launch({"--resume", run}, tmp / "resume.log", &out);
+    INFO(out);
+    REQUIRE(rc == 0);
+  }
+  CHECK(ids() == ids_before);
+  CHECK(gt_test::read_file(run + "/network.key") == key_before);
+  const json s = read_json(run + "/summary.json");
+  CHECK_FALSE(s["interrupted"].get<bool>());
+  for (int i = 0; i < 2; ++i) {
+    INFO("peer " << i);
+    const std::string log = gt_test::read_file(run + "/peer" + std::to_string(i) + "/log.txt");
+    CHECK(log.find("resumed from") != std::string::npos);
+    CHECK(s["peers"][std::size_t(i)]["epochs"] == epochs);
+  }
+  CHECK(gt_test::read_file(run + "/command.txt").find("# resumed") != std::string::npos);
+}
+
 TEST_CASE("gossip-launch refuses bad input with exit code 2 and a message", "[system]") {
   gt_test::TempDir tmp("gt-launch-bad");
   std::string out;
