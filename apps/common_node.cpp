@@ -31,9 +31,7 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
   tc.thread_nice = cfg.net_nice;
   tc.thread_cpus = std::move(net_cpus);
   if (cfg.crypto_threads >= 0) tc.crypto_threads = unsigned(cfg.crypto_threads);
-  tc.on_handshake_failed = [](const std::string& addr, const std::string& reason) {
-    spdlog::warn("handshake with {} failed: {}", addr, reason);
-  };
+  // A failed handshake is logged once, by the transport ("net: handshake with ... failed").
   return tc;
 }
 
@@ -234,8 +232,11 @@ bool GossipNode::wait_for_members(int n, double timeout_s, const std::atomic<boo
   const auto t0 = Clock::now();
   const auto end = t0 + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(timeout_s));
-  spdlog::info("waiting for {} live members before the first step ({} so far, at most {} s)", n,
-               have, timeout_s);
+  spdlog::info(
+      "training on hold: waiting for {} live members before the first step ({} so far, "
+      "at most {} s, --min-peers-timeout)",
+      n, have, timeout_s);
+  metrics_.emit("hold", {{"reason", "min-peers"}, {"left_s", timeout_s}});
   // Once a second, a full-state sync with a random member: members that joined right after us
   // may have gossiped their arrival before they knew us, and the periodic sync is 30 s away.
   auto next_sync = t0 + std::chrono::seconds(1);
@@ -265,8 +266,24 @@ std::optional<gossip::CatchUpResult> GossipNode::catch_up(gossip::CatchUpClientC
   const auto t0 = Clock::now();
   const auto end = t0 + cfg.deadline;
   // The member list arrives with the join's sync reply: before it, "no live member" means nothing.
+  // Training waits meanwhile: say so, and for how long at most, then every kHoldNoteS.
+  constexpr double kHoldNoteS = 10.0;
+  auto left_s = [&] { return std::chrono::duration<double>(end - Clock::now()).count(); };
+  auto next_note = t0;
   while (!joined()) {
     if (stop.load()) return std::nullopt;
+    if (Clock::now() >= next_note && Clock::now() < end) {
+      const bool first = next_note == t0;
+      spdlog::info(
+          "training on hold: {} the seeds to catch up from the swarm ({:.0f} s left of "
+          "--catch-up-timeout {:.0f} s; then it trains from its own weights)",
+          first ? "joining through" : "still no answer from", left_s(),
+          std::chrono::duration<double>(cfg.deadline).count());
+      metrics_.emit("hold", {{"reason", first ? "catch-up: joining" : "catch-up: seeds silent"},
+                             {"left_s", left_s()}});
+      next_note +=
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kHoldNoteS));
+    }
     if (Clock::now() >= end) {
       gossip::CatchUpResult r;
       r.reason = "not-joined";
@@ -280,8 +297,11 @@ std::optional<gossip::CatchUpResult> GossipNode::catch_up(gossip::CatchUpClientC
     spdlog::info("catch-up: no live member to fetch a state from: starting from our own weights");
     return std::nullopt;
   }
-  spdlog::info("catch-up: fetching the state of one of {} live members (at most {:.0f} s)", live,
-               std::chrono::duration<double>(end - Clock::now()).count());
+  spdlog::info(
+      "training on hold: catch-up fetching the state of one of {} live members (at most "
+      "{:.0f} s)",
+      live, left_s());
+  metrics_.emit("hold", {{"reason", "catch-up: fetching"}, {"left_s", left_s()}});
   cfg.deadline = std::max(net::Millis(1), std::chrono::duration_cast<net::Millis>(end - Clock::now()));
   auto p = std::make_shared<std::promise<gossip::CatchUpResult>>();
   auto f = p->get_future();
@@ -336,10 +356,26 @@ void GossipNode::watch_health(const gossip::ExchangeEvent& e) {
 
 GossipNode::~GossipNode() { stop(); }
 
+std::optional<std::string> GossipNode::join_refused() const {
+  std::lock_guard<std::mutex> lock(refused_mu_);
+  return join_refused_;
+}
+
 const std::string& GossipNode::peer_id() const { return identity_->peer_id(); }
 
-void GossipNode::start() {
-  transport_->post([this] { membership_->start(); });
+void GossipNode::start(std::atomic<bool>* give_up) {
+  give_up_ = give_up;
+  transport_->post([this] {
+    membership_->set_join_refused_handler([this](const std::string& why) {
+      {
+        std::lock_guard<std::mutex> lock(refused_mu_);
+        join_refused_ = why;
+      }
+      metrics_.emit("join_refused", {{"reason", why}});
+      if (give_up_) give_up_->store(true);
+    });
+    membership_->start();
+  });
   spdlog::info("peer {} listening on {}", peer_id(), transport_->listen_addr());
 }
 

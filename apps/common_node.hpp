@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <string>
 
 #include "apps/common_options.hpp"
 #include "core/metrics.hpp"
@@ -36,8 +38,11 @@ class GossipNode final : private core::StepHook {
 
   const std::string& peer_id() const;
   const std::string& listen_addr() const { return transport_->listen_addr(); }
-  // Joins through the seeds (the transport already listens).
-  void start();
+  // Joins through the seeds (the transport already listens). If every seed refuses this peer in
+  // the handshake (MembershipConfig::join_refused_limit), join_refused() says why from then on
+  // and *give_up is set, which ends the waits before training and training itself.
+  void start(std::atomic<bool>* give_up = nullptr);
+  std::optional<std::string> join_refused() const;
   // Leaves the swarm gracefully and stops the transport.
   void stop();
   // Announces a leave and stops answering membership, from any thread, without waiting: the
@@ -92,6 +97,9 @@ class GossipNode final : private core::StepHook {
   std::unique_ptr<gossip::CatchUpServer> catch_up_server_;
   std::unique_ptr<gossip::CatchUpClient> catch_up_client_;
   std::atomic<bool> started_{false};
+  mutable std::mutex refused_mu_;
+  std::optional<std::string> join_refused_;  // set on the protocol thread
+  std::atomic<bool>* give_up_ = nullptr;
   // Training thread only: --max-lag state.
   int max_lag_ = 0;
   std::uint64_t ok_seen_ = 0;   // completed exchanges, as last seen

@@ -182,6 +182,8 @@ class Launch : private ChurnPeers {
   void write_table_file(bool force);
   std::string progress_line() const;
   void note(const std::string& line);
+  // Says each churn event of events.jsonl as it happens, and keeps the last for the live table.
+  void note_churn();
   void finish_plots(nlohmann::json& summary);
   int exit_code() const;
   bool tick();
@@ -219,6 +221,8 @@ class Launch : private ChurnPeers {
   double last_table_file_ = -1e9;
   // Stop handling.
   int signals_seen_ = 0;
+  std::size_t churn_noted_ = 0;  // events.jsonl lines looked at by note_churn
+  std::string last_churn_;
   bool stop_requested_ = false;
   bool interrupted_ = false;
   bool config_rejected_ = false;
@@ -241,15 +245,21 @@ void Launch::prepare(int argc, char** argv) {
                                                   utc_now("%Y%m%d-%H%M%S"))
                             : fs::path(o_.out);
   std::error_code ec;
-  if (fs::exists(run_dir_, ec) && !(fs::is_directory(run_dir_, ec) && fs::is_empty(run_dir_, ec)))
+  const bool resume = !o_.resume.empty();
+  if (!resume && fs::exists(run_dir_, ec) &&
+      !(fs::is_directory(run_dir_, ec) && fs::is_empty(run_dir_, ec)))
     throw UsageError("run folder " + run_dir_.string() +
                      " exists and is not empty (peers would resume from its checkpoints and append "
-                     "to its metrics): pass another --out");
+                     "to its metrics): pass another --out, or continue that run with "
+                     "'gossip-launch --resume " +
+                     run_dir_.string() + "'");
   std::vector<int> ports(std::size_t(o_.slots()), 0);
   if (o_.mode == LaunchMode::Gossip) ports = pick_ports(o_.slots(), o_.base_port);
   fs::create_directories(run_dir_);
+  // Resumed, the peers keep the run's key (and their identity.key files, in their folders).
+  const fs::path key = run_dir_ / "network.key";
   if (o_.mode == LaunchMode::Gossip && o_.network_key.empty())
-    network_key_ = write_network_key(run_dir_ / "network.key");
+    network_key_ = resume && fs::exists(key, ec) ? key.string() : write_network_key(key);
   plans_ = plan_peers(o_, run_dir_.string(), ports, network_key_);
   for (const auto& p : plans_) fs::create_directories(p.dir);
   events_ = std::make_unique<EventLog>((run_dir_ / "events.jsonl").string());
@@ -269,7 +279,15 @@ void Launch::prepare(int argc, char** argv) {
 
   std::string cmd;
   for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + shell_quote(argv[i]);
-  write_file(run_dir_ / "command.txt", cmd + "\n");
+  if (resume) {
+    // The first line stays the run's command (a later --resume reads it); each resume is noted.
+    std::ofstream(run_dir_ / "command.txt", std::ios::app)
+        << "# resumed " << started_at_ << ": " << cmd << "\n";
+    note("gossip-launch: resuming " + run_dir_.string() +
+         ": each peer restarts from its last checkpoint");
+  } else {
+    write_file(run_dir_ / "command.txt", cmd + "\n");
+  }
   tty_ = ::isatty(STDERR_FILENO) == 1;
 }
 
@@ -437,6 +455,16 @@ void Launch::note(const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
+void Launch::note_churn() {
+  const auto& lines = events_->lines();
+  for (; churn_noted_ < lines.size(); ++churn_noted_) {
+    std::string d = describe_churn(lines[churn_noted_]);
+    if (d.empty()) continue;
+    note("gossip-launch: " + d);
+    last_churn_ = std::move(d);
+  }
+}
+
 void Launch::reap() {
   for (std::size_t i = 0; i < children_.size(); ++i) {
     Child& c = children_[i];
@@ -500,8 +528,12 @@ void Launch::poll_metrics() {
     // The peer creates its metrics file when its clock starts, so seeing the file bounds t = 0.
     if (!offset && fs::exists(plans_[i].dir + "/metrics.jsonl", ec)) offset = now;
     tails_[i].poll([&](const std::string& line) {
-      if (auto t = stats_[i].add_line(line, o_.target_acc))
+      if (auto t = stats_[i].add_line(line, o_.target_acc)) {
         if (!offset || now - *t < *offset) offset = std::max(0.0, now - *t);
+        // Kept while the process that reached the target runs, so a restart does not move it.
+        if (stats_[i].time_to_target && stats_[i].target_life == stats_[i].life)
+          children_[i].outcome.target_clock_offset_s = offset;
+      }
       observe(i, line, now);
     });
     const PeerStats& s = stats_[i];
@@ -559,6 +591,7 @@ std::vector<std::string> Launch::table(bool full) const {
     std::string state = c.outcome.state;
     if (c.running && s.lines == 0) state = "starting";
     else if (c.running && s.done) state = "finishing";
+    else if (c.running && !s.hold.empty()) state = "on hold (" + s.hold + ")";
     if (s.not_averaging) state += " NOT AVERAGING (" + s.alert_reason + ")";
     if (churn_ && c.running && churn_->state(int(i)) == SlotState::Paused) state = "paused (churn)";
     if (c.running && !c.fault.empty()) state += " FAULTY (" + c.fault + ")";
@@ -573,6 +606,7 @@ std::vector<std::string> Launch::table(bool full) const {
   if (rows.size() > max_rows) lines.insert(lines.begin() + 1, view_summary(rows));
   for (auto& l : view_rows(rows, max_rows, kViewSlowest, (run_dir_ / "table.txt").string()))
     lines.push_back(std::move(l));
+  if (!last_churn_.empty()) lines.push_back("last " + last_churn_);
   return lines;
 }
 
@@ -691,6 +725,7 @@ bool Launch::tick() {
     churn_->tick(since(t0_), mean_progress(), *this);
     churn_->release_paused(since(t0_), *this);
   }
+  if (churn_) note_churn();
   reap();
   if (!all_started_ && !stop_requested_ && (seeds_ready() || since(t0_) > kSeedWaitS)) {
     if (!seeds_ready())
@@ -825,16 +860,10 @@ int main(int argc, char** argv) {
   if (::access(bin.c_str(), X_OK) != 0)
     return usage_error("gossip-peer not found or not executable at " + bin +
                        " (build it: ninja -C BUILD gossip-peer, or pass --peer-bin)");
-  if (o.data != "synthetic") {
-    std::error_code ec;
-    if (!fs::is_directory(o.data, ec))
-      return usage_error("data set folder " + o.data +
-                         " not found: install Fashion-MNIST with 'sudo apt-get install "
-                         "dataset-fashion-mnist' (or scripts/setup.sh), or pass --data DIR, or "
-                         "--data synthetic for a small generated set");
-  }
   // Threads, memory and file descriptors, before anything starts: a run that cannot fit is
-  // refused here (exit code 2), not by the kernel's OOM killer halfway through.
+  // refused here (exit code 2), not by the kernel's OOM killer halfway through. The plan reads
+  // the data set's labels with the peers' own loader, so --data is checked here too, in every
+  // form the peers take (IDX folder, npy:DIR, four .npy files, synthetic).
   try {
     std::fprintf(stderr, "%s\n", describe(plan_resources(o)).c_str());
   } catch (const UsageError& e) {

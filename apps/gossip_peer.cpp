@@ -229,7 +229,7 @@ std::unique_ptr<apps::GossipNode> start_gossip(const apps::PeerConfig& cfg, core
   auto node = std::make_unique<apps::GossipNode>(cfg, trainer.model().fingerprint(), *r.backend,
                                                  metrics, r.cpus.net);
   metrics.set_peer(node->peer_id());
-  node->start();
+  node->start(&g_stop);  // seeds that all refuse us end the run (exit code 2, below)
   // Start together, then catch up: a swarm launched at once finds nobody with a trained state
   // and every peer starts from step 0; a late joiner finds the others training.
   node->wait_for_members(cfg.min_peers, cfg.min_peers_timeout_s, g_stop);
@@ -330,7 +330,20 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
     spdlog::info("epoch {}/{}  loss {}  test_acc {:.2f}%  test_loss {:.4f}  {} samples/s", epoch,
                  epochs, figure(loss, "%.4f"), 100.0 * ev.acc, ev.loss, figure(sps, "%.0f"));
   };
+  auto refused = [&]() -> std::optional<std::string> {
+    return node ? node->join_refused() : std::nullopt;
+  };
+  if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
+  trainer.on_progress = [epochs](const core::EpochStepProgress& p) {
+    spdlog::info(
+        "epoch {}/{}  step {}/{} ({:.0f}%)  loss {:.4f}  {:.0f} samples/s  {:.0f} s left "
+        "in the epoch",
+        p.epoch, epochs, p.step_in_epoch, p.steps_in_epoch,
+        100.0 * double(p.step_in_epoch) / double(std::max<std::int64_t>(1, p.steps_in_epoch)),
+        p.loss, p.samples_per_s, p.seconds_left);
+  };
   core::TrainResult res = trainer.run(g_stop);
+  if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
   if (node) finish_gossip(cfg, trainer, *node, r.data.test, res, metrics);
   report_done(res, metrics);
   return res.stopped ? 130 : 0;

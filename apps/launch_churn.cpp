@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <cstdio>
 #include <set>
 #include <cerrno>
 #include <cstring>
@@ -496,6 +497,29 @@ json churn_report(const std::vector<json>& events, const core::ChurnScenario& sc
           {"all_detected_within_bound", all_within},
           {"events", per_event},
           {"peers_alive_over_time", alive}};
+}
+
+std::string describe_churn(const nlohmann::json& e) {
+  if (e.value("event", "") != "churn" || !e.contains("t") || !e["t"].is_number()) return {};
+  auto peers = [](const nlohmann::json& list) {
+    std::string out;
+    for (const auto& p : list) out += (out.empty() ? "" : ",") + p.dump();
+    return out;
+  };
+  char t[32];
+  std::snprintf(t, sizeof t, "%.1f", e["t"].get<double>());
+  const std::string kind = e.value("kind", "?");
+  std::string line = std::string("churn at ") + t + " s: " + kind;
+  const nlohmann::json applied = e.value("applied_to", nlohmann::json::array());
+  if (kind == "partition" && e.contains("groups")) line += " into " + e["groups"].dump();
+  else if (applied.is_array() && !applied.empty())
+    line += (applied.size() == 1 ? " peer " : " peers ") + peers(applied);
+  if (e.contains("mode") && e["mode"].is_string())
+    line += " (" + e["mode"].get<std::string>() + ")";
+  if (e.contains("source") && e["source"] == "random") line += " [random]";
+  if (e.contains("skipped") && e["skipped"].is_array() && !e["skipped"].empty())
+    line += "; skipped " + e["skipped"].dump();
+  return line;
 }
 
 }  // namespace gossiptrain::apps

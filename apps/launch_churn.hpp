@@ -141,4 +141,8 @@ nlohmann::json churn_report(const std::vector<nlohmann::json>& events,
                             const core::ChurnScenario& scenario, const std::string& churn_arg);
 double detection_bound_s(int peers);
 
+// One line for the user of a `churn` line of events.jsonl, as it happens ("churn at 12.3 s: crash
+// peer 2"); empty for any other line.
+std::string describe_churn(const nlohmann::json& event);
+
 }  // namespace gossiptrain::apps

@@ -1,6 +1,7 @@
 // Incremental metrics reading and per-peer figures for gossip-launch (see launch_metrics.hpp).
 #include "apps/launch_metrics.hpp"
 
+#include <cmath>
 #include <cstdio>
 
 namespace gossiptrain::apps {
@@ -42,6 +43,7 @@ std::optional<double> PeerStats::add_line(const std::string& line, double target
 }
 
 void PeerStats::restarted() {
+  ++life;
   done = false;
   stopped = false;
   final_test_acc.reset();
@@ -58,6 +60,14 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
   last_t = t;
   if (j["peer"].is_string()) id = j["peer"].get<std::string>();
   const std::string ev = j["event"].get<std::string>();
+  // A `hold` line (waiting for the swarm before the first step) holds until training shows again.
+  if (ev == "hold") {
+    hold = j.value("reason", "waiting");
+    if (auto v = num(j, "left_s")) hold += ", at most " + std::to_string(int(std::ceil(*v))) + " s";
+  } else if (ev == "step" || ev == "eval" || ev == "catch_up" || ev == "min_peers" ||
+             ev == "done") {
+    hold.clear();
+  }
   if (ev == "step") {
     if (auto v = num(j, "step")) step = std::int64_t(*v);
     if (auto v = num(j, "steps_total")) steps_total = std::int64_t(*v);
@@ -71,7 +81,10 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
     if (auto v = num(j, "test_acc")) {
       test_acc = v;
       if (!best_test_acc || *v > *best_test_acc) best_test_acc = v;
-      if (!time_to_target && *v >= target_acc) time_to_target = t;
+      if (!time_to_target && *v >= target_acc) {
+        time_to_target = t;
+        target_life = life;
+      }
       if (j.contains("final") && j["final"].is_boolean() && j["final"].get<bool>()) final_eval_acc = v;
     }
   } else if (ev == "exchange") {

@@ -57,6 +57,9 @@ struct PeerStats {
   std::optional<double> final_test_acc;  // from `done`
   std::optional<double> final_eval_acc;  // last eval marked final (the model as the peer ended)
   std::optional<double> time_to_target;  // peer's t of the first eval at or above the target
+  std::string hold;     // why training is on hold, and for how long at most (empty: it is not)
+  int life = 0;         // processes of the peer seen before the latest (restarts)
+  int target_life = 0;  // the process whose clock time_to_target is on
   std::optional<double> samples_per_s;
   std::optional<std::int64_t> done_steps;
   bool done = false;

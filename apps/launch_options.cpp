@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -169,6 +171,11 @@ const OptionTable<LaunchOptions>& launch_options() {
       {"compare", "DIR...", "print the summaries of finished runs side by side",
        [](LaunchOptions& o, const std::string& v) { o.compare.push_back(v); }, Arity::Many},
       O::flag("markdown", "with --compare: a Markdown table", &LaunchOptions::markdown),
+      O::text("resume", "DIR",
+              "resume an interrupted run: its command (DIR/command.txt) again in DIR, each peer "
+              "restarting from its checkpoint with the same identity, network key and shard "
+              "(no other flag; not for --churn runs)",
+              &LaunchOptions::resume),
   });
   return table;
 }
@@ -205,11 +212,74 @@ void read_forwarded(LaunchOptions& o) {
 
 }  // namespace
 
+std::vector<std::string> shell_split(const std::string& line) {
+  std::vector<std::string> words;
+  std::string w;
+  bool in_word = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (c == '\'') {
+      const std::size_t end = line.find('\'', i + 1);
+      if (end == std::string::npos) throw UsageError("unterminated quote in: " + line);
+      w += line.substr(i + 1, end - i - 1);
+      i = end;
+      in_word = true;
+    } else if (c == '\\' && i + 1 < line.size()) {
+      w += line[++i];
+      in_word = true;
+    } else if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word) words.push_back(std::move(w));
+      w.clear();
+      in_word = false;
+    } else {
+      w += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(std::move(w));
+  return words;
+}
+
+namespace {
+
+// --resume DIR: the options of the run in DIR, from the first line of its command.txt.
+LaunchOptions resume_options(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path cmd = fs::path(dir) / "command.txt";
+  std::ifstream in(cmd);
+  std::string line;
+  if (!fs::is_regular_file(fs::path(dir) / "config.json", ec) || !std::getline(in, line))
+    throw UsageError("--resume " + dir +
+                     ": not a gossip-launch run folder (no command.txt and "
+                     "config.json)");
+  std::vector<std::string> words = shell_split(line);
+  if (words.empty()) throw UsageError("--resume: " + cmd.string() + " is empty");
+  words.erase(words.begin());  // the launcher's own path
+  for (const auto& w : words)
+    if (w == "--resume" || w.starts_with("--resume="))
+      throw UsageError("--resume: " + cmd.string() + " is itself a --resume command");
+  LaunchOptions o = parse_launch_args(words);
+  if (o.churn)
+    throw UsageError("--resume: the run in " + dir +
+                     " has a --churn scenario, which would replay from its start; start a new run");
+  o.out = dir;
+  o.resume = dir;
+  return o;
+}
+
+}  // namespace
+
 LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   LaunchOptions o;
   if (!launch_options().parse(args, o, forward_peer_flag)) {
     o.help = true;
     return o;
+  }
+  if (!o.resume.empty()) {
+    if (args.size() != 2 && !(args.size() == 1 && args[0].starts_with("--resume=")))
+      throw UsageError("--resume DIR takes no other flag: the run's own come from DIR/command.txt");
+    return resume_options(o.resume);
   }
   if (!o.compare.empty() || o.cleanup) return o;
   o.peers_requested = o.peers;
@@ -307,6 +377,7 @@ std::string launch_usage() {
   std::string u =
       R"(usage: gossip-launch --peers N [--out DIR] [--mode gossip|local|central] [peer flags...]
        gossip-launch --compare RUN_DIR... [--markdown]
+       gossip-launch --resume RUN_DIR          (an interrupted run, from its checkpoints)
 
 Starts N gossip-peer processes on this machine, shows their progress live on stderr, and
 writes a run folder a person can read: command.txt, config.json, peerI/{metrics.jsonl,

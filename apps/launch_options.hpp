@@ -52,7 +52,14 @@ struct LaunchOptions {
   std::vector<std::string> compare;
   bool markdown = false;
   bool help = false;
+  // --resume DIR: the run of that folder again, from its command.txt, the peers restarting from
+  // their checkpoints with the same keys and shards (out is then DIR).
+  std::string resume;
 };
+
+// The words of a command line as gossip-launch writes command.txt (plain words and POSIX single
+// quotes, '\'' for a quote). Throws UsageError on an unterminated quote.
+std::vector<std::string> shell_split(const std::string& line);
 
 // Parses argv (without argv[0]). Throws UsageError (exit code 2) on bad or owned flags.
 LaunchOptions parse_launch_args(const std::vector<std::string>& args);

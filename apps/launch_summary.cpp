@@ -137,7 +137,9 @@ PeerTotals sum_peers(const RunFacts& run, const std::vector<PeerStats>& stats,
     if (s.best_test_acc && (!t.best || *s.best_test_acc > *t.best)) t.best = s.best_test_acc;
     std::optional<double> t_launch;
     if (s.time_to_target) {
-      t_launch = *s.time_to_target + out.clock_offset_s.value_or(out.start_offset_s);
+      const std::optional<double> offset =
+          s.target_life == s.life ? out.clock_offset_s : out.target_clock_offset_s;
+      t_launch = *s.time_to_target + offset.value_or(out.start_offset_s);
       if (!t.t_all || *t_launch > *t.t_all) t.t_all = t_launch;
       if (!t.t_first || *t_launch < *t.t_first) t.t_first = t_launch;
     } else {
@@ -230,7 +232,18 @@ std::string peer_table_header() {
 std::string peer_table_row(std::size_t i, const PeerStats& s, int epochs, const std::string& state) {
   // Counts from the metrics lines are only shown once the peer has written one.
   const bool reported = s.lines > 0;
-  const std::string ep = (s.epoch ? std::to_string(*s.epoch) : "-") + "/" + std::to_string(epochs);
+  std::string ep = s.epoch ? std::to_string(*s.epoch) : "-";
+  // Within an epoch, the fraction of the run's epochs done, from the `step` lines: a long epoch
+  // (a CNN on a CPU: minutes) would otherwise show no progress until it ends.
+  if (!s.done && s.step && s.steps_total > 0 && epochs > 0) {
+    const double e = s.progress() * epochs;
+    if (e >= s.epoch.value_or(0) + 0.05 && e < epochs) {
+      char f[32];
+      std::snprintf(f, sizeof f, "%.1f", e);
+      ep = f;
+    }
+  }
+  ep += "/" + std::to_string(epochs);
   const std::string step = s.step ? std::to_string(*s.step) : "-";
   const std::string exch =
       reported ? std::to_string(s.exchanges_ok) + "/" + std::to_string(s.exchanges_failed) : "-";

@@ -63,6 +63,9 @@ struct PeerOutcome {
   // Launch time of the peer's metrics t = 0 (its clock starts after it loaded its data), estimated
   // from when the launcher first saw the file and each line: an upper bound, off by a poll tick.
   std::optional<double> clock_offset_s;
+  // The same for the process that first reached the target: a restarted peer's clock starts again,
+  // so a time to target from an earlier life is not on the latest life's clock.
+  std::optional<double> target_clock_offset_s;
   std::optional<std::int64_t> ckpt_samples;  // from the final checkpoint
   std::optional<double> consensus;  // this peer's distance to the final average
 };

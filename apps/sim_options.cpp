@@ -154,7 +154,9 @@ const OptionTable<SimArgs>& sim_options() {
        }},
       O::named<gossip::MixMode>(
           "mix", {{"plain", gossip::MixMode::Plain}, {"clipped", gossip::MixMode::Clipped}},
-          "the averager's mixing (default plain)", world(&SimConfig::mix)),
+          "the averager's mixing (default: plain for --workload consensus; clipped, gossip-peer's "
+          "default, for --workload train)",
+          world(&SimConfig::mix)),
       O::number("step-ms", "MS",
                 "train: the simulated time of one training step (default 0: measured once at "
                 "start on this machine)",

@@ -491,7 +491,10 @@ ShardData load_source(const Source& s, const PickRows* pick) {
 // Bayes accuracy near 99%: learnable fast, yet not separable by an untrained model.
 constexpr double kNoise = 0.25;
 constexpr double kSeparation = 6.0;
-constexpr double kCentre = 0.5;  // keeps values on Fashion-MNIST's scale so the same lr works
+// Centred at 0: a common offset in every feature (0.5 before issue 26) dwarfs the class signal
+// (0.04 per feature), and the default MLP at the default --lr then stayed at chance (10%) for
+// epochs; centred, it reaches ~95% in two epochs at lr 0.05 and still learns at 0.01.
+constexpr double kCentre = 0.0;
 
 Dataset draw_split(std::size_t n, int features, int classes, const std::vector<double>& means,
                    base::SplitMix64& rng) {

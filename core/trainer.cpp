@@ -67,6 +67,7 @@ void from_string(std::string_view text, Schedule& out) {
 void validate(const TrainConfig& c) {
   parse_model_spec(c.model);
   if (!(c.lr > 0.0f && c.lr < 10.0f)) throw std::invalid_argument("--lr must be in (0, 10)");
+  if (!(c.progress_every_s >= 0.0)) throw std::invalid_argument("--progress-every must be >= 0");
   if (!(c.momentum >= 0.0f && c.momentum < 1.0f))
     throw std::invalid_argument("--momentum must be in [0, 1)");
   if (!(c.weight_decay >= 0.0f && c.weight_decay < 1.0f))
@@ -106,6 +107,18 @@ Trainer::Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, co
     throw std::invalid_argument(
         "model " + cfg_.model + " has " + std::to_string(model_.num_classes()) +
         " outputs but the data has " + std::to_string(shard_.classes) + " classes");
+  // Trains, but the extra outputs only learn never to fire: most likely the class count was left
+  // off the spec (mlp:784-256 is a 256-class model).
+  if (shard_.classes < model_.num_classes()) {
+    std::string hint;
+    if (cfg_.model.starts_with("mlp:"))
+      hint = "; if the class count was left off, use " + cfg_.model + "-" +
+             std::to_string(shard_.classes);
+    spdlog::warn(
+        "model {} has {} outputs but the data has only {} classes: the extra outputs are "
+        "never a right answer{}",
+        cfg_.model, model_.num_classes(), shard_.classes, hint);
+  }
   model_.init(cfg_.seed);
   const std::size_t n = model_.num_params();
   opt_a_ = kernels::DeviceBuffer<float>(be_, n);
@@ -365,6 +378,7 @@ void Trainer::begin_epoch() {
   ep_ = EpochProgress{};
   ep_.open = true;
   ep_.start = Clock::now();
+  ep_.last_progress = ep_.start;
 }
 
 // One optimizer step of the open epoch, its `step` line every read_every steps, and the hook.
@@ -384,13 +398,28 @@ void Trainer::one_step() {
   ++ep_.loss_n;
   if (step_ % read_every == 0) {
     const double loss_sum = read_loss_sum();
+    const double loss = (loss_sum - ep_.loss_read) / double(ep_.loss_n - ep_.read_n);
+    const double sps = double(ep_.samples) / since(ep_.start);
     if (cfg_.log_every_steps > 0)  // the mean loss of the steps since the last line
       metrics_.emit("step", {{"step", step_},
                              {"steps_total", total_steps_},
                              {"epoch", epoch_},
-                             {"loss", (loss_sum - ep_.loss_read) / double(ep_.loss_n - ep_.read_n)},
+                             {"loss", loss},
                              {"lr", lr},
-                             {"samples_per_s", double(ep_.samples) / since(ep_.start)}});
+                             {"samples_per_s", sps}});
+    if (on_progress && cfg_.progress_every_s > 0 &&
+        since(ep_.last_progress) >= cfg_.progress_every_s) {
+      ep_.last_progress = Clock::now();
+      EpochStepProgress p;
+      p.epoch = epoch_ + 1;
+      p.step_in_epoch = step_ - std::int64_t(epoch_) * steps_per_epoch_;
+      p.steps_in_epoch = steps_per_epoch_;
+      p.loss = loss;
+      p.samples_per_s = sps;
+      p.seconds_left =
+          since(ep_.start) * double(p.steps_in_epoch - p.step_in_epoch) / double(p.step_in_epoch);
+      on_progress(p);
+    }
     ep_.loss_read = loss_sum;
     ep_.read_n = ep_.loss_n;
   }

@@ -46,6 +46,18 @@ struct TrainConfig {
   // `step` metric lines. The loss is read back from the device only at these lines and at epoch
   // ends (every kLossReadSteps steps when 0), so a GPU step never waits for it.
   int log_every_steps = 50;
+  // A progress line within an epoch (on_progress) at most this often, at a `step` line's loss
+  // read: an epoch of a CNN on a CPU takes minutes. 0: none.
+  double progress_every_s = 15.0;
+};
+
+// How far the open epoch is, for on_progress.
+struct EpochStepProgress {
+  int epoch = 0;  // 1-based: the epoch being trained
+  std::int64_t step_in_epoch = 0, steps_in_epoch = 0;
+  double loss = 0.0;  // mean since the previous `step` line
+  double samples_per_s = 0.0;
+  double seconds_left = 0.0;  // in this epoch, at this epoch's speed so far
 };
 
 // Validates ranges and names; throws std::invalid_argument with a message naming the flag.
@@ -128,6 +140,8 @@ class Trainer final : public StateSource {
   std::function<void(int epoch, std::optional<double> loss, const EvalResult& ev,
                      std::optional<double> samples_per_s)>
       on_epoch;
+  // Progress within a long epoch (TrainConfig::progress_every_s).
+  std::function<void(const EpochStepProgress&)> on_progress;
 
  private:
   // A dataset as the backend sees it: on a GPU, uploaded once (device copies owned here); on the
@@ -189,6 +203,7 @@ class Trainer final : public StateSource {
     std::chrono::steady_clock::time_point start;
     double loss_read = 0.0;
     std::int64_t loss_n = 0, read_n = 0, samples = 0;
+    std::chrono::steady_clock::time_point last_progress;  // on_progress's last call (or start)
   };
   EpochProgress ep_;
   std::chrono::steady_clock::time_point last_ckpt_ = std::chrono::steady_clock::now();

@@ -35,6 +35,8 @@ void MembershipConfig::validate() const {
   if (probe_timeout >= probe_interval) {
     throw std::invalid_argument("membership: probe_timeout must be shorter than probe_interval");
   }
+  if (join_refused_limit < 0)
+    throw std::invalid_argument("membership: join_refused_limit must be >= 0");
   if (join_backoff_max < join_backoff_initial) {
     throw std::invalid_argument("membership: join_backoff_max must be >= join_backoff_initial");
   }
@@ -162,16 +164,19 @@ void Membership::leave() {
 // Join and re-join through the seeds
 
 void Membership::join_attempt() {
-  if (!running_ || leaving_) return;
+  if (!running_ || leaving_ || join_given_up_) return;
   join_in_progress_ = true;
   join_answered_ = false;
   join_seq_lo_ = next_seq_;
+  join_tried_ = 0;
+  join_refused_ = 0;
   int tried = 0;
   for (const auto& seed : cfg_.seeds) {
     if (seed == self_addr_) continue;
     send_sync_to_addr(seed, true);
     ++tried;
   }
+  join_tried_ = tried;
   if (tried == 0) {
     join_in_progress_ = false;
     return;
@@ -187,8 +192,31 @@ void Membership::join_check() {
   }
   join_backoff_ = join_backoff_.count() == 0 ? cfg_.join_backoff_initial
                                              : std::min(2 * join_backoff_, cfg_.join_backoff_max);
-  spdlog::warn("membership {}: no seed answered ({} seeds), retrying in {} ms", self_id_,
-               cfg_.seeds.size(), join_backoff_.count());
+  // Every seed took the TCP connection and then closed it in the handshake: they refuse us. A
+  // seed that is down or unreachable fails to connect instead, and is worth waiting for.
+  const bool refused = !joined_ && join_tried_ > 0 && join_refused_ == join_tried_;
+  join_refused_attempts_ = refused ? join_refused_attempts_ + 1 : 0;
+  if (!refused) {
+    spdlog::warn("membership {}: no seed answered ({} seeds), retrying in {} ms", self_id_,
+                 cfg_.seeds.size(), join_backoff_.count());
+    later(join_backoff_, [this] { join_attempt(); });
+    return;
+  }
+  const std::string why =
+      "every seed (" + std::to_string(join_tried_) +
+      ") closed the connection during the handshake ('" + join_refused_error_ +
+      "'): most likely this peer's --network-key is not the swarm's (the seeds log 'bad MAC ... "
+      "network key mismatch'), or a seed's --allowlist does not hold this peer's key";
+  if (cfg_.join_refused_limit > 0 && join_refused_attempts_ >= cfg_.join_refused_limit) {
+    join_in_progress_ = false;
+    join_given_up_ = true;  // nor re-dialled when alone (housekeeping): the seeds refuse us
+    spdlog::error("membership {}: giving up joining after {} attempts: {}", self_id_,
+                  join_refused_attempts_, why);
+    if (join_refused_handler_) join_refused_handler_(why);
+    return;
+  }
+  spdlog::warn("membership {}: {}; retrying in {} ms (attempt {} of {})", self_id_, why,
+               join_backoff_.count(), join_refused_attempts_, cfg_.join_refused_limit);
   later(join_backoff_, [this] { join_attempt(); });
 }
 
@@ -214,6 +242,12 @@ void Membership::send_sync_to_addr(const std::string& addr, bool join) {
         }
         if (!c) {
           spdlog::debug("membership {}: seed {} unreachable: {}", self_id_, addr, err);
+          // Connected, then closed by the seed before the handshake completed (not a timeout).
+          if (join && seq >= join_seq_lo_ && err.find("during handshake") != std::string::npos &&
+              err.find("timeout") == std::string::npos) {
+            ++join_refused_;
+            join_refused_error_ = err;
+          }
           return;
         }
         if (c->peer_id() == self_id_) {

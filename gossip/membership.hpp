@@ -43,6 +43,10 @@ struct MembershipConfig {
   Millis join_timeout{3000};          // wait for any seed's sync reply
   Millis join_backoff_initial{1000};  // retry delay when no seed answered, doubling ...
   Millis join_backoff_max{30000};     // ... up to this
+  // A joiner gives up after this many attempts in a row in which every seed closed the connection
+  // during the handshake (0: never): the seeds refuse it (a different network key, or their
+  // allowlist), and retrying will not change that.
+  int join_refused_limit = 3;
   Millis idle_connection_timeout{60000};  // connections we dialed, without membership traffic
   Millis dead_reap_after{3'600'000};      // dead/left members are forgotten after this
   Millis leave_linger{500};               // after leave(): time for the leave to go out
@@ -79,6 +83,11 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   Membership& operator=(const Membership&) = delete;
 
   void set_listener(MemberListener listener) { listener_ = std::move(listener); }
+  // Called once, with what is most likely wrong, when the join gives up (join_refused_limit);
+  // the membership then stops trying to join.
+  void set_join_refused_handler(std::function<void(const std::string&)> h) {
+    join_refused_handler_ = std::move(h);
+  }
   // Starts the timers and the join through the seeds (none: we are the first member).
   void start();
   // Graceful leave: announces "left" to members directly and by gossip, stops after leave_linger.
@@ -232,6 +241,12 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   bool join_answered_ = false;
   std::uint32_t join_seq_lo_ = 0;  // sync replies with seq >= this complete the current join
   Millis join_backoff_{0};
+  int join_tried_ = 0;              // seeds dialled by the current join attempt ...
+  int join_refused_ = 0;            // ... and those that closed the connection in the handshake
+  int join_refused_attempts_ = 0;   // attempts in a row refused by every seed
+  bool join_given_up_ = false;      // ... join_refused_limit times: no more tries
+  std::string join_refused_error_;  // the last such refusal, as the transport said it
+  std::function<void(const std::string&)> join_refused_handler_;
 };
 
 }  // namespace gossiptrain::gossip

@@ -4,9 +4,11 @@
 # the peer's checkpoint, and one peer joining at 50% of training (with catch-up). Prints the peers'
 # table and the summary's "churn" section (detection times against the bound, the joiner's first
 # evaluation against the swarm's mean). About 1-2 minutes on 2 cores.
-# The events are explicit rather than the random model of scripts/scenarios/crash-restart.json:
-# with that model a restart drawn within ~0.2 s of its crash can be skipped (the exit not yet
-# reaped) and the run then never ends. CHURN=... overrides the scenario (a file or a shorthand).
+# The events are explicit rather than the random model of scripts/scenarios/crash-restart.json, so
+# that every kind happens once, at a known point of training, in a run of known length (a restart
+# due before its crash's process is reaped waits for it: the apps_churn test "a restart due in the
+# same tick as its crash still restarts the peer"). CHURN=... overrides the scenario (a file or a
+# shorthand).
 # Extra arguments go to gossip-launch (e.g. --catch-up off, --epochs 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,9 +1,11 @@
 #!/usr/bin/python3
-# Plots of one gossip-launch run folder: accuracy.png (test accuracy over time per peer),
-# consensus.png (consensus distance over time) and bytes.png (cumulative bytes on the wire per peer).
+# Plots of one gossip-launch run folder: accuracy.png (test accuracy over time per peer), loss.png
+# (training loss per peer), consensus.png (consensus distance, log axis) and bytes.png (cumulative
+# bytes on the wire per peer), each with the run's churn events marked on its time axis.
 """usage: plot_run.py RUN_DIR
 
-Reads RUN_DIR/config.json, RUN_DIR/peer*/metrics.jsonl and RUN_DIR/consensus.jsonl and writes the
+Reads RUN_DIR/config.json, RUN_DIR/peer*/metrics.jsonl, RUN_DIR/consensus.jsonl and
+RUN_DIR/events.jsonl (churn: crash, restart, join, partition, heal...) and writes the
 PNGs into RUN_DIR. Times are on the launch clock: a peer's own t plus the launch time its clock
 started (summary.json clock_offset_s, else its spawn time from config.json).
 Needs matplotlib (Debian: python3-matplotlib, used through /usr/bin/python3).
@@ -12,7 +14,7 @@ import json
 import os
 import sys
 
-from run_metrics import peer_dirs, read_jsonl
+from run_metrics import churn_events, mark_churn, peer_dirs, read_jsonl
 
 try:
     import matplotlib
@@ -28,10 +30,14 @@ def empty_note(ax, text):
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="gray")
 
 
-def save_plot(run_dir, name, ylabel, title, draw):
-    """One figure over the launch clock: draw(ax) plots it, then the labels, grid and file."""
+def save_plot(run_dir, name, ylabel, title, draw, churn=()):
+    """One figure over the launch clock: draw(ax) plots it, then the churn marks, the labels, grid
+    and file."""
     fig, ax = plt.subplots(figsize=(8, 5))
     draw(ax)
+    if churn:
+        mark_churn(ax, churn)
+        ax.legend(fontsize="small", ncol=2)
     ax.set_xlabel("time since launch (s)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -65,13 +71,34 @@ def plot_accuracy(ax, peers, offsets, target):
     legend_or_note(ax, any_acc, "no eval events")
 
 
+def plot_loss(ax, peers, offsets):
+    """Training loss over time, per peer: the `step` lines' loss (mean since the previous line),
+    else the epochs' mean loss of the eval lines."""
+    any_loss = False
+    for i, events in peers:
+        off = offsets.get(i, 0.0)
+        pts = [(e["t"] + off, e["loss"]) for e in events
+               if e.get("event") == "step" and isinstance(e.get("loss"), (int, float))]
+        if not pts:
+            pts = [(e["t"] + off, e["train_loss"]) for e in events
+                   if e.get("event") == "eval" and isinstance(e.get("train_loss"), (int, float))]
+        if pts:
+            any_loss = True
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, label=f"peer {i}")
+    if any_loss:
+        ax.set_yscale("log")
+    legend_or_note(ax, any_loss, "no step or eval lines with a loss")
+
+
 def plot_consensus(ax, run_dir):
-    """Consensus distance over time."""
+    """Consensus distance over time, on a log axis: it falls by orders of magnitude."""
     pts = [(c["t"], c["distance"]) for c in read_jsonl(os.path.join(run_dir, "consensus.jsonl"))
            if isinstance(c.get("t"), (int, float)) and isinstance(c.get("distance"), (int, float))]
-    if pts:
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3)
-        ax.set_ylim(bottom=0)
+    positive = [p for p in pts if p[1] > 0]
+    if positive:
+        ax.semilogy([p[0] for p in positive], [p[1] for p in positive], marker="o", ms=3)
+    elif pts:
+        empty_note(ax, "every consensus sample is 0 (the peers hold identical weights)")
     else:
         empty_note(ax, "no consensus samples (fewer than two peers with checkpoints)")
 
@@ -125,15 +152,18 @@ def main(argv):
 
     peers = [(i, read_jsonl(os.path.join(d, "metrics.jsonl"))) for i, d in peer_dirs(run_dir)]
 
+    churn = churn_events(read_jsonl(os.path.join(run_dir, "events.jsonl")))
     target = config.get("target_acc")
     save_plot(run_dir, "accuracy.png", "test accuracy (%)", "test accuracy: " + title,
-              lambda ax: plot_accuracy(ax, peers, offsets, target))
-    save_plot(run_dir, "consensus.png", "mean ||x_i - avg||", "consensus distance: " + title,
-              lambda ax: plot_consensus(ax, run_dir))
+              lambda ax: plot_accuracy(ax, peers, offsets, target), churn)
+    save_plot(run_dir, "loss.png", "training loss (log)", "training loss: " + title,
+              lambda ax: plot_loss(ax, peers, offsets), churn)
+    save_plot(run_dir, "consensus.png", "mean ||x_i - avg|| (log)", "consensus distance: " + title,
+              lambda ax: plot_consensus(ax, run_dir), churn)
     save_plot(run_dir, "bytes.png", "cumulative MB sent",
               "bytes on the wire, sent by each peer: " + title,
-              lambda ax: plot_bytes(ax, peers, offsets))
-    print(f"plot_run.py: wrote accuracy.png, consensus.png, bytes.png in {run_dir}")
+              lambda ax: plot_bytes(ax, peers, offsets), churn)
+    print(f"plot_run.py: wrote accuracy.png, loss.png, consensus.png, bytes.png in {run_dir}")
     return 0
 
 

@@ -2,7 +2,8 @@
 # Plots of one gossip-sim run folder, over simulated time: consensus.png (mean squared distance to
 # the average of the live peers' vectors), alive.png (peers up), bytes.png (bytes each peer sent)
 # and, with churn, detection.png (how long until every peer up had marked each crash dead); for the
-# train workload accuracy.png (each peer's test accuracy at its epoch ends and at its end).
+# train workload accuracy.png (each peer's test accuracy at its epoch ends and at its end). Churn
+# events (crash, restart, join, partition, heal...) are marked on every plot over time.
 """usage: plot_sim.py RUN_DIR
 
 Reads RUN_DIR/events.jsonl and RUN_DIR/summary.json (docs/ARCHITECTURE.md, "gossip-sim") and
@@ -12,6 +13,8 @@ writes the PNGs into RUN_DIR. Needs matplotlib (Debian: python3-matplotlib, thro
 import json
 import os
 import sys
+
+from run_metrics import churn_events, mark_churn
 
 try:
     import matplotlib
@@ -37,7 +40,10 @@ def read_events(path):
     return out
 
 
-def save(fig, ax, run, name, title, xlabel, ylabel):
+def save(fig, ax, run, name, title, xlabel, ylabel, churn=()):
+    if churn:
+        mark_churn(ax, churn)
+        ax.legend(fontsize=7)
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -47,7 +53,7 @@ def save(fig, ax, run, name, title, xlabel, ylabel):
     plt.close(fig)
 
 
-def consensus(run, events, peers):
+def consensus(run, events, peers, churn=()):
     samples = [e for e in events if e.get("event") == "sample" and e.get("msd") is not None]
     fig, ax = plt.subplots(figsize=(7, 4))
     pts = [(e["t"], e["msd"]) for e in samples if e["msd"] > 0]
@@ -56,15 +62,17 @@ def consensus(run, events, peers):
     else:
         ax.text(0.5, 0.5, "no positive msd sample", transform=ax.transAxes, ha="center")
     save(fig, ax, run, "consensus.png", f"Consensus distance, {peers} peers", "simulated s",
-         "mean squared distance to the average")
+         "mean squared distance to the average", churn)
 
 
-def alive(run, events, peers):
+def alive(run, events, peers, churn=()):
     samples = [e for e in events if e.get("event") == "sample" and "live" in e]
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.step([e["t"] for e in samples], [e["live"] for e in samples], where="post", lw=1)
-    ax.set_ylim(bottom=0)
-    save(fig, ax, run, "alive.png", f"Peers up, of {peers}", "simulated s", "peers up")
+    ax.step([e["t"] for e in samples], [e["live"] for e in samples], where="post", lw=1.5)
+    # Headroom above the swarm's size: a line at the very top is hidden by the axis frame.
+    top = max([e["live"] for e in samples] + [peers if isinstance(peers, int) else 0, 1])
+    ax.set_ylim(0, top * 1.08 + 0.5)
+    save(fig, ax, run, "alive.png", f"Peers up, of {peers}", "simulated s", "peers up", churn)
 
 
 def bytes_sent(run, summary):
@@ -75,7 +83,7 @@ def bytes_sent(run, summary):
     save(fig, ax, run, "bytes.png", "Bytes sent per peer", "MB sent", "peers")
 
 
-def accuracy(run, events, peers):
+def accuracy(run, events, peers, churn=()):
     evals = [e for e in events if e.get("event") in ("eval", "done")]
     if not evals:
         return False
@@ -90,7 +98,7 @@ def accuracy(run, events, peers):
     if len(by_peer) <= 12:
         ax.legend(fontsize=7)
     save(fig, ax, run, "accuracy.png", f"Test accuracy, {peers} peers", "simulated s",
-         "test accuracy (%)")
+         "test accuracy (%)", churn)
     return True
 
 
@@ -122,13 +130,14 @@ def main():
         sys.exit(f"plot_sim.py: {run}/summary.json: {e}")
     events = read_events(os.path.join(run, "events.jsonl"))
     peers = summary.get("peers", "?")
-    consensus(run, events, peers)
-    alive(run, events, peers)
+    churn = churn_events(events)
+    consensus(run, events, peers, churn)
+    alive(run, events, peers, churn)
     bytes_sent(run, summary)
     made = ["consensus.png", "alive.png", "bytes.png"]
     if detection(run, summary):
         made.append("detection.png")
-    if accuracy(run, events, peers):
+    if accuracy(run, events, peers, churn):
         made.append("accuracy.png")
     print("plot_sim.py: wrote " + ", ".join(made) + " in " + run)
 

@@ -53,3 +53,39 @@ def peer_ids(peers):
                 ids[r["peer"]] = i
                 break
     return ids
+
+
+# Churn kinds worth a mark on a time axis, and their colours.
+CHURN_COLOURS = {"crash": "red", "stop": "darkred", "pause": "orange", "restart": "green",
+                 "resume": "olive", "join": "blue", "partition": "purple", "heal": "teal",
+                 "link": "gray", "fault": "magenta"}
+
+
+def churn_events(events):
+    """[(t, kind, label)] of the churn lines of an events.jsonl (gossip-launch's or gossip-sim's)."""
+    out = []
+    for e in events:
+        if e.get("event") != "churn" or not isinstance(e.get("t"), (int, float)):
+            continue
+        kind = e.get("kind", "?")
+        who = e.get("applied_to", e.get("peers", e.get("peer")))
+        if isinstance(who, list):
+            who = ",".join(str(p) for p in who) if len(who) <= 4 else f"{len(who)} peers"
+        if kind in ("partition", "heal") or who in (None, ""):
+            label = kind
+        else:
+            label = f"{kind} {who}"
+        out.append((e["t"], kind, label))
+    return out
+
+
+def mark_churn(ax, churn):
+    """Dashed vertical lines at the churn events, labelled at the top of the axis."""
+    seen = set()
+    for t, kind, label in churn:
+        colour = CHURN_COLOURS.get(kind, "black")
+        ax.axvline(t, color=colour, ls=":", lw=1, alpha=0.8,
+                   label=None if kind in seen else f"churn: {kind}")
+        seen.add(kind)
+        ax.text(t, 1.0, " " + label, transform=ax.get_xaxis_transform(), rotation=90, va="top",
+                ha="left", fontsize=6, color=colour)

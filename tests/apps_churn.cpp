@@ -901,3 +901,31 @@ TEST_CASE("plan_peers with --netns: every peer listens on its own address", "[ch
   CHECK(plans[1].seeds == std::vector<std::string>{NetnsSwarm::address(0) + ":7000"});
   CHECK(plans[2].seeds.front() == NetnsSwarm::address(0) + ":7000");
 }
+
+// Issue 26, item 13: churn events were in events.jsonl only, neither said as they happened nor in
+// the live table.
+TEST_CASE("each churn event is described in one line for the launcher to print", "[churn]") {
+  Churn c(shorthand("crash:0@1,restart:0@2,crash:1@3", 2), 2, 2);
+  auto& [log, r, p] = c;
+  r.tick(1.0, 0, p);
+  p.up[0] = false;
+  CHECK(r.exited(0));
+  r.tick(2.0, 0, p);
+  r.tick(3.0, 0, p);
+  std::vector<std::string> said;
+  for (const auto& j : log.lines())
+    if (auto d = describe_churn(j); !d.empty()) said.push_back(d);
+  CHECK(said == std::vector<std::string>{"churn at 1.0 s: crash peer 0",
+                                         "churn at 2.0 s: restart peer 0",
+                                         "churn at 3.0 s: crash peer 1"});
+  CHECK(describe_churn(json{{"t", 1.0}, {"event", "exit"}, {"peer", 0}}).empty());
+  CHECK(describe_churn(json{{"t", 4.3},
+                            {"event", "churn"},
+                            {"kind", "partition"},
+                            {"groups", {{0, 1}, {2, 3}}},
+                            {"applied_to", {0, 1, 2, 3}}}) ==
+        "churn at 4.3 s: partition into [[0,1],[2,3]]");
+  CHECK(describe_churn(json{
+            {"t", 5.0}, {"event", "churn"}, {"kind", "heal"}, {"applied_to", json::array()}}) ==
+        "churn at 5.0 s: heal");
+}

@@ -112,6 +112,67 @@ TEST_CASE("a restarted peer's final figures are those of its latest process", "[
   }
 }
 
+// Issue 26, item 2: a crash-restart run of 133 s reported a time to 85% of 168.8 s, the first
+// life's 47.4 s added to the second life's clock offset of 121.3 s.
+TEST_CASE("a time to target from a restarted peer's earlier life is on that life's clock",
+          "[apps]") {
+  const double first_offset = 1.5, second_offset = 121.3, target_t = 47.4;
+  PeerStats s =
+      fold({eval_line(20.0, 1, 0.5), eval_line(target_t, 2, 0.95), eval_line(60.0, 3, 0.96)});
+  // The restarted process: its clock starts again at 0.
+  s.add_event(eval_line(5.0, 3, 0.96), kTarget);
+  s.add_event(done_line(11.0, 0.96, 0.96), kTarget);
+  REQUIRE(s.time_to_target == target_t);
+  PeerOutcome out = outcome("done");
+  out.start_offset_s = second_offset - 0.5;
+  out.clock_offset_s = second_offset;
+  out.target_clock_offset_s = first_offset;  // recorded by the launcher while life 1 ran
+  const json j = summarize({s}, {out});
+  INFO(j.dump(2));
+  CHECK(j["time_to_target_s"].get<double>() == Approx(target_t + first_offset));
+  CHECK(j["peers"][0]["time_to_target_launch_s"].get<double>() == Approx(target_t + first_offset));
+  CHECK(j["time_to_target_s"].get<double>() < second_offset + 11.0);  // within the run
+
+  // Reached in the latest life: that life's offset, as before.
+  PeerStats late = fold({eval_line(20.0, 1, 0.5)});
+  late.add_event(eval_line(5.0, 2, 0.95), kTarget);
+  CHECK(summarize({late}, {out})["time_to_target_s"].get<double>() == Approx(5.0 + second_offset));
+}
+
+// Issue 26, item 4: a peer waiting for the swarm before its first step looked merely silent.
+TEST_CASE("a peer's hold line holds until it trains", "[apps]") {
+  PeerStats s;
+  REQUIRE(s.add_line(json{{"t", 0.1},
+                          {"peer", "p"},
+                          {"event", "hold"},
+                          {"reason", "catch-up: joining"},
+                          {"left_s", 59.6}}
+                         .dump(),
+                     kTarget));
+  CHECK(s.hold == "catch-up: joining, at most 60 s");
+  REQUIRE(s.add_line(json{{"t", 60.0}, {"peer", "p"}, {"event", "catch_up"}, {"ok", false}}.dump(),
+                     kTarget));
+  CHECK(s.hold.empty());
+}
+
+// Issue 26, item 6: a long epoch showed no progress in the live table until it ended.
+TEST_CASE("the live table shows progress within an epoch from the step lines", "[apps]") {
+  PeerStats s = fold({eval_line(1.0, 1, 0.5)});
+  CHECK(peer_table_row(0, s, 3, "running").find(" 1/3 ") != std::string::npos);
+  REQUIRE(s.add_line(json{{"t", 2.0},
+                          {"peer", "p"},
+                          {"event", "step"},
+                          {"step", 170},
+                          {"steps_total", 300},
+                          {"epoch", 1},
+                          {"loss", 0.7}}
+                         .dump(),
+                     kTarget));
+  const std::string row = peer_table_row(0, s, 3, "running");
+  INFO(row);
+  CHECK(row.find("1.7/3") != std::string::npos);
+}
+
 TEST_CASE("the live table shows - for what a peer has not reported yet", "[apps]") {
   CHECK(peer_table_header().find("acc") != std::string::npos);
   const std::string empty = peer_table_row(7, PeerStats{}, 3, "starting");

@@ -181,3 +181,18 @@ TEST_CASE("gossip-launch --consensus-every sets the sampler's period", "[apps]")
   CHECK_FALSE(fast.due({3, true, false, false}, 1e9));
   CHECK_FALSE(fast.due({3, false, true, false}, 1e9));
 }
+
+// Issue 26, item 14: --resume reads the run's command back from command.txt.
+TEST_CASE("gossip-launch --resume: command.txt's words are read back as they were quoted",
+          "[apps]") {
+  CHECK(shell_split("build/apps/gossip-launch --peers 3 --out 'my run' 'it'\\''s' a\\ b\n") ==
+        std::vector<std::string>{"build/apps/gossip-launch", "--peers", "3", "--out", "my run",
+                                 "it's", "a b"});
+  CHECK(shell_split("  ").empty());
+  CHECK_THROWS_AS(shell_split("--out 'unterminated"), UsageError);
+  // --resume takes nothing else, and a folder that is not a run is refused.
+  CHECK_THROWS_WITH(parse_launch_args({"--resume", "/nonexistent", "--peers", "2"}),
+                    Contains("takes no other flag"));
+  CHECK_THROWS_WITH(parse_launch_args({"--resume", "/nonexistent"}),
+                    Contains("not a gossip-launch run folder"));
+}

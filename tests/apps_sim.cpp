@@ -381,7 +381,7 @@ TEST_CASE("gossip-sim train: peers train their shards and average, reproducibly"
 TEST_CASE("gossip-sim train: --backend cuda trains every peer on the one GPU as the CPU does",
           "[sim][cuda]") {
   if (!kernels::cuda_available()) {
-    WARN("skipped: no CUDA device (the train workload on a GPU needs one)");
+    WARN("SKIPPED: no CUDA device (the train workload on a GPU needs one)");
     return;
   }
   SimConfig gpu = small_train(5);
@@ -513,4 +513,29 @@ TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refus
                      (dir / "train2").string()) == 2);
   CHECK(!fs::exists(dir / "train2"));
   fs::remove_all(dir);
+}
+
+// Issue 26, item 10: --help said --mix defaults to plain, but training peers mix clipped.
+TEST_CASE("gossip-sim: --help states the --mix default each workload really has", "[sim]") {
+  using apps::sim::parse_sim_options;
+  const std::string help = apps::sim::sim_usage();
+  const auto at = help.find("--mix");
+  REQUIRE(at != std::string::npos);
+  // The flag's help, its wrapped lines joined.
+  std::string mix_help;
+  for (char c : help.substr(at, help.find("\n  --", at + 1) - at))
+    if (!std::isspace(static_cast<unsigned char>(c)) ||
+        (!mix_help.empty() && mix_help.back() != ' '))
+      mix_help += std::isspace(static_cast<unsigned char>(c)) ? ' ' : c;
+  INFO(mix_help);
+  const auto train =
+      parse_sim_options({"--peers", "4", "--workload", "train", "--data", "synthetic"});
+  const auto consensus = parse_sim_options({"--peers", "4", "--sim-seconds", "1"});
+  REQUIRE(train.world.peer.robust.mix == gossip::MixMode::Clipped);
+  REQUIRE(consensus.world.mix == gossip::MixMode::Plain);
+  CHECK_THAT(mix_help, Catch::Contains("plain for --workload consensus"));
+  CHECK_THAT(mix_help, Catch::Contains("clipped, gossip-peer's default, for --workload train"));
+  // Given, it applies to training peers too.
+  CHECK(parse_sim_options({"--peers", "4", "--workload", "train", "--mix", "plain"})
+            .world.peer.robust.mix == gossip::MixMode::Plain);
 }

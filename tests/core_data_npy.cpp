@@ -1,6 +1,8 @@
 // Tests for --data npy:...: .npy sets written here (float32 and uint8 inputs, integer labels of
 // any width), every malformed file refused with a DataError naming it, the model's input size
 // checked against the data, and gossip-peer's exit code 2 on a truncated file.
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -10,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -198,6 +201,30 @@ TEST_CASE("npy specs that name no set are refused", "[core][data]") {
   fs::remove(set.dir / "y_test.npy");
   CHECK_THROWS_MATCHES(load_dataset(set.spec()), DataError,
                        WhatContains(set.dir / "y_test.npy") && WhatContains("cannot open"));
+}
+
+// Issue 26, item 5: --model mlp:784-256 (the class count forgotten) trained 256 outputs silently.
+TEST_CASE("a model with more outputs than the data has classes is warned of", "[core][data]") {
+  NpySet set;  // 16 features, 3 classes
+  const TrainTest tt = load_dataset(set.spec());
+  auto be = gossiptrain::kernels::make_backend("cpu");
+  Metrics metrics("", "test");
+  auto warned = [&](const std::string& model) {
+    std::ostringstream log;
+    auto previous = spdlog::default_logger();
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+    TrainConfig cfg;
+    cfg.model = model;
+    Trainer t(*be, cfg, tt.train, tt.test, metrics, nullptr);
+    spdlog::set_default_logger(previous);
+    return log.str();
+  };
+  const std::string forgot = warned("mlp:16-8");
+  INFO(forgot);
+  CHECK_THAT(forgot, Catch::Contains("has 8 outputs but the data has only 3 classes"));
+  CHECK_THAT(forgot, Catch::Contains("use mlp:16-8-3"));
+  CHECK(warned("mlp:16-8-3").find("outputs") == std::string::npos);
 }
 
 TEST_CASE("the model's input size is checked against the data's features", "[core][data]") {

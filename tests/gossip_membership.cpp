@@ -6,6 +6,7 @@
 #include <cmath>
 #include <deque>
 #include <spdlog/spdlog.h>
+#include <set>
 
 #include "gossip/dispatcher.hpp"
 #include "gossip/membership.hpp"
@@ -816,4 +817,61 @@ TEST_CASE("membership: refuses to announce a wildcard, ignores members announced
   CHECK_FALSE(cl[a].member("old").has_value());
   CHECK_FALSE(cl[a].member("old6").has_value());
   for (const auto& p : cl[a].live_peers()) CHECK(p.addr != "0.0.0.0:7000");
+}
+
+namespace {
+// A transport whose dials to `refusing` addresses connect and are then closed by the other end in
+// the handshake, as a seed with another network key does over TCP; the rest are the sim's.
+struct RefusedTransport : AdvertisingTransport {
+  RefusedTransport(net::SimTransport& inner, std::set<std::string> refusing)
+      : AdvertisingTransport(inner, inner.listen_addr()), refusing(std::move(refusing)) {}
+  void connect(const std::string& addr, ConnectCallback done) override {
+    ++dials;
+    if (!refusing.count(addr)) return inner.connect(addr, std::move(done));
+    inner.scheduler().schedule(Millis(5), [done = std::move(done)] {
+      done(nullptr, "handshake: connection closed by remote during handshake");
+    });
+  }
+  std::set<std::string> refusing;
+  int dials = 0;
+};
+}  // namespace
+
+// Issue 26, item 3: refused by every seed, a joiner retried for ever without a word of why.
+TEST_CASE("membership: a joiner refused by every seed in the handshake gives up and says why",
+          "[gossip]") {
+  net::SimNetwork net;
+  auto& raw = net.add_node("10.0.0.7:7000", "pj");
+  gossip::MembershipConfig c;
+  c.seeds = {addr_of(1), addr_of(2)};
+  c.rng_seed = 7;
+  SECTION("every seed refuses: gives up after join_refused_limit attempts, once") {
+    RefusedTransport t(raw, {addr_of(1), addr_of(2)});
+    gossip::Membership m(t, c);
+    t.set_handler(&m);
+    std::vector<std::string> why;
+    m.set_join_refused_handler([&](const std::string& w) { why.push_back(w); });
+    m.start();
+    // Attempts at 0, then join_timeout + 1 s, + 2 s backoff: the third ends one join_timeout on.
+    net.run_for(3 * c.join_timeout + c.join_backoff_initial * 3 + 100ms);
+    REQUIRE(why.size() == 1);
+    CHECK_THAT(why[0], Catch::Contains("--network-key"));
+    CHECK_THAT(why[0], Catch::Contains("every seed (2)"));
+    CHECK(t.dials == 2 * c.join_refused_limit);
+    net.run_for(120s);  // and no more tries
+    CHECK(t.dials == 2 * c.join_refused_limit);
+    CHECK(why.size() == 1);
+    CHECK_FALSE(m.joined());
+  }
+  SECTION("one seed is only down: it may come up, so the joiner keeps trying") {
+    RefusedTransport t(raw, {addr_of(1)});
+    gossip::Membership m(t, c);
+    t.set_handler(&m);
+    int refused = 0;
+    m.set_join_refused_handler([&](const std::string&) { ++refused; });
+    m.start();
+    net.run_for(300s);
+    CHECK(refused == 0);
+    CHECK(t.dials > 2 * c.join_refused_limit);
+  }
 }

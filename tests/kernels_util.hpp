@@ -86,13 +86,14 @@ struct Pair {
   std::unique_ptr<Backend> gpu = make_backend("cuda");
 };
 
-// First line of a [cuda] test: without a visible GPU it skips with a warning.
-#define GT_REQUIRE_GPU()                                      \
-  do {                                                        \
-    if (!::gossiptrain::kernels::cuda_available()) {          \
-      WARN("no CUDA device: skipping [cuda] test");           \
-      return;                                                 \
-    }                                                         \
+// First line of a [cuda] test: without a visible GPU it skips with a warning. CTest reports a
+// test that prints "SKIPPED: no CUDA device" as skipped (SKIP_REGULAR_EXPRESSION, CMakeLists.txt).
+#define GT_REQUIRE_GPU()                                    \
+  do {                                                      \
+    if (!::gossiptrain::kernels::cuda_available()) {        \
+      WARN("SKIPPED: no CUDA device for this [cuda] test"); \
+      return;                                               \
+    }                                                       \
   } while (0)
 
 // Host vector <-> backend buffer.

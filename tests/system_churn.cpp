@@ -107,6 +107,9 @@ TEST_CASE("churn: gossip-launch crashes, restarts and joins peers over loopback"
   const int rc = run_launch(args, tmp / "launch.log", &out, "churn");
   INFO("gossip-launch output:\n" << out);
   CHECK(rc == 0);
+  // Each churn event is printed as it happens (issue 26, item 13).
+  for (const char* said : {": crash peer 3", ": restart peer 3", ": join peer 4"})
+    CHECK(out.find(said) != std::string::npos);
 
   const auto ev = gt_test::read_metrics(run + "/events.jsonl");
   REQUIRE_FALSE(ev.empty());

@@ -172,7 +172,7 @@ json check_run_folder(const std::string& run, int n, const std::string& mode, do
 
   if (matplotlib_available()) {
     CHECK(s["plots"]["ok"] == true);
-    for (const char* png : {"accuracy.png", "consensus.png", "bytes.png"}) {
+    for (const char* png : {"accuracy.png", "loss.png", "consensus.png", "bytes.png"}) {
       INFO(png);
       const std::string data = gt_test::read_file(run + "/" + png);
       REQUIRE(data.size() > 8);
@@ -183,6 +183,38 @@ json check_run_folder(const std::string& run, int n, const std::string& mode, do
          "python3-matplotlib)");
   }
   return s;
+}
+
+// A .npy file of uint8 ('|u1') or int32 ('<i4') elements, as numpy writes it.
+template <class T>
+void write_npy(const std::string& path, const std::string& descr,
+               const std::vector<std::uint64_t>& shape, const std::vector<T>& data) {
+  std::string dims;
+  for (auto d : shape) dims += std::to_string(d) + ",";
+  std::string dict =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  dict += std::string((64 - (10 + dict.size() + 1) % 64) % 64, ' ') + "\n";
+  std::ofstream f(path, std::ios::binary);
+  f << "\x93NUMPY" << char(1) << char(0) << char(dict.size() & 0xff) << char(dict.size() >> 8)
+    << dict;
+  f.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size() * sizeof(T)));
+  REQUIRE(f.good());
+}
+
+// A small 784-feature, 10-class set in DIR/{x,y}_{train,test}.npy (what npy:DIR reads).
+void write_npy_set(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  for (const auto& [split, rows] :
+       {std::pair<std::string, std::uint64_t>{"train", 200}, {"test", 50}}) {
+    std::vector<std::uint8_t> x(rows * 784);
+    std::vector<std::int32_t> y(rows);
+    for (std::size_t r = 0; r < rows; ++r) {
+      y[r] = std::int32_t(r % 10);
+      for (std::size_t c = 0; c < 784; ++c) x[r * 784 + c] = std::uint8_t((c % 10 == r % 10) * 200);
+    }
+    write_npy(dir + "/x_" + split + ".npy", "|u1", {rows, 784}, x);
+    write_npy(dir + "/y_" + split + ".npy", "<i4", {rows}, y);
+  }
 }
 
 const std::vector<std::string> kQuickRun = {"--data", "synthetic", "--epochs", "2",
@@ -296,6 +328,93 @@ TEST_CASE("gossip-launch reports a peer killed mid-run and stops the rest cleanl
   }
   // No peer process is left behind.
   for (const auto& p : cfg["peer_list"]) CHECK(::kill(p["pid"].get<pid_t>(), 0) != 0);
+}
+
+// Issue 26, item 1: the launcher refused npy data with a plain folder check of its own.
+TEST_CASE("gossip-launch takes --data npy:DIR and the four-file form, as gossip-peer does",
+          "[system]") {
+  gt_test::TempDir tmp("gt-launch-npy");
+  const std::string dir = tmp / "set";
+  write_npy_set(dir);
+  const std::vector<std::string> forms = {"npy:" + dir, "npy:" + dir + "/x_train.npy," + dir +
+                                                            "/y_train.npy," + dir + "/x_test.npy," +
+                                                            dir + "/y_test.npy"};
+  for (const auto& data : forms) {
+    INFO("--data " << data);
+    std::string out;
+    const int rc = run_launch({"--peers", "2", "--mode", "local", "--data", data, "--epochs", "1",
+                               "--linger", "0", "--no-plots", "--out", tmp / "run"},
+                              tmp / "npy.log", &out);
+    INFO(out);
+    CHECK(rc == 0);
+    if (rc == 0) CHECK(read_json(tmp / "run/summary.json")["num_peers"] == 2);
+    std::filesystem::remove_all(tmp / "run");
+    std::filesystem::remove(tmp / "npy.log");
+  }
+  // A wrong npy path is still refused before anything starts, with the loader's message.
+  std::string out;
+  CHECK(run_launch({"--peers", "2", "--data", "npy:" + dir + "/nothing", "--out", tmp / "run"},
+                   tmp / "bad.log", &out) == 2);
+  CHECK(out.find("not a folder") != std::string::npos);
+}
+
+// Issue 26, item 14: an interrupted launch could not be resumed: its --out was refused.
+TEST_CASE("gossip-launch --resume continues an interrupted run from the peers' checkpoints",
+          "[system]") {
+  gt_test::TempDir tmp("gt-launch-resume");
+  const std::string run = tmp / "run";
+  const int epochs = 60;
+  Process launch(
+      {launch_bin(), "--peers", "2", "--out", run, "--data", "synthetic", "--epochs",
+       std::to_string(epochs), "--model", "mlp:784-32-10", "--no-plots", "--linger", "0"},
+      tmp / "first.log");
+  // Interrupted once both peers have a checkpoint (an eval line comes with each epoch's).
+  REQUIRE(gt_test::eventually(90s, [&] {
+    for (int i = 0; i < 2; ++i) {
+      bool eval = false;
+      for (const auto& j :
+           gt_test::read_metrics(run + "/peer" + std::to_string(i) + "/metrics.jsonl"))
+        eval |= j["event"] == "eval";
+      if (!eval) return false;
+    }
+    return true;
+  }));
+  launch.signal(SIGTERM);
+  REQUIRE(launch.wait_for(60s));
+  const json first = read_json(run + "/summary.json");
+  CHECK(first["interrupted"] == true);
+  auto ids = [&] {
+    std::vector<std::string> v;
+    for (int i = 0; i < 2; ++i)
+      v.push_back(gt_test::read_file(run + "/peer" + std::to_string(i) + "/identity.key"));
+    return v;
+  };
+  const auto ids_before = ids();
+  const std::string key_before = gt_test::read_file(run + "/network.key");
+  std::string out;
+  // The run folder's own command again is refused, and says how to resume.
+  {
+    const int rc =
+        run_launch({"--peers", "2", "--out", run, "--data", "synthetic"}, tmp / "again.log", &out);
+    CHECK(rc == 2);
+    CHECK(out.find("gossip-launch --resume " + run) != std::string::npos);
+  }
+  {
+    const int rc = run_launch({"--resume", run}, tmp / "resume.log", &out);
+    INFO(out);
+    REQUIRE(rc == 0);
+  }
+  CHECK(ids() == ids_before);
+  CHECK(gt_test::read_file(run + "/network.key") == key_before);
+  const json s = read_json(run + "/summary.json");
+  CHECK_FALSE(s["interrupted"].get<bool>());
+  for (int i = 0; i < 2; ++i) {
+    INFO("peer " << i);
+    const std::string log = gt_test::read_file(run + "/peer" + std::to_string(i) + "/log.txt");
+    CHECK(log.find("resumed from") != std::string::npos);
+    CHECK(s["peers"][std::size_t(i)]["epochs"] == epochs);
+  }
+  CHECK(gt_test::read_file(run + "/command.txt").find("# resumed") != std::string::npos);
 }
 
 TEST_CASE("gossip-launch refuses bad input with exit code 2 and a message", "[system]") {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -402,6 +403,119 @@ TEST_CASE("min-peers: a peer waits for the swarm, and starts anyway at the deadl
   // The first peer of a swarm has nobody to catch up from.
   CHECK(events(dir / "metrics.jsonl", "catch_up").empty());
   CHECK_FALSE(events(dir / "metrics.jsonl", "eval").empty());
+}
+
+// Issue 26, item 3: a joiner whose network key is not the seed's saw only "connection closed by
+// remote during handshake" and retried for ever.
+TEST_CASE("a joiner refused by every seed in the handshake says why and exits 2", "[system]") {
+  Swarm s("gt-peer-wrong-key", 1, kTrainFlags);
+  s.extra.insert(s.extra.end(), {"--epochs", "1000", "--linger", "0"});
+  s.start_all(true);
+  std::ofstream(s.dir / "other.key")
+      << "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210\n";
+  std::filesystem::create_directories(s.dir / "joiner");
+  Process joiner({gt_test::peer_bin(),
+                  "--data",
+                  "synthetic",
+                  "--backend",
+                  "cpu",
+                  "--model",
+                  "mlp:784-32-10",
+                  "--epochs",
+                  "1000",
+                  "--listen",
+                  "127.0.0.1:" + std::to_string(gt_test::free_port()),
+                  "--identity",
+                  s.dir / "joiner/id.key",
+                  "--network-key",
+                  s.dir / "other.key",
+                  "--seeds",
+                  s.addr(0),
+                  "--metrics",
+                  s.dir / "joiner/metrics.jsonl",
+                  "--checkpoint-dir",
+                  s.dir / "joiner/ckpt"},
+                 s.dir / "joiner/log.txt");
+  const bool exited = joiner.wait_for(60s);
+  const std::string log = gt_test::read_file(s.dir / "joiner/log.txt");
+  INFO(log);
+  REQUIRE(exited);
+  CHECK(joiner.exit_code() == 2);
+  CHECK_THAT(log, Catch::Contains("--network-key"));
+  CHECK_THAT(log, Catch::Contains("giving up joining after 3 attempts"));
+  CHECK(events(s.dir / "joiner/metrics.jsonl", "join_refused").size() == 1);
+  // The seed said why, once per refused handshake (issue 26, item 8: every network line twice).
+  const std::string seed_log = gt_test::read_file(s.log(0));
+  int refusals = 0, net_lines = 0;
+  std::istringstream lines(seed_log);
+  for (std::string l; std::getline(lines, l);)
+    if (l.find("network key mismatch") != std::string::npos) {
+      ++refusals;
+      net_lines += l.find("net: handshake with") != std::string::npos;
+    }
+  INFO(seed_log);
+  CHECK(refusals >= 3);
+  CHECK(net_lines == refusals);
+  // The seed is unharmed: still running.
+  CHECK(::kill(s.procs[0]->pid(), 0) == 0);
+  s.procs[0]->signal(SIGTERM);
+  CHECK(s.procs[0]->wait_for(30s));
+}
+
+// Issue 26, item 4: a peer waiting to catch up through seeds that do not answer said nothing.
+TEST_CASE("a peer waiting for its seeds before training says training is on hold, and how long",
+          "[system][catchup]") {
+  gt_test::TempDir dir("gt-peer-hold");
+  std::string out;
+  const int rc = gt_test::run_app("gossip-peer",
+                                  {"--data",
+                                   "synthetic",
+                                   "--backend",
+                                   "cpu",
+                                   "--model",
+                                   "mlp:784-32-10",
+                                   "--epochs",
+                                   "1",
+                                   "--listen",
+                                   "127.0.0.1:" + std::to_string(gt_test::free_port()),
+                                   "--identity",
+                                   dir / "id.key",
+                                   "--seeds",
+                                   "127.0.0.1:" + std::to_string(gt_test::free_port()),
+                                   "--metrics",
+                                   dir / "metrics.jsonl",
+                                   "--catch-up-timeout",
+                                   "2",
+                                   "--linger",
+                                   "0"},
+                                  dir / "log.txt", &out, 60s);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK_THAT(out, Catch::Contains("training on hold"));
+  CHECK_THAT(out, Catch::Contains("2 s left of --catch-up-timeout 2 s"));
+  const auto h = events(dir / "metrics.jsonl", "hold");
+  REQUIRE_FALSE(h.empty());
+  CHECK(h[0]["left_s"].get<double>() <= 2.0);
+}
+
+// Issue 26, item 6: a lone CNN peer printed nothing for 7 minutes, one line per epoch.
+TEST_CASE("a peer prints its progress within an epoch (--progress-every)", "[system]") {
+  gt_test::TempDir dir("gt-peer-progress");
+  std::string out;
+  // Batch 2: one epoch is 3,000 steps, long enough for a few progress lines (--lr 0.01: batches
+  // this small diverge at the default 0.05).
+  const int rc =
+      gt_test::run_app("gossip-peer",
+                       {"--data", "synthetic", "--backend", "cpu", "--epochs", "1", "--batch", "2", "--lr",
+                        "0.01", "--progress-every", "0.1", "--metrics", dir / "metrics.jsonl"},
+                       dir / "log.txt", &out, 120s);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const auto at = out.find("step ");
+  REQUIRE(at != std::string::npos);
+  CHECK(at < out.find("epoch 1/1  loss"));  // before the epoch's own line
+  CHECK_THAT(out, Catch::Contains("s left in the epoch"));
+  CHECK(std::regex_search(out, std::regex("epoch 1/1  step [0-9]+/[0-9]+ \\([0-9]+%\\)")));
 }
 
 namespace {
