@@ -152,11 +152,12 @@ BlasCoreChoice choose_blas_core(const BlasCoreRequest& req) {
   }
   const bool flag_core = req.flag != "auto" && req.flag != "keep";
   // A choice we passed down holds while OPENBLAS_CORETYPE is still the one we set with it (and,
-  // with a --blas-core core, is that core). It is not re-decided: the peer would re-execute forever
-  // when OpenBLAS ignores a name it does not know.
+  // with a --blas-core core, is that core; with keep, is what OpenBLAS detected). It is not
+  // re-decided: the peer would re-execute forever when OpenBLAS ignores a name it does not know.
   Marker m;
   if (parse_marker(env_or_empty(kBlasChosenEnv), &m) && same_core(m.core, env_core) &&
-      (!flag_core || same_core(m.core, req.flag)) && req.flag != "keep") {
+      (!flag_core || same_core(m.core, req.flag)) &&
+      (req.flag != "keep" || m.source == "detected")) {
     c.core = loaded;
     c.source = m.source;
     c.tried = m.tried;
