@@ -29,6 +29,7 @@ int main(int argc, char* argv[]) {
   req.cache_dir = kn::default_blas_cache_dir();
   const kn::BlasCoreChoice blas = kn::choose_blas_core(req);
   if (blas.warn) spdlog::warn("BLAS core: {}", kn::describe(blas));
+  spdlog::debug("BLAS core {}{}", kn::describe(blas), blas.reexec ? ": running again on it" : "");
   if (blas.reexec) {
     ::setenv("OPENBLAS_CORETYPE", blas.core.c_str(), 1);
     ::setenv(kn::kBlasChosenEnv, kn::blas_chosen_marker(blas).c_str(), 1);
