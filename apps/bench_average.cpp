@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include "apps/bench.hpp"
+#include "apps/common_blas.hpp"
 #include "apps/common_options.hpp"
 #include "core/base/rng.hpp"
 #include "core/base/thread.hpp"
@@ -621,6 +622,8 @@ class AverageBench {
 int run(const Args& args) {
   AverageBenchOptions o;
   if (auto rc = parse_bench_args("average", average_options(), args, o, kAbout)) return *rc;
+  // Its training runs on the CPU backend: on the kernels a peer would run (may run this again).
+  settle_blas_core("auto");
   const kernels::Wire wire = kernels::parse_wire(o.wire);
   if (!std::getenv("GT_BENCH_TRACE")) spdlog::set_level(spdlog::level::warn);
   else spdlog::set_level(spdlog::level::trace);

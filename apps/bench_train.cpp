@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/bench.hpp"
+#include "apps/common_blas.hpp"
 #include "apps/common_options.hpp"
 #include "core/base/rng.hpp"
 #include "core/model.hpp"
@@ -25,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 struct TrainBenchOptions {
   std::string backend = "auto", model = "mlp:784-256-256-10";
-  std::string precision = "fp32", data = "resident";
+  std::string precision = "fp32", data = "resident", blas_core = "auto";
   int batch = 128, steps = 100, rounds = 7, loss_every = 50, device = 0;
   bool json = false;
 };
@@ -52,6 +53,8 @@ const OptionTable<TrainBenchOptions>& train_options() {
                     1, 1000000),
           O::number("steps", "N", "steps per round (default 100)", &T::steps, 1, 1000000),
           O::number("rounds", "R", "rounds (default 7)", &T::rounds, 1, 1000),
+          {"blas-core", "auto|keep|CORE", kBlasCoreHelp,
+           [](T& o, const std::string& v) { o.blas_core = to_blas_core("blas-core", v); }},
       });
   return table;
 }
@@ -196,8 +199,9 @@ class StepBench {
 };
 
 nlohmann::json report(const kernels::Backend& be, const TrainBenchOptions& o,
-                      const StepBench& bench, double s, double f) {
-  return {{"subject", "train"},
+                      const StepBench& bench, double s, double f,
+                      const kernels::BlasCoreChoice& blas) {
+  nlohmann::json j = {{"subject", "train"},
           {"backend", be.name()},
           {"device", be.device()},
           {"precision", kernels::precision_name(be.precision())},
@@ -213,11 +217,15 @@ nlohmann::json report(const kernels::Backend& be, const TrainBenchOptions& o,
           {"floor_gemm_ms", f},
           {"ratio_step_over_floor", s / f},
           {"last_loss", bench.last_loss()}};
+  if (be.name() == "cpu") j.update(blas_fields(blas));
+  return j;
 }
 
 int run(const Args& args) {
   TrainBenchOptions o;
   if (auto rc = parse_bench_args("train", train_options(), args, o, kAbout)) return *rc;
+  // May run this program again on another OpenBLAS core, before any product is timed.
+  const kernels::BlasCoreChoice blas = settle_blas_core(o.blas_core);
   std::unique_ptr<kernels::Backend> be;
   try {
     const kernels::Precision precision = kernels::parse_precision(o.precision);
@@ -237,7 +245,7 @@ int run(const Args& args) {
     step_ms.push_back(bench.time_ms([&] { bench.train_step(); }));
     floor_ms.push_back(bench.time_ms([&] { bench.floor_step(); }));
   }
-  const nlohmann::json j = report(*be, o, bench, median(step_ms), median(floor_ms));
+  const nlohmann::json j = report(*be, o, bench, median(step_ms), median(floor_ms), blas);
   std::printf("%s\n", o.json ? j.dump().c_str() : j.dump(2).c_str());
   return 0;
 }

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/common_blas.hpp"
 #include "core/partition.hpp"
 #include "gossip/averager.hpp"
 #include "kernels/backend.hpp"
@@ -235,6 +236,8 @@ const OptionTable<PeerConfig>& peer_options() {
                    "BLAS threads of the cpu backend; auto (default): one per training core when "
                    "--net-cores pins, else OpenBLAS's own choice (OPENBLAS_NUM_THREADS)",
                    &PeerConfig::compute_threads, 1, 1024),
+      {"blas-core", "auto|keep|CORE", kBlasCoreHelp,
+       [](PeerConfig& c, const std::string& v) { c.blas_core = to_blas_core("blas-core", v); }},
       {"max-rate", "MB_PER_S",
        "send an exchange's snapshot at most this fast, spreading its CPU over more training steps "
        "(0: no cap, the default; else at least 20, the rate partners' deadlines assume)",

@@ -38,6 +38,7 @@ struct PeerConfig {
   int device = 0;                  // CUDA device number
   int net_cores = -1;              // cores kept for the network (core::plan_cpus); -1: auto
   int compute_threads = 0;         // BLAS threads; 0: auto
+  std::string blas_core = "auto";  // --blas-core: auto | keep | an OpenBLAS core (apps/common_blas)
   std::string precision = "fp32";  // fp32 | tf32 | bf16 (kernels::Precision)
   int gossip_every = 4;
   int max_lag =

@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/common_blas.hpp"
 #include "apps/common_plots.hpp"
 #include "apps/launch_churn.hpp"
 #include "apps/launch_consensus.hpp"
@@ -833,6 +834,7 @@ int Launch::run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const auto rc = answer_blas_probe()) return *rc;  // a probe child of ours
   LaunchOptions o;
   try {
     o = parse_launch_args(std::vector<std::string>(argv + 1, argv + argc));
@@ -869,6 +871,10 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     return usage_error(e.what());
   }
+  // The OpenBLAS core, chosen (and probed, if it must be) once for every peer: they inherit
+  // OPENBLAS_CORETYPE with the mark that it is ours, and neither probe nor run again.
+  const kernels::BlasCoreChoice blas = choose_blas_core_for_children(o.blas_core);
+  std::fprintf(stderr, "gossip-launch: peers' OpenBLAS core %s\n", describe(blas).c_str());
   try {
     Launch launch(std::move(o), bin);
     return launch.run(argc, argv);

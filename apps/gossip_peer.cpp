@@ -16,6 +16,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "apps/common_blas.hpp"
 #include "apps/common_node.hpp"
 #include "apps/common_options.hpp"
 #include "core/base/thread.hpp"
@@ -42,20 +43,24 @@ double resident_mb() {
 }
 
 // What this peer holds of the data set, for the launcher and the tests: its shard's rows (and a
-// checksum of them), the bytes of training and test data in memory, and the resident memory.
-void emit_data_line(core::Metrics& metrics, const core::ShardData& d) {
+// checksum of them), the bytes of training and test data in memory, the resident memory, and the
+// BLAS kernels it computes with.
+void emit_data_line(core::Metrics& metrics, const core::ShardData& d,
+                    const kernels::BlasCoreChoice& blas) {
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the shard's labels, in order
   for (std::int32_t y : d.shard.y) h = (h ^ std::uint64_t(std::uint32_t(y))) * 1099511628211ull;
   auto bytes = [](const core::Dataset& s) {
     return s.x.capacity() * sizeof(float) + s.y.capacity() * sizeof(std::int32_t);
   };
-  metrics.emit("data", {{"shard_rows", d.shard.size()},
-                        {"train_rows", d.train_size},
-                        {"test_rows", d.test.size()},
-                        {"shard_bytes", bytes(d.shard)},
-                        {"test_bytes", bytes(d.test)},
-                        {"shard_labels_fnv", std::to_string(h)},
-                        {"rss_mb", resident_mb()}});
+  nlohmann::json fields = {{"shard_rows", d.shard.size()},
+                           {"train_rows", d.train_size},
+                           {"test_rows", d.test.size()},
+                           {"shard_bytes", bytes(d.shard)},
+                           {"test_bytes", bytes(d.test)},
+                           {"shard_labels_fnv", std::to_string(h)},
+                           {"rss_mb", resident_mb()}};
+  fields.update(apps::blas_fields(blas));
+  metrics.emit("data", fields);
 }
 
 std::atomic<bool> g_stop{false};
@@ -189,6 +194,7 @@ struct Resources {
   core::ShardData data;
   std::unique_ptr<kernels::Backend> backend;
   core::CpuPlan cpus;
+  kernels::BlasCoreChoice blas;
 };
 
 Resources prepare(apps::PeerConfig& cfg) {
@@ -291,12 +297,13 @@ void report_done(const core::TrainResult& res, core::Metrics& metrics) {
 int train(const apps::PeerConfig& cfg, Resources& r) {
   core::Metrics metrics(cfg.metrics, "local");
   apply_cpu_plan(r.cpus);
+  apps::log_blas(r.blas);
   spdlog::info("backend {} ({}, {}), model {}, shard {}/{} ({} samples, partition {}), test set {}",
                r.backend->name(), r.backend->device(),
                kernels::precision_name(r.backend->precision()), cfg.train.model, cfg.shard,
                cfg.num_shards, r.data.shard.size(), cfg.partition, r.data.test.size());
   spdlog::info("resident memory {:.0f} MB after loading the data", resident_mb());
-  emit_data_line(metrics, r.data);
+  emit_data_line(metrics, r.data, r.blas);
   // The trainer owns the model; the gossip node needs only its fingerprint, known from the spec.
   std::unique_ptr<apps::GossipNode> node;
   core::Heartbeat heartbeat;
@@ -352,6 +359,7 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const auto rc = apps::answer_blas_probe()) return *rc;  // a probe child of ours
   apps::PeerConfig cfg;
   try {
     bool help = false;
@@ -365,11 +373,14 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
+  // Before anything else: a change of OpenBLAS core runs this program again from the start.
+  const kernels::BlasCoreChoice blas = apps::settle_blas_core(cfg.blas_core);
   install_signal_handlers();
   // Bad input (data, partition, backend choice, checkpoint) -> a clear message and exit code 2.
   Resources r;
   try {
     r = prepare(cfg);
+    r.blas = blas;
   } catch (const core::DataError& e) {
     return usage_error(e.what());
   } catch (const std::invalid_argument& e) {

@@ -201,6 +201,7 @@ void read_forwarded(LaunchOptions& o) {
   o.data = base.data;
   o.seed = base.train.seed;
   o.network_key = base.network_key;
+  o.blas_core = base.blas_core;
   if (!o.gpus.empty()) {
     if (base.backend == "cpu")
       throw UsageError("--gpus places peers on CUDA devices; it does not go with --backend cpu");

@@ -35,6 +35,7 @@ struct LaunchOptions {
   std::string partition = "iid";
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string network_key;  // user's; empty: the launcher writes one into the run folder
+  std::string blas_core = "auto";  // the peers' --blas-core, decided once here for all of them
   std::uint64_t seed = 1;
   // --churn FILE.json or shorthand, checked whole before anything starts.
   std::optional<core::ChurnScenario> churn;
