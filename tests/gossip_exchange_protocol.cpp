@@ -100,6 +100,9 @@ class FakePort final : public ExchangePort {
   std::size_t n_params() const override { return n; }
   std::int64_t own_samples() const override { return 30; }
   double own_progress() const override { return 0.25; }
+  std::int64_t own_step() const override { return 40; }
+  void heard_step(const std::string& partner, std::int64_t step) override { heard[partner] = step; }
+  std::map<std::string, std::int64_t> heard;
   double max_rate() const override { return 0; }
   std::optional<std::uint64_t> claim(ChunkSetPtr& own) override {
     if (claim_seq) own = standing;
@@ -195,10 +198,12 @@ TEST_CASE("exchange protocol: initiator happy path, request to commit and event"
   CHECK(req.n_params == kN);
   CHECK(req.samples == 100);
   CHECK(req.progress == 0.25);  // the port's own_progress()
+  CHECK(req.step == 40);        // and own_step()
   CHECK(f.port.pool_.count("peer-b"));
   f.p.snapshot_ready(1, snapshot(1.0f));
   CHECK(f.conn->of(Type::Chunk).empty());  // nothing before the ACCEPT
-  f.msg(Type::Accept, encode_accept({id, 300, 0.625}));
+  f.msg(Type::Accept, encode_accept({id, 300, 0.625, 9000}));
+  CHECK(f.port.heard["peer-b"] == 9000);  // its step, for robust mixing's progress gap
   REQUIRE(f.conn->of(Type::Chunk).size() == 1);
   const ChunkView cv = decode_chunk(f.conn->of(Type::Chunk)[0]);
   CHECK(cv.exchange_id == id);
