@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <thread>
 
@@ -126,7 +127,8 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
   averager_ =
       std::make_unique<gossip::Averager>(ac, *transport_, dispatcher_, *membership_, backend);
   averager_->set_event_callback([this](const gossip::ExchangeEvent& e) {
-    if (pace_) pace_->heard(e.partner, e.partner_progress, metrics_.seconds());
+    if (pace_ && same_run_length(e))
+      pace_->heard(e.partner, e.partner_progress, metrics_.seconds());
     metrics_.emit("exchange", {{"partner", e.partner},
                                {"role", gossip::role_name(e.role)},
                                {"ok", e.ok},
@@ -170,6 +172,7 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
 }
 
 void GossipNode::between_steps(core::StepContext& ctx) {
+  total_steps_.store(ctx.total_steps);
   averager_->between_steps(ctx);
   catch_up_server_->between_steps(ctx);
   if (max_lag_ > 0 && !ctx.training_done) bound_lag(ctx);
@@ -188,6 +191,17 @@ double GossipNode::serve_until(core::StepContext& ctx, double max_s, Done done) 
     catch_up_server_->between_steps(ctx);
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Fractions of runs of different lengths do not compare (a joiner with --epochs 1 beside a run of
+// 1000 would wait for it for ever): --max-ahead keeps pace only with partners whose run, their
+// step over their fraction done, is within 10% of ours in steps.
+bool GossipNode::same_run_length(const gossip::ExchangeEvent& e) const {
+  const std::int64_t own = total_steps_.load();
+  if (own <= 0 || e.partner_step < 0 || !(e.partner_progress > 0)) return true;  // cannot tell
+  if (e.partner_progress >= 1) return true;  // done: says nothing of its length
+  const double theirs = double(e.partner_step) / e.partner_progress;
+  return std::abs(theirs - double(own)) <= 0.1 * double(own);
 }
 
 void GossipNode::keep_pace(core::StepContext& ctx) {

@@ -76,6 +76,7 @@ class GossipNode final : private core::StepHook {
   // --max-ahead: while more than that ahead of the slowest recent partner, serves the protocol
   // between steps (no training), at most kPaceWait at a time.
   void keep_pace(core::StepContext& ctx);
+  bool same_run_length(const gossip::ExchangeEvent& e) const;  // protocol thread
   // Serves the protocol (no training) until done() or max_s pass; returns the seconds waited.
   template <class Done>
   double serve_until(core::StepContext& ctx, double max_s, Done done);
@@ -97,6 +98,7 @@ class GossipNode final : private core::StepHook {
   double lag_wait_s_ = 0.0;
   // --max-ahead (null: off). Partners are heard on the protocol thread.
   std::unique_ptr<gossip::PaceKeeper> pace_;
+  std::atomic<std::int64_t> total_steps_{0};  // of our run, from the training thread
   std::uint64_t pace_waits_ = 0;
   double pace_wait_s_ = 0.0;
 };

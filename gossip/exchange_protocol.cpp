@@ -184,6 +184,7 @@ void ExchangeProtocol::on_accept(const net::ConnectionPtr& c, const net::Bytes& 
   Exchange& e = *ex_;
   e.n_other = m.samples;
   e.partner_progress = m.progress;
+  e.partner_step = m.step;
   port_.heard_step(e.partner, m.step);
   e.w = weight(e.n_self, e.n_other);
   e.phase = Phase::Transferring;
@@ -270,6 +271,7 @@ void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m,
   e.n_self = port_.own_samples();
   e.n_other = m.samples;
   e.partner_progress = m.progress;
+  e.partner_step = m.step;
   port_.heard_step(e.partner, m.step);
   e.w = weight(e.n_self, e.n_other);
   e.out.set_own(std::move(own));
@@ -304,6 +306,7 @@ void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m
   e.started = e.asked = port_.now();
   e.n_other = m.samples;
   e.partner_progress = m.progress;
+  e.partner_step = m.step;
   port_.heard_step(e.partner, m.step);
   e.w = weight(e.n_self, e.n_other);
   e.tries = 0;
@@ -582,6 +585,7 @@ void ExchangeProtocol::report(Exchange& e, bool ok, const std::string& reason) {
   ev.tau = ok ? e.tau : 0;
   ev.clip = ok ? e.clip : 1;
   ev.partner_progress = e.partner_progress;
+  ev.partner_step = e.partner_step;
   if (e.role == ExchangeRole::Initiator && !e.partner.empty()) port_.idle_close_pooled(e.partner);
   if (ok)
     spdlog::debug("averager: exchange with {} done as {} in {} ms, w={}", short_id(ev.partner),

@@ -59,7 +59,8 @@ struct ExchangeEvent {
   // The weight the partner's vector really got, w c: what "averaging" means (an exchange below
   // kAveragingClip of the plain weight is counted as not averaging).
   double effective_w() const { return double(w) * clip; }
-  double partner_progress = -1;  // its fraction of training done, as it said (-1: not known)
+  double partner_progress = -1;    // its fraction of training done, as it said (-1: not known)
+  std::int64_t partner_step = -1;  // its optimizer steps, as it said (-1: not known)
 };
 
 // The training thread's (or the fast path's) verdict on the partner's vector.
@@ -205,6 +206,7 @@ class ExchangeProtocol {
     double sq = 0;
     std::int64_t n_self = 0, n_other = 0;
     double partner_progress = -1;  // from its REQUEST or ACCEPT
+    std::int64_t partner_step = -1;
     float w = 0.5f;
     std::uint64_t bytes_received = 0;
     int tries = 0;
