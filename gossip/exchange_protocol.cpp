@@ -480,6 +480,13 @@ void ExchangeProtocol::agree_clip(Exchange& e) const {
     // Both the same on both sides: a side without a bound sent no norm and counts none.
     e.diff_norm = std::max(e.local_tau > 0 ? e.local_norm : 0.0, e.peer_norm);
     e.clip = e.diff_norm > tau ? tau / e.diff_norm : 1.0;
+    // Honest drift: both sides clipped the other (each found the other far, as two honest peers
+    // that drifted apart do, while a stale or one-sided vector finds every peer equally far and
+    // clips nobody): the factor stays at suspect_min_clip or above, so the pair keeps closing the
+    // gap instead of mixing nothing for good. A function of both votes: the same on both sides.
+    const bool mutual =
+        e.local_tau > 0 && e.peer_tau > 0 && e.local_tau < e.diff_norm && e.peer_tau < e.diff_norm;
+    if (mutual && e.clip < cfg_.robust.suspect_min_clip) e.clip = cfg_.robust.suspect_min_clip;
   } else if (cfg_.needs_norm) {
     e.diff_norm = e.local_norm;
   }

@@ -147,11 +147,10 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
   return j;
 }
 
-// B * decay^(streak - 1), never below the honest-drift floor suspect_min_clip * min(||r - s||,
-// ||s||): a clip of at least suspect_min_clip while the partner is within our own norm, and a pull
-// of at most w * suspect_min_clip * ||s|| per exchange from one beyond it (which only a progress
-// gap lets through: far is refused otherwise). A partner that came closer since its streak began
-// starts a new streak.
+// B * decay^(streak - 1); for a progress-gap partner never below suspect_min_clip * min(||r - s||,
+// ||s||): a clip of at least suspect_min_clip while it is within our own norm, and a pull of at
+// most w * suspect_min_clip * ||s|| per exchange from one beyond it. A partner that came closer
+// since its streak began starts a new streak.
 void RobustBound::suspect(Judgement& j, Partner& p, double base, double norm, bool gap,
                           const std::function<double()>& own) {
   if (p.suspect_streak == 0 || norm < cfg_.recover_frac * p.streak_norm) {
@@ -162,7 +161,9 @@ void RobustBound::suspect(Judgement& j, Partner& p, double base, double norm, bo
   j.gap = gap;
   j.streak = ++p.suspect_streak;
   double t = base * std::pow(cfg_.suspect_decay, j.streak - 1);
-  const double floor = cfg_.suspect_min_clip * std::min(norm, own());
+  // The floor here is for a gap partner only; two honest peers that drifted apart get theirs in
+  // the agreed clip, where both votes show the suspicion is mutual (exchange_protocol.cpp).
+  const double floor = gap ? cfg_.suspect_min_clip * std::min(norm, own()) : 0.0;
   if (t < floor) {
     t = floor;
     j.floored = true;

@@ -49,11 +49,13 @@ struct RobustConfig {
   // streak, while an honest peer that comes closer leaves suspicion and the streak ends. 1: B
   // every time (the earlier rule).
   double suspect_decay = 0.5;
-  // Honest drift: the suspect clip never falls below suspect_min_clip of the plain weight (tau at
-  // least suspect_min_clip * min(||r - s||, ||s||)), so a partner that is far for an honest reason
-  // (a healed partition, a slower peer) is still averaged with, and comes closer; a partner whose
-  // ||r - s|| fell below recover_frac times its ||r - s|| at the start of its streak came closer:
-  // the streak starts again (clip back to B). A stale vector does not come closer.
+  // Honest drift: two peers that each clipped the other in one exchange (both votes' tau below
+  // the agreed ||r - s||: a healed partition, a slower peer) mix with at least suspect_min_clip of
+  // the plain weight (the agreed clip, exchange_protocol.cpp), so they keep coming closer; a stale
+  // vector finds every peer equally far, clips none, and fades out as before. A progress-gap
+  // partner's own tau is floored the same (at least suspect_min_clip * min(||r - s||, ||s||)). A
+  // partner whose ||r - s|| fell below recover_frac times its ||r - s|| at the start of its
+  // streak came closer: the streak starts again (clip back to B).
   double suspect_min_clip = 0.02;
   double recover_frac = 0.9;
   // Progress gap: the partner's step count (told in its REQUEST or ACCEPT, heard_step) and ours

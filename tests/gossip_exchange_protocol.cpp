@@ -233,6 +233,34 @@ TEST_CASE("exchange protocol: initiator happy path, request to commit and event"
   CHECK(f.conn->is_open());
 }
 
+TEST_CASE("exchange protocol: a clip both sides voted for stays at the honest-drift floor",
+          "[gossip][protocol]") {
+  // Both votes clip (each side found the other far, as two peers that drifted apart do): the
+  // agreed factor is at least suspect_min_clip. One side alone clipping (a stale vector's
+  // sender finds every peer equally far and clips nobody): the factor as computed.
+  ExchangeConfig cfg = config();
+  cfg.needs_norm = true;
+  const double floor = cfg.robust.suspect_min_clip;
+  struct Case {
+    double peer_tau;
+    double want_clip;
+  };
+  for (const Case c : {Case{2e-4, floor}, Case{30.0, 1e-4}}) {
+    Fixture f(cfg);
+    const std::uint64_t id = f.asked();
+    f.p.snapshot_ready(1, snapshot(1.0f));
+    f.msg(Type::Accept, encode_accept({id, 300, 0.5, 40}));
+    f.msg(Type::Chunk, partner_chunk(id));
+    Verdict v;
+    v.norm = 10.0;
+    v.tau = 1e-3;  // our suspect clip, decayed: c = 1e-4
+    f.p.validated(1, v);
+    f.msg(Type::Valid, encode_valid({id, c.peer_tau, 10.0}));
+    REQUIRE(f.port.commits.size() == 1);
+    CHECK(f.port.commits[0].second.w == Approx(0.5 * c.want_clip));
+  }
+}
+
 TEST_CASE("exchange protocol: responder happy path with a standing snapshot",
           "[gossip][protocol]") {
   ExchangeConfig cfg = config();

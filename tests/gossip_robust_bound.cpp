@@ -170,43 +170,50 @@ TEST_CASE("robust bound: a suspect partner that comes closer leaves suspicion an
 }
 
 TEST_CASE(
-    "robust bound: a persistent clip stops at the honest-drift floor and recovers when the "
-    "partner comes closer",
+    "robust bound: a persistent clip recovers when the partner comes closer, and a gap "
+    "partner's stops at the honest-drift floor",
     "[gossip]") {
   WarmClipBound w;
   const double base = w.base;
   auto own = [] { return 30.0; };
-  auto step = [&](double norm) {
-    const auto j = w.b.judge("p", norm, own, w.now);
+  auto step = [&](const std::string& partner, double norm) {
+    const auto j = w.b.judge(partner, norm, own, w.now);
     w.now += Millis(100);
     return j;
   };
-  // Far every time (a half of a healed partition, a slower peer): the clip decays from B ...
+  // Far every time: the clip decays from B, streak after streak (a stale vector).
   RobustBound::Judgement j;
-  for (int k = 0; k < 16; ++k) j = step(3.0);
+  for (int k = 0; k < 16; ++k) j = step("p", 3.0);
   REQUIRE(j.suspect);
   CHECK(j.streak == 14);
-  // ... but not to nothing: c = tau / ||r - s|| stays at suspect_min_clip (0.02), above the
-  // threshold under which an exchange no longer counts as averaging. (B / 2^13 without it.)
-  CHECK(j.floored);
-  CHECK(j.tau / 3.0 == Approx(0.02));
-  CHECK(j.tau / 3.0 >= kAveragingClip);
-  // Closer by more than a tenth since its streak began: a new streak, the clip back at B, while
-  // its median ratio is still high enough to keep it suspect.
-  j = step(2.6);
+  CHECK(j.tau == Approx(base * std::pow(0.5, 13)));
+  // Closer by more than a tenth since its streak began (as an honest peer that averages comes):
+  // a new streak, the clip back at B, while its median ratio still keeps it suspect. Before,
+  // the streak went on and its clip stayed near nothing.
+  j = step("p", 2.6);
   REQUIRE(j.suspect);
   CHECK(j.streak == 1);
   CHECK(j.tau == Approx(base));
-  j = step(2.6);
+  j = step("p", 2.6);
   CHECK(j.streak == 2);
   CHECK(j.tau == Approx(base / 2));
   // Not closer than 0.9 times where the new streak began: the streak goes on.
-  j = step(2.5);
+  j = step("p", 2.5);
   CHECK(j.streak == 3);
   // Close: out of suspicion, the usual 3 B.
-  for (int k = 0; k < 3; ++k) j = step(1.0);
+  for (int k = 0; k < 3; ++k) j = step("p", 1.0);
   CHECK_FALSE(j.suspect);
   CHECK(j.tau == Approx(3 * base));
+
+  // A partner far behind in steps: its clip does not fade below suspect_min_clip (0.02).
+  w.b.set_own_step(5000);
+  w.b.heard_step("joiner", 10, w.now);
+  for (int k = 0; k < 16; ++k) j = step("joiner", 3.0);
+  REQUIRE(j.suspect);
+  CHECK(j.gap);
+  CHECK(j.floored);
+  CHECK(j.tau / 3.0 == Approx(0.02));
+  CHECK(j.tau / 3.0 >= kAveragingClip);
 }
 
 TEST_CASE("robust bound: a joiner far behind in steps and the peer it joins accept each other",
