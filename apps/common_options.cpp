@@ -185,10 +185,11 @@ const OptionTable<PeerConfig>& peer_options() {
           "since its streak began starts at B again; in (0, 1], 1 = always B (default 0.5)",
           robust(&R::suspect_decay), 1e-6, 1),
       O::number("suspect-min-clip", "F",
-                "the honest-drift floor: a partner judged far persistently, or far with a progress "
-                "gap, is still mixed with at least F of the plain weight (of ||r - s|| up to our "
-                "own norm), so a healed partition or a slower peer comes back; 0: fade to nothing "
-                "(default 0.02)",
+                "the honest-drift floor: an exchange in which both sides clipped the other (each "
+                "found the other far, as after a partition), or with a partner far behind or "
+                "ahead in steps, mixes at least F of the plain weight, so drifted peers come back; "
+                "a partner that "
+                "alone is far (stale) still fades out; 0: no floor (default 0.02)",
                 robust(&R::suspect_min_clip), 0, 1),
       O::choice(
           "partner-choice", {"weighted", "uniform"},
