@@ -188,8 +188,7 @@ const OptionTable<PeerConfig>& peer_options() {
                 "the honest-drift floor: an exchange in which both sides clipped the other (each "
                 "found the other far, as after a partition), or with a partner far behind or "
                 "ahead in steps, mixes at least F of the plain weight, so drifted peers come back; "
-                "a partner that "
-                "alone is far (stale) still fades out; 0: no floor (default 0.02)",
+                "a partner that alone is far (stale) still fades out; 0: no floor (default 0.02)",
                 robust(&R::suspect_min_clip), 0, 1),
       O::choice(
           "partner-choice", {"weighted", "uniform"},
