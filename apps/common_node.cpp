@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <thread>
 
@@ -89,9 +90,10 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels
   // auto: one exchange per --gossip-every steps on a GPU, whose steps outrun any exchange (8 peers
   // on one H100, 10 epochs: 86.51% mean with 4 x, 87.64% with 1 x); 4 x on the CPU, where
   // exchanges keep up and a tighter bound would only make peers wait for each other.
-  max_lag_ = cfg.max_lag >= 0           ? cfg.max_lag
-             : backend.host_memory()    ? 4 * cfg.gossip_every
-                                        : cfg.gossip_every;
+  max_lag_ = cfg.max_lag >= 0        ? cfg.max_lag
+             : backend.host_memory() ? 4 * cfg.gossip_every
+                                     : cfg.gossip_every;
+  lag_ = std::make_unique<gossip::LagBound>(gossip::LagBoundConfig{std::max(max_lag_, 0)});
   if (cfg.max_ahead > 0)
     pace_ = std::make_unique<gossip::PaceKeeper>(gossip::PaceConfig{cfg.max_ahead});
   const gossip::AveragerConfig ac = averager_config(cfg, fingerprint);
@@ -120,9 +122,11 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
   });
   dispatcher_.add(gossip::kMembershipTypeFirst, gossip::kMembershipTypeLast, membership_.get());
 
-  averager_ = std::make_unique<gossip::Averager>(ac, *transport_, dispatcher_, *membership_, backend);
+  averager_ =
+      std::make_unique<gossip::Averager>(ac, *transport_, dispatcher_, *membership_, backend);
   averager_->set_event_callback([this](const gossip::ExchangeEvent& e) {
-    if (pace_) pace_->heard(e.partner, e.partner_progress, metrics_.seconds());
+    if (pace_ && same_run_length(e))
+      pace_->heard(e.partner, e.partner_progress, metrics_.seconds());
     metrics_.emit("exchange", {{"partner", e.partner},
                                {"role", gossip::role_name(e.role)},
                                {"ok", e.ok},
@@ -135,7 +139,9 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
                                {"diff_norm", e.diff_norm >= 0 ? nlohmann::json(e.diff_norm)
                                                               : nlohmann::json(nullptr)},
                                {"tau", e.tau},
-                               {"clip", e.clip}});
+                               {"clip", e.clip},
+                               {"w_eff", e.effective_w()},
+                               {"averaging", e.ok && e.clip >= gossip::kAveragingClip}});
     if (!e.ok) spdlog::debug("exchange with {} failed: {}", e.partner, e.reason);
     watch_health(e);
   });
@@ -159,10 +165,12 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
                                       {"bytes", e.bytes},
                                       {"ms", e.ms}});
   });
-  catch_up_client_ = std::make_unique<gossip::CatchUpClient>(*transport_, dispatcher_, *membership_);
+  catch_up_client_ =
+      std::make_unique<gossip::CatchUpClient>(*transport_, dispatcher_, *membership_);
 }
 
 void GossipNode::between_steps(core::StepContext& ctx) {
+  total_steps_.store(ctx.total_steps);
   averager_->between_steps(ctx);
   catch_up_server_->between_steps(ctx);
   if (max_lag_ > 0 && !ctx.training_done) bound_lag(ctx);
@@ -183,6 +191,17 @@ double GossipNode::serve_until(core::StepContext& ctx, double max_s, Done done) 
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Fractions of runs of different lengths do not compare (a joiner with --epochs 1 beside a run of
+// 1000 would wait for it for ever): --max-ahead keeps pace only with partners whose run, their
+// step over their fraction done, is within 10% of ours in steps.
+bool GossipNode::same_run_length(const gossip::ExchangeEvent& e) const {
+  const std::int64_t own = total_steps_.load();
+  if (own <= 0 || e.partner_step < 0 || !(e.partner_progress > 0)) return true;  // cannot tell
+  if (e.partner_progress >= 1) return true;  // done: says nothing of its length
+  const double theirs = double(e.partner_step) / e.partner_progress;
+  return std::abs(theirs - double(own)) <= 0.1 * double(own);
+}
+
 void GossipNode::keep_pace(core::StepContext& ctx) {
   constexpr double kPaceWait = 2.0;  // seconds at a time; the partners' word is re-read meanwhile
   auto now_s = [this] { return metrics_.seconds(); };
@@ -200,21 +219,25 @@ void GossipNode::bound_lag(core::StepContext& ctx) {
   // exchange is in flight: without a bound it trains alone, and a swarm of such peers averages a
   // few times per hundred steps. Waiting here keeps at least one exchange per max_lag_ steps.
   constexpr double kMaxLagWait = 2.0;  // seconds; a partner that cannot answer by then is dead
-  std::uint64_t ok = averager_->stats().ok;
-  if (ok != ok_seen_ || ctx.step < ok_step_) {  // ctx.step < ok_step_: restored to an earlier step
-    ok_seen_ = ok;
-    ok_step_ = ctx.step;
-    return;
-  }
-  if (ctx.step - ok_step_ < max_lag_) return;
-  ok_step_ = ctx.step;  // wait at most once per max_lag_ steps, whatever the outcome
+  // Only exchanges that averaged count: one clipped to nearly nothing did not bound the lag.
+  const std::uint64_t before = averager_->stats().averaging;
+  if (lag_->take_recovered())
+    spdlog::info("--max-lag: an exchange averaged again; training waits for one every {} steps",
+                 max_lag_);
+  if (!lag_->should_wait(ctx.step, before)) return;
   if (membership_->live_count() == 0) return;  // alone: nobody to wait for
   ++lag_waits_;
+  bool completed = false;
   lag_wait_s_ += serve_until(ctx, kMaxLagWait, [&] {
-    ok = averager_->stats().ok;
-    return ok != ok_seen_;
+    completed = averager_->stats().averaging != before;
+    return completed;
   });
-  ok_seen_ = ok;
+  if (lag_->waited(completed))
+    spdlog::warn(
+        "--max-lag: {} waits of {:.0f} s in a row saw no exchange average (refused, banned or "
+        "failing partners): training now waits only every {} steps, at most {}, until one does",
+        lag_->config().fruitless_before_backoff, kMaxLagWait, lag_->lag(),
+        std::int64_t(max_lag_) * lag_->config().max_backoff);
 }
 
 bool GossipNode::joined() {
@@ -335,15 +358,19 @@ void GossipNode::watch_health(const gossip::ExchangeEvent& e) {
   if (e.role == gossip::ExchangeRole::Initiator) {
     if (auto m = membership_->member(e.partner)) addr = m->addr;
   }
-  const auto change = health_.on_result(e.ok, e.reason, addr, transport_->now());
+  // An exchange clipped to almost nothing did not average: it counts as a failure ("clipped").
+  const bool averaged = e.ok && e.clip >= gossip::kAveragingClip;
+  const auto change = health_.on_result(averaged, e.ok ? std::string("clipped") : e.reason, addr,
+                                        transport_->now());
   if (change == gossip::ExchangeHealth::Change::None) return;
   const gossip::ExchangeAlert a = health_.alert();
   const bool failing = change == gossip::ExchangeHealth::Change::Failing;
   if (failing) {
-    spdlog::warn("no averaging exchange has succeeded in the last {} attempts ({:.0f} s): most "
-                 "failed with '{}'{}; this peer is training alone",
-                 a.failures, a.duration.count() / 1000.0, a.reason,
-                 a.addr.empty() ? "" : ", dialling " + a.addr);
+    spdlog::warn(
+        "no averaging exchange has succeeded in the last {} attempts ({:.0f} s): most "
+        "failed with '{}'{}; this peer is training alone",
+        a.failures, a.duration.count() / 1000.0, a.reason,
+        a.addr.empty() ? "" : ", dialling " + a.addr);
   } else {
     spdlog::info("averaging exchanges succeed again");
   }

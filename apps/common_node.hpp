@@ -15,6 +15,7 @@
 #include "gossip/catch_up.hpp"
 #include "gossip/dispatcher.hpp"
 #include "gossip/exchange_health.hpp"
+#include "gossip/lag_bound.hpp"
 #include "gossip/membership.hpp"
 #include "gossip/pace.hpp"
 #include "kernels/backend.hpp"
@@ -77,12 +78,14 @@ class GossipNode final : private core::StepHook {
   bool joined();
   // Warns once when every exchange has failed for a while (protocol thread).
   void watch_health(const gossip::ExchangeEvent& e);
-  // Bounded staleness: after max_lag_ steps without a completed exchange, keeps serving the
-  // protocol between steps (no training) until one completes or kMaxLagWait passes.
+  // Bounded staleness: after max_lag_ steps without an exchange that averaged, keeps serving the
+  // protocol between steps (no training) until one completes or kMaxLagWait passes; backs off
+  // when the waits find none (gossip/lag_bound.hpp).
   void bound_lag(core::StepContext& ctx);
   // --max-ahead: while more than that ahead of the slowest recent partner, serves the protocol
   // between steps (no training), at most kPaceWait at a time.
   void keep_pace(core::StepContext& ctx);
+  bool same_run_length(const gossip::ExchangeEvent& e) const;  // protocol thread
   // Serves the protocol (no training) until done() or max_s pass; returns the seconds waited.
   template <class Done>
   double serve_until(core::StepContext& ctx, double max_s, Done done);
@@ -102,12 +105,12 @@ class GossipNode final : private core::StepHook {
   std::atomic<bool>* give_up_ = nullptr;
   // Training thread only: --max-lag state.
   int max_lag_ = 0;
-  std::uint64_t ok_seen_ = 0;   // completed exchanges, as last seen
-  std::int64_t ok_step_ = 0;    // the step at which that count last changed (or a wait ended)
+  std::unique_ptr<gossip::LagBound> lag_;
   std::uint64_t lag_waits_ = 0;
   double lag_wait_s_ = 0.0;
   // --max-ahead (null: off). Partners are heard on the protocol thread.
   std::unique_ptr<gossip::PaceKeeper> pace_;
+  std::atomic<std::int64_t> total_steps_{0};  // of our run, from the training thread
   std::uint64_t pace_waits_ = 0;
   double pace_wait_s_ = 0.0;
 };

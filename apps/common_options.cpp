@@ -124,9 +124,11 @@ const OptionTable<PeerConfig>& peer_options() {
       O::number("gossip-every", "STEPS", "start an averaging exchange every STEPS training steps",
                 &PeerConfig::gossip_every, 1, 1000000),
       {"max-lag", "STEPS|auto|off",
-       "after STEPS training steps without a completed exchange, stop training and serve the "
-       "protocol until one completes (at most 2 s), so a fast backend keeps averaging; auto "
-       "(default): --gossip-every on a GPU, 4 x --gossip-every on the CPU; off: never wait",
+       "after STEPS training steps without an exchange that averaged, stop training and serve "
+       "the protocol until one does (at most 2 s), so a fast backend keeps averaging; after 3 "
+       "such waits in a row in vain, the steps between waits double with each further one (at "
+       "most 64 x STEPS, a warning says so) until an exchange averages again; auto (default): "
+       "--gossip-every on a GPU, 4 x --gossip-every on the CPU; off: never wait",
        [](PeerConfig& c, const std::string& v) {
          c.max_lag = v == "off" ? 0 : int(to_int_or("max-lag", v, "auto", -1, 1, 1000000));
        }},
@@ -183,8 +185,15 @@ const OptionTable<PeerConfig>& peer_options() {
           "suspect-decay", "F",
           "with --suspect-action clip: each further exchange in a row with a partner judged far "
           "persistently multiplies its clip by F (B, B*F, B*F^2, ...), so one that never comes "
-          "closer (stale) fades out; in (0, 1], 1 = always B (default 0.5)",
+          "closer (stale) fades out, down to --suspect-min-clip; one that came closer by a tenth "
+          "since its streak began starts at B again; in (0, 1], 1 = always B (default 0.5)",
           robust(&R::suspect_decay), 1e-6, 1),
+      O::number("suspect-min-clip", "F",
+                "the honest-drift floor: an exchange in which both sides clipped the other (each "
+                "found the other far, as after a partition), or with a partner far behind or "
+                "ahead in steps, mixes at least F of the plain weight, so drifted peers come back; "
+                "a partner that alone is far (stale) still fades out; 0: no floor (default 0.02)",
+                robust(&R::suspect_min_clip), 0, 1),
       O::choice(
           "partner-choice", {"weighted", "uniform"},
           "which live member to ask: uniform, or weighted: a partner whose recent exchanges took "

@@ -1,13 +1,14 @@
-// gossip-peer: one peer. Flags -> config -> data shard, backend, training loop, and (with --seeds or
+// gossip-peer: one peer. Flags -> config -> data shard, backend, training loop, and (with --seeds
+// or
 // --listen) the encrypted transport, membership and the averaging exchange behind the step hook.
 
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <unistd.h>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -112,9 +113,10 @@ void catch_up(core::Trainer& trainer, apps::GossipNode& node, const apps::PeerCo
   cc.deadline = std::chrono::milliseconds(std::int64_t(cfg.catch_up_timeout_s * 1000));
   auto r = node.catch_up(cc, g_stop);
   if (!r) return;
+  bool counters = true;
   if (r->ok) {
     try {
-      trainer.restore(r->state, "state from peer " + r->from, /*own=*/false);
+      counters = trainer.restore(r->state, "state from peer " + r->from, /*own=*/false);
     } catch (const core::CheckpointError& e) {
       spdlog::warn("catch-up: {}", e.what());
       r->ok = false;
@@ -122,16 +124,28 @@ void catch_up(core::Trainer& trainer, apps::GossipNode& node, const apps::PeerCo
     }
   }
   if (r->ok) {
-    spdlog::info("caught up with {}: epoch {}, step {} ({} bytes in {:.0f} ms)",
-                 r->from.substr(0, 8), r->state.epoch, r->state.step, r->bytes, r->ms);
-    metrics.emit("catch_up", {{"ok", true}, {"from", r->from}, {"step", r->state.step},
-                              {"epoch", r->state.epoch}, {"bytes", r->bytes}, {"ms", r->ms},
-                              {"attempts", r->attempts}});
+    if (counters)
+      spdlog::info("caught up with {}: epoch {}, step {} ({} bytes in {:.0f} ms)",
+                   r->from.substr(0, 8), r->state.epoch, r->state.step, r->bytes, r->ms);
+    else
+      spdlog::info(
+          "caught up with {}: took its weights and optimizer state; its counters (epoch {}, "
+          "step {}) do not fit this run, which keeps its own schedule from step 0 ({} bytes in "
+          "{:.0f} ms)",
+          r->from.substr(0, 8), r->state.epoch, r->state.step, r->bytes, r->ms);
+    metrics.emit("catch_up", {{"ok", true},
+                              {"from", r->from},
+                              {"step", r->state.step},
+                              {"epoch", r->state.epoch},
+                              {"bytes", r->bytes},
+                              {"ms", r->ms},
+                              {"attempts", r->attempts},
+                              {"counters", counters}});
   } else {
     spdlog::warn("catch-up failed ({}) after {:.0f} ms: starting from our own initial weights",
                  r->reason, r->ms);
-    metrics.emit("catch_up", {{"ok", false}, {"reason", r->reason}, {"ms", r->ms},
-                              {"attempts", r->attempts}});
+    metrics.emit("catch_up",
+                 {{"ok", false}, {"reason", r->reason}, {"ms", r->ms}, {"attempts", r->attempts}});
   }
 }
 

@@ -91,10 +91,17 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
     bool ok = j.contains("ok") && j["ok"].is_boolean() && j["ok"].get<bool>();
     if (ok) {
       ++exchanges_ok;
+      // Lines of an older peer carry no `averaging`: every ok exchange averaged then.
+      const bool averaged =
+          !j.contains("averaging") || !j["averaging"].is_boolean() || j["averaging"].get<bool>();
+      ++(averaged ? exchanges_averaging : exchanges_clipped);
+      if (auto v = num(j, "w_eff")) mix_weight_sum += *v;
+      else if (auto w = num(j, "w")) mix_weight_sum += *w * num(j, "clip").value_or(1.0);
     } else {
       ++exchanges_failed;
       std::string reason = "unknown";
-      if (j.contains("reason") && j["reason"].is_string() && !j["reason"].get<std::string>().empty())
+      if (j.contains("reason") && j["reason"].is_string() &&
+          !j["reason"].get<std::string>().empty())
         reason = j["reason"].get<std::string>();
       ++failed_by_reason[reason];
     }

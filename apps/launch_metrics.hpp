@@ -41,16 +41,16 @@ class MetricsTail {
 };
 
 struct PeerStats {
-  std::string id;           // the peer's own name in its metrics (`peer` field)
+  std::string id;  // the peer's own name in its metrics (`peer` field)
   int lines = 0;
-  int bad_lines = 0;        // not JSON or missing t/peer/event
-  double last_t = 0.0;      // of the latest process (t starts again when the peer restarts)
+  int bad_lines = 0;    // not JSON or missing t/peer/event
+  double last_t = 0.0;  // of the latest process (t starts again when the peer restarts)
   // Figures the peer has not reported are empty (null in summary.json, `-` in tables).
   std::optional<std::int64_t> step;
   std::int64_t steps_total = 0;  // the run's steps, from `step` lines (0: not seen yet)
-  std::optional<int> epoch;  // completed epochs (from eval/checkpoint/done)
+  std::optional<int> epoch;      // completed epochs (from eval/checkpoint/done)
   std::optional<double> loss;
-  std::optional<double> test_acc;       // last eval
+  std::optional<double> test_acc;  // last eval
   std::optional<double> best_test_acc;
   // These two are the latest process's: a restarted peer's earlier `done` says nothing of the
   // model it ends with.
@@ -63,10 +63,15 @@ struct PeerStats {
   std::optional<double> samples_per_s;
   std::optional<std::int64_t> done_steps;
   bool done = false;
-  bool stopped = false;     // done with stopped = true
+  bool stopped = false;  // done with stopped = true
   std::optional<double> seconds;
   int exchanges_ok = 0;
   int exchanges_failed = 0;
+  // Of exchanges_ok, those that averaged (the line's `averaging`: clip at least 0.01 of the plain
+  // weight) and those clipped below that; the sum of the effective weights w c applied.
+  int exchanges_averaging = 0;
+  int exchanges_clipped = 0;
+  double mix_weight_sum = 0.0;
   std::map<std::string, int> failed_by_reason;
   std::int64_t bytes = 0;       // sent by this peer
   std::int64_t bytes_wire = 0;  // sent + received
@@ -75,8 +80,8 @@ struct PeerStats {
   int averaging_alerts = 0;    // "failing" alerts over the run
   std::string alert_reason;    // the last alert's most common reason ...
   std::string alert_addr;      // ... and the address it dialled most
-  int bans = 0;  // `ban` lines: partners this peer banned (robust mixing)
-  std::map<std::string, int> banned;  // partner id -> bans of it
+  int bans = 0;                // `ban` lines: partners this peer banned (robust mixing)
+  std::map<std::string, int> banned;           // partner id -> bans of it
   std::map<std::string, std::string> members;  // member id -> last state
   int errors = 0;
   std::string last_error;

@@ -86,6 +86,9 @@ nlohmann::json peer_summary(const RunFacts& run, std::size_t i, const PeerStats&
       {"exchanges_ok", count(s.exchanges_ok)},
       {"exchanges_failed", count(s.exchanges_failed)},
       {"exchanges_failed_by_reason", s.failed_by_reason},
+      {"exchanges_averaging", count(s.exchanges_averaging)},
+      {"exchanges_clipped", count(s.exchanges_clipped)},
+      {"mix_weight_sum", reported ? nlohmann::json(s.mix_weight_sum) : nlohmann::json(nullptr)},
       {"averaging_alerts", s.averaging_alerts},
       {"not_averaging_at_end", s.not_averaging},
       {"bans", s.bans},
@@ -114,7 +117,7 @@ struct PeerTotals {
   std::vector<double> finals;  // final accuracies of the peers alive at the end
   std::optional<double> best, t_all, t_first;
   bool all_reached = false;
-  std::optional<std::int64_t> samples, bytes, ok, failed;
+  std::optional<std::int64_t> samples, bytes, ok, failed, averaging;
   std::map<std::string, int> reasons;
   int bans = 0;
   nlohmann::json failed_peers = nlohmann::json::array();
@@ -131,8 +134,9 @@ PeerTotals sum_peers(const RunFacts& run, const std::vector<PeerStats>& stats,
     if (!out.started) continue;
     // The final figure is the model as the peer ended: its eval marked final (after lingering or
     // a stop), else the one `done` reports, else (a peer killed before `done`) its last eval.
-    std::optional<double> final_acc =
-        s.final_eval_acc ? s.final_eval_acc : s.final_test_acc ? s.final_test_acc : s.test_acc;
+    std::optional<double> final_acc = s.final_eval_acc   ? s.final_eval_acc
+                                      : s.final_test_acc ? s.final_test_acc
+                                                         : s.test_acc;
     if (final_acc && out.alive_at_end) t.finals.push_back(*final_acc);
     if (s.best_test_acc && (!t.best || *s.best_test_acc > *t.best)) t.best = s.best_test_acc;
     std::optional<double> t_launch;
@@ -151,6 +155,7 @@ PeerTotals sum_peers(const RunFacts& run, const std::vector<PeerStats>& stats,
     add_to(t.bytes, p["bytes_sent"]);
     add_to(t.ok, p["exchanges_ok"]);
     add_to(t.failed, p["exchanges_failed"]);
+    add_to(t.averaging, p["exchanges_averaging"]);
     for (const auto& [r, n] : s.failed_by_reason) t.reasons[r] += n;
     if (out.failed) t.failed_peers.push_back(int(i));
     if (s.averaging_alerts > 0) t.not_averaging.push_back(int(i));
@@ -205,6 +210,7 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
       {"samples", opt(t.samples)},
       {"exchanges_ok", opt(t.ok)},
       {"exchanges_failed", opt(t.failed)},
+      {"exchanges_averaging", opt(t.averaging)},
       {"exchanges_failed_by_reason", t.reasons},
       {"bytes_sent", opt(t.bytes)},
       {"consensus_distance", opt(run.consensus_distance)},
@@ -224,12 +230,14 @@ std::string pct(const std::optional<double>& v) {
 
 std::string peer_table_header() {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%-4s %-16s %7s %7s %8s %8s %8s %13s %8s %4s  %s", "peer", "id",
-                "epoch", "step", "loss", "acc", "best", "exch ok/fail", "MB sent", "live", "state");
+  std::snprintf(buf, sizeof buf, "%-4s %-16s %7s %7s %8s %8s %8s %17s %8s %4s  %s", "peer", "id",
+                "epoch", "step", "loss", "acc", "best", "exch avg/ok/fail", "MB sent", "live",
+                "state");
   return buf;
 }
 
-std::string peer_table_row(std::size_t i, const PeerStats& s, int epochs, const std::string& state) {
+std::string peer_table_row(std::size_t i, const PeerStats& s, int epochs,
+                           const std::string& state) {
   // Counts from the metrics lines are only shown once the peer has written one.
   const bool reported = s.lines > 0;
   std::string ep = s.epoch ? std::to_string(*s.epoch) : "-";
@@ -245,14 +253,17 @@ std::string peer_table_row(std::size_t i, const PeerStats& s, int epochs, const 
   }
   ep += "/" + std::to_string(epochs);
   const std::string step = s.step ? std::to_string(*s.step) : "-";
-  const std::string exch =
-      reported ? std::to_string(s.exchanges_ok) + "/" + std::to_string(s.exchanges_failed) : "-";
+  // avg: the ok exchanges that averaged (not clipped to almost nothing).
+  const std::string exch = reported ? std::to_string(s.exchanges_averaging) + "/" +
+                                          std::to_string(s.exchanges_ok) + "/" +
+                                          std::to_string(s.exchanges_failed)
+                                    : "-";
   const std::string live = reported ? std::to_string(s.members_alive()) : "-";
   char loss[32] = "-", mb[32] = "-";
   if (s.loss) std::snprintf(loss, sizeof loss, "%.4f", *s.loss);
   if (reported) std::snprintf(mb, sizeof mb, "%.2f", double(s.bytes) / 1e6);
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%-4zu %-16.16s %7s %7s %8s %8s %8s %13s %8s %4s  %s", i,
+  std::snprintf(buf, sizeof buf, "%-4zu %-16.16s %7s %7s %8s %8s %8s %17s %8s %4s  %s", i,
                 s.id.empty() ? "-" : s.id.c_str(), ep.c_str(), step.c_str(), loss,
                 pct(s.test_acc).c_str(), pct(s.best_test_acc).c_str(), exch.c_str(), mb,
                 live.c_str(), state.c_str());
@@ -279,9 +290,9 @@ std::string get_str(const nlohmann::json& j, const char* k) {
 }  // namespace
 
 std::string compare_runs(const std::vector<std::string>& dirs, bool markdown) {
-  const std::vector<std::string> head = {"run",    "mode",     "partition", "peers",
-                                         "mean acc", "min acc", "best",     "t->target s",
-                                         "exch ok/failed", "MB sent", "consensus"};
+  const std::vector<std::string> head = {
+      "run",  "mode",        "partition",      "peers",   "mean acc", "min acc",
+      "best", "t->target s", "exch ok/failed", "MB sent", "consensus"};
   std::vector<std::vector<std::string>> rows;
   for (const auto& d : dirs) {
     const std::string path = d + "/summary.json";

@@ -227,7 +227,7 @@ bool Trainer::resume() {
   return true;
 }
 
-void Trainer::restore(const Checkpoint& c, const std::string& where, bool own) {
+bool Trainer::restore(const Checkpoint& c, const std::string& where, bool own) {
   if (c.fingerprint != model_.fingerprint() || c.params.size() != model_.num_params())
     throw CheckpointError(where + " belongs to another model than " + cfg_.model);
   const std::size_t want_state = optimizer_state_count();
@@ -239,24 +239,31 @@ void Trainer::restore(const Checkpoint& c, const std::string& where, bool own) {
                           std::string(to_string(cfg_.optimizer)));
   for (const auto& s : c.opt_state)
     if (s.size() != model_.num_params()) throw CheckpointError(where + ": optimizer state size");
-  if (c.step < 0 || c.epoch < 0 || c.samples < 0 || c.epoch > cfg_.epochs ||
-      c.step > total_steps_ || c.step < c.epoch * steps_per_epoch_ ||
-      c.step > (c.epoch + 1) * steps_per_epoch_)
+  const bool fits = c.step >= 0 && c.epoch >= 0 && c.samples >= 0 && c.epoch <= cfg_.epochs &&
+                    c.step <= total_steps_ && c.step >= c.epoch * steps_per_epoch_ &&
+                    c.step <= (c.epoch + 1) * steps_per_epoch_;
+  // Our own checkpoint from another run is a configuration error; a neighbour's state from a run
+  // of another length (a joiner with fewer --epochs, another --batch) still carries the swarm's
+  // model, which beats our random initial weights: we take it and keep our own schedule.
+  if (!fits && own)
     throw CheckpointError(where + " has counters outside this run (step " + std::to_string(c.step) +
                           ", epoch " + std::to_string(c.epoch) + ")");
   be_.upload(model_.params(), c.params.data(), c.params.size() * sizeof(float));
   be_.upload(opt_a_.data(), c.opt_state[0].data(), opt_a_.bytes());
   if (want_state == 2) be_.upload(opt_b_.data(), c.opt_state[1].data(), opt_b_.bytes());
-  step_ = c.step;
-  epoch_ = int(c.epoch);
-  samples_ = c.samples;
-  ep_.open = false;  // the next step opens the restored epoch (its sample order)
+  if (fits) {
+    step_ = c.step;
+    epoch_ = int(c.epoch);
+    samples_ = c.samples;
+    ep_.open = false;  // the next step opens the restored epoch (its sample order)
+  }
   if (own) {
     restore_best(c.meta);
   } else {
     best_known_ = true;  // this peer has not evaluated anything yet
     best_acc_.reset();
   }
+  return fits;
 }
 
 // meta's best_test_acc: a number, null (no evaluation yet) or absent (an older build: unknown).

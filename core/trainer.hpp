@@ -107,10 +107,14 @@ class Trainer final : public StateSource {
   // Continues from c (a checkpoint, or a neighbour's state fetched at start) as if it had trained
   // to there: the learning-rate schedule goes on from c.step. Checks everything first and changes
   // nothing on failure; throws CheckpointError naming `where` (another model or optimizer, sizes,
-  // counters outside this run).
+  // and for our own checkpoint counters outside this run).
   // own: c is this peer's own earlier state (its checkpoint), so its best accuracy carries over;
-  // false for another peer's state (catch-up), whose history is not this peer's.
-  void restore(const Checkpoint& c, const std::string& where, bool own = true);
+  // false for another peer's state (catch-up), whose history is not this peer's. Another peer's
+  // state whose counters do not fit this run (a run with more epochs, another batch size) gives
+  // its parameters and optimizer state only: this peer keeps its own step, epoch and samples, so
+  // its schedule and its epoch count are its own (returns false then; true when the counters were
+  // taken too).
+  bool restore(const Checkpoint& c, const std::string& where, bool own = true);
   // Optimizer state vectors of n_params values each (sgd: velocity; adam: m, v; qgm: the
   // momentum and the parameters before the last step's update).
   std::size_t optimizer_state_count() const { return cfg_.optimizer == Optimizer::Sgd ? 1 : 2; }
@@ -184,11 +188,11 @@ class Trainer final : public StateSource {
   Mlp model_;
   void optimizer_step(float lr);
   kernels::DeviceBuffer<float> opt_a_, opt_b_;  // sgd: velocity; adam: m, v; qgm: m, x_prev
-  kernels::DeviceBuffer<float> x_dev_;         // the batch being trained or evaluated
+  kernels::DeviceBuffer<float> x_dev_;          // the batch being trained or evaluated
   kernels::DeviceBuffer<std::int32_t> y_dev_;
-  Resident train_, test_res_;                   // shard and test set, resident on the device
+  Resident train_, test_res_;                      // shard and test set, resident on the device
   kernels::DeviceBuffer<std::int32_t> order_dev_;  // this epoch's sample order
-  kernels::DeviceBuffer<double> loss_acc_;        // sum of this epoch's batch mean losses
+  kernels::DeviceBuffer<double> loss_acc_;         // sum of this epoch's batch mean losses
   std::int64_t step_ = 0;
   std::int64_t samples_ = 0;
   int epoch_ = 0;

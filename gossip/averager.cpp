@@ -170,11 +170,12 @@ Verdict Averager::judge_at(const std::string& partner, double norm,
   if (cfg_.robust.mix != MixMode::Clipped) return v;
   const RobustBound::Judgement j = bound_.judge(partner, norm, own_norm, at);
   v.tau = j.tau;
+  v.history = !j.suspect;
   if (j.suspect)
     spdlog::info(
-        "averager: ||r - s|| = {:.4g} from {} is far persistently ({} in a row): "
-        "clipped to {:.4g}",
-        norm, short_id(partner), j.streak, j.tau);
+        "averager: ||r - s|| = {:.4g} from {} is far {} ({} in a row): clipped to {:.4g}{}", norm,
+        short_id(partner), j.gap ? "with a progress gap" : "persistently", j.streak, j.tau,
+        j.floored ? " (the floor)" : "");
   if (!j.why.empty() && !fault_.active()) {
     if (!v.refused) v.refused = ExchangeFailure::Anomalous;
     spdlog::info(
@@ -231,7 +232,7 @@ void Averager::apply_mix(core::StepContext& ctx, PendingMix& mix) {
         [&](std::size_t first, const float* r, const float* s, std::size_t n) {
           be_.mix(ctx.params + first, r, s, n, mix.c.w);
         });
-  if (cfg_.robust.mix == MixMode::Clipped && mix.c.norm >= 0)
+  if (cfg_.robust.mix == MixMode::Clipped && mix.c.norm >= 0 && mix.c.history)
     bound_.accepted(mix.c.norm, mix.c.tau);
   buffers_->release();  // direct mode's messages (none on the copy path)
   spdlog::trace("averager: #{} mixed with w={}", mix.seq, mix.c.w);
@@ -279,6 +280,8 @@ void Averager::between_steps(core::StepContext& ctx) {
   ensure_buffers(ctx);
   own_samples_.store(ctx.shard_size);
   own_progress_.store(core::progress_of(ctx));
+  own_step_.store(ctx.step);
+  bound_.set_own_step(ctx.step);
   StepWork w = take_work(ctx);
   std::uint64_t failing = w.mix ? w.mix->seq : w.seq;
   try {
@@ -370,6 +373,8 @@ void Averager::finished(const ExchangeEvent& ev) {
     std::lock_guard<std::mutex> lk(mu_);
     if (ev.ok) {
       ++stats_.ok;
+      if (ev.clip >= kAveragingClip) ++stats_.averaging;
+      stats_.weight_sum += ev.effective_w();
     } else {
       ++stats_.failed;
       ++stats_.failed_by_reason[ev.reason];

@@ -62,6 +62,10 @@ struct AveragerConfig {
 
 struct AveragerStats {
   std::uint64_t ok = 0;
+  // Of ok, those that averaged: clip at least kAveragingClip (exchange_protocol.hpp); and the sum
+  // of the effective weights w c applied (a peer's effective averaging).
+  std::uint64_t averaging = 0;
+  double weight_sum = 0;
   std::uint64_t failed = 0;
   std::map<std::string, std::uint64_t> failed_by_reason;  // keyed by ExchangeEvent::reason
   std::uint64_t bytes_sent = 0;
@@ -179,6 +183,10 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   std::size_t n_params() const override { return n_params_.load(); }
   std::int64_t own_samples() const override { return own_samples_.load(); }
   double own_progress() const override { return own_progress_.load(); }
+  std::int64_t own_step() const override { return own_step_.load(); }
+  void heard_step(const std::string& partner, std::int64_t step) override {
+    bound_.heard_step(partner, step, sched_.now());
+  }
   double max_rate() const override { return max_rate_.load(); }
   std::optional<std::uint64_t> claim(ChunkSetPtr& own) override;
   void release(std::uint64_t seq, bool no_peer) override;
@@ -236,7 +244,8 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   std::atomic<std::size_t> n_params_{0};  // known after the first between_steps
   std::atomic<std::int64_t> own_samples_{0};
   std::atomic<double> own_progress_{-1.0};  // core::progress_of the last step boundary
-  std::atomic<double> max_rate_{0.0};  // bytes per second; 0: no cap
+  std::atomic<std::int64_t> own_step_{0};   // ctx.step of the last step boundary
+  std::atomic<double> max_rate_{0.0};       // bytes per second; 0: no cap
 
   // Training thread only.
   std::unique_ptr<SnapshotBuffers> buffers_;

@@ -49,15 +49,16 @@ std::string_view exchange_type_name(std::uint8_t type) {
 }
 
 net::SharedBytes encode_request(const RequestMsg& m) {
-  return codec::encode_fields(kExchangeWireVersion, m.exchange_id, m.fingerprint, m.n_params,
-                              static_cast<std::uint8_t>(m.wire),
-                              static_cast<std::uint8_t>(m.weighted ? 1 : 0),
-                              static_cast<std::uint64_t>(m.samples), m.progress);
+  return codec::encode_fields(
+      kExchangeWireVersion, m.exchange_id, m.fingerprint, m.n_params,
+      static_cast<std::uint8_t>(m.wire), static_cast<std::uint8_t>(m.weighted ? 1 : 0),
+      static_cast<std::uint64_t>(m.samples), m.progress, static_cast<std::uint64_t>(m.step));
 }
 
 net::SharedBytes encode_accept(const AcceptMsg& m) {
   return codec::encode_fields(kExchangeWireVersion, m.exchange_id,
-                              static_cast<std::uint64_t>(m.samples), m.progress);
+                              static_cast<std::uint64_t>(m.samples), m.progress,
+                              static_cast<std::uint64_t>(m.step));
 }
 
 net::SharedBytes encode_id(std::uint64_t exchange_id) {
@@ -102,6 +103,7 @@ RequestMsg decode_request(const net::Bytes& b) {
   m.weighted = weighted == 1;
   m.samples = counter(r, "sample count");
   m.progress = progress(r);
+  m.step = counter(r, "step");
   r.end();
   return m;
 }
@@ -112,6 +114,7 @@ AcceptMsg decode_accept(const net::Bytes& b) {
   m.exchange_id = r.u64();
   m.samples = counter(r, "sample count");
   m.progress = progress(r);
+  m.step = counter(r, "step");
   return m;
 }
 

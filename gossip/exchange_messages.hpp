@@ -49,11 +49,15 @@ struct RequestMsg {
   bool weighted = false;     // the initiator mixes with sample-count weights
   std::int64_t samples = 0;  // the initiator's shard size (for weighting)
   double progress = -1;      // fraction of its training done, in [0, 1]; -1: not known
+  // Optimizer steps it has done: robust mixing compares progress in steps, which runs of
+  // different lengths share where the fraction does not (robust_bound.hpp, "progress gap").
+  std::int64_t step = 0;
 };
 struct AcceptMsg {
   std::uint64_t exchange_id = 0;
   std::int64_t samples = 0;  // the responder's shard size
   double progress = -1;      // as RequestMsg's
+  std::int64_t step = 0;     // as RequestMsg's
 };
 struct IdMsg {  // Busy, Valid
   std::uint64_t exchange_id = 0;
@@ -80,10 +84,10 @@ struct ChunkView {
 
 // Every message starts with the wire version byte (kExchangeWireVersion): a peer of another
 // version fails to decode it and the exchange ends as a protocol violation. Version 2 added the
-// training progress to REQUEST and ACCEPT.
-inline constexpr std::uint8_t kExchangeWireVersion = 2;
-constexpr std::size_t kRequestBytes = 43;
-constexpr std::size_t kAcceptBytes = 25;
+// training progress to REQUEST and ACCEPT, version 3 the step count.
+inline constexpr std::uint8_t kExchangeWireVersion = 3;
+constexpr std::size_t kRequestBytes = 51;
+constexpr std::size_t kAcceptBytes = 33;
 constexpr std::size_t kIdBytes = 9;
 constexpr std::size_t kCodeBytes = 10;
 constexpr std::size_t kValidClipBytes = 25;

@@ -153,6 +153,7 @@ void ExchangeProtocol::ask(const net::ConnectionPtr& c) {
   m.weighted = cfg_.weight_by_samples;
   m.samples = e.n_self;
   m.progress = port_.own_progress();
+  m.step = port_.own_step();
   arm_deadline(cfg_.answer_timeout, ExchangeFailure::TimeoutAnswer);
   queue_control(kReq, encode_request(m));
 }
@@ -183,6 +184,8 @@ void ExchangeProtocol::on_accept(const net::ConnectionPtr& c, const net::Bytes& 
   Exchange& e = *ex_;
   e.n_other = m.samples;
   e.partner_progress = m.progress;
+  e.partner_step = m.step;
+  port_.heard_step(e.partner, m.step);
   e.w = weight(e.n_self, e.n_other);
   e.phase = Phase::Transferring;
   spdlog::trace("averager: #{} accepted by {}", e.seq, short_id(e.partner));
@@ -268,10 +271,13 @@ void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m,
   e.n_self = port_.own_samples();
   e.n_other = m.samples;
   e.partner_progress = m.progress;
+  e.partner_step = m.step;
+  port_.heard_step(e.partner, m.step);
   e.w = weight(e.n_self, e.n_other);
   e.out.set_own(std::move(own));
   ex_ = std::move(e);
-  ex_->out.control(kAcc, encode_accept({m.exchange_id, ex_->n_self, port_.own_progress()}));
+  ex_->out.control(
+      kAcc, encode_accept({m.exchange_id, ex_->n_self, port_.own_progress(), port_.own_step()}));
   begin_transfer();
 }
 
@@ -300,12 +306,15 @@ void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m
   e.started = e.asked = port_.now();
   e.n_other = m.samples;
   e.partner_progress = m.progress;
+  e.partner_step = m.step;
+  port_.heard_step(e.partner, m.step);
   e.w = weight(e.n_self, e.n_other);
   e.tries = 0;
   e.excluded.clear();
   e.last_reason.reset();
   e.out.clear_control();
-  e.out.control(kAcc, encode_accept({m.exchange_id, e.n_self, port_.own_progress()}));
+  e.out.control(kAcc,
+                encode_accept({m.exchange_id, e.n_self, port_.own_progress(), port_.own_step()}));
   begin_transfer();
 }
 
@@ -441,6 +450,7 @@ void ExchangeProtocol::validated(std::uint64_t seq, const Verdict& v) {
   ex_->local_valid = true;
   ex_->local_tau = v.tau;
   ex_->local_norm = v.norm;
+  ex_->local_history = v.history;
   // Then maybe commits.
   queue_control(kValid, encode_valid({ex_->id, v.tau, v.tau > 0 ? v.norm : 0.0}));
 }
@@ -470,6 +480,13 @@ void ExchangeProtocol::agree_clip(Exchange& e) const {
     // Both the same on both sides: a side without a bound sent no norm and counts none.
     e.diff_norm = std::max(e.local_tau > 0 ? e.local_norm : 0.0, e.peer_norm);
     e.clip = e.diff_norm > tau ? tau / e.diff_norm : 1.0;
+    // Honest drift: both sides clipped the other (each found the other far, as two honest peers
+    // that drifted apart do, while a stale or one-sided vector finds every peer equally far and
+    // clips nobody): the factor stays at suspect_min_clip or above, so the pair keeps closing the
+    // gap instead of mixing nothing for good. A function of both votes: the same on both sides.
+    const bool mutual =
+        e.local_tau > 0 && e.peer_tau > 0 && e.local_tau < e.diff_norm && e.peer_tau < e.diff_norm;
+    if (mutual && e.clip < cfg_.robust.suspect_min_clip) e.clip = cfg_.robust.suspect_min_clip;
   } else if (cfg_.needs_norm) {
     e.diff_norm = e.local_norm;
   }
@@ -488,7 +505,8 @@ void ExchangeProtocol::maybe_commit() {
   if (committed_)  // the boundary that applies a mix comes before any later snapshot
     throw std::logic_error("averager: a second exchange committed before the first was applied");
   agree_clip(e);
-  port_.commit(e.seq, {static_cast<float>(e.w * e.clip), e.diff_norm, e.local_tau});
+  port_.commit(e.seq,
+               {static_cast<float>(e.w * e.clip), e.diff_norm, e.local_tau, e.local_history});
   spdlog::trace("averager: #{} committed", e.seq);
   committed_ = std::move(ex_);
   ex_.reset();
@@ -574,6 +592,7 @@ void ExchangeProtocol::report(Exchange& e, bool ok, const std::string& reason) {
   ev.tau = ok ? e.tau : 0;
   ev.clip = ok ? e.clip : 1;
   ev.partner_progress = e.partner_progress;
+  ev.partner_step = e.partner_step;
   if (e.role == ExchangeRole::Initiator && !e.partner.empty()) port_.idle_close_pooled(e.partner);
   if (ok)
     spdlog::debug("averager: exchange with {} done as {} in {} ms, w={}", short_id(ev.partner),

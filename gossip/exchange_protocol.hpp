@@ -37,6 +37,10 @@ enum class ExchangeRole { Initiator, Responder };
 std::string_view role_name(ExchangeRole r);  // "initiator" | "responder"
 
 // One finished exchange, successful or not (the `exchange` metric line).
+// An exchange whose clip c is below this mixed too little to count as averaging (1% of the plain
+// weight): the summary, the live table and the exchange health count it apart from ok.
+inline constexpr double kAveragingClip = 0.01;
+
 struct ExchangeEvent {
   std::string partner;  // peer id of the other side
   ExchangeRole role = ExchangeRole::Initiator;
@@ -52,13 +56,18 @@ struct ExchangeEvent {
   double diff_norm = -1;  // ||r - s|| both sides agreed on (-1: not measured)
   double tau = 0;         // the clipping bound both applied, min of theirs (0: none)
   double clip = 1;        // c in x += w c (r - s)
-  double partner_progress = -1;  // its fraction of training done, as it said (-1: not known)
+  // The weight the partner's vector really got, w c: what "averaging" means (an exchange below
+  // kAveragingClip of the plain weight is counted as not averaging).
+  double effective_w() const { return double(w) * clip; }
+  double partner_progress = -1;    // its fraction of training done, as it said (-1: not known)
+  std::int64_t partner_step = -1;  // its optimizer steps, as it said (-1: not known)
 };
 
 // The training thread's (or the fast path's) verdict on the partner's vector.
 struct Verdict {
   std::optional<ExchangeFailure> refused;  // InvalidNorm or Anomalous; none when accepted
   double norm = 0, tau = 0;                // 0 when not measured
+  bool history = true;                     // as ExchangePort::Commit's
 };
 
 struct ExchangeConfig {
@@ -104,6 +113,10 @@ class ExchangePort {
   virtual std::int64_t own_samples() const = 0;
   // Our fraction of training done, in [0, 1], or -1 when not known; told to every partner.
   virtual double own_progress() const = 0;
+  // Optimizer steps we have done; told to every partner. heard_step: a partner told its own (in
+  // its REQUEST or ACCEPT), before its vector is judged.
+  virtual std::int64_t own_step() const = 0;
+  virtual void heard_step(const std::string& partner, std::int64_t step) = 0;
   virtual double max_rate() const = 0;
   // Claims the exchange for a request: its seq, with our snapshot when one stands ready (else one
   // is taken at the next step boundary); nullopt when busy.
@@ -115,6 +128,9 @@ class ExchangePort {
     float w = 0.5f;    // the clipping factor included
     double norm = -1;  // agreed ||r - s|| (-1: not measured)
     double tau = 0;    // the bound we voted for (0: none)
+    // The bound was not the usual one (a suspect or progress-gap partner): the norm stays out of
+    // the history that sets B.
+    bool history = true;
   };
   virtual void commit(std::uint64_t seq, const Commit& c) = 0;
   // Hands one of the partner's chunks to the training thread; norm_vote: it is the last one and
@@ -181,7 +197,8 @@ class ExchangeProtocol {
     std::optional<WireChecker> check;  // its values, checked as they arrive
     bool recv_done = false, local_valid = false, peer_valid = false;
     double local_tau = 0, local_norm = 0, peer_tau = 0, peer_norm = 0;  // from the votes
-    double diff_norm = -1, tau = 0, clip = 1;                           // agreed at commit
+    bool local_history = true;
+    double diff_norm = -1, tau = 0, clip = 1;  // agreed at commit
     // Direct fp32: ||r - s||^2 summed here as the chunks arrive, so the vote needs no step
     // boundary; false (the training thread measures) once a chunk came in before our own
     // snapshot covered it.
@@ -189,6 +206,7 @@ class ExchangeProtocol {
     double sq = 0;
     std::int64_t n_self = 0, n_other = 0;
     double partner_progress = -1;  // from its REQUEST or ACCEPT
+    std::int64_t partner_step = -1;
     float w = 0.5f;
     std::uint64_t bytes_received = 0;
     int tries = 0;

@@ -34,6 +34,9 @@ void validate(const RobustConfig& rc) {
     bad("suspect_window/suspect_min");
   if (rc.suspect_age.count() <= 0) bad("suspect_age");
   if (!(rc.suspect_decay > 0 && rc.suspect_decay <= 1)) bad("suspect_decay");
+  if (!(rc.suspect_min_clip >= 0 && rc.suspect_min_clip <= 1)) bad("suspect_min_clip");
+  if (!(rc.recover_frac >= 0 && rc.recover_frac <= 1)) bad("recover_frac");
+  if (!(rc.gap_ratio >= 0 && rc.gap_ratio <= 1) || rc.gap_min_steps < 0) bad("gap parameters");
   if (rc.ban_after < 0 || rc.ban_window.count() < 0 || rc.ban_base.count() < 0 ||
       rc.ban_max < rc.ban_base)
     bad("ban parameters");
@@ -97,45 +100,94 @@ void RobustBound::forget_stale(Millis now) {
 //   every exchange, so their ratio does not stay high. The floor keeps the end of training safe,
 //   where B collapses as the peers that finished converge and a straggler is many B away while
 //   still a tiny fraction of ||s||.
+// A partner with a progress gap (progress_gap) within refuse_mult * ||s|| is never refused by these
+// rules: its distance is explained by the gap (a joiner from scratch, far behind the swarm, is a
+// few ||s|| away); it is clipped as a suspect. Beyond that, the rules above apply.
 RobustBound::Judgement RobustBound::judge(const std::string& partner, double norm,
                                           const std::function<double()>& own_norm, Millis now) {
   double own = -1;
   auto get_own = [&] { return own >= 0 ? own : (own = own_norm()); };
   Judgement j;
   std::lock_guard<std::mutex> lk(mu_);
+  forget_stale(now);
+  Partner& p = partners_[partner];
+  p.last = now;
+  // A gap explains a distance of a few ||s|| (random weights against trained ones), not more.
+  const bool gap = progress_gap(p) && norm <= cfg_.refuse_mult * get_own();
   const std::optional<double> b = baseline_locked();
   if (!b) {
     j.tau = std::max(cfg_.warmup_frac * get_own(), 1e-12);  // never 0: that would refuse all
-    if (!(norm <= get_own())) j.why = "warm-up";
+    if (!(norm <= get_own())) {
+      if (gap) suspect(j, p, j.tau, norm, true, get_own);
+      else j.why = "warm-up";
+      return j;
+    }
+    p.suspect_streak = 0;
     return j;
   }
   j.tau = std::max(cfg_.clip_mult * *b, 1e-12);
   j.ratio = norm / *b;
-  forget_stale(now);
-  Partner& p = partners_[partner];
-  p.last = now;
   p.ratios.emplace_back(now, std::isfinite(j.ratio) ? j.ratio : 1e300);
   while (p.ratios.size() > std::size_t(cfg_.suspect_window)) p.ratios.pop_front();
   if (!(norm <= cfg_.refuse_mult * j.tau) && !(norm <= get_own())) {
-    j.why = "far";
+    if (gap) suspect(j, p, *b, norm, true, get_own);
+    else j.why = "far";
     return j;
   }
   if (auto t = typical(p, now)) {
     j.typical = *t;
     if (cfg_.suspect_mult > 0 && *t > cfg_.suspect_mult * typical_over_partners(now) &&
         !(norm <= cfg_.suspect_floor * get_own())) {
-      if (!cfg_.suspect_clip) {
-        j.why = "persistent";
-      } else {
-        j.suspect = true;
-        j.streak = ++p.suspect_streak;
-        j.tau = std::max(*b * std::pow(cfg_.suspect_decay, j.streak - 1), 1e-12);
-      }
+      if (!cfg_.suspect_clip && !gap) j.why = "persistent";
+      else suspect(j, p, *b, norm, gap, get_own);
       return j;
     }
   }
   p.suspect_streak = 0;
   return j;
+}
+
+// B * decay^(streak - 1); for a progress-gap partner never below suspect_min_clip * min(||r - s||,
+// ||s||): a clip of at least suspect_min_clip while it is within our own norm, and a pull of at
+// most w * suspect_min_clip * ||s|| per exchange from one beyond it. A partner that came closer
+// since its streak began starts a new streak.
+void RobustBound::suspect(Judgement& j, Partner& p, double base, double norm, bool gap,
+                          const std::function<double()>& own) {
+  if (p.suspect_streak == 0 || norm < cfg_.recover_frac * p.streak_norm) {
+    p.suspect_streak = 0;
+    p.streak_norm = norm;
+  }
+  j.suspect = true;
+  j.gap = gap;
+  j.streak = ++p.suspect_streak;
+  double t = base * std::pow(cfg_.suspect_decay, j.streak - 1);
+  // The floor here is for a gap partner only; two honest peers that drifted apart get theirs in
+  // the agreed clip, where both votes show the suspicion is mutual (exchange_protocol.cpp).
+  const double floor = gap ? cfg_.suspect_min_clip * std::min(norm, own()) : 0.0;
+  if (t < floor) {
+    t = floor;
+    j.floored = true;
+  }
+  j.tau = std::max(t, 1e-12);
+}
+
+bool RobustBound::progress_gap(const Partner& p) const {
+  if (p.step < 0 || own_step_ < 0) return false;
+  const std::int64_t lo = std::min(p.step, own_step_), hi = std::max(p.step, own_step_);
+  return hi - lo >= cfg_.gap_min_steps && double(lo) < cfg_.gap_ratio * double(hi);
+}
+
+void RobustBound::set_own_step(std::int64_t step) {
+  std::lock_guard<std::mutex> lk(mu_);
+  own_step_ = step;
+}
+
+void RobustBound::heard_step(const std::string& partner, std::int64_t step, Millis now) {
+  std::lock_guard<std::mutex> lk(mu_);
+  forget_stale(now);
+  Partner& p = partners_[partner];
+  p.step = step;
+  p.last = now;
 }
 
 void RobustBound::accepted(double norm, double tau) {

@@ -49,6 +49,23 @@ struct RobustConfig {
   // streak, while an honest peer that comes closer leaves suspicion and the streak ends. 1: B
   // every time (the earlier rule).
   double suspect_decay = 0.5;
+  // Honest drift: two peers that each clipped the other in one exchange (both votes' tau below
+  // the agreed ||r - s||: a healed partition, a slower peer) mix with at least suspect_min_clip of
+  // the plain weight (the agreed clip, exchange_protocol.cpp), so they keep coming closer; a stale
+  // vector finds every peer equally far, clips none, and fades out as before. A progress-gap
+  // partner's own tau is floored the same (at least suspect_min_clip * min(||r - s||, ||s||)). A
+  // partner whose ||r - s|| fell below recover_frac times its ||r - s|| at the start of its
+  // streak came closer: the streak starts again (clip back to B).
+  double suspect_min_clip = 0.02;
+  double recover_frac = 0.9;
+  // Progress gap: the partner's step count (told in its REQUEST or ACCEPT, heard_step) and ours
+  // differ by at least gap_min_steps, and the smaller is below gap_ratio times the larger (a
+  // joiner from scratch, a peer restarted from an old checkpoint, a much slower peer). Its
+  // distance, up to refuse_mult times our own ||s||, is explained by the gap: never refused for it
+  // (warm-up, far, persistent), never banned for it; mixed with the suspect clip above (decaying
+  // from tau, floored) instead. A vector beyond that is judged as any other.
+  double gap_ratio = 0.5;
+  std::int64_t gap_min_steps = 64;
   int suspect_window = 5;
   int suspect_min = 3;
   std::chrono::milliseconds suspect_age{60000};
@@ -77,13 +94,20 @@ class RobustBound {
     double typical = -1;   // the partner's median ratio, once it has suspect_min of them
     bool suspect = false;  // far persistently, clipped (suspect_clip) instead of refused
     int streak = 0;        // with suspect: exchanges in a row this partner was judged suspect
+    bool gap = false;      // with suspect: a progress gap explains the distance (not refused)
+    bool floored = false;  // with suspect: tau is the honest-drift floor, not B * decay^k
   };
   // ||r - s|| = norm measured against our snapshot, from partner, at now. own_norm() gives our
   // snapshot's ||s|| (a pass over it): asked for only in the warm-up or when a rule needs it.
   Judgement judge(const std::string& partner, double norm, const std::function<double()>& own_norm,
                   Millis now);
-  // An exchange judged with tau was applied: its norm enters the history (at most tau).
+  // An exchange judged with tau was applied: its norm enters the history (at most tau). The
+  // averager does not call it for a suspect exchange (its tau is not the usual one).
   void accepted(double norm, double tau);
+  // Progress, in optimizer steps: ours (training thread, every step boundary) and a partner's as
+  // it told us (protocol thread, before its vector is judged).
+  void set_own_step(std::int64_t step);
+  void heard_step(const std::string& partner, std::int64_t step, Millis now);
   // B (none during the warm-up).
   std::optional<double> baseline() const;
   std::size_t partners() const;
@@ -93,7 +117,13 @@ class RobustBound {
     std::deque<std::pair<Millis, double>> ratios;  // at most suspect_window
     Millis last{0};
     int suspect_streak = 0;  // judged suspect in a row (suspect_clip)
+    double streak_norm = 0;  // ||r - s|| at the start of the streak (recover_frac)
+    std::int64_t step = -1;  // its step count as it last told us; -1: not known
   };
+  bool progress_gap(const Partner& p) const;
+  // Clips partner p as suspect, from base (B, or the warm-up tau) decaying with its streak.
+  void suspect(Judgement& j, Partner& p, double base, double norm, bool gap,
+               const std::function<double()>& own);
   std::optional<double> baseline_locked() const;
   // The partner's median ratio over its recent records; none with fewer than suspect_min.
   std::optional<double> typical(const Partner& p, Millis now) const;
@@ -104,6 +134,7 @@ class RobustBound {
   mutable std::mutex mu_;
   std::deque<double> hist_;
   std::uint64_t accepted_ = 0;
+  std::int64_t own_step_ = -1;
   std::unordered_map<std::string, Partner> partners_;  // bounded: see forget_stale
 };
 

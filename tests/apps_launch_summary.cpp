@@ -37,13 +37,20 @@ PeerOutcome outcome(const std::string& state) {
 }
 
 json eval_line(double t, int epoch, double acc) {
-  return {{"t", t}, {"peer", "p"}, {"event", "eval"}, {"epoch", epoch}, {"step", 10 * epoch},
-          {"train_loss", 1.5}, {"test_acc", acc}, {"test_loss", 1.2}};
+  return {{"t", t},          {"peer", "p"},        {"event", "eval"},
+          {"epoch", epoch},  {"step", 10 * epoch}, {"train_loss", 1.5},
+          {"test_acc", acc}, {"test_loss", 1.2}};
 }
 
 json done_line(double t, json final_acc, json best_acc) {
-  return {{"t", t}, {"peer", "p"}, {"event", "done"}, {"steps", 20}, {"epochs", 2},
-          {"final_test_acc", final_acc}, {"best_test_acc", best_acc}, {"seconds", t},
+  return {{"t", t},
+          {"peer", "p"},
+          {"event", "done"},
+          {"steps", 20},
+          {"epochs", 2},
+          {"final_test_acc", final_acc},
+          {"best_test_acc", best_acc},
+          {"seconds", t},
           {"stopped", false}};
 }
 
@@ -51,13 +58,13 @@ json done_line(double t, json final_acc, json best_acc) {
 
 TEST_CASE("a peer that reported nothing has null figures in summary.json, not 0", "[apps]") {
   const PeerStats silent;  // e.g. exited before its metrics file had a line
-  const PeerStats trained = fold({eval_line(1.0, 1, 0.5), eval_line(2.0, 2, 0.6),
-                                  done_line(2.5, 0.6, 0.6)});
+  const PeerStats trained =
+      fold({eval_line(1.0, 1, 0.5), eval_line(2.0, 2, 0.6), done_line(2.5, 0.6, 0.6)});
   const json s = summarize({silent, trained}, {outcome("exited with code 1"), outcome("done")});
   const json& p = s["peers"][0];
-  for (const char* k : {"final_test_acc", "best_test_acc", "epochs", "steps", "samples",
-                        "samples_from", "seconds", "exchanges_ok", "exchanges_failed",
-                        "bytes_sent", "bytes_sent_and_received"}) {
+  for (const char* k :
+       {"final_test_acc", "best_test_acc", "epochs", "steps", "samples", "samples_from", "seconds",
+        "exchanges_ok", "exchanges_failed", "bytes_sent", "bytes_sent_and_received"}) {
     INFO("peer field " << k);
     CHECK(p[k].is_null());
   }
@@ -71,8 +78,8 @@ TEST_CASE("a peer that reported nothing has null figures in summary.json, not 0"
 }
 
 TEST_CASE("summary totals are null when no peer measured them", "[apps]") {
-  const json s = summarize({PeerStats{}, PeerStats{}}, {outcome("killed by SIGKILL"),
-                                                        outcome("killed by SIGKILL")});
+  const json s = summarize({PeerStats{}, PeerStats{}},
+                           {outcome("killed by SIGKILL"), outcome("killed by SIGKILL")});
   for (const char* k : {"final_test_acc_mean", "final_test_acc_min", "final_test_acc_max",
                         "final_test_acc_spread", "best_test_acc", "time_to_target_s", "samples",
                         "exchanges_ok", "exchanges_failed", "bytes_sent"}) {
@@ -188,17 +195,18 @@ TEST_CASE("the live table shows - for what a peer has not reported yet", "[apps]
   CHECK(pct(0.0) == "0.00%");
 }
 
-TEST_CASE("compare table: --compare shows - for figures a summary holds as null or lacks", "[apps]") {
+TEST_CASE("compare table: --compare shows - for figures a summary holds as null or lacks",
+          "[apps]") {
   gt_test::TempDir dir("gt-compare-null");
-  const json full = {{"mode", "gossip"}, {"partition", "iid"}, {"num_peers", 3},
-                     {"final_test_acc_mean", 0.5}, {"final_test_acc_min", 0.25},
-                     {"best_test_acc", 0.75}, {"time_to_target_s", 12.5},
-                     {"exchanges_ok", 40}, {"exchanges_failed", 2}, {"bytes_sent", 3e6},
-                     {"consensus_distance", 0.125}};
+  const json full = {
+      {"mode", "gossip"},           {"partition", "iid"},         {"num_peers", 3},
+      {"final_test_acc_mean", 0.5}, {"final_test_acc_min", 0.25}, {"best_test_acc", 0.75},
+      {"time_to_target_s", 12.5},   {"exchanges_ok", 40},         {"exchanges_failed", 2},
+      {"bytes_sent", 3e6},          {"consensus_distance", 0.125}};
   json nulls = full;
-  for (const char* k : {"final_test_acc_mean", "final_test_acc_min", "best_test_acc",
-                        "time_to_target_s", "exchanges_ok", "exchanges_failed", "bytes_sent",
-                        "consensus_distance"})
+  for (const char* k :
+       {"final_test_acc_mean", "final_test_acc_min", "best_test_acc", "time_to_target_s",
+        "exchanges_ok", "exchanges_failed", "bytes_sent", "consensus_distance"})
     nulls[k] = nullptr;
   std::filesystem::create_directories(dir / "full");
   std::filesystem::create_directories(dir / "nulls");
@@ -215,4 +223,47 @@ TEST_CASE("compare table: --compare shows - for figures a summary holds as null 
     CHECK(null_row.find("-/-") != std::string::npos);
     CHECK(null_row.find('0') == std::string::npos);  // no figure at all, so no 0 either
   }
+}
+
+TEST_CASE("the summary counts exchanges clipped to almost nothing apart from those that averaged",
+          "[apps]") {
+  auto exchange = [](double t, bool ok, double clip, bool averaging) {
+    return json{{"t", t},
+                {"peer", "p"},
+                {"event", "exchange"},
+                {"ok", ok},
+                {"reason", ok ? "" : "timeout:answer"},
+                {"w", 0.5},
+                {"clip", clip},
+                {"w_eff", ok ? 0.5 * clip : 0.0},
+                {"averaging", averaging}};
+  };
+  const PeerStats s = fold({exchange(1, true, 1.0, true),
+                            exchange(2, true, 0.5, true),
+                            exchange(3, true, 1e-12, false),
+                            exchange(4, false, 1.0, false),
+                            {{"t", 5},
+                             {"peer", "p"},
+                             {"event", "exchange_alert"},
+                             {"state", "failing"},
+                             {"reason", "clipped"}}});
+  CHECK(s.exchanges_ok == 3);
+  CHECK(s.exchanges_averaging == 2);
+  CHECK(s.exchanges_clipped == 1);
+  CHECK(s.exchanges_failed == 1);
+  CHECK(s.mix_weight_sum == Approx(0.75));
+  CHECK(s.not_averaging);  // the peer said so: it is flagged
+  PeerOutcome out = outcome("done");
+  out.started = true;
+  const json j = summarize({s}, {out});
+  CHECK(j["peers"][0]["exchanges_averaging"] == 2);
+  CHECK(j["peers"][0]["exchanges_clipped"] == 1);
+  CHECK(j["peers"][0]["mix_weight_sum"].get<double>() == Approx(0.75));
+  CHECK(j["exchanges_averaging"] == 2);
+  CHECK(j["peers_not_averaging"] == json::array({0}));
+  // The live table shows averaging/ok/failed.
+  CHECK(peer_table_row(0, s, 2, "running").find("2/3/1") != std::string::npos);
+  // A line of an older peer, without `averaging`: every ok exchange averaged.
+  const PeerStats old = fold({{{"t", 1}, {"peer", "p"}, {"event", "exchange"}, {"ok", true}}});
+  CHECK(old.exchanges_averaging == 1);
 }

@@ -1,5 +1,5 @@
-// Tests of the MLP and the training loop: finite-difference gradient checks of every layer and of the
-// loss, the golden first losses of a fixed-seed run, model spec parsing and fingerprints.
+// Tests of the MLP and the training loop: finite-difference gradient checks of every layer and of
+// the loss, the golden first losses of a fixed-seed run, model spec parsing and fingerprints.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -365,6 +365,32 @@ TEST_CASE_METHOD(TinyRun, "restore refuses counters that do not fit this run and
   CHECK(now.epoch == 1);
   CHECK(now.samples == 320);
   CHECK(now.params == good.params);
+}
+
+TEST_CASE_METHOD(TinyRun,
+                 "a neighbour's state from a longer run gives its weights and optimizer state, "
+                 "and the joiner keeps its own schedule",
+                 "[core][catchup]") {
+  cfg.batch = 16;  // 13 steps per epoch
+  cfg.epochs = 1;
+  core::Trainer t(*be, cfg, d, d, metrics, nullptr);
+  core::Checkpoint c = t.state();
+  c.params.assign(c.params.size(), 0.25f);
+  for (auto& v : c.opt_state) v.assign(v.size(), 0.125f);
+  c.step = 40, c.epoch = 3, c.samples = 640;  // a run of more epochs than this one's 1
+  // Our own checkpoint from another run is still refused.
+  CHECK_THROWS_AS(t.restore(c, "own checkpoint"), core::CheckpointError);
+  CHECK(t.restore(c, "state from peer", /*own=*/false) == false);
+  const core::Checkpoint now = t.state();
+  CHECK(now.params == c.params);
+  CHECK(now.opt_state == c.opt_state);
+  CHECK(now.step == 0);
+  CHECK(now.epoch == 0);
+  CHECK(now.samples == 0);
+  std::atomic<bool> never{false};
+  const auto r = t.run(never);
+  CHECK(r.steps == 13);  // its own one epoch, not none
+  CHECK(r.epochs_done == 1);
 }
 
 TEST_CASE("how often the loss is read back does not change training", "[core]") {

@@ -100,6 +100,9 @@ class FakePort final : public ExchangePort {
   std::size_t n_params() const override { return n; }
   std::int64_t own_samples() const override { return 30; }
   double own_progress() const override { return 0.25; }
+  std::int64_t own_step() const override { return 40; }
+  void heard_step(const std::string& partner, std::int64_t step) override { heard[partner] = step; }
+  std::map<std::string, std::int64_t> heard;
   double max_rate() const override { return 0; }
   std::optional<std::uint64_t> claim(ChunkSetPtr& own) override {
     if (claim_seq) own = standing;
@@ -195,10 +198,12 @@ TEST_CASE("exchange protocol: initiator happy path, request to commit and event"
   CHECK(req.n_params == kN);
   CHECK(req.samples == 100);
   CHECK(req.progress == 0.25);  // the port's own_progress()
+  CHECK(req.step == 40);        // and own_step()
   CHECK(f.port.pool_.count("peer-b"));
   f.p.snapshot_ready(1, snapshot(1.0f));
   CHECK(f.conn->of(Type::Chunk).empty());  // nothing before the ACCEPT
-  f.msg(Type::Accept, encode_accept({id, 300, 0.625}));
+  f.msg(Type::Accept, encode_accept({id, 300, 0.625, 9000}));
+  CHECK(f.port.heard["peer-b"] == 9000);  // its step, for robust mixing's progress gap
   REQUIRE(f.conn->of(Type::Chunk).size() == 1);
   const ChunkView cv = decode_chunk(f.conn->of(Type::Chunk)[0]);
   CHECK(cv.exchange_id == id);
@@ -226,6 +231,34 @@ TEST_CASE("exchange protocol: initiator happy path, request to commit and event"
   CHECK(ev.bytes_received == kChunkHeaderBytes + kN * 4);
   CHECK(ev.partner_progress == 0.625);  // what its ACCEPT said
   CHECK(f.conn->is_open());
+}
+
+TEST_CASE("exchange protocol: a clip both sides voted for stays at the honest-drift floor",
+          "[gossip][protocol]") {
+  // Both votes clip (each side found the other far, as two peers that drifted apart do): the
+  // agreed factor is at least suspect_min_clip. One side alone clipping (a stale vector's
+  // sender finds every peer equally far and clips nobody): the factor as computed.
+  ExchangeConfig cfg = config();
+  cfg.needs_norm = true;
+  const double floor = cfg.robust.suspect_min_clip;
+  struct Case {
+    double peer_tau;
+    double want_clip;
+  };
+  for (const Case c : {Case{2e-4, floor}, Case{30.0, 1e-4}}) {
+    Fixture f(cfg);
+    const std::uint64_t id = f.asked();
+    f.p.snapshot_ready(1, snapshot(1.0f));
+    f.msg(Type::Accept, encode_accept({id, 300, 0.5, 40}));
+    f.msg(Type::Chunk, partner_chunk(id));
+    Verdict v;
+    v.norm = 10.0;
+    v.tau = 1e-3;  // our suspect clip, decayed: c = 1e-4
+    f.p.validated(1, v);
+    f.msg(Type::Valid, encode_valid({id, c.peer_tau, 10.0}));
+    REQUIRE(f.port.commits.size() == 1);
+    CHECK(f.port.commits[0].second.w == Approx(0.5 * c.want_clip));
+  }
 }
 
 TEST_CASE("exchange protocol: responder happy path with a standing snapshot",

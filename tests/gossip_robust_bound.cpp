@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "gossip/exchange_protocol.hpp"
 #include "gossip/partner_choice.hpp"
 #include "gossip/robust_bound.hpp"
 #include "tests/gossip_averager_harness.hpp"
@@ -166,6 +167,124 @@ TEST_CASE("robust bound: a suspect partner that comes closer leaves suspicion an
   REQUIRE(j.suspect);
   CHECK(j.streak == 1);
   CHECK(j.tau == Approx(base));
+}
+
+TEST_CASE(
+    "robust bound: a persistent clip recovers when the partner comes closer, and a gap "
+    "partner's stops at the honest-drift floor",
+    "[gossip]") {
+  WarmClipBound w;
+  const double base = w.base;
+  auto own = [] { return 30.0; };
+  auto step = [&](const std::string& partner, double norm) {
+    const auto j = w.b.judge(partner, norm, own, w.now);
+    w.now += Millis(100);
+    return j;
+  };
+  // Far every time: the clip decays from B, streak after streak (a stale vector).
+  RobustBound::Judgement j;
+  for (int k = 0; k < 16; ++k) j = step("p", 3.0);
+  REQUIRE(j.suspect);
+  CHECK(j.streak == 14);
+  CHECK(j.tau == Approx(base * std::pow(0.5, 13)));
+  // Closer by more than a tenth since its streak began (as an honest peer that averages comes):
+  // a new streak, the clip back at B, while its median ratio still keeps it suspect. Before,
+  // the streak went on and its clip stayed near nothing.
+  j = step("p", 2.6);
+  REQUIRE(j.suspect);
+  CHECK(j.streak == 1);
+  CHECK(j.tau == Approx(base));
+  j = step("p", 2.6);
+  CHECK(j.streak == 2);
+  CHECK(j.tau == Approx(base / 2));
+  // Not closer than 0.9 times where the new streak began: the streak goes on.
+  j = step("p", 2.5);
+  CHECK(j.streak == 3);
+  // Close: out of suspicion, the usual 3 B.
+  for (int k = 0; k < 3; ++k) j = step("p", 1.0);
+  CHECK_FALSE(j.suspect);
+  CHECK(j.tau == Approx(3 * base));
+
+  // A partner far behind in steps: its clip does not fade below suspect_min_clip (0.02).
+  w.b.set_own_step(5000);
+  w.b.heard_step("joiner", 10, w.now);
+  for (int k = 0; k < 16; ++k) j = step("joiner", 3.0);
+  REQUIRE(j.suspect);
+  CHECK(j.gap);
+  CHECK(j.floored);
+  CHECK(j.tau / 3.0 == Approx(0.02));
+  CHECK(j.tau / 3.0 >= kAveragingClip);
+}
+
+TEST_CASE("robust bound: a joiner far behind in steps and the peer it joins accept each other",
+          "[gossip]") {
+  // The issue's numbers: a joiner from random weights is 34 from a peer whose ||s|| is 11.5.
+  auto judge_all = [](RobustBound& b, const std::string& partner, double norm, double own_norm,
+                      int n) {
+    std::vector<RobustBound::Judgement> out;
+    Millis now{0};
+    for (int k = 0; k < n; ++k) {
+      out.push_back(b.judge(
+          partner, norm, [&] { return own_norm; }, now));
+      now += Millis(100);
+    }
+    return out;
+  };
+  SECTION("the joiner does not refuse the peer ahead of it") {
+    RobustBound joiner(robust_defaults());
+    joiner.set_own_step(0);
+    joiner.heard_step("ahead", 11376, Millis(0));
+    const auto js = judge_all(joiner, "ahead", 34.0, 30.0, 12);
+    for (const auto& j : js) {
+      CHECK(j.why.empty());
+      CHECK(j.suspect);
+      CHECK(j.gap);
+      CHECK(j.tau / 34.0 >= 0.02 * 30.0 / 34.0 - 1e-12);  // the floor
+    }
+    CHECK(js[0].tau == Approx(0.25 * 30.0));  // its warm-up tau, then decaying
+    CHECK(js[1].tau == Approx(0.25 * 30.0 / 2));
+  }
+  SECTION("the peer ahead does not refuse the joiner either: the pair can average") {
+    RobustBound ahead(robust_defaults());
+    ahead.set_own_step(11376);
+    ahead.heard_step("joiner", 3, Millis(0));
+    for (const auto& j : judge_all(ahead, "joiner", 34.0, 11.5, 12)) CHECK(j.why.empty());
+  }
+  SECTION("without a gap the same distance is refused, as before") {
+    RobustBound b(robust_defaults());
+    b.set_own_step(11376);
+    b.heard_step("peer", 11000, Millis(0));
+    CHECK(judge_all(b, "peer", 34.0, 11.5, 1)[0].why == "warm-up");
+    RobustBound unknown(robust_defaults());  // steps never told: no gap
+    CHECK(judge_all(unknown, "peer", 34.0, 11.5, 1)[0].why == "warm-up");
+  }
+  SECTION("a gap does not explain a vector many times our own norm away") {
+    RobustBound b(robust_defaults());
+    b.set_own_step(11376);
+    b.heard_step("liar", 0, Millis(0));
+    CHECK(judge_all(b, "liar", 1000 * 11.5, 11.5, 1)[0].why == "warm-up");
+  }
+  SECTION("after the warm-up: far is clipped with a gap, refused without") {
+    RobustBound b(robust_defaults());
+    Millis now{0};
+    warm(b, 32, 1.0, 4, now);
+    b.set_own_step(5000);
+    b.heard_step("joiner", 10, now);
+    b.heard_step("peer", 4900, now);
+    auto own = [] { return 30.0; };
+    const auto j = b.judge("joiner", 60.0, own, now);  // beyond 10 tau and ||s||, within 10 ||s||
+    CHECK(j.why.empty());
+    CHECK(j.suspect);
+    CHECK(b.judge("peer", 60.0, own, now).why == "far");
+    // Persistently far with a gap, in refuse mode (suspect_clip off): clipped, not refused.
+    for (int k = 0; k < 5; ++k) CHECK(b.judge("joiner", 3.0, own, now += Millis(100)).why.empty());
+  }
+  SECTION("no gap below gap_min_steps, however small the steps") {
+    RobustBound b(robust_defaults());
+    b.set_own_step(40);
+    b.heard_step("early", 2, Millis(0));
+    CHECK(judge_all(b, "early", 34.0, 11.5, 1)[0].why == "warm-up");
+  }
 }
 
 TEST_CASE("robust bound: suspect_decay outside (0, 1] is refused", "[gossip]") {
