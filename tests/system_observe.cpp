@@ -423,3 +423,47 @@ TEST_CASE(
   CHECK(a.wait_for(60s));
   CHECK(b.wait_for(60s));
 }
+
+TEST_CASE(
+    "gossip-launch --export-model: the swarm model is the mean of the finished peers, "
+    "evaluated and reported; --tensorboard gives each peer its run",
+    "[system][observe]") {
+  gt_test::TempDir dir("gt-swarm-export");
+  const std::string run = dir / "run";
+  std::string out;
+  const int rc = gt_test::run_app(
+      "gossip-launch",
+      {"--peers", "3", "--out", run, "--no-plots", "--data", "synthetic", "--backend", "cpu",
+       "--model", "mlp:784-32-10", "--epochs", "3", "--export-model", "--tensorboard"},
+      dir / "launch.log", &out, 400s);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const auto summary = nlohmann::json::parse(gt_test::read_file(run + "/summary.json"));
+  const auto& m = summary["swarm_model"];
+  REQUIRE(m.contains("test_acc"));
+  CHECK(m["peers"] == 3);
+  CHECK(m["test_acc"].get<double>() > 0.0);
+  CHECK_THAT(out, Catch::Contains("swarm model test acc"));
+  // The exported tensors are the mean of the three final checkpoints (float32 sums in double).
+  const auto layers = gossiptrain::core::parse_model_layers("mlp:784-32-10");
+  std::vector<gossiptrain::core::Checkpoint> c;
+  for (int i = 0; i < 3; ++i)
+    c.push_back(gossiptrain::core::load_checkpoint(run + "/peer" + std::to_string(i) + "/ckpt"));
+  if (have_venv()) {
+    const auto t = obs_check({"tensors", run + "/swarm/model.safetensors"}, dir / "py.log");
+    const auto w = t["tensors"]["fc1.weight"]["data"].get<std::vector<float>>();
+    const auto& l = layers[1];
+    REQUIRE(w.size() == std::size_t(l.out) * l.in);
+    for (std::size_t k = 0; k < w.size(); ++k) {
+      const std::size_t at = l.w_offset + k;
+      const float mean = float((double(c[0].params[at]) + c[1].params[at] + c[2].params[at]) / 3.0);
+      REQUIRE(w[k] == mean);
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    bool found = false;
+    for (const auto& e : fs::directory_iterator(run + "/tensorboard/peer" + std::to_string(i)))
+      found |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+    CHECK(found);
+  }
+}
