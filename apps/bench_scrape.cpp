@@ -32,7 +32,7 @@ using Clock = std::chrono::steady_clock;
 
 struct ScrapeBenchOptions {
   std::string backend = "cpu", model = "mlp:784-256-256-10";
-  int batch = 32, steps = 200, rounds = 7, scrape_ms = 1000;
+  int batch = 32, steps = 2000, rounds = 7, scrape_ms = 1000;
   bool json = false;
 };
 
@@ -45,7 +45,8 @@ const OptionTable<ScrapeBenchOptions>& scrape_options() {
           O::text("backend", "auto|cpu|cuda", "compute backend (default cpu)", &T::backend),
           O::text("model", "SPEC", "the model (default mlp:784-256-256-10)", &T::model),
           O::number("batch", "B", "minibatch size (default 32)", &T::batch, 1, 1 << 20),
-          O::number("steps", "N", "steps per round (default 200)", &T::steps, 1, 1000000),
+          O::number("steps", "N", "steps per round (default 2000: scrapes land in every round)",
+                    &T::steps, 1, 1000000),
           O::number("rounds", "R", "rounds of each kind (default 7)", &T::rounds, 1, 1000),
           O::number("scrape-ms", "MS", "scrape interval (default 1000, as a 1 s scrape_interval)",
                     &T::scrape_ms, 1, 600000),
