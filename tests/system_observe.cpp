@@ -218,6 +218,7 @@ TEST_CASE(
   // During the run: the reader sees at least three points of step/loss while the peer trains.
   nlohmann::json during;
   const bool seen = gt_test::eventually(120s, [&] {
+    if (!fs::exists(tb)) return false;  // the peer loads its data first
     during = obs_check({"tb", tb}, dir / "py.log");
     return during.contains("step/loss") && during["step/loss"].size() >= 3;
   });
