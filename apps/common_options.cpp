@@ -294,6 +294,25 @@ const OptionTable<PeerConfig>& peer_options() {
           &PeerConfig::min_peers_timeout_s, 0),
       O::text("metrics", "FILE.jsonl", "append metrics as JSON lines to FILE",
               &PeerConfig::metrics),
+      {"prometheus", "HOST:PORT",
+       "serve /metrics (Prometheus text format) and /healthz on HOST:PORT, e.g. 127.0.0.1:9100 "
+       "(off by default; the host must be given)",
+       [](PeerConfig& c, const std::string& v) {
+         check_host_port(v, "prometheus", AddrUse::Listen);
+         if (v.empty() || v[0] == ':')
+           throw bad_value("prometheus", v, "HOST:PORT with the host given, e.g. 127.0.0.1:9100");
+         c.prometheus = v;
+       }},
+      O::text("tensorboard", "DIR",
+              "write TensorBoard event files of the metric lines' scalars into DIR as they come",
+              &PeerConfig::tensorboard),
+      O::text("export", "FILE.safetensors",
+              "write the final model to FILE (safetensors, PyTorch layer names and shapes); with "
+              "--from-checkpoint: export that checkpoint, evaluate it on the test set and exit",
+              &PeerConfig::export_path),
+      O::text("from-checkpoint", "DIR",
+              "with --export: the checkpoint folder to export (its model spec is used)",
+              &PeerConfig::from_checkpoint),
       O::text("checkpoint-dir", "DIR", "write checkpoints to DIR and resume from it on restart",
               train(&core::TrainConfig::checkpoint_dir)),
       O::number("checkpoint-every", "SECONDS",
@@ -396,6 +415,8 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
     throw UsageError(e.what());
   }
   check_listen_is_announceable(c);
+  if (!c.from_checkpoint.empty() && c.export_path.empty())
+    throw UsageError("--from-checkpoint needs --export FILE.safetensors");
   if (c.linger_s < 0) c.linger_s = c.gossip_enabled() ? 10.0 : 0.0;
   return c;
 }

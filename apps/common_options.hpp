@@ -76,6 +76,11 @@ struct PeerConfig {
   // net::default_crypto_threads(); 0 or 1: the network thread alone.
   int crypto_threads = -1;
   std::string metrics;
+  // Observability and the model out (docs/ARCHITECTURE.md, "Watching a run").
+  std::string prometheus;       // HOST:PORT of /metrics and /healthz; empty: off
+  std::string tensorboard;      // folder of TensorBoard event files; empty: off
+  std::string export_path;      // FILE.safetensors: the model at the end of training
+  std::string from_checkpoint;  // with export_path: export this checkpoint folder and exit
   std::string log_level = "info";
   bool listen_given = false;
   // A peer gossips when it has seeds to join through, or listens so that others can join it.

@@ -37,6 +37,7 @@
 #include "apps/launch_options.hpp"
 #include "apps/launch_ports.hpp"
 #include "apps/launch_resources.hpp"
+#include "apps/launch_observe.hpp"
 #include "apps/launch_summary.hpp"
 #include "apps/launch_view.hpp"
 
@@ -186,6 +187,8 @@ class Launch : private ChurnPeers {
   // Says each churn event of events.jsonl as it happens, and keeps the last for the live table.
   void note_churn();
   void finish_plots(nlohmann::json& summary);
+  // --export-model: the average of the peers that finished, exported and evaluated once.
+  void export_swarm(nlohmann::json& summary);
   int exit_code() const;
   bool tick();
   nlohmann::json summarize();
@@ -263,6 +266,8 @@ void Launch::prepare(int argc, char** argv) {
     network_key_ = resume && fs::exists(key, ec) ? key.string() : write_network_key(key);
   plans_ = plan_peers(o_, run_dir_.string(), ports, network_key_);
   for (const auto& p : plans_) fs::create_directories(p.dir);
+  if (o_.prometheus_base_port > 0)
+    write_file(run_dir_ / "prometheus.yml", prometheus_config(plans_, o_.prometheus_base_port));
   events_ = std::make_unique<EventLog>((run_dir_ / "events.jsonl").string());
   if (o_.netns) {
     netns_ = std::make_unique<NetnsSwarm>(NetnsSwarm::make_run_id(), o_.slots());
@@ -672,6 +677,22 @@ void Launch::draw(bool force) {
   std::fflush(stderr);
 }
 
+void Launch::export_swarm(nlohmann::json& summary) {
+  std::vector<std::string> ckpts;
+  for (std::size_t i = 0; i < children_.size(); ++i)
+    if (children_[i].ever_started && children_[i].outcome.exit_code == 0)
+      ckpts.push_back(plans_[i].dir + "/ckpt");
+  note("gossip-launch: exporting the average of " + std::to_string(ckpts.size()) +
+       " finished peer(s) to swarm/model.safetensors");
+  nlohmann::json m = export_swarm_model(run_dir_.string(), ckpts, plans_[0].config, peer_bin_);
+  if (m.contains("test_acc"))
+    note("gossip-launch: swarm model test acc " + pct(m["test_acc"].get<double>()) +
+         " (the average of " + std::to_string(ckpts.size()) + " peers)");
+  else
+    note("gossip-launch: swarm model not exported: " + m.value("error", std::string("?")));
+  summary["swarm_model"] = m;
+}
+
 void Launch::finish_plots(nlohmann::json& summary) {
   nlohmann::json plots = {{"ok", false}};
   auto script = find_script(self_dir(), "plot_run.py");
@@ -824,6 +845,7 @@ int Launch::run(int argc, char** argv) {
   if (!tty_)
     for (const auto& l : table()) std::fprintf(stderr, "%s\n", l.c_str());
   nlohmann::json summary = summarize();
+  if (o_.export_model) export_swarm(summary);
   // Written before plotting so plot_run.py can read it, and again with the plot result.
   write_file(run_dir_ / "summary.json", summary.dump(2) + "\n");
   finish_plots(summary);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,13 +19,16 @@
 #include <spdlog/spdlog.h>
 
 #include "apps/common_blas.hpp"
+#include "apps/common_export.hpp"
 #include "apps/common_node.hpp"
+#include "apps/common_observe.hpp"
 #include "apps/common_options.hpp"
 #include "core/base/thread.hpp"
 #include "core/checkpoint.hpp"
 #include "core/cpu_plan.hpp"
 #include "core/dataset.hpp"
 #include "core/partition.hpp"
+#include "core/safetensors.hpp"
 #include "core/trainer.hpp"
 #include "core/watchdog.hpp"
 #include "kernels/backend.hpp"
@@ -310,6 +314,12 @@ void report_done(const core::TrainResult& res, core::Metrics& metrics) {
 // Trains (and gossips); the process exit code.
 int train(const apps::PeerConfig& cfg, Resources& r) {
   core::Metrics metrics(cfg.metrics, "local");
+  std::unique_ptr<apps::PeerObservers> observers;
+  try {
+    observers = std::make_unique<apps::PeerObservers>(cfg, metrics);
+  } catch (const std::runtime_error& e) {
+    return usage_error(e.what());
+  }
   apply_cpu_plan(r.cpus);
   apps::log_blas(r.blas);
   spdlog::info("backend {} ({}, {}), model {}, shard {}/{} ({} samples, partition {}), test set {}",
@@ -367,7 +377,69 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
   if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
   if (node) finish_gossip(cfg, trainer, *node, r.data.test, res, metrics);
   report_done(res, metrics);
+  // The final model (a stopped peer's is not final: its checkpoint holds it for a later export).
+  if (!cfg.export_path.empty() && !res.stopped) {
+    std::map<std::string, std::string> meta{{"steps", std::to_string(res.steps)},
+                                            {"epochs", std::to_string(res.epochs_done)}};
+    if (res.final_test_acc) meta["test_acc"] = std::to_string(*res.final_test_acc);
+    try {
+      apps::export_model(*r.backend, trainer.model(), cfg.export_path, meta);
+      metrics.emit("export", {{"path", cfg.export_path}, {"step", res.steps}});
+    } catch (const core::SafetensorsError& e) {
+      spdlog::error("export: {}", e.what());
+      return 1;
+    }
+  }
   return res.stopped ? 130 : 0;
+}
+
+// --export FILE --from-checkpoint DIR: the checkpoint's model (its spec from the checkpoint's
+// metadata), evaluated once on the test set, to FILE; one JSON line on stdout with the figures.
+int export_checkpoint(apps::PeerConfig cfg) {
+  core::Checkpoint c;
+  try {
+    c = core::load_checkpoint(cfg.from_checkpoint);
+  } catch (const core::CheckpointError& e) {
+    return usage_error(e.what());
+  }
+  const auto meta = nlohmann::json::parse(c.meta, nullptr, false);
+  if (meta.is_object() && meta.contains("model") && meta["model"].is_string())
+    cfg.train.model = meta["model"].get<std::string>();
+  if (meta.is_object() && meta.contains("optimizer") && meta["optimizer"].is_string())
+    core::from_string(meta["optimizer"].get<std::string>(), cfg.train.optimizer);
+  // Only the parameters matter here: the step counters belong to the run that wrote them (its
+  // shards and epochs), which this command need not repeat.
+  cfg.train.checkpoint_dir.clear();
+  Resources r = prepare(cfg);
+  core::Metrics metrics("", "local");
+  core::Trainer trainer(*r.backend, cfg.train, r.data.shard, r.data.test, metrics, nullptr);
+  if (c.fingerprint != trainer.model().fingerprint() ||
+      c.params.size() != trainer.model().num_params())
+    return usage_error("checkpoint in " + cfg.from_checkpoint + " does not hold a " +
+                       cfg.train.model + " model");
+  r.backend->upload(trainer.model().params(), c.params.data(), c.params.size() * sizeof(float));
+  const core::EvalResult ev = trainer.evaluate(r.data.test);
+  try {
+    apps::export_model(*r.backend, trainer.model(), cfg.export_path,
+                       {{"steps", std::to_string(c.step)},
+                        {"epochs", std::to_string(c.epoch)},
+                        {"test_acc", std::to_string(ev.acc)},
+                        {"checkpoint", cfg.from_checkpoint}});
+  } catch (const core::SafetensorsError& e) {
+    spdlog::error("export: {}", e.what());
+    return 1;
+  }
+  std::printf("%s\n", nlohmann::json{{"export", cfg.export_path},
+                                     {"checkpoint", cfg.from_checkpoint},
+                                     {"model", cfg.train.model},
+                                     {"step", c.step},
+                                     {"epoch", c.epoch},
+                                     {"test_acc", ev.acc},
+                                     {"test_loss", ev.loss},
+                                     {"test_rows", r.data.test.size()}}
+                           .dump()
+                           .c_str());
+  return 0;
 }
 
 }  // namespace
@@ -390,6 +462,17 @@ int main(int argc, char** argv) {
   // Before anything else: a change of OpenBLAS core runs this program again from the start.
   const kernels::BlasCoreChoice blas = apps::settle_blas_core(cfg.blas_core);
   install_signal_handlers();
+  if (!cfg.from_checkpoint.empty()) {
+    try {
+      return export_checkpoint(cfg);
+    } catch (const core::DataError& e) {
+      return usage_error(e.what());
+    } catch (const std::invalid_argument& e) {
+      return usage_error(e.what());
+    } catch (const kernels::BackendError& e) {
+      return usage_error(e.what());
+    }
+  }
   // Bad input (data, partition, backend choice, checkpoint) -> a clear message and exit code 2.
   Resources r;
   try {

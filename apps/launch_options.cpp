@@ -18,7 +18,8 @@ namespace {
 // Peer flags the launcher sets for each peer itself; a user value would break the run's layout.
 const std::set<std::string>& owned_peer_flags() {
   static const std::set<std::string> s = {"listen", "advertise", "seeds",     "identity",
-                                          "metrics", "checkpoint-dir", "shard", "num-shards"};
+                                          "metrics", "checkpoint-dir", "shard", "num-shards",
+                                          "prometheus", "tensorboard", "export", "from-checkpoint"};
   return s;
 }
 
@@ -143,6 +144,16 @@ const OptionTable<LaunchOptions>& launch_options() {
                 "sample the consensus distance at most every S seconds, and whenever every peer "
                 "has a new checkpoint (default 5)",
                 &LaunchOptions::consensus_every_s, 0.5, 3600),
+      O::number("prometheus-base-port", "P",
+                "peer i serves Prometheus /metrics on 127.0.0.1:P+i; the run folder gets a ready "
+                "prometheus.yml (default: off)",
+                &LaunchOptions::prometheus_base_port, 1024, 65535),
+      O::flag("tensorboard", "every peer writes TensorBoard event files under RUN/tensorboard/peerI",
+              &LaunchOptions::tensorboard, true),
+      O::flag("export-model",
+              "at the end, average the finished peers' models into RUN/swarm/model.safetensors, "
+              "evaluate it once and report it in summary.json (swarm_model)",
+              &LaunchOptions::export_model, true),
       O::flag("no-plots", "skip scripts/plot_run.py", &LaunchOptions::plots, false),
       O::text("peer-bin", "PATH", "the gossip-peer to run (default: next to gossip-launch)",
               &LaunchOptions::peer_bin),
@@ -290,6 +301,12 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   if (o.base_port > 0 && o.base_port + o.peers - 1 > 65535)
     throw UsageError("--base-port " + std::to_string(o.base_port) + " leaves no room for " +
                      std::to_string(o.peers) + " ports");
+  if (o.prometheus_base_port > 0 && o.prometheus_base_port + o.slots() - 1 > 65535)
+    throw UsageError("--prometheus-base-port leaves no room for " + std::to_string(o.slots()) +
+                     " ports");
+  if (o.prometheus_base_port > 0 && o.netns)
+    throw UsageError("--prometheus-base-port with --netns: the peers' endpoints would be inside "
+                     "their namespaces; pass --prometheus per peer with --peer-flags instead");
   read_forwarded(o);
   if (!o.churn_arg.empty()) o.churn = load_churn(o);
   for (const auto& [i, f] : o.peer_flags)
@@ -342,6 +359,10 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
     a.insert(a.end(), {"--num-shards", std::to_string(slots), "--shard", std::to_string(i),
                        "--identity", p.dir + "/identity.key", "--metrics", p.dir + "/metrics.jsonl",
                        "--checkpoint-dir", p.dir + "/ckpt"});
+    if (o.prometheus_base_port > 0)
+      a.insert(a.end(), {"--prometheus", "127.0.0.1:" + std::to_string(o.prometheus_base_port + i)});
+    if (o.tensorboard)
+      a.insert(a.end(), {"--tensorboard", run_dir + "/tensorboard/peer" + std::to_string(i)});
     if (gossip) {
       p.listen = addr(i);
       // Every peer joins through the first seed_count peers (but itself), so one seed's restart

@@ -47,6 +47,13 @@ struct LaunchOptions {
   // --gpus 0,1,...: peer i runs on CUDA device gpus[i % size] (--device); empty: each peer's own
   // --device (default 0).
   std::vector<int> gpus;
+  // Observability (docs/ARCHITECTURE.md, "Watching a run"): peer i serves /metrics on
+  // 127.0.0.1:prometheus_base_port + i (0: off) and the run folder gets prometheus.yml; every peer
+  // writes TensorBoard event files under run/tensorboard/peerI; the swarm's model (the average of
+  // the peers that finished) is exported to run/swarm/model.safetensors and evaluated once.
+  int prometheus_base_port = 0;
+  bool tensorboard = false;
+  bool export_model = false;
   // Peer slots: --peers plus the peers the churn scenario joins (they get shards of their own).
   int slots() const { return churn ? core::total_peers(*churn) : peers; }
   // --compare mode.

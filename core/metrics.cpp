@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <stdexcept>
 
 #include <spdlog/spdlog.h>
@@ -33,7 +34,26 @@ double Metrics::seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
+void Metrics::add_sink(MetricSink* sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sinks_.push_back(sink);
+}
+
+void Metrics::remove_sink(MetricSink* sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase(sinks_, sink);
+}
+
 void Metrics::emit(const std::string& event, nlohmann::json fields) {
+  if (!sinks_.empty()) {
+    std::vector<MetricSink*> sinks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sinks = sinks_;
+    }
+    const double t = seconds();
+    for (MetricSink* s : sinks) s->on_metric(t, event, fields);
+  }
   if (!f_) return;
   // Invalid UTF-8 in a field (a peer id read off the wire, say) must not throw from here.
   auto dump = [](const nlohmann::json& j) {

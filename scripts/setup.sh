@@ -9,7 +9,8 @@ PKGS=(
   libopenblas-dev zlib1g-dev
   iproute2 nftables
   dataset-fashion-mnist
-  python3 python3-matplotlib python3-numpy
+  python3 python3-matplotlib python3-numpy python3-venv
+  prometheus
 )
 
 missing=()

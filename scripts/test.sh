@@ -13,6 +13,9 @@ JOBS=${JOBS:-$(nproc)}
 start=$(date +%s)
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD" -j "$JOBS"
+# TensorBoard's reader and the safetensors package for the observability tests (they skip, saying
+# so, without it).
+bash scripts/obs-venv.sh "$BUILD/obs-venv" || echo "test.sh: no obs venv; its tests will skip"
 (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600 "$@")
 echo "test.sh: main suite done in $(( $(date +%s) - start )) s"
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "apps/common_options.hpp"
+#include "apps/launch_observe.hpp"
 #include "apps/launch_options.hpp"
 #include "apps/launch_summary.hpp"
 #include "apps/option_table.hpp"
@@ -195,4 +196,28 @@ TEST_CASE("gossip-launch --resume: command.txt's words are read back as they wer
                     Contains("takes no other flag"));
   CHECK_THROWS_WITH(parse_launch_args({"--resume", "/nonexistent"}),
                     Contains("not a gossip-launch run folder"));
+}
+
+TEST_CASE("observability flags: --prometheus needs its host; --from-checkpoint needs --export; "
+          "gossip-launch owns them and plans consecutive ports",
+          "[apps]") {
+  CHECK_THAT(peer_error({"--prometheus", ":9100"}), Catch::Contains("--prometheus"));
+  CHECK_THAT(peer_error({"--prometheus", "9100"}), Catch::Contains("--prometheus"));
+  CHECK(peer_error({"--prometheus", "127.0.0.1:9100"}).empty());
+  CHECK(peer_error({"--prometheus", "0.0.0.0:9100"}).empty());
+  CHECK_THAT(peer_error({"--from-checkpoint", "ckpt"}), Catch::Contains("--export"));
+  CHECK(peer_error({"--export", "m.safetensors", "--from-checkpoint", "ckpt"}).empty());
+  CHECK_THROWS_AS(parse_launch_args({"--peers", "2", "--prometheus", "127.0.0.1:9100"}),
+                  UsageError);
+  CHECK_THROWS_AS(parse_launch_args({"--peers", "2", "--tensorboard", "--export", "x"}),
+                  UsageError);
+  const auto o = parse_launch_args({"--peers", "3", "--prometheus-base-port", "9100",
+                                    "--tensorboard", "--data", "synthetic"});
+  const auto plans = plan_peers(o, "/tmp/run", {7000, 7001, 7002}, "");
+  REQUIRE(plans.size() == 3);
+  CHECK(plans[2].config.prometheus == "127.0.0.1:9102");
+  CHECK(plans[1].config.tensorboard == "/tmp/run/tensorboard/peer1");
+  const std::string yml = prometheus_config(plans, 9100);
+  CHECK_THAT(yml, Catch::Contains("- targets: ['127.0.0.1:9100']"));
+  CHECK_THAT(yml, Catch::Contains("labels: {peer: 'peer2'}"));
 }

@@ -1,0 +1,210 @@
+// The observability HTTP server (see http_server.hpp): accept loop + one coroutine per connection
+// with a watchdog timer; every failure closes the connection with a reason in the log.
+#include "net/http_server.hpp"
+
+#include <array>
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+
+namespace gossiptrain::net {
+
+namespace {
+
+constexpr auto kUseTuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+const char* status_text(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    default: return "Error";
+  }
+}
+
+std::string render(const HttpResponse& r) {
+  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + status_text(r.status) + "\r\n";
+  out += "Content-Type: " + r.content_type + "\r\n";
+  out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+  out += "Connection: close\r\n\r\n";
+  out += r.body;
+  return out;
+}
+
+}  // namespace
+
+bool parse_request_line(const std::string& head, std::string& method, std::string& target) {
+  const auto eol = head.find("\r\n");
+  const std::string line = head.substr(0, eol);
+  const auto a = line.find(' ');
+  if (a == std::string::npos || a == 0) return false;
+  const auto b = line.find(' ', a + 1);
+  if (b == std::string::npos || b == a + 1) return false;
+  if (line.compare(b + 1, std::string::npos, "HTTP/1.1") != 0 &&
+      line.compare(b + 1, std::string::npos, "HTTP/1.0") != 0)
+    return false;
+  method = line.substr(0, a);
+  target = line.substr(a + 1, b - a - 1);
+  for (char c : method)
+    if (c < 'A' || c > 'Z') return false;
+  for (unsigned char c : target)
+    if (c <= 0x20 || c >= 0x7f) return false;
+  return target[0] == '/';
+}
+
+struct HttpServer::Impl {
+  asio::io_context io{1};
+  asio::ip::tcp::acceptor acceptor{io};
+  Handler handler;
+  HttpServerOptions opts;
+  std::thread thread;
+  std::atomic<std::size_t> open{0};
+  std::atomic<std::uint64_t> closed_bad{0};
+
+  void bad(const std::string& who, const std::string& why) {
+    ++closed_bad;
+    spdlog::info("http: closed {}: {}", who, why);
+  }
+
+  asio::awaitable<void> accept_loop() {
+    for (;;) {
+      auto [ec, sock] = co_await acceptor.async_accept(kUseTuple);
+      if (ec) {
+        if (ec == asio::error::operation_aborted) co_return;
+        spdlog::warn("http: accept failed: {}", ec.message());
+        asio::steady_timer pause(io, std::chrono::milliseconds(100));  // e.g. out of files
+        co_await pause.async_wait(kUseTuple);
+        continue;
+      }
+      if (open.load() >= opts.max_connections) {
+        std::error_code ignored;
+        const auto ep = sock.remote_endpoint(ignored);
+        bad(ep.address().to_string() + ":" + std::to_string(ep.port()),
+            "too many connections open (" + std::to_string(opts.max_connections) + ")");
+        sock.close(ignored);
+        continue;
+      }
+      ++open;
+      asio::co_spawn(io, session(std::move(sock)), asio::detached);
+    }
+  }
+
+  asio::awaitable<void> session(asio::ip::tcp::socket sock) {
+    std::error_code ignored;
+    const auto ep = sock.remote_endpoint(ignored);
+    const std::string who = ep.address().to_string() + ":" + std::to_string(ep.port());
+    // The deadline covers the whole request, not each read: a client trickling a byte a second
+    // is as slow as one that sends nothing.
+    asio::steady_timer deadline(io, opts.read_deadline);
+    bool timed_out = false;
+    deadline.async_wait([&](std::error_code ec) {
+      if (!ec) {
+        timed_out = true;
+        sock.close(ignored);
+      }
+    });
+    std::string head;
+    std::array<char, 1024> buf;
+    HttpResponse resp;
+    bool have_resp = false;
+    while (head.find("\r\n\r\n") == std::string::npos) {
+      auto [ec, n] = co_await sock.async_read_some(asio::buffer(buf), kUseTuple);
+      if (ec) {
+        if (timed_out)
+          bad(who, "no complete request within " + std::to_string(opts.read_deadline.count()) +
+                       " ms (" + std::to_string(head.size()) + " bytes)");
+        else if (!head.empty() || ec != asio::error::eof)
+          bad(who, "read failed after " + std::to_string(head.size()) + " bytes: " + ec.message());
+        deadline.cancel();
+        --open;
+        co_return;
+      }
+      head.append(buf.data(), n);
+      if (head.size() > opts.max_request_bytes) {
+        bad(who, "request over " + std::to_string(opts.max_request_bytes) + " bytes");
+        resp = {431, "text/plain; charset=utf-8", "request too large\n"};
+        have_resp = true;
+        break;
+      }
+    }
+    if (!have_resp) {
+      std::string method, target;
+      if (!parse_request_line(head, method, target)) {
+        bad(who, "not an HTTP request line");
+        resp = {400, "text/plain; charset=utf-8", "bad request\n"};
+      } else if (method != "GET") {
+        resp = {405, "text/plain; charset=utf-8", "GET only\n"};
+      } else {
+        const std::string path = target.substr(0, target.find('?'));
+        try {
+          resp = handler(path);
+        } catch (const std::exception& e) {
+          spdlog::warn("http: handler for {} failed: {}", path, e.what());
+          resp = {503, "text/plain; charset=utf-8", "unavailable\n"};
+        }
+      }
+    }
+    // A fresh deadline for the answer: a client that never reads must not hold the socket.
+    deadline.cancel();
+    asio::steady_timer wdeadline(io, opts.write_deadline);
+    wdeadline.async_wait([&](std::error_code ec) {
+      if (!ec) sock.close(ignored);
+    });
+    const std::string out = render(resp);
+    auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(out), kUseTuple);
+    if (wec) spdlog::debug("http: answer to {} not sent: {}", who, wec.message());
+    wdeadline.cancel();
+    sock.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    sock.close(ignored);
+    --open;
+  }
+};
+
+HttpServer::HttpServer(const std::string& host, std::uint16_t port, Handler handler,
+                       HttpServerOptions opts)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->handler = std::move(handler);
+  impl_->opts = opts;
+  std::error_code ec;
+  const auto addr = asio::ip::make_address(host, ec);
+  if (ec) throw std::runtime_error("http: bad listen address '" + host + "' (want an IP address)");
+  const asio::ip::tcp::endpoint ep(addr, port);
+  impl_->acceptor.open(ep.protocol());
+  impl_->acceptor.set_option(asio::ip::tcp::acceptor::reuse_address(true));
+  impl_->acceptor.bind(ep, ec);
+  if (ec)
+    throw std::runtime_error("http: cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                             ec.message());
+  impl_->acceptor.listen(asio::socket_base::max_listen_connections);
+  asio::co_spawn(impl_->io, impl_->accept_loop(), asio::detached);
+  impl_->thread = std::thread([io = &impl_->io] { io->run(); });
+}
+
+HttpServer::~HttpServer() {
+  asio::post(impl_->io, [this] {
+    std::error_code ignored;
+    impl_->acceptor.close(ignored);
+  });
+  impl_->io.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+std::uint16_t HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+std::uint64_t HttpServer::closed_bad() const { return impl_->closed_bad.load(); }
+
+}  // namespace gossiptrain::net
