@@ -708,13 +708,18 @@ TEST_CASE(
        << free[1] << ", " << free[2]);
   for (const auto& secs : {paced, free})
     for (double t : secs) REQUIRE(t > 0);
-  // Off: the fast peers finish in well under the slowed peer's time. On: they wait for it, and
-  // finish within a fifth of its time. Measured here: on 17.5, 17.3 and 17.7 s (the slowed peer
-  // the last); off 5.0, 5.0 and 13.4 s (the slowed peer exchanges less, so it trains faster).
-  CHECK(free[0] < 0.7 * free[2]);
-  CHECK(free[1] < 0.7 * free[2]);
+  // Off: the fast peers finish well before the slowed peer. On: they wait for it, and finish
+  // within a fifth of its time. How far ahead they run off depends on how much of the 2 cores the
+  // machine leaves them: quiet, off 2.5-3.2 s against 4.7-6.8 s for the slowed peer (ratio
+  // 0.46-0.54); beside the rest of the suite (ctest -j2), 5.7 s against 7.5 s (0.76), while on
+  // stayed at 1.0. So off is checked against on, in the same run.
+  const double off0 = free[0] / free[2], off1 = free[1] / free[2];
+  CHECK(off0 < 0.85);
+  CHECK(off1 < 0.85);
   CHECK(paced[0] > 0.8 * paced[2]);
   CHECK(paced[1] > 0.8 * paced[2]);
+  CHECK(paced[0] / paced[2] - off0 > 0.15);
+  CHECK(paced[1] / paced[2] - off1 > 0.15);
 }
 
 TEST_CASE("a peer whose training thread hangs says so, leaves the swarm, and still obeys SIGTERM",
