@@ -74,7 +74,9 @@ const OptionTable<PeerConfig>& peer_options() {
               "files (inputs float32|uint8 N x D or N x H x W x C, integer labels N); or "
               "'synthetic' for generated data",
               &PeerConfig::data),
-      {"partition", "iid|dirichlet:ALPHA|shards:K", "how the training set is split over shards",
+      {"partition", "iid|dirichlet:ALPHA|shards:K|classes:K",
+       "how the training set is split over shards (classes:K: NIID-Bench's #C=K, K labels per "
+       "shard)",
        [](PeerConfig& c, const std::string& v) {
          try {
            core::parse_partition(v);
