@@ -16,8 +16,6 @@
 
 namespace gossiptrain::apps {
 
-namespace {
-
 net::TcpTransportConfig transport_config(const PeerConfig& cfg,
                                          std::shared_ptr<const net::Identity> identity,
                                          std::uint64_t fingerprint, std::vector<int> net_cpus) {
@@ -36,8 +34,6 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
   };
   return tc;
 }
-
-}  // namespace
 
 gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint) {
   gossip::AveragerConfig ac;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/common_fedavg.hpp"
 #include "core/partition.hpp"
 #include "gossip/averager.hpp"
 #include "kernels/backend.hpp"
@@ -45,8 +46,14 @@ double to_number(const std::string& flag, const std::string& v) {
 
 }  // namespace
 
+// gossip-peer's table ends with the FedAvg flags, kept in their own file.
+static std::vector<Option<PeerConfig>> with_fedavg(std::vector<Option<PeerConfig>> options) {
+  add_fedavg_options(options);
+  return options;
+}
+
 const OptionTable<PeerConfig>& peer_options() {
-  static const OptionTable<PeerConfig> table({
+  static const OptionTable<PeerConfig> table(with_fedavg({
       {"listen", "HOST:PORT", "address to listen on for other peers (port 0: any free port)",
        [](PeerConfig& c, const std::string& v) {
          check_host_port(v, "listen", AddrUse::Listen);
@@ -292,7 +299,7 @@ const OptionTable<PeerConfig>& peer_options() {
       // Applied before the other flags (parse_peer_args); not a key of the file itself.
       {"config", "FILE.json", "the same keys as the flags, without '--'",
        [](PeerConfig&, const std::string&) {}},
-  });
+  }));
   return table;
 }
 
@@ -383,6 +390,7 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
     throw UsageError(e.what());
   }
   check_listen_is_announceable(c);
+  check_fedavg_options(c);
   if (c.linger_s < 0) c.linger_s = c.gossip_enabled() ? 10.0 : 0.0;
   return c;
 }

@@ -46,6 +46,9 @@ struct TrainConfig {
   // `step` metric lines. The loss is read back from the device only at these lines and at epoch
   // ends (every kLossReadSteps steps when 0), so a GPU step never waits for it.
   int log_every_steps = 50;
+  // Evaluate on the test set (the `eval` line) at each epoch end; a FedAvg client turns it off:
+  // the server evaluates the global model once per round.
+  bool eval_each_epoch = true;
 };
 
 // Validates ranges and names; throws std::invalid_argument with a message naming the flag.
@@ -122,6 +125,9 @@ class Trainer final : public StateSource {
   // keeps serving exchanges after its last step.
   void linger(const std::atomic<bool>& stop, double linger_s);
   void save_checkpoint_now();
+  // FedProx's proximal term: from now on each step adds mu * (w - anchor) to the gradient before
+  // the optimizer step (anchor: the round's global model, num_params values). mu 0: off.
+  void set_proximal(const std::vector<float>& anchor, float mu);
 
   // Progress callback for the per-epoch line (the app prints it). loss and samples_per_s are empty
   // for an epoch without a step in this run (resumed at its very end).
@@ -170,11 +176,13 @@ class Trainer final : public StateSource {
   Mlp model_;
   void optimizer_step(float lr);
   kernels::DeviceBuffer<float> opt_a_, opt_b_;  // sgd: velocity; adam: m, v; qgm: m, x_prev
-  kernels::DeviceBuffer<float> x_dev_;         // the batch being trained or evaluated
+  kernels::DeviceBuffer<float> x_dev_;          // the batch being trained or evaluated
+  kernels::DeviceBuffer<float> prox_anchor_;    // FedProx: the round's global model
+  float prox_mu_ = 0.0f;
   kernels::DeviceBuffer<std::int32_t> y_dev_;
-  Resident train_, test_res_;                   // shard and test set, resident on the device
+  Resident train_, test_res_;                      // shard and test set, resident on the device
   kernels::DeviceBuffer<std::int32_t> order_dev_;  // this epoch's sample order
-  kernels::DeviceBuffer<double> loss_acc_;        // sum of this epoch's batch mean losses
+  kernels::DeviceBuffer<double> loss_acc_;         // sum of this epoch's batch mean losses
   std::int64_t step_ = 0;
   std::int64_t samples_ = 0;
   int epoch_ = 0;
