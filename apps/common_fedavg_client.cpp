@@ -208,7 +208,8 @@ int run_fedavg_client(const PeerConfig& cfg, kernels::Backend& be, const core::S
                                 {"steps", res.steps},
                                 {"seconds", s},
                                 {"bytes", p->size()},
-                                {"params_fnv", std::to_string(fnv)}});
+                                {"params_fnv", std::to_string(fnv)},
+                                {"global_fnv", std::to_string(fedavg::params_fnv(task->params))}});
         spdlog::info("fedavg: round {}: {} steps in {:.1f} s, sent {} bytes", task->round,
                      res.steps, s, p->size());
       }

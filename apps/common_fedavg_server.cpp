@@ -366,12 +366,14 @@ int run_fedavg_server(const PeerConfig& cfg, kernels::Backend& be, const core::S
                  100.0 * last->acc);
   }
   if (!stopped) {
-    // Tell every client the run is over; the close that follows flushes it first.
+    // Tell every client the run is over, and give them a moment to leave: stopping the
+    // transport drops what its send queues still hold.
     transport.post([&st] {
       static const auto empty = std::make_shared<const net::Bytes>();
       std::lock_guard lk(st.mu_);
       for (const auto& [p, c] : st.clients_) c.conn->send(std::uint8_t(MsgType::Done), empty);
     });
+    st.wait(Clock::now() + std::chrono::seconds(5), stop, [&] { return st.clients_.empty(); });
   }
   if (!last && !stopped) {  // resumed with every round done: report the model it holds
     core::Checkpoint c = tmpl;
