@@ -4,8 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -197,4 +197,39 @@ TEST_CASE("fedavg: one client and E local epochs equal local training of E epoch
   REQUIRE(!fa_eval.empty());
   CHECK(fa_eval.back()["test_acc"] == local_eval["test_acc"]);
   CHECK(fa_eval.back()["test_loss"] == local_eval["test_loss"]);
+}
+
+TEST_CASE("gossip-launch --mode fedavg: a server and N clients, summarized like any run",
+          "[system]") {
+  gt_test::TempDir d("gt-fedavg-launch");
+  std::string log;
+  const int code =
+      gt_test::run_app("gossip-launch",
+                       {"--peers", "3", "--mode", "fedavg", "--out", d / "run", "--no-plots",
+                        "--data", "synthetic", "--backend", "cpu", "--model", "mlp:784-32-10",
+                        "--lr", "0.02", "--rounds", "3", "--partition", "dirichlet:0.5"},
+                       d / "launch.log", &log, 120s);
+  REQUIRE(code == 0);
+  const json summary = json::parse(gt_test::read_file(d / "run/summary.json"));
+  CHECK(summary["mode"] == "fedavg");
+  CHECK(summary["num_peers"] == 4);  // the server and 3 clients
+  std::vector<json> evals;
+  for (auto& l : gt_test::read_metrics(d / "run/peer0/metrics.jsonl"))
+    if (l["event"] == "eval") evals.push_back(l);
+  REQUIRE(evals.size() == 3);
+  CHECK(summary["final_test_acc_mean"] == evals.back()["test_acc"]);
+  CHECK(summary["bytes_sent"].get<double>() > 0);
+  for (int i = 1; i <= 3; ++i) {
+    int updates = 0, shard = -1;
+    for (auto& l : gt_test::read_metrics(d / ("run/peer" + std::to_string(i) + "/metrics.jsonl"))) {
+      if (l["event"] == "update") ++updates;
+      if (l["event"] == "data") shard = int(l["shard_rows"].get<double>());
+    }
+    CHECK(updates == 3);
+    CHECK(shard > 0);
+  }
+  const json cfg = json::parse(gt_test::read_file(d / "run/config.json"));
+  CHECK(cfg["peer_list"][1]["shard"] == 0);  // client 1 trains gossip peer 0's shard
+  CHECK(cfg["peer_list"][3]["shard"] == 2);
+  CHECK(cfg["peer_list"][3]["num_shards"] == 3);
 }

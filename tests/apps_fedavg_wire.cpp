@@ -1,0 +1,58 @@
+// Tests for FedAvg's messages: round trips, and every hostile input refused with a reason.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "apps/common_fedavg_wire.hpp"
+
+using namespace gossiptrain::apps::fedavg;
+
+TEST_CASE("fedavg messages round-trip", "[apps]") {
+  Task t{7, 3, 0, 0.01f, {1.0f, -2.5f, 3.25f}};
+  std::string why;
+  auto t2 = decode_task(encode(t), 3, &why);
+  REQUIRE(t2);
+  CHECK(t2->round == 7);
+  CHECK(t2->local_epochs == 3);
+  CHECK(t2->fedprox_mu == 0.01f);
+  CHECK(t2->params == t.params);
+  Update u{7, 600, {0.5f, 0.25f, -1.0f}};
+  auto u2 = decode_update(encode(u), 3, &why);
+  REQUIRE(u2);
+  CHECK(u2->samples == 600);
+  CHECK(u2->params == u.params);
+  CHECK(params_fnv(u2->params) == params_fnv(u.params));
+  auto h = decode_hello(encode(Hello{4, 1234}), &why);
+  REQUIRE(h);
+  CHECK(h->shard == 4);
+  CHECK(h->samples == 1234);
+}
+
+TEST_CASE("fedavg decoders refuse wrong sizes, bad counts and values that are not finite",
+          "[apps]") {
+  std::string why;
+  Update u{1, 10, {1.0f, 2.0f}};
+  auto b = encode(u);
+  CHECK_FALSE(decode_update(b, 3, &why));  // another model's size
+  CHECK(why.find("expected") != std::string::npos);
+  b.pop_back();  // a truncated upload is never applied
+  CHECK_FALSE(decode_update(b, 2, &why));
+  u.params[1] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_FALSE(decode_update(encode(u), 2, &why));
+  CHECK(why.find("not finite") != std::string::npos);
+  u.params[1] = 1.0f;
+  u.samples = 0;
+  CHECK_FALSE(decode_update(encode(u), 2, &why));
+  CHECK_FALSE(decode_hello(encode(Hello{0, 0}), &why));
+  CHECK_FALSE(decode_hello(std::vector<std::uint8_t>(5, 0), &why));
+  Task t{0, 0, 0, 0.0f, {1.0f}};
+  CHECK_FALSE(decode_task(encode(t), 1, &why));  // zero epochs
+  t.local_epochs = 1;
+  t.fedprox_mu = -1.0f;
+  CHECK_FALSE(decode_task(encode(t), 1, &why));
+  t.fedprox_mu = INFINITY;
+  CHECK_FALSE(decode_task(encode(t), 1, &why));
+}
