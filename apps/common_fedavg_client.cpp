@@ -98,7 +98,9 @@ int run_fedavg_client(const PeerConfig& cfg, kernels::Backend& be, const core::S
       std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
   metrics.set_peer(identity->peer_id());
   ClientState st;
-  net::TcpTransport transport(transport_config(cfg, identity, fingerprint, {}));
+  net::TcpTransportConfig tcfg = transport_config(cfg, identity, fingerprint, {});
+  tcfg.limits.max_message_bytes = fedavg::max_message_bytes(n_params);
+  net::TcpTransport transport(std::move(tcfg));
   transport.set_handler(&st);
   transport.start();
   // Test-only faults: crash (exit at once) or stall (never answer) on the task of a round.

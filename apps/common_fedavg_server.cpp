@@ -227,7 +227,9 @@ int run_fedavg_server(const PeerConfig& cfg, kernels::Backend& be, const core::S
   auto identity =
       std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
   metrics.set_peer(identity->peer_id());
-  net::TcpTransport transport(transport_config(cfg, identity, fingerprint, {}));
+  net::TcpTransportConfig tcfg = transport_config(cfg, identity, fingerprint, {});
+  tcfg.limits.max_message_bytes = fedavg::max_message_bytes(n);
+  net::TcpTransport transport(std::move(tcfg));
   ServerState st(n, transport.scheduler());
   transport.set_handler(&st);
   transport.start();

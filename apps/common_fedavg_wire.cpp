@@ -1,6 +1,7 @@
 // FedAvg's message encoding: little-endian fixed fields, then the model as raw float32 values.
 #include "apps/common_fedavg_wire.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -56,6 +57,11 @@ constexpr std::size_t kTaskHead = 8 + 4 + 8 + 4;
 constexpr std::size_t kUpdateHead = 8 + 8;
 
 }  // namespace
+
+std::uint64_t max_message_bytes(std::size_t n_params) {
+  // The channel's floor is 64 KiB (net::Limits::validate).
+  return std::max<std::uint64_t>(64u << 10, kTaskHead + std::uint64_t(n_params) * sizeof(float));
+}
 
 std::vector<std::uint8_t> encode(const Hello& m) {
   std::vector<std::uint8_t> out;

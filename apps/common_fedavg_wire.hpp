@@ -38,6 +38,10 @@ inline constexpr std::uint64_t kMaxSamples = 1ull << 32;
 inline constexpr std::uint32_t kMaxLocalEpochs = 100000;
 inline constexpr std::uint64_t kMaxLocalSteps = 1ull << 32;
 
+// The largest FedAvg message for a model of n_params values: the channel's message limit for a
+// FedAvg transport, so that no peer can make it buffer more than one model.
+std::uint64_t max_message_bytes(std::size_t n_params);
+
 std::vector<std::uint8_t> encode(const Hello& m);
 std::vector<std::uint8_t> encode(const Task& m);
 std::vector<std::uint8_t> encode(const Update& m);

@@ -56,3 +56,10 @@ TEST_CASE("fedavg decoders refuse wrong sizes, bad counts and values that are no
   t.fedprox_mu = INFINITY;
   CHECK_FALSE(decode_task(encode(t), 1, &why));
 }
+
+TEST_CASE("a FedAvg transport's message limit holds one task and no more", "[apps]") {
+  Task t{1, 1, 0, 0.0f, std::vector<float>(100000, 0.5f)};
+  CHECK(encode(t).size() == max_message_bytes(100000));
+  CHECK(encode(Update{1, 1, t.params}).size() <= max_message_bytes(100000));
+  CHECK(max_message_bytes(10) == 64u << 10);  // the channel's floor
+}
