@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/common_fedavg.hpp"
+#include "apps/common_fedavg_math.hpp"
 #include "apps/common_fedavg_wire.hpp"
 #include "apps/common_node.hpp"
 #include "core/base/rng.hpp"
@@ -322,24 +323,9 @@ int run_fedavg_server(const PeerConfig& cfg, kernels::Backend& be, const core::S
       spdlog::warn("fedavg: round {}: no client answered ({} dropped); the model is unchanged",
                    g.round, dropped);
     } else {
-      // The sample-weighted mean in double; a single answer gives back its exact values.
-      std::vector<double> acc(n, 0.0);
-      double total = 0.0;
-      for (const auto& [c, u] : answers) {
-        const double w = double(u.samples);
-        total += w;
-        for (std::size_t i = 0; i < n; ++i) acc[i] += w * double(u.params[i]);
-      }
-      const double beta = o.server_momentum;
-      for (std::size_t i = 0; i < n; ++i) {
-        const float avg = float(acc[i] / total);
-        if (beta > 0.0) {  // FedAvgM: the averaged change is a pseudo-gradient with momentum
-          g.velocity[i] = float(beta) * g.velocity[i] + (g.params[i] - avg);
-          g.params[i] -= g.velocity[i];
-        } else {
-          g.params[i] = avg;
-        }
-      }
+      std::vector<fedavg::WeightedModel> ws;
+      for (const auto& [c, u] : answers) ws.push_back({u.samples, &u.params});
+      fedavg::apply_round(g.params, g.velocity, ws, o.server_momentum);
     }
     ++g.round;
     if (!dir.empty()) save(dir, g, fingerprint);

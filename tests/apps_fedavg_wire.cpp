@@ -1,4 +1,5 @@
-// Tests for FedAvg's messages: round trips, and every hostile input refused with a reason.
+// Tests for FedAvg's messages (round trips, every hostile input refused with a reason) and its
+// aggregation.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -6,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common_fedavg_math.hpp"
 #include "apps/common_fedavg_wire.hpp"
 
 using namespace gossiptrain::apps::fedavg;
@@ -62,4 +64,29 @@ TEST_CASE("a FedAvg transport's message limit holds one task and no more", "[app
   CHECK(encode(t).size() == max_message_bytes(100000));
   CHECK(encode(Update{1, 1, t.params}).size() <= max_message_bytes(100000));
   CHECK(max_message_bytes(10) == 64u << 10);  // the channel's floor
+}
+
+TEST_CASE("fedavg aggregation: sample-weighted mean, exact for one update, and FedAvgM", "[apps]") {
+  const std::vector<float> a{1.0f, 2.0f}, b{5.0f, -2.0f};
+  std::vector<float> g{0.0f, 0.0f}, v{0.0f, 0.0f};
+  apply_round(g, v, {{1, &a}, {3, &b}}, 0.0);
+  CHECK(g == std::vector<float>{4.0f, -1.0f});  // (1*a + 3*b) / 4
+  CHECK(v == std::vector<float>{0.0f, 0.0f});
+  // One update: its exact bits, whatever its sample count.
+  const std::vector<float> odd{0.1f, 1e-30f};
+  apply_round(g, v, {{600007, &odd}}, 0.0);
+  CHECK(g == odd);
+  // No update: nothing changes.
+  apply_round(g, v, {}, 0.9);
+  CHECK(g == odd);
+  // FedAvgM, beta 0.5, from w = 1: the mean 0 is a change of 1; v = 1, w = 0; then the mean -1
+  // again from 0: v = 0.5 * 1 + 1 = 1.5, w = -1.5.
+  std::vector<float> w{1.0f}, vel{0.0f};
+  const std::vector<float> zero{0.0f}, minus{-1.0f};
+  apply_round(w, vel, {{10, &zero}}, 0.5);
+  CHECK(w == std::vector<float>{0.0f});
+  CHECK(vel == std::vector<float>{1.0f});
+  apply_round(w, vel, {{10, &minus}}, 0.5);
+  CHECK(vel == std::vector<float>{1.5f});
+  CHECK(w == std::vector<float>{-1.5f});
 }
