@@ -17,8 +17,6 @@
 
 namespace gossiptrain::apps {
 
-namespace {
-
 net::TcpTransportConfig transport_config(const PeerConfig& cfg,
                                          std::shared_ptr<const net::Identity> identity,
                                          std::uint64_t fingerprint, std::vector<int> net_cpus) {
@@ -35,8 +33,6 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
   // A failed handshake is logged once, by the transport ("net: handshake with ... failed").
   return tc;
 }
-
-}  // namespace
 
 gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint) {
   gossip::AveragerConfig ac;

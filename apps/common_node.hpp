@@ -25,6 +25,11 @@ namespace gossiptrain::apps {
 
 // The averager's configuration from a peer's flags (gossip-peer and gossip-sim's train workload).
 gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint);
+// The encrypted transport's settings from the flags (a gossip node's, and a FedAvg server's or
+// client's).
+net::TcpTransportConfig transport_config(const PeerConfig& cfg,
+                                         std::shared_ptr<const net::Identity> identity,
+                                         std::uint64_t fingerprint, std::vector<int> net_cpus);
 
 // The node is the training loop's one step hook: the averager, then the catch-up server (which
 // takes the state after any mix applied at the same boundary).

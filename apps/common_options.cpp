@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/common_blas.hpp"
+#include "apps/common_fedavg.hpp"
 #include "core/partition.hpp"
 #include "gossip/averager.hpp"
 #include "kernels/backend.hpp"
@@ -46,8 +47,14 @@ double to_number(const std::string& flag, const std::string& v) {
 
 }  // namespace
 
+// gossip-peer's table ends with the FedAvg flags, kept in their own file.
+static std::vector<Option<PeerConfig>> with_fedavg(std::vector<Option<PeerConfig>> options) {
+  add_fedavg_options(options);
+  return options;
+}
+
 const OptionTable<PeerConfig>& peer_options() {
-  static const OptionTable<PeerConfig> table({
+  static const OptionTable<PeerConfig> table(with_fedavg({
       {"listen", "HOST:PORT", "address to listen on for other peers (port 0: any free port)",
        [](PeerConfig& c, const std::string& v) {
          check_host_port(v, "listen", AddrUse::Listen);
@@ -75,7 +82,9 @@ const OptionTable<PeerConfig>& peer_options() {
               "files (inputs float32|uint8 N x D or N x H x W x C, integer labels N); or "
               "'synthetic' for generated data",
               &PeerConfig::data),
-      {"partition", "iid|dirichlet:ALPHA|shards:K", "how the training set is split over shards",
+      {"partition", "iid|dirichlet:ALPHA|shards:K|classes:K",
+       "how the training set is split over shards (classes:K: NIID-Bench's #C=K, K labels per "
+       "shard)",
        [](PeerConfig& c, const std::string& v) {
          try {
            core::parse_partition(v);
@@ -324,7 +333,7 @@ const OptionTable<PeerConfig>& peer_options() {
       // Applied before the other flags (parse_peer_args); not a key of the file itself.
       {"config", "FILE.json", "the same keys as the flags, without '--'",
        [](PeerConfig&, const std::string&) {}},
-  });
+  }));
   return table;
 }
 
@@ -417,6 +426,7 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
   check_listen_is_announceable(c);
   if (!c.from_checkpoint.empty() && c.export_path.empty())
     throw UsageError("--from-checkpoint needs --export FILE.safetensors");
+  check_fedavg_options(c);
   if (c.linger_s < 0) c.linger_s = c.gossip_enabled() ? 10.0 : 0.0;
   return c;
 }

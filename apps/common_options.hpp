@@ -22,8 +22,27 @@ inline gossip::RobustConfig peer_robust_defaults() {
   return r;
 }
 
+// FedAvg's flags (apps/common_fedavg.hpp): a server, or a client of one, instead of gossip.
+struct FedAvgOptions {
+  bool server = false;          // --fedavg-server
+  std::string server_addr;      // --fedavg-server-addr: run as a client of this server
+  int rounds = 10;              // --rounds
+  double clients_per_round = 1.0;  // --clients-per-round: a count (>= 1) or a fraction (< 1)
+  bool clients_fraction = true;    // clients_per_round is a fraction (default: all of them)
+  int local_epochs = 1;            // --local-epochs
+  std::int64_t local_steps = 0;    // --local-steps: instead of epochs
+  double fedprox_mu = 0.0;         // --fedprox-mu
+  double server_momentum = 0.0;    // --server-momentum (FedAvgM)
+  double round_timeout_s = 600.0;  // --round-timeout
+  int min_clients = 1;             // --min-clients
+  double min_clients_timeout_s = 120.0;
+  double client_wait_s = 60.0;  // --fedavg-wait: a client retries a lost server this long
+  bool enabled() const { return server || !server_addr.empty(); }
+};
+
 struct PeerConfig {
   core::TrainConfig train;
+  FedAvgOptions fedavg;
   std::string listen = "127.0.0.1:0";
   std::string advertise;  // address others dial; default: the listen address
   std::vector<std::string> seeds;

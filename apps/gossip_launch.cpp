@@ -258,11 +258,12 @@ void Launch::prepare(int argc, char** argv) {
                      "'gossip-launch --resume " +
                      run_dir_.string() + "'");
   std::vector<int> ports(std::size_t(o_.slots()), 0);
-  if (o_.mode == LaunchMode::Gossip) ports = pick_ports(o_.slots(), o_.base_port);
+  const bool networked = o_.mode == LaunchMode::Gossip || o_.mode == LaunchMode::Fedavg;
+  if (networked) ports = pick_ports(o_.slots(), o_.base_port);
   fs::create_directories(run_dir_);
   // Resumed, the peers keep the run's key (and their identity.key files, in their folders).
   const fs::path key = run_dir_ / "network.key";
-  if (o_.mode == LaunchMode::Gossip && o_.network_key.empty())
+  if (networked && o_.network_key.empty())
     network_key_ = resume && fs::exists(key, ec) ? key.string() : write_network_key(key);
   plans_ = plan_peers(o_, run_dir_.string(), ports, network_key_);
   for (const auto& p : plans_) fs::create_directories(p.dir);
@@ -318,8 +319,9 @@ void Launch::start_peers() {
   // In gossip mode the seeds (the first seed_count peers) start first and the others once the seeds
   // listen: a peer whose seeds refuse it trains alone until its next re-dial, seconds later.
   const std::size_t initial = std::size_t(o_.peers);  // the other slots are for joins (--churn)
-  seeds_ = o_.mode == LaunchMode::Gossip ? std::size_t(std::min(seed_count(o_.peers), o_.peers))
-                                         : initial;
+  seeds_ = o_.mode == LaunchMode::Gossip   ? std::size_t(std::min(seed_count(o_.peers), o_.peers))
+           : o_.mode == LaunchMode::Fedavg ? 1  // the server, before its clients dial it
+                                           : initial;
   for (std::size_t i = 0; i < seeds_; ++i) spawn_peer(i);
   if (seeds_ == initial) start_rest();
 }

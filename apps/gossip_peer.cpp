@@ -20,6 +20,7 @@
 
 #include "apps/common_blas.hpp"
 #include "apps/common_export.hpp"
+#include "apps/common_fedavg.hpp"
 #include "apps/common_node.hpp"
 #include "apps/common_observe.hpp"
 #include "apps/common_options.hpp"
@@ -328,6 +329,17 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
                cfg.num_shards, r.data.shard.size(), cfg.partition, r.data.test.size());
   spdlog::info("resident memory {:.0f} MB after loading the data", resident_mb());
   emit_data_line(metrics, r.data, r.blas);
+  if (cfg.fedavg.enabled()) {  // a FedAvg server or client instead of a gossip peer
+    try {
+      return cfg.fedavg.server ? apps::run_fedavg_server(cfg, *r.backend, r.data, metrics, g_stop)
+                               : apps::run_fedavg_client(cfg, *r.backend, r.data, metrics, g_stop);
+    } catch (const core::CheckpointError& e) {
+      return usage_error(std::string(e.what()) +
+                         " (move it away or pass another --checkpoint-dir)");
+    } catch (const net::ConfigError& e) {
+      return usage_error(e.what());
+    }
+  }
   // The trainer owns the model; the gossip node needs only its fingerprint, known from the spec.
   std::unique_ptr<apps::GossipNode> node;
   core::Heartbeat heartbeat;

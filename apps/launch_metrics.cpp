@@ -109,6 +109,12 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
     if (auto v = num(j, "bytes_sent")) bytes += std::int64_t(*v);
     else if (auto w = num(j, "bytes")) bytes += std::int64_t(*w);
     if (auto v = num(j, "bytes")) bytes_wire += std::int64_t(*v);
+  } else if (ev == "round" || ev == "update") {  // FedAvg: the server's tasks, a client's model
+    if (ev == "update") fedavg_client = true;
+    if (auto v = num(j, ev == "round" ? "bytes_sent" : "bytes")) {
+      bytes += std::int64_t(*v);
+      bytes_wire += std::int64_t(*v);
+    }
   } else if (ev == "exchange_alert") {
     not_averaging = j.value("state", "") == "failing";
     if (not_averaging) {

@@ -52,6 +52,9 @@ struct PeerStats {
   std::optional<double> loss;
   std::optional<double> test_acc;  // last eval
   std::optional<double> best_test_acc;
+  // A FedAvg client (it sent an `update`): it never evaluates, the server's global model does, so
+  // the time to the target does not wait for it.
+  bool fedavg_client = false;
   // These two are the latest process's: a restarted peer's earlier `done` says nothing of the
   // model it ends with.
   std::optional<double> final_test_acc;  // from `done`

@@ -88,6 +88,7 @@ const char* mode_name(LaunchMode m) {
     case LaunchMode::Gossip: return "gossip";
     case LaunchMode::Local: return "local";
     case LaunchMode::Central: return "central";
+    case LaunchMode::Fedavg: return "fedavg";
   }
   return "?";
 }
@@ -114,7 +115,8 @@ LaunchMode parse_mode(const std::string& v) {
   if (v == "gossip") return LaunchMode::Gossip;
   if (v == "local") return LaunchMode::Local;
   if (v == "central") return LaunchMode::Central;
-  throw UsageError("--mode: bad value '" + v + "' (one of gossip|local|central)");
+  if (v == "fedavg") return LaunchMode::Fedavg;
+  throw UsageError("--mode: bad value '" + v + "' (one of gossip|local|central|fedavg)");
 }
 
 const OptionTable<LaunchOptions>& launch_options() {
@@ -123,7 +125,10 @@ const OptionTable<LaunchOptions>& launch_options() {
       {"mode", "MODE",
        "gossip (default): peers on 127.0.0.1 average with each other; local: the same peers and "
        "shards, no network, no averaging; central: one peer on all the data (--num-shards 1); "
-       "--peers is ignored (a note says so), so the same flags serve all three modes",
+       "--peers is ignored (a note says so), so the same flags serve all three modes; fedavg: a "
+       "FedAvg server (peer0) and N clients (peer1..N) on the shards N gossip peers would have, "
+       "over the same encrypted channel (server flags --rounds, --clients-per-round, "
+       "--local-epochs, --fedprox-mu, --server-momentum, --round-timeout are forwarded)",
        [](LaunchOptions& o, const std::string& v) { o.mode = parse_mode(v); }},
       {"out", "DIR",
        "run folder (default runs/<mode>-<partition>-<N>p-<UTC timestamp>); must not exist or be "
@@ -298,6 +303,12 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   if (o.netns && o.mode != LaunchMode::Gossip)
     throw UsageError("--netns needs --mode gossip (only averaging peers talk over the network)");
   if (o.mode == LaunchMode::Central) o.peers = 1;
+  if (o.mode == LaunchMode::Fedavg) {
+    if (!o.churn_arg.empty())
+      throw UsageError("--churn with --mode fedavg is not supported yet (crash clients or the "
+                       "server by hand: the server resumes from peer0/ckpt)");
+    o.peers += 1;  // slot 0: the server
+  }
   if (o.base_port > 0 && o.base_port + o.peers - 1 > 65535)
     throw UsageError("--base-port " + std::to_string(o.base_port) + " leaves no room for " +
                      std::to_string(o.peers) + " ports");
@@ -323,6 +334,7 @@ int seed_count(int peers) {
 
 std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_dir,
                                  const std::vector<int>& ports, const std::string& network_key) {
+  if (o.mode == LaunchMode::Fedavg) return plan_fedavg(o, run_dir, ports, network_key);
   std::vector<PeerPlan> plans;
   const bool gossip = o.mode == LaunchMode::Gossip;
   // With --netns each peer has its own address (NetnsSwarm::address) and listens on every local
@@ -397,7 +409,7 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
 
 std::string launch_usage() {
   std::string u =
-      R"(usage: gossip-launch --peers N [--out DIR] [--mode gossip|local|central] [peer flags...]
+      R"(usage: gossip-launch --peers N [--out DIR] [--mode gossip|local|central|fedavg] [flags...]
        gossip-launch --compare RUN_DIR... [--markdown]
        gossip-launch --resume RUN_DIR          (an interrupted run, from its checkpoints)
 

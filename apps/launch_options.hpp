@@ -12,7 +12,8 @@
 
 namespace gossiptrain::apps {
 
-enum class LaunchMode { Gossip, Local, Central };
+// Fedavg: slot 0 is a FedAvg server, slots 1..N its clients on shards 0..N-1 (launch_fedavg.cpp).
+enum class LaunchMode { Gossip, Local, Central, Fedavg };
 const char* mode_name(LaunchMode m);
 
 struct LaunchOptions {
@@ -97,5 +98,9 @@ int seed_count(int peers);
 // outside gossip mode), and validates each with gossip-peer's parser. Throws UsageError.
 std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_dir,
                                  const std::vector<int>& ports, const std::string& network_key);
+// plan_peers in fedavg mode: peer0 is the server (listening on ports[0]), peers 1..N the clients
+// on the shards 0..N-1 that N gossip peers would have.
+std::vector<PeerPlan> plan_fedavg(const LaunchOptions& o, const std::string& run_dir,
+                                  const std::vector<int>& ports, const std::string& network_key);
 
 }  // namespace gossiptrain::apps

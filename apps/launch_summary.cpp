@@ -146,7 +146,7 @@ PeerTotals sum_peers(const RunFacts& run, const std::vector<PeerStats>& stats,
       t_launch = *s.time_to_target + offset.value_or(out.start_offset_s);
       if (!t.t_all || *t_launch > *t.t_all) t.t_all = t_launch;
       if (!t.t_first || *t_launch < *t.t_first) t.t_first = t_launch;
-    } else {
+    } else if (!s.fedavg_client) {
       t.all_reached = false;
     }
     t.peers.push_back(peer_summary(run, i, s, out, final_acc, t_launch));

@@ -1,5 +1,6 @@
-// Deterministic partitioners (iid, dirichlet:ALPHA, shards:K). All randomness comes from our own
-// xoshiro256** and gamma sampler, so a seed gives the same split with every standard library.
+// Deterministic partitioners (iid, dirichlet:ALPHA, shards:K, classes:K). All randomness comes from
+// our own xoshiro256** and gamma sampler, so a seed gives the same split with every standard
+// library.
 #include "core/partition.hpp"
 
 #include "core/base/rng.hpp"
@@ -15,7 +16,7 @@ namespace gossiptrain::core {
 namespace {
 
 constexpr const char* kAcceptedForms =
-    "expected iid, dirichlet:ALPHA (ALPHA > 0) or shards:K (K >= 1)";
+    "expected iid, dirichlet:ALPHA (ALPHA > 0), shards:K or classes:K (K >= 1)";
 
 // xoshiro256**: the same split with every standard library.
 using Rng = base::Xoshiro256;
@@ -68,7 +69,8 @@ std::vector<std::vector<std::size_t>> split_iid(std::size_t n, int num_shards, R
 std::vector<std::vector<std::size_t>> by_class(const std::vector<std::int32_t>& labels,
                                                int classes) {
   std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(classes));
-  for (std::size_t i = 0; i < labels.size(); ++i) out[static_cast<std::size_t>(labels[i])].push_back(i);
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    out[static_cast<std::size_t>(labels[i])].push_back(i);
   return out;
 }
 
@@ -98,9 +100,8 @@ std::vector<std::vector<std::size_t>> split_dirichlet(const std::vector<std::int
   // from the largest shard (there is always one with two or more, since n >= num_shards).
   for (auto& shard : out) {
     if (!shard.empty()) continue;
-    auto largest = std::max_element(out.begin(), out.end(), [](const auto& a, const auto& b) {
-      return a.size() < b.size();
-    });
+    auto largest = std::max_element(
+        out.begin(), out.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
     shard.push_back(largest->back());
     largest->pop_back();
   }
@@ -137,6 +138,62 @@ std::vector<std::vector<std::size_t>> split_shards(const std::vector<std::int32_
   return out;
 }
 
+// NIID-Bench's "#C=k" (Li et al., ICDE 2022, partition "noniid-#label"): shard i holds label
+// i % classes, then k - 1 more distinct labels drawn at random; each label's samples, shuffled,
+// are cut into near-equal runs (numpy's array_split: the first n % holders runs get one more), one
+// per holder in shard order. NIID-Bench crashes when a label has no holder; we refuse instead, so
+// that every sample is in some shard, as with the other partitioners.
+std::vector<std::vector<std::size_t>> split_classes(const std::vector<std::int32_t>& labels,
+                                                    int classes, int num_shards, int k, Rng& rng) {
+  const std::string name = "partition classes:" + std::to_string(k);
+  if (k > classes) {
+    throw std::invalid_argument(name + " needs " + std::to_string(k) +
+                                " distinct labels per peer but the data set has only " +
+                                std::to_string(classes) + " classes");
+  }
+  const auto n_classes = static_cast<std::size_t>(classes);
+  std::vector<std::vector<int>> held(static_cast<std::size_t>(num_shards));
+  std::vector<std::vector<std::size_t>> holders(n_classes);  // shards holding each label, in order
+  for (int i = 0; i < num_shards; ++i) {
+    auto& mine = held[static_cast<std::size_t>(i)];
+    mine.push_back(i % classes);
+    while (static_cast<int>(mine.size()) < k) {
+      const int c = static_cast<int>(rng.below(n_classes));
+      if (std::find(mine.begin(), mine.end(), c) == mine.end()) mine.push_back(c);
+    }
+    for (int c : mine) holders[static_cast<std::size_t>(c)].push_back(static_cast<std::size_t>(i));
+  }
+  auto members = by_class(labels, classes);
+  for (std::size_t c = 0; c < n_classes; ++c) {
+    if (holders[c].empty()) {
+      throw std::invalid_argument(name + " over " + std::to_string(num_shards) +
+                                  " peers leaves label " + std::to_string(c) +
+                                  " with no peer (use at least as many peers as classes, or a "
+                                  "larger K)");
+    }
+    if (members[c].size() < holders[c].size()) {
+      throw std::invalid_argument(name + ": label " + std::to_string(c) + " has " +
+                                  std::to_string(members[c].size()) + " samples for " +
+                                  std::to_string(holders[c].size()) + " peers holding it");
+    }
+  }
+  std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(num_shards));
+  for (std::size_t c = 0; c < n_classes; ++c) {
+    auto& m = members[c];
+    shuffle(m, rng);
+    const std::size_t parts = holders[c].size(), base = m.size() / parts, extra = m.size() % parts;
+    std::size_t begin = 0;
+    for (std::size_t j = 0; j < parts; ++j) {
+      const std::size_t end = begin + base + (j < extra ? 1 : 0);
+      auto& dst = out[holders[c][j]];
+      dst.insert(dst.end(), m.begin() + static_cast<std::ptrdiff_t>(begin),
+                 m.begin() + static_cast<std::ptrdiff_t>(end));
+      begin = end;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 PartitionSpec parse_partition(std::string_view s) {
@@ -146,7 +203,7 @@ PartitionSpec parse_partition(std::string_view s) {
   };
   PartitionSpec spec;
   if (s == "iid") return spec;
-  constexpr std::string_view kDir = "dirichlet:", kShards = "shards:";
+  constexpr std::string_view kDir = "dirichlet:", kShards = "shards:", kClasses = "classes:";
   if (s.starts_with(kDir)) {
     const auto alpha = parse_whole<double>(s.substr(kDir.size()));
     if (!alpha) return fail("ALPHA is not a number");
@@ -160,6 +217,14 @@ PartitionSpec parse_partition(std::string_view s) {
     if (!k) return fail("K is not an integer");
     if (*k < 1) return fail("K must be >= 1");
     spec.kind = PartitionSpec::Kind::Shards;
+    spec.k = *k;
+    return spec;
+  }
+  if (s.starts_with(kClasses)) {
+    const auto k = parse_whole<int>(s.substr(kClasses.size()));
+    if (!k) return fail("K is not an integer");
+    if (*k < 1) return fail("K must be >= 1");
+    spec.kind = PartitionSpec::Kind::Classes;
     spec.k = *k;
     return spec;
   }
@@ -201,6 +266,10 @@ std::vector<std::vector<std::size_t>> partition(const std::vector<std::int32_t>&
     case PartitionSpec::Kind::Shards:
       if (spec.k < 1) throw std::invalid_argument("partition: shards K must be >= 1");
       out = split_shards(labels, classes, num_shards, spec.k, rng);
+      break;
+    case PartitionSpec::Kind::Classes:
+      if (spec.k < 1) throw std::invalid_argument("partition: classes K must be >= 1");
+      out = split_classes(labels, classes, num_shards, spec.k, rng);
       break;
   }
   // Ascending order within a shard: the order carries no information and reads are friendlier.

@@ -399,6 +399,8 @@ void Trainer::one_step() {
   model_.forward_backward_acc(x_dev_.data(), y_dev_.data(), b, loss_acc_.data());
   const float lr = lr_at(step_);
   ++step_;
+  if (prox_mu_ > 0.0f)  // grads += mu * (w - anchor)
+    be_.mix(model_.grads(), model_.params(), prox_anchor_.data(), model_.num_params(), prox_mu_);
   optimizer_step(lr);
   samples_ += b;
   ep_.samples += b;
@@ -443,8 +445,10 @@ void Trainer::end_epoch(TrainResult& res) {
   }
   ep_.open = false;
   ++epoch_;
-  const EvalResult ev = evaluate_and_report(res, mean_loss, sps);
-  if (on_epoch) on_epoch(epoch_, mean_loss, ev, sps);
+  if (cfg_.eval_each_epoch) {
+    const EvalResult ev = evaluate_and_report(res, mean_loss, sps);
+    if (on_epoch) on_epoch(epoch_, mean_loss, ev, sps);
+  }
   save_checkpoint_now();
   last_ckpt_ = Clock::now();
 }
@@ -483,6 +487,20 @@ TrainResult Trainer::run(const std::atomic<bool>& stop) {
   res.best_test_acc = best_test_acc();
   res.seconds = since(t_start);
   return res;
+}
+
+void Trainer::set_proximal(const std::vector<float>& anchor, float mu) {
+  if (mu <= 0.0f) {
+    prox_mu_ = 0.0f;
+    return;
+  }
+  if (anchor.size() != model_.num_params())
+    throw std::invalid_argument("fedprox anchor has " + std::to_string(anchor.size()) +
+                                " values, the model " + std::to_string(model_.num_params()));
+  if (prox_anchor_.size() != anchor.size())
+    prox_anchor_ = kernels::DeviceBuffer<float>(be_, anchor.size());
+  be_.upload(prox_anchor_.data(), anchor.data(), anchor.size() * sizeof(float));
+  prox_mu_ = mu;
 }
 
 void Trainer::linger(const std::atomic<bool>& stop, double linger_s) {

@@ -49,6 +49,9 @@ struct TrainConfig {
   // A progress line within an epoch (on_progress) at most this often, at a `step` line's loss
   // read: an epoch of a CNN on a CPU takes minutes. 0: none.
   double progress_every_s = 15.0;
+  // Evaluate on the test set (the `eval` line) at each epoch end; a FedAvg client turns it off:
+  // the server evaluates the global model once per round.
+  bool eval_each_epoch = true;
 };
 
 // How far the open epoch is, for on_progress.
@@ -138,6 +141,9 @@ class Trainer final : public StateSource {
   // keeps serving exchanges after its last step.
   void linger(const std::atomic<bool>& stop, double linger_s);
   void save_checkpoint_now();
+  // FedProx's proximal term: from now on each step adds mu * (w - anchor) to the gradient before
+  // the optimizer step (anchor: the round's global model, num_params values). mu 0: off.
+  void set_proximal(const std::vector<float>& anchor, float mu);
 
   // Progress callback for the per-epoch line (the app prints it). loss and samples_per_s are empty
   // for an epoch without a step in this run (resumed at its very end).
@@ -189,6 +195,8 @@ class Trainer final : public StateSource {
   void optimizer_step(float lr);
   kernels::DeviceBuffer<float> opt_a_, opt_b_;  // sgd: velocity; adam: m, v; qgm: m, x_prev
   kernels::DeviceBuffer<float> x_dev_;          // the batch being trained or evaluated
+  kernels::DeviceBuffer<float> prox_anchor_;    // FedProx: the round's global model
+  float prox_mu_ = 0.0f;
   kernels::DeviceBuffer<std::int32_t> y_dev_;
   Resident train_, test_res_;                      // shard and test set, resident on the device
   kernels::DeviceBuffer<std::int32_t> order_dev_;  // this epoch's sample order

@@ -267,3 +267,19 @@ TEST_CASE("the summary counts exchanges clipped to almost nothing apart from tho
   const PeerStats old = fold({{{"t", 1}, {"peer", "p"}, {"event", "exchange"}, {"ok", true}}});
   CHECK(old.exchanges_averaging == 1);
 }
+
+TEST_CASE("a FedAvg run reaches the target when its server's global model does", "[apps]") {
+  const PeerStats server =
+      fold({eval_line(1.0, 1, 0.5), eval_line(2.0, 2, 0.95), done_line(2.5, 0.95, 0.95)});
+  const PeerStats client =
+      fold({{{"t", 1.5}, {"peer", "c"}, {"event", "update"}, {"round", 0}, {"bytes", 1000}},
+            done_line(2.6, nullptr, nullptr)});
+  CHECK(client.fedavg_client);
+  const json s = summarize({server, client}, {outcome("done"), outcome("done")});
+  CHECK_FALSE(s["time_to_target_s"].is_null());
+  CHECK(s["final_test_acc_mean"].get<double>() == Approx(0.95));
+  // A gossip peer that never evaluated still keeps the run from "every peer reached it".
+  const PeerStats silent;
+  CHECK(summarize({server, silent}, {outcome("done"), outcome("done")})["time_to_target_s"]
+            .is_null());
+}

@@ -62,7 +62,8 @@ std::vector<std::vector<double>> class_shares(const Parts& parts,
 
 double mean_top_share(const Parts& parts, const std::vector<std::int32_t>& y, int classes) {
   double sum = 0.0;
-  for (const auto& h : class_shares(parts, y, classes)) sum += *std::max_element(h.begin(), h.end());
+  for (const auto& h : class_shares(parts, y, classes))
+    sum += *std::max_element(h.begin(), h.end());
   return sum / static_cast<double>(parts.size());
 }
 
@@ -77,29 +78,52 @@ TEST_CASE("parse_partition accepts the three forms", "[core]") {
   auto s = parse_partition("shards:2");
   CHECK(s.kind == PartitionSpec::Kind::Shards);
   CHECK(s.k == 2);
+  auto c = parse_partition("classes:3");
+  CHECK(c.kind == PartitionSpec::Kind::Classes);
+  CHECK(c.k == 3);
 }
 
 TEST_CASE("parse_partition rejects bad specs naming the accepted forms", "[core]") {
-  for (const char* bad : {"", "IID", "random", "dirichlet", "dirichlet:", "dirichlet:0",
-                          "dirichlet:-1", "dirichlet:abc", "dirichlet:1x", "dirichlet:nan",
-                          "dirichlet:inf", "shards", "shards:", "shards:0", "shards:-2",
-                          "shards:1.5", "shards:two", " iid"}) {
+  for (const char* bad : {"",
+                          "IID",
+                          "random",
+                          "dirichlet",
+                          "dirichlet:",
+                          "dirichlet:0",
+                          "dirichlet:-1",
+                          "dirichlet:abc",
+                          "dirichlet:1x",
+                          "dirichlet:nan",
+                          "dirichlet:inf",
+                          "shards",
+                          "shards:",
+                          "shards:0",
+                          "shards:-2",
+                          "shards:1.5",
+                          "shards:two",
+                          " iid",
+                          "classes",
+                          "classes:",
+                          "classes:0",
+                          "classes:-1",
+                          "classes:2.5"}) {
     INFO("spec '" << bad << "'");
     CHECK_THROWS_MATCHES(
         parse_partition(bad), std::invalid_argument,
         WhatContains("'" + std::string(bad) + "'") &&
-            WhatContains("expected iid, dirichlet:ALPHA (ALPHA > 0) or shards:K (K >= 1)"));
+            WhatContains(
+                "expected iid, dirichlet:ALPHA (ALPHA > 0), shards:K or classes:K (K >= 1)"));
   }
-  CHECK_THROWS_MATCHES(parse_partition("x"), std::invalid_argument,
-                       Catch::Matchers::Message(
-                           "unknown partition 'x': expected iid, dirichlet:ALPHA (ALPHA > 0) or "
-                           "shards:K (K >= 1)"));
+  CHECK_THROWS_MATCHES(
+      parse_partition("x"), std::invalid_argument,
+      Catch::Matchers::Message("unknown partition 'x': expected iid, dirichlet:ALPHA (ALPHA > 0), "
+                               "shards:K or classes:K (K >= 1)"));
 }
 
 TEST_CASE("every partitioner covers every index once, deterministically in the seed", "[core]") {
   auto y = mixed_labels(10, 100);
   for (const char* spec : {"iid", "dirichlet:0.1", "dirichlet:1", "dirichlet:100", "shards:1",
-                           "shards:2", "shards:5"}) {
+                           "shards:2", "shards:5", "classes:10"}) {
     for (int shards : {1, 3, 8, 10}) {
       INFO(spec << " over " << shards << " shards");
       auto ps = parse_partition(spec);
@@ -116,8 +140,8 @@ TEST_CASE("iid shards are near-equal and look like the whole set", "[core]") {
   auto y = sorted_labels(10, 1000);
   Parts parts = partition(y, 10, 7, parse_partition("iid"), 1);
   check_cover(parts, y.size());
-  auto [lo, hi] = std::minmax_element(parts.begin(), parts.end(),
-                                      [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  auto [lo, hi] = std::minmax_element(
+      parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
   CHECK(hi->size() - lo->size() <= 1);
   // ~1430 samples a shard: a class share's standard deviation is under 0.01.
   for (const auto& h : class_shares(parts, y, 10)) {
@@ -185,4 +209,56 @@ TEST_CASE("impossible splits are refused with a clear message", "[core]") {
   CHECK_THROWS_AS(partition(y, 10, 2, bad_alpha, 1), std::invalid_argument);
   // The largest possible shards:K split still works.
   check_cover(partition(y, 10, 10, parse_partition("shards:3"), 1), y.size());
+}
+
+TEST_CASE("classes:K gives each peer exactly K labels and splits each label among its holders",
+          "[core]") {
+  auto y = mixed_labels(10, 100);
+  for (int k : {1, 2, 3, 10}) {
+    for (int shards : {10, 13, 25}) {
+      INFO("classes:" << k << " over " << shards << " shards");
+      auto ps = parse_partition("classes:" + std::to_string(k));
+      Parts a = partition(y, 10, shards, ps, 42);
+      REQUIRE(a.size() == static_cast<std::size_t>(shards));
+      // Every label is held by someone here (shards >= classes), so the cover is exact.
+      check_cover(a, y.size());
+      std::vector<int> holders(10, 0);
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        std::set<int> labels;
+        for (auto s : a[i]) labels.insert(y[s]);
+        CHECK(labels.size() == static_cast<std::size_t>(k));
+        CHECK(labels.count(static_cast<int>(i % 10)) == 1);  // NIID-Bench: label i % classes first
+        for (int l : labels) ++holders[static_cast<std::size_t>(l)];
+      }
+      // Each label's 100 samples are cut into near-equal runs, one per holder.
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        std::vector<std::size_t> count(10, 0);
+        for (auto s : a[i]) ++count[static_cast<std::size_t>(y[s])];
+        for (std::size_t l = 0; l < 10; ++l) {
+          if (count[l] == 0) continue;
+          const std::size_t h = static_cast<std::size_t>(holders[l]);
+          CHECK(count[l] >= 100 / h);
+          CHECK(count[l] <= (100 + h - 1) / h);
+        }
+      }
+      CHECK(partition(y, 10, shards, ps, 42) == a);
+      // classes:1 over 10 peers is one whole label per peer whatever the seed.
+      if (!(k == 1 && shards == 10)) CHECK(partition(y, 10, shards, ps, 43) != a);
+    }
+  }
+}
+
+TEST_CASE("classes:K refuses splits it cannot make", "[core]") {
+  auto y = mixed_labels(10, 3);  // 30 samples, 3 per label
+  CHECK_THROWS_MATCHES(partition(y, 10, 10, parse_partition("classes:11"), 1),
+                       std::invalid_argument,
+                       WhatContains("classes:11") && WhatContains("only 10 classes"));
+  // 5 peers with one label each leave labels 5..9 with nobody.
+  CHECK_THROWS_MATCHES(partition(y, 10, 5, parse_partition("classes:1"), 1), std::invalid_argument,
+                       WhatContains("leaves label 5 with no peer"));
+  // 20 peers with all 10 labels: 20 holders for 3 samples of each label.
+  CHECK_THROWS_MATCHES(partition(y, 10, 20, parse_partition("classes:10"), 1),
+                       std::invalid_argument, WhatContains("has 3 samples for 20 peers"));
+  // The same with enough samples works.
+  check_cover(partition(mixed_labels(10, 20), 10, 20, parse_partition("classes:10"), 1), 200);
 }
