@@ -454,6 +454,22 @@ int export_checkpoint(apps::PeerConfig cfg) {
   return 0;
 }
 
+// Runs f; bad input it throws (data, partition, backend choice, checkpoint) comes back as the
+// message for exit code 2, anything else propagates.
+template <typename F>
+std::optional<std::string> bad_input(F&& f) {
+  try {
+    f();
+  } catch (const core::DataError& e) {
+    return std::string(e.what());
+  } catch (const std::invalid_argument& e) {
+    return std::string(e.what());
+  } catch (const kernels::BackendError& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -475,28 +491,16 @@ int main(int argc, char** argv) {
   const kernels::BlasCoreChoice blas = apps::settle_blas_core(cfg.blas_core);
   install_signal_handlers();
   if (!cfg.from_checkpoint.empty()) {
-    try {
-      return export_checkpoint(cfg);
-    } catch (const core::DataError& e) {
-      return usage_error(e.what());
-    } catch (const std::invalid_argument& e) {
-      return usage_error(e.what());
-    } catch (const kernels::BackendError& e) {
-      return usage_error(e.what());
-    }
+    int rc = 0;
+    if (const auto bad = bad_input([&] { rc = export_checkpoint(cfg); })) return usage_error(*bad);
+    return rc;
   }
-  // Bad input (data, partition, backend choice, checkpoint) -> a clear message and exit code 2.
   Resources r;
-  try {
-    r = prepare(cfg);
-    r.blas = blas;
-  } catch (const core::DataError& e) {
-    return usage_error(e.what());
-  } catch (const std::invalid_argument& e) {
-    return usage_error(e.what());
-  } catch (const kernels::BackendError& e) {
-    return usage_error(e.what());
-  }
+  if (const auto bad = bad_input([&] {
+        r = prepare(cfg);
+        r.blas = blas;
+      }))
+    return usage_error(*bad);
   try {
     return train(cfg, r);
   } catch (const std::invalid_argument& e) {
