@@ -110,25 +110,27 @@ struct HttpServer::Impl {
     const std::string who = ep.address().to_string() + ":" + std::to_string(ep.port());
     // The deadline covers the whole request, not each read: a client trickling a byte a second
     // is as slow as one that sends nothing.
+    // Said (and counted) before the close, so that a client which sees the close finds it said.
+    std::string head;
     asio::steady_timer deadline(io, opts.read_deadline);
     bool timed_out = false;
     deadline.async_wait([&](std::error_code ec) {
       if (!ec) {
         timed_out = true;
+        bad(who, "no complete request within " + std::to_string(opts.read_deadline.count()) +
+                     " ms (" + std::to_string(head.size()) + " bytes)");
         sock.close(ignored);
       }
     });
-    std::string head;
     std::array<char, 1024> buf;
     HttpResponse resp;
     bool have_resp = false;
     while (head.find("\r\n\r\n") == std::string::npos) {
       auto [ec, n] = co_await sock.async_read_some(asio::buffer(buf), kUseTuple);
       if (ec) {
-        if (timed_out)
-          bad(who, "no complete request within " + std::to_string(opts.read_deadline.count()) +
-                       " ms (" + std::to_string(head.size()) + " bytes)");
-        else if (!head.empty() || ec != asio::error::eof)
+        if (timed_out) {
+          // said by the deadline
+        } else if (!head.empty() || ec != asio::error::eof)
           bad(who, "read failed after " + std::to_string(head.size()) + " bytes: " + ec.message());
         deadline.cancel();
         --open;
