@@ -19,13 +19,7 @@ std::vector<PeerPlan> plan_fedavg(const LaunchOptions& o, const std::string& run
     std::vector<std::string>& a = p.argv;
     // The server starts its first round with every client (a forwarded --min-clients overrides).
     if (i == 0) a = {"--min-clients", std::to_string(clients)};
-    a.insert(a.end(), o.forward.begin(), o.forward.end());
-    for (const auto& [k, f] : o.peer_flags)
-      if (k == i) a.insert(a.end(), f.begin(), f.end());
-    if (o.network_key.empty() && !network_key.empty())
-      a.insert(a.end(), {"--network-key", network_key});
-    if (!o.gpus.empty())
-      a.insert(a.end(), {"--device", std::to_string(o.gpus[std::size_t(i) % o.gpus.size()])});
+    append_launch_flags(a, o, i, network_key);
     // The server reads shard 0 only for its test set; client i trains gossip peer i-1's shard.
     a.insert(a.end(), {"--num-shards", std::to_string(clients), "--shard",
                        std::to_string(i == 0 ? 0 : i - 1), "--identity", p.dir + "/identity.key",

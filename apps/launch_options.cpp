@@ -332,6 +332,17 @@ int seed_count(int peers) {
   return std::min(8, 4 + peers / 64);
 }
 
+void append_launch_flags(std::vector<std::string>& a, const LaunchOptions& o, int i,
+                         const std::string& network_key) {
+  a.insert(a.end(), o.forward.begin(), o.forward.end());
+  for (const auto& [k, f] : o.peer_flags)
+    if (k == i) a.insert(a.end(), f.begin(), f.end());
+  if (o.network_key.empty() && !network_key.empty())
+    a.insert(a.end(), {"--network-key", network_key});
+  if (!o.gpus.empty())
+    a.insert(a.end(), {"--device", std::to_string(o.gpus[std::size_t(i) % o.gpus.size()])});
+}
+
 std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_dir,
                                  const std::vector<int>& ports, const std::string& network_key) {
   if (o.mode == LaunchMode::Fedavg) return plan_fedavg(o, run_dir, ports, network_key);
@@ -361,13 +372,7 @@ std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_
     // Under churn a crashed peer loses what it trained since its last checkpoint, and one that
     // had none starts over: checkpoint often.
     if (o.churn) a.insert(a.end(), {"--checkpoint-every", "5"});
-    a.insert(a.end(), o.forward.begin(), o.forward.end());
-    for (const auto& [k, f] : o.peer_flags)
-      if (k == i) a.insert(a.end(), f.begin(), f.end());
-    if (o.network_key.empty() && !network_key.empty())
-      a.insert(a.end(), {"--network-key", network_key});
-    if (!o.gpus.empty())
-      a.insert(a.end(), {"--device", std::to_string(o.gpus[std::size_t(i) % o.gpus.size()])});
+    append_launch_flags(a, o, i, network_key);
     a.insert(a.end(), {"--num-shards", std::to_string(slots), "--shard", std::to_string(i),
                        "--identity", p.dir + "/identity.key", "--metrics", p.dir + "/metrics.jsonl",
                        "--checkpoint-dir", p.dir + "/ckpt"});

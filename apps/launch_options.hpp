@@ -98,6 +98,11 @@ int seed_count(int peers);
 // outside gossip mode), and validates each with gossip-peer's parser. Throws UsageError.
 std::vector<PeerPlan> plan_peers(const LaunchOptions& o, const std::string& run_dir,
                                  const std::vector<int>& ports, const std::string& network_key);
+// The flags every launched peer i gets from the launch, whatever the mode, appended to a: the
+// forwarded peer flags, its own --peer-flags, the run's network key unless the user gave one, and
+// its GPU.
+void append_launch_flags(std::vector<std::string>& a, const LaunchOptions& o, int i,
+                         const std::string& network_key);
 // plan_peers in fedavg mode: peer0 is the server (listening on ports[0]), peers 1..N the clients
 // on the shards 0..N-1 that N gossip peers would have.
 std::vector<PeerPlan> plan_fedavg(const LaunchOptions& o, const std::string& run_dir,
