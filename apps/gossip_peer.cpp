@@ -329,6 +329,12 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
                cfg.num_shards, r.data.shard.size(), cfg.partition, r.data.test.size());
   spdlog::info("resident memory {:.0f} MB after loading the data", resident_mb());
   emit_data_line(metrics, r.data, r.blas);
+  std::unique_ptr<apps::GossipNode> node;
+  core::Heartbeat heartbeat;
+  // From here a stop request ends the process within --stop-grace (joining, catch-up and the
+  // FedAvg modes included); stalls count from the first beat of the gossip trainer below.
+  // Declared after node: it goes first on the way out.
+  const auto watchdog = start_watchdog(cfg, heartbeat, node);
   if (cfg.fedavg.enabled()) {  // a FedAvg server or client instead of a gossip peer
     try {
       return cfg.fedavg.server ? apps::run_fedavg_server(cfg, *r.backend, r.data, metrics, g_stop)
@@ -341,13 +347,8 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
     }
   }
   // The trainer owns the model; the gossip node needs only its fingerprint, known from the spec.
-  std::unique_ptr<apps::GossipNode> node;
-  core::Heartbeat heartbeat;
   core::Trainer trainer(*r.backend, cfg.train, r.data.shard, r.data.test, metrics, nullptr);
   trainer.set_heartbeat(&heartbeat);
-  // From here a stop request ends the process within --stop-grace (joining and catch-up included);
-  // stalls count from the first step. Declared after node: it goes first on the way out.
-  const auto watchdog = start_watchdog(cfg, heartbeat, node);
   bool resumed = false;
   try {
     resumed = trainer.resume();
