@@ -44,11 +44,17 @@ mapfile -t PKGS < <(grep -v '^\s*#' deploy/container/runtime-packages.txt | grep
 
 CTX=$(mktemp -d "${TMPDIR:-/tmp}/gt-image.XXXXXX")
 trap 'rm -rf "$CTX"' EXIT
+trap 'exit 143' TERM INT
 t0=$SECONDS
 if ((REBUILD_BASE)) || ! podman image exists "$BASE"; then
-  # minbase: dpkg, apt and the essential packages only; no docs, manuals or locales.
+  # minbase: dpkg, apt and the essential packages only; no docs, manuals or locales. The
+  # merged-usr hook makes bookworm's merged /usr itself, without the usrmerge package, which
+  # would pull in perl (about 50 MB).
   include=$(IFS=,; echo "${PKGS[*]}")
-  mmdebstrap --variant=minbase --include="$include" \
+  hooks=()
+  [[ -d /usr/share/mmdebstrap/hooks/maybe-merged-usr ]] &&
+    hooks=(--hook-dir=/usr/share/mmdebstrap/hooks/maybe-merged-usr)
+  mmdebstrap --variant=minbase --include="$include" "${hooks[@]}" \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
