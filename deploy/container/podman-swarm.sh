@@ -11,6 +11,7 @@
 # --replicas N      containers, = shards (default 4)
 # --image NAME      (default localhost/gossiptrain:latest)
 # --key FILE        the network key (64 hex chars, mode 0600); made if missing (default NAME.key)
+# --data-dir DIR    mounted read-only at /data in every container (then give --data /data)
 #
 # down removes the containers, volumes and network of NAME (not the key file). podman here needs
 # runc and explicit limits, which this script passes (see docs/containers.md).
@@ -18,7 +19,7 @@ set -euo pipefail
 cmd=${1:-}
 [[ $cmd == up || $cmd == down ]] || { echo "podman-swarm: first argument: up or down" >&2; exit 2; }
 shift
-NAME=gt SERVICE=gossip REPLICAS=4 IMAGE=localhost/gossiptrain:latest KEY=""
+NAME=gt SERVICE=gossip REPLICAS=4 IMAGE=localhost/gossiptrain:latest KEY="" DATA=()
 while (($#)); do
   case $1 in
     --name) NAME=${2:?}; shift 2 ;;
@@ -26,6 +27,7 @@ while (($#)); do
     --replicas) REPLICAS=${2:?}; shift 2 ;;
     --image) IMAGE=${2:?}; shift 2 ;;
     --key) KEY=${2:?}; shift 2 ;;
+    --data-dir) DATA=(-v "$(realpath "${2:?}"):/data:ro"); shift 2 ;;
     --) shift; break ;;
     *) echo "podman-swarm: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -50,7 +52,7 @@ for ((i = 0; i < REPLICAS; i++)); do
   podman volume exists "$NAME-state-$i" || podman volume create "$NAME-state-$i" >/dev/null
   podman run -d "${RUN[@]}" --name "$NAME-$i" --hostname "$NAME-$i" --network "$NAME-net" \
     --network-alias "$NAME-$i.$SERVICE" -v "$NAME-state-$i:/var/lib/gossiptrain" \
-    -v "$KEY:/etc/gossiptrain/network.key:ro" \
+    -v "$KEY:/etc/gossiptrain/network.key:ro" "${DATA[@]}" \
     -e GT_K8S_SERVICE="$SERVICE" -e GT_K8S_REPLICAS="$REPLICAS" "$IMAGE" "$@" >/dev/null
   echo "podman-swarm: started $NAME-$i ($NAME-$i.$SERVICE)"
 done
