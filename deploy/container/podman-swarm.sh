@@ -12,6 +12,8 @@
 # --image NAME      (default localhost/gossiptrain:latest)
 # --key FILE        the network key (64 hex chars, mode 0600); made if missing (default NAME.key)
 # --data-dir DIR    mounted read-only at /data in every container (then give --data /data)
+# --restart POLICY  podman's restart policy (default on-failure:5: a peer that crashes is started
+#                   again by podman; one stopped by podman stop or podman kill is not)
 #
 # down removes the containers, volumes and network of NAME (not the key file). podman here needs
 # runc and explicit limits, which this script passes (see docs/containers.md).
@@ -19,7 +21,7 @@ set -euo pipefail
 cmd=${1:-}
 [[ $cmd == up || $cmd == down ]] || { echo "podman-swarm: first argument: up or down" >&2; exit 2; }
 shift
-NAME=gt SERVICE=gossip REPLICAS=4 IMAGE=localhost/gossiptrain:latest KEY="" DATA=()
+NAME=gt SERVICE=gossip REPLICAS=4 IMAGE=localhost/gossiptrain:latest KEY="" DATA=() RESTART=on-failure:5
 while (($#)); do
   case $1 in
     --name) NAME=${2:?}; shift 2 ;;
@@ -27,6 +29,7 @@ while (($#)); do
     --replicas) REPLICAS=${2:?}; shift 2 ;;
     --image) IMAGE=${2:?}; shift 2 ;;
     --key) KEY=${2:?}; shift 2 ;;
+    --restart) RESTART=${2:?}; shift 2 ;;
     --data-dir) DATA=(-v "$(realpath "${2:?}"):/data:ro"); shift 2 ;;
     --) shift; break ;;
     *) echo "podman-swarm: unknown argument '$1'" >&2; exit 2 ;;
@@ -50,7 +53,7 @@ KEY=$(realpath "$KEY")
 podman network exists "$NAME-net" || podman network create "$NAME-net" >/dev/null
 for ((i = 0; i < REPLICAS; i++)); do
   podman volume exists "$NAME-state-$i" || podman volume create "$NAME-state-$i" >/dev/null
-  podman run -d "${RUN[@]}" --name "$NAME-$i" --hostname "$NAME-$i" --network "$NAME-net" \
+  podman run -d "${RUN[@]}" --restart "$RESTART" --name "$NAME-$i" --hostname "$NAME-$i" --network "$NAME-net" \
     --network-alias "$NAME-$i.$SERVICE" -v "$NAME-state-$i:/var/lib/gossiptrain" \
     -v "$KEY:/etc/gossiptrain/network.key:ro" "${DATA[@]}" \
     -e GT_K8S_SERVICE="$SERVICE" -e GT_K8S_REPLICAS="$REPLICAS" "$IMAGE" "$@" >/dev/null
