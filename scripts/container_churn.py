@@ -73,6 +73,8 @@ def run(label, crash):
             res["killed_at_step"], res["steps_total"] = st[-1]["step"], st[-1]["steps_total"]
             podman("kill", f"{name}-{VICTIM}")
             t_kill = time.monotonic()
+            podman("wait", f"{name}-{VICTIM}", timeout=60)
+            dead_at = len(lines(mfile[VICTIM]))  # its last line before the restart
             res["killed_at_s"] = round(t_kill - t0, 1)
             addr = f"{name}-{VICTIM}.gossip:7000"
             while not any(e.get("event") == "member" and e.get("addr") == addr and
@@ -85,7 +87,7 @@ def run(label, crash):
             podman("start", f"{name}-{VICTIM}")
             t_start = time.monotonic()
             while not any(e.get("event") == "exchange" and e.get("ok")
-                          for e in lines(mfile[VICTIM])[seen[VICTIM]:]):
+                          for e in lines(mfile[VICTIM])[dead_at:]):
                 if time.monotonic() - t_start > 300:
                     raise RuntimeError("the restarted peer never averaged")
                 time.sleep(0.2)

@@ -223,6 +223,8 @@ try:
     seen = [len(lines(mfile[i])) for i in range(N)]
     podman("kill", f"{TAG}-{VICTIM}")
     t_kill = time.monotonic()
+    podman("wait", f"{TAG}-{VICTIM}", timeout=60)
+    offset = len(lines(mfile[VICTIM]))  # its last line before the restart
     print(f"killed {TAG}-{VICTIM} at step {step_at_kill}, {t_kill - t_start:.0f} s in, "
           f"after {exchanges_ok_before} good exchanges")
     victim_addr = f"{TAG}-{VICTIM}.{SERVICE}:{env['GT_PORT']}"
@@ -237,7 +239,6 @@ try:
             e.get("state") in ("suspect", "dead") for e in lines(mfile[i])[seen[i]:])]
     found = poll("the others detect the killed peer", detected, 60)
     print(f"detected by peers {found} after {time.monotonic() - t_kill:.1f} s")
-    offset = len(before)
     podman("start", f"{TAG}-{VICTIM}")
 
     def rejoined():

@@ -74,7 +74,12 @@ cp deploy/container/gt-entrypoint "$CTX/stage/bin/"
 #   cmake --install "$BUILD" --prefix "$CTX/stage"
 cp "$BUILD/apps/gossip-peer" "$BUILD/apps/gossip-launch" "$CTX/stage/bin/"
 strip --strip-unneeded "$CTX"/stage/bin/gossip-* 2>/dev/null || true
+old_id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 podman build "${PODMAN_RUN[@]}" --build-arg BASE="$BASE" -t "$IMAGE" -f "$CTX/Containerfile" "$CTX"
+# The image this one replaces, unless a container still uses it.
+if [[ -n $old_id && $old_id != $(podman image inspect --format '{{.Id}}' "$IMAGE") ]]; then
+  podman rmi "$old_id" >/dev/null 2>&1 || true
+fi
 echo "build-image: image $IMAGE built in $((SECONDS - t1)) s"
 
 # Every library each program needs is in the image.
