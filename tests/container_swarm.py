@@ -28,7 +28,7 @@ except ImportError:
 ROOT, BUILD = sys.argv[1], sys.argv[2]
 TAG = f"gt-pods-{os.getpid()}"
 IMAGE = f"localhost/{TAG}:test"
-BASE = "localhost/gossiptrain-base:bookworm"
+BASE = os.environ.get("GT_IMAGE_BASE", "localhost/gossiptrain-base:bookworm")
 # podman on these machines: runc (crun refuses hybrid cgroups) and explicit limits.
 RUN = ["--runtime", "runc", "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
 BASE_BUILD_LIMIT_S = int(os.environ.get("GT_IMAGE_BUILD_TIMEOUT", "900"))
@@ -132,7 +132,7 @@ def build_image():
     t0 = time.monotonic()
     limit = 300 if base_present else BASE_BUILD_LIMIT_S
     cmd = [os.path.join(ROOT, "deploy", "container", "build-image.sh"), "--build", BUILD,
-           "--image", IMAGE]
+           "--image", IMAGE, "--base", BASE]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
     created["images"].append(IMAGE)
