@@ -11,6 +11,7 @@ PKGS=(
   dataset-fashion-mnist
   python3 python3-matplotlib python3-numpy python3-venv
   prometheus
+  podman runc netavark aardvark-dns mmdebstrap python3-yaml
 )
 
 missing=()
