@@ -253,9 +253,11 @@ void GossipNode::bound_lag(core::StepContext& ctx) {
   if (membership_->live_count() == 0) return;  // alone: nobody to wait for
   ++lag_waits_;
   bool completed = false;
+  // The wait also ends when the last member leaves: a partner that said goodbye at the start of
+  // a wait kept training waiting its full 2 s (issue 27's joiner, at the end of its linger).
   const double waited_s = serve_until(ctx, kMaxLagWait, [&] {
     completed = averager_->stats().averaging != before;
-    return completed;
+    return completed || membership_->live_count() == 0;
   });
   lag_wait_s_ += waited_s;
   if (lag_->waited(completed, waited_s))
