@@ -91,6 +91,7 @@ class GossipNode final : private core::StepHook {
   // between steps (no training), at most kPaceWait at a time.
   void keep_pace(core::StepContext& ctx);
   bool same_run_length(const gossip::ExchangeEvent& e) const;  // protocol thread
+  void say_waits(int epoch);  // the `waits` metric line
   // Serves the protocol (no training) until done() or max_s pass; returns the seconds waited.
   template <class Done>
   double serve_until(core::StepContext& ctx, double max_s, Done done);
@@ -113,6 +114,8 @@ class GossipNode final : private core::StepHook {
   std::unique_ptr<gossip::LagBound> lag_;
   std::uint64_t lag_waits_ = 0;
   double lag_wait_s_ = 0.0;
+  int waits_epoch_ = -1;  // the epoch of the last `waits` line
+  double hook_s_ = 0.0;   // seconds in the averager's and catch-up's step hooks
   // --max-ahead (null: off). Partners are heard on the protocol thread.
   std::unique_ptr<gossip::PaceKeeper> pace_;
   std::atomic<std::int64_t> total_steps_{0};  // of our run, from the training thread

@@ -141,6 +141,16 @@ const OptionTable<PeerConfig>& peer_options() {
        [](PeerConfig& c, const std::string& v) {
          c.max_lag = v == "off" ? 0 : int(to_int_or("max-lag", v, "auto", -1, 1, 1000000));
        }},
+      {"max-lag-share", "F|off",
+       "--max-lag's time budget: training waits for exchanges at most F seconds per second it "
+       "trains (burst 0.5 s); where an exchange takes longer than --max-lag steps, the waits then "
+       "come further apart and the bound costs at most 1/(1+F) of throughput (default 0.25; off: "
+       "wait every --max-lag steps, whatever the exchanges cost)",
+       [](PeerConfig& c, const std::string& v) {
+         c.max_lag_share = v == "off" ? 0.0 : to_number("max-lag-share", v);
+         if (!(c.max_lag_share > 0.0 && c.max_lag_share <= 100.0) && v != "off")
+           throw bad_value("max-lag-share", v, "a number in (0, 100] or off");
+       }},
       {"max-ahead", "F|off",
        "keep pace: a peer more than F of its run ahead of the slowest partner it heard from in "
        "the last 10 s (each exchange tells both sides the other's progress) stops training and "
@@ -149,7 +159,7 @@ const OptionTable<PeerConfig>& peer_options() {
        [](PeerConfig& c, const std::string& v) {
          c.max_ahead = v == "off" ? 0.0 : to_number("max-ahead", v);
          if (!(c.max_ahead > 0.0 && c.max_ahead < 1.0) && v != "off")
-           throw std::invalid_argument("--max-ahead must be in (0, 1) or off, got " + v);
+           throw bad_value("max-ahead", v, "a number in (0, 1) or off");
        }},
       O::choice("wire", {"fp32", "fp16", "bf16", "int8"}, "encoding of parameters on the wire",
                 &PeerConfig::wire),

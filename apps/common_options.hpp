@@ -62,6 +62,7 @@ struct PeerConfig {
   int gossip_every = 4;
   int max_lag =
       -1;  // steps without a completed exchange before training waits; -1: 4 x gossip_every, 0: off
+  double max_lag_share = 0.25;  // --max-lag's time budget: wait s per training s; 0: none
   double max_ahead = 0.02;  // --max-ahead: fraction of the run; 0: off
   std::string wire = "fp32";
   std::string weighting = "uniform";  // uniform (w = 1/2) | samples
