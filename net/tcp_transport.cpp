@@ -151,6 +151,7 @@ void TcpTransport::stop() {
           std::vector<std::shared_ptr<Channel>> left(channels_.begin(), channels_.end());
           for (auto& ch : left) ch->terminate("shutdown");
           pending_connects_.clear();
+          pending_reverse_.clear();
           work_.reset();
         },
         rethrow);
@@ -163,6 +164,7 @@ void TcpTransport::stop() {
   handler_ = nullptr;
   channels_.clear();
   pending_connects_.clear();
+  pending_reverse_.clear();
   channel_count_ = 0;
 }
 
@@ -208,9 +210,14 @@ asio::awaitable<void> TcpTransport::accept_loop() {
 }
 
 void TcpTransport::connect(const std::string& addr, ConnectCallback done) {
+  // A peer that cannot be dialled is asked to dial us instead (tcp_dial_back.cpp).
   asio::post(*io_, [this, addr, done = std::move(done)]() mutable {
-    asio::co_spawn(*io_, dial(addr, std::move(done)), rethrow);
+    dial_back_connect(addr, std::move(done));
   });
+}
+
+void TcpTransport::dial_direct(const std::string& addr, ConnectCallback done) {
+  asio::co_spawn(*io_, dial(addr, std::move(done)), rethrow);
 }
 
 asio::awaitable<void> TcpTransport::dial(std::string addr, ConnectCallback done) {
@@ -276,6 +283,7 @@ void TcpTransport::channel_established(const std::shared_ptr<Channel>& ch) {
   spdlog::info("net: connected {} {} ({}, {})", ch->peer_id(), ch->remote_addr(),
                ch->inbound() ? "inbound" : "outbound", crypto::aead_name(ch->aead()));
   if (handler_) handler_->on_connection(ch, ch->inbound());
+  dial_back_established(ch);
   auto it = pending_connects_.find(ch.get());
   if (it != pending_connects_.end()) {
     auto cb = std::move(it->second);
@@ -286,6 +294,10 @@ void TcpTransport::channel_established(const std::shared_ptr<Channel>& ch) {
 
 void TcpTransport::channel_message(const std::shared_ptr<Channel>& ch, std::uint8_t type,
                                    Bytes&& payload) {
+  if (type >= kDialBackTypeFirst && type <= kDialBackTypeLast) {
+    dial_back_message(ch, type, payload);
+    return;
+  }
   if (handler_) handler_->on_message(ch, type, std::move(payload));
 }
 
