@@ -1,6 +1,8 @@
 // Encoders and validating decoders of the dial-back messages (dial_back_messages.hpp).
 #include "net/dial_back_messages.hpp"
 
+#include <cstring>
+
 namespace gossiptrain::net {
 namespace {
 
@@ -28,6 +30,8 @@ std::string_view dial_back_type_name(std::uint8_t type) {
     case DialBackType::Result: return "dial-back result";
     case DialBackType::Hello: return "dial-back hello";
     case DialBackType::Reachability: return "reachability";
+    case DialBackType::RelayAsk: return "relay request";
+    case DialBackType::RelayDial: return "relay dial";
   }
   return "unknown transport message";
 }
@@ -101,6 +105,58 @@ ReachabilityMsg decode_reachability(const Bytes& b) {
   m.dialable = flag(r);
   r.end();
   return m;
+}
+
+Bytes encode(const RelayAsk& m) {
+  base::ByteWriter w(10 + m.target.size());
+  w.u8(kDialBackVersion);
+  w.u64(m.nonce);
+  w.str8(m.target, kMaxAddrBytes);
+  return w.take();
+}
+
+Bytes encode(const RelayDial& m) {
+  base::ByteWriter w(9);
+  w.u8(kDialBackVersion);
+  w.u64(m.nonce);
+  return w.take();
+}
+
+RelayAsk decode_relay_ask(const Bytes& b) {
+  auto r = reader(b, 10, 10 + kMaxAddrBytes, "relay request");
+  RelayAsk m;
+  m.nonce = r.u64();
+  m.target = r.str8(kMaxAddrBytes, "relay target");
+  if (m.target.empty()) throw base::DecodeError("relay target: empty");
+  for (char c : m.target)
+    if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) > 0x7e)
+      throw base::DecodeError("relay target: not printable ASCII");
+  r.end();
+  return m;
+}
+
+RelayDial decode_relay_dial(const Bytes& b) {
+  auto r = reader(b, 9, 9, "relay dial");
+  RelayDial m;
+  m.nonce = r.u64();
+  r.end();
+  return m;
+}
+
+Bytes relay_preamble(std::uint64_t nonce, std::uint8_t side) {
+  base::ByteWriter w(kRelayPreambleBytes);
+  w.bytes(kRelayMagic, 4);
+  w.u64(nonce);
+  w.u8(side);
+  return w.take();
+}
+
+bool parse_relay_preamble(const std::uint8_t* p, std::uint64_t& nonce, std::uint8_t& side) {
+  if (std::memcmp(p, kRelayMagic, 4) != 0) return false;
+  base::ByteReader r(p + 4, kRelayPreambleBytes - 4);
+  nonce = r.u64();
+  side = r.u8();
+  return side <= 1;
 }
 
 }  // namespace gossiptrain::net

@@ -55,10 +55,7 @@ void TcpTransport::dial_back_connect(const std::string& addr, ConnectCallback do
       return;
     }
     auto via = channel_advertising(addr);
-    if (!via) {
-      if (done) done(nullptr, err);
-      return;
-    }
+    if (!via) return relay_connect(addr, err, done);  // tcp_relay.cpp
     // It dialled us, we cannot dial it: behind a NAT or a firewall. Ask it to dial us.
     if (undialable_.size() >= kMaxUndialable) undialable_.clear();
     undialable_[addr] = Clock::now() + kUndialableFor;
@@ -81,7 +78,9 @@ bool TcpTransport::known_undialable(const std::string& addr) {
 std::shared_ptr<Channel> TcpTransport::channel_advertising(const std::string& addr) const {
   std::shared_ptr<Channel> best;
   for (const auto& ch : channels_) {
-    if (!ch->is_open() || ch->remote_listen_addr() != addr || ch->peer_id() == local_id_) continue;
+    if (!ch->is_open() || ch->relayed() || ch->remote_listen_addr() != addr ||
+        ch->peer_id() == local_id_)
+      continue;
     if (!best || (ch->inbound() && !best->inbound())) best = ch;
   }
   return best;
@@ -140,7 +139,9 @@ bool TcpTransport::dial_back_message(const std::shared_ptr<Channel>& ch, std::ui
       }
       case DialBackType::Result: {
         const auto m = decode_dial_back_result(payload);
-        if (m.nonce == check_nonce_ && check_nonce_ != 0) {
+        if (pending_relay_.count(m.nonce)) {
+          relay_answer(m.nonce, m.ok, m.reason);  // tcp_relay.cpp
+        } else if (m.nonce == check_nonce_ && check_nonce_ != 0) {
           check_nonce_ = 0;
           self_check_result(ch->peer_id(), m.ok, m.reason);
         } else if (pending_reverse_.count(m.nonce) &&
@@ -160,6 +161,14 @@ bool TcpTransport::dial_back_message(const std::shared_ptr<Channel>& ch, std::ui
           return true;
         }
         finish_reverse(m.nonce, ch, "");
+        return true;
+      }
+      case DialBackType::RelayAsk: {
+        serve_relay_ask(ch, decode_relay_ask(payload));
+        return true;
+      }
+      case DialBackType::RelayDial: {
+        serve_relay_dial(ch, decode_relay_dial(payload).nonce);
         return true;
       }
       case DialBackType::Reachability: {

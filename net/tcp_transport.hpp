@@ -62,6 +62,11 @@ struct TcpTransportConfig {
   // dial us back at our advertised address, and say in one info line whether it could (with the
   // fix when not). Off by default so that transport tests count only their own connections.
   bool reachability_check = false;
+  // Relaying for peers that cannot be dialled (tcp_relay.cpp): the most bytes per second this
+  // peer forwards for others, all relayed connections together; 0: it relays nothing.
+  double relay_max_bytes_per_s = 25e6;
+  // Tests only: sees (and may alter) every chunk of bytes this peer relays, as a hostile relay.
+  std::function<void(std::uint8_t* data, std::size_t n)> relay_tamper;
   // Optional observer of failed handshakes and refused sockets (metrics, tests); io thread.
   std::function<void(const std::string& remote_addr, const std::string& reason)>
       on_handshake_failed;
@@ -79,6 +84,11 @@ struct TcpTransportStats {
   std::uint64_t reverse_failures = 0;
   std::uint64_t dial_backs_served = 0;
   std::uint64_t dial_backs_refused = 0;  // over the rate bounds
+  // Relays: connections we opened through a relay, and what we relayed for others.
+  std::uint64_t relayed_connections = 0;
+  std::uint64_t relay_failures = 0;
+  std::uint64_t relays_served = 0;
+  std::uint64_t relayed_bytes = 0;
 };
 
 // What the reachability self-check found (docs/nat.md).
@@ -165,6 +175,36 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   void self_check_result(const std::string& checker, bool ok, const std::string& reason);
   void send_reachability(const std::shared_ptr<Channel>& ch);
 
+  // Relays (tcp_relay.cpp). Io thread.
+  struct PendingRelay {
+    std::string addr;
+    ConnectCallback done;
+    std::vector<std::weak_ptr<Channel>> candidates;  // relays still to try, last first
+    std::string relay_peer, relay_addr;
+    TimerId timer = 0;
+    std::string last_error;
+  };
+  struct Splice;
+  void relay_connect(const std::string& addr, std::string error, ConnectCallback done);
+  void relay_try_next(std::uint64_t nonce);
+  void relay_answer(std::uint64_t nonce, bool ok, const std::string& reason);
+  void serve_relay_ask(const std::shared_ptr<Channel>& ch, const RelayAsk& m);
+  void serve_relay_dial(const std::shared_ptr<Channel>& ch, std::uint64_t nonce);
+  asio::awaitable<void> open_relayed(std::string relay_addr, std::string relay_peer,
+                                     std::uint64_t nonce, std::uint8_t side, ConnectCallback done);
+  asio::awaitable<void> sniff(std::shared_ptr<asio::ip::tcp::socket> sock);
+  void start_inbound(asio::ip::tcp::socket sock);
+  void splice_arrived(std::uint64_t nonce, std::uint8_t side,
+                      std::shared_ptr<asio::ip::tcp::socket> sock);
+  asio::awaitable<void> pipe(std::shared_ptr<Splice> sp, int from);
+  void relayed_closed(const std::shared_ptr<Channel>& ch, const std::string& reason);
+  void close_splices();
+  std::map<std::uint64_t, PendingRelay> pending_relay_;
+  std::map<std::uint64_t, std::shared_ptr<Splice>> splices_;
+  std::map<Channel*, std::string> relay_of_;  // our relayed channels -> their relay's peer id
+  std::map<std::string, std::chrono::steady_clock::time_point> bad_relays_;
+  std::size_t sniffing_ = 0;
+  std::chrono::steady_clock::time_point relay_next_free_{};
   std::map<std::uint64_t, PendingReverse> pending_reverse_;
   std::map<std::string, std::chrono::steady_clock::time_point> undialable_;  // addr -> until
   std::map<std::string, int> serving_;  // requester -> dial-backs in flight for it

@@ -78,7 +78,7 @@ TEST_CASE("six peers, four of them behind two NAT routers, all average with the 
   auto log_of = [&](int i) { return gt_test::read_file(homes[std::size_t(i)] + "/log.txt"); };
 
   // Everybody's id, once each peer has written a metric line.
-  std::vector<std::string> ids(std::size_t(n));
+  std::vector<std::string> ids(static_cast<std::size_t>(n));
   REQUIRE(gt_test::eventually(30s, [&] {
     for (int i = 0; i < n; ++i)
       if (ids[std::size_t(i)].empty()) ids[std::size_t(i)] = own_id(metrics[std::size_t(i)]);
@@ -138,12 +138,13 @@ TEST_CASE("six peers, four of them behind two NAT routers, all average with the 
     }
     WARN("peer " << i << (lab.is_public(i) ? " (public)" : " (NATed)") << ": " << total
                  << " ok exchanges: " << pub << " with public peers, " << same_site
-                 << " within its site, " << other_site << " with the other site/NATed peers");
+                 << " within its site, " << other_site << " with the other site (public: with NATed peers)");
     if (!lab.is_public(i)) {
-      CHECK(pub > 0);        // NATed with public, over the connections it opened
-      CHECK(same_site > 0);  // NATed with NATed inside a site
+      CHECK(pub > 0);         // NATed with public: its own or reverse connections
+      CHECK(same_site > 0);   // NATed with NATed inside a site: direct on the LAN
+      CHECK(other_site > 0);  // NATed with NATed across the sites: through a relay
     } else {
-      CHECK(other_site > 0);  // public with NATed: reverse connections (the public peer asks)
+      CHECK(other_site > 0);  // public with NATed
     }
     // Zero false deaths: the only member anybody declared dead is the one that was killed.
     auto dead = dead_marks(metrics[std::size_t(i)]);
