@@ -292,9 +292,9 @@ void TcpTransport::self_check_result(const std::string& checker, bool ok,
                  advertised_addr_, short_peer(checker));
   } else {
     spdlog::info("net: reachability self-check: peers cannot dial us at {} (peer {}'s dial-back "
-                 "failed: {}). We still take part: peers reach us over the connections we open "
-                 "(docs/nat.md). To be dialled directly, forward a public port to {} and run with "
-                 "--advertise PUBLIC_IP:PORT",
+                 "failed: {}). Nothing to do: peers reach us over the connections we open, or through "
+                 "a relay (docs/nat.md). To be dialled directly instead, forward a public port to "
+                 "{} and run with --advertise PUBLIC_IP:PORT",
                  advertised_addr_, short_peer(checker), reason, listen_addr_);
   }
   for (const auto& c : channels_)

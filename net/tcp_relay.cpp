@@ -298,29 +298,39 @@ void TcpTransport::serve_relay_ask(const std::shared_ptr<Channel>& ch, const Rel
 }
 
 // Every accepted socket: a relay preamble (magic "GTR1") or a channel's first handshake message.
+// Anything else (silence, EOF, an error) goes to the channel too, which reports it as before.
 asio::awaitable<void> TcpTransport::sniff(std::shared_ptr<asio::ip::tcp::socket> sock) {
+  // Counted as a channel (channel_count(), the limits) until it becomes one or is closed.
   ++sniffing_;
+  ++channel_count_;
   struct Done {
-    std::size_t& n;
-    ~Done() { --n; }
-  } done_guard{sniffing_};
+    TcpTransport& t;
+    ~Done() {
+      --t.sniffing_;
+      // (stop() zeroes the count; a frame destroyed after it must not wrap it around.)
+      if (auto c = t.channel_count_.load(); c > 0) t.channel_count_ = c - 1;
+    }
+  } done_guard{*this};
+  const auto deadline = Clock::now() + config_.limits.handshake_timeout;
   asio::steady_timer timer(*io_);
-  timer.expires_after(config_.limits.handshake_timeout);
+  timer.expires_at(deadline);
   bool timed_out = false;
   timer.async_wait([sock, &timed_out](std::error_code ec) {
     if (ec) return;
     timed_out = true;
     std::error_code e2;
-    sock->close(e2);
+    sock->cancel(e2);
   });
   std::array<std::uint8_t, kRelayPreambleBytes> pre{};
   bool relay = false;
   for (;;) {
     auto [wec] = co_await sock->async_wait(asio::socket_base::wait_read, kUseTuple);
-    if (wec || timed_out || stopping_) co_return;
+    if (stopping_) co_return;
+    if (wec || timed_out) break;
     std::error_code ec;
-    const std::size_t n = sock->receive(asio::buffer(pre.data(), 4), asio::socket_base::message_peek, ec);
-    if (ec || n == 0) co_return;  // EOF or error before any byte: nothing to report
+    const std::size_t n =
+        sock->receive(asio::buffer(pre.data(), 4), asio::socket_base::message_peek, ec);
+    if (ec || n == 0) break;
     if (std::memcmp(pre.data(), kRelayMagic, n) != 0) break;  // a channel
     if (n == 4) {
       relay = true;
@@ -332,17 +342,22 @@ asio::awaitable<void> TcpTransport::sniff(std::shared_ptr<asio::ip::tcp::socket>
   }
   if (!relay) {
     timer.cancel();
-    if (timed_out || stopping_) co_return;
-    start_inbound(std::move(*sock));
+    if (stopping_) co_return;
+    start_inbound(std::move(*sock), deadline);
     co_return;
   }
   auto [rec, rn] = co_await asio::async_read(*sock, asio::buffer(pre), kUseTuple);
   timer.cancel();
-  if (rec || timed_out || stopping_) co_return;
+  std::error_code ec;
+  if (rec || timed_out || stopping_) {
+    sock->close(ec);
+    co_return;
+  }
   std::uint64_t nonce = 0;
   std::uint8_t side = 0;
   if (!parse_relay_preamble(pre.data(), nonce, side)) {
     spdlog::warn("net: malformed relay preamble; connection closed");
+    sock->close(ec);
     co_return;
   }
   splice_arrived(nonce, side, sock);

@@ -194,7 +194,8 @@ asio::awaitable<void> TcpTransport::accept_loop() {
       continue;
     }
     std::string reason;
-    if (channels_.size() >= config_.limits.max_connections) reason = "connection limit reached";
+    if (channels_.size() + sniffing_ >= config_.limits.max_connections)
+      reason = "connection limit reached";
     else if (handshaking() + sniffing_ >= config_.limits.max_handshakes_in_flight)
       reason = "too many handshakes in flight";
     {
@@ -215,11 +216,12 @@ asio::awaitable<void> TcpTransport::accept_loop() {
   }
 }
 
-void TcpTransport::start_inbound(asio::ip::tcp::socket sock) {
+void TcpTransport::start_inbound(asio::ip::tcp::socket sock,
+                                 std::chrono::steady_clock::time_point deadline) {
   auto ch = std::make_shared<Channel>(io_, std::move(sock), true, options_, channel_host());
   channels_.insert(ch);
   ++channel_count_;
-  ch->start(std::chrono::steady_clock::now() + config_.limits.handshake_timeout);
+  ch->start(deadline);
 }
 
 void TcpTransport::connect(const std::string& addr, ConnectCallback done) {

@@ -193,7 +193,7 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   asio::awaitable<void> open_relayed(std::string relay_addr, std::string relay_peer,
                                      std::uint64_t nonce, std::uint8_t side, ConnectCallback done);
   asio::awaitable<void> sniff(std::shared_ptr<asio::ip::tcp::socket> sock);
-  void start_inbound(asio::ip::tcp::socket sock);
+  void start_inbound(asio::ip::tcp::socket sock, std::chrono::steady_clock::time_point deadline);
   void splice_arrived(std::uint64_t nonce, std::uint8_t side,
                       std::shared_ptr<asio::ip::tcp::socket> sock);
   asio::awaitable<void> pipe(std::shared_ptr<Splice> sp, int from);

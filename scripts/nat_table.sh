@@ -125,6 +125,7 @@ out = sys.argv[1]
 def kind(i):
     return "public" if i < 2 else "site%d" % ((i - 2) // 2)
 rows = {}
+relay_info = {}
 for mode in ("bridge", "nat"):
     d = os.path.join(out, mode)
     wall = float(open(os.path.join(d, "wall.txt")).read())
@@ -158,6 +159,15 @@ for mode in ("bridge", "nat"):
             cpu.append(float(u) + float(s))
         except Exception:
             cpu.append(float("nan"))
+    import re
+    relayed = sent = 0.0
+    for h in range(6):
+        log = open(os.path.join(d, "p%d" % h, "log.txt"), errors="replace").read()
+        for m_ in re.finditer(r"relayed \d+ connections, ([0-9.]+) MB, for others", log):
+            relayed += float(m_.group(1))
+        for m_ in re.finditer(r"exchanges: \d+ ok, \d+ failed, ([0-9.]+) MB sent", log):
+            sent += float(m_.group(1))
+    relay_info[mode] = (relayed, sent)
     rows[mode] = (ok / 2 / wall, sum(acc) / max(1, len(acc)), len(acc), dead, pairs, wall, cpu)
 print("| peers | exchanges per second | accuracy (mean final test acc) | peers done | dead marks | wall s |")
 print("|---|---|---|---|---|---|")
@@ -168,5 +178,9 @@ for m, r in rows.items():
     print("%s: exchanges seen by each side, by pair: %s" % (m, json.dumps(r[4], sort_keys=True)))
     print("%s: CPU seconds per peer: %s" % (m, " ".join("%.1f" % c for c in r[6])))
 print("accuracy difference (nat - bridge): %+.2f points" % (100 * (rows["nat"][1] - rows["bridge"][1])))
-print("traffic through relays: none (relays are not implemented; NATed peers are reached over reverse connections)")
+for m, (relayed, sent) in relay_info.items():
+    print("%s: %.1f MB relayed, of %.1f MB of exchange payload sent by all peers (%.1f%%; the relay also carries membership and handshakes)" % (m, relayed, sent, 100 * relayed / sent if sent else 0))
+for m in rows:
+    cpu = rows[m][6]
+    print("%s: CPU share of the two public peers (the relays in the nat run): %.1f%% of all peers' CPU" % (m, 100 * (cpu[0] + cpu[1]) / sum(cpu)))
 EOF
