@@ -125,6 +125,15 @@ void fuzz_dial_back(const std::uint8_t* d, std::size_t n) {
   fuzz_decoder(b, decode_dial_back_result);
   fuzz_decoder(b, decode_dial_back_hello);
   fuzz_decoder(b, decode_reachability);
+  fuzz_decoder(b, decode_relay_ask);
+  fuzz_decoder(b, decode_relay_dial);
+  if (n >= kRelayPreambleBytes) {
+    std::uint64_t nonce = 0;
+    std::uint8_t side = 0;
+    if (parse_relay_preamble(d, nonce, side) &&
+        relay_preamble(nonce, side) != Bytes(d, d + kRelayPreambleBytes))
+      __builtin_trap();
+  }
 }
 
 }  // namespace
