@@ -22,6 +22,9 @@ using Clock = std::chrono::steady_clock;
 // How long an address whose direct dial failed is dialled in reverse (while its peer is
 // connected to us) before a direct dial is tried again.
 constexpr std::chrono::seconds kUndialableFor{120};
+// A peer that said itself it cannot be dialled (its self-check) is believed much longer: a direct
+// dial to a private address across a NAT costs the whole connect deadline before the reversal.
+constexpr std::chrono::seconds kAnnouncedUndialableFor{3600};
 constexpr std::size_t kMaxUndialable = 4096;
 constexpr std::size_t kMaxPendingReverse = 64;
 constexpr int kMaxServingPerPeer = 4;
@@ -178,7 +181,7 @@ bool TcpTransport::dial_back_message(const std::shared_ptr<Channel>& ch, std::ui
           undialable_.erase(addr);
         } else {
           if (undialable_.size() >= kMaxUndialable) undialable_.clear();
-          undialable_[addr] = Clock::now() + kUndialableFor;
+          undialable_[addr] = Clock::now() + kAnnouncedUndialableFor;
         }
         return true;
       }
