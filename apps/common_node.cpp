@@ -23,6 +23,7 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
   net::TcpTransportConfig tc;
   tc.listen = cfg.listen;
   tc.advertise = cfg.advertise;
+  tc.reachability_check = true;  // docs/nat.md
   tc.identity = std::move(identity);
   if (!cfg.network_key.empty()) tc.network_key = net::load_network_key(cfg.network_key);
   if (!cfg.allowlist.empty()) tc.allowlist = net::Allowlist::load(cfg.allowlist);
