@@ -11,6 +11,7 @@ PKGS=(
   dataset-fashion-mnist
   python3 python3-matplotlib python3-numpy python3-venv
   prometheus
+  slurmctld slurmd slurm-client munge  # the SLURM system test (docs/cluster.md)
 )
 
 missing=()
