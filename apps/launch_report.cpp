@@ -209,10 +209,11 @@ ReportScan scan_report_dir(const std::string& dir) {
   for (const auto& d : peer_dirs_seen)
     if (!peer_dirs_with_file.count(d))
       scan.notes.push_back(d + "/: a peer folder without a metrics file: that peer is missing");
-  // Index: the shard the peer says, else its peerN folder, else the next free number. A second
-  // file claiming a taken index (a copy, two runs mixed) gets a free one and is named.
+  // Index: the shard the peer says, else its peerN folder. Files that say neither fill the gaps;
+  // a second file claiming a taken index (a copy, two runs mixed) is named and numbered after all.
   std::set<int> taken;
   std::vector<int> want(found.size(), -1);
+  std::vector<std::size_t> dups;
   for (std::size_t i = 0; i < found.size(); ++i) {
     auto w = clock_int(found[i], "shard");
     if (!w) w = peer_dir_number(found[i].path);
@@ -222,24 +223,26 @@ ReportScan scan_report_dir(const std::string& dir) {
     } else if (w) {
       scan.notes.push_back(found[i].path + ": peer " + std::to_string(*w) +
                            " again (a copy, or files of two runs?): counted as another peer");
+      dups.push_back(i);
     }
-  }
-  int next = 0;
-  for (std::size_t i = 0; i < found.size(); ++i) {
-    if (want[i] < 0) {
-      while (taken.count(next)) ++next;
-      want[i] = next;
-      taken.insert(next);
-    }
-    found[i].index = want[i];
   }
   // Peers the run should have had (their own num_shards) that left no file.
   int shards = 0;
   for (const auto& p : found) shards = std::max(shards, clock_int(p, "num_shards").value_or(0));
+  int next = 0;
+  for (std::size_t i = 0; i < found.size(); ++i) {
+    if (want[i] >= 0 || std::find(dups.begin(), dups.end(), i) != dups.end()) continue;
+    while (taken.count(next)) ++next;
+    want[i] = next;
+    taken.insert(next);
+  }
   for (int s = 0; s < shards && s < 100000; ++s)
     if (!taken.count(s))
       scan.notes.push_back("peer " + std::to_string(s) + " of " + std::to_string(shards) +
                            ": no metrics file found");
+  next = std::max(shards, taken.empty() ? 0 : *taken.rbegin() + 1);
+  for (std::size_t i : dups) want[i] = next++;
+  for (std::size_t i = 0; i < found.size(); ++i) found[i].index = want[i];
   std::sort(found.begin(), found.end(),
             [](const ReportPeer& a, const ReportPeer& b) { return a.index < b.index; });
   scan.peers = std::move(found);
