@@ -127,6 +127,14 @@ print("slurm check: 4 peers done, each averaged with >= 2 partners; final acc me
 if churn:
     c = s.get("churn")
     assert c, "no churn section"
-    print(json.dumps(c, indent=1)[:3000])
+    crashes = [e for e in c["events"] if e["kind"] == "crash"]
+    assert crashes, "no crash in the churn section"
+    for e in crashes:
+        assert e["detected_by_s"], f"crash of peer {e['peer']} detected by nobody"
+        assert e["back_after_s"] is not None, f"peer {e['peer']} never came back"
+    print(json.dumps(c, indent=1)[:4000])
+print("RESULT " + json.dumps({"final_test_acc_mean": s["final_test_acc_mean"],
+                              "final_test_acc_min": s["final_test_acc_min"],
+                              "seconds": s["seconds"], "churn": s.get("churn")}))
 PYCHECK
 echo "slurm check: passed"
