@@ -366,6 +366,10 @@ Report build_report(const ReportScan& scan, const LaunchOptions& o_in, const std
     r.summary["churn"] = churn_report(events, sc, "gossip-peer --churn (played by the peers)");
   }
   r.events = std::move(events);
+  for (const auto& l : lives) {
+    r.life_offsets.emplace_back();
+    for (const auto& life : l) r.life_offsets.back().push_back(life.offset);
+  }
   std::string table = "gossip-launch --report " + dir + "  " + std::to_string(scan.peers.size()) +
                       " peer" + (scan.peers.size() == 1 ? "" : "s") + "\n" + peer_table_header() +
                       "\n";
@@ -399,14 +403,13 @@ int run_report(const LaunchOptions& o) {
                        "ANOTHER_DIR to write the report elsewhere");
   }
   Report r = build_report(scan, o, dir);
+  // The plots put each process of a peer at its own start (a restarted peer's clock starts again).
   json plist = json::array();
-  for (const auto& p : r.summary["peers"]) {
-    json e = {{"peer", p["peer"]}, {"start_offset_s", p.value("start_offset_s", 0.0)}};
-    for (const auto& f : r.summary["report"]["files"])
-      if (f["peer"] == p["peer"])
-        e["metrics"] = fs::absolute(fs::path(dir) / f["file"].get<std::string>()).string();
-    plist.push_back(e);
-  }
+  for (std::size_t i = 0; i < scan.peers.size(); ++i)
+    plist.push_back({{"peer", scan.peers[i].index},
+                     {"start_offset_s", r.life_offsets[i].front()},
+                     {"life_offsets_s", r.life_offsets[i]},
+                     {"metrics", fs::absolute(fs::path(dir) / scan.peers[i].path).string()}});
   const json index = {{"title", title_of(r.summary)},
                       {"mode", r.summary["mode"]},
                       {"partition", r.summary["partition"]},

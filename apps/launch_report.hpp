@@ -41,6 +41,8 @@ struct Report {
   nlohmann::json summary;
   std::vector<nlohmann::json> events;
   std::string table;  // table.txt
+  // Per peer (as scan.peers), the launch time of each process's t = 0, for the plots.
+  std::vector<std::vector<double>> life_offsets;
 };
 Report build_report(const ReportScan& scan, const LaunchOptions& o, const std::string& dir);
 

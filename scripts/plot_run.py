@@ -123,6 +123,21 @@ def plot_bytes(ax, peers, offsets):
     legend_or_note(ax, any_bytes, "no exchanges (local/central mode, or gossip off)")
 
 
+def on_launch_clock(rows, lives):
+    """A peer's lines with t on the launch clock: each process (a smaller t starts the next) shifted
+    by its own start, lives[k] (gossip-launch --report's report.json)."""
+    out, k, last = [], -1, None
+    for r in rows:
+        t = r.get("t")
+        if not isinstance(t, (int, float)):
+            continue
+        if last is None or t < last:
+            k += 1
+        last = t
+        out.append(dict(r, t=t + lives[min(k, len(lives) - 1)]))
+    return out
+
+
 def run_title(config, dirs):
     """mode / partition / N peers, leaving out what the config does not say (never "?")."""
     parts = [str(config[k]) for k in ("mode", "partition") if config.get(k)]
@@ -164,7 +179,14 @@ def main(argv):
 
     listed = [p for p in config.get("peer_list", []) if isinstance(p.get("metrics"), str)]
     if listed:
-        peers = [(p.get("peer"), read_jsonl(p["metrics"])) for p in listed]
+        peers = []
+        for p in listed:
+            rows = read_jsonl(p["metrics"])
+            lives = p.get("life_offsets_s")
+            if isinstance(lives, list) and lives and all(isinstance(x, (int, float)) for x in lives):
+                rows = on_launch_clock(rows, lives)
+                offsets[p.get("peer")] = 0.0
+            peers.append((p.get("peer"), rows))
     else:
         peers = [(i, read_jsonl(os.path.join(d, "metrics.jsonl"))) for i, d in peer_dirs(run_dir)]
 
