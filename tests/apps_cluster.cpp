@@ -215,7 +215,7 @@ TEST_CASE("under --cluster a network key file others may read is refused", "[app
              Contains("missing.key"));
 }
 
-TEST_CASE("--churn: a peer keeps its own shard's crash, pause and stop events", "[apps]") {
+TEST_CASE("peer churn: a peer keeps its own shard's crash, pause and stop events", "[apps]") {
   gt_test::TempDir dir("gt-cluster");
   const std::string f = (dir.path / "s.json").string();
   std::ofstream(f) << R"({"events": [
