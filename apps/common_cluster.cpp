@@ -60,13 +60,13 @@ std::vector<std::string> expand_ranges(const std::string& body, const std::strin
 }
 
 // One item of a host list (no top-level comma): "rack[1-2]-n[01-02]" -> the product.
-void expand_item(const std::string& item, const std::string& whole,
-                 std::vector<std::string>& out) {
+void expand_item(const std::string& item, const std::string& whole, std::vector<std::string>& out) {
   std::vector<std::string> names{""};
   std::size_t i = 0;
   while (i < item.size()) {
     const std::size_t open = item.find('[', i);
-    const std::string lit = item.substr(i, open == std::string::npos ? std::string::npos : open - i);
+    const std::string lit =
+        item.substr(i, open == std::string::npos ? std::string::npos : open - i);
     if (lit.find(']') != std::string::npos)
       throw std::invalid_argument("unbalanced ']' in '" + whole + "'");
     for (auto& n : names) n += lit;
@@ -90,8 +90,7 @@ void expand_item(const std::string& item, const std::string& whole,
 
 std::string need(const EnvLookup& env, const std::string& var, const std::string& why) {
   auto v = env(var);
-  if (!v || v->empty())
-    throw UsageError("--cluster: " + var + " is not set (" + why + ")");
+  if (!v || v->empty()) throw UsageError("--cluster: " + var + " is not set (" + why + ")");
   return *v;
 }
 
@@ -100,8 +99,8 @@ int need_int(const EnvLookup& env, const std::string& var, long long lo, long lo
   const std::string v = need(env, var, why);
   auto n = to_int(v, lo, hi);
   if (!n)
-    throw UsageError("--cluster: " + var + "=" + v + " is not an integer in " +
-                     std::to_string(lo) + ".." + std::to_string(hi));
+    throw UsageError("--cluster: " + var + "=" + v + " is not an integer in " + std::to_string(lo) +
+                     ".." + std::to_string(hi));
   return int(*n);
 }
 
@@ -152,7 +151,8 @@ std::vector<int> expand_tasks_per_node(const std::string& spec) {
     const std::string item = spec.substr(start, comma - start);
     std::string n = item, times = "1";
     if (const auto p = item.find("(x"); p != std::string::npos) {
-      if (item.back() != ')') throw std::invalid_argument("bad item '" + item + "' in '" + spec + "'");
+      if (item.back() != ')')
+        throw std::invalid_argument("bad item '" + item + "' in '" + spec + "'");
       n = item.substr(0, p);
       times = item.substr(p + 2, item.size() - p - 3);
     }
@@ -274,15 +274,16 @@ ClusterPlace k8s_place(const EnvLookup& env, const ClusterFlags& f) {
     replicas = need_int(env, "GT_K8S_REPLICAS", 1, 100000,
                         "the StatefulSet's replicas; or pass --k8s-replicas");
   if (p.shard >= replicas)
-    throw UsageError("--cluster k8s: HOSTNAME=" + pod + " has ordinal " +
-                     std::to_string(p.shard) + ", out of range for " + std::to_string(replicas) +
+    throw UsageError("--cluster k8s: HOSTNAME=" + pod + " has ordinal " + std::to_string(p.shard) +
+                     ", out of range for " + std::to_string(replicas) +
                      " replicas (--k8s-replicas / GT_K8S_REPLICAS)");
   p.num_shards = replicas;
   p.port = f.base_port;
   p.host = pod + "." + service;
   const int k = std::min(replicas, f.seed_count > 0 ? f.seed_count : cluster_seed_count(replicas));
   for (int j = 0; j < k; ++j)
-    if (j != p.shard) p.seeds.push_back(host_port(set + "-" + std::to_string(j) + "." + service, p.port));
+    if (j != p.shard)
+      p.seeds.push_back(host_port(set + "-" + std::to_string(j) + "." + service, p.port));
   p.run_dir = f.run_dir;
   if (p.run_dir.empty())
     if (auto d = env("GT_RUN_DIR"); d && !d->empty()) p.run_dir = *d;

@@ -45,9 +45,9 @@ struct ClusterPlace {
 
 // The flags of --cluster that the environment may stand in for.
 struct ClusterFlags {
-  std::string kind;      // slurm | k8s
-  int base_port = 7000;  // --base-port: SLURM adds SLURM_LOCALID
-  std::string run_dir;   // --run-dir, else GT_RUN_DIR, else the engine's default
+  std::string kind;         // slurm | k8s
+  int base_port = 7000;     // --base-port: SLURM adds SLURM_LOCALID
+  std::string run_dir;      // --run-dir, else GT_RUN_DIR, else the engine's default
   std::string k8s_service;  // --k8s-service, else GT_K8S_SERVICE
   int k8s_replicas = 0;     // --k8s-replicas, else GT_K8S_REPLICAS (0: not given)
   int seed_count = 0;       // --cluster-seeds, else as gossip-launch (seed_count of the size)

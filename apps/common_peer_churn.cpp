@@ -40,7 +40,8 @@ std::vector<core::ChurnEvent> peer_churn_events(const std::string& path, int sha
       case core::ChurnKind::Join:
         break;  // the engine's (an srun wrapper loop, a StatefulSet, podman --restart)
       default:
-        throw core::ScenarioError(what + ": needs gossip-launch --churn (--netns), not a peer alone");
+        throw core::ScenarioError(what +
+                                  ": needs gossip-launch --churn (--netns), not a peer alone");
     }
   }
   return mine;
@@ -140,8 +141,7 @@ void PeerChurn::play(std::size_t i, const core::StepContext& ctx) {
     case core::ChurnKind::Stop:
       stop_.store(true);  // a clean stop: final checkpoint, then out of the swarm
       return;
-    default:
-      return;
+    default: return;
   }
 }
 

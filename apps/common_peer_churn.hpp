@@ -19,8 +19,7 @@ namespace gossiptrain::apps {
 // Restart, resume and join events are the engine's to apply and are left out. Throws
 // core::ScenarioError for a scenario this peer cannot play alone (a random model, partitions,
 // links, faults, a pause without "for").
-std::vector<core::ChurnEvent> peer_churn_events(const std::string& path, int shard,
-                                                int num_shards);
+std::vector<core::ChurnEvent> peer_churn_events(const std::string& path, int shard, int num_shards);
 
 // Indices of the events already played, kept in state_file (one per line) so that a peer
 // restarted after its crash does not crash again at the same point.

@@ -30,13 +30,12 @@ constexpr std::uintmax_t kMaxMetricsFileBytes = 4ull << 30;  // larger: not a pe
 constexpr double kPlotTimeoutS = 120.0;
 constexpr int kPlotPollMs = 100;
 // Files that gossip-launch and --report write beside the peers' metrics: not a peer's.
-const std::set<std::string> kRunFiles = {"events.jsonl", "consensus.jsonl",
-                                         "report-events.jsonl"};
+const std::set<std::string> kRunFiles = {"events.jsonl", "consensus.jsonl", "report-events.jsonl"};
 
 bool is_metrics_line(const json& j) {
-  return j.is_object() && j.contains("t") && j["t"].is_number() && std::isfinite(j["t"].get<double>()) &&
-         j.contains("peer") && j["peer"].is_string() && j.contains("event") &&
-         j["event"].is_string();
+  return j.is_object() && j.contains("t") && j["t"].is_number() &&
+         std::isfinite(j["t"].get<double>()) && j.contains("peer") && j["peer"].is_string() &&
+         j.contains("event") && j["event"].is_string();
 }
 
 // Reads one candidate file; nothing when it holds no metrics line (a foreign file).
@@ -49,7 +48,8 @@ std::optional<ReportPeer> read_peer_file(const fs::path& path, const std::string
     return std::nullopt;
   }
   if (size > kMaxMetricsFileBytes) {
-    notes.push_back(rel + ": " + std::to_string(size >> 20) + " MiB, too large for a peer's "
+    notes.push_back(rel + ": " + std::to_string(size >> 20) +
+                    " MiB, too large for a peer's "
                     "metrics: skipped");
     return std::nullopt;
   }
@@ -85,7 +85,8 @@ std::optional<ReportPeer> read_peer_file(const fs::path& path, const std::string
     notes.push_back(rel + ": " + std::to_string(p.bad_lines) +
                     " line(s) that are not metrics lines skipped");
   if (p.clocks.empty())
-    notes.push_back(rel + ": no clock line (a peer older than --report): its own clock is used, "
+    notes.push_back(rel +
+                    ": no clock line (a peer older than --report): its own clock is used, "
                     "starting with the others");
   return p;
 }
@@ -113,7 +114,7 @@ std::optional<int> peer_dir_number(const fs::path& rel) {
 
 double unix_of(const json& clock) {
   return clock.contains("unix_s") && clock["unix_s"].is_number() ? clock["unix_s"].get<double>()
-                                                                  : 0.0;
+                                                                 : 0.0;
 }
 
 std::string iso_utc(double unix_s) {
@@ -260,9 +261,11 @@ Report build_report(const ReportScan& scan, const LaunchOptions& o_in, const std
     const json& c = p.clocks.front();
     o.partition = c.value("partition", o.partition);
     o.data = c.value("data", o.data);
-    if (c.contains("seed") && c["seed"].is_number_unsigned()) o.seed = c["seed"].get<std::uint64_t>();
+    if (c.contains("seed") && c["seed"].is_number_unsigned())
+      o.seed = c["seed"].get<std::uint64_t>();
     facts.model = c.value("model", std::string());
-    if (c.contains("epochs") && c["epochs"].is_number_integer()) facts.epochs = c["epochs"].get<int>();
+    if (c.contains("epochs") && c["epochs"].is_number_integer())
+      facts.epochs = c["epochs"].get<int>();
     if (c.contains("batch") && c["batch"].is_number_integer()) facts.batch = c["batch"].get<int>();
     break;
   }
@@ -399,7 +402,8 @@ int run_report(const LaunchOptions& o) {
     std::ifstream in(out / "summary.json");
     const json old = in ? json::parse(in, nullptr, false) : json();
     if (old.is_object() && !old.contains("report"))
-      throw UsageError(out.string() + "/summary.json is a launch's own summary: pass --out "
+      throw UsageError(out.string() +
+                       "/summary.json is a launch's own summary: pass --out "
                        "ANOTHER_DIR to write the report elsewhere");
   }
   Report r = build_report(scan, o, dir);
@@ -430,7 +434,8 @@ int run_report(const LaunchOptions& o) {
   } else if (auto script = find_script(self_dir(), "plot_run.py")) {
     plots = run_plot_script(*script, out, kPlotTimeoutS, kPlotPollMs);
   } else {
-    plots["message"] = "scripts/plot_run.py not found (set GT_SCRIPTS_DIR to the folder that holds it)";
+    plots["message"] =
+        "scripts/plot_run.py not found (set GT_SCRIPTS_DIR to the folder that holds it)";
   }
   r.summary["plots"] = plots;
   write_text(out / "summary.json", r.summary.dump(2) + "\n");

@@ -16,11 +16,11 @@ namespace gossiptrain::apps {
 
 // One peer's metrics file as read.
 struct ReportPeer {
-  std::string path;                // as found under the folder
-  int index = -1;                  // the peer's number in the report (its shard where known)
-  std::vector<std::string> lines;  // the complete metrics lines (t, peer, event), in order
-  int bad_lines = 0;               // lines that are not metrics lines (skipped)
-  bool truncated = false;          // the last line had no newline (skipped)
+  std::string path;                    // as found under the folder
+  int index = -1;                      // the peer's number in the report (its shard where known)
+  std::vector<std::string> lines;      // the complete metrics lines (t, peer, event), in order
+  int bad_lines = 0;                   // lines that are not metrics lines (skipped)
+  bool truncated = false;              // the last line had no newline (skipped)
   std::vector<nlohmann::json> clocks;  // `clock` lines: one per process of the peer (its lives)
 };
 

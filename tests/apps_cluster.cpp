@@ -139,8 +139,7 @@ TEST_CASE("a missing or inconsistent SLURM environment is refused, naming the va
   e.erase("SLURM_JOB_ID");
   CHECK_THAT(usage_error_of([&] { slurm_place(env_of(e), f); }), Contains("SLURM_JOB_ID"));
   f.base_port = 65535;
-  CHECK_THAT(usage_error_of([&] { slurm_place(env_of(slurm_env(1, 1)), f); }),
-             Contains("65535"));
+  CHECK_THAT(usage_error_of([&] { slurm_place(env_of(slurm_env(1, 1)), f); }), Contains("65535"));
 }
 
 TEST_CASE("a StatefulSet pod learns its ordinal and the first pods of the Service as seeds",
@@ -194,7 +193,8 @@ TEST_CASE("under --cluster the flags given win, the rest comes from the engine",
   CHECK(c.metrics == dir.path.string() + "/peer5/metrics.jsonl");
   CHECK(c.train.checkpoint_dir == dir.path.string() + "/peer5/ckpt");
   CHECK(std::filesystem::is_directory(dir.path / "peer5"));
-  CHECK(given_flags({"--shard", "2", "--seeds=a:1", "x"}) == std::set<std::string>{"shard", "seeds"});
+  CHECK(given_flags({"--shard", "2", "--seeds=a:1", "x"}) ==
+        std::set<std::string>{"shard", "seeds"});
 }
 
 TEST_CASE("under --cluster a network key file others may read is refused", "[apps]") {

@@ -29,13 +29,19 @@ std::string line(double t, const std::string& peer, const std::string& event, js
 // A peer that trained 2 epochs to acc, started at unix time u.
 std::string peer_file(int shard, const std::string& id, double u, double acc) {
   return line(0, "local", "clock",
-              {{"unix_s", u}, {"shard", shard}, {"num_shards", 3}, {"model", "mlp:784-10"},
-               {"epochs", 2}, {"batch", 32}, {"partition", "iid"}, {"data", "synthetic"}}) +
+              {{"unix_s", u},
+               {"shard", shard},
+               {"num_shards", 3},
+               {"model", "mlp:784-10"},
+               {"epochs", 2},
+               {"batch", 32},
+               {"partition", "iid"},
+               {"data", "synthetic"}}) +
          line(0.5, id, "eval", {{"epoch", 1}, {"test_acc", acc - 0.1}, {"step", 10}}) +
          line(0.6, id, "exchange", {{"partner", "x"}, {"ok", true}, {"bytes", 100}}) +
          line(1.0, id, "eval", {{"epoch", 2}, {"test_acc", acc}, {"step", 20}, {"final", true}}) +
-         line(1.1, id, "done", {{"steps", 20}, {"epochs", 2}, {"final_test_acc", acc},
-                                {"stopped", false}});
+         line(1.1, id, "done",
+              {{"steps", 20}, {"epochs", 2}, {"final_test_acc", acc}, {"stopped", false}});
 }
 
 bool any_note(const ReportScan& s, const std::string& part) {
@@ -130,8 +136,7 @@ TEST_CASE("report: a launch's own summary is not overwritten", "[apps]") {
   CHECK(run_report(o) == 0);
 }
 
-TEST_CASE("report: a crash a peer played, its detection by the others and its restart",
-          "[apps]") {
+TEST_CASE("report: a crash a peer played, its detection by the others and its restart", "[apps]") {
   gt_test::TempDir dir("gt-report-churn");
   auto clock = [](double u, int shard) {
     return line(0, "local", "clock", {{"unix_s", u}, {"shard", shard}, {"num_shards", 3}});

@@ -22,16 +22,28 @@ std::vector<json> of_event(const std::vector<json>& lines, const std::string& ev
 }
 
 std::vector<std::string> peer_args(const gt_test::TempDir& dir, const std::string& scenario) {
-  return {"--data", "synthetic", "--epochs", "6", "--metrics", dir / "metrics.jsonl",
-          "--checkpoint-dir", dir / "ckpt", "--checkpoint-every", "1", "--identity",
-          dir / "id.key", "--churn", scenario};
+  return {"--data",
+          "synthetic",
+          "--epochs",
+          "6",
+          "--metrics",
+          dir / "metrics.jsonl",
+          "--checkpoint-dir",
+          dir / "ckpt",
+          "--checkpoint-every",
+          "1",
+          "--identity",
+          dir / "id.key",
+          "--churn",
+          scenario};
 }
 
 }  // namespace
 
-TEST_CASE("gossip-peer --churn: a crash kills the peer at its point, and restarted it resumes "
-          "without crashing again",
-          "[system]") {
+TEST_CASE(
+    "gossip-peer --churn: a crash kills the peer at its point, and restarted it resumes "
+    "without crashing again",
+    "[system]") {
   gt_test::TempDir dir("gt-peer-churn-crash");
   std::ofstream(dir / "s.json") << R"({"events": [
       {"at_progress": 0.5, "event": "crash", "peers": [0]},
@@ -57,9 +69,10 @@ TEST_CASE("gossip-peer --churn: a crash kills the peer at its point, and restart
   CHECK(out.find("resum") != std::string::npos);
 }
 
-TEST_CASE("gossip-peer --churn: a pause stops the whole peer for its seconds, a stop ends it "
-          "cleanly",
-          "[system]") {
+TEST_CASE(
+    "gossip-peer --churn: a pause stops the whole peer for its seconds, a stop ends it "
+    "cleanly",
+    "[system]") {
   gt_test::TempDir dir("gt-peer-churn-pause");
   std::ofstream(dir / "s.json") << R"({"events": [
       {"at_progress": 0.2, "event": "pause", "peers": [0], "for": 2},
