@@ -25,9 +25,12 @@ TMP=$(mktemp -d /tmp/gt-slurm-$$.XXXXXX)
 chmod 755 "$TMP"
 PIDS=()
 cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do
+  local p i
+  # The daemons last started first (slurmd, slurmctld, then munged itself before its runuser
+  # parent, which reaps it), each waited for before the next.
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+    p=${PIDS[i]}
+    kill "$p" 2>/dev/null
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
     kill -9 "$p" 2>/dev/null
   done
@@ -43,6 +46,8 @@ runuser -u munge -- munged -F --socket="$SOCK" --pid-file="$TMP/munge/munged.pid
   --log-file="$TMP/munge/munged.log" --seed-file="$TMP/munge/seed" >"$TMP/munged.out" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 50); do [[ -S $SOCK ]] && break; sleep 0.2; done
+# munged's own PID after runuser's, so that it is stopped before runuser.
+[[ -s $TMP/munge/munged.pid ]] && PIDS+=("$(cat "$TMP/munge/munged.pid")")
 [[ -S $SOCK ]] || skip "munged did not start: $(tail -2 "$TMP/munged.out" "$TMP/munge/munged.log" 2>/dev/null | tr '\n' ' ')"
 
 NODE=$(hostname -s)
