@@ -50,6 +50,7 @@ double to_number(const std::string& flag, const std::string& v) {
 // gossip-peer's table ends with the FedAvg flags, kept in their own file.
 static std::vector<Option<PeerConfig>> with_fedavg(std::vector<Option<PeerConfig>> options) {
   add_fedavg_options(options);
+  add_cluster_options(options);
   return options;
 }
 
@@ -425,6 +426,7 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
     *help = true;
     return c;
   }
+  apply_cluster(c, given_flags(args), process_env());
   if (c.shard >= c.num_shards)
     throw UsageError("--shard " + std::to_string(c.shard) + " is out of range for --num-shards " +
                      std::to_string(c.num_shards));

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common_cluster.hpp"
 #include "apps/option_table.hpp"
 #include "core/trainer.hpp"
 #include "gossip/robust_bound.hpp"
@@ -102,6 +103,8 @@ struct PeerConfig {
   std::string export_path;      // FILE.safetensors: the model at the end of training
   std::string from_checkpoint;  // with export_path: export this checkpoint folder and exit
   std::string log_level = "info";
+  ClusterFlags cluster;  // --cluster and its flags (apps/common_cluster.hpp)
+  std::string churn;     // --churn FILE: this peer plays its own shard's events (apps/peer_churn)
   bool listen_given = false;
   // A peer gossips when it has seeds to join through, or listens so that others can join it.
   bool gossip_enabled() const { return !seeds.empty() || listen_given; }

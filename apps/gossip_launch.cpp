@@ -38,6 +38,7 @@
 #include "apps/launch_ports.hpp"
 #include "apps/launch_resources.hpp"
 #include "apps/launch_observe.hpp"
+#include "apps/launch_report.hpp"
 #include "apps/launch_summary.hpp"
 #include "apps/launch_view.hpp"
 
@@ -870,6 +871,7 @@ int main(int argc, char** argv) {
       std::fputs(compare_runs(o.compare, o.markdown).c_str(), stdout);
       return 0;
     }
+    if (!o.report.empty()) return run_report(o);
   } catch (const UsageError& e) {
     return usage_error(e.what());
   }

@@ -187,6 +187,11 @@ const OptionTable<LaunchOptions>& launch_options() {
       {"compare", "DIR...", "print the summaries of finished runs side by side",
        [](LaunchOptions& o, const std::string& v) { o.compare.push_back(v); }, Arity::Many},
       O::flag("markdown", "with --compare: a Markdown table", &LaunchOptions::markdown),
+      O::text("report", "DIR",
+              "start nothing: read every peer's metrics file under DIR (found recursively: SLURM, "
+              "containers, copies from several machines) and write summary.json, table.txt and "
+              "the plots, as a local launch does, into --out (default DIR)",
+              &LaunchOptions::report),
       O::text("resume", "DIR",
               "resume an interrupted run: its command (DIR/command.txt) again in DIR, each peer "
               "restarting from its checkpoint with the same identity, network key and shard "
@@ -298,7 +303,7 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
       throw UsageError("--resume DIR takes no other flag: the run's own come from DIR/command.txt");
     return resume_options(o.resume);
   }
-  if (!o.compare.empty() || o.cleanup) return o;
+  if (!o.compare.empty() || o.cleanup || !o.report.empty()) return o;
   o.peers_requested = o.peers;
   if (o.netns && o.mode != LaunchMode::Gossip)
     throw UsageError("--netns needs --mode gossip (only averaging peers talk over the network)");
@@ -416,6 +421,7 @@ std::string launch_usage() {
   std::string u =
       R"(usage: gossip-launch --peers N [--out DIR] [--mode gossip|local|central|fedavg] [flags...]
        gossip-launch --compare RUN_DIR... [--markdown]
+       gossip-launch --report DIR [--out OUT] [--target-acc A] (peers' metrics from anywhere)
        gossip-launch --resume RUN_DIR          (an interrupted run, from its checkpoints)
 
 Starts N gossip-peer processes on this machine, shows their progress live on stderr, and

@@ -57,6 +57,9 @@ struct LaunchOptions {
   bool export_model = false;
   // Peer slots: --peers plus the peers the churn scenario joins (they get shards of their own).
   int slots() const { return churn ? core::total_peers(*churn) : peers; }
+  // --report DIR: the summary, table and plots of the peers' metrics files found under DIR
+  // (apps/launch_report.hpp), written to --out (default DIR).
+  std::string report;
   // --compare mode.
   std::vector<std::string> compare;
   bool markdown = false;

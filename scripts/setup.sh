@@ -12,6 +12,7 @@ PKGS=(
   python3 python3-matplotlib python3-numpy python3-venv
   prometheus
   podman runc netavark aardvark-dns mmdebstrap python3-yaml
+  slurmctld slurmd slurm-client munge  # the SLURM system test (docs/cluster.md)
 )
 
 missing=()
