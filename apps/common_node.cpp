@@ -38,6 +38,7 @@ gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fing
   gossip::AveragerConfig ac;
   ac.gossip_every = cfg.gossip_every;
   ac.wire = kernels::parse_wire(cfg.wire);
+  ac.error_feedback = cfg.error_feedback;
   ac.weight_by_samples = cfg.weighting == "samples";
   ac.fingerprint = fingerprint;
   ac.max_diff_norm = cfg.max_diff_norm;
@@ -104,6 +105,15 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels
     }
   });
   ready.get();
+  if (cfg.outer_every > 0 || cfg.error_feedback) {
+    std::unique_ptr<gossip::OuterStep> outer;
+    if (cfg.outer_every > 0)
+      outer = std::make_unique<gossip::OuterStep>(
+          gossip::OuterConfig{cfg.outer_every, float(cfg.outer_lr), float(cfg.outer_momentum)},
+          backend);
+    comm_ = std::make_unique<gossip::CommState>(cfg.train.checkpoint_dir, fingerprint,
+                                                *averager_, std::move(outer));
+  }
 }
 
 void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
@@ -168,6 +178,7 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
 void GossipNode::between_steps(core::StepContext& ctx) {
   total_steps_.store(ctx.total_steps);
   averager_->between_steps(ctx);
+  if (comm_) comm_->between_steps(ctx);
   catch_up_server_->between_steps(ctx);
   if (max_lag_ > 0 && !ctx.training_done) bound_lag(ctx);
   if (pace_ && !ctx.training_done) keep_pace(ctx);
