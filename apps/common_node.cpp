@@ -177,6 +177,7 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
 
 void GossipNode::between_steps(core::StepContext& ctx) {
   total_steps_.store(ctx.total_steps);
+  if (comm_) comm_->before_averager(ctx);
   averager_->between_steps(ctx);
   if (comm_) comm_->between_steps(ctx);
   catch_up_server_->between_steps(ctx);
@@ -192,7 +193,9 @@ double GossipNode::serve_until(core::StepContext& ctx, double max_s, Done done) 
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(max_s));
   while (!done() && Clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (comm_) comm_->before_averager(ctx);
     averager_->between_steps(ctx);  // applies a committed mix, answers requests, may start one
+    if (comm_) comm_->between_steps(ctx);  // the mix into the outer anchor (no second outer step)
     catch_up_server_->between_steps(ctx);
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();

@@ -46,13 +46,22 @@ void CommState::save(const core::StepContext& ctx) {
   core::save_checkpoint(dir_, c);
 }
 
+void CommState::before_averager(core::StepContext& ctx) {
+  // Without an exchange in flight or a committed mix pending, this boundary applies no mix (one
+  // the averager starts now commits later), so nothing is copied.
+  if (outer_ && averager_.in_exchange()) outer_->before_mix(ctx);
+}
+
 void CommState::between_steps(core::StepContext& ctx) {
   if (first_) {
     first_ = false;
     epoch_ = ctx.epoch;
     restore(ctx);
   }
-  if (outer_) outer_->between_steps(ctx);
+  if (outer_) {
+    outer_->mixed(ctx);
+    outer_->between_steps(ctx);
+  }
   const bool epoch_ended = ctx.epoch != epoch_;
   epoch_ = ctx.epoch;
   if ((epoch_ended || (ctx.training_done && !saved_done_)) && !dir_.empty()) {

@@ -19,6 +19,9 @@ class CommState {
   // outer may be null (no outer optimizer); dir empty: nothing saved or restored.
   CommState(std::string dir, std::uint64_t fingerprint, Averager& averager,
             std::unique_ptr<OuterStep> outer);
+  // Training thread, before the averager's between_steps: when it may apply a mix (it is in an
+  // exchange), the outer step keeps x to add the mix to its anchor.
+  void before_averager(core::StepContext& ctx);
   // Training thread, after the averager's between_steps: restores at the first call, takes the
   // outer step when one is due, saves when an epoch ended or training is done.
   void between_steps(core::StepContext& ctx);

@@ -20,6 +20,7 @@ void OuterStep::allocate(std::size_t n) {
   m_ = kernels::DeviceBuffer<float>(be_, n);
   g_ = kernels::DeviceBuffer<float>(be_, n);
   zero_ = kernels::DeviceBuffer<float>(be_, n);
+  before_ = kernels::DeviceBuffer<float>(be_, n);
   be_.fill(m_.data(), n, 0.0f);
   be_.fill(zero_.data(), n, 0.0f);
 }
@@ -46,6 +47,19 @@ void OuterStep::between_steps(core::StepContext& ctx) {
   // anchor -= lr g   (mix: x += w (r - s) with r = 0, s = g)
   be_.mix(anchor_.data(), zero_.data(), g_.data(), n_, cfg_.lr);
   be_.copy(ctx.params, anchor_.data(), n_ * sizeof(float));
+}
+
+void OuterStep::before_mix(const core::StepContext& ctx) {
+  before_taken_ = false;
+  if (cfg_.every <= 0 || !have_anchor_ || ctx.n_params != n_) return;
+  be_.copy(before_.data(), ctx.params, n_ * sizeof(float));
+  before_taken_ = true;
+}
+
+void OuterStep::mixed(const core::StepContext& ctx) {
+  if (!before_taken_ || ctx.n_params != n_) return;
+  before_taken_ = false;
+  be_.mix(anchor_.data(), ctx.params, before_.data(), n_, 1.0f);  // anchor += x - before
 }
 
 std::vector<std::vector<float>> OuterStep::save() const {

@@ -33,7 +33,8 @@ core::StepContext context(kernels::Backend& be, std::vector<float>& x, std::int6
 
 }  // namespace
 
-TEST_CASE("the outer step matches a reference Nesterov step on the pseudo-gradient", "[gossip]") {
+TEST_CASE("the outer step matches a reference Nesterov step on the local pseudo-gradient, mixes added outside the momentum",
+          "[gossip]") {
   const int H = 3;
   const double lr = 0.7, mu = 0.9;
   const std::size_t n = 1000;
@@ -50,6 +51,16 @@ TEST_CASE("the outer step matches a reference Nesterov step on the pseudo-gradie
       }
     }
     auto ctx = context(be, x, step, 0);
+    if (step % 2 == 1) {  // a pairwise mix at this boundary: it goes to the anchor as well
+      outer.before_mix(ctx);
+      const auto d = gaussian(n, 500 + step, 0.05f);
+      for (std::size_t i = 0; i < n; ++i) {
+        x[i] += d[i];
+        ref[i] += d[i];
+        anchor[i] += d[i];
+      }
+      outer.mixed(ctx);
+    }
     outer.between_steps(ctx);
     if (step > 0 && step % H == 0) {
       for (std::size_t i = 0; i < n; ++i) {
