@@ -171,18 +171,15 @@ const OptionTable<PeerConfig>& peer_options() {
                 &PeerConfig::outer_momentum, 0, 0.99),
       {"comm-preset", "low|default",
        "low: the best-measured low-communication settings (docs/communication.md), --wire int8 "
-       "--error-feedback on --gossip-every 16 --outer-every 16 --outer-lr 0.7 --outer-momentum "
-       "0.9; default: --wire fp32 --error-feedback off --gossip-every 4 --outer-every 0. Flags "
-       "after it override it",
+       "--error-feedback on --gossip-every 16 --outer-every 0; default: --wire fp32 "
+       "--error-feedback off --gossip-every 4 --outer-every 0. Flags after it override it",
        [](PeerConfig& c, const std::string& v) {
          if (v != "low" && v != "default") throw bad_value("comm-preset", v, "low or default");
          const bool low = v == "low";
          c.wire = low ? "int8" : "fp32";
          c.error_feedback = low;
          c.gossip_every = low ? 16 : 4;
-         c.outer_every = low ? 16 : 0;
-         c.outer_lr = low ? 0.7 : 1.0;
-         c.outer_momentum = low ? 0.9 : 0.0;
+         c.outer_every = 0;
        }},
       O::choice("weighting", {"uniform", "samples"},
                 "mix weight: 1/2, or by the two shards' sample counts", &PeerConfig::weighting),

@@ -26,7 +26,7 @@ std::string error_of(const std::vector<std::string>& args) {
 
 }  // namespace
 
-TEST_CASE("--comm-preset low sets the int8 wire, error feedback, an exchange and an outer step every 16 steps",
+TEST_CASE("--comm-preset low sets the int8 wire, error feedback and an exchange every 16 steps",
           "[apps]") {
   const PeerConfig d = parse({});
   CHECK(d.wire == "fp32");
@@ -37,9 +37,7 @@ TEST_CASE("--comm-preset low sets the int8 wire, error feedback, an exchange and
   CHECK(low.wire == "int8");
   CHECK(low.error_feedback);
   CHECK(low.gossip_every == 16);
-  CHECK(low.outer_every == 16);
-  CHECK(low.outer_lr == Approx(0.7));
-  CHECK(low.outer_momentum == Approx(0.9));
+  CHECK(low.outer_every == 0);  // measured: it did not help (docs/communication.md)
   // A flag after the preset overrides it; one before it is overridden.
   CHECK(parse({"--comm-preset", "low", "--gossip-every", "8"}).gossip_every == 8);
   CHECK(parse({"--gossip-every", "8", "--comm-preset", "low"}).gossip_every == 16);
@@ -48,8 +46,6 @@ TEST_CASE("--comm-preset low sets the int8 wire, error feedback, an exchange and
   CHECK_FALSE(back.error_feedback);
   CHECK(back.gossip_every == 4);
   CHECK(back.outer_every == 0);
-  CHECK(back.outer_lr == Approx(1.0));
-  CHECK(back.outer_momentum == Approx(0.0));
   CHECK_THAT(error_of({"--comm-preset", "lowest"}), Contains("--comm-preset"));
   CHECK_THAT(error_of({"--error-feedback", "yes"}), Contains("--error-feedback"));
   const PeerConfig outer =
