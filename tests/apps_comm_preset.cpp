@@ -26,7 +26,7 @@ std::string error_of(const std::vector<std::string>& args) {
 
 }  // namespace
 
-TEST_CASE("--comm-preset low sets the int8 wire, error feedback and an exchange every 16 steps",
+TEST_CASE("the low communication preset sets the int8 wire, error feedback and an exchange every 16 steps",
           "[apps]") {
   const PeerConfig d = parse({});
   CHECK(d.wire == "fp32");
