@@ -39,6 +39,7 @@ gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fing
   gossip::AveragerConfig ac;
   ac.gossip_every = cfg.gossip_every;
   ac.wire = kernels::parse_wire(cfg.wire);
+  ac.error_feedback = cfg.error_feedback;
   ac.weight_by_samples = cfg.weighting == "samples";
   ac.fingerprint = fingerprint;
   ac.max_diff_norm = cfg.max_diff_norm;
@@ -108,6 +109,15 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels
     }
   });
   ready.get();
+  if (cfg.outer_every > 0 || cfg.error_feedback) {
+    std::unique_ptr<gossip::OuterStep> outer;
+    if (cfg.outer_every > 0)
+      outer = std::make_unique<gossip::OuterStep>(
+          gossip::OuterConfig{cfg.outer_every, float(cfg.outer_lr), float(cfg.outer_momentum)},
+          backend);
+    comm_ = std::make_unique<gossip::CommState>(cfg.train.checkpoint_dir, fingerprint,
+                                                *averager_, std::move(outer));
+  }
 }
 
 void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
@@ -172,7 +182,9 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
 void GossipNode::between_steps(core::StepContext& ctx) {
   total_steps_.store(ctx.total_steps);
   const auto t0 = std::chrono::steady_clock::now();
+  if (comm_) comm_->before_averager(ctx);
   averager_->between_steps(ctx);
+  if (comm_) comm_->between_steps(ctx);
   catch_up_server_->between_steps(ctx);
   hook_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (max_lag_ > 0 && !ctx.training_done) bound_lag(ctx);
@@ -202,7 +214,9 @@ double GossipNode::serve_until(core::StepContext& ctx, double max_s, Done done) 
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(max_s));
   while (!done() && Clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (comm_) comm_->before_averager(ctx);
     averager_->between_steps(ctx);  // applies a committed mix, answers requests, may start one
+    if (comm_) comm_->between_steps(ctx);  // the mix into the outer anchor (no second outer step)
     catch_up_server_->between_steps(ctx);
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();

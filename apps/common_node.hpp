@@ -13,6 +13,7 @@
 #include "core/step_hook.hpp"
 #include "gossip/averager.hpp"
 #include "gossip/catch_up.hpp"
+#include "gossip/comm_state.hpp"
 #include "gossip/dispatcher.hpp"
 #include "gossip/exchange_health.hpp"
 #include "gossip/lag_bound.hpp"
@@ -105,6 +106,8 @@ class GossipNode final : private core::StepHook {
   gossip::ExchangeHealth health_;  // protocol thread only
   std::unique_ptr<gossip::CatchUpServer> catch_up_server_;
   std::unique_ptr<gossip::CatchUpClient> catch_up_client_;
+  // The outer optimizer and error feedback's state (null when both are off). Training thread.
+  std::unique_ptr<gossip::CommState> comm_;
   std::atomic<bool> started_{false};
   mutable std::mutex refused_mu_;
   std::optional<std::string> join_refused_;  // set on the protocol thread

@@ -164,6 +164,34 @@ const OptionTable<PeerConfig>& peer_options() {
        }},
       O::choice("wire", {"fp32", "fp16", "bf16", "int8"}, "encoding of parameters on the wire",
                 &PeerConfig::wire),
+      {"error-feedback", "on|off",
+       "with a lossy --wire (fp16, bf16, int8): send the encoding of x + e and keep in e what it "
+       "rounded off, for the next exchange (docs/communication.md; default off)",
+       [](PeerConfig& c, const std::string& v) {
+         if (v != "on" && v != "off") throw bad_value("error-feedback", v, "on or off");
+         c.error_feedback = v == "on";
+       }},
+      O::number("outer-every", "H",
+                "outer optimizer (DiLoCo/NoLoCo style, docs/communication.md): every H steps, one "
+                "Nesterov step on the pseudo-gradient since the last one, averaging included "
+                "(0: off, the default)",
+                &PeerConfig::outer_every, 0, 1000000),
+      O::number("outer-lr", "LR", "the outer step's learning rate (default 1: with momentum 0, "
+                "the outer step changes nothing)", &PeerConfig::outer_lr, 0.01, 10),
+      O::number("outer-momentum", "MU", "the outer step's Nesterov momentum (default 0)",
+                &PeerConfig::outer_momentum, 0, 0.99),
+      {"comm-preset", "low|default",
+       "low: the best-measured low-communication settings (docs/communication.md), --wire int8 "
+       "--error-feedback on --gossip-every 16 --outer-every 0; default: --wire fp32 "
+       "--error-feedback off --gossip-every 4 --outer-every 0. Flags after it override it",
+       [](PeerConfig& c, const std::string& v) {
+         if (v != "low" && v != "default") throw bad_value("comm-preset", v, "low or default");
+         const bool low = v == "low";
+         c.wire = low ? "int8" : "fp32";
+         c.error_feedback = low;
+         c.gossip_every = low ? 16 : 4;
+         c.outer_every = 0;
+       }},
       O::choice("weighting", {"uniform", "samples"},
                 "mix weight: 1/2, or by the two shards' sample counts", &PeerConfig::weighting),
       O::number("max-diff-norm", "X", "refuse a partner whose ||r - s|| exceeds X (0: no bound)",

@@ -66,6 +66,10 @@ struct PeerConfig {
   double max_lag_share = 0.25;  // --max-lag's time budget: wait s per training s; 0: none
   double max_ahead = 0.02;  // --max-ahead: fraction of the run; 0: off
   std::string wire = "fp32";
+  bool error_feedback = false;  // --error-feedback (gossip::AveragerConfig::error_feedback)
+  int outer_every = 0;          // --outer-every H (gossip::OuterConfig); 0: no outer optimizer
+  double outer_lr = 1.0;
+  double outer_momentum = 0.0;
   std::string weighting = "uniform";  // uniform (w = 1/2) | samples
   double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
   // Robust mixing, --mix to --ban: clipped by default, no number needed from the user, and a far

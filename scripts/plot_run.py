@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # Plots of one gossip-launch run folder: accuracy.png (test accuracy over time per peer), loss.png
 # (training loss per peer), consensus.png (consensus distance, log axis) and bytes.png (cumulative
-# bytes on the wire per peer), each with the run's churn events marked on its time axis.
+# bytes on the wire per peer), each with the run's churn events marked on its time axis, and
+# accuracy_bytes.png (test accuracy against the MB each peer had sent: the field's measure).
 """usage: plot_run.py RUN_DIR
 
 Reads RUN_DIR/config.json, RUN_DIR/peer*/metrics.jsonl, RUN_DIR/consensus.jsonl and
@@ -146,6 +147,44 @@ def run_title(config, dirs):
     return " / ".join(parts)
 
 
+def sent_bytes(e):
+    """The bytes one metrics line says this peer sent: an exchange's share (bytes_sent, else both
+    directions), a FedAvg server's round, a FedAvg client's update; None for other lines. The same
+    fields gossip-launch's summary adds up."""
+    ev = e.get("event")
+    if ev == "exchange":
+        b = e.get("bytes_sent", e.get("bytes"))
+    elif ev == "round":
+        b = e.get("bytes_sent")
+    elif ev == "update":
+        b = e.get("bytes")
+    else:
+        return None
+    return b if isinstance(b, (int, float)) else None
+
+
+def plot_accuracy_bytes(ax, peers, target):
+    """Test accuracy against the MB the peer had sent when it evaluated, per peer."""
+    any_acc = False
+    for i, events in peers:
+        total, pts = 0.0, []
+        for e in events:
+            b = sent_bytes(e)
+            if b is not None:
+                total += b
+            elif e.get("event") == "eval" and isinstance(e.get("test_acc"), (int, float)):
+                pts.append((total / 1e6, 100.0 * e["test_acc"]))
+        if pts:
+            any_acc = True
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=f"peer {i}")
+    if any_acc and isinstance(target, (int, float)):
+        ax.axhline(100.0 * target, color="gray", ls="--", lw=1, label=f"target {100 * target:.0f}%")
+    legend_or_note(ax, any_acc, "no eval events")
+    ax.set_xlabel("MB sent by the peer")
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+
+
 def main(argv):
     if len(argv) != 2 or argv[1] in ("-h", "--help"):
         print(__doc__.strip(), file=sys.stderr)
@@ -202,7 +241,14 @@ def main(argv):
     save_plot(run_dir, "bytes.png", "cumulative MB sent",
               "bytes on the wire, sent by each peer: " + title,
               lambda ax: plot_bytes(ax, peers, offsets), churn)
-    print(f"plot_run.py: wrote accuracy.png, loss.png, consensus.png, bytes.png in {run_dir}")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    plot_accuracy_bytes(ax, peers, target)
+    ax.set_title("accuracy against MB sent: " + title)
+    fig.tight_layout()
+    fig.savefig(os.path.join(run_dir, "accuracy_bytes.png"), dpi=100)
+    plt.close(fig)
+    print(f"plot_run.py: wrote accuracy.png, loss.png, consensus.png, bytes.png, accuracy_bytes.png "
+          f"in {run_dir}")
     return 0
 
 
