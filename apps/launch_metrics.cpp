@@ -84,6 +84,8 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
       if (!time_to_target && *v >= target_acc) {
         time_to_target = t;
         target_life = life;
+        target_epoch = epoch;
+        target_exchanges = exchanges_initiated;
       }
       if (j.contains("final") && j["final"].is_boolean() && j["final"].get<bool>()) final_eval_acc = v;
     }
@@ -91,6 +93,7 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
     bool ok = j.contains("ok") && j["ok"].is_boolean() && j["ok"].get<bool>();
     if (ok) {
       ++exchanges_ok;
+      if (j.contains("role") && j["role"] == "initiator") ++exchanges_initiated;
       // Lines of an older peer carry no `averaging`: every ok exchange averaged then.
       const bool averaged =
           !j.contains("averaging") || !j["averaging"].is_boolean() || j["averaging"].get<bool>();
