@@ -214,6 +214,10 @@ class Launch : private ChurnPeers {
   }
   void observe(std::size_t i, const std::string& line, double now);
   bool keep_going(bool any_running) const;
+  void end_fedavg_churn();
+  bool fedavg_done_ = false;  // the FedAvg server finished its rounds (--churn runs end there)
+  bool fedavg_clients_stopped_ = false;
+  double fedavg_done_at_ = 0.0;
 
   LaunchOptions o_;
   std::string peer_bin_;
@@ -389,7 +393,25 @@ double Launch::mean_progress() const {
 // down (a Ctrl-C ends the run regardless).
 bool Launch::keep_going(bool any_running) const {
   if (any_running) return true;
-  return churn_ && !stop_requested_ && churn_->waiting_for_restart();
+  return churn_ && !stop_requested_ && !fedavg_done_ && churn_->waiting_for_restart();
+}
+
+// FedAvg under churn: once the server has finished its rounds the run is over. The scenario stops
+// (a client restarted now would wait --fedavg-wait for a server that is gone), and a client still
+// running 10 s later (one redialling it) is stopped with SIGTERM, which is not a failure.
+void Launch::end_fedavg_churn() {
+  if (!churn_ || o_.mode != LaunchMode::Fedavg || children_.empty()) return;
+  const Child& server = children_[0];
+  if (!fedavg_done_ && !server.running && server.ever_started && server.outcome.exit_code == 0) {
+    fedavg_done_ = true;
+    fedavg_done_at_ = since(t0_);
+    note("gossip-launch: the FedAvg server is done: the churn scenario ends here");
+  }
+  if (fedavg_done_ && !fedavg_clients_stopped_ && since(t0_) > fedavg_done_at_ + 10.0) {
+    fedavg_clients_stopped_ = true;
+    for (auto& c : children_)
+      if (c.running) ::kill(c.pid, SIGTERM);
+  }
 }
 
 // What the launcher observes in a peer's metrics goes to events.jsonl with the launch time: how
@@ -511,7 +533,7 @@ void Launch::reap() {
       out.exit_code = WEXITSTATUS(status);
       if (out.exit_code == 0) {
         out.state = "done";
-      } else if (out.exit_code == 130 && stop_requested_) {
+      } else if (out.exit_code == 130 && (stop_requested_ || fedavg_done_)) {
         out.state = "stopped";
       } else {
         out.state = "exited with code " + std::to_string(out.exit_code);
@@ -760,7 +782,8 @@ bool Launch::tick() {
     handle_stop();
   }
   if (stop_requested_ && !killed_ && since(t0_) > stop_deadline_) handle_stop();
-  if (churn_ && !stop_requested_) {
+  end_fedavg_churn();
+  if (churn_ && !stop_requested_ && !fedavg_done_) {
     churn_->tick(since(t0_), mean_progress(), *this);
     churn_->release_paused(since(t0_), *this);
   }

@@ -45,6 +45,13 @@ void add_target_figures(json& summary, LaunchMode mode, int local_epochs,
   summary["num_peers"] = peers;
   summary["num_servers"] = servers;
   std::optional<long long> rounds, epochs, exchanges;
+  if (mode == LaunchMode::Fedavg && !summary["peers"].empty()) {
+    // The global model is the server's: a client evaluates nothing (one restarted by churn that
+    // never got a task is not even known as a client), so the time to the target is the server's.
+    const json& server = summary["peers"][0];
+    summary["time_to_target_s"] = server.value("time_to_target_launch_s", json(nullptr));
+    summary["time_to_target_first_s"] = summary["time_to_target_s"];
+  }
   if (mode == LaunchMode::Fedavg) {
     if (!stats.empty() && stats[0].target_epoch) {
       rounds = *stats[0].target_epoch;

@@ -138,8 +138,11 @@ TEST_CASE("fedavg report: a server that never comes back stalls the run to its e
 TEST_CASE("summary: a FedAvg server is not a peer; rounds or exchanges to the target", "[launch]") {
   std::vector<PeerStats> st(3);
   st[0].target_epoch = 4;  // the server reached the target in round 4
-  json s = {{"peers", json::array({{{"peer", 0}}, {{"peer", 1}}, {{"peer", 2}}})}};
+  json s = {{"peers", json::array({{{"peer", 0}, {"time_to_target_launch_s", 12.5}},
+                                    {{"peer", 1}}, {{"peer", 2}}})},
+            {"time_to_target_s", nullptr}};
   add_target_figures(s, LaunchMode::Fedavg, 10, st);
+  CHECK(s["time_to_target_s"] == 12.5);  // the server's global model, whatever the clients did
   CHECK(s["num_peers"] == 2);
   CHECK(s["num_servers"] == 1);
   CHECK(s["peers"][0]["role"] == "server");
