@@ -118,6 +118,12 @@ json fedavg_report(const std::vector<json>& events, double run_seconds) {
       if (r.t <= *down_at) before = r;
       if (back_at && r.t > *back_at && !after) after = r;
     }
+    // A round completed just before the crash can be timed just after it (the launcher's estimate
+    // of the server's clock is an upper bound): the round the restart resumed from was done.
+    if (after)
+      for (const auto& r : rounds)
+        if (r.round == after->round - 1 && r.t <= *back_at && (!before || r.round > before->round))
+          before = Round{std::min(r.t, *down_at), r.round};
     const double from = before ? before->t : first_start;
     o["last_round_before"] = before ? json(before->round) : json(0);
     o["last_round_before_at_s"] = before ? json(before->t) : json(nullptr);

@@ -79,6 +79,13 @@ TEST_CASE("fedavg report: a crashed server's outage, from the last round before 
     {"t":27.0,"event":"eval","peer":0,"step":4,"test_acc":0.7},
     {"t":28.0,"event":"eval","peer":0,"step":5,"test_acc":0.72},
     {"t":29.0,"event":"exit","peer":0,"exit_code":0,"signal":null,"by_churn":false}])");
+  // Round 3's line is timed 0.1 s after the crash (the clock estimate), but the restart resumed
+  // from it: it was done before the crash.
+  auto late = events;
+  late[6]["t"] = 3.1;
+  const json l = fedavg_report(late, 30.0);
+  CHECK(l["server_outages"][0]["last_round_before"] == 3);
+  CHECK(l["server_outages"][0]["last_round_before_at_s"] == 3.0);
   const json r = fedavg_report(events, 30.0);
   CHECK(r["rounds_completed"] == 5);
   REQUIRE(r["server_outages"].size() == 1);
