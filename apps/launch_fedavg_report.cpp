@@ -154,7 +154,9 @@ json fedavg_report(const std::vector<json>& events, double run_seconds) {
       const bool by_churn = e.value("by_churn", false);
       const json& code = e.contains("exit_code") ? e["exit_code"] : json(nullptr);
       const bool clean = code.is_number_integer() && (code == 0 || code == 130);
-      if (by_churn || !clean) {
+      // A server that had finished its rounds (exit 0) as the scenario's signal came is no outage.
+      const bool finished = code.is_number_integer() && code == 0;
+      if ((by_churn && !finished) || !clean) {
         down_at = by_churn && last_churn ? *last_churn : t;
         if (!by_churn) how = "exit";
       }
