@@ -95,6 +95,8 @@ void PeerStats::fold(const nlohmann::json& j, const std::string& ev, double t, d
         time_to_target = t;
         target_life = life;
         bytes_at_target = bytes;
+        target_epoch = epoch;
+        target_exchanges = exchanges_initiated;
       }
       if (j.contains("final") && j["final"].is_boolean() && j["final"].get<bool>()) final_eval_acc = v;
     }
@@ -102,6 +104,7 @@ void PeerStats::fold(const nlohmann::json& j, const std::string& ev, double t, d
     bool ok = j.contains("ok") && j["ok"].is_boolean() && j["ok"].get<bool>();
     if (ok) {
       ++exchanges_ok;
+      if (j.contains("role") && j["role"] == "initiator") ++exchanges_initiated;
       // Lines of an older peer carry no `averaging`: every ok exchange averaged then.
       const bool averaged =
           !j.contains("averaging") || !j["averaging"].is_boolean() || j["averaging"].get<bool>();

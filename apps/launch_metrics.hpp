@@ -72,6 +72,8 @@ struct PeerStats {
   };
   std::vector<BytesMark> bytes_marks;
   static constexpr std::size_t kMaxBytesMarks = 100000;
+  std::optional<int> target_epoch;       // its epoch then (a FedAvg server's: the round)
+  std::optional<int> target_exchanges;   // exchanges_initiated then
   std::string hold;     // why training is on hold, and for how long at most (empty: it is not)
   int life = 0;         // processes of the peer seen before the latest (restarts)
   int target_life = 0;  // the process whose clock time_to_target is on
@@ -82,6 +84,7 @@ struct PeerStats {
   std::optional<double> seconds;
   int exchanges_ok = 0;
   int exchanges_failed = 0;
+  int exchanges_initiated = 0;  // of exchanges_ok, those this peer started (each counted once)
   // Of exchanges_ok, those that averaged (the line's `averaging`: clip at least 0.01 of the plain
   // weight) and those clipped below that; the sum of the effective weights w c applied.
   int exchanges_averaging = 0;

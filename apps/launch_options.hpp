@@ -110,5 +110,7 @@ void append_launch_flags(std::vector<std::string>& a, const LaunchOptions& o, in
 // on the shards 0..N-1 that N gossip peers would have.
 std::vector<PeerPlan> plan_fedavg(const LaunchOptions& o, const std::string& run_dir,
                                   const std::vector<int>& ports, const std::string& network_key);
+// The flags a restarted or joining FedAvg peer i gets after its plan's (gossip-launch --churn).
+std::vector<std::string> fedavg_restart_args(int i);
 
 }  // namespace gossiptrain::apps

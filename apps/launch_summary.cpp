@@ -1,5 +1,6 @@
 // summary.json, consensus distance and the --compare table for gossip-launch.
 #include "apps/launch_summary.hpp"
+#include "apps/launch_fedavg_report.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -333,8 +334,8 @@ std::string get_str(const nlohmann::json& j, const char* k) {
 
 std::string compare_runs(const std::vector<std::string>& dirs, bool markdown) {
   const std::vector<std::string> head = {
-      "run",  "mode",        "partition",      "peers",   "mean acc", "min acc",
-      "best", "t->target s", "exch ok/failed", "MB to target", "MB sent", "consensus"};
+      "run",  "mode",        "partition", "peers",          "mean acc",     "min acc",
+      "best", "t->target s", "to target", "exch ok/failed", "MB to target", "MB sent", "consensus"};
   std::vector<std::vector<std::string>> rows;
   for (const auto& d : dirs) {
     const std::string path = d + "/summary.json";
@@ -351,12 +352,12 @@ std::string compare_runs(const std::vector<std::string>& dirs, bool markdown) {
     std::string mb = j.contains("bytes_sent") && j["bytes_sent"].is_number()
                          ? fmt(j["bytes_sent"], "%.1f", 1e-6)
                          : "-";
-    rows.push_back({name, get_str(j, "mode"), get_str(j, "partition"), get_str(j, "num_peers"),
+    rows.push_back({name, get_str(j, "mode"), get_str(j, "partition"), peers_cell(j),
                     fmt(j.value("final_test_acc_mean", nlohmann::json()), "%.2f%%", 100),
                     fmt(j.value("final_test_acc_min", nlohmann::json()), "%.2f%%", 100),
                     fmt(j.value("best_test_acc", nlohmann::json()), "%.2f%%", 100),
                     fmt(j.value("time_to_target_s", nlohmann::json()), "%.1f"),
-                    get_str(j, "exchanges_ok") + "/" + get_str(j, "exchanges_failed"),
+                    to_target_cell(j), get_str(j, "exchanges_ok") + "/" + get_str(j, "exchanges_failed"),
                     fmt(j.value("bytes_to_target_mb", nlohmann::json()), "%.1f"), mb,
                     fmt(j.value("consensus_distance", nlohmann::json()), "%.4g")});
   }

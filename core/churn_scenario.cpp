@@ -54,7 +54,7 @@ bool has_peers(ChurnKind k) {
 }
 bool has_for(ChurnKind k) {
   return k == ChurnKind::Pause || k == ChurnKind::Partition || k == ChurnKind::Link ||
-         k == ChurnKind::Fault;
+         k == ChurnKind::Fault || k == ChurnKind::Crash || k == ChurnKind::Stop;
 }
 
 // The keys an event of this kind may carry.
@@ -375,13 +375,15 @@ void check_lifecycle(const ChurnScenario& s) {
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return s.events[a].at < s.events[b].at; });
-  std::multimap<double, int> auto_resume;  // time -> peer, from pause with "for"
+  // time -> (peer, the state that ends): pause, crash and stop with "for" end by themselves.
+  std::multimap<double, std::pair<int, PeerState>> auto_resume;
   int joined = 0;
   for (std::size_t i : order) {
     const ChurnEvent& e = s.events[i];
     while (!auto_resume.empty() && auto_resume.begin()->first <= e.at) {
-      auto& st = state[static_cast<std::size_t>(auto_resume.begin()->second)];
-      if (st == PeerState::Paused) st = PeerState::Up;
+      const auto [p, ends] = auto_resume.begin()->second;
+      auto& st = state[static_cast<std::size_t>(p)];
+      if (st == ends) st = PeerState::Up;
       auto_resume.erase(auto_resume.begin());
     }
     if (e.kind == ChurnKind::Join) {
@@ -390,8 +392,9 @@ void check_lifecycle(const ChurnScenario& s) {
     }
     if (!is_lifecycle(e.kind)) continue;
     step_lifecycle(s, i, state, decidable);
-    if (e.kind == ChurnKind::Pause && e.for_s) {
-      for (int p : e.peers) auto_resume.emplace(e.at + *e.for_s, p);
+    if (is_lifecycle(e.kind) && e.for_s) {
+      const PeerState ends = e.kind == ChurnKind::Pause ? PeerState::Paused : PeerState::Down;
+      for (int p : e.peers) auto_resume.emplace(e.at + *e.for_s, std::pair(p, ends));
     }
   }
 }
@@ -485,8 +488,16 @@ json shorthand_event(std::string_view item, std::string_view kind, std::string_v
   const std::size_t at = rest.find('@');
   if (at == std::string_view::npos)
     bad_item(item, "expected " + std::string(kind) + ":TARGET@WHEN");
-  const std::string_view target = rest.substr(0, at), when = rest.substr(at + 1);
+  const std::string_view target = rest.substr(0, at);
+  std::string_view when = rest.substr(at + 1);
   json e{{"event", std::string(kind)}};
+  // WHEN/FOR: a crash or stop restarts, a pause resumes, FOR seconds later.
+  if (const std::size_t slash = when.find('/'); slash != std::string_view::npos) {
+    if (kind != "crash" && kind != "stop" && kind != "pause")
+      bad_item(item, "only crash, stop and pause take /FOR");
+    e["for"] = shorthand_number(item, when.substr(slash + 1));
+    when = when.substr(0, slash);
+  }
   if (when.ends_with('%')) {
     e["at_progress"] = shorthand_number(item, when.substr(0, when.size() - 1)) / 100.0;
   } else {
@@ -645,7 +656,8 @@ const char* const kChurnShorthandHelp =
     "    seed=N             the scenario's seed (default 0)\n"
     "    EVENT:I+J@WHEN     EVENT = crash | stop | restart | pause | resume, for peers I, J...\n"
     "    join:COUNT@WHEN    COUNT new peers\n"
-    "  WHEN: seconds since launch (20) or percent of training done (50%)\n";
+    "  WHEN: seconds since launch (20) or percent of training done (50%); crash, stop and pause\n"
+    "  take WHEN/FOR: back FOR seconds later (crash:0@40%/20 restarts peer 0 20 s after it)\n";
 
 json churn_shorthand_to_json(std::string_view shorthand) {
   json out = json::object();
