@@ -8,8 +8,10 @@
 
 namespace gossiptrain::net {
 
-inline constexpr std::uint16_t kProtocolVersion =
-    3;  // 3: one little-endian codec (frame lengths, versioned exchange messages)
+// 3: one little-endian codec (frame lengths, versioned exchange messages); 4: the transport's own
+// messages 0xF0-0xF5 (reverse connections, reachability, relays; docs/nat.md), which a peer of
+// protocol 3 would take for unknown gossip messages.
+inline constexpr std::uint16_t kProtocolVersion = 4;
 // Hard caps that configuration cannot exceed.
 inline constexpr std::size_t kMaxFrameCapBytes = 16u << 20;       // plaintext per frame
 inline constexpr std::uint64_t kMaxMessageCapBytes = 8ull << 30;  // one streamed message

@@ -390,7 +390,10 @@ asio::awaitable<void> TcpTransport::pipe(std::shared_ptr<Splice> sp, int from) {
   for (;;) {
     auto [rec, n] = co_await in.async_read_some(asio::buffer(buf), kUseTuple);
     if (rec || n == 0 || stopping_) break;
-    if (config_.relay_tamper) config_.relay_tamper(buf.data(), n);
+    if (config_.relay_tamper) {
+      n = std::min(n, config_.relay_tamper(buf.data(), n));
+      if (n == 0) continue;  // dropped: the endpoints' idle deadline ends the connection
+    }
     // The bound on the relayed rate, all relayed connections together.
     const auto now = Clock::now();
     relay_next_free_ = std::max(relay_next_free_, now) +

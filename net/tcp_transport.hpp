@@ -65,8 +65,9 @@ struct TcpTransportConfig {
   // Relaying for peers that cannot be dialled (tcp_relay.cpp): the most bytes per second this
   // peer forwards for others, all relayed connections together; 0: it relays nothing.
   double relay_max_bytes_per_s = 25e6;
-  // Tests only: sees (and may alter) every chunk of bytes this peer relays, as a hostile relay.
-  std::function<void(std::uint8_t* data, std::size_t n)> relay_tamper;
+  // Tests only: sees (and may alter) every chunk of bytes this peer relays, as a hostile relay;
+  // returns how many of its first bytes to forward (n: all, 0: the chunk is dropped).
+  std::function<std::size_t(std::uint8_t* data, std::size_t n)> relay_tamper;
   // Optional observer of failed handshakes and refused sockets (metrics, tests); io thread.
   std::function<void(const std::string& remote_addr, const std::string& reason)>
       on_handshake_failed;

@@ -189,6 +189,26 @@ TEST_CASE("handshake: fingerprint and version mismatch fail on both sides with a
   CHECK(r2.error().find("version mismatch") != std::string::npos);
 }
 
+TEST_CASE(
+    "handshake: a peer of protocol 3 (before the transport's NAT messages 0xF0-0xF5) is "
+    "refused on both sides with the versions in the reason",
+    "[net][nat]") {
+  REQUIRE(kProtocolVersion == 4);
+  Peer a, b;
+  for (const bool old_initiates : {true, false}) {
+    auto pa = a.params(), pb = b.params();
+    (old_initiates ? pa : pb).version = 3;
+    Handshake i(Role::Initiator, pa), r(Role::Responder, pb);
+    drive(i, r);
+    CHECK(i.failed());
+    CHECK(r.failed());
+    const std::string mine = old_initiates ? r.error() : i.error();
+    CHECK(mine.find("protocol version mismatch (ours 4, theirs 3)") != std::string::npos);
+    const std::string theirs = old_initiates ? i.error() : r.error();
+    CHECK(theirs.find("version mismatch") != std::string::npos);
+  }
+}
+
 TEST_CASE("handshake: a flipped bit in any message fails the handshake", "[net]") {
   Peer a, b;
   std::size_t sizes[] = {Handshake::kM1Bytes, Handshake::kM2Bytes, Handshake::kM3Bytes,

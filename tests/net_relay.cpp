@@ -2,7 +2,9 @@
 // an address where nothing listens, as a LAN address behind a NAT is to the other site) talk
 // through a reachable third one, end to end encrypted; a hostile relay that corrupts the bytes is
 // detected by the endpoints' channel authentication, the connection closes with the reason,
-// nothing of the corrupted message is delivered, and the next connection takes another relay.
+// nothing of the corrupted message is delivered, and the next connection takes another relay; a
+// relay that silently drops everything is caught by the idle deadline, with the same outcome; a
+// relay that dies is replaced by another one for the next connection.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -34,7 +36,7 @@ struct Node {
   Recorder rec;
   std::string adv;
   std::unique_ptr<TcpTransport> t;
-  explicit Node(bool hidden, std::function<void(std::uint8_t*, std::size_t)> tamper = {}) {
+  explicit Node(bool hidden, std::function<std::size_t(std::uint8_t*, std::size_t)> tamper = {}) {
     auto c = make_config(7, relay_limits());
     if (hidden) c.advertise = adv = dead_addr();
     c.relay_tamper = std::move(tamper);
@@ -88,9 +90,10 @@ TEST_CASE("a hostile relay that corrupts relayed bytes: the endpoints' authentic
           "takes another relay", "[net][nat][fault]") {
   std::atomic<std::size_t> seen{0};
   // Corrupts one byte once the handshake is through (it is about 1 kB).
-  auto tamper = [&seen](std::uint8_t* d, std::size_t n) {
+  auto tamper = [&seen](std::uint8_t* d, std::size_t n) -> std::size_t {
     const std::size_t before = seen.fetch_add(n);
     if (before + n > 4000 && before < 1000000) d[n / 2] ^= 0x01;
+    return n;
   };
   Node bad(false, tamper), a(true), b(true);
   REQUIRE(dial(*a.t, bad.adv).conn);
@@ -121,6 +124,113 @@ TEST_CASE("a hostile relay that corrupts relayed bytes: the endpoints' authentic
   }
   CHECK(good.t->stats().relays_served == 3);
   CHECK(bad.t->stats().relays_served == 1);
+}
+
+TEST_CASE("a hostile relay that silently drops relayed bytes: both endpoints close the relayed "
+          "connection within the idle deadline with the reason, nothing partial is delivered, and "
+          "the next connection takes another relay", "[net][nat][fault]") {
+  std::atomic<std::size_t> seen{0};
+  // Forwards the handshake (about 1 kB) and the first frames, then drops every byte, both ways:
+  // both sockets stay open, nothing comes through.
+  auto drop = [&seen](std::uint8_t*, std::size_t n) -> std::size_t {
+    return seen.fetch_add(n) + n > 4000 ? 0 : n;
+  };
+  Node bad(false, drop), a(true), b(true);
+  REQUIRE(dial(*a.t, bad.adv).conn);
+  REQUIRE(dial(*b.t, bad.adv).conn);
+  REQUIRE(wait_for([&] { return bad.t->channel_count() == 2; }));
+  auto ab = dial(*a.t, b.adv);
+  INFO(ab.error);
+  REQUIRE(ab.conn);
+  const auto sent_at = std::chrono::steady_clock::now();
+  const Bytes big(100000, 0x33);
+  on_io(*a.t, [&] { ab.conn->send(0x44, std::make_shared<const Bytes>(big)); });
+  // Both ends close it: the first at its idle deadline (no frame, not even a keepalive, for
+  // idle_timeout), the other then or on the stream cut that follows (the relay closes both sides
+  // when one goes).
+  const auto idle = relay_limits().idle_timeout;
+  REQUIRE(wait_for([&] { return b.rec.n_closed() >= 1 && a.rec.n_closed() >= 1; }, idle + 8000ms));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - sent_at);
+  INFO("closed after " << took.count() << " ms; a: " << a.rec.last_closed()
+                       << "; b: " << b.rec.last_closed());
+  CHECK(took >= idle - 500ms);   // nothing closed it before the deadline
+  CHECK(took <= idle + 4000ms);  // and the deadline did (slack for a loaded machine)
+  const auto ra = a.rec.last_closed(), rb = b.rec.last_closed();
+  CHECK((ra.find("idle timeout") != std::string::npos ||
+         rb.find("idle timeout") != std::string::npos));
+  for (const auto& r : {ra, rb})
+    CHECK((r.find("idle timeout") != std::string::npos ||
+           r.find("truncated stream") != std::string::npos));
+  CHECK(!on_io(*a.t, [&] { return ab.conn->is_open(); }));
+  CHECK(messages_of_type(b.rec, 0x44) == 0);  // nothing partial delivered
+
+  // An honest relay joins; the next connections avoid the silent one.
+  Node good(false);
+  REQUIRE(dial(*a.t, good.adv).conn);
+  REQUIRE(dial(*b.t, good.adv).conn);
+  REQUIRE(wait_for([&] { return good.t->channel_count() == 2; }));
+  for (int i = 0; i < 3; ++i) {  // whatever the shuffle of candidates
+    auto again = dial(*a.t, b.adv);
+    INFO(again.error);
+    REQUIRE(again.conn);
+    on_io(*a.t, [&] { again.conn->send(0x44, std::make_shared<const Bytes>(big)); });
+    REQUIRE(wait_for([&] { return messages_of_type(b.rec, 0x44) == std::size_t(i + 1); }));
+  }
+  CHECK(good.t->stats().relays_served == 3);
+  CHECK(bad.t->stats().relays_served == 1);
+}
+
+TEST_CASE("when the relay in use dies, both endpoints see the relayed connection close, and the "
+          "next connection to the NATed peer goes through another relay, both ways",
+          "[net][nat][fault]") {
+  Node r1(false), r2(false), a(true), b(true);
+  for (Node* n : {&a, &b}) {
+    REQUIRE(dial(*n->t, r1.adv).conn);
+    REQUIRE(dial(*n->t, r2.adv).conn);
+  }
+  REQUIRE(wait_for([&] { return r1.t->channel_count() == 2 && r2.t->channel_count() == 2; }));
+  auto ab = dial(*a.t, b.adv);
+  INFO(ab.error);
+  REQUIRE(ab.conn);
+  const bool first = r1.t->stats().relays_served == 1;
+  Node& used = first ? r1 : r2;
+  Node& other = first ? r2 : r1;
+  REQUIRE(used.t->stats().relays_served == 1);
+  REQUIRE(other.t->stats().relays_served == 0);
+  const Bytes msg(50000, 0x21);
+  on_io(*a.t, [&] { ab.conn->send(0x44, std::make_shared<const Bytes>(msg)); });
+  REQUIRE(wait_for([&] { return messages_of_type(b.rec, 0x44) == 1; }));
+  // b's end of the relayed connection.
+  auto b_end = [&]() -> ConnectionPtr {
+    std::lock_guard lk(b.rec.mu);
+    for (auto it = b.rec.conns.rbegin(); it != b.rec.conns.rend(); ++it)
+      if ((*it)->peer_id() == a.t->local_id()) return *it;
+    return nullptr;
+  };
+  auto ba = b_end();
+  REQUIRE(ba);
+
+  used.t->stop();  // the relay is gone (its sockets close, as when its process dies)
+  REQUIRE(wait_for([&] { return !on_io(*a.t, [&] { return ab.conn->is_open(); }); }, 5000ms));
+  REQUIRE(wait_for([&] { return !on_io(*b.t, [&] { return ba->is_open(); }); }, 5000ms));
+
+  // The next connection takes the other relay; traffic flows again, both ways.
+  auto again = dial(*a.t, b.adv);
+  INFO(again.error);
+  REQUIRE(again.conn);
+  CHECK(again.conn->peer_id() == b.t->local_id());
+  CHECK(other.t->stats().relays_served == 1);
+  on_io(*a.t, [&] { again.conn->send(0x44, std::make_shared<const Bytes>(msg)); });
+  REQUIRE(wait_for([&] { return messages_of_type(b.rec, 0x44) == 2; }));
+  REQUIRE(wait_for([&] {
+    auto c = b_end();
+    return c && c != ba && on_io(*b.t, [&] { return c->is_open(); });
+  }));
+  auto ba2 = b_end();
+  on_io(*b.t, [&] { ba2->send(0x45, std::make_shared<const Bytes>(msg)); });
+  REQUIRE(wait_for([&] { return messages_of_type(a.rec, 0x45) == 1; }));
+  CHECK(a.t->stats().relayed_connections == 2);
 }
 
 TEST_CASE("relay requests are validated and bounded", "[net][nat][fault]") {
@@ -168,5 +278,6 @@ TEST_CASE("relay requests are validated and bounded", "[net][nat][fault]") {
   RawClient raw(r.adv);
   REQUIRE(raw.write(relay_preamble(12345, 0)));
   CHECK(raw.wait_closed(2000ms) >= 0);
-  CHECK(r.t->channel_count() == 1);
+  // (The relay counts the socket until its reading coroutine has ended, just after the close.)
+  CHECK(wait_for([&] { return r.t->channel_count() == 1; }, 2000ms));
 }
