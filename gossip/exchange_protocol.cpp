@@ -10,7 +10,7 @@
 #include "gossip/exchange_protocol.hpp"
 
 #include <algorithm>
-#include <cassert>
+#include "core/base/assert.hpp"
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -58,7 +58,7 @@ float ExchangeProtocol::weight(std::int64_t n_self, std::int64_t n_other) const 
 // Initiator
 
 void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
-  assert(!ex_ && "an exchange was claimed while another was in flight");
+  GT_ASSERT(!ex_ && "an exchange was claimed while another was in flight");
   Exchange e;
   e.seq = seq;
   e.role = ExchangeRole::Initiator;
@@ -259,7 +259,7 @@ void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes&
 void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m, std::uint64_t seq,
                                ChunkSetPtr own) {
   if (!own) port_.request_boundary();  // the snapshot waits for a step boundary
-  assert(!ex_);
+  GT_ASSERT(!ex_);
   Exchange e;
   e.seq = seq;
   e.id = m.exchange_id;

@@ -2,7 +2,7 @@
 #include "gossip/member_table.hpp"
 
 #include <algorithm>
-#include <cassert>
+#include "core/base/assert.hpp"
 #include <functional>
 
 namespace gossiptrain::gossip {
@@ -101,7 +101,7 @@ const MemberTable::Row* MemberTable::find(const std::string& id) const {
 
 const MemberTable::Row& MemberTable::add(NameId id, NameId addr, std::uint64_t incarnation,
                                          Millis now) {
-  assert(!find(id));
+  GT_ASSERT(!find(id));
   std::lock_guard<std::mutex> lock(mu_);
   if (id >= slot_of_.size()) {
     // Grown in steps of 1024 names (not doubled): at most 4 KB spare per table.
@@ -122,7 +122,7 @@ const MemberTable::Row& MemberTable::add(NameId id, NameId addr, std::uint64_t i
 
 void MemberTable::remove(NameId id) {
   const Row* r = find(id);
-  assert(r && r != &rows_[0]);
+  GT_ASSERT(r && r != &rows_[0]);
   std::lock_guard<std::mutex> lock(mu_);
   Row& row = row_of(id);
   if (row.queue_key) --queued_;

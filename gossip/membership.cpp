@@ -3,7 +3,6 @@
 #include "gossip/membership.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <random>

@@ -3,7 +3,6 @@
 #include "net/memory_transport.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
