@@ -28,11 +28,7 @@ fs::path self_dir() {
 std::optional<fs::path> find_script(const fs::path& self_dir, const std::string& name) {
   std::vector<fs::path> dirs;
   if (const char* env = std::getenv("GT_SCRIPTS_DIR")) dirs.emplace_back(env);
-  dirs.push_back(self_dir / ".." / ".." / "scripts");
-  dirs.push_back(self_dir / ".." / "scripts");
-#ifdef GT_SOURCE_DIR
-  dirs.push_back(fs::path(GT_SOURCE_DIR) / "scripts");
-#endif
+  dirs.push_back(self_dir / ".." / "share" / "gossiptrain" / "scripts");
   std::error_code ec;
   for (const auto& d : dirs)
     if (fs::is_regular_file(d / name, ec)) return fs::weakly_canonical(d / name, ec);

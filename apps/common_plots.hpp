@@ -15,8 +15,10 @@ namespace gossiptrain::apps {
 // The folder of the running binary (/proc/self/exe), "." when unknown.
 std::filesystem::path self_dir();
 
-// scripts/<name> in $GT_SCRIPTS_DIR, else next to the build (self_dir/../../scripts or
-// self_dir/../scripts, self_dir the binary's folder), else in the source tree.
+// <name> in $GT_SCRIPTS_DIR, else in self_dir/../share/gossiptrain/scripts (self_dir the
+// binary's folder): where `cmake --install` puts the plot scripts (PREFIX/bin ->
+// PREFIX/share/gossiptrain/scripts), and where the build stages them (build/apps ->
+// build/share/gossiptrain/scripts). No path of the source or build tree is compiled in.
 std::optional<std::filesystem::path> find_script(const std::filesystem::path& self_dir,
                                                  const std::string& name);
 
