@@ -8,9 +8,10 @@
 
 namespace gossiptrain::base {
 
-[[noreturn]] inline void assert_failed(const char* expr, const char* file, int line,
-                                       const char* func) noexcept {
-  std::fprintf(stderr, "%s:%d: %s: invariant broken: %s\n", file, line, func, expr);
+// The function and line name the place; no file path (it would put the source tree's path into
+// every installed program).
+[[noreturn]] inline void assert_failed(const char* expr, const char* func, int line) noexcept {
+  std::fprintf(stderr, "invariant broken in %s, line %d: %s\n", func, line, expr);
   std::fflush(stderr);
   std::abort();
 }
@@ -19,4 +20,4 @@ namespace gossiptrain::base {
 
 #define GT_ASSERT(cond)                                                                         \
   ((cond) ? static_cast<void>(0)                                                               \
-          : ::gossiptrain::base::assert_failed(#cond, __FILE__, __LINE__, __func__))
+          : ::gossiptrain::base::assert_failed(#cond, __func__, __LINE__))
