@@ -7,7 +7,7 @@
 #include <iterator>
 #include <string>
 
-#include "core/base/enum_names.hpp"
+#include "base/enum_names.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #if defined(GT_HAVE_CUDA)
 #include <dlfcn.h>

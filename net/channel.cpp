@@ -1,6 +1,6 @@
 // The Asio session of one encrypted connection (see channel.hpp for the shape and error policy).
 #include "net/channel.hpp"
-#include "core/base/bytes.hpp"
+#include "base/bytes.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -1,11 +1,11 @@
 // libsodium behind the crypto facade (crypto.hpp). The only file of the project that includes
 // <sodium.h>.
 #include "net/crypto.hpp"
-#include "core/base/bytes.hpp"
+#include "base/bytes.hpp"
 
 #include <sodium.h>
 
-#include "core/base/assert.hpp"
+#include "base/assert.hpp"
 #include <cctype>
 #include <cstring>
 #include <mutex>

@@ -17,7 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/base/rng.hpp"
+#include "base/rng.hpp"
 #include "net/buffer_pool.hpp"
 #include "net/transport.hpp"
 

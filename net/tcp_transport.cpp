@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "core/base/thread.hpp"
+#include "base/thread.hpp"
 
 namespace gossiptrain::net {
 namespace {

@@ -3,7 +3,7 @@
 #ifndef NDEBUG
 #define NDEBUG 1
 #endif
-#include "core/base/assert.hpp"
+#include "base/assert.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>

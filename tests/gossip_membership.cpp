@@ -9,8 +9,8 @@
 #include <set>
 
 #include "gossip/dispatcher.hpp"
-#include "gossip/membership.hpp"
-#include "gossip/messages.hpp"
+#include "gossip/membership/membership.hpp"
+#include "gossip/membership/messages.hpp"
 #include "net/memory_transport.hpp"
 
 using namespace gossiptrain;

@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "gossip/catch_up_messages.hpp"
-#include "gossip/exchange_messages.hpp"
-#include "gossip/messages.hpp"
+#include "gossip/catch_up/catch_up_messages.hpp"
+#include "gossip/exchange/exchange_messages.hpp"
+#include "gossip/membership/messages.hpp"
 
 using namespace gossiptrain;
 using namespace gossiptrain::gossip;
