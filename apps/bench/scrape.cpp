@@ -74,6 +74,30 @@ std::size_t scrape(std::uint16_t port) {
   return got;
 }
 
+// The fastest round of each (rounds interleaved): a load that comes and goes slows both or
+// neither; a median could take them at different moments.
+nlohmann::json report(const ScrapeBenchOptions& o, const std::string& backend,
+                      std::uint64_t scrapes, std::uint64_t scrape_bytes,
+                      const std::vector<double>& off, const std::vector<double>& on) {
+  const double a = *std::min_element(off.begin(), off.end());
+  const double b = *std::min_element(on.begin(), on.end());
+  return {{"subject", "scrape"},
+          {"backend", backend},
+          {"model", o.model},
+          {"batch", o.batch},
+          {"steps_per_round", o.steps},
+          {"rounds", o.rounds},
+          {"scrape_ms", o.scrape_ms},
+          {"scrapes", scrapes},
+          {"bytes_per_scrape", scrapes ? scrape_bytes / scrapes : 0},
+          {"step_ms_scraped", b},
+          {"step_ms_unscraped", a},
+          {"ratio_scraped_over_unscraped", b / a},
+          {"step_ms_scraped_median", median(on)},
+          {"step_ms_unscraped_median", median(off)},
+          {"timing", "interleaved rounds, fastest of each"}};
+}
+
 int run(const Args& args) {
   ScrapeBenchOptions o;
   if (auto rc = parse_bench_args("scrape", scrape_options(), args, o,
@@ -139,26 +163,7 @@ int run(const Args& args) {
   quit = true;
   scraper.join();
   metrics.remove_sink(&reg);
-  // The fastest round of each (rounds interleaved): a load that comes and goes slows both or
-  // neither; a median could take them at different moments.
-  const double a = *std::min_element(off.begin(), off.end());
-  const double b = *std::min_element(on.begin(), on.end());
-  const nlohmann::json j = {
-      {"subject", "scrape"},
-      {"backend", be->name()},
-      {"model", o.model},
-      {"batch", o.batch},
-      {"steps_per_round", o.steps},
-      {"rounds", o.rounds},
-      {"scrape_ms", o.scrape_ms},
-      {"scrapes", scrapes.load()},
-      {"bytes_per_scrape", scrapes ? scrape_bytes.load() / scrapes.load() : 0},
-      {"step_ms_scraped", b},
-      {"step_ms_unscraped", a},
-      {"ratio_scraped_over_unscraped", b / a},
-      {"step_ms_scraped_median", median(on)},
-      {"step_ms_unscraped_median", median(off)},
-      {"timing", "interleaved rounds, fastest of each"}};
+  const nlohmann::json j = report(o, be->name(), scrapes.load(), scrape_bytes.load(), off, on);
   std::printf("%s\n", o.json ? j.dump().c_str() : j.dump(2).c_str());
   return 0;
 }
