@@ -5,7 +5,9 @@
 2. the include graph that docs/ARCHITECTURE.md states (the table after "<!-- include-graph -->")
    is the one the sources have: for each layer, the set of other layers its files include
    (`#include "LAYER/..."`), tests left out, must equal the table's;
-3. the CMake targets of those layers link (PUBLIC or PRIVATE) the layers they include.
+3. the CMake targets of those layers link (PUBLIC or PRIVATE) the layers they include;
+4. every source path a page names in backticks (`gossip/exchange/averager.cpp`, `net/frame.{hpp,cpp}`)
+   exists (docs/results/ left out: a result names the code as it was when it was measured).
 Exit 0 when all hold; 1 with one line per mismatch."""
 import os
 import re
@@ -116,8 +118,29 @@ def check_graph():
                                   f'{found[dep]} includes')
 
 
+PATH_RE = re.compile(r'`((?:base|kernels|core|net|gossip|apps|tests|scripts|deploy)/[\w./{},*-]+)`')
+
+
+def check_paths():
+    for md in md_files():
+        rel = os.path.relpath(md, ROOT)
+        if rel.startswith(os.path.join('docs', 'results')):
+            continue
+        for path in PATH_RE.findall(open(md, encoding='utf-8').read()):
+            if '*' in path or path.endswith('/'):
+                continue
+            m = re.match(r'(.*)\{(.*)\}(.*)', path)
+            variants = [m.group(1) + v + m.group(3) for v in m.group(2).split(',')] if m else [path]
+            for v in variants:
+                full = os.path.join(ROOT, v)
+                stems = [full + e for e in ('', '.hpp', '.cpp', '.h', '.cu', '.py', '.sh')]
+                if not any(os.path.exists(x) for x in stems):
+                    errors.append(f'{rel}: names {v}, which does not exist')
+
+
 check_links()
 check_graph()
+check_paths()
 for e in errors:
     print('docs_check:', e)
 print(f'docs_check: {"ok" if not errors else str(len(errors)) + " mismatch(es)"}')
