@@ -68,6 +68,7 @@ struct TcpTransportStats {
   std::uint64_t established = 0;  // handshakes completed
   std::uint64_t handshake_failures = 0;
   std::uint64_t closed = 0;  // established connections closed
+  CloseCounts closed_by_reason{};  // the same, by close_reason_of(reason)
 };
 
 class TcpTransport : public Transport, public Scheduler, private ChannelHost {

@@ -67,7 +67,7 @@ class Blaster final : public net::TransportHandler {
       received_.fetch_add(b.size());
       t_.buffers().recycle(std::move(b));  // as the averager does with the chunks it has used
     } else {
-      c->close("bench: unexpected type");
+      c->close(net::CloseReason::UnknownType, "bench");
     }
   }
   void on_closed(const net::ConnectionPtr& c, const std::string& reason) override {

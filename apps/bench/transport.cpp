@@ -388,7 +388,7 @@ Handshakes measure_handshakes(const TransportBenchOptions& o, Pair& p, std::size
     auto t0 = Clock::now();
     auto c = dial(hs_client, p.server.listen_addr());
     h.ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    hs_client.post([c] { c->close("bench done"); });
+    hs_client.post([c] { c->close(net::CloseReason::Shutdown, "bench done"); });
   }
   h.total_s = seconds_since(h0);
   hs_client.stop();

@@ -36,7 +36,7 @@ struct Event {
 class ClientState final : public net::TransportHandler {
  public:
   void on_connection(const net::ConnectionPtr& c, bool inbound) override {
-    if (inbound) c->close("a FedAvg client accepts no connections");
+    if (inbound) c->close(net::CloseReason::Refused, "a FedAvg client accepts no connections");
   }
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) override {
     push({Event::Message, type, std::move(payload), "", c});
@@ -164,7 +164,7 @@ int run_fedavg_client(const PeerConfig& cfg, kernels::Backend& be, const core::S
           task = fedavg::decode_task(e->payload, n_params, &why);
         if (!task) {
           spdlog::warn("fedavg: closing the server connection: {}", why);
-          transport.post([conn, why] { conn->close("fedavg: " + why); });
+          transport.post([conn, why] { conn->close(net::CloseReason::Failed, "fedavg: " + why); });
           continue;  // its Closed event follows
         }
         if (long(task->round) == crash_round) {

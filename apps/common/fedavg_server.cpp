@@ -48,7 +48,7 @@ class ServerState final : public net::TransportHandler {
 
   void on_connection(const net::ConnectionPtr& c, bool inbound) override {
     if (!inbound) {
-      c->close("a FedAvg server dials nobody");
+      c->close(net::CloseReason::Refused, "a FedAvg server dials nobody");
       return;
     }
     {
@@ -65,7 +65,7 @@ class ServerState final : public net::TransportHandler {
         auto it = clients_.find(conn.get());
         late = it != clients_.end() && !it->second.hello;
       }
-      if (late) conn->close("no hello within 10 s");
+      if (late) conn->close(net::CloseReason::NoAnswer, "no hello within 10 s");
     });
   }
 
@@ -151,7 +151,7 @@ class ServerState final : public net::TransportHandler {
  private:
   void refuse(const net::ConnectionPtr& c, const std::string& why) {
     spdlog::warn("fedavg: closing {}: {}", c->peer_id().substr(0, 8), why);
-    c->close("fedavg: " + why);
+    c->close(net::CloseReason::Failed, "fedavg: " + why);
   }
   std::size_t n_params_;
   net::Scheduler& sched_;

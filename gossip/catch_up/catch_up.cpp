@@ -144,7 +144,7 @@ void CatchUpServer::on_cancel(const net::ConnectionPtr& c, const net::Bytes& b) 
                catch_up_code_name(m->code));
   auto conn = cur_->conn;
   finish(false, "peer-cancel:" + std::string(catch_up_code_name(m->code)));
-  conn->close("catch-up cancelled by the fetcher");
+  conn->close(net::CloseReason::Cancelled, "catch-up, by the fetcher");
 }
 
 void CatchUpServer::state_ready(std::uint64_t seq, std::shared_ptr<const net::Bytes> state,
@@ -201,7 +201,7 @@ void CatchUpServer::arm_deadline(Millis d, const std::string& reason) {
     spdlog::warn("catch-up: serving {} failed: {}", short_id(cur_->peer), reason);
     conn->send(wire(CatchUpType::Abort), encode_catch_up_code(cur_->id, CatchUpCode::Timeout));
     finish(false, reason);
-    conn->close("catch-up: " + reason);
+    conn->close(net::CloseReason::Failed, "catch-up: " + reason);
   });
 }
 
@@ -234,7 +234,7 @@ void CatchUpServer::finish(bool ok, const std::string& reason) {
 void CatchUpServer::violation(const net::ConnectionPtr& c, const std::string& what) {
   spdlog::warn("catch-up: protocol violation from {}: {}", short_id(c->peer_id()), what);
   if (cur_ && cur_->conn == c) finish(false, "protocol");
-  c->close("catch-up protocol violation: " + what);
+  c->close(net::CloseReason::ProtocolViolation, "catch-up: " + what);
 }
 
 void CatchUpServer::on_closed(const net::ConnectionPtr& c, const std::string& reason) {

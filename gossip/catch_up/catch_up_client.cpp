@@ -105,7 +105,7 @@ void CatchUpClient::try_next() {
                                                            const std::string& err) {
     if (!alive.lock()) return;
     if (!at_ || at_->seq != seq || at_->phase != Phase::Connecting) {
-      if (c) c->close("catch-up connection no longer needed");
+      if (c) c->close(net::CloseReason::NotNeeded, "catch-up connection");
       return;
     }
     if (!c) {
@@ -113,7 +113,7 @@ void CatchUpClient::try_next() {
       return attempt_failed("connect", std::nullopt);
     }
     if (c->peer_id() != id) {
-      c->close("catch-up: unexpected peer id");
+      c->close(net::CloseReason::UnexpectedPeer, "catch-up");
       return attempt_failed("connect", std::nullopt);
     }
     ask(c);
@@ -156,7 +156,7 @@ void CatchUpClient::end_attempt(const std::string& reason) {
   if (at_->timer) sched_.cancel(at_->timer);
   auto conn = at_->conn;
   at_.reset();  // first: the close below reports on_closed for a connection no longer ours
-  if (conn) conn->close("catch-up: " + reason);
+  if (conn) conn->close(net::CloseReason::Failed, "catch-up: " + reason);
 }
 
 void CatchUpClient::finish(bool ok, std::string reason, core::Checkpoint state) {
@@ -197,7 +197,7 @@ bool CatchUpClient::is_current(const net::ConnectionPtr& c, std::uint64_t id) co
 void CatchUpClient::violation(const net::ConnectionPtr& c, const std::string& what) {
   spdlog::warn("catch-up: protocol violation from {}: {}", short_id(c->peer_id()), what);
   if (at_ && at_->conn == c) return attempt_failed("protocol", CatchUpCode::Protocol);
-  c->close("catch-up protocol violation: " + what);
+  c->close(net::CloseReason::ProtocolViolation, "catch-up: " + what);
 }
 
 void CatchUpClient::on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& b) {

@@ -28,7 +28,7 @@ void ConnectionPool::close_unless_in_use(const std::string& peer, const std::str
   if (it == conns_.end() || in_use_(it->second.conn)) return;
   auto c = it->second.conn;
   conns_.erase(it);
-  c->close(reason);
+  c->close(net::CloseReason::NotNeeded, reason);
 }
 
 void ConnectionPool::schedule_idle_close(const std::string& peer) {

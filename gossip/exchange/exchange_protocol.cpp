@@ -115,7 +115,7 @@ void ExchangeProtocol::on_dialled(std::uint64_t seq, const std::string& peer, ne
       port_.pool(peer, c);
       port_.idle_close_pooled(peer);
     } else if (c) {
-      c->close("exchange connection no longer needed");
+      c->close(net::CloseReason::NotNeeded, "exchange connection");
     }
     return;
   }
@@ -124,7 +124,7 @@ void ExchangeProtocol::on_dialled(std::uint64_t seq, const std::string& peer, ne
     return try_failed({ExchangeFailure::Connect}, false);
   }
   if (c->peer_id() != peer) {
-    c->close("exchange: unexpected peer id");
+    c->close(net::CloseReason::UnexpectedPeer, "exchange");
     return try_failed({ExchangeFailure::Connect}, false);
   }
   port_.pool(peer, c);
@@ -162,7 +162,7 @@ void ExchangeProtocol::try_failed(FailureReason reason, bool close_conn) {
   if (close_conn && e.conn) {
     // A late answer on this connection must not be mistaken for a new exchange's.
     port_.forget_pooled(e.partner);
-    e.conn->close("exchange: " + to_string(reason));
+    e.conn->close(net::CloseReason::Failed, "exchange: " + to_string(reason));
   }
   e.conn = nullptr;
   try_next_peer();

@@ -235,7 +235,7 @@ void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> no
   if (e.phase == Phase::Transferring && e.conn && e.conn->is_open()) {
     if (notify) e.conn->send(kAbort, encode_code(e.id, *notify));
     port_.forget_pooled(e.partner);
-    e.conn->close("exchange failed: " + why);
+    e.conn->close(net::CloseReason::Failed, "exchange: " + why);
   }
   port_.cancel(Timer::Deadline);
   port_.cancel(Timer::Retry);
@@ -305,7 +305,7 @@ void ExchangeProtocol::violation(const net::ConnectionPtr& c, const std::string&
     if (ex_->phase == Phase::Requested) return try_failed({ExchangeFailure::Protocol}, true);
   }
   port_.forget_pooled(c);
-  c->close("exchange protocol violation: " + what);
+  c->close(net::CloseReason::ProtocolViolation, "exchange: " + what);
 }
 
 void ExchangeProtocol::on_message(const net::ConnectionPtr& c, std::uint8_t type,

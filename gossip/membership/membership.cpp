@@ -135,7 +135,7 @@ void Membership::stop() {
             [](const Owned& a, const Owned& b) { return a.order < b.order; });
   owned_.clear();
   links_.clear();
-  for (auto& o : owned) o.conn->close(leaving_ ? "left" : "membership stopped");
+  for (auto& o : owned) o.conn->close(net::CloseReason::Shutdown, leaving_ ? "left" : "membership stopped");
   probe_.active = false;
   spdlog::info("membership {}: stopped", self_id_);
 }
@@ -238,7 +238,7 @@ void Membership::send_sync_to_addr(const std::string& addr, bool join) {
   transport_.connect(
       addr, [this, w, addr, seq, join](net::ConnectionPtr c, const std::string& err) {
         if (w.expired()) {
-          if (c) c->close("membership stopped");
+          if (c) c->close(net::CloseReason::Shutdown, "membership stopped");
           return;
         }
         if (!c) {
@@ -252,7 +252,7 @@ void Membership::send_sync_to_addr(const std::string& addr, bool join) {
           return;
         }
         if (c->peer_id() == self_id_) {
-          c->close("connected to ourselves");
+          c->close(net::CloseReason::Self);
           return;
         }
         adopt(c, true);

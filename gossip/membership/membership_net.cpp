@@ -46,7 +46,7 @@ void Membership::adopt(const net::ConnectionPtr& c, bool dialed) {
 void Membership::on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) {
   if (!running_) return;
   if (c->peer_id() == self_id_) {
-    c->close("connected to ourselves");
+    c->close(net::CloseReason::Self);
     return;
   }
   auto o = owned_.find(c.get());
@@ -60,7 +60,7 @@ void Membership::on_message(const net::ConnectionPtr& c, std::uint8_t type, net:
   } catch (const DecodeError& e) {
     spdlog::warn("membership {}: malformed message 0x{:02x} from {} ({}): {}", self_id_, type,
                  c->peer_id(), c->remote_addr(), e.what());
-    c->close(std::string("malformed membership message: ") + e.what());
+    c->close(net::CloseReason::Malformed, std::string("membership message: ") + e.what());
   }
 }
 
@@ -164,7 +164,7 @@ void Membership::drop_link(const std::string& id) {
   net::ConnectionPtr c = std::move(it->second.conn);
   it->second.conn.reset();
   forget_link_if_idle(id);
-  if (owned_.erase(c.get())) c->close("no ack");
+  if (owned_.erase(c.get())) c->close(net::CloseReason::NoAnswer, "no ack");
 }
 
 void Membership::forget_link_if_idle(const std::string& id) {
@@ -197,7 +197,7 @@ void Membership::send_to(const std::string& id, const std::string& addr, Members
   // on regardless of how the dial ends.
   transport_.connect(addr, [this, w, id](net::ConnectionPtr c, const std::string& err) {
     if (w.expired()) {
-      if (c) c->close("membership stopped");
+      if (c) c->close(net::CloseReason::Shutdown, "membership stopped");
       return;
     }
     Link& l = links_[id];
@@ -211,7 +211,7 @@ void Membership::send_to(const std::string& id, const std::string& addr, Members
     }
     if (c->peer_id() != id) {
       spdlog::warn("membership {}: dialled {} but reached {}", self_id_, id, c->peer_id());
-      c->close("unexpected peer id");
+      c->close(net::CloseReason::UnexpectedPeer, "membership");
       forget_link_if_idle(id);
       return;
     }

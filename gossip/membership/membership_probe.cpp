@@ -167,7 +167,7 @@ void Membership::housekeeping_tick() {
             [](const Owned& a, const Owned& b) { return a.order < b.order; });
   for (auto& o : idle) {
     owned_.erase(o.conn.get());
-    o.conn->close("idle");
+    o.conn->close(net::CloseReason::NotNeeded, "idle");
   }
   // Forget long-dead members.
   for (auto d = down_.begin(); d != down_.end();) {
