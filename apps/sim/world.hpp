@@ -113,6 +113,11 @@ class World {
   void on_member(int observer, const gossip::MemberInfo& m);
   void on_exchange(int i, const gossip::ExchangeEvent& e);
   void apply_churn(const core::ChurnEvent& e, const std::string& source);
+  // The parts of apply_churn: the peers of an event that exist, and the events with more to do.
+  std::vector<int> existing(const std::vector<int>& peers) const;
+  void churn_partition(const core::ChurnEvent& e);
+  void churn_link(const core::ChurnEvent& e);
+  void churn_fault(const core::ChurnEvent& e);
   void crash(int i, const std::string& source, bool graceful);
   void restart(int i, const std::string& source);
   Crash& open_record(int i, const std::string& source);

@@ -109,6 +109,44 @@ void World::join(const std::string& source) {
   emit({{"t", now_s()}, {"event", "join"}, {"peer", slot}, {"source", source}});
 }
 
+std::vector<int> World::existing(const std::vector<int>& peers) const {
+  std::vector<int> out;
+  for (int i : peers)
+    if (i < static_cast<int>(peers_.size())) out.push_back(i);
+  return out;
+}
+
+void World::churn_partition(const core::ChurnEvent& e) {
+  std::vector<std::vector<std::string>> groups;
+  for (const auto& g : e.groups) {
+    groups.emplace_back();
+    for (int i : existing(g))
+      if (peers_[i]->ever_started) groups.back().push_back(peers_[i]->addr);
+  }
+  net_.partition(groups);
+}
+
+// The peer's own link, both ways (gossip-launch --netns shapes its veth the same way); an event
+// with neither rate nor loss (a "for" ending) restores it. A slot whose peer has not started yet
+// has no link to shape.
+void World::churn_link(const core::ChurnEvent& e) {
+  std::optional<double> bytes_per_s;
+  if (e.rate_mbit) bytes_per_s = *e.rate_mbit * 1e6 / 8.0;
+  for (int i : existing(e.peers))
+    if (peers_[i]->ever_started) net_.set_link(peers_[i]->addr, bytes_per_s, e.loss);
+}
+
+// gossip-launch restarts the peer with --fault MODE (and without, at the end); here the running
+// averager changes its fault in place, which the restart amounts to for the exchange. An end (no
+// mode) makes it honest again. A slot not started yet gets it at start.
+void World::churn_fault(const core::ChurnEvent& e) {
+  for (int i : existing(e.peers)) {
+    Peer& p = *peers_[i];
+    p.fault = e.mode.empty() ? gossip::FaultConfig{} : gossip::parse_fault(e.mode);
+    if (p.up && p.avg) p.avg->set_fault(p.fault);
+  }
+}
+
 void World::apply_churn(const core::ChurnEvent& e, const std::string& source) {
   using core::ChurnKind;
   json line = core::to_json(e);
@@ -120,58 +158,24 @@ void World::apply_churn(const core::ChurnEvent& e, const std::string& source) {
   switch (e.kind) {
     case ChurnKind::Crash:
     case ChurnKind::Stop:
-      for (int i : e.peers)
-        if (i < static_cast<int>(peers_.size())) crash(i, source, e.kind == ChurnKind::Stop);
+      for (int i : existing(e.peers)) crash(i, source, e.kind == ChurnKind::Stop);
       break;
     case ChurnKind::Restart:
-      for (int i : e.peers)
-        if (i < static_cast<int>(peers_.size())) restart(i, source);
+      for (int i : existing(e.peers)) restart(i, source);
       break;
     case ChurnKind::Join:
       for (int k = 0; k < e.count; ++k) join(source);
       break;
-    case ChurnKind::Partition: {
-      std::vector<std::vector<std::string>> groups;
-      for (const auto& g : e.groups) {
-        groups.emplace_back();
-        for (int i : g)
-          if (i < static_cast<int>(peers_.size()) && peers_[i]->ever_started)
-            groups.back().push_back(peers_[i]->addr);
-      }
-      net_.partition(groups);
-      break;
-    }
+    case ChurnKind::Partition: churn_partition(e); break;
     case ChurnKind::Heal: net_.heal(); break;
     case ChurnKind::Pause:
+      for (int i : existing(e.peers)) pause(i, source);
+      break;
     case ChurnKind::Resume:
-      for (int i : e.peers)
-        if (i < static_cast<int>(peers_.size())) {
-          if (e.kind == ChurnKind::Pause) pause(i, source);
-          else resume(i, source);
-        }
+      for (int i : existing(e.peers)) resume(i, source);
       break;
-    case ChurnKind::Link: {
-      // The peer's own link, both ways (gossip-launch --netns shapes its veth the same way); an
-      // event with neither rate nor loss (a "for" ending) restores it. A slot whose peer has not
-      // started yet has no link to shape.
-      std::optional<double> bytes_per_s;
-      if (e.rate_mbit) bytes_per_s = *e.rate_mbit * 1e6 / 8.0;
-      for (int i : e.peers)
-        if (i < static_cast<int>(peers_.size()) && peers_[i]->ever_started)
-          net_.set_link(peers_[i]->addr, bytes_per_s, e.loss);
-      break;
-    }
-    case ChurnKind::Fault:
-      // gossip-launch restarts the peer with --fault MODE (and without, at the end); here the
-      // running averager changes its fault in place, which the restart amounts to for the
-      // exchange. An end (no mode) makes it honest again. A slot not started yet gets it at start.
-      for (int i : e.peers)
-        if (i < static_cast<int>(peers_.size())) {
-          Peer& p = *peers_[i];
-          p.fault = e.mode.empty() ? gossip::FaultConfig{} : gossip::parse_fault(e.mode);
-          if (p.up && p.avg) p.avg->set_fault(p.fault);
-        }
-      break;
+    case ChurnKind::Link: churn_link(e); break;
+    case ChurnKind::Fault: churn_fault(e); break;
   }
 }
 
