@@ -38,16 +38,15 @@ gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fing
   gossip::AveragerConfig ac;
   ac.gossip_every = cfg.gossip_every;
   ac.wire = kernels::parse_wire(cfg.wire);
-  ac.weight_by_samples = cfg.weighting == "samples";
+  ac.weight_by_samples = cfg.weight_by_samples;
   ac.fingerprint = fingerprint;
   ac.max_diff_norm = cfg.max_diff_norm;
   ac.robust = cfg.robust;
-  ac.choice.weighted = cfg.partner_choice == "weighted";
-  if (!cfg.fault.empty()) {
-    ac.fault = gossip::parse_fault(cfg.fault);
+  ac.choice = cfg.partner_choice;
+  ac.fault = cfg.fault;
+  if (cfg.fault.mode != gossip::FaultMode::None)
     spdlog::warn("FAULTY PEER (--fault {}): sending corrupted vectors, mixing nothing in",
-                 cfg.fault);
-  }
+                 cfg.fault_spec);
   ac.max_rate_bytes_per_s = cfg.max_rate_mb * 1e6;
   return ac;
 }

@@ -153,8 +153,9 @@ const OptionTable<PeerConfig>& peer_options() {
        }},
       O::choice("wire", {"fp32", "fp16", "bf16", "int8"}, "encoding of parameters on the wire",
                 &PeerConfig::wire),
-      O::choice("weighting", {"uniform", "samples"},
-                "mix weight: 1/2, or by the two shards' sample counts", &PeerConfig::weighting),
+      O::named<bool>("weighting", {{"uniform", false}, {"samples", true}},
+                     "mix weight: 1/2, or by the two shards' sample counts",
+                     &PeerConfig::weight_by_samples),
       O::number("max-diff-norm", "X", "refuse a partner whose ||r - s|| exceeds X (0: no bound)",
                 &PeerConfig::max_diff_norm, 0, 1e30),
       O::named<gossip::MixMode>(
@@ -203,11 +204,11 @@ const OptionTable<PeerConfig>& peer_options() {
                 "ahead in steps, mixes at least F of the plain weight, so drifted peers come back; "
                 "a partner that alone is far (stale) still fades out; 0: no floor (default 0.02)",
                 robust(&R::suspect_min_clip), 0, 1),
-      O::choice(
-          "partner-choice", {"weighted", "uniform"},
+      O::named<bool>(
+          "partner-choice", {{"weighted", true}, {"uniform", false}},
           "which live member to ask: uniform, or weighted: a partner whose recent exchanges took "
           "over 3 times the median is asked much less often (default weighted)",
-          &PeerConfig::partner_choice),
+          [](PeerConfig& c) -> bool& { return c.partner_choice.weighted; }),
       O::number(
           "refuse-mult", "K",
           "clipped: refuse an exchange whose ||r - s|| exceeds K tau and our parameters' own norm, "
@@ -232,11 +233,11 @@ const OptionTable<PeerConfig>& peer_options() {
                "--fault: refused: simulating a faulty peer needs the environment "
                "variable GOSSIPTRAIN_ALLOW_FAULTS=1");
          try {
-           gossip::parse_fault(v);
+           c.fault = gossip::parse_fault(v);
          } catch (const std::invalid_argument& e) {
            throw UsageError(std::string("--") + e.what());
          }
-         c.fault = v;
+         c.fault_spec = v;
        }},
       O::number(
           "net-nice", "N",

@@ -8,6 +8,8 @@
 
 #include "apps/common/option_table.hpp"
 #include "core/trainer.hpp"
+#include "gossip/exchange/fault.hpp"
+#include "gossip/exchange/partner_choice.hpp"
 #include "gossip/exchange/robust_bound.hpp"
 
 namespace gossiptrain::apps {
@@ -64,13 +66,15 @@ struct PeerConfig {
       -1;  // steps without a completed exchange before training waits; -1: 4 x gossip_every, 0: off
   double max_ahead = 0.02;  // --max-ahead: fraction of the run; 0: off
   std::string wire = "fp32";
-  std::string weighting = "uniform";  // uniform (w = 1/2) | samples
+  bool weight_by_samples = false;  // --weighting samples; uniform (w = 1/2) else
   double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
   // Robust mixing, --mix to --ban: clipped by default, no number needed from the user, and a far
   // partner clipped rather than refused (refusing bans honest restarted peers).
   gossip::RobustConfig robust = peer_robust_defaults();
-  std::string partner_choice = "weighted";  // weighted | uniform (gossip::PartnerChoiceConfig)
-  std::string fault;         // a faulty peer for experiments (GOSSIPTRAIN_ALLOW_FAULTS=1); "": none
+  gossip::PartnerChoiceConfig partner_choice;  // --partner-choice weighted (default) | uniform
+  // --fault: a faulty peer for experiments (GOSSIPTRAIN_ALLOW_FAULTS=1); FaultMode::None: honest.
+  gossip::FaultConfig fault;
+  std::string fault_spec;  // the --fault value as given, for the warning
   double max_rate_mb = 0.0;  // cap on the MB/s an exchange sends; 0: none
   double linger_s = -1.0;    // serve exchanges after training; <0: 10 with seeds, else 0
   // The training thread's watchdog: no step, evaluation batch or wait for this long (or 50 times
