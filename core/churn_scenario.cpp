@@ -57,7 +57,7 @@ bool has_peers(ChurnKind k) {
 }
 bool has_for(ChurnKind k) {
   return k == ChurnKind::Pause || k == ChurnKind::Partition || k == ChurnKind::Link ||
-         k == ChurnKind::Fault;
+         k == ChurnKind::Fault || k == ChurnKind::Crash || k == ChurnKind::Stop;
 }
 
 // The keys an event of this kind may carry.
@@ -378,13 +378,15 @@ void check_lifecycle(const ChurnScenario& s) {
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return s.events[a].at < s.events[b].at; });
-  std::multimap<double, int> auto_resume;  // time -> peer, from pause with "for"
+  // time -> (peer, the state that ends): pause, crash and stop with "for" end by themselves.
+  std::multimap<double, std::pair<int, PeerState>> auto_resume;
   int joined = 0;
   for (std::size_t i : order) {
     const ChurnEvent& e = s.events[i];
     while (!auto_resume.empty() && auto_resume.begin()->first <= e.at) {
-      auto& st = state[static_cast<std::size_t>(auto_resume.begin()->second)];
-      if (st == PeerState::Paused) st = PeerState::Up;
+      const auto [p, ends] = auto_resume.begin()->second;
+      auto& st = state[static_cast<std::size_t>(p)];
+      if (st == ends) st = PeerState::Up;
       auto_resume.erase(auto_resume.begin());
     }
     if (e.kind == ChurnKind::Join) {
@@ -393,8 +395,9 @@ void check_lifecycle(const ChurnScenario& s) {
     }
     if (!is_lifecycle(e.kind)) continue;
     step_lifecycle(s, i, state, decidable);
-    if (e.kind == ChurnKind::Pause && e.for_s) {
-      for (int p : e.peers) auto_resume.emplace(e.at + *e.for_s, p);
+    if (is_lifecycle(e.kind) && e.for_s) {
+      const PeerState ends = e.kind == ChurnKind::Pause ? PeerState::Paused : PeerState::Down;
+      for (int p : e.peers) auto_resume.emplace(e.at + *e.for_s, std::pair(p, ends));
     }
   }
 }

@@ -15,13 +15,14 @@
 // Top level: "seed" (integer >= 0, default 0), "events" (array), "random" (object); at least one
 // of events/random. Every event has "event" and exactly one of "at" (seconds since launch, >= 0)
 // or "at_progress" (the swarm's mean fraction of steps done, in [0,1]). Per kind:
-//   crash, stop, restart, resume: "peers"           pause: "peers", optional "for"
+//   restart, resume: "peers"                        crash, stop, pause: "peers", optional "for"
 //   join: optional "count" (integer >= 1, default 1) heal: nothing
 //   partition: "groups" (>= 2 disjoint non-empty lists of peers), optional "for"
 //   link: "peers", "rate_mbit" (> 0) and/or "loss" (in [0,1)), optional "for"
 //   fault: "peers", "mode" (scale:K, random, signflip, stale or nan), optional "for" (gossip-peer
 //          --fault MODE for that long)
-// "for" is seconds (> 0) after which the effect ends (resume, heal, link or fault restored).
+// "for" is seconds (> 0) after which the effect ends (restart, resume, heal, link or fault
+// restored).
 // "peers" are non-empty lists of distinct indices: 0..N-1 are the initial N peers and joined peers
 // take the next indices in the order they join. Which peers a partition's groups leave out is for
 // the executor to decide. Unknown keys anywhere are refused, so a typo never silently does nothing.
@@ -46,7 +47,8 @@
 //   seed=N                 the scenario's seed (anywhere)
 //   EVENT:I+J@WHEN         EVENT = crash | stop | restart | pause | resume, for peers I, J, ...
 //   join:COUNT@WHEN        COUNT new peers
-//   WHEN                   seconds since launch ("20") or percent of training done ("50%")
+//   WHEN                   seconds since launch ("20") or percent of training done ("50%");
+//                          crash, stop and pause take WHEN/FOR (the event's "for")
 // e.g. random:crash,uptime=30,downtime=5,dist=weibull:0.6,seed=3 or crash:3@20,restart:3@35.
 // Partition, heal, link and fault events need a file.
 #pragma once

@@ -48,8 +48,16 @@ json shorthand_event(std::string_view item, std::string_view kind, std::string_v
   const std::size_t at = rest.find('@');
   if (at == std::string_view::npos)
     bad_item(item, "expected " + std::string(kind) + ":TARGET@WHEN");
-  const std::string_view target = rest.substr(0, at), when = rest.substr(at + 1);
+  const std::string_view target = rest.substr(0, at);
+  std::string_view when = rest.substr(at + 1);
   json e{{"event", std::string(kind)}};
+  // WHEN/FOR: a crash or stop restarts, a pause resumes, FOR seconds later.
+  if (const std::size_t slash = when.find('/'); slash != std::string_view::npos) {
+    if (kind != "crash" && kind != "stop" && kind != "pause")
+      bad_item(item, "only crash, stop and pause take /FOR");
+    e["for"] = shorthand_number(item, when.substr(slash + 1));
+    when = when.substr(0, slash);
+  }
   if (when.ends_with('%')) {
     e["at_progress"] = shorthand_number(item, when.substr(0, when.size() - 1)) / 100.0;
   } else {
@@ -135,7 +143,8 @@ const char* const kChurnShorthandHelp =
     "    seed=N             the scenario's seed (default 0)\n"
     "    EVENT:I+J@WHEN     EVENT = crash | stop | restart | pause | resume, for peers I, J...\n"
     "    join:COUNT@WHEN    COUNT new peers\n"
-    "  WHEN: seconds since launch (20) or percent of training done (50%)\n";
+    "  WHEN: seconds since launch (20) or percent of training done (50%); crash, stop and pause\n"
+    "  take WHEN/FOR: back FOR seconds later (crash:0@40%/20 restarts peer 0 20 s after it)\n";
 
 json churn_shorthand_to_json(std::string_view shorthand) {
   json out = json::object();

@@ -83,6 +83,9 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
   bool is_open() const override { return established_ && !closing_ && !closed_; }
 
   bool inbound() const { return inbound_; }
+  // Through a relay (tcp_relay.cpp): the bytes pass a third peer, which sees only ciphertext.
+  bool relayed() const { return relayed_; }
+  void set_relayed() { relayed_ = true; }
   bool established() const { return established_; }
   // Valid once established.
   const std::string& remote_listen_addr() const { return remote_listen_addr_; }
@@ -110,6 +113,7 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
   std::shared_ptr<asio::io_context> io_;  // first: destroyed after the socket and timers
   asio::ip::tcp::socket socket_;
   bool inbound_;
+  bool relayed_ = false;
   std::shared_ptr<const ChannelOptions> opts_;
   ChannelHost& host_;
   asio::steady_timer watchdog_timer_;

@@ -104,36 +104,55 @@ struct HttpServer::Impl {
     }
   }
 
-  asio::awaitable<void> session(asio::ip::tcp::socket sock) {
+  // What a session shares with its deadline timers. A timer that expires in the same instant as
+  // the read or write it guards has its handler queued already: cancel() cannot take it back, and
+  // it runs after the session's frame is gone. So the handlers hold this by shared_ptr, never the
+  // frame's locals, and act only in the phase they guard (a stale one does nothing).
+  struct Conn {
+    explicit Conn(asio::ip::tcp::socket s) : sock(std::move(s)) {}
+    asio::ip::tcp::socket sock;
+    std::string who;
+    std::string head;
+    enum class Phase { reading, writing, ended } phase = Phase::reading;
+    bool timed_out = false;
+  };
+
+  asio::awaitable<void> session(asio::ip::tcp::socket sock_in) {
+    auto c = std::make_shared<Conn>(std::move(sock_in));
+    auto& sock = c->sock;
+    auto& head = c->head;
     std::error_code ignored;
     const auto ep = sock.remote_endpoint(ignored);
-    const std::string who = ep.address().to_string() + ":" + std::to_string(ep.port());
+    c->who = ep.address().to_string() + ":" + std::to_string(ep.port());
+    const std::string& who = c->who;
     // The deadline covers the whole request, not each read: a client trickling a byte a second
     // is as slow as one that sends nothing.
     // Said (and counted) before the close, so that a client which sees the close finds it said.
-    std::string head;
     asio::steady_timer deadline(io, opts.read_deadline);
-    bool timed_out = false;
-    deadline.async_wait([&](std::error_code ec) {
-      if (!ec) {
-        timed_out = true;
-        bad(who, "no complete request within " + std::to_string(opts.read_deadline.count()) +
-                     " ms (" + std::to_string(head.size()) + " bytes)");
-        sock.close(ignored);
-      }
+    deadline.async_wait([this, c](std::error_code ec) {
+      if (ec || c->phase != Conn::Phase::reading) return;
+      c->timed_out = true;
+      bad(c->who, "no complete request within " + std::to_string(opts.read_deadline.count()) +
+                      " ms (" + std::to_string(c->head.size()) + " bytes)");
+      std::error_code ignore;
+      c->sock.close(ignore);
     });
+    const auto end_session = [&] {
+      c->phase = Conn::Phase::ended;
+      --open;
+    };
     std::array<char, 1024> buf;
     HttpResponse resp;
     bool have_resp = false;
     while (head.find("\r\n\r\n") == std::string::npos) {
       auto [ec, n] = co_await sock.async_read_some(asio::buffer(buf), kUseTuple);
       if (ec) {
-        if (timed_out) {
+        if (c->timed_out) {
           // said by the deadline
         } else if (!head.empty() || ec != asio::error::eof)
           bad(who, "read failed after " + std::to_string(head.size()) + " bytes: " + ec.message());
         deadline.cancel();
-        --open;
+        end_session();
         co_return;
       }
       head.append(buf.data(), n);
@@ -144,28 +163,16 @@ struct HttpServer::Impl {
         break;
       }
     }
-    if (!have_resp) {
-      std::string method, target;
-      if (!parse_request_line(head, method, target)) {
-        bad(who, "not an HTTP request line");
-        resp = {400, "text/plain; charset=utf-8", "bad request\n"};
-      } else if (method != "GET") {
-        resp = {405, "text/plain; charset=utf-8", "GET only\n"};
-      } else {
-        const std::string path = target.substr(0, target.find('?'));
-        try {
-          resp = handler(path);
-        } catch (const std::exception& e) {
-          spdlog::warn("http: handler for {} failed: {}", path, e.what());
-          resp = {503, "text/plain; charset=utf-8", "unavailable\n"};
-        }
-      }
-    }
-    // A fresh deadline for the answer: a client that never reads must not hold the socket.
+    // The request is complete: from here the read deadline must not fire.
+    c->phase = Conn::Phase::writing;
     deadline.cancel();
+    if (!have_resp) resp = answer(who, head);
+    // A fresh deadline for the answer: a client that never reads must not hold the socket.
     asio::steady_timer wdeadline(io, opts.write_deadline);
-    wdeadline.async_wait([&](std::error_code ec) {
-      if (!ec) sock.close(ignored);
+    wdeadline.async_wait([c](std::error_code ec) {
+      if (ec || c->phase != Conn::Phase::writing) return;
+      std::error_code ignore;
+      c->sock.close(ignore);
     });
     const std::string out = render(resp);
     auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(out), kUseTuple);
@@ -173,7 +180,23 @@ struct HttpServer::Impl {
     wdeadline.cancel();
     sock.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     sock.close(ignored);
-    --open;
+    end_session();
+  }
+
+  HttpResponse answer(const std::string& who, const std::string& head) {
+    std::string method, target;
+    if (!parse_request_line(head, method, target)) {
+      bad(who, "not an HTTP request line");
+      return {400, "text/plain; charset=utf-8", "bad request\n"};
+    }
+    if (method != "GET") return {405, "text/plain; charset=utf-8", "GET only\n"};
+    const std::string path = target.substr(0, target.find('?'));
+    try {
+      return handler(path);
+    } catch (const std::exception& e) {
+      spdlog::warn("http: handler for {} failed: {}", path, e.what());
+      return {503, "text/plain; charset=utf-8", "unavailable\n"};
+    }
   }
 };
 

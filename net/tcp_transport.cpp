@@ -128,6 +128,11 @@ void TcpTransport::stop() {
   if (!started_ || stopped_) return;
   if (on_io_thread()) throw std::logic_error("TcpTransport::stop called on the io thread");
   stopped_ = true;
+  if (const auto st = stats(); st.relayed_bytes || st.relayed_connections || st.reverse_connections)
+    spdlog::info("net: peers behind NAT: {} reverse connections, {} of ours through relays ({} "
+                 "failed); relayed {} connections, {:.1f} MB, for others",
+                 st.reverse_connections, st.relayed_connections, st.relay_failures,
+                 st.relays_served, st.relayed_bytes / 1e6);
   asio::post(*io_, [this] {
     stopping_ = true;
     std::error_code ec;
@@ -136,6 +141,7 @@ void TcpTransport::stop() {
     timers_.clear();
     std::vector<std::shared_ptr<Channel>> all(channels_.begin(), channels_.end());
     for (auto& ch : all) ch->shutdown("shutdown");
+    close_splices();
     asio::co_spawn(
         *io_,
         [this]() -> asio::awaitable<void> {
@@ -151,6 +157,9 @@ void TcpTransport::stop() {
           std::vector<std::shared_ptr<Channel>> left(channels_.begin(), channels_.end());
           for (auto& ch : left) ch->terminate("shutdown");
           pending_connects_.clear();
+          pending_reverse_.clear();
+          pending_relay_.clear();
+          close_splices();
           work_.reset();
         },
         rethrow);
@@ -163,6 +172,7 @@ void TcpTransport::stop() {
   handler_ = nullptr;
   channels_.clear();
   pending_connects_.clear();
+  pending_reverse_.clear();
   channel_count_ = 0;
 }
 
@@ -184,8 +194,9 @@ asio::awaitable<void> TcpTransport::accept_loop() {
       continue;
     }
     std::string reason;
-    if (channels_.size() >= config_.limits.max_connections) reason = "connection limit reached";
-    else if (handshaking() >= config_.limits.max_handshakes_in_flight)
+    if (channels_.size() + sniffing_ >= config_.limits.max_connections)
+      reason = "connection limit reached";
+    else if (handshaking() + sniffing_ >= config_.limits.max_handshakes_in_flight)
       reason = "too many handshakes in flight";
     {
       std::lock_guard lk(stats_mu_);
@@ -200,17 +211,28 @@ asio::awaitable<void> TcpTransport::accept_loop() {
       sock.close(e2);
       continue;
     }
-    auto ch = std::make_shared<Channel>(io_, std::move(sock), true, options_, channel_host());
-    channels_.insert(ch);
-    ++channel_count_;
-    ch->start(std::chrono::steady_clock::now() + config_.limits.handshake_timeout);
+    // A relay's raw connection or a channel: the first bytes tell (tcp_relay.cpp).
+    asio::co_spawn(*io_, sniff(std::make_shared<asio::ip::tcp::socket>(std::move(sock))), rethrow);
   }
 }
 
+void TcpTransport::start_inbound(asio::ip::tcp::socket sock,
+                                 std::chrono::steady_clock::time_point deadline) {
+  auto ch = std::make_shared<Channel>(io_, std::move(sock), true, options_, channel_host());
+  channels_.insert(ch);
+  ++channel_count_;
+  ch->start(deadline);
+}
+
 void TcpTransport::connect(const std::string& addr, ConnectCallback done) {
+  // A peer that cannot be dialled is asked to dial us instead (tcp_dial_back.cpp).
   asio::post(*io_, [this, addr, done = std::move(done)]() mutable {
-    asio::co_spawn(*io_, dial(addr, std::move(done)), rethrow);
+    dial_back_connect(addr, std::move(done));
   });
+}
+
+void TcpTransport::dial_direct(const std::string& addr, ConnectCallback done) {
+  asio::co_spawn(*io_, dial(addr, std::move(done)), rethrow);
 }
 
 asio::awaitable<void> TcpTransport::dial(std::string addr, ConnectCallback done) {
@@ -276,6 +298,7 @@ void TcpTransport::channel_established(const std::shared_ptr<Channel>& ch) {
   spdlog::info("net: connected {} {} ({}, {})", ch->peer_id(), ch->remote_addr(),
                ch->inbound() ? "inbound" : "outbound", crypto::aead_name(ch->aead()));
   if (handler_) handler_->on_connection(ch, ch->inbound());
+  dial_back_established(ch);
   auto it = pending_connects_.find(ch.get());
   if (it != pending_connects_.end()) {
     auto cb = std::move(it->second);
@@ -286,6 +309,10 @@ void TcpTransport::channel_established(const std::shared_ptr<Channel>& ch) {
 
 void TcpTransport::channel_message(const std::shared_ptr<Channel>& ch, std::uint8_t type,
                                    Bytes&& payload) {
+  if (type >= kDialBackTypeFirst && type <= kDialBackTypeLast) {
+    dial_back_message(ch, type, payload);
+    return;
+  }
   if (handler_) handler_->on_message(ch, type, std::move(payload));
 }
 
@@ -298,11 +325,14 @@ void TcpTransport::channel_report_closed(const std::shared_ptr<Channel>& ch,
   }
   spdlog::info("net: connection {} {} closed [{}]: {}", ch->peer_id(), ch->remote_addr(),
                close_reason_name(close_reason_of(reason)), reason);
+  if (ch->relayed()) relayed_closed(ch, reason);
   if (handler_) handler_->on_closed(ch, reason);
 }
 
 void TcpTransport::channel_gone(const std::shared_ptr<Channel>& ch, const std::string& reason) {
   if (channels_.erase(ch)) --channel_count_;
+  if (ch->relayed() && !ch->established()) relayed_closed(ch, reason);
+  relay_of_.erase(ch.get());
   if (ch->established()) return;
   {
     std::lock_guard lk(stats_mu_);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # Plots of one gossip-launch run folder: accuracy.png (test accuracy over time per peer), loss.png
 # (training loss per peer), consensus.png (consensus distance, log axis) and bytes.png (cumulative
-# bytes on the wire per peer), each with the run's churn events marked on its time axis.
+# bytes on the wire per peer), each with the run's churn events marked on its time axis, and
+# accuracy_bytes.png (test accuracy against the MB each peer had sent: the field's measure).
 """usage: plot_run.py RUN_DIR
 
 Reads RUN_DIR/config.json, RUN_DIR/peer*/metrics.jsonl, RUN_DIR/consensus.jsonl and
@@ -123,6 +124,67 @@ def plot_bytes(ax, peers, offsets):
     legend_or_note(ax, any_bytes, "no exchanges (local/central mode, or gossip off)")
 
 
+def on_launch_clock(rows, lives):
+    """A peer's lines with t on the launch clock: each process (a smaller t starts the next) shifted
+    by its own start, lives[k] (gossip-launch --report's report.json)."""
+    out, k, last = [], -1, None
+    for r in rows:
+        t = r.get("t")
+        if not isinstance(t, (int, float)):
+            continue
+        if last is None or t < last:
+            k += 1
+        last = t
+        out.append(dict(r, t=t + lives[min(k, len(lives) - 1)]))
+    return out
+
+
+def run_title(config, dirs):
+    """mode / partition / N peers, leaving out what the config does not say (never "?")."""
+    parts = [str(config[k]) for k in ("mode", "partition") if config.get(k)]
+    n = config.get("peers", len(dirs))
+    parts.append(f"{n} peer" + ("" if n == 1 else "s"))
+    return " / ".join(parts)
+
+
+def sent_bytes(e):
+    """The bytes one metrics line says this peer sent: an exchange's share (bytes_sent, else both
+    directions), a FedAvg server's round, a FedAvg client's update; None for other lines. The same
+    fields gossip-launch's summary adds up."""
+    ev = e.get("event")
+    if ev == "exchange":
+        b = e.get("bytes_sent", e.get("bytes"))
+    elif ev == "round":
+        b = e.get("bytes_sent")
+    elif ev == "update":
+        b = e.get("bytes")
+    else:
+        return None
+    return b if isinstance(b, (int, float)) else None
+
+
+def plot_accuracy_bytes(ax, peers, target):
+    """Test accuracy against the MB the peer had sent when it evaluated, per peer."""
+    any_acc = False
+    for i, events in peers:
+        total, pts = 0.0, []
+        for e in events:
+            b = sent_bytes(e)
+            if b is not None:
+                total += b
+            elif e.get("event") == "eval" and isinstance(e.get("test_acc"), (int, float)):
+                pts.append((total / 1e6, 100.0 * e["test_acc"]))
+        if pts:
+            any_acc = True
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=f"peer {i}")
+    if any_acc and isinstance(target, (int, float)):
+        ax.axhline(100.0 * target, color="gray", ls="--", lw=1, label=f"target {100 * target:.0f}%")
+    legend_or_note(ax, any_acc, "no eval events")
+    ax.set_xlabel("MB sent by the peer")
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+
+
 def main(argv):
     if len(argv) != 2 or argv[1] in ("-h", "--help"):
         print(__doc__.strip(), file=sys.stderr)
@@ -132,11 +194,16 @@ def main(argv):
         print(f"plot_run.py: {run_dir} is not a folder", file=sys.stderr)
         return 2
     config = {}
+    # report.json (gossip-launch --report): peers' metrics files from anywhere, on one clock.
+    name = "report.json" if os.path.exists(os.path.join(run_dir, "report.json")) else "config.json"
     try:
-        with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
+        with open(os.path.join(run_dir, name), encoding="utf-8") as f:
             config = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        print(f"plot_run.py: no usable config.json ({e}); peers' own clocks are used", file=sys.stderr)
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        config = {}
+        print(f"plot_run.py: no usable {name} ({e}); peers' own clocks are used", file=sys.stderr)
     offsets = {p.get("peer"): p.get("start_offset_s", 0.0) for p in config.get("peer_list", [])}
     # summary.json has a better offset: when each peer's own clock (t = 0) started on the launch
     # clock, which is after the peer loaded its data.
@@ -147,12 +214,23 @@ def main(argv):
                     offsets[p.get("peer")] = p["clock_offset_s"]
     except (OSError, json.JSONDecodeError):
         pass
-    title = "{} / {} / {} peers".format(
-        config.get("mode", "?"), config.get("partition", "?"), config.get("peers", "?"))
+    title = config.get("title") or run_title(config, peer_dirs(run_dir))
 
-    peers = [(i, read_jsonl(os.path.join(d, "metrics.jsonl"))) for i, d in peer_dirs(run_dir)]
+    listed = [p for p in config.get("peer_list", []) if isinstance(p.get("metrics"), str)]
+    if listed:
+        peers = []
+        for p in listed:
+            rows = read_jsonl(p["metrics"])
+            lives = p.get("life_offsets_s")
+            if isinstance(lives, list) and lives and all(isinstance(x, (int, float)) for x in lives):
+                rows = on_launch_clock(rows, lives)
+                offsets[p.get("peer")] = 0.0
+            peers.append((p.get("peer"), rows))
+    else:
+        peers = [(i, read_jsonl(os.path.join(d, "metrics.jsonl"))) for i, d in peer_dirs(run_dir)]
 
-    churn = churn_events(read_jsonl(os.path.join(run_dir, "events.jsonl")))
+    events_file = config.get("events") if isinstance(config.get("events"), str) else "events.jsonl"
+    churn = churn_events(read_jsonl(os.path.join(run_dir, os.path.basename(events_file))))
     target = config.get("target_acc")
     save_plot(run_dir, "accuracy.png", "test accuracy (%)", "test accuracy: " + title,
               lambda ax: plot_accuracy(ax, peers, offsets, target), churn)
@@ -163,7 +241,14 @@ def main(argv):
     save_plot(run_dir, "bytes.png", "cumulative MB sent",
               "bytes on the wire, sent by each peer: " + title,
               lambda ax: plot_bytes(ax, peers, offsets), churn)
-    print(f"plot_run.py: wrote accuracy.png, loss.png, consensus.png, bytes.png in {run_dir}")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    plot_accuracy_bytes(ax, peers, target)
+    ax.set_title("accuracy against MB sent: " + title)
+    fig.tight_layout()
+    fig.savefig(os.path.join(run_dir, "accuracy_bytes.png"), dpi=100)
+    plt.close(fig)
+    print(f"plot_run.py: wrote accuracy.png, loss.png, consensus.png, bytes.png, accuracy_bytes.png "
+          f"in {run_dir}")
     return 0
 
 

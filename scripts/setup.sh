@@ -11,6 +11,8 @@ PKGS=(
   dataset-fashion-mnist
   python3 python3-matplotlib python3-numpy python3-venv
   prometheus
+  podman runc netavark aardvark-dns mmdebstrap python3-yaml
+  slurmctld slurmd slurm-client munge  # the SLURM system test (docs/cluster.md)
 )
 
 missing=()

@@ -144,6 +144,20 @@ TEST_CASE("lr flag: one range, core::validate's (0, 10)", "[apps]") {
   CHECK_THAT(peer_error({"--lr", "fast"}), Contains("--lr"));
 }
 
+// --max-ahead 2 aborted the peer with an uncaught std::invalid_argument (exit 134) instead of
+// saying so with exit code 2; --max-lag-share is checked the same way.
+TEST_CASE("max-ahead and max-lag-share: a value out of range is a usage error", "[apps]") {
+  bool help = false;
+  CHECK(parse_peer_args({"--max-lag-share", "0.5"}, &help).max_lag_share == 0.5);
+  CHECK(parse_peer_args({"--max-lag-share", "off"}, &help).max_lag_share == 0.0);
+  CHECK(parse_peer_args({}, &help).max_lag_share == 0.25);
+  for (const char* bad : {"0", "-1", "101", "fast"})
+    CHECK_THAT(peer_error({"--max-lag-share", bad}), Contains("--max-lag-share"));
+  CHECK(parse_peer_args({"--max-ahead", "off"}, &help).max_ahead == 0.0);
+  for (const char* bad : {"2", "0", "1", "-0.5"})
+    CHECK_THAT(peer_error({"--max-ahead", bad}), Contains("--max-ahead"));
+}
+
 TEST_CASE("gossip-peer --help lists every row of its table, --config included", "[apps]") {
   const std::string usage = peer_usage();
   for (const auto& o : peer_options().options())

@@ -101,6 +101,8 @@ with tempfile.TemporaryDirectory() as tmp:
         for k in range(1, 21):
             m.append({"t": 0.5 * k, "peer": f"p{i}", "event": "step", "step": 10 * k,
                       "loss": 2.0 / k})
+            m.append({"t": 0.5 * k, "peer": f"p{i}", "event": "exchange", "ok": True,
+                      "bytes_sent": 1e6, "bytes": 2e6})
             if k % 5 == 0:
                 m.append({"t": 0.5 * k, "peer": f"p{i}", "event": "eval", "epoch": k // 5,
                           "test_acc": 0.2 + 0.03 * k, "train_loss": 2.0 / k})
@@ -120,6 +122,14 @@ with tempfile.TemporaryDirectory() as tmp:
     check(os.path.exists(os.path.join(run, "loss.png")), "plot_run.py writes loss.png")
     cons = by_title("consensus distance")
     check(cons is not None and cons.get_yscale() == "log", "consensus.png has a log y axis")
+    acc_mb = by_title("accuracy against MB sent")
+    check(os.path.exists(os.path.join(run, "accuracy_bytes.png")) and acc_mb is not None,
+          "plot_run.py writes accuracy_bytes.png")
+    if acc_mb is not None:
+        # 1 MB sent per step line, an eval every 5: at 5, 10, 15 and 20 MB.
+        xs = sorted({round(float(x), 6) for ln in acc_mb.get_lines() for x in ln.get_xdata()
+                     if len(ln.get_xdata()) == 4})
+        check(xs == [5.0, 10.0, 15.0, 20.0], f"accuracy_bytes.png: evals at the MB sent ({xs})")
     times = {t for t, _, _ in churn}
     for name in ("test accuracy", "training loss", "consensus distance", "bytes on the wire"):
         ax = by_title(name)

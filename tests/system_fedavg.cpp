@@ -215,7 +215,8 @@ TEST_CASE("gossip-launch --mode fedavg: a server and N clients, summarized like 
   REQUIRE(code == 0);
   const json summary = json::parse(gt_test::read_file(d / "run/summary.json"));
   CHECK(summary["mode"] == "fedavg");
-  CHECK(summary["num_peers"] == 4);  // the server and 3 clients
+  CHECK(summary["num_peers"] == 3);  // 3 clients; the server is not a peer
+  CHECK(summary["num_servers"] == 1);
   std::vector<json> evals;
   for (auto& l : gt_test::read_metrics(d / "run/peer0/metrics.jsonl"))
     if (l["event"] == "eval") evals.push_back(l);

@@ -445,7 +445,10 @@ TEST_CASE("a joiner with a shorter run than the swarm's ends with its model, ban
   const auto alone = events(s.metrics(1), "done");
   REQUIRE(alone.size() == 1);
   const double b_alone_s = alone[0]["seconds"];
+  const double alone_to = a_t();
   const double a_alone_epoch = median_of(epoch_seconds(s.metrics(0), 0, alone_from));
+  // A's epochs while B trained beside it without gossip: the same load, the baseline for A.
+  const auto a_beside = epoch_seconds(s.metrics(0), alone_from, alone_to);
   const double a_before = events(s.metrics(0), "eval").back()["test_acc"];
   std::filesystem::remove_all(s.peer_dir(1));
 
@@ -468,7 +471,16 @@ TEST_CASE("a joiner with a shorter run than the swarm's ends with its model, ban
   for (const auto& e : events(s.metrics(0), "eval"))
     if (e["t"].get<double>() >= b_to) a_after.push_back(e["test_acc"]);
   const double a_acc = median_of(a_after);
-  const double a_with_b_epoch = median_of(epoch_seconds(s.metrics(0), b_from, b_to));
+  const auto a_with_b = epoch_seconds(s.metrics(0), b_from, b_to);
+  const double a_with_b_epoch = median_of(a_with_b);
+  // Where A's time went while B was there: its --max-lag waits (the `waits` lines, cumulative).
+  auto a_waits_at = [&](double t) {
+    double w = 0;
+    for (const auto& e : events(s.metrics(0), "waits"))
+      if (e["t"].get<double>() <= t) w = e["lag_wait_s"];
+    return w;
+  };
+  const double a_waited = a_waits_at(b_to + 1.0) - a_waits_at(b_from);
   s.procs[0]->signal(SIGTERM);
   REQUIRE(s.procs[0]->wait_for(30s));
   CHECK(s.procs[0]->exit_code() == 130);
@@ -476,7 +488,10 @@ TEST_CASE("a joiner with a shorter run than the swarm's ends with its model, ban
   WARN("--catch-up " << catch_up << ": B's epoch " << b_s << " s (alone beside A " << b_alone_s
                      << " s), B ends at " << b_acc << ", A at " << a_acc << " (" << a_before
                      << " before B); A's median epoch " << a_alone_epoch << " s alone, "
-                     << a_with_b_epoch << " s with B");
+                     << median_of(a_beside) << " s beside B alone (" << a_beside.size()
+                     << " epochs), " << a_with_b_epoch << " s with B (" << a_with_b.size()
+                     << " epochs); A waited " << a_waited << " s of " << b_to - b_from
+                     << " s for exchanges (--max-lag)");
 
   // B ends with A's model, and A's model is no worse for it.
   CHECK(std::abs(b_acc - a_acc) <= 0.01);
@@ -503,6 +518,16 @@ TEST_CASE("a joiner with a shorter run than the swarm's ends with its model, ban
   // B's epoch as long as alone, give or take: 1.5 x, plus a second for two processes and their
   // exchanges sharing this machine's cores (the bug made it 235 s against 1.2 s).
   CHECK(b_s <= 1.5 * b_alone_s + 1.0);
+  // A's --max-lag waits while B was there: at most the time budget's share of A's training
+  // (--max-lag-share 0.25), its 0.5 s burst and one wait of at most 2 s beyond it. Before the
+  // budget, A (0.3 ms steps) waited for an exchange every 16 steps, a third of its time.
+  CHECK(a_waited <= 0.25 * (b_to - b_from) + 0.5 + 2.0);
+  // Issue 27 also asks for A's epochs with B within 1.5 x of its epochs beside B training alone.
+  // Not met on this 2-core machine: besides the waits, exchanging every 4 steps of a 0.3 ms step
+  // costs A more CPU than its training (docs/ARCHITECTURE.md, "Bounded staleness"), so the ratio
+  // is reported here, not checked.
+  if (a_beside.size() >= 3 && a_with_b.size() >= 3)
+    WARN("A's epochs with B / beside B alone: " << a_with_b_epoch / median_of(a_beside));
 }
 
 TEST_CASE("min-peers: a peer waits for the swarm, and starts anyway at the deadline",

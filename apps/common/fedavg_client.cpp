@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -110,10 +111,18 @@ int run_fedavg_client(const PeerConfig& cfg, kernels::Backend& be, const core::S
   auto last_contact = Clock::now();
   std::int64_t rounds_trained = 0;
   double train_s = 0.0;
+  // Redials of a lost or not yet started server back off (kRedialFirst doubling to kRedialMax),
+  // all within --fedavg-wait of the last contact; one line per failed dial says when the next is.
+  constexpr auto kRedialFirst = std::chrono::milliseconds(250);
+  constexpr auto kRedialMax = std::chrono::milliseconds(4000);
+  auto backoff = kRedialFirst;
+  int failed_dials = 0;
+  std::optional<Clock::time_point> lost_at;  // when the server was lost, until it is back
   while (!stop.load()) {
-    if (std::chrono::duration<double>(Clock::now() - last_contact).count() > o.client_wait_s) {
-      spdlog::error("fedavg: no server at {} for {:.0f} s: giving up", o.server_addr,
-                    o.client_wait_s);
+    const double waited = std::chrono::duration<double>(Clock::now() - last_contact).count();
+    if (waited > o.client_wait_s) {
+      spdlog::error("fedavg: no server at {} for {:.0f} s ({} dials): giving up (--fedavg-wait)",
+                    o.server_addr, o.client_wait_s, failed_dials);
       transport.stop();
       return 1;
     }
@@ -127,12 +136,31 @@ int run_fedavg_client(const PeerConfig& cfg, kernels::Backend& be, const core::S
       auto e = st.pop(std::chrono::milliseconds(200));
       if (!e) continue;
       if (e->kind == Event::ConnectFailed) {
-        spdlog::debug("fedavg: cannot reach {}: {}", o.server_addr, e->reason);
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        ++failed_dials;
+        const double left =
+            o.client_wait_s - std::chrono::duration<double>(Clock::now() - last_contact).count();
+        const auto pause = std::min<std::chrono::milliseconds>(
+            backoff, std::chrono::milliseconds(std::int64_t(std::max(0.0, left) * 1000) + 1));
+        spdlog::info("fedavg: cannot reach the server {} ({}): dial {} again in {:.2f} s, giving "
+                     "up in {:.0f} s",
+                     o.server_addr, e->reason, failed_dials + 1, pause.count() / 1000.0,
+                     std::max(0.0, left));
+        for (auto until = Clock::now() + pause; !stop.load() && Clock::now() < until;)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        backoff = std::min(backoff * 2, kRedialMax);
         lost = true;
       } else if (e->kind == Event::Connected) {
         conn = e->conn;
         last_contact = Clock::now();
+        backoff = kRedialFirst;
+        if (lost_at) {
+          const double away = std::chrono::duration<double>(Clock::now() - *lost_at).count();
+          spdlog::info("fedavg: the server {} is back after {:.1f} s ({} failed dials)",
+                       o.server_addr, away, failed_dials);
+          metrics.emit("server_back", {{"away_s", away}, {"dials", failed_dials}});
+          lost_at.reset();
+        }
+        failed_dials = 0;
         fedavg::Hello h{std::uint32_t(cfg.shard), data.shard.size()};
         auto p = std::make_shared<const net::Bytes>(fedavg::encode(h));
         transport.post([conn, p] { conn->send(std::uint8_t(MsgType::Hello), p); });
@@ -140,9 +168,11 @@ int run_fedavg_client(const PeerConfig& cfg, kernels::Backend& be, const core::S
                      data.shard.size());
       } else if (e->kind == Event::Closed) {
         if (e->conn != conn) continue;
-        spdlog::warn("fedavg: lost the server ({}); redialling for up to {:.0f} s", e->reason,
-                     o.client_wait_s);
+        spdlog::warn("fedavg: lost the server ({}); redialling with backoff for up to {:.0f} s",
+                     e->reason, o.client_wait_s);
+        metrics.emit("server_lost", {{"reason", e->reason}});
         last_contact = Clock::now();
+        lost_at = Clock::now();
         lost = true;
       } else if (e->conn == conn) {
         last_contact = Clock::now();

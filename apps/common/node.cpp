@@ -23,6 +23,7 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
   net::TcpTransportConfig tc;
   tc.listen = cfg.listen;
   tc.advertise = cfg.advertise;
+  tc.reachability_check = true;  // docs/nat.md
   tc.identity = std::move(identity);
   if (!cfg.network_key.empty()) tc.network_key = net::load_network_key(cfg.network_key);
   if (!cfg.allowlist.empty()) tc.allowlist = net::Allowlist::load(cfg.allowlist);
@@ -38,6 +39,7 @@ gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fing
   gossip::AveragerConfig ac;
   ac.gossip_every = cfg.gossip_every;
   ac.wire = kernels::parse_wire(cfg.wire);
+  ac.error_feedback = cfg.error_feedback;
   ac.weight_by_samples = cfg.weight_by_samples;
   ac.fingerprint = fingerprint;
   ac.max_diff_norm = cfg.max_diff_norm;
@@ -88,7 +90,10 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels
   max_lag_ = cfg.max_lag >= 0        ? cfg.max_lag
              : backend.host_memory() ? 4 * cfg.gossip_every
                                      : cfg.gossip_every;
-  lag_ = std::make_unique<gossip::LagBound>(gossip::LagBoundConfig{std::max(max_lag_, 0)});
+  gossip::LagBoundConfig lc;
+  lc.max_lag = std::max(max_lag_, 0);
+  lc.share = cfg.max_lag_share;
+  lag_ = std::make_unique<gossip::LagBound>(lc);
   if (cfg.max_ahead > 0)
     pace_ = std::make_unique<gossip::PaceKeeper>(gossip::PaceConfig{cfg.max_ahead});
   const gossip::AveragerConfig ac = averager_config(cfg, fingerprint);
@@ -103,6 +108,15 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels
     }
   });
   ready.get();
+  if (cfg.outer_every > 0 || cfg.error_feedback) {
+    std::unique_ptr<gossip::OuterStep> outer;
+    if (cfg.outer_every > 0)
+      outer = std::make_unique<gossip::OuterStep>(
+          gossip::OuterConfig{cfg.outer_every, float(cfg.outer_lr), float(cfg.outer_momentum)},
+          backend);
+    comm_ = std::make_unique<gossip::CommState>(cfg.train.checkpoint_dir, fingerprint,
+                                                *averager_, std::move(outer));
+  }
 }
 
 void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
@@ -166,10 +180,29 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
 
 void GossipNode::between_steps(core::StepContext& ctx) {
   total_steps_.store(ctx.total_steps);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (comm_) comm_->before_averager(ctx);
   averager_->between_steps(ctx);
+  if (comm_) comm_->between_steps(ctx);
   catch_up_server_->between_steps(ctx);
+  hook_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (max_lag_ > 0 && !ctx.training_done) bound_lag(ctx);
   if (pace_ && !ctx.training_done) keep_pace(ctx);
+  if (ctx.epoch != waits_epoch_ && !ctx.training_done) say_waits(ctx.epoch);
+}
+
+// One `waits` line per epoch: the waits so far (cumulative), and the time the exchange's own work
+// took on the training thread between steps (hook_s: snapshots, chunks, norms, mixes, the yield),
+// so a run's metrics show where its time went, epoch by epoch, beside the eval lines' timestamps.
+void GossipNode::say_waits(int epoch) {
+  waits_epoch_ = epoch;
+  metrics_.emit("waits", {{"epoch", epoch},
+                          {"lag_waits", lag_waits_},
+                          {"lag_wait_s", lag_wait_s_},
+                          {"lag_deferred", lag_->deferred()},
+                          {"hook_s", hook_s_},
+                          {"pace_waits", pace_waits_},
+                          {"pace_wait_s", pace_wait_s_}});
 }
 
 template <class Done>
@@ -180,7 +213,9 @@ double GossipNode::serve_until(core::StepContext& ctx, double max_s, Done done) 
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(max_s));
   while (!done() && Clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (comm_) comm_->before_averager(ctx);
     averager_->between_steps(ctx);  // applies a committed mix, answers requests, may start one
+    if (comm_) comm_->between_steps(ctx);  // the mix into the outer anchor (no second outer step)
     catch_up_server_->between_steps(ctx);
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -219,15 +254,27 @@ void GossipNode::bound_lag(core::StepContext& ctx) {
   if (lag_->take_recovered())
     spdlog::info("--max-lag: an exchange averaged again; training waits for one every {} steps",
                  max_lag_);
-  if (!lag_->should_wait(ctx.step, before)) return;
+  // The budget's clock: training time, without the waits here and for --max-ahead.
+  const double train_s = metrics_.seconds() - lag_wait_s_ - pace_wait_s_;
+  const bool wait = lag_->should_wait(ctx.step, before, train_s);
+  if (lag_->take_first_deferral())
+    spdlog::info(
+        "--max-lag: exchanges take longer than {} steps here; training waits for them at most "
+        "{:.2f} s per second it trains (--max-lag-share), so it waits less often than every {} "
+        "steps",
+        max_lag_, lag_->config().share, max_lag_);
+  if (!wait) return;
   if (membership_->live_count() == 0) return;  // alone: nobody to wait for
   ++lag_waits_;
   bool completed = false;
-  lag_wait_s_ += serve_until(ctx, kMaxLagWait, [&] {
+  // The wait also ends when the last member leaves: a partner that said goodbye at the start of
+  // a wait kept training waiting its full 2 s (issue 27's joiner, at the end of its linger).
+  const double waited_s = serve_until(ctx, kMaxLagWait, [&] {
     completed = averager_->stats().averaging != before;
-    return completed;
+    return completed || membership_->live_count() == 0;
   });
-  if (lag_->waited(completed))
+  lag_wait_s_ += waited_s;
+  if (lag_->waited(completed, waited_s))
     spdlog::warn(
         "--max-lag: {} waits of {:.0f} s in a row saw no exchange average (refused, banned or "
         "failing partners): training now waits only every {} steps, at most {}, until one does",

@@ -13,6 +13,7 @@
 #include "core/step_hook.hpp"
 #include "gossip/exchange/averager.hpp"
 #include "gossip/catch_up/catch_up.hpp"
+#include "gossip/exchange/comm_state.hpp"
 #include "gossip/dispatcher.hpp"
 #include "gossip/exchange/exchange_health.hpp"
 #include "gossip/exchange/lag_bound.hpp"
@@ -91,6 +92,7 @@ class GossipNode final : private core::StepHook {
   // between steps (no training), at most kPaceWait at a time.
   void keep_pace(core::StepContext& ctx);
   bool same_run_length(const gossip::ExchangeEvent& e) const;  // protocol thread
+  void say_waits(int epoch);  // the `waits` metric line
   // Serves the protocol (no training) until done() or max_s pass; returns the seconds waited.
   template <class Done>
   double serve_until(core::StepContext& ctx, double max_s, Done done);
@@ -104,6 +106,8 @@ class GossipNode final : private core::StepHook {
   gossip::ExchangeHealth health_;  // protocol thread only
   std::unique_ptr<gossip::CatchUpServer> catch_up_server_;
   std::unique_ptr<gossip::CatchUpClient> catch_up_client_;
+  // The outer optimizer and error feedback's state (null when both are off). Training thread.
+  std::unique_ptr<gossip::CommState> comm_;
   std::atomic<bool> started_{false};
   mutable std::mutex refused_mu_;
   std::optional<std::string> join_refused_;  // set on the protocol thread
@@ -113,6 +117,8 @@ class GossipNode final : private core::StepHook {
   std::unique_ptr<gossip::LagBound> lag_;
   std::uint64_t lag_waits_ = 0;
   double lag_wait_s_ = 0.0;
+  int waits_epoch_ = -1;  // the epoch of the last `waits` line
+  double hook_s_ = 0.0;   // seconds in the averager's and catch-up's step hooks
   // --max-ahead (null: off). Partners are heard on the protocol thread.
   std::unique_ptr<gossip::PaceKeeper> pace_;
   std::atomic<std::int64_t> total_steps_{0};  // of our run, from the training thread

@@ -50,6 +50,7 @@ double to_number(const std::string& flag, const std::string& v) {
 // gossip-peer's table ends with the FedAvg flags, kept in their own file.
 static std::vector<Option<PeerConfig>> with_fedavg(std::vector<Option<PeerConfig>> options) {
   add_fedavg_options(options);
+  add_cluster_options(options);
   return options;
 }
 
@@ -141,6 +142,16 @@ const OptionTable<PeerConfig>& peer_options() {
        [](PeerConfig& c, const std::string& v) {
          c.max_lag = v == "off" ? 0 : int(to_int_or("max-lag", v, "auto", -1, 1, 1000000));
        }},
+      {"max-lag-share", "F|off",
+       "--max-lag's time budget: training waits for exchanges at most F seconds per second it "
+       "trains (burst 0.5 s); where an exchange takes longer than --max-lag steps, the waits then "
+       "come further apart and the bound costs at most 1/(1+F) of throughput (default 0.25; off: "
+       "wait every --max-lag steps, whatever the exchanges cost)",
+       [](PeerConfig& c, const std::string& v) {
+         c.max_lag_share = v == "off" ? 0.0 : to_number("max-lag-share", v);
+         if (!(c.max_lag_share > 0.0 && c.max_lag_share <= 100.0) && v != "off")
+           throw bad_value("max-lag-share", v, "a number in (0, 100] or off");
+       }},
       {"max-ahead", "F|off",
        "keep pace: a peer more than F of its run ahead of the slowest partner it heard from in "
        "the last 10 s (each exchange tells both sides the other's progress) stops training and "
@@ -149,10 +160,38 @@ const OptionTable<PeerConfig>& peer_options() {
        [](PeerConfig& c, const std::string& v) {
          c.max_ahead = v == "off" ? 0.0 : to_number("max-ahead", v);
          if (!(c.max_ahead > 0.0 && c.max_ahead < 1.0) && v != "off")
-           throw std::invalid_argument("--max-ahead must be in (0, 1) or off, got " + v);
+           throw bad_value("max-ahead", v, "a number in (0, 1) or off");
        }},
       O::choice("wire", {"fp32", "fp16", "bf16", "int8"}, "encoding of parameters on the wire",
                 &PeerConfig::wire),
+      {"error-feedback", "on|off",
+       "with a lossy --wire (fp16, bf16, int8): send the encoding of x + e and keep in e what it "
+       "rounded off, for the next exchange (docs/communication.md; default off)",
+       [](PeerConfig& c, const std::string& v) {
+         if (v != "on" && v != "off") throw bad_value("error-feedback", v, "on or off");
+         c.error_feedback = v == "on";
+       }},
+      O::number("outer-every", "H",
+                "outer optimizer (DiLoCo/NoLoCo style, docs/communication.md): every H steps, one "
+                "Nesterov step on the pseudo-gradient since the last one, averaging included "
+                "(0: off, the default)",
+                &PeerConfig::outer_every, 0, 1000000),
+      O::number("outer-lr", "LR", "the outer step's learning rate (default 1: with momentum 0, "
+                "the outer step changes nothing)", &PeerConfig::outer_lr, 0.01, 10),
+      O::number("outer-momentum", "MU", "the outer step's Nesterov momentum (default 0)",
+                &PeerConfig::outer_momentum, 0, 0.99),
+      {"comm-preset", "low|default",
+       "low: the best-measured low-communication settings (docs/communication.md), --wire int8 "
+       "--error-feedback on --gossip-every 16 --outer-every 0; default: --wire fp32 "
+       "--error-feedback off --gossip-every 4 --outer-every 0. Flags after it override it",
+       [](PeerConfig& c, const std::string& v) {
+         if (v != "low" && v != "default") throw bad_value("comm-preset", v, "low or default");
+         const bool low = v == "low";
+         c.wire = low ? "int8" : "fp32";
+         c.error_feedback = low;
+         c.gossip_every = low ? 16 : 4;
+         c.outer_every = 0;
+       }},
       O::named<bool>("weighting", {{"uniform", false}, {"samples", true}},
                      "mix weight: 1/2, or by the two shards' sample counts",
                      &PeerConfig::weight_by_samples),
@@ -416,6 +455,7 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
     *help = true;
     return c;
   }
+  apply_cluster(c, given_flags(args), process_env());
   if (c.shard >= c.num_shards)
     throw UsageError("--shard " + std::to_string(c.shard) + " is out of range for --num-shards " +
                      std::to_string(c.num_shards));

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/cluster.hpp"
 #include "apps/common/option_table.hpp"
 #include "core/trainer.hpp"
 #include "gossip/exchange/fault.hpp"
@@ -64,8 +65,13 @@ struct PeerConfig {
   int gossip_every = 4;
   int max_lag =
       -1;  // steps without a completed exchange before training waits; -1: 4 x gossip_every, 0: off
+  double max_lag_share = 0.25;  // --max-lag's time budget: wait s per training s; 0: none
   double max_ahead = 0.02;  // --max-ahead: fraction of the run; 0: off
   std::string wire = "fp32";
+  bool error_feedback = false;  // --error-feedback (gossip::AveragerConfig::error_feedback)
+  int outer_every = 0;          // --outer-every H (gossip::OuterConfig); 0: no outer optimizer
+  double outer_lr = 1.0;
+  double outer_momentum = 0.0;
   bool weight_by_samples = false;  // --weighting samples; uniform (w = 1/2) else
   double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
   // Robust mixing, --mix to --ban: clipped by default, no number needed from the user, and a far
@@ -105,6 +111,8 @@ struct PeerConfig {
   std::string export_path;      // FILE.safetensors: the model at the end of training
   std::string from_checkpoint;  // with export_path: export this checkpoint folder and exit
   std::string log_level = "info";
+  ClusterFlags cluster;  // --cluster and its flags (apps/common/cluster.hpp)
+  std::string churn;     // --churn FILE: this peer plays its own shard's events (apps/peer_churn)
   bool listen_given = false;
   // A peer gossips when it has seeds to join through, or listens so that others can join it.
   bool gossip_enabled() const { return !seeds.empty() || listen_given; }

@@ -33,6 +33,8 @@ void ChurnDriver::schedule_end(const ChurnEvent& e, double now_s) {
   end.peers = e.peers;
   switch (e.kind) {
     case ChurnKind::Pause: end.kind = ChurnKind::Resume; break;
+    case ChurnKind::Crash:
+    case ChurnKind::Stop: end.kind = ChurnKind::Restart; break;
     case ChurnKind::Partition: end.kind = ChurnKind::Heal; end.peers.clear(); break;
     case ChurnKind::Link: end.kind = ChurnKind::Link; break;  // no rate, no loss: restore
     case ChurnKind::Fault: end.kind = ChurnKind::Fault; break;   // no mode: honest again

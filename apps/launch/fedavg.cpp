@@ -10,9 +10,11 @@ namespace gossiptrain::apps {
 std::vector<PeerPlan> plan_fedavg(const LaunchOptions& o, const std::string& run_dir,
                                   const std::vector<int>& ports, const std::string& network_key) {
   const int clients = o.peers - 1;
+  // Clients that join later (--churn join) take the next slots and shards, as gossip peers do.
+  const int shards = o.slots() - 1;
   const std::string server = "127.0.0.1:" + std::to_string(ports.at(0));
   std::vector<PeerPlan> plans;
-  for (int i = 0; i < o.peers; ++i) {
+  for (int i = 0; i < o.slots(); ++i) {
     PeerPlan p;
     p.index = i;
     p.dir = run_dir + "/peer" + std::to_string(i);
@@ -21,7 +23,7 @@ std::vector<PeerPlan> plan_fedavg(const LaunchOptions& o, const std::string& run
     if (i == 0) a = {"--min-clients", std::to_string(clients)};
     append_launch_flags(a, o, i, network_key);
     // The server reads shard 0 only for its test set; client i trains gossip peer i-1's shard.
-    a.insert(a.end(), {"--num-shards", std::to_string(clients), "--shard",
+    a.insert(a.end(), {"--num-shards", std::to_string(shards), "--shard",
                        std::to_string(i == 0 ? 0 : i - 1), "--identity", p.dir + "/identity.key",
                        "--metrics", p.dir + "/metrics.jsonl", "--checkpoint-dir", p.dir + "/ckpt"});
     if (i == 0) {
@@ -45,6 +47,13 @@ std::vector<PeerPlan> plan_fedavg(const LaunchOptions& o, const std::string& run
     plans.push_back(std::move(p));
   }
   return plans;
+}
+
+std::vector<std::string> fedavg_restart_args(int i) {
+  // A restarted server resumes from its checkpoint and waits for the clients that redial it (they
+  // back off to a few seconds between dials), but not for those churn has taken down.
+  if (i == 0) return {"--min-clients-timeout", "10"};
+  return {};
 }
 
 }  // namespace gossiptrain::apps

@@ -33,12 +33,14 @@
 #include "apps/common/plots.hpp"
 #include "apps/launch/churn.hpp"
 #include "apps/launch/consensus.hpp"
+#include "apps/launch/fedavg_report.hpp"
 #include "apps/launch/metrics.hpp"
 #include "apps/launch/netns.hpp"
 #include "apps/launch/options.hpp"
 #include "apps/launch/ports.hpp"
 #include "apps/launch/resources.hpp"
 #include "apps/launch/observe.hpp"
+#include "apps/launch/report.hpp"
 #include "apps/launch/summary.hpp"
 #include "apps/launch/view.hpp"
 
@@ -59,6 +61,7 @@ int main(int argc, char** argv) {
       std::fputs(compare_runs(o.compare, o.markdown).c_str(), stdout);
       return 0;
     }
+    if (!o.report.empty()) return run_report(o);
   } catch (const UsageError& e) {
     return usage_error(e.what());
   }

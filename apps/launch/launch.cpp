@@ -31,12 +31,14 @@
 #include "apps/common/plots.hpp"
 #include "apps/launch/churn.hpp"
 #include "apps/launch/consensus.hpp"
+#include "apps/launch/fedavg_report.hpp"
 #include "apps/launch/metrics.hpp"
 #include "apps/launch/netns.hpp"
 #include "apps/launch/options.hpp"
 #include "apps/launch/ports.hpp"
 #include "apps/launch/resources.hpp"
 #include "apps/launch/observe.hpp"
+#include "apps/launch/report.hpp"
 #include "apps/launch/summary.hpp"
 #include "apps/launch/view.hpp"
 
@@ -156,6 +158,8 @@ void Launch::prepare(int argc, char** argv) {
 }
 
 double Launch::mean_progress() const {
+  // FedAvg: the server's rounds are the run's progress (its clients write no step lines).
+  if (o_.mode == LaunchMode::Fedavg) return fedavg_progress(stats_.at(0), plans_.at(0).config);
   double sum = 0.0;
   int n = 0;
   for (std::size_t i = 0; i < children_.size(); ++i) {
@@ -170,7 +174,25 @@ double Launch::mean_progress() const {
 // down (a Ctrl-C ends the run regardless).
 bool Launch::keep_going(bool any_running) const {
   if (any_running) return true;
-  return churn_ && !stop_requested_ && churn_->waiting_for_restart();
+  return churn_ && !stop_requested_ && !fedavg_done_ && churn_->waiting_for_restart();
+}
+
+// FedAvg under churn: once the server has finished its rounds the run is over. The scenario stops
+// (a client restarted now would wait --fedavg-wait for a server that is gone), and a client still
+// running 10 s later (one redialling it) is stopped with SIGTERM, which is not a failure.
+void Launch::end_fedavg_churn() {
+  if (!churn_ || o_.mode != LaunchMode::Fedavg || children_.empty()) return;
+  const Child& server = children_[0];
+  if (!fedavg_done_ && !server.running && server.ever_started && server.outcome.exit_code == 0) {
+    fedavg_done_ = true;
+    fedavg_done_at_ = since(t0_);
+    note("gossip-launch: the FedAvg server is done: the churn scenario ends here");
+  }
+  if (fedavg_done_ && !fedavg_clients_stopped_ && since(t0_) > fedavg_done_at_ + 10.0) {
+    fedavg_clients_stopped_ = true;
+    for (auto& c : children_)
+      if (c.running) ::kill(c.pid, SIGTERM);
+  }
 }
 
 // What the launcher observes in a peer's metrics goes to events.jsonl with the launch time: how
@@ -257,13 +279,17 @@ void Launch::poll_metrics() {
     // The peer creates its metrics file when its clock starts, so seeing the file bounds t = 0.
     if (!offset && fs::exists(plans_[i].dir + "/metrics.jsonl", ec)) offset = now;
     tails_[i].poll([&](const std::string& line) {
-      if (auto t = stats_[i].add_line(line, o_.target_acc)) {
+      const auto t = stats_[i].add_line(line, o_.target_acc);
+      if (t) {
         if (!offset || now - *t < *offset) offset = std::max(0.0, now - *t);
         // Kept while the process that reached the target runs, so a restart does not move it.
         if (stats_[i].time_to_target && stats_[i].target_life == stats_[i].life)
           children_[i].outcome.target_clock_offset_s = offset;
       }
-      observe(i, line, now);
+      // FedAvg rounds take a fraction of a tick on small models: the server's outage report
+      // needs each round's time on the launch clock (from the line's own), not when it was read.
+      const bool own_clock = o_.mode == LaunchMode::Fedavg && t && offset;
+      observe(i, line, own_clock ? std::min(now, *offset + *t) : now);
     });
     const PeerStats& s = stats_[i];
     if (s.averaging_alerts > children_[i].averaging_alerts_noted) {
@@ -286,8 +312,8 @@ void Launch::sample_consensus(bool final) {
 std::vector<std::string> Launch::table(bool full) const {
   std::vector<std::string> lines;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "gossip-launch  %s  %d peer%s  %s  %.0f s", mode_name(o_.mode),
-                o_.peers, o_.peers == 1 ? "" : "s", run_dir_.c_str(), since(t0_));
+  std::snprintf(buf, sizeof buf, "gossip-launch  %s  %s  %s  %.0f s", mode_name(o_.mode),
+                who().c_str(), run_dir_.c_str(), since(t0_));
   lines.push_back(buf);
   lines.push_back(peer_table_header());
   const int epochs = plans_.empty() ? 0 : plans_[0].config.train.epochs;
@@ -435,7 +461,8 @@ bool Launch::tick() {
     handle_stop();
   }
   if (stop_requested_ && !killed_ && since(t0_) > stop_deadline_) handle_stop();
-  if (churn_ && !stop_requested_) {
+  end_fedavg_churn();
+  if (churn_ && !stop_requested_ && !fedavg_done_) {
     churn_->tick(since(t0_), mean_progress(), *this);
     churn_->release_paused(since(t0_), *this);
   }
@@ -479,7 +506,10 @@ nlohmann::json Launch::summarize() {
     outcomes.push_back(out);
   }
   nlohmann::json summary = make_summary(facts, stats_, outcomes);
+  const FedAvgOptions& fa = plans_[0].config.fedavg;
+  add_target_figures(summary, o_.mode, fa.local_steps > 0 ? 0 : fa.local_epochs, stats_);
   if (churn_) summary["churn"] = churn_report(events_->lines(), *o_.churn, o_.churn_arg);
+  if (o_.mode == LaunchMode::Fedavg) summary["fedavg"] = fedavg_report(events_->lines(), facts.seconds);
   return summary;
 }
 
@@ -498,6 +528,9 @@ int Launch::report(const nlohmann::json& summary) const {
                pct(fig("final_test_acc_mean")).c_str(), pct(fig("final_test_acc_min")).c_str(),
                pct(fig("final_test_acc_max")).c_str(), pct(fig("best_test_acc")).c_str(),
                100 * o_.target_acc, ttt, cons);
+  if (summary.contains("fedavg"))
+    for (const auto& l : describe_fedavg_outages(summary["fedavg"]))
+      std::fprintf(stderr, "gossip-launch: %s\n", l.c_str());
   const int code = exit_code();
   int failed = 0;
   for (const auto& c : children_) failed += c.outcome.failed;
@@ -518,8 +551,8 @@ int Launch::run(int argc, char** argv) {
                  o_.peers_requested);
   install_signal_handlers();
   start_peers();
-  std::fprintf(stderr, "gossip-launch: %d peer%s (%s, partition %s) -> %s\n", o_.peers,
-               o_.peers == 1 ? "" : "s", mode_name(o_.mode), o_.partition.c_str(),
+  std::fprintf(stderr, "gossip-launch: %s (%s, partition %s) -> %s\n", who().c_str(),
+               mode_name(o_.mode), o_.partition.c_str(),
                run_dir_.c_str());
   while (tick()) {
     draw(false);

@@ -110,8 +110,19 @@ class Launch : private ChurnPeers {
     netns_->set_link(i, rate_mbit, loss);
   }
   double mean_progress() const;
+  // "N peers", or "N clients + server" (a FedAvg server trains nothing: it is not a peer).
+  std::string who() const {
+    const bool fedavg = o_.mode == LaunchMode::Fedavg;
+    const int n = fedavg ? o_.peers - 1 : o_.peers;
+    return std::to_string(n) + (fedavg ? " client" : " peer") + (n == 1 ? "" : "s") +
+           (fedavg ? " + server" : "");
+  }
   void observe(std::size_t i, const std::string& line, double now);
   bool keep_going(bool any_running) const;
+  void end_fedavg_churn();
+  bool fedavg_done_ = false;  // the FedAvg server finished its rounds (--churn runs end there)
+  bool fedavg_clients_stopped_ = false;
+  double fedavg_done_at_ = 0.0;
 
   LaunchOptions o_;
   std::string peer_bin_;

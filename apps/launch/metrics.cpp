@@ -60,6 +60,16 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
   last_t = t;
   if (j["peer"].is_string()) id = j["peer"].get<std::string>();
   const std::string ev = j["event"].get<std::string>();
+  const std::int64_t bytes_before = bytes;
+  fold(j, ev, t, target_acc);
+  // A FedAvg client's bytes over time. Bounded: past the cap, the last mark moves.
+  if (fedavg_client && bytes != bytes_before) {
+    if (bytes_marks.size() >= kMaxBytesMarks) bytes_marks.pop_back();
+    bytes_marks.push_back({life, t, bytes});
+  }
+}
+
+void PeerStats::fold(const nlohmann::json& j, const std::string& ev, double t, double target_acc) {
   // A `hold` line (waiting for the swarm before the first step) holds until training shows again.
   if (ev == "hold") {
     hold = j.value("reason", "waiting");
@@ -84,6 +94,9 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
       if (!time_to_target && *v >= target_acc) {
         time_to_target = t;
         target_life = life;
+        bytes_at_target = bytes;
+        target_epoch = epoch;
+        target_exchanges = exchanges_initiated;
       }
       if (j.contains("final") && j["final"].is_boolean() && j["final"].get<bool>()) final_eval_acc = v;
     }
@@ -91,6 +104,7 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
     bool ok = j.contains("ok") && j["ok"].is_boolean() && j["ok"].get<bool>();
     if (ok) {
       ++exchanges_ok;
+      if (j.contains("role") && j["role"] == "initiator") ++exchanges_initiated;
       // Lines of an older peer carry no `averaging`: every ok exchange averaged then.
       const bool averaged =
           !j.contains("averaging") || !j["averaging"].is_boolean() || j["averaging"].get<bool>();
@@ -115,6 +129,7 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
       bytes += std::int64_t(*v);
       bytes_wire += std::int64_t(*v);
     }
+
   } else if (ev == "exchange_alert") {
     not_averaging = j.value("state", "") == "failing";
     if (not_averaging) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -60,6 +61,19 @@ struct PeerStats {
   std::optional<double> final_test_acc;  // from `done`
   std::optional<double> final_eval_acc;  // last eval marked final (the model as the peer ended)
   std::optional<double> time_to_target;  // peer's t of the first eval at or above the target
+  // `bytes` (this peer's sent bytes, every life) when that eval came: the bytes it took to get there.
+  std::optional<std::int64_t> bytes_at_target;
+  // A FedAvg client's `bytes` after each line that added to it, on the clock of the life it came
+  // in: it never evaluates, so its bytes to the target are those sent before the swarm reached it.
+  struct BytesMark {
+    int life;
+    double t;
+    std::int64_t bytes;
+  };
+  std::vector<BytesMark> bytes_marks;
+  static constexpr std::size_t kMaxBytesMarks = 100000;
+  std::optional<int> target_epoch;       // its epoch then (a FedAvg server's: the round)
+  std::optional<int> target_exchanges;   // exchanges_initiated then
   std::string hold;     // why training is on hold, and for how long at most (empty: it is not)
   int life = 0;         // processes of the peer seen before the latest (restarts)
   int target_life = 0;  // the process whose clock time_to_target is on
@@ -70,6 +84,7 @@ struct PeerStats {
   std::optional<double> seconds;
   int exchanges_ok = 0;
   int exchanges_failed = 0;
+  int exchanges_initiated = 0;  // of exchanges_ok, those this peer started (each counted once)
   // Of exchanges_ok, those that averaged (the line's `averaging`: clip at least 0.01 of the plain
   // weight) and those clipped below that; the sum of the effective weights w c applied.
   int exchanges_averaging = 0;
@@ -98,6 +113,7 @@ struct PeerStats {
   double progress() const;
 
  private:
+  void fold(const nlohmann::json& j, const std::string& ev, double t, double target_acc);
   void restarted();  // a line from a new process of the peer: forget the last one's ending
 };
 

@@ -26,9 +26,9 @@ const std::set<std::string>& owned_peer_flags() {
 // --churn: the whole scenario is checked before any process starts; what this launcher cannot run
 // yet is refused here too, never skipped silently during the run.
 core::ChurnScenario load_churn(const LaunchOptions& o) {
-  if (o.mode != LaunchMode::Gossip)
-    throw UsageError("--churn needs --mode gossip (crashed, restarted and joining peers are "
-                     "about a swarm that averages)");
+  if (o.mode != LaunchMode::Gossip && o.mode != LaunchMode::Fedavg)
+    throw UsageError("--churn needs --mode gossip or fedavg (crashed, restarted and joining peers "
+                     "are about peers that talk to each other)");
   core::ChurnScenario s;
   try {
     s = core::load_churn_scenario(o.churn_arg, o.peers);
@@ -38,6 +38,9 @@ core::ChurnScenario load_churn(const LaunchOptions& o) {
   for (std::size_t i = 0; i < s.events.size(); ++i) {
     const auto& e = s.events[i];
     const std::string name(core::churn_kind_name(e.kind));
+    if (o.mode == LaunchMode::Fedavg && e.kind == core::ChurnKind::Fault)
+      throw UsageError("--churn: event " + std::to_string(i) +
+                       " (fault): faulty models are a gossip experiment (--mode gossip)");
     if (!o.netns && (e.kind == core::ChurnKind::Partition || e.kind == core::ChurnKind::Heal ||
                      e.kind == core::ChurnKind::Link))
       throw UsageError("--churn: event " + std::to_string(i) + " (" + name +
@@ -170,7 +173,8 @@ const OptionTable<LaunchOptions>& launch_options() {
               "run a churn scenario against the peers: crashes (SIGKILL), graceful stops, restarts "
               "from the checkpoint, joins of new peers, pauses (SIGSTOP/SIGCONT), at times or at "
               "points of training; every event goes to events.jsonl and summary.json's \"churn\" "
-              "section. FILE is JSON (scripts/scenarios/*.json); shorthands: see below",
+              "section. FILE is JSON (scripts/scenarios/*.json); shorthands: see below. With "
+              "--mode fedavg peer 0 is the server and 1..N the clients (docs/fedavg.md)",
               &LaunchOptions::churn_arg),
       O::flag("netns",
               "every peer in its own network namespace with its own address (10.88.x.y) on a "
@@ -187,6 +191,11 @@ const OptionTable<LaunchOptions>& launch_options() {
       {"compare", "DIR...", "print the summaries of finished runs side by side",
        [](LaunchOptions& o, const std::string& v) { o.compare.push_back(v); }, Arity::Many},
       O::flag("markdown", "with --compare: a Markdown table", &LaunchOptions::markdown),
+      O::text("report", "DIR",
+              "start nothing: read every peer's metrics file under DIR (found recursively: SLURM, "
+              "containers, copies from several machines) and write summary.json, table.txt and "
+              "the plots, as a local launch does, into --out (default DIR)",
+              &LaunchOptions::report),
       O::text("resume", "DIR",
               "resume an interrupted run: its command (DIR/command.txt) again in DIR, each peer "
               "restarting from its checkpoint with the same identity, network key and shard "
@@ -298,16 +307,13 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
       throw UsageError("--resume DIR takes no other flag: the run's own come from DIR/command.txt");
     return resume_options(o.resume);
   }
-  if (!o.compare.empty() || o.cleanup) return o;
+  if (!o.compare.empty() || o.cleanup || !o.report.empty()) return o;
   o.peers_requested = o.peers;
   if (o.netns && o.mode != LaunchMode::Gossip)
     throw UsageError("--netns needs --mode gossip (only averaging peers talk over the network)");
   if (o.mode == LaunchMode::Central) o.peers = 1;
   if (o.mode == LaunchMode::Fedavg) {
-    if (!o.churn_arg.empty())
-      throw UsageError("--churn with --mode fedavg is not supported yet (crash clients or the "
-                       "server by hand: the server resumes from peer0/ckpt)");
-    o.peers += 1;  // slot 0: the server
+    o.peers += 1;  // slot 0: the server (also in --churn scenarios: clients are 1..N)
   }
   if (o.base_port > 0 && o.base_port + o.peers - 1 > 65535)
     throw UsageError("--base-port " + std::to_string(o.base_port) + " leaves no room for " +
@@ -416,6 +422,7 @@ std::string launch_usage() {
   std::string u =
       R"(usage: gossip-launch --peers N [--out DIR] [--mode gossip|local|central|fedavg] [flags...]
        gossip-launch --compare RUN_DIR... [--markdown]
+       gossip-launch --report DIR [--out OUT] [--target-acc A] (peers' metrics from anywhere)
        gossip-launch --resume RUN_DIR          (an interrupted run, from its checkpoints)
 
 Starts N gossip-peer processes on this machine, shows their progress live on stderr, and

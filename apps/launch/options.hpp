@@ -57,6 +57,9 @@ struct LaunchOptions {
   bool export_model = false;
   // Peer slots: --peers plus the peers the churn scenario joins (they get shards of their own).
   int slots() const { return churn ? core::total_peers(*churn) : peers; }
+  // --report DIR: the summary, table and plots of the peers' metrics files found under DIR
+  // (apps/launch/report.hpp), written to --out (default DIR).
+  std::string report;
   // --compare mode.
   std::vector<std::string> compare;
   bool markdown = false;
@@ -107,5 +110,7 @@ void append_launch_flags(std::vector<std::string>& a, const LaunchOptions& o, in
 // on the shards 0..N-1 that N gossip peers would have.
 std::vector<PeerPlan> plan_fedavg(const LaunchOptions& o, const std::string& run_dir,
                                   const std::vector<int>& ports, const std::string& network_key);
+// The flags a restarted or joining FedAvg peer i gets after its plan's (gossip-launch --churn).
+std::vector<std::string> fedavg_restart_args(int i);
 
 }  // namespace gossiptrain::apps

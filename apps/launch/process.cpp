@@ -31,12 +31,14 @@
 #include "apps/common/plots.hpp"
 #include "apps/launch/churn.hpp"
 #include "apps/launch/consensus.hpp"
+#include "apps/launch/fedavg_report.hpp"
 #include "apps/launch/metrics.hpp"
 #include "apps/launch/netns.hpp"
 #include "apps/launch/options.hpp"
 #include "apps/launch/ports.hpp"
 #include "apps/launch/resources.hpp"
 #include "apps/launch/observe.hpp"
+#include "apps/launch/report.hpp"
 #include "apps/launch/summary.hpp"
 #include "apps/launch/view.hpp"
 
@@ -144,6 +146,7 @@ void Launch::start_peer(int i) {
   // A restarted or joining peer finds the swarm running: it must not wait for the first peers'
   // --min-peers cohort (most may be done), and without a checkpoint it catches up.
   c.extra_args = {"--min-peers", "1"};  // the last value given wins
+  if (o_.mode == LaunchMode::Fedavg) c.extra_args = fedavg_restart_args(i);
   if (!c.fault.empty()) c.extra_args.insert(c.extra_args.end(), {"--fault", c.fault});
   spawn_peer(std::size_t(i));
 }
@@ -190,7 +193,7 @@ void Launch::reap() {
       out.exit_code = WEXITSTATUS(status);
       if (out.exit_code == 0) {
         out.state = "done";
-      } else if (out.exit_code == 130 && stop_requested_) {
+      } else if (out.exit_code == 130 && (stop_requested_ || fedavg_done_)) {
         out.state = "stopped";
       } else {
         out.state = "exited with code " + std::to_string(out.exit_code);

@@ -1,5 +1,6 @@
 // summary.json, consensus distance and the --compare table for gossip-launch.
 #include "apps/launch/summary.hpp"
+#include "apps/launch/fedavg_report.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -96,6 +97,8 @@ nlohmann::json peer_summary(const RunFacts& run, std::size_t i, const PeerStats&
       {"averaging_alert_reason", s.averaging_alerts ? nlohmann::json(s.alert_reason) : nullptr},
       {"averaging_alert_addr", s.averaging_alerts ? nlohmann::json(s.alert_addr) : nullptr},
       {"bytes_sent", count(s.bytes)},
+      {"bytes_sent_mb", reported ? nlohmann::json(double(s.bytes) / 1e6) : nlohmann::json(nullptr)},
+      {"bytes_to_target_mb", nullptr},  // sum_peers fills it in once the swarm's time is known
       {"bytes_sent_and_received", count(s.bytes_wire)},
       {"consensus_distance", opt(out.consensus)},
       {"metrics_lines", s.lines},
@@ -118,11 +121,46 @@ struct PeerTotals {
   std::optional<double> best, t_all, t_first;
   bool all_reached = false;
   std::optional<std::int64_t> samples, bytes, ok, failed, averaging;
+  std::optional<double> bytes_to_target_mb;
   std::map<std::string, int> reasons;
   int bans = 0;
   nlohmann::json failed_peers = nlohmann::json::array();
   nlohmann::json not_averaging = nlohmann::json::array();
 };
+
+// A FedAvg client's bytes sent by launch time T: its last mark at or before T. A mark of an
+// earlier life (a restarted client: that clock's start is not kept) counts as before T.
+std::int64_t client_bytes_by(const PeerStats& s, const PeerOutcome& out, double T) {
+  std::int64_t b = 0;
+  const double offset = out.clock_offset_s.value_or(out.start_offset_s);
+  for (const auto& m : s.bytes_marks)
+    if (m.life < s.life || m.t + offset <= T) b = m.bytes;
+  return b;
+}
+
+// bytes_to_target_mb, per peer and for the swarm (docs/communication.md): a peer that evaluates,
+// the MB it had sent when its first evaluation at or above the target came; a FedAvg client,
+// the MB it had sent by the swarm's time to the target. The swarm's is their sum, null unless
+// every started peer has one.
+void bytes_to_target(PeerTotals& t, const std::vector<PeerStats>& stats,
+                     const std::vector<PeerOutcome>& outcomes) {
+  bool all = !t.peers.empty();
+  double sum = 0.0;
+  for (auto& p : t.peers) {
+    const std::size_t i = std::size_t(p["peer"].get<int>());
+    const PeerStats& s = stats[i];
+    std::optional<double> mb;
+    if (s.fedavg_client) {
+      if (t.all_reached && t.t_all) mb = double(client_bytes_by(s, outcomes[i], *t.t_all)) / 1e6;
+    } else if (s.bytes_at_target) {
+      mb = double(*s.bytes_at_target) / 1e6;
+    }
+    p["bytes_to_target_mb"] = opt(mb);
+    if (mb) sum += *mb;
+    else all = false;
+  }
+  if (all) t.bytes_to_target_mb = sum;
+}
 
 PeerTotals sum_peers(const RunFacts& run, const std::vector<PeerStats>& stats,
                      const std::vector<PeerOutcome>& outcomes) {
@@ -161,6 +199,7 @@ PeerTotals sum_peers(const RunFacts& run, const std::vector<PeerStats>& stats,
     if (s.averaging_alerts > 0) t.not_averaging.push_back(int(i));
     t.bans += s.bans;
   }
+  bytes_to_target(t, stats, outcomes);
   return t;
 }
 
@@ -213,6 +252,10 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
       {"exchanges_averaging", opt(t.averaging)},
       {"exchanges_failed_by_reason", t.reasons},
       {"bytes_sent", opt(t.bytes)},
+      {"bytes_sent_mb", t.bytes ? nlohmann::json(double(*t.bytes) / 1e6) : nlohmann::json(nullptr)},
+      // Summed over the peers: the MB each sent until its first evaluation at or above the target
+      // (a FedAvg client: until the swarm's time_to_target_s); null unless every peer got there.
+      {"bytes_to_target_mb", opt(t.bytes_to_target_mb)},
       {"consensus_distance", opt(run.consensus_distance)},
       {"consensus_note", run.consensus_note},
       {"consensus_points", run.consensus_points},
@@ -291,8 +334,8 @@ std::string get_str(const nlohmann::json& j, const char* k) {
 
 std::string compare_runs(const std::vector<std::string>& dirs, bool markdown) {
   const std::vector<std::string> head = {
-      "run",  "mode",        "partition",      "peers",   "mean acc", "min acc",
-      "best", "t->target s", "exch ok/failed", "MB sent", "consensus"};
+      "run",  "mode",        "partition", "peers",          "mean acc",     "min acc",
+      "best", "t->target s", "to target", "exch ok/failed", "MB to target", "MB sent", "consensus"};
   std::vector<std::vector<std::string>> rows;
   for (const auto& d : dirs) {
     const std::string path = d + "/summary.json";
@@ -309,12 +352,13 @@ std::string compare_runs(const std::vector<std::string>& dirs, bool markdown) {
     std::string mb = j.contains("bytes_sent") && j["bytes_sent"].is_number()
                          ? fmt(j["bytes_sent"], "%.1f", 1e-6)
                          : "-";
-    rows.push_back({name, get_str(j, "mode"), get_str(j, "partition"), get_str(j, "num_peers"),
+    rows.push_back({name, get_str(j, "mode"), get_str(j, "partition"), peers_cell(j),
                     fmt(j.value("final_test_acc_mean", nlohmann::json()), "%.2f%%", 100),
                     fmt(j.value("final_test_acc_min", nlohmann::json()), "%.2f%%", 100),
                     fmt(j.value("best_test_acc", nlohmann::json()), "%.2f%%", 100),
                     fmt(j.value("time_to_target_s", nlohmann::json()), "%.1f"),
-                    get_str(j, "exchanges_ok") + "/" + get_str(j, "exchanges_failed"), mb,
+                    to_target_cell(j), get_str(j, "exchanges_ok") + "/" + get_str(j, "exchanges_failed"),
+                    fmt(j.value("bytes_to_target_mb", nlohmann::json()), "%.1f"), mb,
                     fmt(j.value("consensus_distance", nlohmann::json()), "%.4g")});
   }
   std::ostringstream os;

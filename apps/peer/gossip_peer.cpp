@@ -8,6 +8,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -23,6 +25,7 @@
 #include "apps/common/fedavg.hpp"
 #include "apps/common/node.hpp"
 #include "apps/common/observe.hpp"
+#include "apps/common/peer_churn.hpp"
 #include "apps/common/options.hpp"
 #include "base/thread.hpp"
 #include "core/checkpoint.hpp"
@@ -312,9 +315,53 @@ void report_done(const core::TrainResult& res, core::Metrics& metrics) {
   spdlog::info("resident memory {:.0f} MB at the end", resident_mb());
 }
 
+// --churn FILE: this shard's events, with the record of those played beside the metrics (or the
+// checkpoints), where a restarted process finds it. Throws core::ScenarioError.
+std::unique_ptr<apps::PeerChurn> make_peer_churn(const apps::PeerConfig& cfg,
+                                                 core::Metrics& metrics) {
+  auto events = apps::peer_churn_events(cfg.churn, cfg.shard, cfg.num_shards);
+  std::string dir;
+  if (!cfg.metrics.empty()) dir = std::filesystem::path(cfg.metrics).parent_path().string();
+  if (dir.empty()) dir = cfg.train.checkpoint_dir;
+  const bool crash = std::any_of(events.begin(), events.end(), [](const core::ChurnEvent& e) {
+    return e.kind == core::ChurnKind::Crash;
+  });
+  if (crash && (cfg.metrics.empty() && cfg.train.checkpoint_dir.empty()))
+    throw core::ScenarioError("--churn " + cfg.churn +
+                              ": a crash needs --metrics or --checkpoint-dir, where the restarted "
+                              "peer finds that it already crashed");
+  if (dir.empty()) dir = ".";
+  spdlog::info("churn: this peer (shard {}) plays {} event(s) of {}", cfg.shard, events.size(),
+               cfg.churn);
+  return std::make_unique<apps::PeerChurn>(std::move(events), dir + "/churn-played.txt",
+                                           cfg.shard, metrics, g_stop);
+}
+
 // Trains (and gossips); the process exit code.
 int train(const apps::PeerConfig& cfg, Resources& r) {
   core::Metrics metrics(cfg.metrics, "local");
+  // Where this process's clock (t = 0) stands in wall time, and its shard: what gossip-launch
+  // --report needs to put peers started by an engine, or by hand, on one time axis.
+  metrics.emit("clock", {{"unix_s", std::chrono::duration<double>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count() - metrics.seconds()},
+                         {"shard", cfg.shard},
+                         {"num_shards", cfg.num_shards},
+                         {"cluster", cfg.cluster.kind},
+                         {"model", cfg.train.model},
+                         {"epochs", cfg.train.epochs},
+                         {"batch", cfg.train.batch},
+                         {"partition", cfg.partition},
+                         {"data", cfg.data},
+                         {"seed", cfg.train.seed}});
+  std::unique_ptr<apps::PeerChurn> churn;  // --churn: this shard's events, played between steps
+  if (!cfg.churn.empty()) {
+    try {
+      churn = make_peer_churn(cfg, metrics);
+    } catch (const core::ScenarioError& e) {
+      return usage_error(e.what());
+    }
+  }
   std::unique_ptr<apps::PeerObservers> observers;
   try {
     observers = std::make_unique<apps::PeerObservers>(cfg, metrics);
@@ -367,6 +414,13 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
   if (const char* at = std::getenv("GT_TEST_STALL_AT_STEP"); at && node) {
     stall_fault = std::make_unique<StallAtStep>(node->hook(), std::atoll(at));
     trainer.set_hook(stall_fault.get());
+  }
+  if (churn) {
+    core::StepHook* inner = nullptr;
+    if (stall_fault) inner = stall_fault.get();
+    else if (node) inner = &node->hook();
+    churn->set_inner(inner);
+    trainer.set_hook(churn.get());
   }
   const int epochs = cfg.train.epochs;
   trainer.on_epoch = [epochs](int epoch, std::optional<double> loss, const core::EvalResult& ev,

@@ -501,11 +501,14 @@ json World::run() {
       const auto& e = schedule_.timed[next_churn++];
       apply_churn(e, e.generated ? "random" : "scenario");
       // An effect with a duration ends by itself, as gossip-launch's ChurnDriver::schedule_end.
-      // "for" is only allowed on pause, partition, link and fault (the parser checks).
+      // "for" is only allowed on crash, stop, pause, partition, link and fault (the parser
+      // checks); a crash or stop ends with a restart.
       if (e.for_s) {
         core::ChurnEvent heal;
         // Link and fault ends are the same kind with no rate, loss or mode: restore.
-        heal.kind = e.kind == core::ChurnKind::Pause       ? core::ChurnKind::Resume
+        const bool down = e.kind == core::ChurnKind::Crash || e.kind == core::ChurnKind::Stop;
+        heal.kind = down                                   ? core::ChurnKind::Restart
+                    : e.kind == core::ChurnKind::Pause     ? core::ChurnKind::Resume
                     : e.kind == core::ChurnKind::Partition ? core::ChurnKind::Heal
                                                            : e.kind;
         if (e.kind != core::ChurnKind::Partition) heal.peers = e.peers;

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -49,7 +50,7 @@ ExchangeConfig exchange_config(const AveragerConfig& c, bool direct) {
 
 // Direct mode: values element-wise on the wire (not int8, whose block scales come first).
 bool direct_mode(const AveragerConfig& c, const kernels::Backend& be) {
-  return c.direct && be.host_memory() && c.wire != kernels::Wire::Int8;
+  return c.direct && be.host_memory() && c.wire != kernels::Wire::Int8 && !c.error_feedback;
 }
 
 void check_config(const AveragerConfig& c) {
@@ -84,8 +85,9 @@ Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDire
   set_max_rate(cfg_.max_rate_bytes_per_s);
   if (cfg_.chunk_bytes % 4 != 0)
     throw std::invalid_argument("averager: chunk_bytes must be a multiple of 4");
-  buffers_ = SnapshotBuffers::make(direct_, cfg_.wire, cfg_.chunk_bytes, be_,
-                                   [this](net::Bytes&& b) { recycle(std::move(b)); });
+  buffers_ = SnapshotBuffers::make(
+      direct_, cfg_.wire, cfg_.chunk_bytes, be_, [this](net::Bytes&& b) { recycle(std::move(b)); },
+      cfg_.error_feedback);
   next_initiate_step_ = cfg_.gossip_every;
 }
 
@@ -135,6 +137,12 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
     throw std::logic_error("averager: the parameter count changed between steps");
   n_params_.store(ctx.n_params);
   buffers_->allocate(ctx.n_params);
+  if (!pending_residual_.empty()) buffers_->set_residual(std::exchange(pending_residual_, {}));
+}
+
+void Averager::set_residual(std::vector<float> e) {
+  if (n_params_.load() == 0) pending_residual_ = std::move(e);
+  else buffers_->set_residual(e);
 }
 
 // Our snapshot, handed to the protocol thread for exchange seq as its chunks fill, so streaming

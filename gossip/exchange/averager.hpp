@@ -35,6 +35,9 @@ struct AveragerConfig {
   FaultConfig fault;
   int gossip_every = 1;  // steps between the exchanges this peer starts (>= 1)
   kernels::Wire wire = kernels::Wire::Fp32;
+  // Error feedback on a lossy wire (fp16, bf16, int8): each snapshot sends the encoding of x + e
+  // and keeps in e what the encoding rounded off (docs/communication.md). Takes the copy path.
+  bool error_feedback = false;
   bool weight_by_samples = false;   // w = n_other / (n_self + n_other) instead of 1/2
   std::uint64_t fingerprint = 0;    // model fingerprint; peers with another one are refused
   double max_diff_norm = 0.0;       // refuse r when ||r - s||_2 exceeds this; 0 = off
@@ -125,6 +128,11 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   // thread).
   bool in_exchange() const;
   const AveragerConfig& config() const { return cfg_; }
+  // Error feedback's residual (training thread): empty without error feedback or before the
+  // first step. set_residual (a checkpoint's) takes effect once the buffers exist; a vector of
+  // another size than the model's is ignored.
+  std::vector<float> residual() const { return buffers_->residual(); }
+  void set_residual(std::vector<float> e);
 
  private:
   // The committed mix the training thread applies at its next step boundary.
@@ -252,6 +260,7 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   FaultInjector fault_;
   std::int64_t next_initiate_step_ = 0;
   std::int64_t standing_step_ = 0;  // step at which standing_ was taken
+  std::vector<float> pending_residual_;  // set_residual before the buffers existed
 };
 
 }  // namespace gossiptrain::gossip

@@ -176,11 +176,21 @@ void DirectBuffers::for_each_float_span(const FloatSpanFn& fn) {
 // arrive before we encode our snapshot.
 class CopyBuffers final : public SnapshotBuffers {
  public:
-  using SnapshotBuffers::SnapshotBuffers;
+  CopyBuffers(Wire wire, std::size_t chunk_bytes, kernels::Backend& be, RecycleFn recycle,
+              bool error_feedback)
+      : SnapshotBuffers(wire, chunk_bytes, be, std::move(recycle)),
+        ef_(error_feedback && wire != Wire::Fp32) {}
   void allocate(std::size_t n) override {
     n_ = n;
     s_ = kernels::DeviceBuffer<float>(be_, n);
     r_ = kernels::DeviceBuffer<float>(be_, n);
+    if (ef_) {
+      e_ = kernels::DeviceBuffer<float>(be_, n);
+      y_ = kernels::DeviceBuffer<float>(be_, n);
+      zero_ = kernels::DeviceBuffer<float>(be_, n);
+      be_.fill(e_.data(), n, 0.0f);
+      be_.fill(zero_.data(), n, 0.0f);
+    }
     if (wire_ != Wire::Fp32) {
       enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(wire_, n));
       rx_enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(wire_, n));
@@ -195,11 +205,25 @@ class CopyBuffers final : public SnapshotBuffers {
     rx_decoded_ = n_;
   }
   void for_each_float_span(const FloatSpanFn& fn) override { fn(0, r_.data(), s_.data(), n_); }
+  std::vector<float> residual() const override {
+    std::vector<float> v(ef_ ? n_ : 0);
+    if (!v.empty()) be_.download(v.data(), e_.data(), n_ * sizeof(float));
+    return v;
+  }
+  void set_residual(const std::vector<float>& v) override {
+    if (!ef_ || v.size() != n_) return;
+    be_.upload(e_.data(), v.data(), n_ * sizeof(float));
+  }
 
  protected:
   void encode_begin(const float* x, std::size_t n) override {
     src_ = reinterpret_cast<const std::uint8_t*>(x);
     if (wire_ == Wire::Fp32) return;
+    if (ef_) {  // y = x + e: what would have been sent, with what the last snapshots rounded off
+      be_.copy(y_.data(), x, n * sizeof(float));
+      be_.mix(y_.data(), e_.data(), zero_.data(), n, 1.0f);
+      x = y_.data();
+    }
     be_.encode(wire_, x, n, enc_.data());
     src_ = enc_.data();
   }
@@ -209,11 +233,17 @@ class CopyBuffers final : public SnapshotBuffers {
   void encode_end(const float* x, std::size_t n) override {
     if (wire_ == Wire::Fp32) be_.copy(s_.data(), x, n * sizeof(float));
     else be_.decode(wire_, enc_.data(), n, s_.data());
+    if (ef_) {  // e = y - s: exact where s is y rounded to nearest (within a factor 2 of y)
+      be_.copy(e_.data(), y_.data(), n * sizeof(float));
+      be_.mix(e_.data(), zero_.data(), s_.data(), n, 1.0f);
+    }
   }
   void reset_received() override { rx_decoded_ = 0; }
 
  private:
   kernels::DeviceBuffer<float> s_, r_;
+  bool ef_ = false;                          // error feedback (a lossy wire only)
+  kernels::DeviceBuffer<float> e_, y_, zero_;  // its residual, x + e, and zeros for mix()
   kernels::DeviceBuffer<std::uint8_t> enc_;     // our encoded snapshot (not for fp32)
   kernels::DeviceBuffer<std::uint8_t> rx_enc_;  // the partner's encoded vector (not for fp32)
   const std::uint8_t* src_ = nullptr;           // what the chunks are filled from
@@ -247,9 +277,12 @@ void CopyBuffers::receive(ChunkList& chunks) {
 
 std::unique_ptr<SnapshotBuffers> SnapshotBuffers::make(bool direct, Wire wire,
                                                        std::size_t chunk_bytes,
-                                                       kernels::Backend& be, RecycleFn recycle) {
+                                                       kernels::Backend& be, RecycleFn recycle,
+                                                       bool error_feedback) {
+  if (direct && error_feedback)
+    throw std::invalid_argument("averager: error feedback takes the copy path, not the direct one");
   if (direct) return std::make_unique<DirectBuffers>(wire, chunk_bytes, be, std::move(recycle));
-  return std::make_unique<CopyBuffers>(wire, chunk_bytes, be, std::move(recycle));
+  return std::make_unique<CopyBuffers>(wire, chunk_bytes, be, std::move(recycle), error_feedback);
 }
 
 bool add_sq_diff(kernels::Backend& be, const ChunkSet* own, std::size_t chunk_bytes,

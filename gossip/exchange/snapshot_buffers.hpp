@@ -30,9 +30,11 @@ class SnapshotBuffers {
  public:
   // direct: the caller checked that the backend's memory is host memory and the wire
   // element-wise. chunk_bytes: payload bytes per chunk (a multiple of 4).
+  // error_feedback (copy path only): each snapshot sends the encoding of x + e and keeps
+  // e = (x + e) - sent, the part the wire rounded off, for the next one (docs/communication.md).
   static std::unique_ptr<SnapshotBuffers> make(bool direct, kernels::Wire wire,
                                                std::size_t chunk_bytes, kernels::Backend& be,
-                                               RecycleFn recycle);
+                                               RecycleFn recycle, bool error_feedback = false);
   // Public for the subclasses' inherited constructors (the class itself is abstract).
   SnapshotBuffers(kernels::Wire wire, std::size_t chunk_bytes, kernels::Backend& be,
                   RecycleFn recycle)
@@ -59,6 +61,10 @@ class SnapshotBuffers {
   virtual void for_each_float_span(const FloatSpanFn& fn) = 0;
   // Gives back the partner's messages kept for the mix (direct mode).
   virtual void release() {}
+  // Error feedback's residual e (n values; empty without error feedback), and setting it (a
+  // checkpoint's; n values).
+  virtual std::vector<float> residual() const { return {}; }
+  virtual void set_residual(const std::vector<float>&) {}
   // ||r - s||^2 and ||s||^2, through the backend.
   double sq_diff();
   double own_sq_norm();

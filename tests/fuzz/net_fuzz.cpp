@@ -1,5 +1,5 @@
-// Fuzz target for the net/ parsers: the handshake state machine (both roles) and the frame
-// receiver (raw bytes, and authenticated frames with fuzzer-chosen plaintexts). libFuzzer entry
+// Fuzz target for the net/ parsers: the handshake state machine (both roles), the dial-back
+// messages and the frame receiver (raw bytes, and authenticated frames with fuzzer-chosen plaintexts). libFuzzer entry
 // point; fuzz_driver.cpp runs it from a seeded mutation loop where libFuzzer is not available.
 #include <cstddef>
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "net/dial_back_messages.hpp"
 #include "net/frame.hpp"
 #include "net/handshake.hpp"
 
@@ -107,6 +108,38 @@ void fuzz_sealed_frames(crypto::Aead aead, const std::uint8_t* d, std::size_t n)
 
 }  // namespace
 
+namespace {
+
+// The dial-back decoders (dial_back_messages.hpp): anything either decodes to a message that
+// encodes back to the same bytes, or throws DecodeError.
+template <class Decode>
+void fuzz_decoder(const Bytes& b, Decode decode) {
+  try {
+    const auto m = decode(b);
+    if (encode(m) != b) __builtin_trap();
+  } catch (const gossiptrain::base::DecodeError&) {
+  }
+}
+
+void fuzz_dial_back(const std::uint8_t* d, std::size_t n) {
+  const Bytes b(d, d + n);
+  fuzz_decoder(b, decode_dial_back_request);
+  fuzz_decoder(b, decode_dial_back_result);
+  fuzz_decoder(b, decode_dial_back_hello);
+  fuzz_decoder(b, decode_reachability);
+  fuzz_decoder(b, decode_relay_ask);
+  fuzz_decoder(b, decode_relay_dial);
+  if (n >= kRelayPreambleBytes) {
+    std::uint64_t nonce = 0;
+    std::uint8_t side = 0;
+    if (parse_relay_preamble(d, nonce, side) &&
+        relay_preamble(nonce, side) != Bytes(d, d + kRelayPreambleBytes))
+      __builtin_trap();
+  }
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   std::uint8_t mode = data[0];
@@ -114,11 +147,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::size_t n = size - 1;
   crypto::Aead aead = (mode & 0x10) && crypto::aes256gcm_available() ? crypto::Aead::Aes256Gcm
                                                                      : crypto::Aead::ChaCha20Poly1305;
-  switch (mode % 4) {
+  switch (mode % 5) {
     case 0: fuzz_handshake(Handshake::Role::Responder, d, n); break;
     case 1: fuzz_handshake(Handshake::Role::Initiator, d, n); break;
     case 2: fuzz_raw_frames(aead, d, n); break;
     case 3: fuzz_sealed_frames(aead, d, n); break;
+    case 4: fuzz_dial_back(d, n); break;
   }
   return 0;
 }

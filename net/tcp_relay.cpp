@@ -1,0 +1,419 @@
+// TcpTransport's relays (docs/nat.md): two peers that cannot dial each other (behind different
+// NATs) talk through a third, reachable one. The relay only splices two raw TCP connections; the
+// two endpoints run an ordinary channel through it (handshake, then AEAD frames), so the relay
+// sees ciphertext only and can drop, delay or corrupt bytes but never read, forge or replay a
+// message: the channel's authentication closes the connection with its reason, and the asker
+// takes another relay next time.
+//
+//   A (asker)                       R (relay)                          B (target)
+//   RelayAsk{n, B's address} ->     finds B's connection to it
+//                                   RelayDial{n}  ->                   dials R: preamble(n, 1)
+//   <- Result{n, ok}                                                   channel as responder
+//   dials R: preamble(n, 0)         splices the two sockets
+//   channel as initiator  <======== ciphertext, rate-bounded =========>
+#include <spdlog/spdlog.h>
+#include <sodium.h>
+#include <asio/co_spawn.hpp>
+#include <asio/connect.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/read.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <random>
+
+#include "net/tcp_transport.hpp"
+
+namespace gossiptrain::net {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kUseTuple = asio::experimental::as_tuple(asio::use_awaitable);
+constexpr std::size_t kMaxRelayTries = 3;
+constexpr std::size_t kMaxPendingRelay = 64;
+constexpr std::size_t kMaxSplices = 32;
+constexpr std::size_t kPipeChunk = 64 * 1024;
+// A relay whose relayed connection failed (authentication, truncation, silence) is not asked again
+// for this long.
+constexpr std::chrono::seconds kBadRelayFor{60};
+
+void rethrow(std::exception_ptr e) {
+  if (e) std::rethrow_exception(e);
+}
+
+std::uint64_t random_nonce() {
+  std::uint64_t n = 0;
+  while (n == 0) randombytes_buf(&n, sizeof n);
+  return n;
+}
+
+std::string short_peer(const std::string& id) { return id.substr(0, 8); }
+
+SharedBytes shared(Bytes b) { return std::make_shared<const Bytes>(std::move(b)); }
+
+// A relayed channel that ended like this points at its relay (or the path through it), not at a
+// normal close by either endpoint.
+bool relay_suspect(const std::string& reason) {
+  for (const char* s : {"protocol error", "truncated", "idle timeout", "handshake", "while reading",
+                        "while writing"})
+    if (reason.find(s) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+struct TcpTransport::Splice {
+  std::string asker, target;  // peer ids
+  std::shared_ptr<asio::ip::tcp::socket> side[2];
+  TimerId timer = 0;
+  int pipes = 0;
+  bool started = false;
+  void close() {
+    std::error_code ec;
+    for (auto& s : side)
+      if (s) s->close(ec);
+  }
+};
+
+void TcpTransport::close_splices() {
+  for (auto& [n, sp] : splices_) sp->close();
+  splices_.clear();
+}
+
+// ------------------------------------------------------------------------------------------------
+// The asker
+
+void TcpTransport::relay_connect(const std::string& addr, std::string error, ConnectCallback done) {
+  const auto now = Clock::now();
+  std::vector<std::weak_ptr<Channel>> cands;
+  for (const auto& ch : channels_) {
+    if (!ch->is_open() || ch->relayed() || ch->remote_listen_addr() == addr) continue;
+    // A relay must be dialable: we dialled it ourselves (so we can dial it again).
+    if (ch->inbound()) continue;
+    auto bad = bad_relays_.find(ch->peer_id());
+    if (bad != bad_relays_.end() && bad->second > now) continue;
+    if (std::any_of(cands.begin(), cands.end(),
+                    [&](const auto& w) { return w.lock()->peer_id() == ch->peer_id(); }))
+      continue;
+    cands.push_back(ch);
+  }
+  if (cands.empty() || pending_relay_.size() >= kMaxPendingRelay || stopping_) {
+    if (done) done(nullptr, error);
+    return;
+  }
+  std::shuffle(cands.begin(), cands.end(), std::mt19937_64(random_nonce()));
+  if (cands.size() > kMaxRelayTries) cands.resize(kMaxRelayTries);
+  const std::uint64_t nonce = random_nonce();
+  auto& p = pending_relay_[nonce];
+  p.addr = addr;
+  p.done = std::move(done);
+  p.candidates = std::move(cands);
+  p.last_error = std::move(error);
+  relay_try_next(nonce);
+}
+
+void TcpTransport::relay_try_next(std::uint64_t nonce) {
+  auto it = pending_relay_.find(nonce);
+  if (it == pending_relay_.end()) return;
+  auto& p = it->second;
+  cancel(p.timer);
+  while (!p.candidates.empty()) {
+    auto relay = p.candidates.back().lock();
+    p.candidates.pop_back();
+    if (!relay || !relay->is_open()) continue;
+    if (!relay->send(static_cast<std::uint8_t>(DialBackType::RelayAsk),
+                     shared(encode(RelayAsk{nonce, p.addr}))))
+      continue;
+    p.relay_peer = relay->peer_id();
+    p.relay_addr = relay->remote_listen_addr();
+    p.timer = schedule(config_.limits.handshake_timeout, [this, nonce] {
+      auto it = pending_relay_.find(nonce);
+      if (it == pending_relay_.end()) return;
+      it->second.last_error = "relay " + short_peer(it->second.relay_peer) + " did not answer";
+      relay_try_next(nonce);
+    });
+    return;
+  }
+  auto done = std::move(p.done);
+  const std::string err = "no relay could reach it (last: " + p.last_error + ")";
+  pending_relay_.erase(it);
+  {
+    std::lock_guard lk(stats_mu_);
+    ++stats_.relay_failures;
+  }
+  if (done) done(nullptr, err);
+}
+
+void TcpTransport::relay_answer(std::uint64_t nonce, bool ok, const std::string& reason) {
+  auto it = pending_relay_.find(nonce);
+  if (it == pending_relay_.end()) return;
+  if (!ok) {
+    it->second.last_error = "relay " + short_peer(it->second.relay_peer) + ": " + reason;
+    return relay_try_next(nonce);
+  }
+  auto p = std::move(it->second);
+  pending_relay_.erase(it);
+  cancel(p.timer);
+  asio::co_spawn(*io_, open_relayed(p.relay_addr, p.relay_peer, nonce, 0, std::move(p.done)),
+                 rethrow);
+}
+
+// Both endpoints: a raw connection to the relay, the preamble, then an ordinary channel over it
+// (side 0 initiates the handshake, side 1 responds).
+asio::awaitable<void> TcpTransport::open_relayed(std::string relay_addr, std::string relay_peer,
+                                                 std::uint64_t nonce, std::uint8_t side,
+                                                 ConnectCallback done) {
+  auto fail = [&](const std::string& why) {
+    {
+      std::lock_guard lk(stats_mu_);
+      ++stats_.relay_failures;
+    }
+    spdlog::debug("net: relayed connection via {} failed: {}", short_peer(relay_peer), why);
+    if (done) done(nullptr, "relayed connection via " + short_peer(relay_peer) + ": " + why);
+  };
+  std::string host;
+  std::uint16_t port = 0;
+  if (stopping_) co_return fail("transport stopped");
+  if (channels_.size() >= config_.limits.max_connections)
+    co_return fail("connection limit reached");
+  if (!split_host_port(relay_addr, host, port)) co_return fail("bad relay address");
+  const auto deadline = Clock::now() + config_.limits.handshake_timeout;
+  asio::ip::tcp::resolver resolver(*io_);
+  auto [rec, results] = co_await resolver.async_resolve(host, std::to_string(port), kUseTuple);
+  if (rec || results.empty()) co_return fail("cannot resolve the relay");
+  auto sock = std::make_shared<asio::ip::tcp::socket>(*io_);
+  asio::steady_timer timer(*io_);
+  timer.expires_at(deadline);
+  bool timed_out = false;
+  timer.async_wait([sock, &timed_out](std::error_code ec) {
+    if (ec) return;
+    timed_out = true;
+    std::error_code e2;
+    sock->close(e2);
+  });
+  auto [cec, ep] = co_await asio::async_connect(*sock, results, kUseTuple);
+  Bytes pre = relay_preamble(nonce, side);
+  std::error_code wec;
+  if (!cec && !timed_out)
+    std::tie(wec, std::ignore) = co_await asio::async_write(*sock, asio::buffer(pre), kUseTuple);
+  const bool expired = timed_out;
+  timer.cancel();
+  if (expired) co_return fail("connect timeout");
+  if (cec) co_return fail("connect failed: " + cec.message());
+  if (wec) co_return fail("write failed: " + wec.message());
+  if (stopping_) co_return fail("transport stopped");
+  auto ch = std::make_shared<Channel>(io_, std::move(*sock), side == 1, options_, channel_host());
+  ch->set_relayed();
+  channels_.insert(ch);
+  ++channel_count_;
+  relay_of_[ch.get()] = relay_peer;
+  if (side == 0) {
+    std::lock_guard lk(stats_mu_);
+    ++stats_.relayed_connections;
+  }
+  if (side == 0 && done) pending_connects_[ch.get()] = std::move(done);
+  ch->start(deadline);
+  if (side == 1 && done) done(ch, "");  // the target: connected to the relay (handshake follows)
+}
+
+void TcpTransport::relayed_closed(const std::shared_ptr<Channel>& ch, const std::string& reason) {
+  auto it = relay_of_.find(ch.get());
+  if (it == relay_of_.end() || !relay_suspect(reason)) return;
+  bad_relays_[it->second] = Clock::now() + kBadRelayFor;
+  if (bad_relays_.size() > 1024) bad_relays_.clear();
+  spdlog::warn("net: relayed connection with {} through relay {} failed ({}); that relay is "
+               "avoided for {} s",
+               ch->peer_id().empty() ? "?" : short_peer(ch->peer_id()), short_peer(it->second),
+               reason, kBadRelayFor.count());
+  relay_of_.erase(it);
+}
+
+// ------------------------------------------------------------------------------------------------
+// The target
+
+void TcpTransport::serve_relay_dial(const std::shared_ptr<Channel>& ch, std::uint64_t nonce) {
+  const std::string relay = ch->peer_id();
+  if (serving_[relay] >= 4 || serving_total_ >= 16) {
+    if (serving_[relay] == 0) serving_.erase(relay);
+    spdlog::debug("net: relay dial from {} refused: too many in flight", short_peer(relay));
+    return;
+  }
+  ++serving_[relay];
+  ++serving_total_;
+  // Counted in flight (with the dial-backs) until the raw connection to the relay is made.
+  asio::co_spawn(*io_,
+                 open_relayed(ch->remote_listen_addr(), relay, nonce, 1,
+                              [this, relay](ConnectionPtr, const std::string&) {
+                                if (--serving_[relay] <= 0) serving_.erase(relay);
+                                --serving_total_;
+                              }),
+                 rethrow);
+}
+
+// ------------------------------------------------------------------------------------------------
+// The relay
+
+void TcpTransport::serve_relay_ask(const std::shared_ptr<Channel>& ch, const RelayAsk& m) {
+  auto refuse = [&](const std::string& why) {
+    spdlog::debug("net: relay for {} to {} refused: {}", short_peer(ch->peer_id()), m.target, why);
+    ch->send(static_cast<std::uint8_t>(DialBackType::Result),
+             shared(encode(DialBackResult{m.nonce, false, why})));
+  };
+  if (config_.relay_max_bytes_per_s <= 0) return refuse("relaying is off");
+  if (stopping_ || listen_addr_.empty()) return refuse("not relaying");
+  if (reachability() == Reachability::Unreachable) return refuse("cannot be dialled itself");
+  if (splices_.size() >= kMaxSplices || splices_.count(m.nonce))
+    return refuse("busy: too many relayed connections");
+  // The target must be connected to us: only over that connection can we ask it to come.
+  std::shared_ptr<Channel> to;
+  for (const auto& c : channels_)
+    if (c->is_open() && !c->relayed() && c->remote_listen_addr() == m.target &&
+        c->peer_id() != ch->peer_id())
+      to = c;
+  if (!to) return refuse("not connected to " + m.target);
+  if (!to->send(static_cast<std::uint8_t>(DialBackType::RelayDial),
+                shared(encode(RelayDial{m.nonce}))))
+    return refuse("target connection busy");
+  auto sp = std::make_shared<Splice>();
+  sp->asker = ch->peer_id();
+  sp->target = to->peer_id();
+  const std::uint64_t nonce = m.nonce;
+  sp->timer = schedule(config_.limits.handshake_timeout * 2, [this, nonce] {
+    auto it = splices_.find(nonce);
+    if (it == splices_.end() || it->second->started) return;
+    spdlog::debug("net: relay {}: both sides did not come in time", nonce);
+    it->second->close();
+    splices_.erase(it);
+  });
+  splices_[nonce] = sp;
+  {
+    std::lock_guard lk(stats_mu_);
+    ++stats_.relays_served;
+  }
+  ch->send(static_cast<std::uint8_t>(DialBackType::Result),
+           shared(encode(DialBackResult{nonce, true, ""})));
+}
+
+// Every accepted socket: a relay preamble (magic "GTR1") or a channel's first handshake message.
+// Anything else (silence, EOF, an error) goes to the channel too, which reports it as before.
+asio::awaitable<void> TcpTransport::sniff(std::shared_ptr<asio::ip::tcp::socket> sock) {
+  // Counted as a channel (channel_count(), the limits) until it becomes one or is closed.
+  ++sniffing_;
+  ++channel_count_;
+  struct Done {
+    TcpTransport& t;
+    ~Done() {
+      --t.sniffing_;
+      // (stop() zeroes the count; a frame destroyed after it must not wrap it around.)
+      if (auto c = t.channel_count_.load(); c > 0) t.channel_count_ = c - 1;
+    }
+  } done_guard{*this};
+  const auto deadline = Clock::now() + config_.limits.handshake_timeout;
+  asio::steady_timer timer(*io_);
+  timer.expires_at(deadline);
+  bool timed_out = false;
+  timer.async_wait([sock, &timed_out](std::error_code ec) {
+    if (ec) return;
+    timed_out = true;
+    std::error_code e2;
+    sock->cancel(e2);
+  });
+  std::array<std::uint8_t, kRelayPreambleBytes> pre{};
+  bool relay = false;
+  for (;;) {
+    auto [wec] = co_await sock->async_wait(asio::socket_base::wait_read, kUseTuple);
+    if (stopping_) co_return;
+    if (wec || timed_out) break;
+    std::error_code ec;
+    const std::size_t n =
+        sock->receive(asio::buffer(pre.data(), 4), asio::socket_base::message_peek, ec);
+    if (ec || n == 0) break;
+    if (std::memcmp(pre.data(), kRelayMagic, n) != 0) break;  // a channel
+    if (n == 4) {
+      relay = true;
+      break;
+    }
+    asio::steady_timer wait(*io_);  // a prefix of the magic: the rest is on its way
+    wait.expires_after(std::chrono::milliseconds(2));
+    co_await wait.async_wait(kUseTuple);
+  }
+  if (!relay) {
+    timer.cancel();
+    if (stopping_) co_return;
+    start_inbound(std::move(*sock), deadline);
+    co_return;
+  }
+  auto [rec, rn] = co_await asio::async_read(*sock, asio::buffer(pre), kUseTuple);
+  timer.cancel();
+  std::error_code ec;
+  if (rec || timed_out || stopping_) {
+    sock->close(ec);
+    co_return;
+  }
+  std::uint64_t nonce = 0;
+  std::uint8_t side = 0;
+  if (!parse_relay_preamble(pre.data(), nonce, side)) {
+    spdlog::warn("net: malformed relay preamble; connection closed");
+    sock->close(ec);
+    co_return;
+  }
+  splice_arrived(nonce, side, sock);
+}
+
+void TcpTransport::splice_arrived(std::uint64_t nonce, std::uint8_t side,
+                                  std::shared_ptr<asio::ip::tcp::socket> sock) {
+  auto it = splices_.find(nonce);
+  std::error_code ec;
+  if (it == splices_.end() || it->second->side[side]) {
+    spdlog::debug("net: relay connection for an unknown or taken slot; closed");
+    sock->close(ec);
+    return;
+  }
+  auto sp = it->second;
+  sp->side[side] = std::move(sock);
+  if (!sp->side[0] || !sp->side[1]) return;
+  sp->started = true;
+  cancel(sp->timer);
+  spdlog::debug("net: relaying between {} and {}", short_peer(sp->asker), short_peer(sp->target));
+  for (int from = 0; from < 2; ++from) asio::co_spawn(*io_, pipe(sp, from), rethrow);
+}
+
+asio::awaitable<void> TcpTransport::pipe(std::shared_ptr<Splice> sp, int from) {
+  ++sp->pipes;
+  std::vector<std::uint8_t> buf(kPipeChunk);
+  asio::steady_timer pace(*io_);
+  auto& in = *sp->side[from];
+  auto& out = *sp->side[1 - from];
+  for (;;) {
+    auto [rec, n] = co_await in.async_read_some(asio::buffer(buf), kUseTuple);
+    if (rec || n == 0 || stopping_) break;
+    if (config_.relay_tamper) config_.relay_tamper(buf.data(), n);
+    // The bound on the relayed rate, all relayed connections together.
+    const auto now = Clock::now();
+    relay_next_free_ = std::max(relay_next_free_, now) +
+                       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                           double(n) / config_.relay_max_bytes_per_s));
+    if (relay_next_free_ > now + std::chrono::milliseconds(1)) {
+      pace.expires_at(relay_next_free_);
+      co_await pace.async_wait(kUseTuple);
+    }
+    auto [wec, wn] = co_await asio::async_write(out, asio::buffer(buf.data(), n), kUseTuple);
+    if (wec) break;
+    std::lock_guard lk(stats_mu_);
+    stats_.relayed_bytes += n;
+  }
+  // Either side gone: the other is closed too (its channel sees EOF, as with a direct one).
+  sp->close();
+  if (--sp->pipes == 0) {
+    for (auto it = splices_.begin(); it != splices_.end(); ++it)
+      if (it->second == sp) {
+        splices_.erase(it);
+        break;
+      }
+  }
+}
+
+}  // namespace gossiptrain::net

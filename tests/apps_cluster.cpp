@@ -1,0 +1,241 @@
+// gossip-peer --cluster: SLURM's host lists and tasks per node, StatefulSet ordinals, a peer's
+// place from each engine's environment, flags over the environment, and exit-code-2 refusals
+// that name the variable.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "apps/common/cluster.hpp"
+#include "apps/common/options.hpp"
+#include "apps/common/peer_churn.hpp"
+#include "tests/test_util.hpp"
+
+using namespace gossiptrain::apps;
+using Catch::Matchers::Contains;
+
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> m) {
+  return [m](const std::string& k) -> std::optional<std::string> {
+    auto it = m.find(k);
+    return it == m.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+}
+
+std::map<std::string, std::string> slurm_env(int procid, int localid) {
+  return {{"SLURM_PROCID", std::to_string(procid)},
+          {"SLURM_NTASKS", "7"},
+          {"SLURM_LOCALID", std::to_string(localid)},
+          {"SLURM_JOB_NODELIST", "node[01-03],gpu5"},
+          {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+          {"SLURM_SUBMIT_DIR", "/shared/me"},
+          {"SLURM_JOB_ID", "42"}};
+}
+
+std::string usage_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("SLURM host lists expand ranges, lists, padding and several bracket groups", "[apps]") {
+  CHECK(expand_hostlist("node[01-03,07],gpu5") ==
+        std::vector<std::string>{"node01", "node02", "node03", "node07", "gpu5"});
+  CHECK(expand_hostlist("n1") == std::vector<std::string>{"n1"});
+  CHECK(expand_hostlist("n[8-10]") == std::vector<std::string>{"n8", "n9", "n10"});
+  CHECK(expand_hostlist("r[1-2]-n[01-02]") ==
+        std::vector<std::string>{"r1-n01", "r1-n02", "r2-n01", "r2-n02"});
+  CHECK(expand_hostlist("a,b[3],c") == std::vector<std::string>{"a", "b3", "c"});
+  for (const char* bad : {"", "n[1-", "n]1[", "n[3-1]", "n[a-b]", "n[[1]]", "n[1-2],,m", "n[]",
+                          "n[1-99999999]", "x[1-1000][1-1000]"})
+    CHECK_THROWS_AS(expand_hostlist(bad), std::invalid_argument);
+}
+
+TEST_CASE("SLURM tasks per node expand repeats and refuse anything else", "[apps]") {
+  CHECK(expand_tasks_per_node("2(x3),1") == std::vector<int>{2, 2, 2, 1});
+  CHECK(expand_tasks_per_node("4") == std::vector<int>{4});
+  CHECK(expand_tasks_per_node("1,3(x2)") == std::vector<int>{1, 3, 3});
+  for (const char* bad : {"", "0", "2(x0)", "2(x3", "x", "2,,1", "-1", "2(y3)", "2(x999999999)"})
+    CHECK_THROWS_AS(expand_tasks_per_node(bad), std::invalid_argument);
+}
+
+TEST_CASE("StatefulSet ordinals come from the pod name's last dash", "[apps]") {
+  std::string set;
+  CHECK(statefulset_ordinal("gossip-3", &set) == 3);
+  CHECK(set == "gossip");
+  CHECK(statefulset_ordinal("my-gossip-set-12", &set) == 12);
+  CHECK(set == "my-gossip-set");
+  for (const char* bad : {"gossip", "gossip-", "-3", "gossip-x", "gossip-03", "gossip-99999999999"})
+    CHECK_THROWS_AS(statefulset_ordinal(bad), std::invalid_argument);
+}
+
+TEST_CASE("a SLURM task learns shard, port, node and the first tasks as seeds", "[apps]") {
+  ClusterFlags f;
+  f.kind = "slurm";
+  f.base_port = 7000;
+  // Task 5 is node03's second task under block distribution of 2,2,2,1.
+  const ClusterPlace p = slurm_place(env_of(slurm_env(5, 1)), f);
+  CHECK(p.shard == 5);
+  CHECK(p.num_shards == 7);
+  CHECK(p.port == 7001);
+  CHECK(p.host == "node03");
+  CHECK(p.seeds == std::vector<std::string>{"node01:7000", "node01:7001"});
+  CHECK(p.run_dir == "/shared/me/gossip-42");
+  CHECK(p.peer_dir == "/shared/me/gossip-42/peer5");
+  // A seed names the other seeds, not itself; the last node's only task is local task 0.
+  CHECK(slurm_place(env_of(slurm_env(1, 1)), f).seeds == std::vector<std::string>{"node01:7000"});
+  CHECK(slurm_place(env_of(slurm_env(6, 0)), f).host == "gpu5");
+  f.seed_count = 3;
+  CHECK(slurm_place(env_of(slurm_env(6, 0)), f).seeds ==
+        std::vector<std::string>{"node01:7000", "node01:7001", "node02:7000"});
+  // GT_RUN_DIR, then --run-dir, win over the job's submit folder.
+  auto e = slurm_env(0, 0);
+  e["GT_RUN_DIR"] = "/scratch/run";
+  CHECK(slurm_place(env_of(e), f).run_dir == "/scratch/run");
+  f.run_dir = "/flag/run";
+  CHECK(slurm_place(env_of(e), f).peer_dir == "/flag/run/peer0");
+}
+
+TEST_CASE("a missing or inconsistent SLURM environment is refused, naming the variable", "[apps]") {
+  ClusterFlags f;
+  f.kind = "slurm";
+  for (const char* var : {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST",
+                          "SLURM_TASKS_PER_NODE"}) {
+    auto e = slurm_env(0, 0);
+    e.erase(var);
+    CHECK_THAT(usage_error_of([&] { slurm_place(env_of(e), f); }), Contains(var));
+  }
+  auto e = slurm_env(0, 0);
+  e["SLURM_PROCID"] = "7";
+  CHECK_THAT(usage_error_of([&] { slurm_place(env_of(e), f); }), Contains("SLURM_PROCID=7"));
+  e = slurm_env(0, 0);
+  e["SLURM_NTASKS"] = "abc";
+  CHECK_THAT(usage_error_of([&] { slurm_place(env_of(e), f); }), Contains("SLURM_NTASKS=abc"));
+  e = slurm_env(0, 0);
+  e["SLURM_TASKS_PER_NODE"] = "2(x4)";  // 8 tasks, 4 nodes named
+  CHECK_THAT(usage_error_of([&] { slurm_place(env_of(e), f); }), Contains("SLURM_TASKS_PER_NODE"));
+  e = slurm_env(0, 0);
+  e["SLURM_JOB_NODELIST"] = "node[01-03]";  // 3 nodes, 4 counts
+  CHECK_THAT(usage_error_of([&] { slurm_place(env_of(e), f); }), Contains("SLURM_JOB_NODELIST"));
+  e = slurm_env(0, 0);
+  e["SLURM_JOB_NODELIST"] = "node[01-";
+  CHECK_THAT(usage_error_of([&] { slurm_place(env_of(e), f); }), Contains("SLURM_JOB_NODELIST"));
+  // Cyclic distribution puts task 1 on node02 as its local task 0: our seeds' ports would be wrong.
+  CHECK_THAT(usage_error_of([&] { slurm_place(env_of(slurm_env(1, 0)), f); }),
+             Contains("SLURM_LOCALID"));
+  e = slurm_env(0, 0);
+  e["SLURMD_NODENAME"] = "node02";
+  CHECK_THAT(usage_error_of([&] { slurm_place(env_of(e), f); }), Contains("SLURMD_NODENAME"));
+  e = slurm_env(0, 0);
+  e.erase("SLURM_JOB_ID");
+  CHECK_THAT(usage_error_of([&] { slurm_place(env_of(e), f); }), Contains("SLURM_JOB_ID"));
+  f.base_port = 65535;
+  CHECK_THAT(usage_error_of([&] { slurm_place(env_of(slurm_env(1, 1)), f); }), Contains("65535"));
+}
+
+TEST_CASE("a StatefulSet pod learns its ordinal and the first pods of the Service as seeds",
+          "[apps]") {
+  ClusterFlags f;
+  f.kind = "k8s";
+  f.base_port = 7100;
+  std::map<std::string, std::string> e = {{"HOSTNAME", "gt-3"},
+                                          {"GT_K8S_SERVICE", "gt-peers"},
+                                          {"GT_K8S_REPLICAS", "5"},
+                                          {"GT_RUN_DIR", "/data"}};
+  ClusterPlace p = k8s_place(env_of(e), f);
+  CHECK(p.shard == 3);
+  CHECK(p.num_shards == 5);
+  CHECK(p.host == "gt-3.gt-peers");
+  CHECK(p.port == 7100);
+  CHECK(p.seeds == std::vector<std::string>{"gt-0.gt-peers:7100", "gt-1.gt-peers:7100"});
+  CHECK(p.peer_dir == "/data/peer3");
+  // The flags win over GT_K8S_*.
+  f.k8s_service = "other";
+  f.k8s_replicas = 4;
+  p = k8s_place(env_of(e), f);
+  CHECK(p.num_shards == 4);
+  CHECK(p.seeds.front() == "gt-0.other:7100");
+  f = ClusterFlags{};
+  f.kind = "k8s";
+  e.erase("GT_K8S_SERVICE");
+  CHECK_THAT(usage_error_of([&] { k8s_place(env_of(e), f); }), Contains("GT_K8S_SERVICE"));
+  e["GT_K8S_SERVICE"] = "s";
+  e["GT_K8S_REPLICAS"] = "3";  // ordinal 3 of 3 replicas
+  CHECK_THAT(usage_error_of([&] { k8s_place(env_of(e), f); }), Contains("HOSTNAME=gt-3"));
+  e["HOSTNAME"] = "laptop";
+  CHECK_THAT(usage_error_of([&] { k8s_place(env_of(e), f); }), Contains("HOSTNAME"));
+  e.erase("HOSTNAME");
+  CHECK_THAT(usage_error_of([&] { k8s_place(env_of(e), f); }), Contains("HOSTNAME"));
+}
+
+TEST_CASE("under --cluster the flags given win, the rest comes from the engine", "[apps]") {
+  gt_test::TempDir dir("gt-cluster");
+  PeerConfig c;
+  c.cluster.kind = "slurm";
+  c.cluster.run_dir = dir.path.string();
+  auto e = slurm_env(5, 1);
+  c.shard = 2;  // as if --shard 2 were given
+  apply_cluster(c, {"shard"}, env_of(e));
+  CHECK(c.shard == 2);
+  CHECK(c.num_shards == 7);
+  CHECK(c.listen == "0.0.0.0:7001");
+  CHECK(c.advertise == "node03:7001");
+  CHECK(c.min_peers == 7);
+  CHECK(c.metrics == dir.path.string() + "/peer5/metrics.jsonl");
+  CHECK(c.train.checkpoint_dir == dir.path.string() + "/peer5/ckpt");
+  CHECK(std::filesystem::is_directory(dir.path / "peer5"));
+  CHECK(given_flags({"--shard", "2", "--seeds=a:1", "x"}) ==
+        std::set<std::string>{"shard", "seeds"});
+}
+
+TEST_CASE("under --cluster a network key file others may read is refused", "[apps]") {
+  gt_test::TempDir dir("gt-cluster");
+  const std::string key = (dir.path / "network.key").string();
+  std::ofstream(key) << std::string(64, 'a') << "\n";
+  PeerConfig c;
+  c.cluster.kind = "slurm";
+  c.cluster.run_dir = dir.path.string();
+  c.network_key = key;
+  ::chmod(key.c_str(), 0640);
+  CHECK_THAT(usage_error_of([&] { apply_cluster(c, {}, env_of(slurm_env(0, 0))); }),
+             Contains("chmod 600"));
+  ::chmod(key.c_str(), 0600);
+  CHECK(usage_error_of([&] { apply_cluster(c, {}, env_of(slurm_env(0, 0))); }).empty());
+  c.network_key = (dir.path / "missing.key").string();
+  CHECK_THAT(usage_error_of([&] { apply_cluster(c, {}, env_of(slurm_env(0, 0))); }),
+             Contains("missing.key"));
+}
+
+TEST_CASE("peer churn: a peer keeps its own shard's crash, pause and stop events", "[apps]") {
+  gt_test::TempDir dir("gt-cluster");
+  const std::string f = (dir.path / "s.json").string();
+  std::ofstream(f) << R"({"events": [
+    {"at_progress": 0.3, "event": "crash", "peers": [1]},
+    {"at_progress": 0.35, "event": "restart", "peers": [1]},
+    {"at": 5, "event": "pause", "peers": [0, 1], "for": 2},
+    {"at": 9, "event": "stop", "peers": [2]}]})";
+  auto mine = peer_churn_events(f, 1, 4);
+  REQUIRE(mine.size() == 2);
+  CHECK(mine[0].kind == gossiptrain::core::ChurnKind::Crash);
+  CHECK(mine[1].kind == gossiptrain::core::ChurnKind::Pause);
+  CHECK(peer_churn_events(f, 3, 4).empty());
+  // What a peer cannot play alone is refused, not ignored.
+  std::ofstream(f, std::ios::trunc) << R"({"events": [{"at": 1, "event": "pause", "peers": [0]}]})";
+  CHECK_THROWS_AS(peer_churn_events(f, 0, 4), gossiptrain::core::ScenarioError);
+  std::ofstream(f, std::ios::trunc)
+      << R"({"events": [{"at": 1, "event": "partition", "groups": [[0], [1]]}]})";
+  CHECK_THROWS_AS(peer_churn_events(f, 0, 4), gossiptrain::core::ScenarioError);
+  CHECK_THROWS_AS(peer_churn_events("random:crash,uptime=5,downtime=1", 0, 4),
+                  gossiptrain::core::ScenarioError);
+  CHECK_THROWS_AS(peer_churn_events((dir.path / "none.json").string(), 0, 4),
+                  gossiptrain::core::ScenarioError);
+}

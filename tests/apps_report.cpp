@@ -1,0 +1,180 @@
+// gossip-launch --report: peers' metrics files found anywhere under a folder make one run; a
+// missing, truncated or foreign file is named and skipped; peers' churn events and what the
+// others saw of them make the churn section, on one clock built from the peers' clock lines.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "apps/launch/report.hpp"
+#include "tests/test_util.hpp"
+
+using namespace gossiptrain::apps;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+std::string line(double t, const std::string& peer, const std::string& event, json fields = {}) {
+  json j = {{"t", t}, {"peer", peer}, {"event", event}};
+  if (fields.is_object()) j.update(fields);
+  return j.dump() + "\n";
+}
+
+// A peer that trained 2 epochs to acc, started at unix time u.
+std::string peer_file(int shard, const std::string& id, double u, double acc) {
+  return line(0, "local", "clock",
+              {{"unix_s", u},
+               {"shard", shard},
+               {"num_shards", 3},
+               {"model", "mlp:784-10"},
+               {"epochs", 2},
+               {"batch", 32},
+               {"partition", "iid"},
+               {"data", "synthetic"}}) +
+         line(0.5, id, "eval", {{"epoch", 1}, {"test_acc", acc - 0.1}, {"step", 10}}) +
+         line(0.6, id, "exchange", {{"partner", "x"}, {"ok", true}, {"bytes", 100}}) +
+         line(1.0, id, "eval", {{"epoch", 2}, {"test_acc", acc}, {"step", 20}, {"final", true}}) +
+         line(1.1, id, "done",
+              {{"steps", 20}, {"epochs", 2}, {"final_test_acc", acc}, {"stopped", false}});
+}
+
+bool any_note(const ReportScan& s, const std::string& part) {
+  for (const auto& n : s.notes)
+    if (n.find(part) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("report: metrics files from anywhere under a folder are one run", "[apps]") {
+  gt_test::TempDir dir("gt-report");
+  // One copied from machine a, one in a SLURM-style peer folder, one by hand with no folder.
+  write(dir.path / "machine-a" / "peer0" / "metrics.jsonl", peer_file(0, "aaaa", 1000.0, 0.8));
+  write(dir.path / "peer1" / "metrics.jsonl", peer_file(1, "bbbb", 1002.0, 0.82));
+  write(dir.path / "by-hand.jsonl", peer_file(2, "cccc", 1001.0, 0.84));
+  const ReportScan scan = scan_report_dir(dir.str());
+  REQUIRE(scan.peers.size() == 3);
+  CHECK(scan.notes.empty());
+  CHECK(scan.peers[2].path == "by-hand.jsonl");
+  LaunchOptions o;
+  o.target_acc = 0.81;
+  const Report r = build_report(scan, o, dir.str());
+  const json& s = r.summary;
+  CHECK(s["num_peers"] == 3);
+  CHECK(s["partition"] == "iid");
+  CHECK(s["epochs"] == 2);
+  CHECK(s["model"] == "mlp:784-10");
+  CHECK(s["final_test_acc_mean"].get<double>() == Approx(0.82));
+  CHECK(s["final_test_acc_min"].get<double>() == Approx(0.8));
+  // Peer 0 never reached 0.81: the run did not. Peer 1 did at its t = 1.0, 2 s after peer 0.
+  CHECK(s["time_to_target_s"].is_null());
+  CHECK(s["time_to_target_first_s"].get<double>() == Approx(1.0 + 1.0));
+  CHECK(s["peers"][1]["clock_offset_s"].get<double>() == Approx(2.0));
+  CHECK(s["started_at"] == "1970-01-01T00:16:40Z");
+  CHECK(!s.contains("churn"));
+  CHECK(r.table.find("done") != std::string::npos);
+}
+
+TEST_CASE("report: missing, truncated and foreign files are named and skipped", "[apps]") {
+  gt_test::TempDir dir("gt-report-bad");
+  const std::string good = peer_file(0, "aaaa", 1000.0, 0.8);
+  // Cut in the middle of its last line, as a killed peer or a half-copied file leaves it.
+  write(dir.path / "peer0" / "metrics.jsonl", good + R"({"t":1.2,"peer":"aaaa","ev)");
+  write(dir.path / "peer1" / "log.txt", "no metrics here\n");  // a peer folder without metrics
+  write(dir.path / "foreign.jsonl", "{\"name\": \"not ours\"}\n[1,2,3]\n\"x\"\n");
+  write(dir.path / "binary.jsonl", std::string("\x00\xff\xfe{\"t\":", 8) + "\n\x01\x02");
+  write(dir.path / "empty.jsonl", "");
+  write(dir.path / "peer2" / "metrics.jsonl",
+        peer_file(2, "cccc", 1001.0, 0.7) + "garbage line\n" +
+            line(1.3, "cccc", "eval", {{"test_acc", "high"}}) +  // a bad value, not a crash
+            "{\"t\": 1e999, \"peer\": \"c\", \"event\": \"x\"}\n");
+  write(dir.path / "copy" / "peer2.jsonl", peer_file(2, "cccc", 1001.0, 0.7));  // copied twice
+  const ReportScan scan = scan_report_dir(dir.str());
+  CHECK(scan.peers.size() == 3);
+  CHECK(any_note(scan, "peer0/metrics.jsonl: its last line is cut short"));
+  CHECK(any_note(scan, "peer1/: a peer folder without a metrics file"));
+  CHECK(any_note(scan, "foreign.jsonl: not a peer's metrics file"));
+  CHECK(any_note(scan, "binary.jsonl: not a peer's metrics file"));
+  CHECK(any_note(scan, "empty.jsonl: not a peer's metrics file"));
+  CHECK(any_note(scan, "peer2/metrics.jsonl: 2 line(s) that are not metrics lines"));
+  CHECK(any_note(scan, "peer 2 again"));
+  CHECK(any_note(scan, "peer 1 of 3: no metrics file found"));
+  const Report r = build_report(scan, LaunchOptions{}, dir.str());
+  CHECK(r.summary["num_peers"] == 3);
+  CHECK(r.summary["report"]["skipped"].size() == scan.notes.size());
+  // A folder that is not one, and one without any metrics, are bad input (exit code 2).
+  CHECK_THROWS_AS(scan_report_dir((dir.path / "nowhere").string()), UsageError);
+  gt_test::TempDir empty("gt-report-empty");
+  write(empty.path / "x.jsonl", "hello\n");
+  LaunchOptions o;
+  o.report = empty.str();
+  o.plots = false;
+  CHECK(run_report(o) == 2);
+}
+
+TEST_CASE("report: a launch's own summary is not overwritten", "[apps]") {
+  gt_test::TempDir dir("gt-report-own");
+  write(dir.path / "peer0" / "metrics.jsonl", peer_file(0, "aaaa", 1000.0, 0.8));
+  write(dir.path / "summary.json", R"({"num_peers": 1})");
+  LaunchOptions o;
+  o.report = dir.str();
+  o.plots = false;
+  CHECK_THROWS_AS(run_report(o), UsageError);
+  o.out = (dir.path / "report").string();
+  CHECK(run_report(o) == 0);
+  std::ifstream in(dir.path / "report" / "summary.json");
+  const json s = json::parse(in);
+  CHECK(s["num_peers"] == 1);
+  CHECK(s["plots"]["message"] == "skipped (--no-plots)");
+  // A second report over the first one's output is fine.
+  CHECK(run_report(o) == 0);
+}
+
+TEST_CASE("report: a crash a peer played, its detection by the others and its restart", "[apps]") {
+  gt_test::TempDir dir("gt-report-churn");
+  auto clock = [](double u, int shard) {
+    return line(0, "local", "clock", {{"unix_s", u}, {"shard", shard}, {"num_shards", 3}});
+  };
+  // Peer 1 crashes at its t = 10 (launch time 10), restarts at launch time 14 from its checkpoint;
+  // peers 0 and 2 mark it dead 2.5 and 3.5 s after the crash.
+  write(dir.path / "peer1" / "metrics.jsonl",
+        clock(1000.0, 1) + line(5, "bbbb", "eval", {{"test_acc", 0.5}}) +
+            line(10, "bbbb", "churn",
+                 {{"kind", "crash"},
+                  {"scenario", {{"at_progress", 0.3}, {"event", "crash"}, {"peers", {1}}}}}) +
+            clock(1014.0, 1) + line(3, "bbbb", "eval", {{"test_acc", 0.6}}) +
+            line(6, "bbbb", "done", {{"final_test_acc", 0.6}}));
+  for (int p : {0, 2}) {
+    const std::string id = p == 0 ? "aaaa" : "cccc";
+    write(dir.path / ("peer" + std::to_string(p)) / "metrics.jsonl",
+          clock(1000.0, p) + line(5, id, "eval", {{"test_acc", 0.5}}) +
+              line(12.5 + 0.5 * p, id, "member", {{"member", "bbbb"}, {"state", "dead"}}) +
+              line(15, id, "member", {{"member", "bbbb"}, {"state", "alive"}}) +
+              line(19, id, "eval", {{"test_acc", 0.62}}) +
+              line(20, id, "done", {{"final_test_acc", 0.62}}));
+  }
+  const Report r = build_report(scan_report_dir(dir.str()), LaunchOptions{}, dir.str());
+  REQUIRE(r.summary.contains("churn"));
+  const json& c = r.summary["churn"];
+  INFO(c.dump());
+  REQUIRE(c["applied"].contains("restart"));
+  CHECK(c["applied"]["crash"] == 1);
+  CHECK(c["applied"]["restart"] == 1);
+  REQUIRE(c["events"].size() == 1);
+  const json& e = c["events"][0];
+  CHECK(e["peer"] == 1);
+  CHECK(e["t"].get<double>() == Approx(10.0));
+  REQUIRE(e["detected_by_s"].contains("2"));
+  CHECK(e["detected_by_s"]["0"].get<double>() == Approx(2.5));
+  CHECK(e["detected_by_s"]["2"].get<double>() == Approx(3.5));
+  CHECK(e["back_after_s"].get<double>() == Approx(4.0));
+  // The restarted peer is one peer in its second life, done at the end.
+  CHECK(r.summary["peers"][1]["state"] == "done");
+  CHECK(r.summary["num_peers"] == 3);
+}

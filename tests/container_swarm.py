@@ -1,0 +1,281 @@
+"""Four gossip-peer containers on a podman network find each other by DNS name, as the pods of the
+StatefulSet in deploy/k8s do (same image, same entrypoint, the manifest's environment and args),
+and average; one is killed (podman kill) at about 30% of its training and started again: it resumes
+from its checkpoint volume as the same peer and rejoins.
+
+    python3 tests/container_swarm.py REPO_ROOT BUILD_DIR
+
+The image is built from BUILD_DIR by deploy/container/build-image.sh under a name of this run and
+removed at the end; the base image (mmdebstrap, the slow part) is kept and reused. Every container,
+network and volume is named gt-pods-<pid>-... and removed. Exit 77: skipped, with the reason."""
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+try:
+    import yaml
+except ImportError:
+    print("SKIP: no PyYAML for /usr/bin/python3 (Debian package python3-yaml)")
+    sys.exit(77)
+
+ROOT, BUILD = sys.argv[1], sys.argv[2]
+TAG = f"gt-pods-{os.getpid()}"
+IMAGE = f"localhost/{TAG}:test"
+BASE = os.environ.get("GT_IMAGE_BASE", "localhost/gossiptrain-base:bookworm")
+# podman on these machines: runc (crun refuses hybrid cgroups) and explicit limits.
+RUN = ["--runtime", "runc", "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
+BASE_BUILD_LIMIT_S = int(os.environ.get("GT_IMAGE_BUILD_TIMEOUT", "900"))
+N = 4
+VICTIM = 2
+EPOCHS = 45
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def skip(why):
+    print(f"SKIP: {why}", flush=True)
+    sys.exit(77)
+
+
+def podman(*args, timeout=120, check_rc=True):
+    r = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
+    if check_rc and r.returncode != 0:
+        raise RuntimeError(f"podman {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+    return r
+
+
+def lines(path):
+    """The metric lines of a file a peer is still appending to (a torn last line is left out)."""
+    out = []
+    try:
+        with open(path) as f:
+            for ln in f:
+                try:
+                    out.append(json.loads(ln))
+                except ValueError:
+                    pass
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def poll(what, pred, timeout_s, every_s=0.5):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every_s)
+    check(False, f"{what} (within {timeout_s} s)")
+    return None
+
+
+# --- What can run here ------------------------------------------------------------------------
+if os.geteuid() != 0:
+    skip("needs root (podman's bridge networks and volumes)")
+for tool in ("podman", "runc"):
+    if not shutil.which(tool):
+        skip(f"{tool} is not installed (scripts/setup.sh)")
+for prog in ("gossip-peer", "gossip-launch"):
+    if not os.access(os.path.join(BUILD, "apps", prog), os.X_OK):
+        skip(f"{BUILD}/apps/{prog} is not built")
+base_present = podman("image", "exists", BASE, check_rc=False).returncode == 0
+if not base_present and not shutil.which("mmdebstrap"):
+    skip(f"no base image {BASE} and no mmdebstrap to make one (scripts/setup.sh)")
+
+with open(os.path.join(ROOT, "deploy", "k8s", "statefulset.yaml")) as f:
+    sts = yaml.safe_load(f)
+spec = sts["spec"]["template"]["spec"]["containers"][0]
+env = {e["name"]: e["value"] for e in spec["env"]}
+SERVICE = env["GT_K8S_SERVICE"]
+metrics_port = int(env["GT_METRICS_PORT"])
+state_in_pod = next(m["mountPath"] for m in spec["volumeMounts"] if m["name"] == "state")
+SWARM = os.path.join(ROOT, "deploy", "container", "podman-swarm.sh")
+# The manifest's training flags, then this test's size (the last of a repeated flag wins).
+args = list(spec["args"]) + ["--model", "mlp:784-64-10", "--epochs", str(EPOCHS),
+                             "--checkpoint-every", "1", "--linger", "10", "--min-peers", str(N)]
+
+created = {"containers": [], "volumes": [], "networks": [], "images": []}
+tmp = tempfile.mkdtemp(prefix=f"{TAG}-")
+
+
+def cleanup():
+    subprocess.run([SWARM, "down", "--name", TAG, "--replicas", str(N)], timeout=120)
+    for c in created["containers"]:
+        podman("rm", "-f", "-t", "0", c, check_rc=False)
+    for v in created["volumes"]:
+        podman("volume", "rm", "-f", v, check_rc=False)
+    for n in created["networks"]:
+        podman("network", "rm", "-f", n, check_rc=False)
+    for i in created["images"]:
+        podman("rmi", "-f", i, check_rc=False)
+    shutil.rmtree(tmp, ignore_errors=True)
+    left = podman("ps", "-a", "--filter", f"name={TAG}", "--format", "{{.Names}}", check_rc=False)
+    if left.stdout.strip():
+        print(f"FAIL left behind: {left.stdout.strip()}")
+
+
+def build_image():
+    t0 = time.monotonic()
+    limit = 300 if base_present else BASE_BUILD_LIMIT_S
+    cmd = [os.path.join(ROOT, "deploy", "container", "build-image.sh"), "--build", BUILD,
+           "--image", IMAGE, "--base", BASE]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    created["images"].append(IMAGE)
+    try:
+        out, _ = p.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.communicate()
+        skip(f"building the image took over {limit} s ({'base present' if base_present else 'making the base with mmdebstrap'}; GT_IMAGE_BUILD_TIMEOUT)")
+    for ln in out.splitlines():
+        if ln.startswith("build-image:") or "missing" in ln:
+            print(ln)
+    if p.returncode != 0:
+        if "cgroups" in out or "setrlimit" in out or "OCI runtime" in out:
+            skip(f"podman cannot run containers here: {out.strip()[-400:]}")
+        check(False, f"build-image.sh exit {p.returncode}: {out.strip()[-1500:]}")
+        raise SystemExit(1)
+    print(f"image built in {time.monotonic() - t0:.0f} s")
+
+
+def volume_dir(i):
+    return podman("volume", "inspect", "--format", "{{.Mountpoint}}", f"{TAG}-state-{i}").stdout.strip()
+
+
+def bad_environment(extra_env, hostname, names):
+    """The entrypoint refuses a missing or inconsistent environment: exit 2, naming the variable."""
+    cmd = ["run", "--rm", *RUN, "--hostname", hostname, "--network", "none"]
+    for k, v in extra_env.items():
+        cmd += ["-e", f"{k}={v}"]
+    r = podman(*cmd, IMAGE, "--data", "synthetic", check_rc=False, timeout=60)
+    check(r.returncode == 2 and names in r.stderr,
+          f"entrypoint with {extra_env} as {hostname}: exit 2 naming {names} "
+          f"(got {r.returncode}: {r.stderr.strip()})")
+
+
+try:
+    build_image()
+    bad_environment({}, "gossip-0", "GT_K8S_SERVICE")
+    bad_environment({"GT_K8S_SERVICE": "s", "GT_K8S_REPLICAS": "2"}, "gossip-5", "GT_K8S_REPLICAS")
+    bad_environment({"GT_K8S_SERVICE": "s", "GT_K8S_REPLICAS": "2"}, "gossip", "HOSTNAME")
+
+    key = os.path.join(tmp, "network.key")
+    with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    # podman-swarm.sh sets GT_K8S_SERVICE and GT_K8S_REPLICAS and mounts the key and the state
+    # where the image's defaults put them: the rest of the manifest's environment must be those.
+    image_env = dict(ln.split("=", 1) for ln in podman(
+        "image", "inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", IMAGE
+    ).stdout.split())
+    check(all(env[k] == image_env.get(k) for k in ("GT_PORT", "GT_METRICS_PORT")) and
+          state_in_pod == image_env.get("GT_STATE_DIR") and
+          env["GT_NETWORK_KEY_FILE"] == "/etc/gossiptrain/network.key",
+          "the manifest's ports, state and key paths are the ones podman-swarm.sh gives")
+    created["networks"].append(f"{TAG}-net")
+    created["volumes"] += [f"{TAG}-state-{i}" for i in range(N)]
+    created["containers"] += [f"{TAG}-{i}" for i in range(N)]
+    t_start = time.monotonic()
+    r = subprocess.run([SWARM, "up", "--name", TAG, "--service", SERVICE, "--replicas", str(N),
+                        "--image", IMAGE, "--key", key, "--", *args], capture_output=True,
+                       text=True, timeout=300)
+    if not check(r.returncode == 0, f"podman-swarm.sh up: {r.stdout.strip()} {r.stderr.strip()}"):
+        raise SystemExit(1)
+    vol = [volume_dir(i) for i in range(N)]
+    mfile = [os.path.join(v, "metrics.jsonl") for v in vol]
+
+    # /healthz answers on the metrics port, as the probes ask it.
+    ip = podman("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                f"{TAG}-0").stdout.strip()
+
+    def healthz():
+        try:
+            with urllib.request.urlopen(f"http://{ip}:{metrics_port}/healthz", timeout=2) as r:
+                return r.status == 200 and r.read().strip() == b"ok"
+        except OSError:
+            return False
+    check(bool(poll("/healthz answers 200 ok", healthz, 60)), f"/healthz of {TAG}-0 at {ip}")
+
+    # The victim has trained 30% of its epochs and has a checkpoint.
+    def victim_at_30():
+        steps = [e for e in lines(mfile[VICTIM]) if e.get("event") == "step"]
+        return steps and steps[-1]["step"] >= 0.3 * steps[-1]["steps_total"] and \
+            os.listdir(os.path.join(vol[VICTIM], "checkpoint"))
+    if not poll("the victim reaches 30% of its epochs", victim_at_30, 240):
+        raise SystemExit(1)
+    before = lines(mfile[VICTIM])
+    step_at_kill = max(e["step"] for e in before if e.get("event") == "step")
+    exchanges_ok_before = sum(1 for e in before if e.get("event") == "exchange" and e.get("ok"))
+    seen = [len(lines(mfile[i])) for i in range(N)]
+    podman("kill", f"{TAG}-{VICTIM}")
+    t_kill = time.monotonic()
+    podman("wait", f"{TAG}-{VICTIM}", timeout=60)
+    offset = len(lines(mfile[VICTIM]))  # its last line before the restart
+    print(f"killed {TAG}-{VICTIM} at step {step_at_kill}, {t_kill - t_start:.0f} s in, "
+          f"after {exchanges_ok_before} good exchanges")
+    victim_addr = f"{TAG}-{VICTIM}.{SERVICE}:{env['GT_PORT']}"
+
+    def victim_ids():
+        return {e["member"] for i in range(N) if i != VICTIM for e in lines(mfile[i])
+                if e.get("event") == "member" and e.get("addr") == victim_addr}
+
+    def detected():
+        return [i for i in range(N) if i != VICTIM and any(
+            e.get("event") == "member" and e.get("addr") == victim_addr and
+            e.get("state") in ("suspect", "dead") for e in lines(mfile[i])[seen[i]:])]
+    found = poll("the others detect the killed peer", detected, 60)
+    print(f"detected by peers {found} after {time.monotonic() - t_kill:.1f} s")
+    podman("start", f"{TAG}-{VICTIM}")
+
+    def rejoined():
+        after = lines(mfile[VICTIM])[offset:]
+        return any(e.get("event") == "exchange" and e.get("ok") for e in after)
+    check(bool(poll("the restarted peer averages again", rejoined, 120)),
+          "the restarted peer has good exchanges after its restart")
+    for i in range(N):
+        r = podman("wait", f"{TAG}-{i}", timeout=400)
+        check(r.stdout.strip() == "0", f"{TAG}-{i} finished with exit code 0 (got {r.stdout.strip()})")
+    print(f"run took {time.monotonic() - t_start:.0f} s")
+
+    logs = podman("logs", f"{TAG}-{VICTIM}").stdout + podman("logs", f"{TAG}-{VICTIM}").stderr
+    resumed = [ln for ln in logs.splitlines() if "resumed from checkpoint" in ln]
+    check(len(resumed) == 1 and f"{state_in_pod}/checkpoint" in resumed[0],
+          f"the restarted peer resumed from its checkpoint volume: {resumed}")
+    at = int(resumed[0].rsplit("step", 1)[1]) if resumed else -1
+    after = lines(mfile[VICTIM])[offset:]
+    first_step = next((e["step"] for e in after if e.get("event") == "step"), None)
+    check(0 < at and first_step is not None and at < first_step,
+          f"it went on from its checkpoint's step {at} (first step line after the restart "
+          f"{first_step}, {step_at_kill} at the kill)")
+    check(logs.count("created identity") == 1, "its identity key was made once, on the volume")
+    check(len(victim_ids()) == 1, f"the others know it by one peer id before and after: {victim_ids()}")
+    for i in range(N):
+        evs = lines(mfile[i])
+        done = [e for e in evs if e.get("event") == "done"]
+        partners = {e.get("partner") for e in evs if e.get("event") == "exchange" and e.get("ok")}
+        check(len(done) == 1 and len(partners) >= 2,
+              f"peer {i}: done once, averaged with {len(partners)} distinct partners")
+        if i != VICTIM:
+            states = [e["state"] for e in evs[seen[i]:] if e.get("event") == "member" and
+                      e.get("addr") == victim_addr]
+            back = "alive" in states[next((k for k, s in enumerate(states) if s != "alive"), len(states)):]
+            check(back, f"peer {i} saw the victim go after the kill and come back alive: {states}")
+finally:
+    cleanup()
+
+print(f"{len(failures)} failed")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,139 @@
+// Error feedback on a lossy wire (issue 34): each snapshot sends the encoding of x + e and keeps
+// e = (x + e) - sent; nothing is lost (sent + residual is what would have been sent), what is
+// sent averages to x over time, and an exchange still conserves the sum over the peers.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+
+#include "gossip/exchange/exchange_messages.hpp"
+#include "gossip/exchange/snapshot_buffers.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "tests/gossip_averager_harness.hpp"
+
+using namespace gossiptrain;
+using namespace gossiptrain::gossip;
+using namespace gossiptrain::gossip::avgtest;
+
+namespace {
+
+struct EfBuffers {
+  kernels::CpuBackend be;
+  std::unique_ptr<SnapshotBuffers> buf;
+  std::size_t n;
+  EfBuffers(kernels::Wire wire, std::size_t n_, bool ef) : n(n_) {
+    // Small chunks: a snapshot spans several messages.
+    buf = SnapshotBuffers::make(false, wire, 1024, be, [](net::Bytes&&) {}, ef);
+    buf->allocate(n);
+  }
+  // Takes a snapshot of x and decodes what its messages carry: what the partner receives.
+  std::vector<float> send(const std::vector<float>& x) {
+    ChunkSetPtr own = buf->snapshot(x.data(), n, [](const ChunkSetPtr&) {}, [](std::size_t) {});
+    std::vector<std::uint8_t> enc;
+    for (const auto& c : own->chunks)
+      enc.insert(enc.end(), c->begin() + kChunkHeaderBytes, c->end());
+    REQUIRE(enc.size() == kernels::encoded_size(buf_wire, n));
+    std::vector<float> sent(n);
+    be.decode(buf_wire, enc.data(), n, sent.data());
+    return sent;
+  }
+  kernels::Wire buf_wire = kernels::Wire::Int8;
+};
+
+std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> N(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& f : v) f = N(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("error feedback loses nothing: what was sent plus the residual is what would have been sent",
+          "[gossip]") {
+  const kernels::Wire wire = GENERATE(kernels::Wire::Int8, kernels::Wire::Bf16, kernels::Wire::Fp16);
+  INFO("wire " << kernels::wire_name(wire));
+  const std::size_t n = 3000;  // not a multiple of the int8 block
+  EfBuffers b(wire, n, true);
+  b.buf_wire = wire;
+  std::vector<float> e(n, 0.0f);  // the residual before each snapshot
+  std::vector<double> sent_sum(n, 0.0), x_sum(n, 0.0);
+  for (int t = 0; t < 20; ++t) {
+    const auto x = gaussian(n, 100 + t);
+    const auto sent = b.send(x);
+    const auto e_new = b.buf->residual();
+    REQUIRE(e_new.size() == n);
+    std::size_t exact = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float would = x[i] + e[i];  // what would have been sent: x plus what was held back
+      // Exact: the wire rounds to nearest, so the rounding error is representable.
+      if (sent[i] + e_new[i] == would) ++exact;
+      sent_sum[i] += sent[i];
+      x_sum[i] += x[i];
+    }
+    CHECK(exact == n);
+    // The residual is a rounding error, not a second copy of x.
+    double e2 = 0, x2 = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      e2 += double(e_new[i]) * e_new[i];
+      x2 += double(x[i]) * x[i];
+    }
+    CHECK(e2 < 1e-3 * x2);
+    e = e_new;
+  }
+  // Over the whole run: everything sent plus the last residual is everything that was to be sent.
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::abs(sent_sum[i] + e[i] - x_sum[i]));
+  CHECK(worst < 1e-4);
+}
+
+TEST_CASE("with error feedback a vector sent again and again averages to itself on the int8 wire",
+          "[gossip]") {
+  const std::size_t n = 2048;
+  // One large value per block makes the int8 step coarse for the small ones.
+  auto x = gaussian(n, 7, 0.01f);
+  for (std::size_t i = 0; i < n; i += kernels::kInt8BlockSize) x[i] = 1.0f;
+  auto mean_error = [&](bool ef) {
+    EfBuffers b(kernels::Wire::Int8, n, ef);
+    std::vector<double> sum(n, 0.0);
+    const int T = 64;
+    for (int t = 0; t < T; ++t) {
+      const auto s = b.send(x);
+      for (std::size_t i = 0; i < n; ++i) sum[i] += s[i];
+    }
+    double err = 0;
+    for (std::size_t i = 0; i < n; ++i) err = std::max(err, std::abs(sum[i] / T - x[i]));
+    return err;
+  };
+  const double plain = mean_error(false), fed = mean_error(true);
+  // Without: the same rounding every time (up to half a step, 1/254). With: at most a step over T.
+  CHECK(plain > 1e-3);
+  CHECK(fed < plain / 10);
+  CHECK(fed <= 1.0 / 127 / 64 * 1.01);
+}
+
+TEST_CASE("a closed 4-peer swarm with error feedback on the int8 wire conserves the sum over peers",
+          "[gossip]") {
+  AveragerConfig cfg = base_config();
+  cfg.wire = kernels::Wire::Int8;
+  cfg.error_feedback = true;
+  Cluster c(4, 1000, cfg, 61);
+  const auto v0 = c.all_values();
+  const double msd0 = Cluster::msd(v0);
+  const auto sum0 = Cluster::coordinate_sums(v0);
+  c.train_then_settle(Millis(3000), 20, 3);
+  const auto v = c.all_values();
+  const auto s = Cluster::coordinate_sums(v);
+  double drift = 0;
+  for (std::size_t j = 0; j < s.size(); ++j) drift = std::max(drift, std::abs(s[j] - sum0[j]));
+  std::size_t ok = 0;
+  for (auto& p : c.peers) ok += p->avg->stats().ok;
+  std::printf("int8 + error feedback, 4 peers: %zu exchanges, msd ratio %.3e, worst sum drift %.3e\n",
+              ok / 2, Cluster::msd(v) / msd0, drift);
+  CHECK(ok / 2 >= 30);
+  // Each side adds w (r - s) with s exactly what it sent: what one gains the other loses.
+  CHECK(drift < 1e-4);
+  CHECK(Cluster::msd(v) / msd0 < 1e-4);
+}

@@ -1,0 +1,146 @@
+#!/bin/bash
+# The SLURM system test (ctest scripts:slurm): a one-node SLURM cluster of our own (munged,
+# slurmctld, slurmd from Debian's packages, config in a temporary folder), the swarm job
+# deploy/slurm/gossip.sbatch with 4 tasks as docs/cluster.md runs it, then checks that every peer
+# averaged with the others and finished, and that the job's gossip-launch --report wrote
+# summary.json and the plots. Every daemon it started is stopped by PID. Exit 77 (skip) where
+# SLURM is not installed or does not start.
+#   usage: slurm_check.sh BIN_DIR SOURCE_DIR [gossip-peer flags instead of the quick run's...]
+# GT_SLURM_KEEP=1 keeps the temporary folder. GT_SLURM_CHURN=FILE runs the churn check instead
+# (scripts/slurm-churn.sh uses it).
+set -uo pipefail
+BIN=$(realpath "$1") SRC=$(realpath "$2")
+shift 2
+skip() { echo "SKIPPED: $*"; exit 77; }
+fail() { echo "FAILED: $*"; exit 1; }
+[[ $(id -u) == 0 ]] || skip "needs root (munged, slurmd)"
+for b in munged slurmctld slurmd sbatch sinfo; do
+  command -v $b >/dev/null || skip "$b is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)"
+done
+[[ -r /etc/munge/munge.key ]] || skip "no /etc/munge/munge.key (the munge package makes it)"
+id munge >/dev/null 2>&1 || skip "no munge user"
+PY=/usr/bin/python3
+
+TMP=$(mktemp -d /tmp/gt-slurm-$$.XXXXXX)
+chmod 755 "$TMP"
+PIDS=()
+cleanup() {
+  local p i
+  # The daemons last started first (slurmd, slurmctld, then munged itself before its runuser
+  # parent, which reaps it), each waited for before the next.
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+    p=${PIDS[i]}
+    kill "$p" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$p" 2>/dev/null
+  done
+  if [[ ${GT_SLURM_KEEP:-0} == 1 ]]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# munged as the munge user, on a socket of our own.
+mkdir -p "$TMP/munge" && chown munge:munge "$TMP/munge" && chmod 755 "$TMP/munge"
+SOCK=$TMP/munge/munge.sock
+runuser -u munge -- munged -F --socket="$SOCK" --pid-file="$TMP/munge/munged.pid" \
+  --log-file="$TMP/munge/munged.log" --seed-file="$TMP/munge/seed" >"$TMP/munged.out" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 50); do [[ -S $SOCK ]] && break; sleep 0.2; done
+# munged's own PID after runuser's, so that it is stopped before runuser.
+[[ -s $TMP/munge/munged.pid ]] && PIDS+=("$(cat "$TMP/munge/munged.pid")")
+[[ -S $SOCK ]] || skip "munged did not start: $(tail -2 "$TMP/munged.out" "$TMP/munge/munged.log" 2>/dev/null | tr '\n' ' ')"
+
+NODE=$(hostname -s)
+PORT0=$((17000 + $$ % 2000))
+mkdir -p "$TMP/state" "$TMP/spool"
+cat >"$TMP/slurm.conf" <<CONF
+ClusterName=gtlab
+SlurmctldHost=$NODE
+SlurmctldPort=$PORT0
+SlurmdPort=$((PORT0 + 1))
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$SOCK
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$TMP/state
+SlurmdSpoolDir=$TMP/spool
+SlurmctldLogFile=$TMP/ctld.log
+SlurmdLogFile=$TMP/d.log
+SlurmctldPidFile=$TMP/ctld.pid
+SlurmdPidFile=$TMP/d.pid
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+ReturnToService=2
+NodeName=$NODE CPUs=$(nproc) RealMemory=8000 State=UNKNOWN
+PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
+CONF
+export SLURM_CONF=$TMP/slurm.conf
+slurmctld -D -f "$SLURM_CONF" >"$TMP/ctld.out" 2>&1 &
+PIDS+=($!)
+slurmd -D -f "$SLURM_CONF" >"$TMP/d.out" 2>&1 &
+PIDS+=($!)
+up=0
+for _ in $(seq 60); do
+  if sinfo -h -o %T 2>/dev/null | grep -qE '^idle'; then up=1; break; fi
+  sleep 0.5
+done
+((up)) || skip "SLURM did not start: $(sinfo -h 2>&1 | head -1); $(tail -3 "$TMP/ctld.log" "$TMP/d.log" 2>/dev/null | tr '\n' ' ')"
+echo "slurm: node $NODE idle (slurmctld, slurmd and munged of this test; config $SLURM_CONF)"
+
+# The job, as docs/cluster.md runs it.
+cd "$TMP"
+RUN=$TMP/run
+export GT_BIN_DIR=$BIN GT_RUN_DIR=$RUN GT_SCRIPTS_DIR=$SRC/scripts GT_BASE_PORT=$((PORT0 + 10))
+# Extra flags replace the test's quick synthetic run (scripts/slurm-churn.sh trains Fashion-MNIST).
+FLAGS=(--data synthetic --epochs 3 --checkpoint-every 5)
+(($# > 0)) && FLAGS=()
+timeout 600 sbatch --wait --ntasks 4 --overcommit --output="$TMP/job.out" \
+  "$SRC/deploy/slurm/gossip.sbatch" "${FLAGS[@]}" "$@"
+rc=$?
+echo "--- job output"; tail -30 "$TMP/job.out"
+for f in "$RUN"/peer*.log; do echo "--- $f"; tail -4 "$f"; done
+((rc == 0)) || fail "sbatch --wait exit code $rc"
+
+# Every peer finished and averaged with the others; the report wrote the summary and the plots.
+"$PY" - "$RUN" "${GT_SLURM_CHURN:-}" <<'PYCHECK' || fail "the run's checks"
+import json, os, sys
+run, churn = sys.argv[1], sys.argv[2]
+s = json.load(open(os.path.join(run, "summary.json")))
+assert s["num_peers"] == 4, f"{s['num_peers']} peers in summary.json"
+assert s["report"]["skipped"] == [] or churn, s["report"]["skipped"]
+for p in s["peers"]:
+    assert p["state"] == "done", f"peer {p['peer']}: {p['state']}"
+    assert (p.get("exchanges_ok") or 0) > 0, f"peer {p['peer']}: no exchange"
+# With the others: each peer's exchanges name at least two partners (a swarm, not a pair).
+for i in range(4):
+    partners = set()
+    for line in open(os.path.join(run, f"peer{i}", "metrics.jsonl")):
+        j = json.loads(line)
+        if j.get("event") == "exchange" and j.get("ok", True):
+            partners.add(j.get("partner"))
+    assert len(partners) >= 2, f"peer {i} averaged with {len(partners)} partner(s) only"
+assert s["plots"]["ok"], s["plots"]
+for png in ("accuracy.png", "loss.png", "bytes.png"):
+    assert os.path.getsize(os.path.join(run, png)) > 1000, png
+print("slurm check: 4 peers done, each averaged with >= 2 partners; final acc mean",
+      s["final_test_acc_mean"], "; plots:", s["plots"]["message"])
+if churn:
+    c = s.get("churn")
+    assert c, "no churn section"
+    crashes = [e for e in c["events"] if e["kind"] == "crash"]
+    assert crashes, "no crash in the churn section"
+    for e in crashes:
+        assert e["detected_by_s"], f"crash of peer {e['peer']} detected by nobody"
+        assert e["back_after_s"] is not None, f"peer {e['peer']} never came back"
+    print(json.dumps(c, indent=1)[:4000])
+print("RESULT " + json.dumps({"final_test_acc_mean": s["final_test_acc_mean"],
+                              "final_test_acc_min": s["final_test_acc_min"],
+                              "seconds": s["seconds"], "churn": s.get("churn")}))
+PYCHECK
+echo "slurm check: passed"
