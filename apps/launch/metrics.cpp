@@ -1,6 +1,8 @@
 // Incremental metrics reading and per-peer figures for gossip-launch (see launch_metrics.hpp).
 #include "apps/launch/metrics.hpp"
 
+#include <map>
+
 #include <cmath>
 #include <cstdio>
 
@@ -78,95 +80,125 @@ void PeerStats::fold(const nlohmann::json& j, const std::string& ev, double t, d
              ev == "done") {
     hold.clear();
   }
-  if (ev == "step") {
-    if (auto v = num(j, "step")) step = std::int64_t(*v);
-    if (auto v = num(j, "steps_total")) steps_total = std::int64_t(*v);
-    if (auto v = num(j, "loss")) loss = v;
-    if (auto v = num(j, "samples_per_s")) samples_per_s = v;
-  } else if (ev == "eval") {
-    if (auto v = num(j, "epoch")) epoch = int(*v);
-    if (auto v = num(j, "step")) step = std::max(step.value_or(0), std::int64_t(*v));
-    if (auto v = num(j, "train_loss")) loss = v;
-    if (auto v = num(j, "samples_per_s")) samples_per_s = v;
-    if (auto v = num(j, "test_acc")) {
-      test_acc = v;
-      if (!best_test_acc || *v > *best_test_acc) best_test_acc = v;
-      if (!time_to_target && *v >= target_acc) {
-        time_to_target = t;
-        target_life = life;
-        bytes_at_target = bytes;
-        target_epoch = epoch;
-        target_exchanges = exchanges_initiated;
-      }
-      if (j.contains("final") && j["final"].is_boolean() && j["final"].get<bool>()) final_eval_acc = v;
-    }
-  } else if (ev == "exchange") {
-    bool ok = j.contains("ok") && j["ok"].is_boolean() && j["ok"].get<bool>();
-    if (ok) {
-      ++exchanges_ok;
-      if (j.contains("role") && j["role"] == "initiator") ++exchanges_initiated;
-      // Lines of an older peer carry no `averaging`: every ok exchange averaged then.
-      const bool averaged =
-          !j.contains("averaging") || !j["averaging"].is_boolean() || j["averaging"].get<bool>();
-      ++(averaged ? exchanges_averaging : exchanges_clipped);
-      if (auto v = num(j, "w_eff")) mix_weight_sum += *v;
-      else if (auto w = num(j, "w")) mix_weight_sum += *w * num(j, "clip").value_or(1.0);
-    } else {
-      ++exchanges_failed;
-      std::string reason = "unknown";
-      if (j.contains("reason") && j["reason"].is_string() &&
-          !j["reason"].get<std::string>().empty())
-        reason = j["reason"].get<std::string>();
-      ++failed_by_reason[reason];
-    }
-    // bytes_sent is this peer's share; `bytes` (both directions) only when that is missing.
-    if (auto v = num(j, "bytes_sent")) bytes += std::int64_t(*v);
-    else if (auto w = num(j, "bytes")) bytes += std::int64_t(*w);
-    if (auto v = num(j, "bytes")) bytes_wire += std::int64_t(*v);
-  } else if (ev == "round" || ev == "update") {  // FedAvg: the server's tasks, a client's model
-    if (ev == "update") fedavg_client = true;
-    if (auto v = num(j, ev == "round" ? "bytes_sent" : "bytes")) {
-      bytes += std::int64_t(*v);
-      bytes_wire += std::int64_t(*v);
-    }
+  using Fold = void (PeerStats::*)(const nlohmann::json&, double, double);
+  static const std::map<std::string, Fold, std::less<>> kFolds = {
+      {"step", &PeerStats::fold_step},           {"eval", &PeerStats::fold_eval},
+      {"exchange", &PeerStats::fold_exchange},   {"round", &PeerStats::fold_fedavg},
+      {"update", &PeerStats::fold_fedavg},       {"exchange_alert", &PeerStats::fold_alert},
+      {"ban", &PeerStats::fold_ban},             {"member", &PeerStats::fold_member},
+      {"checkpoint", &PeerStats::fold_checkpoint}, {"done", &PeerStats::fold_done},
+      {"error", &PeerStats::fold_error},
+  };
+  if (const auto it = kFolds.find(ev); it != kFolds.end()) (this->*it->second)(j, t, target_acc);
+}
 
-  } else if (ev == "exchange_alert") {
-    not_averaging = j.value("state", "") == "failing";
-    if (not_averaging) {
-      ++averaging_alerts;
-      alert_reason = j.value("reason", "");
-      alert_addr = j.value("addr", "");
+void PeerStats::fold_step(const nlohmann::json& j, double, double) {
+  if (auto v = num(j, "step")) step = std::int64_t(*v);
+  if (auto v = num(j, "steps_total")) steps_total = std::int64_t(*v);
+  if (auto v = num(j, "loss")) loss = v;
+  if (auto v = num(j, "samples_per_s")) samples_per_s = v;
+}
+
+void PeerStats::fold_eval(const nlohmann::json& j, double t, double target_acc) {
+  if (auto v = num(j, "epoch")) epoch = int(*v);
+  if (auto v = num(j, "step")) step = std::max(step.value_or(0), std::int64_t(*v));
+  if (auto v = num(j, "train_loss")) loss = v;
+  if (auto v = num(j, "samples_per_s")) samples_per_s = v;
+  if (auto v = num(j, "test_acc")) {
+    test_acc = v;
+    if (!best_test_acc || *v > *best_test_acc) best_test_acc = v;
+    if (!time_to_target && *v >= target_acc) {
+      time_to_target = t;
+      target_life = life;
+      bytes_at_target = bytes;
+      target_epoch = epoch;
+      target_exchanges = exchanges_initiated;
     }
-  } else if (ev == "ban") {
-    ++bans;
-    if (j.contains("partner") && j["partner"].is_string() && banned.size() < 1024)
-      ++banned[j["partner"].get<std::string>()];
-  } else if (ev == "member") {
-    // Metrics writes a field that would shadow the header as EVENT_KEY: the member is member_peer.
-    for (const char* k : {"member_peer", "member", "id"})
-      if (j.contains(k) && j[k].is_string() && j.contains("state") && j["state"].is_string()) {
-        members[j[k].get<std::string>()] = j["state"].get<std::string>();
-        break;
-      }
-  } else if (ev == "checkpoint") {
-    if (auto v = num(j, "epoch")) epoch = std::max(epoch.value_or(0), int(*v));
-  } else if (ev == "done") {
-    done = true;
-    final_test_acc = num(j, "final_test_acc");  // null: the peer does not know it
-    if (auto v = num(j, "best_test_acc"))
-      if (!best_test_acc || *v > *best_test_acc) best_test_acc = v;
-    if (auto v = num(j, "steps")) done_steps = std::int64_t(*v);
-    if (auto v = num(j, "epochs")) epoch = int(*v);
-    if (auto v = num(j, "seconds")) seconds = v;
-    stopped = j.contains("stopped") && j["stopped"].is_boolean() && j["stopped"].get<bool>();
-  } else if (ev == "error") {
-    ++errors;
-    for (const char* k : {"message", "error", "what", "reason"})
-      if (j.contains(k) && j[k].is_string()) {
-        last_error = j[k].get<std::string>();
-        break;
-      }
+    if (j.contains("final") && j["final"].is_boolean() && j["final"].get<bool>()) final_eval_acc = v;
   }
+}
+
+void PeerStats::fold_exchange(const nlohmann::json& j, double, double) {
+  bool ok = j.contains("ok") && j["ok"].is_boolean() && j["ok"].get<bool>();
+  if (ok) {
+    ++exchanges_ok;
+    if (j.contains("role") && j["role"] == "initiator") ++exchanges_initiated;
+    // Lines of an older peer carry no `averaging`: every ok exchange averaged then.
+    const bool averaged =
+        !j.contains("averaging") || !j["averaging"].is_boolean() || j["averaging"].get<bool>();
+    ++(averaged ? exchanges_averaging : exchanges_clipped);
+    if (auto v = num(j, "w_eff")) mix_weight_sum += *v;
+    else if (auto w = num(j, "w")) mix_weight_sum += *w * num(j, "clip").value_or(1.0);
+  } else {
+    ++exchanges_failed;
+    std::string reason = "unknown";
+    if (j.contains("reason") && j["reason"].is_string() &&
+        !j["reason"].get<std::string>().empty())
+      reason = j["reason"].get<std::string>();
+    ++failed_by_reason[reason];
+  }
+  // bytes_sent is this peer's share; `bytes` (both directions) only when that is missing.
+  if (auto v = num(j, "bytes_sent")) bytes += std::int64_t(*v);
+  else if (auto w = num(j, "bytes")) bytes += std::int64_t(*w);
+  if (auto v = num(j, "bytes")) bytes_wire += std::int64_t(*v);
+}
+
+// FedAvg: the server's tasks (round), a client's model (update).
+void PeerStats::fold_fedavg(const nlohmann::json& j, double, double) {
+  const bool update = j.value("event", "") == "update";
+  if (update) fedavg_client = true;
+  if (auto v = num(j, update ? "bytes" : "bytes_sent")) {
+    bytes += std::int64_t(*v);
+    bytes_wire += std::int64_t(*v);
+  }
+}
+
+void PeerStats::fold_alert(const nlohmann::json& j, double, double) {
+  not_averaging = j.value("state", "") == "failing";
+  if (not_averaging) {
+    ++averaging_alerts;
+    alert_reason = j.value("reason", "");
+    alert_addr = j.value("addr", "");
+  }
+}
+
+void PeerStats::fold_ban(const nlohmann::json& j, double, double) {
+  ++bans;
+  if (j.contains("partner") && j["partner"].is_string() && banned.size() < 1024)
+    ++banned[j["partner"].get<std::string>()];
+}
+
+void PeerStats::fold_member(const nlohmann::json& j, double, double) {
+  // Metrics writes a field that would shadow the header as EVENT_KEY: the member is member_peer.
+  for (const char* k : {"member_peer", "member", "id"})
+    if (j.contains(k) && j[k].is_string() && j.contains("state") && j["state"].is_string()) {
+      members[j[k].get<std::string>()] = j["state"].get<std::string>();
+      break;
+    }
+}
+
+void PeerStats::fold_checkpoint(const nlohmann::json& j, double, double) {
+  if (auto v = num(j, "epoch")) epoch = std::max(epoch.value_or(0), int(*v));
+}
+
+void PeerStats::fold_done(const nlohmann::json& j, double, double) {
+  done = true;
+  final_test_acc = num(j, "final_test_acc");  // null: the peer does not know it
+  if (auto v = num(j, "best_test_acc"))
+    if (!best_test_acc || *v > *best_test_acc) best_test_acc = v;
+  if (auto v = num(j, "steps")) done_steps = std::int64_t(*v);
+  if (auto v = num(j, "epochs")) epoch = int(*v);
+  if (auto v = num(j, "seconds")) seconds = v;
+  stopped = j.contains("stopped") && j["stopped"].is_boolean() && j["stopped"].get<bool>();
+}
+
+void PeerStats::fold_error(const nlohmann::json& j, double, double) {
+  ++errors;
+  for (const char* k : {"message", "error", "what", "reason"})
+    if (j.contains(k) && j[k].is_string()) {
+      last_error = j[k].get<std::string>();
+      break;
+    }
 }
 
 int PeerStats::members_alive() const {

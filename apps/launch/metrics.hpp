@@ -114,6 +114,17 @@ struct PeerStats {
 
  private:
   void fold(const nlohmann::json& j, const std::string& ev, double t, double target_acc);
+  // One per event kind (fold dispatches); (line, t, target_acc).
+  void fold_step(const nlohmann::json& j, double t, double target_acc);
+  void fold_eval(const nlohmann::json& j, double t, double target_acc);
+  void fold_exchange(const nlohmann::json& j, double t, double target_acc);
+  void fold_fedavg(const nlohmann::json& j, double t, double target_acc);
+  void fold_alert(const nlohmann::json& j, double t, double target_acc);
+  void fold_ban(const nlohmann::json& j, double t, double target_acc);
+  void fold_member(const nlohmann::json& j, double t, double target_acc);
+  void fold_checkpoint(const nlohmann::json& j, double t, double target_acc);
+  void fold_done(const nlohmann::json& j, double t, double target_acc);
+  void fold_error(const nlohmann::json& j, double t, double target_acc);
   void restarted();  // a line from a new process of the peer: forget the last one's ending
 };
 
