@@ -337,11 +337,9 @@ std::unique_ptr<apps::PeerChurn> make_peer_churn(const apps::PeerConfig& cfg,
                                            cfg.shard, metrics, g_stop);
 }
 
-// Trains (and gossips); the process exit code.
-int train(const apps::PeerConfig& cfg, Resources& r) {
-  core::Metrics metrics(cfg.metrics, "local");
-  // Where this process's clock (t = 0) stands in wall time, and its shard: what gossip-launch
-  // --report needs to put peers started by an engine, or by hand, on one time axis.
+// Where this process's clock (t = 0) stands in wall time, and its shard: what gossip-launch
+// --report needs to put peers started by an engine, or by hand, on one time axis.
+void emit_clock_line(const apps::PeerConfig& cfg, core::Metrics& metrics) {
   metrics.emit("clock", {{"unix_s", std::chrono::duration<double>(
                                         std::chrono::system_clock::now().time_since_epoch())
                                         .count() - metrics.seconds()},
@@ -354,6 +352,66 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
                          {"partition", cfg.partition},
                          {"data", cfg.data},
                          {"seed", cfg.train.seed}});
+}
+
+// The epoch and progress lines on the console.
+void log_training(core::Trainer& trainer, int epochs) {
+  trainer.on_epoch = [epochs](int epoch, std::optional<double> loss, const core::EvalResult& ev,
+                              std::optional<double> sps) {
+    spdlog::info("epoch {}/{}  loss {}  test_acc {:.2f}%  test_loss {:.4f}  {} samples/s", epoch,
+                 epochs, figure(loss, "%.4f"), 100.0 * ev.acc, ev.loss, figure(sps, "%.0f"));
+  };
+  trainer.on_progress = [epochs](const core::EpochStepProgress& p) {
+    spdlog::info(
+        "epoch {}/{}  step {}/{} ({:.0f}%)  loss {:.4f}  {:.0f} samples/s  {:.0f} s left "
+        "in the epoch",
+        p.epoch, epochs, p.step_in_epoch, p.steps_in_epoch,
+        100.0 * double(p.step_in_epoch) / double(std::max<std::int64_t>(1, p.steps_in_epoch)),
+        p.loss, p.samples_per_s, p.seconds_left);
+  };
+}
+
+// The final model (a stopped peer's is not final: its checkpoint holds it for a later export);
+// false when it could not be written.
+bool export_final(const apps::PeerConfig& cfg, Resources& r, core::Trainer& trainer,
+                  const core::TrainResult& res, core::Metrics& metrics) {
+  if (cfg.export_path.empty() || res.stopped) return true;
+  std::map<std::string, std::string> meta{{"steps", std::to_string(res.steps)},
+                                          {"epochs", std::to_string(res.epochs_done)}};
+  if (res.final_test_acc) meta["test_acc"] = std::to_string(*res.final_test_acc);
+  try {
+    apps::export_model(*r.backend, trainer.model(), cfg.export_path, meta);
+    metrics.emit("export", {{"path", cfg.export_path}, {"step", res.steps}});
+  } catch (const core::SafetensorsError& e) {
+    spdlog::error("export: {}", e.what());
+    return false;
+  }
+  return true;
+}
+
+// The trainer's step hooks, outermost first: this peer's churn (--churn), the test-only stall
+// (GT_TEST_STALL_AT_STEP), the gossip node. Returns the stall hook, which must outlive training.
+std::unique_ptr<StallAtStep> wire_hooks(core::Trainer& trainer, apps::GossipNode* node,
+                                        apps::PeerChurn* churn) {
+  std::unique_ptr<StallAtStep> stall_fault;
+  if (const char* at = std::getenv("GT_TEST_STALL_AT_STEP"); at && node) {
+    stall_fault = std::make_unique<StallAtStep>(node->hook(), std::atoll(at));
+    trainer.set_hook(stall_fault.get());
+  }
+  if (churn) {
+    core::StepHook* inner = nullptr;
+    if (stall_fault) inner = stall_fault.get();
+    else if (node) inner = &node->hook();
+    churn->set_inner(inner);
+    trainer.set_hook(churn);
+  }
+  return stall_fault;
+}
+
+// Trains (and gossips); the process exit code.
+int train(const apps::PeerConfig& cfg, Resources& r) {
+  core::Metrics metrics(cfg.metrics, "local");
+  emit_clock_line(cfg, metrics);
   std::unique_ptr<apps::PeerChurn> churn;  // --churn: this shard's events, played between steps
   if (!cfg.churn.empty()) {
     try {
@@ -410,53 +468,17 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
       return usage_error(e.what());
     }
   }
-  std::unique_ptr<StallAtStep> stall_fault;
-  if (const char* at = std::getenv("GT_TEST_STALL_AT_STEP"); at && node) {
-    stall_fault = std::make_unique<StallAtStep>(node->hook(), std::atoll(at));
-    trainer.set_hook(stall_fault.get());
-  }
-  if (churn) {
-    core::StepHook* inner = nullptr;
-    if (stall_fault) inner = stall_fault.get();
-    else if (node) inner = &node->hook();
-    churn->set_inner(inner);
-    trainer.set_hook(churn.get());
-  }
-  const int epochs = cfg.train.epochs;
-  trainer.on_epoch = [epochs](int epoch, std::optional<double> loss, const core::EvalResult& ev,
-                              std::optional<double> sps) {
-    spdlog::info("epoch {}/{}  loss {}  test_acc {:.2f}%  test_loss {:.4f}  {} samples/s", epoch,
-                 epochs, figure(loss, "%.4f"), 100.0 * ev.acc, ev.loss, figure(sps, "%.0f"));
-  };
+  const auto stall_fault = wire_hooks(trainer, node.get(), churn.get());
+  log_training(trainer, cfg.train.epochs);
   auto refused = [&]() -> std::optional<std::string> {
     return node ? node->join_refused() : std::nullopt;
   };
   if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
-  trainer.on_progress = [epochs](const core::EpochStepProgress& p) {
-    spdlog::info(
-        "epoch {}/{}  step {}/{} ({:.0f}%)  loss {:.4f}  {:.0f} samples/s  {:.0f} s left "
-        "in the epoch",
-        p.epoch, epochs, p.step_in_epoch, p.steps_in_epoch,
-        100.0 * double(p.step_in_epoch) / double(std::max<std::int64_t>(1, p.steps_in_epoch)),
-        p.loss, p.samples_per_s, p.seconds_left);
-  };
   core::TrainResult res = trainer.run(g_stop);
   if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
   if (node) finish_gossip(cfg, trainer, *node, r.data.test, res, metrics);
   report_done(res, metrics);
-  // The final model (a stopped peer's is not final: its checkpoint holds it for a later export).
-  if (!cfg.export_path.empty() && !res.stopped) {
-    std::map<std::string, std::string> meta{{"steps", std::to_string(res.steps)},
-                                            {"epochs", std::to_string(res.epochs_done)}};
-    if (res.final_test_acc) meta["test_acc"] = std::to_string(*res.final_test_acc);
-    try {
-      apps::export_model(*r.backend, trainer.model(), cfg.export_path, meta);
-      metrics.emit("export", {{"path", cfg.export_path}, {"step", res.steps}});
-    } catch (const core::SafetensorsError& e) {
-      spdlog::error("export: {}", e.what());
-      return 1;
-    }
-  }
+  if (!export_final(cfg, r, trainer, res, metrics)) return 1;
   return res.stopped ? 130 : 0;
 }
 
