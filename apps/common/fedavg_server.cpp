@@ -196,6 +196,143 @@ void save(const std::string& dir, const Global& g, std::uint64_t fingerprint) {
   core::save_checkpoint(dir, c);
 }
 
+// The global model: the seeded initial weights (as a peer trained alone would start), or the
+// server's checkpoint when there is one (CheckpointError when it is another model's).
+Global load_global(const PeerConfig& cfg, const core::Checkpoint& tmpl, std::uint64_t fingerprint,
+                   core::Metrics& metrics) {
+  const std::size_t n = tmpl.params.size();
+  Global g;
+  g.params = tmpl.params;
+  g.velocity.assign(n, 0.0f);
+  const std::string& dir = cfg.train.checkpoint_dir;
+  if (dir.empty() || !core::checkpoint_exists(dir)) return g;
+  core::Checkpoint c = core::load_checkpoint(dir);  // CheckpointError: the caller says it
+  if (c.fingerprint != fingerprint || c.params.size() != n || c.opt_state.size() != 1 ||
+      c.opt_state[0].size() != n || c.step < 0)
+    throw core::CheckpointError("checkpoint in " + dir + " is not a FedAvg server's of model " +
+                                cfg.train.model);
+  g.round = std::uint64_t(c.step);
+  g.params = std::move(c.params);
+  g.velocity = std::move(c.opt_state[0]);
+  spdlog::info("fedavg: resumed at round {} from {}", g.round, dir);
+  metrics.emit("resume", {{"round", g.round}, {"dir", dir}});
+  return g;
+}
+
+// Opens round g.round for the chosen clients and sends each the task (the global model); a client
+// whose send queue refuses it is dropped at once. The task's bytes.
+std::shared_ptr<const net::Bytes> ask_clients(ServerState& st, net::TcpTransport& transport,
+                                              const std::vector<Client>& chosen, const Global& g,
+                                              const FedAvgOptions& o) {
+  fedavg::Task task;
+  task.round = g.round;
+  task.local_epochs = std::uint32_t(o.local_epochs);
+  task.local_steps = std::uint64_t(o.local_steps);
+  task.fedprox_mu = float(o.fedprox_mu);
+  task.params = g.params;
+  auto payload = std::make_shared<const net::Bytes>(fedavg::encode(task));
+  {
+    std::lock_guard lk(st.mu_);
+    st.round_ = g.round;
+    st.asked_.clear();
+    st.dropped_.clear();
+    st.answered_.clear();
+    st.bytes_in_ = 0;
+    for (const auto& c : chosen) st.asked_.insert(c.conn.get());
+  }
+  transport.post([&st, chosen, payload] {
+    for (const auto& c : chosen) {
+      if (c.conn->send(std::uint8_t(MsgType::Task), payload)) continue;
+      std::lock_guard lk(st.mu_);
+      st.dropped_.insert(c.conn.get());
+      st.cv_.notify_all();
+    }
+  });
+  return payload;
+}
+
+// The server's transport: its identity, and messages large enough for a whole model of n values.
+net::TcpTransportConfig server_transport(const PeerConfig& cfg, std::uint64_t fingerprint,
+                                         std::size_t n, core::Metrics& metrics) {
+  auto identity =
+      std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
+  metrics.set_peer(identity->peer_id());
+  net::TcpTransportConfig tcfg = transport_config(cfg, identity, fingerprint, {});
+  tcfg.limits.max_message_bytes = fedavg::max_message_bytes(n);
+  return tcfg;
+}
+
+// The server's `done` line and its last log line.
+void report_server_done(core::Metrics& metrics, const Global& g,
+                        const std::optional<core::EvalResult>& last,
+                        const std::optional<double>& best, double seconds, bool stopped) {
+  auto or_null = [](const std::optional<double>& v) {
+    return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  };
+  metrics.emit("done", {{"steps", g.round},
+                        {"epochs", g.round},
+                        {"rounds", g.round},
+                        {"final_test_acc", or_null(last ? std::optional(last->acc) : std::nullopt)},
+                        {"best_test_acc", or_null(best)},
+                        {"seconds", seconds},
+                        {"stopped", stopped}});
+  spdlog::info("fedavg server {} after {} rounds, {:.1f} s", stopped ? "stopped" : "done", g.round,
+               seconds);
+}
+
+// What a round did, for its metric line.
+struct RoundFigures {
+  std::size_t asked, answered, dropped, clients;
+  std::uint64_t bytes_out, bytes_in;
+  double seconds;
+};
+
+// The round's `round` and `eval` metric lines and its log line.
+void report_round(core::Metrics& metrics, const Global& g, const FedAvgOptions& o,
+                  const RoundFigures& f, const core::EvalResult& ev) {
+  metrics.emit("round", {{"round", g.round},
+                         {"asked", f.asked},
+                         {"answered", f.answered},
+                         {"dropped", f.dropped},
+                         {"clients", f.clients},
+                         {"bytes_sent", f.bytes_out},
+                         {"bytes_received", f.bytes_in},
+                         {"seconds", f.seconds},
+                         {"global_fnv", std::to_string(fedavg::params_fnv(g.params))}});
+  metrics.emit("eval", {{"epoch", g.round},
+                        {"step", g.round},
+                        {"round", g.round},
+                        {"test_acc", ev.acc},
+                        {"test_loss", ev.loss}});
+  spdlog::info("round {}/{}: {} asked, {} answered, {} dropped, {:.1f} s: test_acc {:.2f}%",
+               g.round, o.rounds, f.asked, f.answered, f.dropped, f.seconds, 100.0 * ev.acc);
+}
+
+// Tells every client the run is over, and gives them a moment to leave: stopping the transport
+// drops what its send queues still hold.
+void say_done(ServerState& st, net::TcpTransport& transport, const std::atomic<bool>& stop) {
+  transport.post([&st] {
+    static const auto empty = std::make_shared<const net::Bytes>();
+    std::lock_guard lk(st.mu_);
+    for (const auto& [p, c] : st.clients_) c.conn->send(std::uint8_t(MsgType::Done), empty);
+  });
+  st.wait(Clock::now() + std::chrono::seconds(5), stop, [&] { return st.clients_.empty(); });
+}
+
+// Closes the round: the answers in, the rest dropped (a late answer is ignored).
+void close_round(ServerState& st, std::map<net::Connection*, fedavg::Update>& answers,
+                 std::size_t& dropped, std::uint64_t& bytes_in) {
+  std::lock_guard lk(st.mu_);
+  answers = std::move(st.answered_);
+  st.answered_.clear();
+  for (auto* c : st.asked_)
+    if (!answers.count(c)) st.dropped_.insert(c);
+  dropped = st.dropped_.size();
+  bytes_in = st.bytes_in_;
+  st.round_ = ~0ull;
+  st.asked_.clear();
+}
+
 }  // namespace
 
 int run_fedavg_server(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
@@ -208,29 +345,10 @@ int run_fedavg_server(const PeerConfig& cfg, kernels::Backend& be, const core::S
   core::Checkpoint tmpl = evaluator.state();
   const std::size_t n = tmpl.params.size();
 
-  Global g;
-  g.params = tmpl.params;  // seeded initial weights, as a peer trained alone would start
-  g.velocity.assign(n, 0.0f);
   const std::string& dir = cfg.train.checkpoint_dir;
-  if (!dir.empty() && core::checkpoint_exists(dir)) {
-    core::Checkpoint c = core::load_checkpoint(dir);  // CheckpointError: the caller says it
-    if (c.fingerprint != fingerprint || c.params.size() != n || c.opt_state.size() != 1 ||
-        c.opt_state[0].size() != n || c.step < 0)
-      throw core::CheckpointError("checkpoint in " + dir + " is not a FedAvg server's of model " +
-                                  cfg.train.model);
-    g.round = std::uint64_t(c.step);
-    g.params = std::move(c.params);
-    g.velocity = std::move(c.opt_state[0]);
-    spdlog::info("fedavg: resumed at round {} from {}", g.round, dir);
-    metrics.emit("resume", {{"round", g.round}, {"dir", dir}});
-  }
+  Global g = load_global(cfg, tmpl, fingerprint, metrics);
 
-  auto identity =
-      std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
-  metrics.set_peer(identity->peer_id());
-  net::TcpTransportConfig tcfg = transport_config(cfg, identity, fingerprint, {});
-  tcfg.limits.max_message_bytes = fedavg::max_message_bytes(n);
-  net::TcpTransport transport(std::move(tcfg));
+  net::TcpTransport transport(server_transport(cfg, fingerprint, n, metrics));
   ServerState st(n, transport.scheduler());
   transport.set_handler(&st);
   transport.start();
@@ -272,30 +390,7 @@ int run_fedavg_server(const PeerConfig& cfg, kernels::Backend& be, const core::S
     }
     const auto t_round = Clock::now();
     std::vector<Client> chosen = sample_clients(st, o, cfg.train.seed, g.round);
-    fedavg::Task task;
-    task.round = g.round;
-    task.local_epochs = std::uint32_t(o.local_epochs);
-    task.local_steps = std::uint64_t(o.local_steps);
-    task.fedprox_mu = float(o.fedprox_mu);
-    task.params = g.params;
-    auto payload = std::make_shared<const net::Bytes>(fedavg::encode(task));
-    {
-      std::lock_guard lk(st.mu_);
-      st.round_ = g.round;
-      st.asked_.clear();
-      st.dropped_.clear();
-      st.answered_.clear();
-      st.bytes_in_ = 0;
-      for (const auto& c : chosen) st.asked_.insert(c.conn.get());
-    }
-    transport.post([&st, chosen, payload] {
-      for (const auto& c : chosen) {
-        if (c.conn->send(std::uint8_t(MsgType::Task), payload)) continue;
-        std::lock_guard lk(st.mu_);
-        st.dropped_.insert(c.conn.get());
-        st.cv_.notify_all();
-      }
-    });
+    const auto payload = ask_clients(st, transport, chosen, g, o);
     const auto deadline =
         t_round + std::chrono::milliseconds(std::int64_t(o.round_timeout_s * 1000));
     st.wait(deadline, stop,
@@ -303,18 +398,7 @@ int run_fedavg_server(const PeerConfig& cfg, kernels::Backend& be, const core::S
     std::map<net::Connection*, fedavg::Update> answers;
     std::size_t dropped = 0;
     std::uint64_t bytes_in = 0;
-    {
-      std::lock_guard lk(st.mu_);
-      answers = std::move(st.answered_);
-      st.answered_.clear();
-      // Whoever has not answered by now is out of this round; a late answer is ignored.
-      for (auto* c : st.asked_)
-        if (!answers.count(c)) st.dropped_.insert(c);
-      dropped = st.dropped_.size();
-      bytes_in = st.bytes_in_;
-      st.round_ = ~0ull;
-      st.asked_.clear();
-    }
+    close_round(st, answers, dropped, bytes_in);
     if (stop.load() && answers.size() < chosen.size()) {
       stopped = true;  // an interrupted round is not applied: it resumes from the checkpoint
       break;
@@ -334,35 +418,11 @@ int run_fedavg_server(const PeerConfig& cfg, kernels::Backend& be, const core::S
     evaluator.restore(c, "the global model", /*own=*/false);
     last = evaluator.evaluate(data.test);
     best = std::max(best.value_or(0.0), last->acc);
-    const std::uint64_t bytes_out = payload->size() * chosen.size();
-    metrics.emit("round", {{"round", g.round},
-                           {"asked", chosen.size()},
-                           {"answered", answers.size()},
-                           {"dropped", dropped},
-                           {"clients", st.ready_clients()},
-                           {"bytes_sent", bytes_out},
-                           {"bytes_received", bytes_in},
-                           {"seconds", since(t_round)},
-                           {"global_fnv", std::to_string(fedavg::params_fnv(g.params))}});
-    metrics.emit("eval", {{"epoch", g.round},
-                          {"step", g.round},
-                          {"round", g.round},
-                          {"test_acc", last->acc},
-                          {"test_loss", last->loss}});
-    spdlog::info("round {}/{}: {} asked, {} answered, {} dropped, {:.1f} s: test_acc {:.2f}%",
-                 g.round, o.rounds, chosen.size(), answers.size(), dropped, since(t_round),
-                 100.0 * last->acc);
+    const RoundFigures f{chosen.size(), answers.size(), dropped, st.ready_clients(),
+                         payload->size() * chosen.size(), bytes_in, since(t_round)};
+    report_round(metrics, g, o, f, *last);
   }
-  if (!stopped) {
-    // Tell every client the run is over, and give them a moment to leave: stopping the
-    // transport drops what its send queues still hold.
-    transport.post([&st] {
-      static const auto empty = std::make_shared<const net::Bytes>();
-      std::lock_guard lk(st.mu_);
-      for (const auto& [p, c] : st.clients_) c.conn->send(std::uint8_t(MsgType::Done), empty);
-    });
-    st.wait(Clock::now() + std::chrono::seconds(5), stop, [&] { return st.clients_.empty(); });
-  }
+  if (!stopped) say_done(st, transport, stop);
   if (!last && !stopped) {  // resumed with every round done: report the model it holds
     core::Checkpoint c = tmpl;
     c.params = g.params;
@@ -375,18 +435,7 @@ int run_fedavg_server(const PeerConfig& cfg, kernels::Backend& be, const core::S
                           {"test_loss", last->loss}});
   }
   transport.stop();
-  auto or_null = [](const std::optional<double>& v) {
-    return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
-  };
-  metrics.emit("done", {{"steps", g.round},
-                        {"epochs", g.round},
-                        {"rounds", g.round},
-                        {"final_test_acc", or_null(last ? std::optional(last->acc) : std::nullopt)},
-                        {"best_test_acc", or_null(best)},
-                        {"seconds", since(t_start)},
-                        {"stopped", stopped}});
-  spdlog::info("fedavg server {} after {} rounds, {:.1f} s", stopped ? "stopped" : "done", g.round,
-               since(t_start));
+  report_server_done(metrics, g, last, best, since(t_start), stopped);
   return stopped ? 130 : 0;
 }
 
