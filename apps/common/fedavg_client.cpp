@@ -82,6 +82,49 @@ long env_round(const char* name) {
 
 }  // namespace
 
+// Trains one round's task from its global model (FedProx's term when it asks for one) and sends
+// the update; false when a stop request ended the training.
+bool train_task(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
+                core::Metrics& metrics, const std::atomic<bool>& stop, const fedavg::Task& t,
+                net::TcpTransport& transport, const net::ConnectionPtr& conn, double& train_s) {
+  const fedavg::Task* task = &t;
+  const auto t0 = Clock::now();
+  core::TrainConfig tc = cfg.train;
+  tc.checkpoint_dir.clear();
+  tc.eval_each_epoch = false;  // the server evaluates the global model
+  if (task->local_steps > 0) {
+    tc.epochs = 1;
+    tc.steps_per_epoch = std::int64_t(task->local_steps);
+  } else {
+    tc.epochs = int(task->local_epochs);
+    tc.steps_per_epoch = 0;  // a pass over this client's own shard
+  }
+  tc.seed = round_seed(cfg.train.seed, cfg.shard, task->round);
+  core::Trainer trainer(be, tc, data.shard, data.test, metrics, nullptr);
+  core::Checkpoint c = trainer.state();
+  c.params = task->params;
+  trainer.restore(c, "the global model of round " + std::to_string(task->round), false);
+  trainer.set_proximal(task->params, task->fedprox_mu);
+  const core::TrainResult res = trainer.run(stop);
+  if (res.stopped) return false;
+  fedavg::Update u{task->round, data.shard.size(), trainer.state().params};
+  const std::uint64_t fnv = fedavg::params_fnv(u.params);
+  auto p = std::make_shared<const net::Bytes>(fedavg::encode(u));
+  transport.post([conn, p] { conn->send(std::uint8_t(MsgType::Update), p); });
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  train_s += s;
+  metrics.emit("update", {{"round", task->round},
+                          {"samples", u.samples},
+                          {"steps", res.steps},
+                          {"seconds", s},
+                          {"bytes", p->size()},
+                          {"params_fnv", std::to_string(fnv)},
+                          {"global_fnv", std::to_string(fedavg::params_fnv(task->params))}});
+  spdlog::info("fedavg: round {}: {} steps in {:.1f} s, sent {} bytes", task->round,
+               res.steps, s, p->size());
+  return true;
+}
+
 int run_fedavg_client(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
                       core::Metrics& metrics, const std::atomic<bool>& stop) {
   const FedAvgOptions& o = cfg.fedavg;
@@ -209,41 +252,8 @@ int run_fedavg_client(const PeerConfig& cfg, kernels::Backend& be, const core::S
           while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
           break;
         }
-        const auto t0 = Clock::now();
-        core::TrainConfig tc = cfg.train;
-        tc.checkpoint_dir.clear();
-        tc.eval_each_epoch = false;  // the server evaluates the global model
-        if (task->local_steps > 0) {
-          tc.epochs = 1;
-          tc.steps_per_epoch = std::int64_t(task->local_steps);
-        } else {
-          tc.epochs = int(task->local_epochs);
-          tc.steps_per_epoch = 0;  // a pass over this client's own shard
-        }
-        tc.seed = round_seed(cfg.train.seed, cfg.shard, task->round);
-        core::Trainer trainer(be, tc, data.shard, data.test, metrics, nullptr);
-        core::Checkpoint c = trainer.state();
-        c.params = task->params;
-        trainer.restore(c, "the global model of round " + std::to_string(task->round), false);
-        trainer.set_proximal(task->params, task->fedprox_mu);
-        const core::TrainResult res = trainer.run(stop);
-        if (res.stopped) break;
-        fedavg::Update u{task->round, data.shard.size(), trainer.state().params};
-        const std::uint64_t fnv = fedavg::params_fnv(u.params);
-        auto p = std::make_shared<const net::Bytes>(fedavg::encode(u));
-        transport.post([conn, p] { conn->send(std::uint8_t(MsgType::Update), p); });
-        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-        train_s += s;
+        if (!train_task(cfg, be, data, metrics, stop, *task, transport, conn, train_s)) break;
         ++rounds_trained;
-        metrics.emit("update", {{"round", task->round},
-                                {"samples", u.samples},
-                                {"steps", res.steps},
-                                {"seconds", s},
-                                {"bytes", p->size()},
-                                {"params_fnv", std::to_string(fnv)},
-                                {"global_fnv", std::to_string(fedavg::params_fnv(task->params))}});
-        spdlog::info("fedavg: round {}: {} steps in {:.1f} s, sent {} bytes", task->round,
-                     res.steps, s, p->size());
       }
     }
   }
