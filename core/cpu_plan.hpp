@@ -7,7 +7,7 @@
 // decide. docs/ARCHITECTURE.md, "Threads and cores", gives the measurements behind the defaults.
 #pragma once
 
-#include "core/base/thread.hpp"
+#include "base/thread.hpp"
 
 #include <string>
 #include <vector>

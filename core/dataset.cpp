@@ -3,7 +3,7 @@
 // tests.
 #include "core/dataset.hpp"
 
-#include "core/base/rng.hpp"
+#include "base/rng.hpp"
 #include "core/dataset_npy.hpp"
 
 #include <zlib.h>

@@ -2,7 +2,7 @@
 // file, and row-by-row reading of inputs (float32, uint8) and whole reading of integer labels.
 #include "core/dataset_npy.hpp"
 
-#include "core/base/bytes.hpp"
+#include "base/bytes.hpp"
 #include "core/dataset.hpp"
 
 #include <bit>

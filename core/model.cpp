@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/base/rng.hpp"
+#include "base/rng.hpp"
 
 namespace gossiptrain::core {
 

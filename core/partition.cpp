@@ -3,7 +3,7 @@
 // library.
 #include "core/partition.hpp"
 
-#include "core/base/rng.hpp"
+#include "base/rng.hpp"
 #include "core/parse_number.hpp"
 
 #include <algorithm>

@@ -135,15 +135,13 @@ void PrometheusRegistry::on_metric(double t, const std::string& event, const nlo
   }
 }
 
-std::string PrometheusRegistry::render() const {
-  State s;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    s = s_;
-  }
-  Out o;
+namespace {
+
+// The three parts of the exposition (State is the registry's own; deduced, never named here).
+template <class State>
+void render_training(Out& o, const State& s, const std::string& model, std::int64_t batch) {
   o.head("gossiptrain_info", "gauge", "Constant 1, labelled with the model spec.");
-  o.sample("gossiptrain_info", 1, label("model", model_));
+  o.sample("gossiptrain_info", 1, label("model", model));
   o.one("gossiptrain_uptime_seconds", "gauge", "Seconds since the peer's metrics started.",
         s.uptime_s);
   o.one("gossiptrain_training_done", "gauge", "1 once training has ended.", s.done ? 1 : 0);
@@ -151,7 +149,7 @@ std::string PrometheusRegistry::render() const {
         "Optimizer steps taken (updated with the step lines, every 50 steps, and evaluations).",
         s.steps);
   o.one("gossiptrain_samples_total", "counter", "Training samples seen (steps x batch).",
-        s.steps * batch_);
+        s.steps * batch);
   o.one("gossiptrain_steps_planned", "gauge", "Steps the whole run will take.", s.steps_planned);
   o.one("gossiptrain_epoch", "gauge", "Current epoch.", s.epoch);
   // Figures not measured yet are left out rather than shown as a number.
@@ -166,6 +164,10 @@ std::string PrometheusRegistry::render() const {
     o.one("gossiptrain_test_accuracy_ratio", "gauge", "Last test accuracy (0..1).", s.test_acc);
   if (s.test_loss >= 0) o.one("gossiptrain_test_loss", "gauge", "Last test loss.", s.test_loss);
 
+}
+
+template <class State>
+void render_exchanges(Out& o, const State& s) {
   o.head("gossiptrain_exchanges_total", "counter",
          "Averaging exchanges by result (ok/failed) and reason.");
   for (const auto& [k, v] : s.exchanges)
@@ -182,10 +184,10 @@ std::string PrometheusRegistry::render() const {
   o.head("gossiptrain_exchange_duration_seconds", "histogram",
          "Exchange duration, request to mix or failure.");
   double cum = 0;
-  for (std::size_t i = 0; i < kDurationBucketsS.size(); ++i) {
+  for (std::size_t i = 0; i < PrometheusRegistry::kDurationBucketsS.size(); ++i) {
     cum += s.dur_buckets[i];
     o.sample("gossiptrain_exchange_duration_seconds_bucket", cum,
-             label("le", fmt(kDurationBucketsS[i])));
+             label("le", fmt(PrometheusRegistry::kDurationBucketsS[i])));
   }
   o.sample("gossiptrain_exchange_duration_seconds_bucket", s.dur_count, label("le", "+Inf"));
   o.sample("gossiptrain_exchange_duration_seconds_sum", s.dur_sum);
@@ -204,6 +206,10 @@ std::string PrometheusRegistry::render() const {
   o.one("gossiptrain_exchanges_failing", "gauge",
         "1 while exchanges keep failing (exchange_alert), else 0.", s.exchange_failing);
 
+}
+
+template <class State>
+void render_members(Out& o, const State& s) {
   std::map<std::string, double> by_state = {{"alive", 0}, {"suspect", 0}, {"dead", 0}, {"left", 0}};
   for (const auto& [id, st] : s.members) by_state[st] += 1;
   o.head("gossiptrain_members", "gauge", "Other members known, by state.");
@@ -223,6 +229,20 @@ std::string PrometheusRegistry::render() const {
   for (const auto& [k, v] : s.catch_ups_served)
     o.sample("gossiptrain_catch_ups_served_total", v, label("result", k));
   o.one("gossiptrain_checkpoints_total", "counter", "Checkpoints written.", s.checkpoints);
+}
+
+}  // namespace
+
+std::string PrometheusRegistry::render() const {
+  State s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = s_;
+  }
+  Out o;
+  render_training(o, s, model_, batch_);
+  render_exchanges(o, s);
+  render_members(o, s);
   return o.take();
 }
 

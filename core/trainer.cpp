@@ -13,8 +13,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/base/enum_names.hpp"
-#include "core/base/rng.hpp"
+#include "base/enum_names.hpp"
+#include "base/rng.hpp"
 #include "core/checkpoint.hpp"
 
 namespace gossiptrain::core {

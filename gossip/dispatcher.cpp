@@ -37,7 +37,7 @@ void Dispatcher::on_message(const net::ConnectionPtr& c, std::uint8_t type, net:
   }
   spdlog::warn("dispatcher: unknown message type 0x{:02x} from {} ({}), closing", type,
                c->peer_id(), c->remote_addr());
-  c->close("unknown message type");
+  c->close(net::CloseReason::UnknownType, "type " + std::to_string(type));
 }
 
 }  // namespace gossiptrain::gossip

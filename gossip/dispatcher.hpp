@@ -15,7 +15,7 @@ inline constexpr std::uint8_t kMembershipTypeFirst = 0x10;
 inline constexpr std::uint8_t kMembershipTypeLast = 0x2F;
 inline constexpr std::uint8_t kExchangeTypeFirst = 0x40;
 inline constexpr std::uint8_t kExchangeTypeLast = 0x5F;
-// Catch-up (gossip/catch_up.hpp): 0x60-0x67 go to the serving side, 0x68-0x6F to the fetching side.
+// Catch-up (gossip/catch_up/catch_up.hpp): 0x60-0x67 go to the serving side, 0x68-0x6F to the fetching side.
 inline constexpr std::uint8_t kCatchUpTypeFirst = 0x60;
 inline constexpr std::uint8_t kCatchUpTypeLast = 0x6F;
 

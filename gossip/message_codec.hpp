@@ -1,5 +1,5 @@
 // The pieces that the exchange's and catch-up's fixed-layout messages share (exchange_messages,
-// catch_up_messages): a version byte, then fixed little-endian fields (core/base/bytes.hpp), and
+// catch_up_messages): a version byte, then fixed little-endian fields (base/bytes.hpp), and
 // a decoder that checks the exact size and the version before reading a field.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "core/base/bytes.hpp"
+#include "base/bytes.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::gossip::codec {

@@ -7,7 +7,7 @@
 #include <iterator>
 #include <string>
 
-#include "core/base/enum_names.hpp"
+#include "base/enum_names.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #if defined(GT_HAVE_CUDA)
 #include <dlfcn.h>
@@ -66,16 +66,18 @@ struct CudaModule {
   std::string error;  // why it could not be loaded; empty when it was
 };
 
-// Where the module may be: $GOSSIPTRAIN_CUDA_MODULE alone when it is set; else where this build
-// put it, and beside the program's own folder (build/apps/X -> build/kernels/), for a build tree
-// that was moved.
+// Where the module may be: $GOSSIPTRAIN_CUDA_MODULE alone when it is set; else relative to the
+// program's own folder: ../lib/gossiptrain (build/apps/X -> build/lib/gossiptrain, and an installed
+// PREFIX/bin/X -> PREFIX/lib/gossiptrain), then the program's folder itself. No build path is
+// compiled in.
 std::vector<std::string> module_candidates() {
   if (const char* env = std::getenv("GOSSIPTRAIN_CUDA_MODULE"); env && *env) return {env};
-  std::vector<std::string> c{GT_CUDA_MODULE_PATH};
+  std::vector<std::string> c;
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    c.push_back((exe.parent_path().parent_path() / "kernels" / GT_CUDA_MODULE_NAME).string());
+    c.push_back((exe.parent_path().parent_path() / "lib" / "gossiptrain" / GT_CUDA_MODULE_NAME)
+                    .string());
     c.push_back((exe.parent_path() / GT_CUDA_MODULE_NAME).string());
   }
   return c;

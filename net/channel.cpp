@@ -1,6 +1,6 @@
 // The Asio session of one encrypted connection (see channel.hpp for the shape and error policy).
 #include "net/channel.hpp"
-#include "core/base/bytes.hpp"
+#include "base/bytes.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -59,7 +59,7 @@ Channel::~Channel() = default;
 
 void Channel::start(Clock::time_point handshake_deadline) {
   deadline_ = handshake_deadline;
-  deadline_reason_ = "handshake timeout";
+  deadline_reason_ = close_text(CloseReason::Timeout, "handshake");
   auto self = shared_from_this();
   asio::co_spawn(socket_.get_executor(), watchdog(), rethrow);
   asio::co_spawn(socket_.get_executor(), run(), rethrow);
@@ -87,7 +87,7 @@ asio::awaitable<void> Channel::watchdog() {
 asio::awaitable<bool> Channel::write_all(const std::uint8_t* data, std::size_t n) {
   auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(data, n), kUseTuple);
   if (ec) {
-    fail(io_reason(ec, established_ ? "while writing" : "during handshake"));
+    fail(close_text(CloseReason::IoError, io_reason(ec, established_ ? "while writing" : "during handshake")));
     co_return false;
   }
   last_tx_ = Clock::now();
@@ -109,7 +109,7 @@ asio::awaitable<void> Channel::run() {
     if (closed_) co_return;
     if (ec) {
       peer_id_ = hs.remote_peer_id();
-      fail("handshake: " + io_reason(ec, "during handshake"));
+      fail(close_text(CloseReason::HandshakeFailed, io_reason(ec, "during handshake")));
       co_return;
     }
     Bytes out = hs.on_message(buf);
@@ -117,7 +117,7 @@ asio::awaitable<void> Channel::run() {
   }
   peer_id_ = hs.remote_peer_id();
   if (hs.failed()) {
-    fail(hs.error());
+    fail(close_text(CloseReason::HandshakeFailed, hs.error()));
     co_return;
   }
   HandshakeResult r = hs.take_result();
@@ -129,7 +129,7 @@ asio::awaitable<void> Channel::run() {
     receiver_->set_crypto_pool(opts_->crypto_pool, opts_->parallel_min_message_bytes);
   established_ = true;
   last_tx_ = Clock::now();
-  set_deadline(Clock::now() + opts_->limits.idle_timeout, "idle timeout");
+  set_deadline(Clock::now() + opts_->limits.idle_timeout, close_text(CloseReason::Timeout, "idle"));
   watchdog_timer_.cancel();  // the idle deadline may be later than the handshake one: re-arm
   spdlog::debug("net: {} {} established ({}, {})", peer_id_, remote_addr_,
                 inbound_ ? "inbound" : "outbound", crypto::aead_name(aead_));
@@ -146,17 +146,18 @@ asio::awaitable<void> Channel::reader() {
     auto [ec, n] = co_await asio::async_read(socket_, asio::buffer(header), kUseTuple);
     if (closed_) co_return;
     if (ec) {
-      if (ec != asio::error::eof) fail(io_reason(ec, "while reading"));
+      if (ec != asio::error::eof) fail(close_text(CloseReason::IoError, io_reason(ec, "while reading")));
       else if (closing_) fail(close_reason_);  // the remote finished after our close frame
       else
-        fail(receiver_->mid_message() ? "truncated stream: EOF inside a message"
-                                      : "truncated stream: EOF without a close frame");
+        fail(close_text(CloseReason::Truncated, receiver_->mid_message()
+                                                    ? "EOF inside a message"
+                                                    : "EOF without a close frame"));
       co_return;
     }
     std::size_t body_bytes = 0;
     std::string err;
     if (!receiver_->on_header(header, body_bytes, err)) {
-      fail("protocol error: " + err);
+      fail(close_text(CloseReason::FrameError, err));
       co_return;
     }
     // The receiver's buffer (<= max_frame_bytes + tag): its own, or a slot of the crypto threads.
@@ -164,12 +165,13 @@ asio::awaitable<void> Channel::reader() {
     auto [ec2, n2] = co_await asio::async_read(socket_, asio::buffer(body, body_bytes), kUseTuple);
     if (closed_) co_return;
     if (ec2) {
-      fail(ec2 == asio::error::eof ? std::string("truncated stream: EOF inside a frame")
-                                   : io_reason(ec2, "while reading"));
+      fail(ec2 == asio::error::eof
+               ? close_text(CloseReason::Truncated, "EOF inside a frame")
+               : close_text(CloseReason::IoError, io_reason(ec2, "while reading")));
       co_return;
     }
     auto ev = receiver_->on_body(body, body_bytes);
-    if (!closing_) set_deadline(Clock::now() + opts_->limits.idle_timeout, "idle timeout");
+    if (!closing_) set_deadline(Clock::now() + opts_->limits.idle_timeout, close_text(CloseReason::Timeout, "idle"));
     switch (ev) {
       case FrameReceiver::Event::Nothing: break;
       case FrameReceiver::Event::Message:
@@ -177,9 +179,9 @@ asio::awaitable<void> Channel::reader() {
           host_.channel_message(self, receiver_->message_type(), receiver_->take_message());
         break;
       case FrameReceiver::Event::Close:
-        fail(closing_ ? close_reason_ : "closed by remote: " + receiver_->text());
+        fail(closing_ ? close_reason_ : close_text(CloseReason::RemoteClosed, receiver_->text()));
         co_return;
-      case FrameReceiver::Event::Error: fail("protocol error: " + receiver_->text()); co_return;
+      case FrameReceiver::Event::Error: fail(close_text(CloseReason::FrameError, receiver_->text())); co_return;
     }
     if (closed_) co_return;
   }
@@ -326,7 +328,7 @@ void Channel::begin_close(const std::string& reason, bool flush) {
                [self, reason] { self->host_.channel_report_closed(self, reason); });
   }
   set_deadline(std::min(deadline_, Clock::now() + opts_->limits.close_linger),
-               "close linger expired");
+               close_text(CloseReason::Timeout, "close linger"));
   writer_signal_.cancel();
 }
 

@@ -78,6 +78,7 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
   const std::string& peer_id() const override { return peer_id_; }
   const std::string& remote_addr() const override { return remote_addr_; }
   bool send(std::uint8_t type, SharedBytes payload) override;
+  using Connection::close;  // the typed close(CloseReason, detail)
   void close(const std::string& reason) override;
   bool is_open() const override { return established_ && !closing_ && !closed_; }
 

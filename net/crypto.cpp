@@ -1,11 +1,11 @@
 // libsodium behind the crypto facade (crypto.hpp). The only file of the project that includes
 // <sodium.h>.
 #include "net/crypto.hpp"
-#include "core/base/bytes.hpp"
+#include "base/bytes.hpp"
 
 #include <sodium.h>
 
-#include <cassert>
+#include "base/assert.hpp"
 #include <cctype>
 #include <cstring>
 #include <mutex>
@@ -83,7 +83,7 @@ SymKey kdf(const SymKey& key, std::string_view label, std::span<const std::uint8
                                            label.size());
   // The label's length goes first so label || data splits are unambiguous.
   std::uint8_t len = static_cast<std::uint8_t>(label.size());
-  assert(label.size() < 256);
+  GT_ASSERT(label.size() < 256);
   Hash h = hash({std::span<const std::uint8_t>(&len, 1), lbl, data}, key.span());
   SymKey out;
   std::memcpy(out.data(), h.data(), h.size());

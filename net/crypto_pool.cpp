@@ -7,7 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/base/thread.hpp"
+#include "base/thread.hpp"
 
 namespace gossiptrain::net {
 

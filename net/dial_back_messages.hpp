@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/base/bytes.hpp"
+#include "base/bytes.hpp"
 #include "net/limits.hpp"
 #include "net/transport.hpp"
 

@@ -1,6 +1,6 @@
 // Frame sealing, checking, decryption and message reassembly (see frame.hpp for the format).
 #include "net/frame.hpp"
-#include "core/base/bytes.hpp"
+#include "base/bytes.hpp"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cassert>
 #include <cstring>
 #include <stdexcept>
 

@@ -1,6 +1,6 @@
 // The handshake state machine (see handshake.hpp for the message layout and the transcript).
 #include "net/handshake.hpp"
-#include "core/base/bytes.hpp"
+#include "base/bytes.hpp"
 
 #include <cstring>
 

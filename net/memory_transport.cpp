@@ -3,7 +3,6 @@
 #include "net/memory_transport.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
@@ -115,7 +114,7 @@ void SimConnection::close(const std::string& reason) {
         auto to = weak.lock();
         if (!to || !to->open_) return;
         to->open_ = false;
-        net->report_closed(to, "closed by peer: " + reason);
+        net->report_closed(to, close_text(CloseReason::RemoteClosed, reason));
       },
       false);
 }
@@ -388,7 +387,7 @@ void SimNetwork::kill(const std::string& addr, bool reset) {
           auto to = weak.lock();
           if (!to || !to->open_) return;
           to->open_ = false;
-          report_closed(to, "connection reset");
+          report_closed(to, close_text(CloseReason::IoError, "connection reset"));
         },
         false);
   }

@@ -17,7 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/base/rng.hpp"
+#include "base/rng.hpp"
 #include "net/buffer_pool.hpp"
 #include "net/transport.hpp"
 
@@ -116,6 +116,7 @@ class SimConnection final : public Connection, public std::enable_shared_from_th
   const std::string& peer_id() const override { return peer_id_; }
   const std::string& remote_addr() const override { return remote_addr_; }
   bool send(std::uint8_t type, SharedBytes payload) override;
+  using Connection::close;  // the typed close(CloseReason, detail)
   void close(const std::string& reason) override;
   bool is_open() const override { return open_; }
 

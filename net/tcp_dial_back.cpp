@@ -160,7 +160,7 @@ bool TcpTransport::dial_back_message(const std::shared_ptr<Channel>& ch, std::ui
         if (!ch->inbound() || it == pending_reverse_.end() || it->second.peer != ch->peer_id()) {
           spdlog::debug("net: dial-back hello from {} answers no request of ours",
                         short_peer(ch->peer_id()));
-          ch->close("reverse connection not expected (late or unknown)");
+          ch->close(CloseReason::NotNeeded, "reverse connection not expected (late or unknown)");
           return true;
         }
         finish_reverse(m.nonce, ch, "");
@@ -189,12 +189,12 @@ bool TcpTransport::dial_back_message(const std::shared_ptr<Channel>& ch, std::ui
   } catch (const base::DecodeError& e) {
     spdlog::warn("net: malformed {} from {}: {}", dial_back_type_name(type),
                  short_peer(ch->peer_id()), e.what());
-    ch->close("malformed " + std::string(dial_back_type_name(type)));
+    ch->close(CloseReason::Malformed, dial_back_type_name(type));
     return true;
   }
   spdlog::warn("net: unknown transport message type {} from {}", int(type),
                short_peer(ch->peer_id()));
-  ch->close("unknown message type " + std::to_string(type));
+  ch->close(CloseReason::UnknownType, "type " + std::to_string(type));
   return true;
 }
 
@@ -239,7 +239,7 @@ void TcpTransport::serve_dial_back(const std::shared_ptr<Channel>& ch, DialBackP
     std::string why = err;
     if (c && c->peer_id() != peer) {
       why = "reached another peer at that address";
-      c->close("dial-back reached another peer");
+      c->close(CloseReason::UnexpectedPeer, "dial-back reached another peer");
       c.reset();
     }
     auto reply = [&](bool ok) {
@@ -250,7 +250,7 @@ void TcpTransport::serve_dial_back(const std::shared_ptr<Channel>& ch, DialBackP
     if (!c) return reply(false);
     if (purpose == DialBackPurpose::Check) {
       reply(true);
-      c->close("reachability check done");
+      c->close(CloseReason::Shutdown, "reachability check done");
       return;
     }
     c->send(static_cast<std::uint8_t>(DialBackType::Hello), shared(encode(DialBackHello{nonce})));

@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "core/base/thread.hpp"
+#include "base/thread.hpp"
 
 namespace gossiptrain::net {
 namespace {
@@ -321,8 +321,10 @@ void TcpTransport::channel_report_closed(const std::shared_ptr<Channel>& ch,
   {
     std::lock_guard lk(stats_mu_);
     ++stats_.closed;
+    ++stats_.closed_by_reason[static_cast<std::size_t>(close_reason_of(reason))];
   }
-  spdlog::info("net: connection {} {} closed: {}", ch->peer_id(), ch->remote_addr(), reason);
+  spdlog::info("net: connection {} {} closed [{}]: {}", ch->peer_id(), ch->remote_addr(),
+               close_reason_name(close_reason_of(reason)), reason);
   if (ch->relayed()) relayed_closed(ch, reason);
   if (handler_) handler_->on_closed(ch, reason);
 }

@@ -79,6 +79,7 @@ struct TcpTransportStats {
   std::uint64_t established = 0;  // handshakes completed
   std::uint64_t handshake_failures = 0;
   std::uint64_t closed = 0;  // established connections closed
+  CloseCounts closed_by_reason{};  // the same, by close_reason_of(reason)
   // Dial-backs (tcp_dial_back.cpp): connections we obtained by asking a peer that cannot be
   // dialled to dial us (reverse connections), and dial-backs we made for others.
   std::uint64_t reverse_connections = 0;

@@ -8,7 +8,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "net/close_reason.hpp"
 
 namespace gossiptrain::net {
 
@@ -31,7 +34,11 @@ class Connection {
   // Queues one message (type byte + payload). Returns false, without queueing, when the connection
   // is closed or its bounded send queue is full (back-pressure: try later or give up).
   virtual bool send(std::uint8_t type, SharedBytes payload) = 0;
-  // Closes the connection; the handler's on_closed is called once with this reason.
+  // Closes the connection; the handler's on_closed is called once with this reason's text
+  // (close_text: the reason's name, then the detail).
+  void close(CloseReason reason, std::string_view detail = {}) { close(close_text(reason, detail)); }
+  // The same with a text of one's own; its reason is close_reason_of(text) (Unspecified unless it
+  // starts with a reason's name).
   virtual void close(const std::string& reason) = 0;
   virtual bool is_open() const = 0;
 };

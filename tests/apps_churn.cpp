@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "apps/common_options.hpp"
-#include "apps/launch_churn.hpp"
-#include "apps/launch_netns.hpp"
-#include "apps/launch_options.hpp"
+#include "apps/common/options.hpp"
+#include "apps/launch/churn.hpp"
+#include "apps/launch/netns.hpp"
+#include "apps/launch/options.hpp"
 #include "core/churn_scenario.hpp"
 #include "tests/test_util.hpp"
 

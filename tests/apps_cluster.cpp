@@ -9,9 +9,9 @@
 #include <fstream>
 #include <map>
 
-#include "apps/common_cluster.hpp"
-#include "apps/common_options.hpp"
-#include "apps/common_peer_churn.hpp"
+#include "apps/common/cluster.hpp"
+#include "apps/common/options.hpp"
+#include "apps/common/peer_churn.hpp"
 #include "tests/test_util.hpp"
 
 using namespace gossiptrain::apps;

@@ -2,8 +2,8 @@
 // later flag overrides it, and a clear usage error for a bad value.
 #include <catch2/catch.hpp>
 
-#include "apps/common_options.hpp"
-#include "apps/option_table.hpp"
+#include "apps/common/options.hpp"
+#include "apps/common/option_table.hpp"
 
 using namespace gossiptrain::apps;
 using Catch::Matchers::Contains;

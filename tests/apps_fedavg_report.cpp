@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/launch_churn.hpp"
-#include "apps/launch_fedavg_report.hpp"
-#include "apps/launch_options.hpp"
+#include "apps/launch/churn.hpp"
+#include "apps/launch/fedavg_report.hpp"
+#include "apps/launch/options.hpp"
 #include "core/churn_scenario.hpp"
 
 using namespace gossiptrain::apps;

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "apps/common_options.hpp"
-#include "apps/launch_options.hpp"
-#include "apps/launch_resources.hpp"
-#include "apps/launch_view.hpp"
+#include "apps/common/options.hpp"
+#include "apps/launch/options.hpp"
+#include "apps/launch/resources.hpp"
+#include "apps/launch/view.hpp"
 
 using namespace gossiptrain::apps;
 

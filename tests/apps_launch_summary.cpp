@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "apps/launch_summary.hpp"
+#include "apps/launch/summary.hpp"
 #include "tests/test_util.hpp"
 
 using namespace gossiptrain::apps;

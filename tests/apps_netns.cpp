@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "apps/launch_netns.hpp"
+#include "apps/launch/netns.hpp"
 
 using gossiptrain::apps::NetnsSwarm;
 using Clock = std::chrono::steady_clock;

@@ -1,15 +1,15 @@
-// The option tables of the CLIs (apps/option_table.hpp): parsing, the one HOST:PORT rule, the one
+// The option tables of the CLIs (apps/common/option_table.hpp): parsing, the one HOST:PORT rule, the one
 // --lr range, --help from the table, and gossip-launch's --consensus-every reaching the sampler.
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
 
-#include "apps/common_options.hpp"
-#include "apps/launch_observe.hpp"
-#include "apps/launch_options.hpp"
-#include "apps/launch_summary.hpp"
-#include "apps/option_table.hpp"
+#include "apps/common/options.hpp"
+#include "apps/launch/observe.hpp"
+#include "apps/launch/options.hpp"
+#include "apps/launch/summary.hpp"
+#include "apps/common/option_table.hpp"
 
 using namespace gossiptrain::apps;
 using Catch::Matchers::Contains;

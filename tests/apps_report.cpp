@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "apps/launch_report.hpp"
+#include "apps/launch/report.hpp"
 #include "tests/test_util.hpp"
 
 using namespace gossiptrain::apps;

@@ -17,10 +17,10 @@
 
 #include <spdlog/spdlog.h>
 
-#include "apps/sim_options.hpp"
-#include "apps/sim_world.hpp"
+#include "apps/sim/options.hpp"
+#include "apps/sim/world.hpp"
 #include "core/churn_scenario.hpp"
-#include "gossip/membership.hpp"
+#include "gossip/membership/membership.hpp"
 #include "kernels/backend.hpp"
 
 using namespace gossiptrain;

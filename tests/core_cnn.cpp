@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/base/rng.hpp"
+#include "base/rng.hpp"
 #include "core/model.hpp"
 #include "core/trainer.hpp"
 #include "tests/core_test_util.hpp"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "core/base/rng.hpp"
+#include "base/rng.hpp"
 #include "core/trainer.hpp"
 #include "kernels/backend.hpp"
 #include "tests/core_test_util.hpp"

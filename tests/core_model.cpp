@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/base/rng.hpp"
+#include "base/rng.hpp"
 #include "core/checkpoint.hpp"
 #include "core/model.hpp"
 #include "core/trainer.hpp"

@@ -9,7 +9,7 @@
 #include <numbers>
 #include <vector>
 
-#include "core/base/rng.hpp"
+#include "base/rng.hpp"
 #include "core/checkpoint.hpp"
 #include "core/trainer.hpp"
 #include "kernels/cpu/cpu_backend.hpp"

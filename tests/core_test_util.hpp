@@ -13,7 +13,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "core/base/rng.hpp"
+#include "base/rng.hpp"
 #include "core/dataset.hpp"
 #include "core/metrics.hpp"
 #include "core/model.hpp"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "gossip/averager.hpp"
+#include "gossip/exchange/averager.hpp"
 #include "gossip/dispatcher.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "net/memory_transport.hpp"

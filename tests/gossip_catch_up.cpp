@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/checkpoint.hpp"
-#include "gossip/catch_up.hpp"
+#include "gossip/catch_up/catch_up.hpp"
 #include "gossip/dispatcher.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "net/memory_transport.hpp"

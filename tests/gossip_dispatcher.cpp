@@ -49,7 +49,7 @@ TEST_CASE("dispatcher: routes by type range and fans out connection events", "[g
 
   c->send(0x30, empty);  // nobody owns 0x30
   sim.run_until_idle();
-  CHECK(membership.closed == std::vector<std::string>{"unknown message type"});
-  CHECK(exchange.closed == std::vector<std::string>{"unknown message type"});
-  CHECK(client.closed == std::vector<std::string>{"closed by peer: unknown message type"});
+  CHECK(membership.closed == std::vector<std::string>{"unknown_type: type 48"});
+  CHECK(exchange.closed == std::vector<std::string>{"unknown_type: type 48"});
+  CHECK(client.closed == std::vector<std::string>{"remote_closed: unknown_type: type 48"});
 }

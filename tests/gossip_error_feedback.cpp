@@ -6,8 +6,8 @@
 #include <cmath>
 #include <random>
 
-#include "gossip/exchange_messages.hpp"
-#include "gossip/snapshot_buffers.hpp"
+#include "gossip/exchange/exchange_messages.hpp"
+#include "gossip/exchange/snapshot_buffers.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "tests/gossip_averager_harness.hpp"
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "gossip/exchange_protocol.hpp"
+#include "gossip/exchange/exchange_protocol.hpp"
 
 using namespace gossiptrain;
 using namespace gossiptrain::gossip;

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "gossip/lag_bound.hpp"
+#include "gossip/exchange/lag_bound.hpp"
 
 using namespace gossiptrain::gossip;
 

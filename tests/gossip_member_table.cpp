@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "gossip/member_table.hpp"
+#include "gossip/membership/member_table.hpp"
 
 using namespace gossiptrain::gossip;
 using Millis = std::chrono::milliseconds;

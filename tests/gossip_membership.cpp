@@ -9,8 +9,8 @@
 #include <set>
 
 #include "gossip/dispatcher.hpp"
-#include "gossip/membership.hpp"
-#include "gossip/messages.hpp"
+#include "gossip/membership/membership.hpp"
+#include "gossip/membership/messages.hpp"
 #include "net/memory_transport.hpp"
 
 using namespace gossiptrain;
@@ -418,7 +418,7 @@ TEST_CASE("membership: a connection without acks is dropped, idle dialled ones a
   SECTION("no ack: the dialled connection is closed, so the next ping dials afresh") {
     x.answer_pings = false;
     REQUIRE(cl.run_until([&] { return !x.closed.empty(); }, round + cl.cfg.probe_interval, 1ms));
-    CHECK(x.closed[0] == "closed by peer: no ack");
+    CHECK(x.closed[0] == "remote_closed: no_answer: no ack");
     cl.net.run_for(cl.cfg.probe_interval - cl.cfg.probe_timeout);  // the end of that probe period
     CHECK(cl[a].member("fakeX")->state == MemberState::Suspect);
   }
@@ -431,7 +431,7 @@ TEST_CASE("membership: a connection without acks is dropped, idle dialled ones a
     f.gossip({Update{"fakeX", x.addr, x.incarnation, MemberState::Left, "fakeX"}});
     const Millis left_at = cl.net.now();
     REQUIRE(cl.run_until([&] { return !x.closed.empty(); }, cfg.idle_connection_timeout + 2 * cl.cfg.probe_interval, 1ms));
-    CHECK(x.closed[0] == "closed by peer: idle");
+    CHECK(x.closed[0] == "remote_closed: not_needed: idle");
     // Its last ack came at most one round before the leave; housekeeping runs every period.
     CHECK(x.closed_at[0] >= left_at + cfg.idle_connection_timeout - round);
     CHECK(x.closed_at[0] <= left_at + cfg.idle_connection_timeout + cl.cfg.probe_interval + 2 * o.latency);
@@ -721,7 +721,7 @@ TEST_CASE("membership: malformed messages close the connection with a reason", "
     ping.pop_back();
     f.send(wire(gossip::MembershipType::Ping), ping);
     cl.net.run_for(10ms);
-    CHECK(f.closed == std::vector<std::string>{"closed by peer: malformed membership message: truncated"});
+    CHECK(f.closed == std::vector<std::string>{"remote_closed: malformed: membership message: truncated"});
   }
   SECTION("a sync claiming more members than allowed") {
     f.connect(addr_of(a));
@@ -730,7 +730,7 @@ TEST_CASE("membership: malformed messages close the connection with a reason", "
     sync[sync.size() - 1] = 0xFF;
     f.send(wire(gossip::MembershipType::Sync), sync);
     cl.net.run_for(10ms);
-    CHECK(f.closed == std::vector<std::string>{"closed by peer: malformed membership message: too many members"});
+    CHECK(f.closed == std::vector<std::string>{"remote_closed: malformed: membership message: too many members"});
     CHECK(cl[a].members().size() == 1);
   }
   SECTION("an unknown type inside the membership range, through the dispatcher") {
@@ -739,7 +739,7 @@ TEST_CASE("membership: malformed messages close the connection with a reason", "
     f.send(0x2A, net::Bytes{gossip::kMembershipWireVersion});
     f.send(0x30, net::Bytes{});
     cl.net.run_for(10ms);
-    CHECK(f.closed == std::vector<std::string>{"closed by peer: malformed membership message: unknown membership message type"});
+    CHECK(f.closed == std::vector<std::string>{"remote_closed: malformed: membership message: unknown membership message type"});
   }
   // The member keeps working: a well-formed join from a new connection is accepted.
   f.conn.reset();

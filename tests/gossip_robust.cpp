@@ -7,7 +7,7 @@
 #include <limits>
 #include <numeric>
 
-#include "core/base/bytes.hpp"
+#include "base/bytes.hpp"
 #include "tests/gossip_averager_harness.hpp"
 
 using namespace gossiptrain;

@@ -7,9 +7,9 @@
 #include <map>
 #include <random>
 
-#include "gossip/exchange_protocol.hpp"
-#include "gossip/partner_choice.hpp"
-#include "gossip/robust_bound.hpp"
+#include "gossip/exchange/exchange_protocol.hpp"
+#include "gossip/exchange/partner_choice.hpp"
+#include "gossip/exchange/robust_bound.hpp"
 #include "tests/gossip_averager_harness.hpp"
 
 using namespace gossiptrain;

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "gossip/wire_check.hpp"
+#include "gossip/exchange/wire_check.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 
 using namespace gossiptrain;

@@ -11,7 +11,7 @@
 
 #include <atomic>
 
-#include "core/base/rng.hpp"
+#include "base/rng.hpp"
 #include "core/metrics.hpp"
 #include "core/trainer.hpp"
 #include "kernels/backend.hpp"

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <random>
 
-#include "core/base/bytes.hpp"
+#include "base/bytes.hpp"
 #include "tests/net_test_util.hpp"
 
 using namespace gossiptrain::net;

@@ -312,7 +312,7 @@ TEST_CASE("memory transport: kill makes a node vanish, revive brings it back cle
     const Millis killed_at = n.net.now();
     n.net.kill("b:1", /*reset=*/true);
     n.net.run_for(1000ms);
-    REQUIRE(n.ra.closed == std::vector<std::string>{"connection reset"});
+    REQUIRE(n.ra.closed == std::vector<std::string>{"io_error: connection reset"});
     CHECK(n.ra.closed_at[0] == killed_at + o.latency);
     CHECK_FALSE(b_timer_fired);
   }

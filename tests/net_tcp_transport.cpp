@@ -185,7 +185,7 @@ TEST_CASE("tcp: stop closes every connection with reason shutdown", "[net]") {
   CHECK(Clock::now() - t0 < 2000ms);
   CHECK(p.server_events.last_closed() == "shutdown");
   REQUIRE(wait_for([&] { return p.client_events.n_closed() == 1; }));
-  CHECK(p.client_events.last_closed() == "closed by remote: shutdown");
+  CHECK(p.client_events.last_closed() == "remote_closed: shutdown");
   p.server->stop();  // idempotent
 }
 

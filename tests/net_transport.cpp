@@ -36,7 +36,7 @@ struct Events {
 // and kRemoteClose, what the remote end's on_closed reason starts with.
 struct MemoryFixture : Events {
   static constexpr const char* kConnectError = "connect timeout";
-  static constexpr const char* kRemoteClose = "closed by peer: ";
+  static constexpr const char* kRemoteClose = "remote_closed: ";
 
   MemoryFixture() { attach(server, client); }
   DialResult dial(const std::string& addr) {
@@ -77,7 +77,7 @@ struct MemoryFixture : Events {
 
 struct TcpFixture : Events {
   static constexpr const char* kConnectError = "connect failed";
-  static constexpr const char* kRemoteClose = "closed by remote: ";
+  static constexpr const char* kRemoteClose = "remote_closed: ";
 
   TcpFixture() {
     attach(server, client);

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <optional>
 
-#include "apps/launch_summary.hpp"
+#include "apps/launch/summary.hpp"
 #include "core/checkpoint.hpp"
 #include "tests/system_process.hpp"
 

@@ -5,7 +5,7 @@
 
 #include <cstdlib>
 
-#include "apps/launch_summary.hpp"
+#include "apps/launch/summary.hpp"
 #include "core/checkpoint.hpp"
 #include "tests/system_process.hpp"
 

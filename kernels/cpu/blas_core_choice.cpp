@@ -134,6 +134,58 @@ std::string describe(const BlasCoreChoice& c) {
   return s + ")";
 }
 
+namespace {
+
+// A choice we passed down holds while OPENBLAS_CORETYPE is still the one we set with it (and,
+// with a --blas-core core, is that core; with keep, is what OpenBLAS detected). It is not
+// re-decided: the peer would re-execute forever when OpenBLAS ignores a name it does not know.
+std::optional<BlasCoreChoice> inherited_choice(const BlasCoreRequest& req,
+                                               const std::string& loaded,
+                                               const std::string& env_core, bool flag_core) {
+  Marker m;
+  if (!parse_marker(env_or_empty(kBlasChosenEnv), &m) || !same_core(m.core, env_core) ||
+      (flag_core && !same_core(m.core, req.flag)) ||
+      (req.flag == "keep" && m.source != "detected"))
+    return std::nullopt;
+  BlasCoreChoice c;
+  c.core = loaded;
+  c.source = m.source;
+  c.tried = m.tried;
+  c.detail = m.detail;
+  if (!same_core(loaded, m.core)) {
+    c.warn = true;
+    c.detail = "OPENBLAS_CORETYPE=" + m.core + " was not taken: OpenBLAS runs " + loaded;
+  }
+  c.warn = c.warn || m.source == "refused";
+  return c;
+}
+
+// The verdict on the native kernels: the cached one, else a probe in a child process (cached
+// unless it timed out or could not start). *cached says which.
+ProbeResult native_verdict(const BlasCoreRequest& req, const CpuFlags& cpu,
+                           const std::string& detected, const std::string& native, bool* cached) {
+  ProbeResult r;
+  *cached = false;
+  const std::string key = cache_key(cpu, native);
+  // A corrupted probe (tests) neither reads nor leaves a verdict: it is not this machine's.
+  const bool testing_corrupt = !env_or_empty(kBlasProbeCorruptEnv).empty();
+  const std::string file = req.cache_dir.empty() ? "" : cache_file(req.cache_dir, key);
+  if (!file.empty() && !testing_corrupt) *cached = read_verdict(file, key, &r);
+  if (*cached) return r;
+  spdlog::info(
+      "OpenBLAS chose its generic {} kernels on a CPU with {}: checking {} in a child "
+      "process",
+      detected, cpu.avx512f ? "AVX-512" : "AVX2", native);
+  r = probe_core(req.exe, native, req.probe_timeout);
+  // A timeout says more about a busy machine than about the kernels: probe again next time.
+  const bool lasting = r.ok || r.failure.rfind("timed out", 0) != 0;
+  if (!file.empty() && !testing_corrupt && lasting && r.failure.rfind("cannot start", 0) != 0)
+    write_verdict(req.cache_dir, file, key, r);
+  return r;
+}
+
+}  // namespace
+
 BlasCoreChoice choose_blas_core(const BlasCoreRequest& req) {
   const BlasInfo info = blas_info();
   const std::string loaded = info.core;
@@ -151,24 +203,7 @@ BlasCoreChoice choose_blas_core(const BlasCoreRequest& req) {
     return c;
   }
   const bool flag_core = req.flag != "auto" && req.flag != "keep";
-  // A choice we passed down holds while OPENBLAS_CORETYPE is still the one we set with it (and,
-  // with a --blas-core core, is that core; with keep, is what OpenBLAS detected). It is not
-  // re-decided: the peer would re-execute forever when OpenBLAS ignores a name it does not know.
-  Marker m;
-  if (parse_marker(env_or_empty(kBlasChosenEnv), &m) && same_core(m.core, env_core) &&
-      (!flag_core || same_core(m.core, req.flag)) &&
-      (req.flag != "keep" || m.source == "detected")) {
-    c.core = loaded;
-    c.source = m.source;
-    c.tried = m.tried;
-    c.detail = m.detail;
-    if (!same_core(loaded, m.core)) {
-      c.warn = true;
-      c.detail = "OPENBLAS_CORETYPE=" + m.core + " was not taken: OpenBLAS runs " + loaded;
-    }
-    c.warn = c.warn || m.source == "refused";
-    return c;
-  }
+  if (auto inherited = inherited_choice(req, loaded, env_core, flag_core)) return *inherited;
   if (flag_core) return run(req.flag, "flag");
   if (!env_core.empty()) {
     c = run(loaded, "user");
@@ -188,25 +223,8 @@ BlasCoreChoice choose_blas_core(const BlasCoreRequest& req) {
     c.detail = "this CPU shows neither AVX2 with FMA nor AVX-512";
     return c;
   }
-  c.tried = native;
-  ProbeResult r;
   bool cached = false;
-  const std::string key = cache_key(cpu, native);
-  // A corrupted probe (tests) neither reads nor leaves a verdict: it is not this machine's.
-  const bool testing_corrupt = !env_or_empty(kBlasProbeCorruptEnv).empty();
-  const std::string file = req.cache_dir.empty() ? "" : cache_file(req.cache_dir, key);
-  if (!file.empty() && !testing_corrupt) cached = read_verdict(file, key, &r);
-  if (!cached) {
-    spdlog::info(
-        "OpenBLAS chose its generic {} kernels on a CPU with {}: checking {} in a child "
-        "process",
-        detected, cpu.avx512f ? "AVX-512" : "AVX2", native);
-    r = probe_core(req.exe, native, req.probe_timeout);
-    // A timeout says more about a busy machine than about the kernels: probe again next time.
-    const bool lasting = r.ok || r.failure.rfind("timed out", 0) != 0;
-    if (!file.empty() && !testing_corrupt && lasting && r.failure.rfind("cannot start", 0) != 0)
-      write_verdict(req.cache_dir, file, key, r);
-  }
+  const ProbeResult r = native_verdict(req, cpu, detected, native, &cached);
   if (r.ok) {
     run(native, cached ? "cache" : "probe");
   } else {

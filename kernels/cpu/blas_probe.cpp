@@ -146,17 +146,10 @@ std::optional<std::string> blas_probe_child_report() {
   return os.str();
 }
 
-ProbeResult probe_core(const std::string& exe, const std::string& core,
-                       std::chrono::milliseconds timeout) {
-  ProbeResult r;
-  const auto t0 = Clock::now();
-  auto done = [&](std::string failure) {
-    r.failure = std::move(failure);
-    r.ok = r.failure.empty();
-    r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    return r;
-  };
-  // The child's environment: ours, with the core to load and the probe request.
+namespace {
+
+// The child's environment: ours, with the core to load and the probe request.
+std::vector<std::string> probe_env(const std::string& core) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     const std::string_view v(*e);
@@ -167,68 +160,99 @@ ProbeResult probe_core(const std::string& exe, const std::string& core,
   }
   env.push_back("OPENBLAS_CORETYPE=" + core);
   env.push_back(std::string(kBlasProbeEnv) + "=" + core);
+  return env;
+}
+
+// Reads fd until EOF or the deadline; true when the deadline ended it.
+bool read_until(int fd, Clock::time_point deadline, std::string& out) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return true;
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, int(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;  // the deadline check above ends the wait
+    char buf[512];
+    const ssize_t got = ::read(fd, buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;  // EOF: the child exited (or closed its output)
+    out.append(buf, std::size_t(got));
+  }
+}
+
+// Starts exe with env, its stdout into *out_fd (stdin and stderr /dev/null); the error text, or
+// "" with *pid set.
+std::string spawn_probe(const std::string& exe, std::vector<std::string>& env, pid_t* pid,
+                        int* out_fd) {
   std::vector<char*> envp;
   for (auto& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
   std::string arg0 = exe;
   char* argv[] = {arg0.data(), nullptr};
-
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return done(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(fds, O_CLOEXEC) != 0) return std::string("pipe: ") + std::strerror(errno);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
   // OpenBLAS may print its own complaints (an unknown core): they are not ours to show.
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv, envp.data());
+  const int rc = ::posix_spawn(pid, exe.c_str(), &fa, nullptr, argv, envp.data());
   posix_spawn_file_actions_destroy(&fa);
   ::close(fds[1]);
   if (rc != 0) {
     ::close(fds[0]);
-    return done("cannot start " + exe + ": " + std::strerror(rc));
+    return "cannot start " + exe + ": " + std::strerror(rc);
   }
-  std::string out;
-  bool timed_out = false;
-  const auto deadline = t0 + timeout;
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    const int n = ::poll(&p, 1, int(left.count()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) continue;  // the deadline check above ends the wait
-    char buf[512];
-    const ssize_t got = ::read(fds[0], buf, sizeof buf);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;  // EOF: the child exited (or closed its output)
-    out.append(buf, std::size_t(got));
-  }
-  ::close(fds[0]);
-  if (timed_out) ::kill(pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (timed_out) return done("timed out after " + std::to_string(timeout.count()) + " ms");
+  *out_fd = fds[0];
+  return "";
+}
+
+// The child's verdict from its output line; "" when it passed on the core asked for.
+std::string read_verdict(const std::string& out, int status, const std::string& core,
+                         ProbeResult& r) {
   if (WIFSIGNALED(status))
-    return done("crashed (signal " + std::to_string(WTERMSIG(status)) + ", " +
-                ::strsignal(WTERMSIG(status)) + ")");
+    return "crashed (signal " + std::to_string(WTERMSIG(status)) + ", " +
+           ::strsignal(WTERMSIG(status)) + ")";
   const auto line_at = out.find("gt-blas-probe ");
   if (line_at == std::string::npos)
-    return done("no result (exit code " + std::to_string(WEXITSTATUS(status)) + ")");
+    return "no result (exit code " + std::to_string(WEXITSTATUS(status)) + ")";
   const std::string line = out.substr(line_at, out.find('\n', line_at) - line_at);
   r.core = field(line, "core");
   r.worst = std::strtod(field(line, "worst").c_str(), nullptr);
   if (const auto s = line.find(" shape="); s != std::string::npos) r.shape = line.substr(s + 7);
   // An OPENBLAS_CORETYPE it does not know makes OpenBLAS keep its own choice, silently.
-  if (!same_core(r.core, core)) return done("OpenBLAS loaded " + r.core + " instead");
-  if (field(line, "ok") != "1") return done("wrong result");
-  return done("");
+  if (!same_core(r.core, core)) return "OpenBLAS loaded " + r.core + " instead";
+  if (field(line, "ok") != "1") return "wrong result";
+  return "";
+}
+
+}  // namespace
+
+ProbeResult probe_core(const std::string& exe, const std::string& core,
+                       std::chrono::milliseconds timeout) {
+  ProbeResult r;
+  const auto t0 = Clock::now();
+  auto done = [&](std::string failure) {
+    r.failure = std::move(failure);
+    r.ok = r.failure.empty();
+    r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    return r;
+  };
+  std::vector<std::string> env = probe_env(core);
+  pid_t pid = -1;
+  int fd = -1;
+  if (std::string err = spawn_probe(exe, env, &pid, &fd); !err.empty()) return done(err);
+  std::string out;
+  const bool timed_out = read_until(fd, t0 + timeout, out);
+  ::close(fd);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) return done("timed out after " + std::to_string(timeout.count()) + " ms");
+  return done(read_verdict(out, status, core, r));
 }
 
 }  // namespace gossiptrain::kernels

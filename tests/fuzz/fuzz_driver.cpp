@@ -1,6 +1,8 @@
-// Seeded mutation driver for net_fuzz.cpp where libFuzzer is not used: builds well-formed seeds for
-// each mode, mutates them (bit flips, byte sets, truncation, insertion, splicing) for a fixed number
-// of iterations. Registered as a ctest test; run it under the asan preset.
+// Seeded mutation driver for a fuzz target (net_fuzz.cpp, gossip_fuzz.cpp) where libFuzzer is not
+// used: takes the target's well-formed seeds (gt_fuzz_seeds), mutates them (bit flips, byte sets,
+// truncation, insertion, splicing) for a fixed number of iterations. The first byte of an input
+// picks the target's mode and is never mutated. Registered as ctest tests; run under the asan
+// preset too.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -10,42 +12,12 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
+// The target's starting pool, one well-formed input per mode at least.
+std::vector<std::vector<std::uint8_t>> gt_fuzz_seeds(std::mt19937_64& rng);
 
 namespace {
 
 using Input = std::vector<std::uint8_t>;
-
-void put_record(Input& in, std::uint8_t type, const Input& plain, std::uint8_t flip = 0) {
-  in.push_back(type);
-  in.push_back(std::uint8_t(plain.size()));
-  in.push_back(std::uint8_t(plain.size() >> 8));
-  in.push_back(flip);
-  in.insert(in.end(), plain.begin(), plain.end());
-}
-
-std::vector<Input> seeds(std::mt19937_64& rng) {
-  std::vector<Input> s;
-  for (std::uint8_t mode : {0, 1, 2, 0x12}) {
-    Input in{mode};
-    for (int i = 0; i < 69 + 113 + 283; ++i) in.push_back(std::uint8_t(rng()));
-    if (mode == 0) std::memcpy(in.data() + 1, "GTH1", 4);
-    s.push_back(in);
-  }
-  for (std::uint8_t mode : {3, 0x13}) {
-    Input in{mode};
-    put_record(in, 1, Input{5, 1, 2, 3});                            // small message
-    Input start{9, 0x10, 0x27, 0, 0, 0, 0, 0, 0};                    // 10000 bytes
-    put_record(in, 2, start);
-    put_record(in, 3, Input(4096, 0xAB));
-    put_record(in, 4, {});                                           // ping
-    put_record(in, 3, Input(4096, 0xCD));
-    put_record(in, 3, Input(10000 - 8192, 0xEF));
-    put_record(in, 6, {});                                           // explicit rekey frame
-    put_record(in, 5, Input{'b', 'y', 'e'});                         // close
-    s.push_back(in);
-  }
-  return s;
-}
 
 void mutate(Input& in, std::mt19937_64& rng, const std::vector<Input>& pool) {
   int n = 1 + int(rng() % 4);
@@ -105,7 +77,7 @@ int main(int argc, char** argv) {
     }
   }
   std::mt19937_64 rng(seed);
-  auto pool = seeds(rng);
+  auto pool = gt_fuzz_seeds(rng);
   for (auto& s : pool) LLVMFuzzerTestOneInput(s.data(), s.size());
   for (long it = 0; it < iterations; ++it) {
     Input in = pool[rng() % pool.size()];
@@ -113,6 +85,6 @@ int main(int argc, char** argv) {
     LLVMFuzzerTestOneInput(in.data(), in.size());
     if (rng() % 64 == 0 && in.size() < 20000) pool.push_back(std::move(in));  // keep some mutants
   }
-  std::printf("fuzz_net_driver: %ld iterations, seed %llu, ok\n", iterations, seed);
+  std::printf("%s: %ld iterations, seed %llu, ok\n", argv[0], iterations, seed);
   return 0;
 }

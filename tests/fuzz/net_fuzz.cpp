@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <random>
+#include <vector>
 
 #include "net/dial_back_messages.hpp"
 #include "net/frame.hpp"
@@ -153,4 +155,43 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 4: fuzz_dial_back(d, n); break;
   }
   return 0;
+}
+
+namespace {
+
+using Input = std::vector<std::uint8_t>;
+
+void put_record(Input& in, std::uint8_t type, const Input& plain, std::uint8_t flip = 0) {
+  in.push_back(type);
+  in.push_back(std::uint8_t(plain.size()));
+  in.push_back(std::uint8_t(plain.size() >> 8));
+  in.push_back(flip);
+  in.insert(in.end(), plain.begin(), plain.end());
+}
+
+}  // namespace
+
+// Well-formed inputs of every mode, the seeded driver's starting pool (fuzz_driver.cpp).
+std::vector<std::vector<std::uint8_t>> gt_fuzz_seeds(std::mt19937_64& rng) {
+  std::vector<Input> s;
+  for (std::uint8_t mode : {0, 1, 2, 0x12}) {
+    Input in{mode};
+    for (int i = 0; i < 69 + 113 + 283; ++i) in.push_back(std::uint8_t(rng()));
+    if (mode == 0) std::memcpy(in.data() + 1, "GTH1", 4);
+    s.push_back(in);
+  }
+  for (std::uint8_t mode : {3, 0x13}) {
+    Input in{mode};
+    put_record(in, 1, Input{5, 1, 2, 3});                            // small message
+    Input start{9, 0x10, 0x27, 0, 0, 0, 0, 0, 0};                    // 10000 bytes
+    put_record(in, 2, start);
+    put_record(in, 3, Input(4096, 0xAB));
+    put_record(in, 4, {});                                           // ping
+    put_record(in, 3, Input(4096, 0xCD));
+    put_record(in, 3, Input(10000 - 8192, 0xEF));
+    put_record(in, 6, {});                                           // explicit rekey frame
+    put_record(in, 5, Input{'b', 'y', 'e'});                         // close
+    s.push_back(in);
+  }
+  return s;
 }

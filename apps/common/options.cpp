@@ -1,0 +1,487 @@
+// Flag and --config parsing for gossip-peer; one table of options drives parsing, JSON and --help.
+#include "apps/common/options.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/common/blas.hpp"
+#include "apps/common/fedavg.hpp"
+#include "core/partition.hpp"
+#include "gossip/exchange/averager.hpp"
+#include "kernels/backend.hpp"
+#include "net/address.hpp"
+#include "net/crypto_pool.hpp"
+
+namespace gossiptrain::apps {
+
+namespace {
+
+using PeerOption = Option<PeerConfig>;
+using O = Options<PeerConfig>;
+
+// A field of the training config or of robust mixing, for O::number and the like.
+template <class T>
+auto train(T core::TrainConfig::*field) {
+  return field_of(&PeerConfig::train, field);
+}
+template <class T>
+auto robust(T gossip::RobustConfig::*field) {
+  return field_of(&PeerConfig::robust, field);
+}
+using R = gossip::RobustConfig;
+
+// Any finite number: the range is core::validate's, checked once the whole config is read.
+double to_number(const std::string& flag, const std::string& v) {
+  double x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(x))
+    throw bad_value(flag, v, "a number");
+  return x;
+}
+
+}  // namespace
+
+// gossip-peer's table ends with the FedAvg flags, kept in their own file.
+static std::vector<Option<PeerConfig>> with_fedavg(std::vector<Option<PeerConfig>> options) {
+  add_fedavg_options(options);
+  add_cluster_options(options);
+  return options;
+}
+
+const OptionTable<PeerConfig>& peer_options() {
+  static const OptionTable<PeerConfig> table(with_fedavg({
+      {"listen", "HOST:PORT", "address to listen on for other peers (port 0: any free port)",
+       [](PeerConfig& c, const std::string& v) {
+         check_host_port(v, "listen", AddrUse::Listen);
+         c.listen = v;
+         c.listen_given = true;
+       }},
+      {"advertise", "HOST:PORT",
+       "address other peers dial, the one membership announces (default: the listen address; "
+       "required when --listen is a wildcard such as 0.0.0.0)",
+       [](PeerConfig& c, const std::string& v) {
+         check_host_port(v, "advertise", AddrUse::Dial);
+         c.advertise = v;
+       }},
+      {"seeds", "HOST:PORT,...", "peers to join through; none: train alone",
+       [](PeerConfig& c, const std::string& v) { c.seeds = parse_addr_list(v, "seeds"); }},
+      O::text("identity", "FILE", "Ed25519 identity key file, created (mode 0600) if missing",
+              &PeerConfig::identity),
+      O::text("network-key", "FILE", "32-byte pre-shared network key; peers without it are refused",
+              &PeerConfig::network_key),
+      O::text("allowlist", "FILE", "hex public keys, one per line: admit only these peers",
+              &PeerConfig::allowlist),
+      O::text("data", "DIR|npy:DIR|npy:XTR,YTR,XTE,YTE|synthetic",
+              "IDX folder (Fashion-MNIST, MNIST, EMNIST: train-/t10k-images-idx3-ubyte[.gz], "
+              "...); npy:DIR (x_train.npy, y_train.npy, x_test.npy, y_test.npy) or four .npy "
+              "files (inputs float32|uint8 N x D or N x H x W x C, integer labels N); or "
+              "'synthetic' for generated data",
+              &PeerConfig::data),
+      {"partition", "iid|dirichlet:ALPHA|shards:K|classes:K",
+       "how the training set is split over shards (classes:K: NIID-Bench's #C=K, K labels per "
+       "shard)",
+       [](PeerConfig& c, const std::string& v) {
+         try {
+           core::parse_partition(v);
+         } catch (const std::invalid_argument& e) {
+           throw UsageError(std::string("--partition: ") + e.what());
+         }
+         c.partition = v;
+       }},
+      O::number("num-shards", "N", "number of shards the training set is split into",
+                &PeerConfig::num_shards, 1, 100000),
+      O::number("shard", "I", "which shard this peer trains on (0-based)", &PeerConfig::shard, 0,
+                99999),
+      O::number("seed", "S", "seed of the partition, the initial weights and the batch order",
+                train(&core::TrainConfig::seed), 0, 1ll << 53),
+      O::text("model", "SPEC", std::string("model: ") + core::kModelSpecHelp,
+              train(&core::TrainConfig::model)),
+      O::choice("backend", {"auto", "cpu", "cuda"},
+                "compute backend (auto: cuda when a GPU is present)", &PeerConfig::backend),
+      O::number("device", "N", "CUDA device of this peer (0-based; with --backend cuda or auto)",
+                &PeerConfig::device, 0, 1023),
+      O::choice(
+          "precision", {"fp32", "tf32", "bf16"},
+          "arithmetic of the matrix products: fp32 (default, exact), tf32 or bf16 tensor cores "
+          "(fp32 accumulation and fp32 weights; cuda only)",
+          &PeerConfig::precision),
+      O::number("epochs", "E", "epochs; with --num-shards N an epoch is 1/N of the training set",
+                train(&core::TrainConfig::epochs), 1, 100000),
+      O::number("batch", "B", "minibatch size", train(&core::TrainConfig::batch), 1, 65536),
+      O::number("progress-every", "S",
+                "a progress line within an epoch at most every S seconds (0: only the epoch lines)",
+                train(&core::TrainConfig::progress_every_s), 0, 86400),
+      {"lr", "LR", "peak learning rate",
+       [](PeerConfig& c, const std::string& v) { c.train.lr = float(to_number("lr", v)); }},
+      O::number("momentum", "M", "SGD momentum (qgm: its beta and mu)",
+                train(&core::TrainConfig::momentum), 0, 0.999999),
+      O::number("weight-decay", "WD", "L2 weight decay (default 0)",
+                train(&core::TrainConfig::weight_decay), 0, 0.999999),
+      O::choice(
+          "optimizer", {"sgd", "adam", "qgm"},
+          "optimizer (sgd = SGD with momentum; qgm = quasi-global momentum, Lin et al. 2021: the "
+          "momentum is built from the model's change across steps, averaging included)",
+          train(&core::TrainConfig::optimizer)),
+      O::choice("schedule", {"cosine", "constant"},
+                "learning-rate schedule (cosine decays to 0 at the end)",
+                train(&core::TrainConfig::schedule)),
+      O::number("gossip-every", "STEPS", "start an averaging exchange every STEPS training steps",
+                &PeerConfig::gossip_every, 1, 1000000),
+      {"max-lag", "STEPS|auto|off",
+       "after STEPS training steps without an exchange that averaged, stop training and serve "
+       "the protocol until one does (at most 2 s), so a fast backend keeps averaging; after 3 "
+       "such waits in a row in vain, the steps between waits double with each further one (at "
+       "most 64 x STEPS, a warning says so) until an exchange averages again; auto (default): "
+       "--gossip-every on a GPU, 4 x --gossip-every on the CPU; off: never wait",
+       [](PeerConfig& c, const std::string& v) {
+         c.max_lag = v == "off" ? 0 : int(to_int_or("max-lag", v, "auto", -1, 1, 1000000));
+       }},
+      {"max-lag-share", "F|off",
+       "--max-lag's time budget: training waits for exchanges at most F seconds per second it "
+       "trains (burst 0.5 s); where an exchange takes longer than --max-lag steps, the waits then "
+       "come further apart and the bound costs at most 1/(1+F) of throughput (default 0.25; off: "
+       "wait every --max-lag steps, whatever the exchanges cost)",
+       [](PeerConfig& c, const std::string& v) {
+         c.max_lag_share = v == "off" ? 0.0 : to_number("max-lag-share", v);
+         if (!(c.max_lag_share > 0.0 && c.max_lag_share <= 100.0) && v != "off")
+           throw bad_value("max-lag-share", v, "a number in (0, 100] or off");
+       }},
+      {"max-ahead", "F|off",
+       "keep pace: a peer more than F of its run ahead of the slowest partner it heard from in "
+       "the last 10 s (each exchange tells both sides the other's progress) stops training and "
+       "serves exchanges until it is not, at most 2 s at a time; partners over 0.1 behind are not "
+       "waited for (default 0.02; off: never wait)",
+       [](PeerConfig& c, const std::string& v) {
+         c.max_ahead = v == "off" ? 0.0 : to_number("max-ahead", v);
+         if (!(c.max_ahead > 0.0 && c.max_ahead < 1.0) && v != "off")
+           throw bad_value("max-ahead", v, "a number in (0, 1) or off");
+       }},
+      O::choice("wire", {"fp32", "fp16", "bf16", "int8"}, "encoding of parameters on the wire",
+                &PeerConfig::wire),
+      {"error-feedback", "on|off",
+       "with a lossy --wire (fp16, bf16, int8): send the encoding of x + e and keep in e what it "
+       "rounded off, for the next exchange (docs/communication.md; default off)",
+       [](PeerConfig& c, const std::string& v) {
+         if (v != "on" && v != "off") throw bad_value("error-feedback", v, "on or off");
+         c.error_feedback = v == "on";
+       }},
+      O::number("outer-every", "H",
+                "outer optimizer (DiLoCo/NoLoCo style, docs/communication.md): every H steps, one "
+                "Nesterov step on the pseudo-gradient since the last one, averaging included "
+                "(0: off, the default)",
+                &PeerConfig::outer_every, 0, 1000000),
+      O::number("outer-lr", "LR", "the outer step's learning rate (default 1: with momentum 0, "
+                "the outer step changes nothing)", &PeerConfig::outer_lr, 0.01, 10),
+      O::number("outer-momentum", "MU", "the outer step's Nesterov momentum (default 0)",
+                &PeerConfig::outer_momentum, 0, 0.99),
+      {"comm-preset", "low|default",
+       "low: the best-measured low-communication settings (docs/communication.md), --wire int8 "
+       "--error-feedback on --gossip-every 16 --outer-every 0; default: --wire fp32 "
+       "--error-feedback off --gossip-every 4 --outer-every 0. Flags after it override it",
+       [](PeerConfig& c, const std::string& v) {
+         if (v != "low" && v != "default") throw bad_value("comm-preset", v, "low or default");
+         const bool low = v == "low";
+         c.wire = low ? "int8" : "fp32";
+         c.error_feedback = low;
+         c.gossip_every = low ? 16 : 4;
+         c.outer_every = 0;
+       }},
+      O::named<bool>("weighting", {{"uniform", false}, {"samples", true}},
+                     "mix weight: 1/2, or by the two shards' sample counts",
+                     &PeerConfig::weight_by_samples),
+      O::number("max-diff-norm", "X", "refuse a partner whose ||r - s|| exceeds X (0: no bound)",
+                &PeerConfig::max_diff_norm, 0, 1e30),
+      O::named<gossip::MixMode>(
+          "mix", {{"plain", gossip::MixMode::Plain}, {"clipped", gossip::MixMode::Clipped}},
+          "how a partner's vector is mixed in: plain x += w (r - s), or clipped: the difference "
+          "scaled down to at most tau, an adaptive bound (default clipped)",
+          robust(&R::mix)),
+      O::number("clip-mult", "K",
+                "clipped: tau = K times the median ||r - s|| of the last --clip-window accepted "
+                "exchanges (default 3)",
+                robust(&R::clip_mult), 0.1, 1e6),
+      O::number("clip-window", "N",
+                "clipped: accepted exchanges the median is taken over (default 32)",
+                robust(&R::clip_window), 1, 100000),
+      O::number("clip-warmup", "N",
+                "clipped: for the first N accepted exchanges tau is --clip-warmup-frac times our "
+                "parameters' norm, and a difference beyond that norm is refused (default 8)",
+                robust(&R::clip_warmup), 0, 100000),
+      O::number("clip-warmup-frac", "F", "clipped: see --clip-warmup (default 0.25)",
+                robust(&R::warmup_frac), 1e-6, 1),
+      O::number("suspect-mult", "K",
+                "clipped: refuse a partner whose typical ||r - s|| (median of its last 5, over the "
+                "median of all accepted) is K times that of the partners we meet (0: off; default "
+                "2.5)...",
+                robust(&R::suspect_mult), 0, 1e6),
+      O::number("suspect-floor", "F",
+                "...once its ||r - s|| is also beyond F times our parameters' norm (default 0.05)",
+                robust(&R::suspect_floor), 0, 1e6),
+      O::named<bool>(
+          "suspect-action", {{"refuse", false}, {"clip", true}},
+          "what happens to a partner far persistently (--suspect-mult): refused, counting towards "
+          "a ban, or clipped to a third of tau (less with each further such exchange: "
+          "--suspect-decay) and mixed (default clip: refuse also bans honest peers that restart "
+          "far behind, see README)",
+          robust(&R::suspect_clip)),
+      O::number(
+          "suspect-decay", "F",
+          "with --suspect-action clip: each further exchange in a row with a partner judged far "
+          "persistently multiplies its clip by F (B, B*F, B*F^2, ...), so one that never comes "
+          "closer (stale) fades out, down to --suspect-min-clip; one that came closer by a tenth "
+          "since its streak began starts at B again; in (0, 1], 1 = always B (default 0.5)",
+          robust(&R::suspect_decay), 1e-6, 1),
+      O::number("suspect-min-clip", "F",
+                "the honest-drift floor: an exchange in which both sides clipped the other (each "
+                "found the other far, as after a partition), or with a partner far behind or "
+                "ahead in steps, mixes at least F of the plain weight, so drifted peers come back; "
+                "a partner that alone is far (stale) still fades out; 0: no floor (default 0.02)",
+                robust(&R::suspect_min_clip), 0, 1),
+      O::named<bool>(
+          "partner-choice", {{"weighted", true}, {"uniform", false}},
+          "which live member to ask: uniform, or weighted: a partner whose recent exchanges took "
+          "over 3 times the median is asked much less often (default weighted)",
+          [](PeerConfig& c) -> bool& { return c.partner_choice.weighted; }),
+      O::number(
+          "refuse-mult", "K",
+          "clipped: refuse an exchange whose ||r - s|| exceeds K tau and our parameters' own norm, "
+          "reason anomalous (default 10)",
+          robust(&R::refuse_mult), 1, 1e6),
+      O::number("ban-after", "N",
+                "ban a partner whose vector was refused N times within --ban-window (0: never; "
+                "default 3)",
+                robust(&R::ban_after), 0, 1000),
+      O::seconds("ban-window", "window for --ban-after (default 120)", robust(&R::ban_window), 0),
+      O::seconds("ban",
+                 "first ban's length, doubled for each later ban of the same partner, at most an "
+                 "hour (default 30)",
+                 robust(&R::ban_base), 0, 3600),
+      {"fault", "MODE",
+       "experiments only, refused unless GOSSIPTRAIN_ALLOW_FAULTS=1: send a corrupted vector, "
+       "scale:K|random|signflip|stale|nan, and mix nothing in",
+       [](PeerConfig& c, const std::string& v) {
+         const char* allow = std::getenv("GOSSIPTRAIN_ALLOW_FAULTS");
+         if (!allow || std::string(allow) != "1")
+           throw UsageError(
+               "--fault: refused: simulating a faulty peer needs the environment "
+               "variable GOSSIPTRAIN_ALLOW_FAULTS=1");
+         try {
+           c.fault = gossip::parse_fault(v);
+         } catch (const std::invalid_argument& e) {
+           throw UsageError(std::string("--") + e.what());
+         }
+         c.fault_spec = v;
+       }},
+      O::number(
+          "net-nice", "N",
+          "run the network thread N nice levels below training, so that exchanges take mostly the "
+          "CPU training leaves; membership shares that thread, so keep it 0 on a busy machine "
+          "(0-19, default 0; only with gossip)",
+          &PeerConfig::net_nice, 0, 19),
+      O::number_or(
+          "net-cores", "K", "auto", -1,
+          "keep K cores for the network threads and pin training (and its BLAS threads) to the "
+          "others, so that an exchange never stalls a matrix product; auto (default): none below "
+          "8 usable cores (priorities decide), else max(2, cores/8); 0: pin nothing",
+          &PeerConfig::net_cores, 0, 1024),
+      O::number_or("compute-threads", "N", "auto", 0,
+                   "BLAS threads of the cpu backend; auto (default): one per training core when "
+                   "--net-cores pins, else OpenBLAS's own choice (OPENBLAS_NUM_THREADS)",
+                   &PeerConfig::compute_threads, 1, 1024),
+      {"blas-core", "auto|keep|CORE", kBlasCoreHelp,
+       [](PeerConfig& c, const std::string& v) { c.blas_core = to_blas_core("blas-core", v); }},
+      {"max-rate", "MB_PER_S",
+       "send an exchange's snapshot at most this fast, spreading its CPU over more training steps "
+       "(0: no cap, the default; else at least 20, the rate partners' deadlines assume)",
+       [](PeerConfig& c, const std::string& v) { c.max_rate_mb = to_max_rate_mb("max-rate", v); }},
+      O::number(
+          "train-nice", "N",
+          "run training N nice levels below the other threads, so that exchanges and membership "
+          "never wait behind a step when several peers share the cores (0-19, default 0; "
+          "gossip-launch passes 5 with --net-nice 0)",
+          &PeerConfig::train_nice, 0, 19),
+      O::number(
+          "crypto-threads", "N",
+          "threads that encrypt and decrypt the frames of messages of 4 MiB or more, in order of "
+          "their nonces (0 or 1: the network thread alone; default min(cores - 1, 4), 1 on 2 cores "
+          "or fewer; only with gossip)",
+          &PeerConfig::crypto_threads, 0, net::kMaxCryptoThreads),
+      O::seconds("linger", "keep serving exchanges after training (default 10 with gossip)",
+                 &PeerConfig::linger_s, 0),
+      O::seconds("stall-timeout",
+                 "the training thread counts as hung after this long with no step, evaluation "
+                 "batch or wait (or 50 times its slowest gap, if longer): it says so at error "
+                 "level and the peer leaves the swarm (default 120; 0: no watchdog)",
+                 &PeerConfig::stall_timeout_s, 0),
+      O::seconds("stop-grace",
+                 "after SIGINT or SIGTERM the peer exits within this many seconds whatever state "
+                 "its training thread is in, without a final checkpoint if it had to force it "
+                 "(a second signal exits at once) (default 10)",
+                 &PeerConfig::stop_grace_s, 1),
+      O::choice(
+          "catch-up", {"auto", "off"},
+          "auto: a peer with no checkpoint to resume from that finds live members fetches one's "
+          "state (parameters, optimizer state, step) before its first step, unless it starts with "
+          "a cohort (--min-peers above 1) (default auto)",
+          &PeerConfig::catch_up),
+      O::seconds("catch-up-timeout",
+                 "give up catching up after this and start from our own weights (default 60)",
+                 &PeerConfig::catch_up_timeout_s, 1),
+      O::number("min-peers", "N",
+                "wait before the first step until N live members, this peer included, are known "
+                "(default 1: do not wait)",
+                &PeerConfig::min_peers, 1, 100000),
+      O::seconds(
+          "min-peers-timeout",
+          "stop waiting for --min-peers after this and start anyway, with a warning (default 120)",
+          &PeerConfig::min_peers_timeout_s, 0),
+      O::text("metrics", "FILE.jsonl", "append metrics as JSON lines to FILE",
+              &PeerConfig::metrics),
+      {"prometheus", "HOST:PORT",
+       "serve /metrics (Prometheus text format) and /healthz on HOST:PORT, e.g. 127.0.0.1:9100 "
+       "(off by default; the host must be given)",
+       [](PeerConfig& c, const std::string& v) {
+         check_host_port(v, "prometheus", AddrUse::Listen);
+         if (v.empty() || v[0] == ':')
+           throw bad_value("prometheus", v, "HOST:PORT with the host given, e.g. 127.0.0.1:9100");
+         c.prometheus = v;
+       }},
+      O::text("tensorboard", "DIR",
+              "write TensorBoard event files of the metric lines' scalars into DIR as they come",
+              &PeerConfig::tensorboard),
+      O::text("export", "FILE.safetensors",
+              "write the final model to FILE (safetensors, PyTorch layer names and shapes); with "
+              "--from-checkpoint: export that checkpoint, evaluate it on the test set and exit",
+              &PeerConfig::export_path),
+      O::text("from-checkpoint", "DIR",
+              "with --export: the checkpoint folder to export (its model spec is used)",
+              &PeerConfig::from_checkpoint),
+      O::text("checkpoint-dir", "DIR", "write checkpoints to DIR and resume from it on restart",
+              train(&core::TrainConfig::checkpoint_dir)),
+      O::number("checkpoint-every", "SECONDS",
+                "also checkpoint every SECONDS of training, besides every epoch end and on stop; a "
+                "killed peer loses at most this much (default 60)",
+                train(&core::TrainConfig::checkpoint_every_s), 1, 86400),
+      O::choice("log-level", {"trace", "debug", "info", "warn", "error"}, "log level",
+                &PeerConfig::log_level),
+      // Applied before the other flags (parse_peer_args); not a key of the file itself.
+      {"config", "FILE.json", "the same keys as the flags, without '--'",
+       [](PeerConfig&, const std::string&) {}},
+  }));
+  return table;
+}
+
+namespace {
+
+void apply_config_file(PeerConfig& c, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("--config: cannot read '" + path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError("--config " + path + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw UsageError("--config " + path + ": expected a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    const PeerOption* o = peer_options().find(key);
+    if (!o || key == "config") throw UsageError("--config " + path + ": unknown key '" + key + "'");
+    std::string v;
+    if (value.is_string()) v = value.get<std::string>();
+    else if (value.is_array() && key == "seeds") {
+      for (const auto& s : value) {
+        if (!s.is_string()) throw UsageError("--config " + path + ": seeds must be strings");
+        v += (v.empty() ? "" : ",") + s.get<std::string>();
+      }
+    } else if (value.is_number_integer()) v = std::to_string(value.get<long long>());
+    else if (value.is_number()) {
+      std::ostringstream os;
+      os.precision(17);
+      os << value.get<double>();
+      v = os.str();
+    } else throw UsageError("--config " + path + ": bad type for '" + key + "'");
+    o->set(c, v);
+  }
+}
+
+}  // namespace
+
+double to_max_rate_mb(const std::string& flag, const std::string& v) {
+  const double mb = to_double(flag, v, 0, 1e6);
+  if (mb > 0 && mb < 20)
+    throw UsageError("--" + flag + ": " + v +
+                     " is under 20 (MB/s), the floor partners' "
+                     "deadlines assume; use 0 for no cap");
+  return mb;
+}
+
+namespace {
+// Other machines learn our address from membership: a wildcard there would make them dial
+// themselves, so a wildcard --listen needs --advertise.
+void check_listen_is_announceable(const PeerConfig& c) {
+  std::string host;
+  std::uint16_t port = 0;
+  if (!c.advertise.empty() || !net::split_host_port(c.listen, host, port)) return;
+  if (net::is_wildcard_host(host))
+    throw UsageError("--listen " + c.listen +
+                     " is a wildcard address that no other machine can dial: add --advertise "
+                     "HOST:" +
+                     std::to_string(port) +
+                     " with this machine's address (e.g. "
+                     "--advertise 10.0.0.1:" +
+                     std::to_string(port) + ")");
+}
+}  // namespace
+
+PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
+  PeerConfig c;
+  *help = false;
+  // --config is applied first, so flags on the command line override the file.
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--config") {
+      if (i + 1 >= args.size()) throw UsageError("--config needs a FILE");
+      apply_config_file(c, args[i + 1]);
+    } else if (args[i].rfind("--config=", 0) == 0) {
+      apply_config_file(c, args[i].substr(9));
+    }
+  }
+  if (!peer_options().parse(args, c)) {
+    *help = true;
+    return c;
+  }
+  apply_cluster(c, given_flags(args), process_env());
+  if (c.shard >= c.num_shards)
+    throw UsageError("--shard " + std::to_string(c.shard) + " is out of range for --num-shards " +
+                     std::to_string(c.num_shards));
+  try {
+    core::validate(c.train);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  check_listen_is_announceable(c);
+  if (!c.from_checkpoint.empty() && c.export_path.empty())
+    throw UsageError("--from-checkpoint needs --export FILE.safetensors");
+  check_fedavg_options(c);
+  if (c.linger_s < 0) c.linger_s = c.gossip_enabled() ? 10.0 : 0.0;
+  return c;
+}
+
+std::string peer_usage() {
+  std::ostringstream os;
+  os << "usage: gossip-peer [--config FILE.json] [flags]\n\n"
+        "One gossiptrain peer: trains a model replica on its data shard and, given --seeds,\n"
+        "averages parameters with random live peers over an encrypted channel.\n"
+        "Without --seeds it trains alone. Every flag may also be a key of the --config file.\n\n";
+  os << peer_options().help(40) << help_line("--help", "this text", 40)
+     << "\n"
+        "Exit codes: 0 done, 1 runtime failure, 2 bad flag or value, 130 interrupted.\n";
+  return os.str();
+}
+
+}  // namespace gossiptrain::apps

@@ -1,0 +1,131 @@
+// The peer's configuration: every gossip-peer flag (docs/ARCHITECTURE.md, "gossip-peer"), the
+// same keys in a --config JSON file, validation with messages that name the flag, and --help.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "apps/common/cluster.hpp"
+#include "apps/common/option_table.hpp"
+#include "core/trainer.hpp"
+#include "gossip/exchange/fault.hpp"
+#include "gossip/exchange/partner_choice.hpp"
+#include "gossip/exchange/robust_bound.hpp"
+
+namespace gossiptrain::apps {
+
+inline constexpr int kDefaultNetNice = 0;
+
+// gossip::RobustConfig as gossip-peer defaults it: clipped mixing, far partners clipped.
+inline gossip::RobustConfig peer_robust_defaults() {
+  gossip::RobustConfig r;
+  r.mix = gossip::MixMode::Clipped;
+  r.suspect_clip = true;
+  return r;
+}
+
+// FedAvg's flags (apps/common/fedavg.hpp): a server, or a client of one, instead of gossip.
+struct FedAvgOptions {
+  bool server = false;          // --fedavg-server
+  std::string server_addr;      // --fedavg-server-addr: run as a client of this server
+  int rounds = 10;              // --rounds
+  double clients_per_round = 1.0;  // --clients-per-round: a count (>= 1) or a fraction (< 1)
+  bool clients_fraction = true;    // clients_per_round is a fraction (default: all of them)
+  int local_epochs = 1;            // --local-epochs
+  std::int64_t local_steps = 0;    // --local-steps: instead of epochs
+  double fedprox_mu = 0.0;         // --fedprox-mu
+  double server_momentum = 0.0;    // --server-momentum (FedAvgM)
+  double round_timeout_s = 600.0;  // --round-timeout
+  int min_clients = 1;             // --min-clients
+  double min_clients_timeout_s = 120.0;
+  double client_wait_s = 60.0;  // --fedavg-wait: a client retries a lost server this long
+  bool enabled() const { return server || !server_addr.empty(); }
+};
+
+struct PeerConfig {
+  core::TrainConfig train;
+  FedAvgOptions fedavg;
+  std::string listen = "127.0.0.1:0";
+  std::string advertise;  // address others dial; default: the listen address
+  std::vector<std::string> seeds;
+  std::string identity = "gossip-peer.key";
+  std::string network_key;
+  std::string allowlist;
+  std::string data = "/usr/share/datasets/fashion-mnist";  // a directory, or "synthetic"
+  std::string partition = "iid";
+  int num_shards = 1;
+  int shard = 0;
+  std::string backend = "auto";
+  int device = 0;                  // CUDA device number
+  int net_cores = -1;              // cores kept for the network (core::plan_cpus); -1: auto
+  int compute_threads = 0;         // BLAS threads; 0: auto
+  std::string blas_core = "auto";  // --blas-core: auto | keep | an OpenBLAS core (apps/common_blas)
+  std::string precision = "fp32";  // fp32 | tf32 | bf16 (kernels::Precision)
+  int gossip_every = 4;
+  int max_lag =
+      -1;  // steps without a completed exchange before training waits; -1: 4 x gossip_every, 0: off
+  double max_lag_share = 0.25;  // --max-lag's time budget: wait s per training s; 0: none
+  double max_ahead = 0.02;  // --max-ahead: fraction of the run; 0: off
+  std::string wire = "fp32";
+  bool error_feedback = false;  // --error-feedback (gossip::AveragerConfig::error_feedback)
+  int outer_every = 0;          // --outer-every H (gossip::OuterConfig); 0: no outer optimizer
+  double outer_lr = 1.0;
+  double outer_momentum = 0.0;
+  bool weight_by_samples = false;  // --weighting samples; uniform (w = 1/2) else
+  double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
+  // Robust mixing, --mix to --ban: clipped by default, no number needed from the user, and a far
+  // partner clipped rather than refused (refusing bans honest restarted peers).
+  gossip::RobustConfig robust = peer_robust_defaults();
+  gossip::PartnerChoiceConfig partner_choice;  // --partner-choice weighted (default) | uniform
+  // --fault: a faulty peer for experiments (GOSSIPTRAIN_ALLOW_FAULTS=1); FaultMode::None: honest.
+  gossip::FaultConfig fault;
+  std::string fault_spec;  // the --fault value as given, for the warning
+  double max_rate_mb = 0.0;  // cap on the MB/s an exchange sends; 0: none
+  double linger_s = -1.0;    // serve exchanges after training; <0: 10 with seeds, else 0
+  // The training thread's watchdog: no step, evaluation batch or wait for this long (or 50 times
+  // the slowest gap seen) is a stall; 0: off. And a stop request must end the process in stop_grace_s.
+  double stall_timeout_s = 120.0;
+  double stop_grace_s = 10.0;
+  // A peer with no checkpoint that finds live members fetches one's state before its first step
+  // (auto), or starts from its own initial weights (off).
+  std::string catch_up = "auto";
+  double catch_up_timeout_s = 60.0;    // then it gives up and starts from its own weights
+  int min_peers = 1;                   // live members (itself included) to wait for before step 1
+  double min_peers_timeout_s = 120.0;  // then it starts anyway, with a warning
+  // Which of a peer's threads yields when they compete for the cores. By default neither. With
+  // net_nice the network thread runs below training, so exchanges take the CPU that training
+  // leaves; membership shares that thread, so on a loaded machine its probes may then be late
+  // enough for others to suspect this peer (a 4-process test on 2 busy cores at 19 did). Several
+  // peers on one machine (gossip-launch passes --net-nice 0 --train-nice 5): training runs below
+  // the network thread, or exchanges starve behind the other peers' steps.
+  int net_nice = kDefaultNetNice;
+  int train_nice = 0;
+  // Threads that seal and open the frames of large messages (net::CryptoPool); -1: the default,
+  // net::default_crypto_threads(); 0 or 1: the network thread alone.
+  int crypto_threads = -1;
+  std::string metrics;
+  // Observability and the model out (docs/ARCHITECTURE.md, "Watching a run").
+  std::string prometheus;       // HOST:PORT of /metrics and /healthz; empty: off
+  std::string tensorboard;      // folder of TensorBoard event files; empty: off
+  std::string export_path;      // FILE.safetensors: the model at the end of training
+  std::string from_checkpoint;  // with export_path: export this checkpoint folder and exit
+  std::string log_level = "info";
+  ClusterFlags cluster;  // --cluster and its flags (apps/common/cluster.hpp)
+  std::string churn;     // --churn FILE: this peer plays its own shard's events (apps/peer_churn)
+  bool listen_given = false;
+  // A peer gossips when it has seeds to join through, or listens so that others can join it.
+  bool gossip_enabled() const { return !seeds.empty() || listen_given; }
+};
+
+// Parses argv (without argv[0]). Throws UsageError. Sets *help when --help was given.
+PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help);
+std::string peer_usage();
+// The table behind parse_peer_args, the --config keys and peer_usage.
+const OptionTable<PeerConfig>& peer_options();
+
+// An exchange send-rate cap in MB/s: 0 (none) or at least 20, the rate partners size their
+// transfer deadlines on (gossip::AveragerConfig::min_rate_bytes_per_s); UsageError otherwise.
+double to_max_rate_mb(const std::string& flag, const std::string& v);
+
+}  // namespace gossiptrain::apps

@@ -1,0 +1,303 @@
+// gossip-sim's flags.
+#include "apps/sim/options.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/dataset.hpp"
+#include "core/partition.hpp"
+#include "core/trainer.hpp"
+#include "gossip/exchange/fault.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+
+namespace gossiptrain::apps::sim {
+
+void parse_latency(const std::string& spec, SimConfig& cfg) {
+  auto ms = [&](const std::string& v) {
+    return net::Millis(static_cast<long long>(to_int("latency", v, 0, 600000)));
+  };
+  if (spec.rfind("constant:", 0) == 0) {
+    cfg.latency = ms(spec.substr(9));
+    cfg.jitter = net::Millis(0);
+    return;
+  }
+  if (spec.rfind("uniform:", 0) == 0) {
+    const std::string rest = spec.substr(8);
+    const auto colon = rest.find(':');
+    if (colon == std::string::npos)
+      throw UsageError("--latency: uniform needs uniform:LO:HI (ms), got '" + spec + "'");
+    const auto lo = ms(rest.substr(0, colon)), hi = ms(rest.substr(colon + 1));
+    if (hi < lo) throw UsageError("--latency: uniform:LO:HI needs LO <= HI, got '" + spec + "'");
+    cfg.latency = lo;
+    cfg.jitter = hi - lo;
+    return;
+  }
+  if (spec.rfind("lognormal:", 0) == 0) {
+    const std::string rest = spec.substr(10);
+    const auto colon = rest.find(':');
+    if (colon == std::string::npos)
+      throw UsageError("--latency: lognormal needs lognormal:MEDIAN:SIGMA, got '" + spec + "'");
+    cfg.latency = ms(rest.substr(0, colon));
+    cfg.jitter = net::Millis(0);
+    cfg.latency_sigma = to_double("latency", rest.substr(colon + 1), 0, 3);
+    return;
+  }
+  throw UsageError(
+      "--latency: expected constant:MS, uniform:LO:HI or lognormal:MEDIAN:SIGMA, got '" + spec +
+      "'");
+}
+
+namespace {
+
+// A fault event's mode as the averager reads it, checked before the run (the scenario parser
+// takes scale:0, which gossip-peer --fault refuses).
+void check_simulable(const core::ChurnScenario& s) {
+  for (std::size_t k = 0; k < s.events.size(); ++k) {
+    if (s.events[k].kind != core::ChurnKind::Fault) continue;
+    try {
+      gossip::parse_fault(s.events[k].mode);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--churn: event " + std::to_string(k) + " (fault): " + e.what());
+    }
+  }
+}
+
+// What parsing gathers besides the options: the required flags seen, the churn argument.
+struct SimArgs {
+  SimOptions o;
+  std::string churn;
+  std::vector<std::string> peer_args;  // gossip-peer flags for the train workload
+  bool have_peers = false, have_seconds = false;
+};
+using O = Options<SimArgs>;
+
+template <class T>
+auto world(T SimConfig::*field) {
+  return [field](SimArgs& a) -> T& { return a.o.world.*field; };
+}
+
+const OptionTable<SimArgs>& sim_options() {
+  static const OptionTable<SimArgs> table({
+      {"peers", "N", "initial peers (1..32768, the largest member table)",
+       [](SimArgs& a, const std::string& v) {
+         a.o.world.peers = int(to_int("peers", v, 1, 32768));
+         a.have_peers = true;
+       }},
+      {"workload", "W",
+       "consensus (random vectors, averaging only) or train (every peer trains the model on its "
+       "shard, with gossip-peer's training flags)",
+       [](SimArgs& a, const std::string& v) {
+         if (v != "consensus" && v != "train")
+           throw UsageError("--workload: expected consensus|train, got '" + v + "'");
+         a.o.world.workload = v;
+       }},
+      {"sim-seconds", "S",
+       "simulated time (> 0); required for consensus, for train a cap (default: until every "
+       "peer has trained)",
+       [](SimArgs& a, const std::string& v) {
+         a.o.world.sim_seconds = to_double("sim-seconds", v, 0.001, 1e7);
+         a.have_seconds = true;
+       }},
+      O::number("seed", "X",
+                "seed of everything (vectors, network, protocol choices, and the peers' --seed: "
+                "partition, initial weights, sample order); default 1",
+                world(&SimConfig::seed), 0, double(1LL << 53)),
+      {"out", "DIR", "run folder (absent or empty); default runs/sim-<N>p-<UTC time>",
+       [](SimArgs& a, const std::string& v) {
+         if (v.empty()) throw UsageError("--out needs a folder");
+         a.o.out = v;
+       }},
+      O::number("params", "P", "floats per peer (1..67108864, default 1000)",
+                world(&SimConfig::params), 1, double(1LL << 26)),
+      O::number("exchange-interval", "S",
+                "each peer starts an exchange every S simulated seconds (default 1)",
+                world(&SimConfig::exchange_interval_s), 0.001, 86400),
+      O::number("sample-every", "S", "consensus sample period in simulated seconds (default 1)",
+                world(&SimConfig::sample_every_s), 0.001, 1e7),
+      O::number("rate-rounds", "K",
+                "round boundaries (n/2 exchanges) sampled for the rate check (default 10)",
+                world(&SimConfig::rate_rounds), 0, 1000),
+      O::number("join-spread", "S", "non-seed peers start uniformly in [0, S) (default 2)",
+                world(&SimConfig::join_spread_s), 0, 3600),
+      O::number("idle-timeout", "S",
+                "membership closes a connection it dialed after S simulated seconds without "
+                "membership traffic (default 60, as gossip-peer); shorter keeps fewer connections "
+                "open in a swarm of thousands",
+                world(&SimConfig::idle_timeout_s), 0.1, 86400),
+      O::number("seeds", "K", "peers 0..K-1 are everyone's seeds (default 3)",
+                world(&SimConfig::seeds), 1, 100),
+      O::text(
+          "churn", "FILE|SPEC",
+          "a gossip-launch churn scenario (crash, stop, restart, join, pause, resume, partition, "
+          "heal, link, fault, the random crash/stop/pause model)",
+          &SimArgs::churn),
+      O::number("loss", "F", "drop probability of each membership message, in [0, 0.5] (default 0)",
+                world(&SimConfig::loss), 0, 0.5),
+      {"latency", "SPEC",
+       "one-way latency: constant:MS, uniform:LO:HI (per message), or lognormal:MEDIAN:SIGMA "
+       "(per link: MEDIAN * exp(SIGMA * Z), SIGMA in [0, 3]) (default constant:5)",
+       [](SimArgs& a, const std::string& v) { parse_latency(v, a.o.world); }},
+      O::number("bandwidth", "MBIT",
+                "each peer's uplink in Mbit/s: its messages leave one after another at this rate "
+                "(default 0: unlimited)",
+                world(&SimConfig::bandwidth_mbit), 0, 1e6),
+      {"topology", "FILE",
+       "regions and the one-way latency between them (JSON: {\"regions\": [{\"name\", "
+       "\"weight\"}...], \"latency_ms\": [[...]...]}), added to --latency",
+       [](SimArgs& a, const std::string& v) {
+         try {
+           a.o.world.topology = load_topology(v);
+         } catch (const std::invalid_argument& e) {
+           throw UsageError(std::string("--topology: ") + e.what());
+         }
+       }},
+      O::named<gossip::MixMode>(
+          "mix", {{"plain", gossip::MixMode::Plain}, {"clipped", gossip::MixMode::Clipped}},
+          "the averager's mixing (default: plain for --workload consensus; clipped, gossip-peer's "
+          "default, for --workload train)",
+          world(&SimConfig::mix)),
+      O::number("step-ms", "MS",
+                "train: the simulated time of one training step (default 0: measured once at "
+                "start on this machine)",
+                world(&SimConfig::step_ms), 0, 1e6),
+      O::flag("trace-exchanges", "one events.jsonl line per exchange side",
+              world(&SimConfig::trace_exchanges)),
+      O::flag(
+          "no-plots", "do not run scripts/plot_sim.py on the run folder at the end",
+          [](SimArgs& a) -> bool& { return a.o.plots; }, false),
+      {"log-level", "L", "spdlog level of the protocol code (default warn)",
+       [](SimArgs& a, const std::string& v) { a.o.log_level = v; }},
+  });
+  return table;
+}
+
+// gossip-peer flags the train workload takes (any other flag is unknown): the data and its split,
+// the model and its training, and how a peer averages. --seed is gossip-sim's own.
+constexpr const char* kPeerFlags[] = {"data",
+                                      "partition",
+                                      "model",
+                                      "epochs",
+                                      "batch",
+                                      "lr",
+                                      "momentum",
+                                      "weight-decay",
+                                      "optimizer",
+                                      "schedule",
+                                      "gossip-every",
+                                      "wire",
+                                      "weighting",
+                                      "max-diff-norm",
+                                      "clip-mult",
+                                      "clip-window",
+                                      "clip-warmup",
+                                      "clip-warmup-frac",
+                                      "suspect-mult",
+                                      "suspect-floor",
+                                      "suspect-action",
+                                      "suspect-decay",
+                                      "suspect-min-clip",
+                                      "partner-choice",
+                                      "refuse-mult",
+                                      "ban-after",
+                                      "ban-window",
+                                      "ban",
+                                      "max-rate",
+                                      "linger",
+                                      "catch-up",
+                                      "backend",
+                                      "device",
+                                      "precision"};
+
+void unknown_flag(SimArgs& a, const std::string& name, const std::string& value) {
+  for (const char* f : kPeerFlags)
+    if (name == f) {
+      a.peer_args.push_back("--" + name + "=" + value);
+      return;
+    }
+  throw UsageError("unknown flag '--" + name + "' (see --help)");
+}
+
+}  // namespace
+
+SimOptions parse_sim_options(const std::vector<std::string>& args) {
+  SimArgs a;
+  if (!sim_options().parse(args, a, unknown_flag)) {
+    a.o.help = true;
+    return a.o;
+  }
+  if (!a.have_peers) throw UsageError("--peers is required");
+  SimOptions& o = a.o;
+  if (!a.have_seconds && !o.world.train())
+    throw UsageError("--sim-seconds is required (for the consensus workload)");
+  if (!a.peer_args.empty() && !o.world.train())
+    throw UsageError("training flags (" + a.peer_args[0] + ") need --workload train");
+  if (o.world.train()) {
+    bool help = false;
+    try {
+      o.world.peer = parse_peer_args(a.peer_args, &help);
+      o.world.peer.train.seed = o.world.seed;
+      auto given = [&](const std::string& flag) {
+        return std::any_of(a.peer_args.begin(), a.peer_args.end(),
+                           [&](const std::string& arg) { return arg.rfind(flag + "=", 0) == 0; });
+      };
+      // gossip-peer's --backend default is auto; the sim's is cpu, so that a run does not change
+      // with the machine it runs on.
+      if (!given("--backend")) o.world.peer.backend = "cpu";
+      if (o.world.peer.backend == "cpu") {  // the backend's own rule, before any run folder
+        try {
+          kernels::CpuBackend().set_precision(kernels::parse_precision(o.world.peer.precision));
+        } catch (const kernels::BackendError& e) {
+          throw UsageError(e.what());
+        }
+      }
+      // --mix is gossip-sim's flag; for training peers it overrides gossip-peer's default only
+      // when given.
+      for (const auto& arg : args)
+        if (arg == "--mix" || arg.rfind("--mix=", 0) == 0) o.world.peer.robust.mix = o.world.mix;
+      // Every sim peer gossips: gossip-peer's --linger default for a peer with seeds (10 s).
+      if (!given("--linger")) o.world.peer.linger_s = 10.0;
+      core::validate(o.world.peer.train);
+      core::parse_partition(o.world.peer.partition);
+      // The data's labels and shape now, so that a missing or bad data set is refused before the
+      // run folder is made.
+      core::check_input_features(o.world.peer.train.model,
+                                 core::load_labels(o.world.peer.data).features);
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("train: ") + e.what());
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("train: ") + e.what());
+    } catch (const core::DataError& e) {
+      throw UsageError(std::string("--data: ") + e.what());
+    }
+  }
+  if (!a.churn.empty()) {
+    try {
+      o.world.churn = core::load_churn_scenario(a.churn, o.world.peers);
+    } catch (const core::ScenarioError& e) {
+      throw UsageError(std::string("--churn: ") + e.what());
+    }
+    check_simulable(*o.world.churn);
+  }
+  return o;
+}
+
+std::string sim_usage() {
+  return "gossip-sim: N peers in one process, running gossip/'s real membership and averaging "
+         "code\nover the seeded in-memory network on a virtual clock.\n\n"
+         "  gossip-sim --peers N --workload consensus --sim-seconds S --seed X --out DIR "
+         "[options]\n"
+         "  gossip-sim --peers N --workload train [--sim-seconds S] --seed X --out DIR [options]\n"
+         "             [training flags]\n\n" +
+         sim_options().help(25) +
+         "\nTraining flags (--workload train; as gossip-peer --help describes them): --data, "
+         "--partition,\n--model, --epochs, --batch, --lr, --optimizer, --schedule, --momentum, "
+         "--weight-decay,\n--gossip-every, --wire, --weighting, --max-diff-norm, the --clip-*, "
+         "--suspect-*, --refuse-mult,\n--ban* and --partner-choice flags, --max-rate, --linger, "
+         "--catch-up,\n--backend, --device, --precision. Peer i trains shard i of every peer "
+         "slot (joiners included).\n--backend cpu (the default here, where gossip-peer's is auto) "
+         "or cuda:\nevery peer on the one backend of the process, one after another (one GPU, one "
+         "stream); the\nsimulated step time is --step-ms or measured on that backend.\n";
+}
+
+}  // namespace gossiptrain::apps::sim

@@ -1,0 +1,428 @@
+// The averaging exchange's two threads (protocol in exchange_protocol.hpp). The training thread's
+// between_steps takes the snapshot a new or accepted exchange needs, takes the partner's chunks
+// received so far into the buffers (snapshot_buffers.hpp), measures ||r - s|| when a norm bound
+// asks for it, and applies a committed mix; the protocol thread runs ExchangeProtocol with this
+// averager as its port: timers (deadline.hpp), dialling and the connection pool
+// (exchange_conns.hpp), the mutex-guarded handoff below, statistics and events.
+//
+// Cost on the training thread, per exchange: the snapshot (params -> chunk messages, streamed to
+// the protocol thread as they fill, then params -> s unless in direct mode), the partner's chunks
+// uploaded (and decoded) at each step boundary while they arrive (direct mode: kept as received),
+// and the mix. The protocol thread never copies payload bytes: chunks go out as cut and come in as
+// received, and received ones go back to the transport's buffer pool once used (recycle()).
+#include "gossip/exchange/averager.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "gossip/dispatcher.hpp"
+#include "net/buffer_pool.hpp"
+
+namespace gossiptrain::gossip {
+
+namespace {
+std::string short_id(const std::string& id) { return id.substr(0, 8); }
+// While a snapshot is being cut into chunks, the sender is woken every this many chunks.
+constexpr std::size_t kChunksPerWakeup = 8;
+
+ExchangeConfig exchange_config(const AveragerConfig& c, bool direct) {
+  ExchangeConfig e;
+  e.fingerprint = c.fingerprint;
+  e.wire = c.wire;
+  e.weight_by_samples = c.weight_by_samples;
+  e.max_tries = c.max_tries;
+  e.choice = c.choice;
+  e.robust = c.robust;
+  e.needs_norm = c.max_diff_norm > 0 || c.robust.mix == MixMode::Clipped;
+  e.fast_norm = direct && c.wire == kernels::Wire::Fp32;
+  e.answer_timeout = c.answer_timeout;
+  e.transfer_timeout_floor = c.transfer_timeout_floor;
+  e.min_rate_bytes_per_s = c.min_rate_bytes_per_s;
+  e.chunk_bytes = c.chunk_bytes;
+  e.send_retry = c.send_retry;
+  e.seed = c.seed ? c.seed : base::random_seed();
+  return e;
+}
+
+// Direct mode: values element-wise on the wire (not int8, whose block scales come first).
+bool direct_mode(const AveragerConfig& c, const kernels::Backend& be) {
+  return c.direct && be.host_memory() && c.wire != kernels::Wire::Int8 && !c.error_feedback;
+}
+
+void check_config(const AveragerConfig& c) {
+  if (c.gossip_every < 1) throw std::invalid_argument("averager: gossip_every must be >= 1");
+  if (c.max_tries < 1) throw std::invalid_argument("averager: max_tries must be >= 1");
+  if (c.chunk_bytes < 1) throw std::invalid_argument("averager: chunk_bytes must be >= 1");
+  if (!(c.min_rate_bytes_per_s > 0))
+    throw std::invalid_argument("averager: min_rate_bytes_per_s must be > 0");
+  if (!(c.max_diff_norm >= 0)) throw std::invalid_argument("averager: max_diff_norm < 0");
+}
+}  // namespace
+
+Averager::Averager(AveragerConfig cfg, net::Transport& transport, Dispatcher& dispatcher,
+                   const PeerDirectory& peers, kernels::Backend& backend)
+    : Averager(std::move(cfg), transport, peers, backend) {
+  dispatcher.add(kExchangeTypeFirst, kExchangeTypeLast, this);
+}
+
+Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDirectory& peers,
+                   kernels::Backend& backend)
+    : cfg_(std::move(cfg)),
+      transport_(transport),
+      sched_(transport.scheduler()),
+      be_(backend),
+      direct_(direct_mode(cfg_, backend)),
+      protocol_(exchange_config(cfg_, direct_), *this, peers, transport.local_id()),
+      conns_(sched_, cfg_.idle_close,
+             [this](const net::ConnectionPtr& c) { return protocol_.in_flight_on(c); }),
+      bound_(cfg_.robust),
+      fault_(cfg_.fault, backend) {
+  check_config(cfg_);
+  set_max_rate(cfg_.max_rate_bytes_per_s);
+  if (cfg_.chunk_bytes % 4 != 0)
+    throw std::invalid_argument("averager: chunk_bytes must be a multiple of 4");
+  buffers_ = SnapshotBuffers::make(
+      direct_, cfg_.wire, cfg_.chunk_bytes, be_, [this](net::Bytes&& b) { recycle(std::move(b)); },
+      cfg_.error_feedback);
+  next_initiate_step_ = cfg_.gossip_every;
+}
+
+Averager::~Averager() { alive_.reset(); }
+
+void Averager::set_max_rate(double bytes_per_s) {
+  const bool ok = bytes_per_s == 0 || bytes_per_s >= cfg_.min_rate_bytes_per_s;
+  if (!std::isfinite(bytes_per_s) || !ok)
+    throw std::invalid_argument("averager: the send rate cap must be 0 (none) or at least " +
+                                std::to_string(cfg_.min_rate_bytes_per_s) + " bytes/s");
+  max_rate_.store(bytes_per_s);
+}
+
+AveragerStats Averager::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+bool Averager::in_exchange() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return active_ || committed_unreported_;
+}
+
+template <typename Fn>
+void Averager::post(Fn fn) {
+  std::weak_ptr<bool> alive = alive_;
+  sched_.post([alive, fn = std::move(fn)]() mutable {
+    if (alive.lock()) fn();
+  });
+}
+
+void Averager::recycle(net::Bytes&& b) { transport_.buffers().recycle(std::move(b)); }
+
+void Averager::recycle_all(ChunkList& chunks) {
+  for (auto& c : chunks) recycle(std::move(c));
+  chunks.clear();
+}
+
+// ------------------------------------------------------------------------------------------------
+// Training thread
+
+void Averager::ensure_buffers(core::StepContext& ctx) {
+  if (&ctx.backend != &be_)
+    throw std::logic_error("averager: between_steps called with another backend");
+  if (n_params_.load() == ctx.n_params) return;
+  if (n_params_.load() != 0)
+    throw std::logic_error("averager: the parameter count changed between steps");
+  n_params_.store(ctx.n_params);
+  buffers_->allocate(ctx.n_params);
+  if (!pending_residual_.empty()) buffers_->set_residual(std::exchange(pending_residual_, {}));
+}
+
+void Averager::set_residual(std::vector<float> e) {
+  if (n_params_.load() == 0) pending_residual_ = std::move(e);
+  else buffers_->set_residual(e);
+}
+
+// Our snapshot, handed to the protocol thread for exchange seq as its chunks fill, so streaming
+// starts after the first few chunks instead of after the whole copy (seq 0: a standing snapshot,
+// published by the caller once whole). The parameters cannot change meanwhile: this is the
+// training thread. What we send: our parameters, or a faulty peer's corruption of them.
+ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
+  const float* x = fault_.active() ? fault_.source(ctx.params, ctx.n_params) : ctx.params;
+  std::size_t total = 0;
+  auto begun = [&](const ChunkSetPtr& own) {
+    total = own->chunks.size();
+    if (seq) post([this, seq, own] { protocol_.snapshot_ready(seq, own); });
+  };
+  auto filled = [&](std::size_t k) {
+    if (seq && (k % kChunksPerWakeup == 0 || k == total))
+      post([this, seq] { protocol_.chunks_ready(seq); });
+  };
+  ChunkSetPtr own = buffers_->snapshot(x, ctx.n_params, begun, filled);
+  if (seq) spdlog::trace("averager: #{} snapshot taken ({} bytes)", seq, own->payload_bytes);
+  else spdlog::trace("averager: standing snapshot taken at step {}", ctx.step);
+  return own;
+}
+
+// The bounds on a measured ||r - s||: the optional fixed one, and with clipped mixing the
+// adaptive one (RobustBound: tau, and the refusals as anomalous). A faulty peer never refuses: it
+// is there to be refused by others. (Training thread, or the protocol thread's fast norm.)
+Verdict Averager::judge_at(const std::string& partner, double norm,
+                           const std::function<double()>& own_norm, net::Millis at) {
+  Verdict v;
+  v.norm = norm;
+  if (cfg_.max_diff_norm > 0 && !(v.norm <= cfg_.max_diff_norm))
+    v.refused = ExchangeFailure::InvalidNorm;
+  if (cfg_.robust.mix != MixMode::Clipped) return v;
+  const RobustBound::Judgement j = bound_.judge(partner, norm, own_norm, at);
+  v.tau = j.tau;
+  v.history = !j.suspect;
+  if (j.suspect)
+    spdlog::info(
+        "averager: ||r - s|| = {:.4g} from {} is far {} ({} in a row): clipped to {:.4g}{}", norm,
+        short_id(partner), j.gap ? "with a progress gap" : "persistently", j.streak, j.tau,
+        j.floored ? " (the floor)" : "");
+  if (!j.why.empty() && !fault_.active()) {
+    if (!v.refused) v.refused = ExchangeFailure::Anomalous;
+    spdlog::info(
+        "averager: ||r - s|| = {:.4g} from {} is anomalous ({}): tau {:.4g}, ratio {:.3g}, "
+        "partner's typical ratio {:.3g}",
+        norm, short_id(partner), j.why, j.tau, j.ratio, j.typical);
+  }
+  return v;
+}
+
+Averager::StepWork Averager::take_work(const core::StepContext& ctx) {
+  StepWork w;
+  std::lock_guard<std::mutex> lk(mu_);
+  w.mix.swap(pending_);
+  w.seq = seq_;
+  if (active_) {
+    w.in.swap(incoming_);
+    w.norm_vote = incoming_complete_ && incoming_norm_;
+    if (w.norm_vote) {
+      w.partner = incoming_partner_;
+      w.at = incoming_at_;
+    }
+    incoming_complete_ = incoming_norm_ = false;
+    w.snapshot = std::exchange(want_snapshot_, false);
+  }
+  const bool may_start =
+      ctx.training_done ? cfg_.initiate_when_done : ctx.step >= next_initiate_step_;
+  if (!active_ && may_start) {
+    active_ = true;
+    w.seq = ++seq_;
+    w.initiate = true;
+    standing_.reset();  // s is about to be overwritten
+  }
+  // Idle: keep a snapshot ready, so a partner's request is answered without waiting for a step
+  // boundary. It stays valid (nothing applied since) as training goes on, merely older: the mix
+  // x += w (r - s) keeps our progress since s. Refreshed every gossip_every steps, and after
+  // every exchange (which consumes or invalidates it).
+  if (!active_ && (!standing_ || ctx.step >= standing_step_ + cfg_.gossip_every)) {
+    w.refresh = true;
+    standing_.reset();  // withdrawn while s is overwritten; requests meanwhile wait for it
+  }
+  return w;
+}
+
+// A committed mix first: the snapshot of the next exchange must contain it, and the buffers are
+// free for the next exchange once it is applied.
+void Averager::apply_mix(core::StepContext& ctx, PendingMix& mix) {
+  buffers_->switch_to(mix.seq);
+  buffers_->receive(mix.rest);
+  buffers_->finish();
+  // A faulty peer mixes nothing into itself (its s is the corrupted vector it sent).
+  if (!fault_.active())
+    buffers_->for_each_float_span(
+        [&](std::size_t first, const float* r, const float* s, std::size_t n) {
+          be_.mix(ctx.params + first, r, s, n, mix.c.w);
+        });
+  if (cfg_.robust.mix == MixMode::Clipped && mix.c.norm >= 0 && mix.c.history)
+    bound_.accepted(mix.c.norm, mix.c.tau);
+  buffers_->release();  // direct mode's messages (none on the copy path)
+  spdlog::trace("averager: #{} mixed with w={}", mix.seq, mix.c.w);
+  post([this, s = mix.seq] { protocol_.applied(s); });
+}
+
+// The request goes out while we take the snapshot: it overlaps the round trip and the
+// responder's own snapshot instead of preceding them.
+void Averager::begin_exchange(core::StepContext& ctx, std::uint64_t seq) {
+  next_initiate_step_ = ctx.step + cfg_.gossip_every;
+  const std::int64_t samples = ctx.shard_size;
+  post([this, seq, samples] { protocol_.start(seq, samples); });
+}
+
+void Averager::refresh_standing(core::StepContext& ctx) {
+  ChunkSetPtr own = snapshot(ctx, 0);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (active_ && want_snapshot_) {  // a request came in meanwhile: it gets this one
+    want_snapshot_ = false;
+    post([this, s = seq_, own] {
+      protocol_.snapshot_ready(s, own);
+      protocol_.chunks_ready(s);
+    });
+  } else if (!active_) {
+    standing_ = std::move(own);
+    standing_step_ = ctx.step;
+  }
+}
+
+// Only the norm bounds need the training thread's vote; finiteness was checked on arrival.
+void Averager::vote_norm(core::StepContext&, const StepWork& w) {
+  buffers_->finish();
+  auto own = [&] { return std::sqrt(buffers_->own_sq_norm()); };
+  const Verdict v = judge_at(w.partner, std::sqrt(buffers_->sq_diff()), own, w.at);
+  spdlog::trace("averager: #{} ||r - s|| = {} (tau {}): {}", w.seq, v.norm, v.tau,
+                v.refused ? to_string(*v.refused) : "ok");
+  post([this, seq = w.seq, v] { protocol_.validated(seq, v); });
+}
+
+void Averager::between_steps(core::StepContext& ctx) {
+  // Let the other runnable threads of this machine (our protocol thread first of all) have the CPU
+  // now: on an oversubscribed machine (many peers on few cores) a partner's exchange otherwise
+  // waits a whole scheduler slice for our next step boundary. Costs nothing on an idle core.
+  if (cfg_.yield_between_steps) std::this_thread::yield();
+  ensure_buffers(ctx);
+  own_samples_.store(ctx.shard_size);
+  own_progress_.store(core::progress_of(ctx));
+  own_step_.store(ctx.step);
+  bound_.set_own_step(ctx.step);
+  StepWork w = take_work(ctx);
+  std::uint64_t failing = w.mix ? w.mix->seq : w.seq;
+  try {
+    if (w.mix) apply_mix(ctx, *w.mix);
+    failing = w.seq;
+    if (w.initiate) begin_exchange(ctx, w.seq);
+    // Before the norm check: it compares against this exchange's snapshot.
+    if (w.snapshot || w.initiate) snapshot(ctx, w.seq);
+    if (w.refresh) refresh_standing(ctx);
+    buffers_->switch_to(w.seq);
+    if (!w.in.empty()) buffers_->receive(w.in);
+    if (w.norm_vote) vote_norm(ctx, w);
+  } catch (const std::exception& e) {
+    // A backend failure is not the network's fault: end the exchange cleanly, then let the
+    // training loop see the error.
+    spdlog::error("averager: failure during an exchange: {}", e.what());
+    post([this, failing] { protocol_.backend_failed(failing); });
+    throw;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// ExchangePort (protocol thread)
+
+void Averager::arm(Timer t, std::uint64_t seq, net::Millis d) {
+  std::weak_ptr<bool> alive = alive_;
+  (t == Timer::Deadline ? deadline_ : retry_).arm(sched_, d, [this, alive, t, seq] {
+    if (!alive.lock()) return;
+    (t == Timer::Deadline ? deadline_ : retry_).fired();
+    protocol_.on_timer(t, seq);
+  });
+}
+
+void Averager::dial(std::uint64_t seq, const PeerRef& p) {
+  std::weak_ptr<bool> alive = alive_;
+  transport_.connect(p.addr,
+                     [this, alive, seq, id = p.id](net::ConnectionPtr c, const std::string& err) {
+                       if (alive.lock()) protocol_.on_dialled(seq, id, std::move(c), err);
+                     });
+}
+
+std::optional<std::uint64_t> Averager::claim(ChunkSetPtr& own) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (active_) return std::nullopt;
+  active_ = true;
+  if (standing_) own.swap(standing_);  // streamed at once
+  else want_snapshot_ = true;          // taken at the next step boundary
+  return ++seq_;
+}
+
+void Averager::release(std::uint64_t, bool no_peer) {
+  std::lock_guard<std::mutex> lk(mu_);
+  active_ = false;
+  if (no_peer) {
+    ++stats_.no_peer;
+    return;
+  }
+  want_snapshot_ = false;
+  recycle_all(incoming_);
+  incoming_complete_ = incoming_norm_ = false;
+}
+
+void Averager::commit(std::uint64_t seq, const Commit& c) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (seq_ != seq) throw std::logic_error("averager: committing an exchange not in flight");
+  pending_ = PendingMix{seq, c, std::move(incoming_)};
+  incoming_.clear();
+  incoming_complete_ = incoming_norm_ = false;
+  want_snapshot_ = false;
+  active_ = false;
+  committed_unreported_ = true;
+}
+
+void Averager::deliver(std::uint64_t seq, net::Bytes&& chunk, bool complete, bool norm_vote,
+                       const std::string& partner) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (seq_ != seq) return;
+  incoming_.push_back(std::move(chunk));
+  incoming_complete_ = complete;
+  incoming_norm_ = norm_vote;
+  if (norm_vote) {
+    incoming_partner_ = partner;
+    incoming_at_ = sched_.now();
+  }
+}
+
+void Averager::finished(const ExchangeEvent& ev) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (ev.ok) {
+      ++stats_.ok;
+      if (ev.clip >= kAveragingClip) ++stats_.averaging;
+      stats_.weight_sum += ev.effective_w();
+    } else {
+      ++stats_.failed;
+      ++stats_.failed_by_reason[ev.reason];
+    }
+    stats_.bytes_sent += ev.bytes_sent;
+    stats_.bytes_received += ev.bytes_received;
+  }
+  if (on_event_) on_event_(ev);
+  if (!ev.ok) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  committed_unreported_ = false;
+}
+
+void Averager::ban_started(const BanEvent& b) {
+  std::weak_ptr<bool> alive = alive_;
+  sched_.schedule(b.duration, [this, alive, partner = b.partner] {
+    if (alive.lock() && !banned(partner))
+      spdlog::info("averager: ban of {} lifted", short_id(partner));
+  });
+  if (on_ban_) on_ban_(b);
+}
+
+void Averager::count(Counter c) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (c == Counter::BusySent) ++stats_.busy_sent;
+  else if (c == Counter::RefusedSent) ++stats_.refused_sent;
+  else ++stats_.bans;
+}
+
+// ------------------------------------------------------------------------------------------------
+// TransportHandler
+
+void Averager::on_connection(const net::ConnectionPtr&, bool) {}
+
+void Averager::on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) {
+  protocol_.on_message(c, type, std::move(payload));
+}
+
+void Averager::on_closed(const net::ConnectionPtr& c, const std::string& reason) {
+  protocol_.on_closed(c, reason);
+}
+
+}  // namespace gossiptrain::gossip

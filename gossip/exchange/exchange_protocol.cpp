@@ -1,0 +1,324 @@
+// The averaging exchange's protocol state machine (see exchange_protocol.hpp). Connections: the
+// initiator dials a dedicated connection per partner for exchanges (the port's pool), the
+// responder answers on the connection the REQUEST came in on. A failed exchange closes its
+// connection so no stale chunk can ever reach a later exchange.
+//
+// Validation: every value of the partner's vector is checked on the wire bytes as each chunk
+// arrives (WireChecker), and we vote as soon as the last one is in, so an exchange waits on the
+// training thread only twice: for the responder's snapshot and for the mix. Only the optional norm
+// bound, which needs our snapshot on the device, is checked at a step boundary (direct fp32: here).
+// This file: the initiator and the responder; exchange_transfer.cpp: the transfer, the vote,
+// the commit and the failures, on both sides.
+#include "gossip/exchange/exchange_protocol.hpp"
+
+#include <algorithm>
+#include "base/assert.hpp"
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "gossip/exchange/exchange_protocol_detail.hpp"
+
+namespace gossiptrain::gossip {
+
+using namespace exchange_detail;
+
+
+std::string_view role_name(ExchangeRole r) {
+  return r == ExchangeRole::Initiator ? "initiator" : "responder";
+}
+
+ExchangeProtocol::ExchangeProtocol(ExchangeConfig cfg, ExchangePort& port,
+                                   const PeerDirectory& peers, std::string local_id)
+    : cfg_(std::move(cfg)),
+      port_(port),
+      peers_(peers),
+      local_id_(std::move(local_id)),
+      rng_(cfg_.seed),
+      choice_(cfg_.choice),
+      bans_(cfg_.robust) {}
+
+float ExchangeProtocol::weight(std::int64_t n_self, std::int64_t n_other) const {
+  if (!cfg_.weight_by_samples || n_self < 0 || n_other < 0 || n_self + n_other <= 0) return 0.5f;
+  return static_cast<float>(static_cast<double>(n_other) /
+                            (static_cast<double>(n_self) + static_cast<double>(n_other)));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Initiator
+
+void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
+  GT_ASSERT(!ex_ && "an exchange was claimed while another was in flight");
+  Exchange e;
+  e.seq = seq;
+  e.role = ExchangeRole::Initiator;
+  e.n_self = samples;
+  e.started = port_.now();
+  ex_ = std::move(e);
+  try_next_peer();
+}
+
+// Every live peer not excluded from this exchange nor banned; in a swarm larger than
+// 2 * kMaxCandidates, a uniform sample of at most kMaxCandidates of them (a partial shuffle), so
+// starting an exchange costs O(1) rather than O(n) checks. The weighted pick among a random
+// sample spreads exchanges as the pick among all does.
+std::vector<PeerRef> ExchangeProtocol::candidates(const Exchange& e) {
+  auto ok = [&](const PeerRef& p) {
+    return p.id != local_id_ && !e.excluded.count(p.id) && !banned(p.id);
+  };
+  std::vector<PeerRef> cands;
+  if (peers_.live_count() > 2 * kMaxCandidates) {
+    for (auto& p : peers_.live_sample(4 * kMaxCandidates, rng_)) {
+      if (ok(p)) cands.push_back(std::move(p));
+      if (cands.size() == kMaxCandidates) return cands;
+    }
+    if (!cands.empty()) return cands;
+  }
+  for (auto& p : peers_.live_peers())
+    if (ok(p)) cands.push_back(std::move(p));
+  return cands;
+}
+
+void ExchangeProtocol::try_next_peer() {
+  Exchange& e = *ex_;
+  if (e.tries >= cfg_.max_tries) return fail(e.last_reason.value_or(FailureReason{}), {});
+  std::vector<PeerRef> cands = candidates(e);
+  if (cands.empty()) {
+    if (e.tries > 0) return fail(e.last_reason.value_or(FailureReason{}), {});
+    // Nothing to ask (alone, or membership not there yet): not an exchange, no event.
+    spdlog::debug("averager: no live peer to average with");
+    const std::uint64_t seq = e.seq;
+    ex_.reset();
+    port_.release(seq, true);
+    return;
+  }
+  const PeerRef p = cands[choice_.pick(cands, rng_)];
+  ++e.tries;
+  e.partner = p.id;
+  e.asked = port_.now();
+  e.phase = Phase::Connecting;
+  e.conn = nullptr;
+  e.id = 0;
+  e.out.clear_control();
+  if (auto c = port_.pooled(p.id)) return ask(c);
+  arm_deadline(cfg_.answer_timeout, ExchangeFailure::TimeoutConnect);
+  port_.dial(e.seq, p);
+}
+
+void ExchangeProtocol::on_dialled(std::uint64_t seq, const std::string& peer, net::ConnectionPtr c,
+                                  const std::string& err) {
+  if (!ex_ || ex_->seq != seq || ex_->phase != Phase::Connecting || ex_->partner != peer) {
+    // We yielded or gave up meanwhile: keep a good connection for later exchanges.
+    if (c && c->is_open() && c->peer_id() == peer && !port_.has_pooled(peer)) {
+      port_.pool(peer, c);
+      port_.idle_close_pooled(peer);
+    } else if (c) {
+      c->close(net::CloseReason::NotNeeded, "exchange connection");
+    }
+    return;
+  }
+  if (!c) {
+    spdlog::debug("averager: connect to {} failed: {}", short_id(peer), err);
+    return try_failed({ExchangeFailure::Connect}, false);
+  }
+  if (c->peer_id() != peer) {
+    c->close(net::CloseReason::UnexpectedPeer, "exchange");
+    return try_failed({ExchangeFailure::Connect}, false);
+  }
+  port_.pool(peer, c);
+  ask(c);
+}
+
+void ExchangeProtocol::ask(const net::ConnectionPtr& c) {
+  Exchange& e = *ex_;
+  e.conn = c;
+  e.phase = Phase::Requested;
+  e.id = rng_.nonzero();
+  port_.touch_pooled(e.partner);
+  RequestMsg m;
+  m.exchange_id = e.id;
+  m.fingerprint = cfg_.fingerprint;
+  m.n_params = port_.n_params();
+  m.wire = cfg_.wire;
+  m.weighted = cfg_.weight_by_samples;
+  m.samples = e.n_self;
+  m.progress = port_.own_progress();
+  m.step = port_.own_step();
+  arm_deadline(cfg_.answer_timeout, ExchangeFailure::TimeoutAnswer);
+  queue_control(kReq, encode_request(m));
+}
+
+// The current peer did not take part (busy, refused, unreachable, silent): ask another one.
+void ExchangeProtocol::try_failed(FailureReason reason, bool close_conn) {
+  Exchange& e = *ex_;
+  port_.cancel(Timer::Deadline);
+  e.excluded.insert(e.partner);
+  e.last_reason = reason;
+  // A partner that did not answer in time costs us that time, like a slow exchange.
+  if (is_timeout(reason.kind))
+    choice_.record(e.partner, double((port_.now() - e.asked).count()), port_.now());
+  if (close_conn && e.conn) {
+    // A late answer on this connection must not be mistaken for a new exchange's.
+    port_.forget_pooled(e.partner);
+    e.conn->close(net::CloseReason::Failed, "exchange: " + to_string(reason));
+  }
+  e.conn = nullptr;
+  try_next_peer();
+}
+
+void ExchangeProtocol::on_accept(const net::ConnectionPtr& c, const net::Bytes& b) {
+  const AcceptMsg m = decode_accept(b);
+  if (!is_current(c, m.exchange_id) || ex_->role != ExchangeRole::Initiator ||
+      ex_->phase != Phase::Requested)
+    return violation(c, "unexpected accept");
+  Exchange& e = *ex_;
+  e.n_other = m.samples;
+  e.partner_progress = m.progress;
+  e.partner_step = m.step;
+  port_.heard_step(e.partner, m.step);
+  e.w = weight(e.n_self, e.n_other);
+  e.phase = Phase::Transferring;
+  spdlog::trace("averager: #{} accepted by {}", e.seq, short_id(e.partner));
+  begin_transfer();
+}
+
+void ExchangeProtocol::on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8_t type,
+                                         const net::Bytes& b) {
+  std::uint64_t id = 0;
+  FailureReason reason{ExchangeFailure::Busy};
+  if (type == kBusy) {
+    id = decode_id(b).exchange_id;
+  } else {
+    const CodeMsg m = decode_code(b);
+    id = m.exchange_id;
+    reason = {ExchangeFailure::Refused, m.code};
+  }
+  if (c == withdrawn_.conn && id == withdrawn_.id) {
+    withdrawn_ = {};
+    return;
+  }
+  if (!is_current(c, id) || ex_->role != ExchangeRole::Initiator || ex_->phase != Phase::Requested)
+    return violation(c, "unexpected busy/refuse");
+  if (type == kRef)
+    spdlog::warn("averager: peer {} refused to average: {}", short_id(ex_->partner),
+                 to_string(reason));
+  try_failed(reason, false);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Responder
+
+std::optional<ExchangeCode> ExchangeProtocol::incompatible(const RequestMsg& m) const {
+  const std::size_t n = port_.n_params();
+  if (n == 0) return std::nullopt;
+  if (m.fingerprint != cfg_.fingerprint) return ExchangeCode::Fingerprint;
+  if (m.n_params != n) return ExchangeCode::Size;
+  if (m.wire != cfg_.wire) return ExchangeCode::Wire;
+  if (m.weighted != cfg_.weight_by_samples) return ExchangeCode::Weighting;
+  return std::nullopt;
+}
+
+void ExchangeProtocol::refuse(const net::ConnectionPtr& c, const RequestMsg& m, ExchangeCode code) {
+  if (code == ExchangeCode::Banned)
+    spdlog::debug("averager: refusing exchange from {}: banned", short_id(c->peer_id()));
+  else
+    spdlog::warn("averager: refusing exchange from {}: {} mismatch", short_id(c->peer_id()),
+                 code_name(code));
+  port_.count(ExchangePort::Counter::RefusedSent);
+  c->send(kRef, encode_code(m.exchange_id, code));
+}
+
+void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
+  const RequestMsg m = decode_request(b);
+  const std::optional<ExchangeCode> bad = incompatible(m);
+  if (!bad && banned(c->peer_id())) return refuse(c, m, ExchangeCode::Banned);
+  if (bad) return refuse(c, m, *bad);
+  if (ex_ && should_yield(c, m)) return yield_to(c, m);
+  ChunkSetPtr own;
+  // Before our first step boundary we have no parameters to offer: as good as busy.
+  std::optional<std::uint64_t> seq;
+  if (port_.n_params() != 0) seq = port_.claim(own);
+  if (!seq) {
+    port_.count(ExchangePort::Counter::BusySent);
+    c->send(kBusy, encode_id(m.exchange_id));
+    return;
+  }
+  respond(c, m, *seq, std::move(own));
+}
+
+void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m, std::uint64_t seq,
+                               ChunkSetPtr own) {
+  if (!own) port_.request_boundary();  // the snapshot waits for a step boundary
+  GT_ASSERT(!ex_);
+  Exchange e;
+  e.seq = seq;
+  e.id = m.exchange_id;
+  e.role = ExchangeRole::Responder;
+  e.phase = Phase::Transferring;
+  e.partner = c->peer_id();
+  e.conn = c;
+  e.started = e.asked = port_.now();
+  e.n_self = port_.own_samples();
+  e.n_other = m.samples;
+  e.partner_progress = m.progress;
+  e.partner_step = m.step;
+  port_.heard_step(e.partner, m.step);
+  e.w = weight(e.n_self, e.n_other);
+  e.out.set_own(std::move(own));
+  ex_ = std::move(e);
+  ex_->out.control(
+      kAcc, encode_accept({m.exchange_id, ex_->n_self, port_.own_progress(), port_.own_step()}));
+  begin_transfer();
+}
+
+// An initiator that has not been answered yet may become the responder of an incoming request
+// instead, with the snapshot it takes anyway: always while still dialling (nothing sent yet),
+// and when two peers ask each other at once (crossing requests), the lower exchange id wins on both
+// sides. Without this, two peers stepping in lockstep would answer each other BUSY forever.
+bool ExchangeProtocol::should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const {
+  if (ex_->role != ExchangeRole::Initiator) return false;
+  if (ex_->phase == Phase::Connecting) return true;
+  return ex_->phase == Phase::Requested && ex_->partner == c->peer_id() && m.exchange_id < ex_->id;
+}
+
+void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m) {
+  Exchange& e = *ex_;
+  port_.cancel(Timer::Deadline);
+  // The partner answers our withdrawn request with BUSY (it applies the same rule): ignore it.
+  if (e.phase == Phase::Requested) withdrawn_ = {e.conn, e.id};
+  spdlog::debug("averager: yielding our request to {} for {}'s", short_id(e.partner),
+                short_id(c->peer_id()));
+  e.role = ExchangeRole::Responder;
+  e.phase = Phase::Transferring;
+  e.id = m.exchange_id;
+  e.partner = c->peer_id();
+  e.conn = c;
+  e.started = e.asked = port_.now();
+  e.n_other = m.samples;
+  e.partner_progress = m.progress;
+  e.partner_step = m.step;
+  port_.heard_step(e.partner, m.step);
+  e.w = weight(e.n_self, e.n_other);
+  e.tries = 0;
+  e.excluded.clear();
+  e.last_reason.reset();
+  e.out.clear_control();
+  e.out.control(kAcc,
+                encode_accept({m.exchange_id, e.n_self, port_.own_progress(), port_.own_step()}));
+  begin_transfer();
+}
+
+void ExchangeProtocol::snapshot_ready(std::uint64_t seq, ChunkSetPtr own) {
+  if (!ex_ || ex_->seq != seq) return;  // ended meanwhile (e.g. no peer to ask)
+  ex_->out.set_own(std::move(own));
+  pump_send();  // no-op until accepted
+}
+
+void ExchangeProtocol::chunks_ready(std::uint64_t seq) {
+  if (ex_ && ex_->seq == seq && !retry_armed_) pump_send();
+}
+
+}  // namespace gossiptrain::gossip
+

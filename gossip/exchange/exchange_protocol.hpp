@@ -1,0 +1,274 @@
+// The averaging exchange's protocol state machine (docs/ARCHITECTURE.md, "One exchange, file by
+// file"), pure in the way net/handshake.hpp is: messages, dial results, deadlines and the training
+// thread's verdicts in; actions out through ExchangePort (arm a deadline, dial, hand a chunk to the
+// training thread, commit a mix, report). No threads, no sockets, no timers of its own: the
+// connections are net::Connection interfaces, and tests drive it with fakes of both.
+//
+//   initiator                                  responder
+//   REQUEST(id, fingerprint, n, wire, samples) ->
+//                                              <- BUSY | REFUSE(code) | ACCEPT(id, samples)
+//   CHUNK* (own snapshot, as soon as ACCEPT)    <- CHUNK* (as soon as its training thread made one)
+//   VALID (all of r received + validated)       <- VALID
+// Each side applies x += w (r - s) once it has validated r AND holds the other's VALID (a two-vote
+// commit); anything else (close, timeout, Abort, bad data) ends the exchange with nothing applied.
+// The one window left, inherent to any commit over a lossy link: a side whose VALID is lost after
+// it committed applies alone; the other side then reports "closed" or "timeout".
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/rng.hpp"
+#include "gossip/exchange/ban_list.hpp"
+#include "gossip/exchange/exchange_failure.hpp"
+#include "gossip/exchange/exchange_messages.hpp"
+#include "gossip/exchange/partner_choice.hpp"
+#include "gossip/membership/peer_directory.hpp"
+#include "gossip/exchange/send_pump.hpp"
+#include "gossip/exchange/wire_check.hpp"
+
+namespace gossiptrain::gossip {
+
+enum class ExchangeRole { Initiator, Responder };
+std::string_view role_name(ExchangeRole r);  // "initiator" | "responder"
+
+// One finished exchange, successful or not (the `exchange` metric line).
+// An exchange whose clip c is below this mixed too little to count as averaging (1% of the plain
+// weight): the summary, the live table and the exchange health count it apart from ok.
+inline constexpr double kAveragingClip = 0.01;
+
+struct ExchangeEvent {
+  std::string partner;  // peer id of the other side
+  ExchangeRole role = ExchangeRole::Initiator;
+  bool ok = false;
+  std::string reason;  // "" when ok; else to_string(FailureReason), see exchange_failure.hpp
+  std::uint64_t exchange_id = 0;
+  std::uint64_t bytes_sent = 0;      // payload chunk bytes (headers included) sent
+  std::uint64_t bytes_received = 0;  // and received
+  double ms = 0.0;  // initiator: from asking for the exchange (first peer tried); responder: from
+                    // the REQUEST; to the mix applied (at the step boundary after the
+                    // commit) or the failure
+  float w = 0.0f;   // mixing weight applied (0 when nothing was applied)
+  double diff_norm = -1;  // ||r - s|| both sides agreed on (-1: not measured)
+  double tau = 0;         // the clipping bound both applied, min of theirs (0: none)
+  double clip = 1;        // c in x += w c (r - s)
+  // The weight the partner's vector really got, w c: what "averaging" means (an exchange below
+  // kAveragingClip of the plain weight is counted as not averaging).
+  double effective_w() const { return double(w) * clip; }
+  double partner_progress = -1;    // its fraction of training done, as it said (-1: not known)
+  std::int64_t partner_step = -1;  // its optimizer steps, as it said (-1: not known)
+};
+
+// The training thread's (or the fast path's) verdict on the partner's vector.
+struct Verdict {
+  std::optional<ExchangeFailure> refused;  // InvalidNorm or Anomalous; none when accepted
+  double norm = 0, tau = 0;                // 0 when not measured
+  bool history = true;                     // as ExchangePort::Commit's
+};
+
+struct ExchangeConfig {
+  std::uint64_t fingerprint = 0;
+  kernels::Wire wire = kernels::Wire::Fp32;
+  bool weight_by_samples = false;
+  int max_tries = 3;
+  PartnerChoiceConfig choice;
+  RobustConfig robust;      // the ban settings
+  bool needs_norm = false;  // a norm bound applies: the vote waits for ||r - s||
+  bool fast_norm = false;   // ||r - s|| summed here as the chunks arrive (direct fp32)
+  net::Millis answer_timeout{5000};
+  net::Millis transfer_timeout_floor{10000};
+  double min_rate_bytes_per_s = 20e6;
+  std::size_t chunk_bytes = (1u << 20) - kChunkHeaderBytes;
+  net::Millis send_retry{1};
+  std::uint64_t seed = 1;
+};
+
+// What the protocol asks of its environment (the averager: transport, scheduler, training-thread
+// handoff). Every call is on the protocol thread.
+class ExchangePort {
+ public:
+  enum class Timer { Deadline, Retry };
+  virtual ~ExchangePort() = default;
+  virtual net::Millis now() const = 0;
+  // Calls on_timer(seq, t) after d unless cancelled or armed again (one of each kind at a time).
+  virtual void arm(Timer t, std::uint64_t seq, net::Millis d) = 0;
+  virtual void cancel(Timer t) = 0;
+  // Dials p; the result comes back through on_dialled(seq, p.id, ...).
+  virtual void dial(std::uint64_t seq, const PeerRef& p) = 0;
+  // The dedicated exchange connections we dialled (exchange_conns.hpp).
+  virtual net::ConnectionPtr pooled(const std::string& peer) = 0;
+  virtual bool has_pooled(const std::string& peer) = 0;
+  virtual void pool(const std::string& peer, net::ConnectionPtr c) = 0;
+  virtual void touch_pooled(const std::string& peer) = 0;
+  virtual void forget_pooled(const std::string& peer) = 0;
+  virtual void forget_pooled(const net::ConnectionPtr& c) = 0;
+  virtual void close_pooled(const std::string& peer, const std::string& reason) = 0;
+  virtual void idle_close_pooled(const std::string& peer) = 0;
+  // The training thread's side. n_params: 0 before its first step boundary.
+  virtual std::size_t n_params() const = 0;
+  virtual std::int64_t own_samples() const = 0;
+  // Our fraction of training done, in [0, 1], or -1 when not known; told to every partner.
+  virtual double own_progress() const = 0;
+  // Optimizer steps we have done; told to every partner. heard_step: a partner told its own (in
+  // its REQUEST or ACCEPT), before its vector is judged.
+  virtual std::int64_t own_step() const = 0;
+  virtual void heard_step(const std::string& partner, std::int64_t step) = 0;
+  virtual double max_rate() const = 0;
+  // Claims the exchange for a request: its seq, with our snapshot when one stands ready (else one
+  // is taken at the next step boundary); nullopt when busy.
+  virtual std::optional<std::uint64_t> claim(ChunkSetPtr& own) = 0;
+  // The exchange seq ended unapplied (no_peer: it never started), or was committed: the mix
+  // w c (r - s) waits for the next step boundary.
+  virtual void release(std::uint64_t seq, bool no_peer) = 0;
+  struct Commit {
+    float w = 0.5f;    // the clipping factor included
+    double norm = -1;  // agreed ||r - s|| (-1: not measured)
+    double tau = 0;    // the bound we voted for (0: none)
+    // The bound was not the usual one (a suspect or progress-gap partner): the norm stays out of
+    // the history that sets B.
+    bool history = true;
+  };
+  virtual void commit(std::uint64_t seq, const Commit& c) = 0;
+  // Hands one of the partner's chunks to the training thread; norm_vote: it is the last one and
+  // the training thread must measure ||r - s|| for our vote (then validated() comes back).
+  virtual void deliver(std::uint64_t seq, net::Bytes&& chunk, bool complete, bool norm_vote,
+                       const std::string& partner) = 0;
+  virtual void request_boundary() = 0;
+  // The norm bounds on a measured ||r - s|| (own_norm gives ||s|| when needed).
+  virtual Verdict judge(const std::string& partner, double norm,
+                        const std::function<double()>& own_norm) = 0;
+  // Fast norm: ||r - s||^2 of chunk data against our snapshot (false: not cut that far yet),
+  // ||s||^2.
+  virtual bool add_sq_diff(const ChunkSet* own, const std::uint8_t* r, std::size_t offset,
+                           std::size_t size, double& sq) = 0;
+  virtual double own_sq_norm(const ChunkSet& own) = 0;
+  // Results.
+  virtual void finished(const ExchangeEvent& ev) = 0;
+  virtual void ban_started(const BanEvent& b) = 0;
+  enum class Counter { BusySent, RefusedSent, Bans };
+  virtual void count(Counter c) = 0;
+};
+
+class ExchangeProtocol {
+ public:
+  ExchangeProtocol(ExchangeConfig cfg, ExchangePort& port, const PeerDirectory& peers,
+                   std::string local_id);
+
+  // The training thread claimed exchange seq as initiator (samples: our shard size).
+  void start(std::uint64_t seq, std::int64_t samples);
+  // One exchange message (types 0x40-0x5F); a malformed one is a protocol violation.
+  void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload);
+  void on_dialled(std::uint64_t seq, const std::string& peer, net::ConnectionPtr c,
+                  const std::string& err);
+  void on_closed(const net::ConnectionPtr& c, const std::string& reason);
+  void on_timer(ExchangePort::Timer t, std::uint64_t seq);
+  // The training thread's progress: the snapshot of seq exists (chunks still being cut), more of
+  // its chunks are cut, its verdict on the partner's vector, the committed mix applied.
+  void snapshot_ready(std::uint64_t seq, ChunkSetPtr own);
+  void chunks_ready(std::uint64_t seq);
+  void validated(std::uint64_t seq, const Verdict& v);
+  void applied(std::uint64_t seq);
+  // The training thread failed during exchange seq (a backend error).
+  void backend_failed(std::uint64_t seq);
+
+  bool banned(const std::string& peer) const { return bans_.banned(peer, port_.now()); }
+  bool in_flight() const { return ex_.has_value(); }
+  // The exchange in flight runs on c.
+  bool in_flight_on(const net::ConnectionPtr& c) const { return ex_ && ex_->conn == c; }
+  bool committed() const { return committed_.has_value(); }
+
+ private:
+  enum class Phase { Connecting, Requested, Transferring };
+  struct Exchange {
+    std::uint64_t seq = 0;  // local number, matches the training-thread handoff
+    std::uint64_t id = 0;   // exchange id on the wire
+    ExchangeRole role = ExchangeRole::Initiator;
+    Phase phase = Phase::Connecting;
+    std::string partner;
+    net::ConnectionPtr conn;
+    net::Millis started{0};
+    net::Millis asked{0};      // the current partner was asked (responder: its request came in)
+    SendPump out;              // control messages and our snapshot's chunks
+    std::size_t received = 0;  // payload bytes of the partner's vector received
+    std::optional<WireChecker> check;  // its values, checked as they arrive
+    bool recv_done = false, local_valid = false, peer_valid = false;
+    double local_tau = 0, local_norm = 0, peer_tau = 0, peer_norm = 0;  // from the votes
+    bool local_history = true;
+    double diff_norm = -1, tau = 0, clip = 1;  // agreed at commit
+    // Direct fp32: ||r - s||^2 summed here as the chunks arrive, so the vote needs no step
+    // boundary; false (the training thread measures) once a chunk came in before our own
+    // snapshot covered it.
+    bool fast_norm = false;
+    double sq = 0;
+    std::int64_t n_self = 0, n_other = 0;
+    double partner_progress = -1;  // from its REQUEST or ACCEPT
+    std::int64_t partner_step = -1;
+    float w = 0.5f;
+    std::uint64_t bytes_received = 0;
+    int tries = 0;
+    std::set<std::string> excluded;  // asked this round: busy, refused or unreachable
+    std::optional<FailureReason> last_reason;
+  };
+
+  // Initiator.
+  static constexpr std::size_t kMaxCandidates = 32;
+  std::vector<PeerRef> candidates(const Exchange& e);
+  void try_next_peer();
+  void ask(const net::ConnectionPtr& c);
+  void try_failed(FailureReason reason, bool close_conn);
+  void on_accept(const net::ConnectionPtr& c, const net::Bytes& b);
+  void on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& b);
+  // Responder.
+  void on_request(const net::ConnectionPtr& c, const net::Bytes& b);
+  std::optional<ExchangeCode> incompatible(const RequestMsg& m) const;
+  void refuse(const net::ConnectionPtr& c, const RequestMsg& m, ExchangeCode code);
+  bool should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const;
+  void yield_to(const net::ConnectionPtr& c, const RequestMsg& m);
+  void respond(const net::ConnectionPtr& c, const RequestMsg& m, std::uint64_t seq,
+               ChunkSetPtr own);
+  // Both.
+  void begin_transfer();
+  void queue_control(std::uint8_t type, net::SharedBytes msg);
+  void pump_send();
+  void on_chunk(const net::ConnectionPtr& c, net::Bytes&& b);
+  std::optional<FailureReason> check_chunk(Exchange& e, const ChunkView& v, const net::Bytes& b);
+  void vote_after_chunk(Exchange& e);
+  void on_valid(const net::ConnectionPtr& c, const net::Bytes& b);
+  void on_abort(const net::ConnectionPtr& c, const net::Bytes& b);
+  void maybe_commit();
+  void agree_clip(Exchange& e) const;
+  // Ends the exchange in flight without applying anything; sends Abort(code) when notify.
+  void fail(FailureReason reason, std::optional<ExchangeCode> notify);
+  void note_refusal(const std::string& partner, const std::string& reason);
+  void report(Exchange& e, bool ok, const std::string& reason);
+  // A message that does not fit the protocol state: the connection is closed with a reason.
+  void violation(const net::ConnectionPtr& c, const std::string& what);
+  bool is_current(const net::ConnectionPtr& c, std::uint64_t id) const;
+  void arm_deadline(net::Millis d, ExchangeFailure what);
+  float weight(std::int64_t n_self, std::int64_t n_other) const;
+
+  ExchangeConfig cfg_;
+  ExchangePort& port_;
+  const PeerDirectory& peers_;
+  std::string local_id_;
+  std::optional<Exchange> ex_;
+  // Committed, its mix not yet applied by the training thread (at most one: the next exchange
+  // can only commit after a snapshot, and every step boundary applies a pending mix first). The
+  // peer is free for the next exchange meanwhile.
+  std::optional<Exchange> committed_;
+  ExchangeFailure deadline_reason_ = ExchangeFailure::TimeoutAnswer;  // of the armed deadline
+  bool retry_armed_ = false;  // a send retry is pending (chunks_ready waits for it)
+  base::ProtocolRng rng_;
+  PartnerChoice choice_;  // weights partners by their recent exchange durations
+  BanList bans_;
+  struct Withdrawn {
+    net::ConnectionPtr conn;
+    std::uint64_t id = 0;
+  } withdrawn_;  // our request given up for a crossing one; its BUSY answer is expected
+};
+
+}  // namespace gossiptrain::gossip

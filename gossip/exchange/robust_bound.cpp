@@ -1,0 +1,201 @@
+#include "gossip/exchange/robust_bound.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "base/stats.hpp"
+
+namespace gossiptrain::gossip {
+
+using base::median;
+
+namespace {
+
+constexpr std::size_t kMaxPartners = 4096;
+
+bool finite_pos(double x) { return x > 0 && std::isfinite(x); }
+
+}  // namespace
+
+void validate(const RobustConfig& rc) {
+  auto bad = [](const char* what) {
+    throw std::invalid_argument(std::string("robust mixing: bad ") + what);
+  };
+  if (!finite_pos(rc.clip_mult)) bad("clip_mult");
+  if (rc.clip_window < 1) bad("clip_window");
+  if (rc.clip_warmup < 0) bad("clip_warmup");
+  if (!finite_pos(rc.warmup_frac) || rc.warmup_frac > 1) bad("warmup_frac");
+  if (!(rc.refuse_mult >= 1) || !std::isfinite(rc.refuse_mult)) bad("refuse_mult");
+  if (!(rc.suspect_mult >= 0) || !std::isfinite(rc.suspect_mult)) bad("suspect_mult");
+  if (!(rc.suspect_floor >= 0) || !std::isfinite(rc.suspect_floor)) bad("suspect_floor");
+  if (rc.suspect_window < 1 || rc.suspect_min < 1 || rc.suspect_min > rc.suspect_window)
+    bad("suspect_window/suspect_min");
+  if (rc.suspect_age.count() <= 0) bad("suspect_age");
+  if (!(rc.suspect_decay > 0 && rc.suspect_decay <= 1)) bad("suspect_decay");
+  if (!(rc.suspect_min_clip >= 0 && rc.suspect_min_clip <= 1)) bad("suspect_min_clip");
+  if (!(rc.recover_frac >= 0 && rc.recover_frac <= 1)) bad("recover_frac");
+  if (!(rc.gap_ratio >= 0 && rc.gap_ratio <= 1) || rc.gap_min_steps < 0) bad("gap parameters");
+  if (rc.ban_after < 0 || rc.ban_window.count() < 0 || rc.ban_base.count() < 0 ||
+      rc.ban_max < rc.ban_base)
+    bad("ban parameters");
+}
+
+RobustBound::RobustBound(RobustConfig cfg) : cfg_(std::move(cfg)) { validate(cfg_); }
+
+std::optional<double> RobustBound::baseline_locked() const {
+  if (accepted_ < std::uint64_t(cfg_.clip_warmup) || hist_.empty()) return std::nullopt;
+  return std::max(median({hist_.begin(), hist_.end()}), 1e-30);
+}
+
+std::optional<double> RobustBound::baseline() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return baseline_locked();
+}
+
+std::size_t RobustBound::partners() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return partners_.size();
+}
+
+std::optional<double> RobustBound::typical(const Partner& p, Millis now) const {
+  std::vector<double> r;
+  for (const auto& [t, ratio] : p.ratios)
+    if (t + cfg_.suspect_age >= now) r.push_back(ratio);
+  if (r.size() < std::size_t(cfg_.suspect_min)) return std::nullopt;
+  return median(std::move(r));
+}
+
+// The median over partners of their typical ratio, at least 1 (B is the median of all accepted
+// differences, so an honest partner's typical ratio is about 1); 1 with fewer than 3 partners.
+double RobustBound::typical_over_partners(Millis now) const {
+  std::vector<double> all;
+  for (const auto& [id, p] : partners_)
+    if (auto t = typical(p, now)) all.push_back(*t);
+  if (all.size() < 3) return 1.0;
+  return std::max(1.0, median(std::move(all)));
+}
+
+void RobustBound::forget_stale(Millis now) {
+  if (partners_.size() < kMaxPartners) return;
+  for (auto it = partners_.begin(); it != partners_.end();)
+    if (it->second.last + cfg_.suspect_age < now) it = partners_.erase(it);
+    else ++it;
+  // All recent (more partners than kMaxPartners within suspect_age): drop the oldest.
+  while (partners_.size() >= kMaxPartners) {
+    auto oldest = std::min_element(partners_.begin(), partners_.end(),
+                                   [](auto& a, auto& b) { return a.second.last < b.second.last; });
+    partners_.erase(oldest);
+  }
+}
+
+// Warm-up (no B yet): tau is a quarter of our own norm, and a difference beyond our own norm is
+// refused: early in training honest peers differ by a few percent of ||s|| (same initial weights),
+// while a sign-flipped vector is about 2 ||s|| away. After it, three refusal rules:
+// - far: beyond refuse_mult * tau and beyond ||s|| (scale:K, random, divergence);
+// - persistent: this partner's typical ratio ||r - s|| / B is suspect_mult times that of the
+//   partners we meet, and ||r - s|| is beyond suspect_floor * ||s||. An attacker that stays just
+//   under tau (signflip, stale) pulls the same way every time; honest partners come closer with
+//   every exchange, so their ratio does not stay high. The floor keeps the end of training safe,
+//   where B collapses as the peers that finished converge and a straggler is many B away while
+//   still a tiny fraction of ||s||.
+// A partner with a progress gap (progress_gap) within refuse_mult * ||s|| is never refused by these
+// rules: its distance is explained by the gap (a joiner from scratch, far behind the swarm, is a
+// few ||s|| away); it is clipped as a suspect. Beyond that, the rules above apply.
+RobustBound::Judgement RobustBound::judge(const std::string& partner, double norm,
+                                          const std::function<double()>& own_norm, Millis now) {
+  double own = -1;
+  auto get_own = [&] { return own >= 0 ? own : (own = own_norm()); };
+  Judgement j;
+  std::lock_guard<std::mutex> lk(mu_);
+  forget_stale(now);
+  Partner& p = partners_[partner];
+  p.last = now;
+  // A gap explains a distance of a few ||s|| (random weights against trained ones), not more.
+  const bool gap = progress_gap(p) && norm <= cfg_.refuse_mult * get_own();
+  const std::optional<double> b = baseline_locked();
+  if (!b) {
+    j.tau = std::max(cfg_.warmup_frac * get_own(), 1e-12);  // never 0: that would refuse all
+    if (!(norm <= get_own())) {
+      if (gap) suspect(j, p, j.tau, norm, true, get_own);
+      else j.why = "warm-up";
+      return j;
+    }
+    p.suspect_streak = 0;
+    return j;
+  }
+  j.tau = std::max(cfg_.clip_mult * *b, 1e-12);
+  j.ratio = norm / *b;
+  p.ratios.emplace_back(now, std::isfinite(j.ratio) ? j.ratio : 1e300);
+  while (p.ratios.size() > std::size_t(cfg_.suspect_window)) p.ratios.pop_front();
+  if (!(norm <= cfg_.refuse_mult * j.tau) && !(norm <= get_own())) {
+    if (gap) suspect(j, p, *b, norm, true, get_own);
+    else j.why = "far";
+    return j;
+  }
+  if (auto t = typical(p, now)) {
+    j.typical = *t;
+    if (cfg_.suspect_mult > 0 && *t > cfg_.suspect_mult * typical_over_partners(now) &&
+        !(norm <= cfg_.suspect_floor * get_own())) {
+      if (!cfg_.suspect_clip && !gap) j.why = "persistent";
+      else suspect(j, p, *b, norm, gap, get_own);
+      return j;
+    }
+  }
+  p.suspect_streak = 0;
+  return j;
+}
+
+// B * decay^(streak - 1); for a progress-gap partner never below suspect_min_clip * min(||r - s||,
+// ||s||): a clip of at least suspect_min_clip while it is within our own norm, and a pull of at
+// most w * suspect_min_clip * ||s|| per exchange from one beyond it. A partner that came closer
+// since its streak began starts a new streak.
+void RobustBound::suspect(Judgement& j, Partner& p, double base, double norm, bool gap,
+                          const std::function<double()>& own) {
+  if (p.suspect_streak == 0 || norm < cfg_.recover_frac * p.streak_norm) {
+    p.suspect_streak = 0;
+    p.streak_norm = norm;
+  }
+  j.suspect = true;
+  j.gap = gap;
+  j.streak = ++p.suspect_streak;
+  double t = base * std::pow(cfg_.suspect_decay, j.streak - 1);
+  // The floor here is for a gap partner only; two honest peers that drifted apart get theirs in
+  // the agreed clip, where both votes show the suspicion is mutual (exchange_protocol.cpp).
+  const double floor = gap ? cfg_.suspect_min_clip * std::min(norm, own()) : 0.0;
+  if (t < floor) {
+    t = floor;
+    j.floored = true;
+  }
+  j.tau = std::max(t, 1e-12);
+}
+
+bool RobustBound::progress_gap(const Partner& p) const {
+  if (p.step < 0 || own_step_ < 0) return false;
+  const std::int64_t lo = std::min(p.step, own_step_), hi = std::max(p.step, own_step_);
+  return hi - lo >= cfg_.gap_min_steps && double(lo) < cfg_.gap_ratio * double(hi);
+}
+
+void RobustBound::set_own_step(std::int64_t step) {
+  std::lock_guard<std::mutex> lk(mu_);
+  own_step_ = step;
+}
+
+void RobustBound::heard_step(const std::string& partner, std::int64_t step, Millis now) {
+  std::lock_guard<std::mutex> lk(mu_);
+  forget_stale(now);
+  Partner& p = partners_[partner];
+  p.step = step;
+  p.last = now;
+}
+
+void RobustBound::accepted(double norm, double tau) {
+  if (!(norm >= 0)) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  hist_.push_back(tau > 0 ? std::min(norm, tau) : norm);
+  while (hist_.size() > std::size_t(cfg_.clip_window)) hist_.pop_front();
+  ++accepted_;
+}
+
+}  // namespace gossiptrain::gossip

@@ -1,0 +1,51 @@
+// The peer's flags are parsed once, in the flag table, into the typed values the node's
+// configuration takes: no string of a flag is parsed again when the node is built.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "apps/common/node.hpp"
+#include "apps/common/options.hpp"
+
+using namespace gossiptrain;
+using namespace gossiptrain::apps;
+
+namespace {
+PeerConfig parse(std::vector<std::string> args) {
+  bool help = false;
+  return parse_peer_args(args, &help);
+}
+}  // namespace
+
+TEST_CASE("typed flags: --weighting and --partner-choice land in the averager's config as parsed",
+          "[apps]") {
+  const PeerConfig d = parse({});
+  CHECK_FALSE(d.weight_by_samples);
+  CHECK(d.partner_choice.weighted);
+  const PeerConfig c = parse({"--weighting", "samples", "--partner-choice", "uniform"});
+  CHECK(c.weight_by_samples);
+  CHECK_FALSE(c.partner_choice.weighted);
+  const gossip::AveragerConfig ac = averager_config(c, 42);
+  CHECK(ac.weight_by_samples);
+  CHECK_FALSE(ac.choice.weighted);
+  CHECK_THROWS_AS(parse({"--weighting", "by-size"}), UsageError);
+  CHECK_THROWS_AS(parse({"--partner-choice", "random"}), UsageError);
+}
+
+TEST_CASE("typed flags: --fault is a FaultConfig from the flag table on, refused when malformed",
+          "[apps]") {
+  ::setenv("GOSSIPTRAIN_ALLOW_FAULTS", "1", 1);
+  const PeerConfig honest = parse({});
+  CHECK(honest.fault.mode == gossip::FaultMode::None);
+  const PeerConfig c = parse({"--fault", "scale:5"});
+  CHECK(c.fault.mode == gossip::FaultMode::Scale);
+  CHECK(c.fault.scale == 5.0);
+  CHECK(averager_config(c, 42).fault.mode == gossip::FaultMode::Scale);
+  CHECK(parse({"--fault", "signflip"}).fault.mode == gossip::FaultMode::SignFlip);
+  CHECK_THROWS_AS(parse({"--fault", "scale:0"}), UsageError);
+  CHECK_THROWS_AS(parse({"--fault", "sideways"}), UsageError);
+  ::unsetenv("GOSSIPTRAIN_ALLOW_FAULTS");
+  CHECK_THROWS_AS(parse({"--fault", "nan"}), UsageError);
+}
