@@ -162,7 +162,8 @@ TEST_CASE("dial-back requests are bounded: one check per requester per 10 s, onl
     ab.conn->send(std::uint8_t(DialBackType::Request), std::make_shared<const Bytes>(Bytes{1, 2}));
   });
   REQUIRE(wait_for([&] { return p.ra.n_closed() == 1; }));
-  CHECK(p.ra.last_closed().find("malformed dial-back request") != std::string::npos);
+  CHECK(close_reason_of(p.ra.last_closed()) == CloseReason::Malformed);
+  CHECK(p.ra.last_closed().find("dial-back request") != std::string::npos);
   // A hello that answers no request of a's is refused too.
   auto ab2 = dial(*p.b, p.a->advertised_addr());
   REQUIRE(ab2.conn);
