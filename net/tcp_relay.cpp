@@ -25,6 +25,7 @@
 #include <cstring>
 #include <random>
 
+#include "net/close_reason.hpp"
 #include "net/tcp_transport.hpp"
 
 namespace gossiptrain::net {
@@ -57,10 +58,17 @@ SharedBytes shared(Bytes b) { return std::make_shared<const Bytes>(std::move(b))
 // A relayed channel that ended like this points at its relay (or the path through it), not at a
 // normal close by either endpoint.
 bool relay_suspect(const std::string& reason) {
-  for (const char* s : {"protocol error", "truncated", "idle timeout", "handshake", "while reading",
-                        "while writing"})
-    if (reason.find(s) != std::string::npos) return true;
-  return false;
+  switch (close_reason_of(reason)) {
+    case CloseReason::ProtocolViolation:
+    case CloseReason::Truncated:
+    case CloseReason::Timeout:  // idle, or a handshake that never completed through it
+    case CloseReason::HandshakeFailed:
+    case CloseReason::IoError:
+    case CloseReason::FrameError:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace
