@@ -99,12 +99,12 @@ class StepBench {
       be_.upload(x_.data(), xh_.data() + lo * F, std::size_t(batch) * F * sizeof(float));
       be_.upload(y_.data(), yh_.data() + lo, std::size_t(batch) * sizeof(std::int32_t));
       loss_read_ = m_.forward_backward(x_.data(), y_.data(), batch);  // waits for the loss
+      if (first_loss_ < 0) first_loss_ = loss_read_;
     } else {
       be_.gather_batch(xs_.data(), ys_.data(), idx_.data() + lo, batch, F, x_.data(), y_.data());
       m_.forward_backward_acc(x_.data(), y_.data(), batch, loss_acc_.data());
       if ((step_ + 1) % o_.loss_every == 0) read_loss_window();
     }
-    if (first_loss_ < 0) first_loss_ = loss_read_;
     be_.sgd_momentum(m_.params(), m_.grads(), vel_.data(), m_.num_params(), kLr, 0.9f, 0.0f);
     ++step_;
   }
