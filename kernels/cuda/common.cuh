@@ -12,24 +12,27 @@
 
 namespace gossiptrain::kernels::cuda {
 
-[[noreturn]] inline void throw_cuda_error(const char* what, const char* call, const char* file,
+// The function and line name the place, not __FILE__: that would put the source tree's path into
+// the installed CUDA module (scripts/install-check.sh looks for it).
+[[noreturn]] inline void throw_cuda_error(const char* what, const char* call, const char* func,
                                           int line) {
-  throw BackendError(std::string(file) + ":" + std::to_string(line) + ": " + call + ": " + what);
+  throw BackendError(std::string(func) + ", line " + std::to_string(line) + ": " + call + ": " +
+                     what);
 }
 
-inline void cuda_check(cudaError_t e, const char* call, const char* file, int line) {
-  if (e != cudaSuccess) throw_cuda_error(cudaGetErrorString(e), call, file, line);
+inline void cuda_check(cudaError_t e, const char* call, const char* func, int line) {
+  if (e != cudaSuccess) throw_cuda_error(cudaGetErrorString(e), call, func, line);
 }
 
-inline void cublas_check(cublasStatus_t s, const char* call, const char* file, int line) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw_cuda_error(cublasGetStatusString(s), call, file, line);
+inline void cublas_check(cublasStatus_t s, const char* call, const char* func, int line) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw_cuda_error(cublasGetStatusString(s), call, func, line);
 }
 
 }  // namespace gossiptrain::kernels::cuda
 
-#define CUDA_CHECK(call) ::gossiptrain::kernels::cuda::cuda_check((call), #call, __FILE__, __LINE__)
+#define CUDA_CHECK(call) ::gossiptrain::kernels::cuda::cuda_check((call), #call, __func__, __LINE__)
 #define CUBLAS_CHECK(call) \
-  ::gossiptrain::kernels::cuda::cublas_check((call), #call, __FILE__, __LINE__)
+  ::gossiptrain::kernels::cuda::cublas_check((call), #call, __func__, __LINE__)
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
 namespace gossiptrain::kernels::cuda {
