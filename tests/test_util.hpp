@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <string>
@@ -13,7 +14,8 @@
 namespace gt_test {
 
 // A fresh scratch folder for one test (unique per process and instance), removed with all it
-// holds on scope exit. With create = false only the path is reserved.
+// holds on scope exit (kept when GT_KEEP_TMP is set, to read a failed run's logs). With
+// create = false only the path is reserved.
 class TempDir {
  public:
   explicit TempDir(const std::string& prefix, bool create = true) {
@@ -24,6 +26,7 @@ class TempDir {
     if (create) std::filesystem::create_directories(path);
   }
   ~TempDir() {
+    if (std::getenv("GT_KEEP_TMP") != nullptr) return;
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
   }
