@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Issue 27's scenario 1, measured: peer A trains alone on a long run; B runs one epoch beside it
-without gossip (the same load, B's epoch "alone"), then B joins A through --seeds with one epoch.
+"""Issue 27's scenario 1, measured: peer A trains alone on a long run; B trains --beside-epochs
+epochs beside it without gossip (the same load: A's baseline, and B's epoch "alone"), then B joins
+A through --seeds with one epoch. With --pin, A and B each get a core of their own, as on two
+machines: what is left of A's slowdown is then the protocol's, not the sharing of the cores.
 Prints, per phase, A's median epoch time and where A's time went (--max-lag waits, from A's
 `waits` lines where the build writes them), B's epoch, both accuracies, bans and refusals.
 
-  scripts/join_scenario.py --bin build/apps [--data synthetic] [--flags '--max-lag-share off']
+  scripts/join_scenario.py --bin build/apps [--data synthetic] [--flags '--max-lag-share off'] [--pin]
 """
 import argparse, json, os, shlex, signal, socket, statistics, subprocess, sys, tempfile, time
 
@@ -81,6 +83,12 @@ def main():
     ap.add_argument("--after-s", type=float, default=3.0)
     ap.add_argument("--catch-up", default="auto")
     ap.add_argument("--flags", default="", help="more flags for both peers")
+    ap.add_argument("--beside-epochs", type=int, default=3,
+                    help="epochs B trains alone beside A (without gossip): A's epochs meanwhile "
+                         "are A's baseline under the same load; B's epoch alone is their mean")
+    ap.add_argument("--pin", action="store_true",
+                    help="A on CPU 0, B on CPU 1 (two machines' worth of cores on one): what is "
+                         "left of A's slowdown is the protocol's, not the cores' sharing")
     a = ap.parse_args()
     peer = os.path.join(a.bin, "gossip-peer")
     d = tempfile.mkdtemp(prefix="robust2-join-")
@@ -106,21 +114,25 @@ def main():
     def start(i, gossip, more):
         v = argv(i, gossip, more)
         log = open(os.path.join(d, f"peer{i}", "log.txt"), "w")
-        return subprocess.Popen(v, stdout=log, stderr=subprocess.STDOUT)
+        pin = (lambda: os.sched_setaffinity(0, {i})) if a.pin else None
+        return subprocess.Popen(v, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pin)
 
     ma, mb = os.path.join(d, "peer0/metrics.jsonl"), os.path.join(d, "peer1/metrics.jsonl")
     A = start(0, True, ["--epochs", "100000"])
     t_start = time.time()
     at = lambda: time.time() - t_start  # ~A's clock (A's t starts a little later)
     while not evals(ma) or evals(ma)[-1]["t"] < a.alone_s:
+        if A.poll() is not None:
+            sys.exit(f"A exited ({A.returncode}) before its first {a.alone_s} s: "
+                     + open(os.path.join(d, "peer0", "log.txt")).read()[-2000:])
         time.sleep(0.2)
     p0 = at()
     cpu = [thread_cpu(A.pid)]
-    B = start(1, False, ["--epochs", "1"])
+    B = start(1, False, ["--epochs", str(a.beside_epochs)])
     B.wait()
     p1 = at()
     cpu.append(thread_cpu(A.pid))
-    b_alone = [j for j in lines(mb) if j.get("event") == "done"][0]["seconds"]
+    b_alone = [j for j in lines(mb) if j.get("event") == "done"][0]["seconds"] / a.beside_epochs
     os.rename(os.path.join(d, "peer1"), os.path.join(d, "peer1-alone"))
     B = start(1, True, ["--epochs", "1", "--catch-up", a.catch_up, "--linger", "3"])
     B.wait()
