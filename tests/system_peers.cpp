@@ -41,6 +41,7 @@ struct Swarm {
   std::vector<int> ports;
   std::vector<std::unique_ptr<Process>> procs;
   std::vector<std::string> extra;  // flags for every peer
+  bool pin = false;  // peer i on CPU i (modulo the CPUs): the cores of separate machines
 
   Swarm(const std::string& name, int n_peers, std::vector<std::string> flags)
       : dir(name), n(n_peers), extra(std::move(flags)) {
@@ -57,9 +58,14 @@ struct Swarm {
   std::string addr(int i) const { return "127.0.0.1:" + std::to_string(ports[i]); }
 
   std::vector<std::string> argv(int i, bool gossip) const {
-    std::vector<std::string> a = {gt_test::peer_bin(), "--num-shards",     std::to_string(n),
+    std::vector<std::string> a;
+    if (pin) {
+      const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+      a = {"/usr/bin/taskset", "-c", std::to_string(unsigned(i) % cpus)};  // util-linux
+    }
+    a.insert(a.end(), {gt_test::peer_bin(), "--num-shards",     std::to_string(n),
                                   "--shard",           std::to_string(i),  "--metrics",
-                                  metrics(i),          "--checkpoint-dir", peer_dir(i) + "/ckpt"};
+                                  metrics(i),          "--checkpoint-dir", peer_dir(i) + "/ckpt"});
     if (gossip) {
       a.insert(a.end(), {"--listen", addr(i), "--identity", peer_dir(i) + "/identity.key",
                          "--network-key", dir / "net.key"});
@@ -423,6 +429,11 @@ TEST_CASE("a joiner with a shorter run than the swarm's ends with its model, ban
   Swarm s("gt-swarm-join-" + catch_up, 2, with({"--epochs", "1000"}));
   // Swarm runs one BLAS thread per peer; users do not, and neither does this test.
   ::unsetenv("OPENBLAS_NUM_THREADS");
+  // A core each, as on the two machines of the scenario: on one machine's shared cores, B's
+  // training alone (no gossip) slows A 2.3x (scripts/join_scenario.py without --pin), which says
+  // nothing of the protocol. Each peer then runs one BLAS thread, as OpenBLAS sizes its pool to
+  // the process's CPUs.
+  s.pin = true;
   s.procs.resize(2);
   using Clock = std::chrono::steady_clock;
   const auto a_start = Clock::now();
@@ -522,12 +533,15 @@ TEST_CASE("a joiner with a shorter run than the swarm's ends with its model, ban
   // (--max-lag-share 0.25), its 0.5 s burst and one wait of at most 2 s beyond it. Before the
   // budget, A (0.3 ms steps) waited for an exchange every 16 steps, a third of its time.
   CHECK(a_waited <= 0.25 * (b_to - b_from) + 0.5 + 2.0);
-  // Issue 27 also asks for A's epochs with B within 1.5 x of its epochs beside B training alone.
-  // Not met on this 2-core machine: besides the waits, exchanging every 4 steps of a 0.3 ms step
-  // costs A more CPU than its training (docs/ARCHITECTURE.md, "Bounded staleness"), so the ratio
-  // is reported here, not checked.
-  if (a_beside.size() >= 3 && a_with_b.size() >= 3)
-    WARN("A's epochs with B / beside B alone: " << a_with_b_epoch / median_of(a_beside));
+  // A's epochs with B against its epochs while B trained beside it alone: the protocol's cost to
+  // A (exchanges, the mixes on its training thread, its --max-lag waits, serving B's catch-up),
+  // with the load of B's training the same in both. Reported, not checked: the synthetic set's
+  // epochs are 40 ms, so B's joined run covers two or three of A's, its handshake and catch-up
+  // included, and other tests share the cores (1.1 to 2.0 here at load 9). Issue 27's 1.5 x is
+  // measured on Fashion-MNIST by scripts/join_scenario.py --pin (docs/results/robust.md).
+  REQUIRE(a_beside.size() >= 3);
+  REQUIRE(a_with_b.size() >= 1);
+  WARN("A's epochs with B / beside B alone: " << a_with_b_epoch / median_of(a_beside));
 }
 
 TEST_CASE("min-peers: a peer waits for the swarm, and starts anyway at the deadline",
