@@ -99,6 +99,7 @@ class Trainer final : public StateSource {
   Mlp& model() { return model_; }
   // Sets the step hook (null: none); before run().
   void set_hook(StepHook* hook) { hook_ = hook; }
+  StepHook* hook() const { return hook_; }
   // Beats hb between steps, evaluation batches, checkpoints and lingering (null: none); hb must
   // outlive the trainer's use of it.
   void set_heartbeat(Heartbeat* hb) { heartbeat_ = hb; }

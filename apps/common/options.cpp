@@ -292,7 +292,9 @@ const OptionTable<PeerConfig>& peer_options() {
           &PeerConfig::net_cores, 0, 1024),
       O::number_or("compute-threads", "N", "auto", 0,
                    "BLAS threads of the cpu backend; auto (default): one per training core when "
-                   "--net-cores pins, else OpenBLAS's own choice (OPENBLAS_NUM_THREADS)",
+                   "--net-cores pins, else OpenBLAS's own choice (OPENBLAS_NUM_THREADS); with "
+                   "auto and OPENBLAS_NUM_THREADS unset, a peer times its steps on that pool and "
+                   "on one thread every 30 s and trains on the faster (on busy cores, one)",
                    &PeerConfig::compute_threads, 1, 1024),
       {"blas-core", "auto|keep|CORE", kBlasCoreHelp,
        [](PeerConfig& c, const std::string& v) { c.blas_core = to_blas_core("blas-core", v); }},

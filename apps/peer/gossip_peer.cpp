@@ -27,6 +27,7 @@
 #include "apps/common/observe.hpp"
 #include "apps/common/peer_churn.hpp"
 #include "apps/common/options.hpp"
+#include "apps/peer/tuned_threads.hpp"
 #include "base/thread.hpp"
 #include "core/checkpoint.hpp"
 #include "core/cpu_plan.hpp"
@@ -469,6 +470,10 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
     }
   }
   const auto stall_fault = wire_hooks(trainer, node.get(), churn.get());
+  // Outermost: it times the steps alone, not the hooks inside it.
+  const auto tuned = apps::tune_threads(r.backend->name() == std::string("cpu"),
+                                        cfg.compute_threads, trainer.hook());
+  if (tuned) trainer.set_hook(tuned.get());
   log_training(trainer, cfg.train.epochs);
   auto refused = [&]() -> std::optional<std::string> {
     return node ? node->join_refused() : std::nullopt;
