@@ -38,7 +38,7 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
 gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint) {
   gossip::AveragerConfig ac;
   ac.gossip_every = cfg.gossip_every;
-  ac.wire = kernels::parse_wire(cfg.wire);
+  ac.wire = cfg.wire;
   ac.error_feedback = cfg.error_feedback;
   ac.weight_by_samples = cfg.weight_by_samples;
   ac.fingerprint = fingerprint;

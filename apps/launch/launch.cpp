@@ -240,7 +240,7 @@ void Launch::write_config() {
       {"batch", plans_[0].config.train.batch},
       {"lr", plans_[0].config.train.lr},
       {"gossip_every", plans_[0].config.gossip_every},
-      {"wire", plans_[0].config.wire},
+      {"wire", std::string(kernels::wire_name(plans_[0].config.wire))},
       {"network_key", o_.network_key.empty() ? network_key_ : o_.network_key},
       {"base_port", o_.base_port},
       {"target_acc", o_.target_acc},
