@@ -146,7 +146,7 @@ TEST_CASE("the Prometheus registry counts closed connections by typed reason, ne
   CHECK(core::PrometheusRegistry(1, "m").render().find("connections_closed") == std::string::npos);
 }
 
-TEST_CASE("model tensors: PyTorch names and shapes; conv weights OIHW; NCHW flattening", "[core]") {
+TEST_CASE("model tensors: PyTorch names and shapes, conv weights OIHW, NCHW flattening", "[core]") {
   const std::string spec = "cnn:6x6x2-c3k3-p2-f4-5";
   const auto layers = core::parse_model_layers(spec);
   std::size_t n = 0;

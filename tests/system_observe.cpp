@@ -442,7 +442,7 @@ TEST_CASE(
 
 TEST_CASE(
     "gossip-launch --export-model: the swarm model is the mean of the finished peers, "
-    "evaluated and reported; --tensorboard gives each peer its run",
+    "evaluated and reported, --tensorboard gives each peer its run",
     "[system][observe]") {
   gt_test::TempDir dir("gt-swarm-export");
   const std::string run = dir / "run";
