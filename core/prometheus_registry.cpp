@@ -70,69 +70,94 @@ std::string prometheus_label_value(const std::string& v) {
   return o;
 }
 
-PrometheusRegistry::PrometheusRegistry(int batch, std::string model)
-    : batch_(batch), model_(std::move(model)) {}
+PrometheusRegistry::PrometheusRegistry(int batch, std::string model,
+                                       std::vector<std::string> close_reasons)
+    : batch_(batch), model_(std::move(model)) {
+  for (auto& r : close_reasons) s_.closed[std::move(r)] = 0;
+}
 
 void PrometheusRegistry::on_metric(double t, const std::string& event, const nlohmann::json& f) {
+  // What each metric line adds to the figures; lines of other events only move the clock.
+  using Fold = void (*)(State&, const nlohmann::json&);
+  static const std::map<std::string, Fold, std::less<>> kFolds = {
+      {"step", &fold_step},
+      {"eval", &fold_eval},
+      {"exchange", &fold_exchange},
+      {"member", &fold_member},
+      {"ban", [](State& s, const nlohmann::json&) { s.bans += 1; }},
+      {"catch_up",
+       [](State& s, const nlohmann::json& f) {
+         s.catch_ups[f.value("ok", false) ? "ok" : "failed"] += 1;
+       }},
+      {"catch_up_served",
+       [](State& s, const nlohmann::json& f) {
+         s.catch_ups_served[f.value("ok", false) ? "ok" : "failed"] += 1;
+       }},
+      {"checkpoint", [](State& s, const nlohmann::json&) { s.checkpoints += 1; }},
+      {"exchange_alert",
+       [](State& s, const nlohmann::json& f) {
+         s.exchange_failing = str(f, "state") == "failing" ? 1 : 0;
+       }},
+      {"connection_closed",
+       [](State& s, const nlohmann::json& f) {
+         // Only the reasons the registry was given: a label never takes free text.
+         if (auto it = s.closed.find(str(f, "reason")); it != s.closed.end()) it->second += 1;
+       }},
+      {"done", [](State& s, const nlohmann::json&) { s.done = true; }},
+  };
   std::lock_guard<std::mutex> lock(mu_);
-  State& s = s_;
-  s.uptime_s = t;
+  s_.uptime_s = t;
   // Steps only rise: a counter that fell would read as a reset to Prometheus.
-  if (f.contains("step")) s.steps = std::max(s.steps, num(f, "step"));
-  if (event == "step") {
-    s.steps_planned = num(f, "steps_total");
-    s.epoch = num(f, "epoch");
-    s.train_loss = num(f, "loss", -1);
-    s.lr = num(f, "lr", -1);
-    s.samples_per_s = num(f, "samples_per_s", -1);
-  } else if (event == "eval") {
-    s.epoch = std::max(s.epoch, num(f, "epoch"));
-    if (f.contains("train_loss")) s.train_loss = num(f, "train_loss", -1);
-    s.test_acc = num(f, "test_acc", -1);
-    s.test_loss = num(f, "test_loss", -1);
-  } else if (event == "exchange") {
-    const bool ok = f.value("ok", false);
-    const std::string reason = ok ? "ok" : str(f, "reason");
-    s.exchanges[{ok ? "ok" : "failed", reason}] += 1;
-    if (reason.rfind("refused:", 0) == 0) s.refusals[reason.substr(8)] += 1;
-    s.bytes_sent += num(f, "bytes_sent");
-    s.bytes_received += num(f, "bytes_received");
-    const double d = num(f, "ms") / 1000.0;
-    s.dur_count += 1;
-    s.dur_sum += d;
-    for (std::size_t i = 0; i < kDurationBucketsS.size(); ++i)
-      if (d <= kDurationBucketsS[i]) {
-        s.dur_buckets[i] += 1;
-        break;
-      }
-    if (ok) {
-      s.mix_weight = num(f, "w", -1);
-      s.clip = num(f, "clip", -1);
-      if (f.contains("diff_norm") && f["diff_norm"].is_number()) s.diff_norm = num(f, "diff_norm");
+  if (f.contains("step")) s_.steps = std::max(s_.steps, num(f, "step"));
+  if (const auto it = kFolds.find(event); it != kFolds.end()) it->second(s_, f);
+}
+
+void PrometheusRegistry::fold_step(State& s, const nlohmann::json& f) {
+  s.steps_planned = num(f, "steps_total");
+  s.epoch = num(f, "epoch");
+  s.train_loss = num(f, "loss", -1);
+  s.lr = num(f, "lr", -1);
+  s.samples_per_s = num(f, "samples_per_s", -1);
+}
+
+void PrometheusRegistry::fold_eval(State& s, const nlohmann::json& f) {
+  s.epoch = std::max(s.epoch, num(f, "epoch"));
+  if (f.contains("train_loss")) s.train_loss = num(f, "train_loss", -1);
+  s.test_acc = num(f, "test_acc", -1);
+  s.test_loss = num(f, "test_loss", -1);
+}
+
+void PrometheusRegistry::fold_exchange(State& s, const nlohmann::json& f) {
+  const bool ok = f.value("ok", false);
+  const std::string reason = ok ? "ok" : str(f, "reason");
+  s.exchanges[{ok ? "ok" : "failed", reason}] += 1;
+  if (reason.rfind("refused:", 0) == 0) s.refusals[reason.substr(8)] += 1;
+  s.bytes_sent += num(f, "bytes_sent");
+  s.bytes_received += num(f, "bytes_received");
+  const double d = num(f, "ms") / 1000.0;
+  s.dur_count += 1;
+  s.dur_sum += d;
+  for (std::size_t i = 0; i < kDurationBucketsS.size(); ++i)
+    if (d <= kDurationBucketsS[i]) {
+      s.dur_buckets[i] += 1;
+      break;
     }
-  } else if (event == "member") {
-    const std::string id = str(f, "member"), st = str(f, "state");
-    auto it = s.members.find(id);
-    const std::string before = it == s.members.end() ? "" : it->second;
-    if (st == "suspect" && before != "suspect") s.suspicions += 1;
-    // A suspected member heard alive again refuted the suspicion (a higher incarnation).
-    if (st == "alive" && before == "suspect") s.refutations += 1;
-    if (st == "dead" && before != "dead") s.deaths += 1;
-    if (st == "left" && before != "left") s.leaves += 1;
-    s.members[id] = st;
-  } else if (event == "ban") {
-    s.bans += 1;
-  } else if (event == "catch_up") {
-    s.catch_ups[f.value("ok", false) ? "ok" : "failed"] += 1;
-  } else if (event == "catch_up_served") {
-    s.catch_ups_served[f.value("ok", false) ? "ok" : "failed"] += 1;
-  } else if (event == "checkpoint") {
-    s.checkpoints += 1;
-  } else if (event == "exchange_alert") {
-    s.exchange_failing = str(f, "state") == "failing" ? 1 : 0;
-  } else if (event == "done") {
-    s.done = true;
-  }
+  if (!ok) return;
+  s.mix_weight = num(f, "w", -1);
+  s.clip = num(f, "clip", -1);
+  if (f.contains("diff_norm") && f["diff_norm"].is_number()) s.diff_norm = num(f, "diff_norm");
+}
+
+void PrometheusRegistry::fold_member(State& s, const nlohmann::json& f) {
+  const std::string id = str(f, "member"), st = str(f, "state");
+  auto it = s.members.find(id);
+  const std::string before = it == s.members.end() ? "" : it->second;
+  if (st == "suspect" && before != "suspect") s.suspicions += 1;
+  // A suspected member heard alive again refuted the suspicion (a higher incarnation).
+  if (st == "alive" && before == "suspect") s.refutations += 1;
+  if (st == "dead" && before != "dead") s.deaths += 1;
+  if (st == "left" && before != "left") s.leaves += 1;
+  s.members[id] = st;
 }
 
 namespace {
@@ -229,6 +254,11 @@ void render_members(Out& o, const State& s) {
   for (const auto& [k, v] : s.catch_ups_served)
     o.sample("gossiptrain_catch_ups_served_total", v, label("result", k));
   o.one("gossiptrain_checkpoints_total", "counter", "Checkpoints written.", s.checkpoints);
+  if (s.closed.empty()) return;
+  o.head("gossiptrain_connections_closed_total", "counter",
+         "Established connections closed, by typed reason.");
+  for (const auto& [k, v] : s.closed)
+    o.sample("gossiptrain_connections_closed_total", v, label("reason", k));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/metrics.hpp"
 
@@ -16,8 +17,11 @@ namespace gossiptrain::core {
 
 class PrometheusRegistry final : public MetricSink {
  public:
-  // batch turns steps into samples; model goes into gossiptrain_info.
-  PrometheusRegistry(int batch, std::string model);
+  // batch turns steps into samples; model goes into gossiptrain_info. close_reasons: the names
+  // of the typed close reasons (net::close_reason_name), the only label values of
+  // gossiptrain_connections_closed_total: each is shown from the start, a connection_closed line
+  // naming anything else is not counted (a label never takes free text).
+  PrometheusRegistry(int batch, std::string model, std::vector<std::string> close_reasons = {});
 
   void on_metric(double t, const std::string& event, const nlohmann::json& fields) override;
   // The whole exposition, rendered from a copy taken under the lock (the emitting threads wait
@@ -48,8 +52,15 @@ class PrometheusRegistry final : public MetricSink {
     std::map<std::string, double> catch_ups_served;  // result
     double checkpoints = 0;
     double exchange_failing = 0;
+    std::map<std::string, double> closed;  // connections closed, by typed reason
     bool done = false;
   };
+  // What a step, eval, exchange and member line add to the figures.
+  static void fold_step(State& s, const nlohmann::json& f);
+  static void fold_eval(State& s, const nlohmann::json& f);
+  static void fold_exchange(State& s, const nlohmann::json& f);
+  static void fold_member(State& s, const nlohmann::json& f);
+
   int batch_;
   std::string model_;
   mutable std::mutex mu_;

@@ -26,6 +26,7 @@ void Dispatcher::on_connection(const net::ConnectionPtr& c, bool inbound) {
 
 void Dispatcher::on_closed(const net::ConnectionPtr& c, const std::string& reason) {
   for (auto* h : handlers_) h->on_closed(c, reason);
+  if (close_observer_) close_observer_(c, reason);
 }
 
 void Dispatcher::on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@ class Dispatcher : public net::TransportHandler {
   // Throws std::invalid_argument on an empty or overlapping range or a null handler. Call before
   // the transport starts delivering events.
   void add(std::uint8_t first_type, std::uint8_t last_type, net::TransportHandler* h);
+  // Told of every closed connection, after the protocols (the peer's metrics count them by
+  // typed reason). Set before the transport starts delivering events.
+  using CloseObserver = std::function<void(const net::ConnectionPtr& c, const std::string& reason)>;
+  void set_close_observer(CloseObserver f) { close_observer_ = std::move(f); }
 
   // Forwarded to every registered handler (each once, in registration order): every protocol sees
   // every connection, and decides itself whether it cares.
@@ -40,6 +45,7 @@ class Dispatcher : public net::TransportHandler {
   };
   std::vector<Route> routes_;
   std::vector<net::TransportHandler*> handlers_;  // distinct, in registration order
+  CloseObserver close_observer_;
 };
 
 }  // namespace gossiptrain::gossip

@@ -673,7 +673,7 @@ TEST_CASE("churn_report: a crash noticed by every live peer gives each one's det
   CHECK((*c)["consensus_after"].get<double>() == Approx(0.2));
 }
 
-TEST_CASE("churn_report: a peer that exits before noticing a crash is not a miss; one that stays "
+TEST_CASE("churn_report: a peer that exits before noticing a crash is not a miss, one that stays "
           "up and never notices is", "[churn]") {
   const auto sc = shorthand("crash:0@10", 4);
   const double bound = detection_bound_s(4);
@@ -863,7 +863,7 @@ TEST_CASE("parse_launch_args: --churn scenarios the launcher cannot run are refu
   }
 }
 
-TEST_CASE("parse_launch_args and plan_peers: joins add peer slots; only the first peers wait for "
+TEST_CASE("parse_launch_args and plan_peers: joins add peer slots, only the first peers wait for "
           "each other", "[churn]") {
   const LaunchOptions o =
       parse_launch_args({"--peers", "3", "--data", "synthetic", "--churn", "crash:2@5,join:2@50%"});

@@ -107,7 +107,7 @@ TEST_CASE("fedavg report: a crashed server's outage, from the last round before 
   CHECK_THAT(lines[0], Contains("resumed at round 3"));
 }
 
-TEST_CASE("fedavg report: a server that never comes back stalls the run to its end; a clean "
+TEST_CASE("fedavg report: a server that never comes back stalls the run to its end, a clean "
           "exit or a Ctrl-C is no outage",
           "[churn]") {
   const json gone = fedavg_report(ev(R"([
@@ -142,7 +142,7 @@ TEST_CASE("fedavg report: a server that never comes back stalls the run to its e
   CHECK(paused["server_outages"][0]["no_progress_s"] == 7.0);
 }
 
-TEST_CASE("summary: a FedAvg server is not a peer; rounds or exchanges to the target", "[launch]") {
+TEST_CASE("summary: a FedAvg server is not a peer, rounds or exchanges to the target", "[launch]") {
   std::vector<PeerStats> st(3);
   st[0].target_epoch = 4;  // the server reached the target in round 4
   json s = {{"peers", json::array({{{"peer", 0}, {"time_to_target_launch_s", 12.5}},

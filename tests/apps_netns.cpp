@@ -211,7 +211,7 @@ TEST_CASE("netns: two hosts talk TCP between their own addresses", "[netns]") {
   CHECK_THROWS_AS(s.set_link(2, 10.0, std::nullopt), std::invalid_argument);  // not added
 }
 
-TEST_CASE("netns: a partition blocks traffic between groups only; heal restores it", "[netns]") {
+TEST_CASE("netns: a partition blocks traffic between groups only, heal restores it", "[netns]") {
   GT_NETNS_OR_SKIP();
   NetnsSwarm s(NetnsSwarm::make_run_id(), 5);
   for (int i = 0; i < 4; ++i) s.add_host(i);
@@ -261,7 +261,7 @@ TEST_CASE("netns: a link cap limits the measured TCP rate in both directions", "
   CHECK(again > 100.0);
 }
 
-TEST_CASE("netns: link loss drops a share of datagrams both ways; clear_link ends it", "[netns]") {
+TEST_CASE("netns: link loss drops a share of datagrams both ways, clear_link ends it", "[netns]") {
   GT_NETNS_OR_SKIP();
   NetnsSwarm s(NetnsSwarm::make_run_id(), 2);
   s.add_host(0);

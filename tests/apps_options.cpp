@@ -114,7 +114,7 @@ TEST_CASE("option table: --help lines wrap at 100 columns under the help column"
         "  --a-very-long-flag-name VALUE\n" + std::string(20, ' ') + "h\n");
 }
 
-TEST_CASE("HOST:PORT: one rule; port 0 and wildcards only for a listen address", "[apps]") {
+TEST_CASE("HOST:PORT: one rule, port 0 and wildcards only for a listen address", "[apps]") {
   CHECK_NOTHROW(check_host_port("127.0.0.1:0", "listen", AddrUse::Listen));
   CHECK_NOTHROW(check_host_port("0.0.0.0:7000", "listen", AddrUse::Listen));
   CHECK_NOTHROW(check_host_port("[::1]:0", "listen", AddrUse::Listen));
@@ -212,7 +212,7 @@ TEST_CASE("gossip-launch --resume: command.txt's words are read back as they wer
                     Contains("not a gossip-launch run folder"));
 }
 
-TEST_CASE("observability flags: --prometheus needs its host; --from-checkpoint needs --export; "
+TEST_CASE("observability flags: --prometheus needs its host, --from-checkpoint needs --export, "
           "gossip-launch owns them and plans consecutive ports",
           "[apps]") {
   CHECK_THAT(peer_error({"--prometheus", ":9100"}), Catch::Contains("--prometheus"));

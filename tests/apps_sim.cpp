@@ -463,7 +463,7 @@ TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refus
                              "--device", "1", "--precision", "tf32"});
   CHECK(on_gpu.world.peer.backend == "cuda");
   CHECK(on_gpu.world.peer.device == 1);
-  CHECK(on_gpu.world.peer.precision == "tf32");
+  CHECK(on_gpu.world.peer.precision == gossiptrain::kernels::Precision::Tf32);
   const auto ok = parse({"--peers", "8", "--sim-seconds", "5", "--latency", "uniform:2:7"});
   CHECK(ok.world.latency == net::Millis(2));
   CHECK(ok.world.jitter == net::Millis(5));

@@ -49,3 +49,35 @@ TEST_CASE("typed flags: --fault is a FaultConfig from the flag table on, refused
   ::unsetenv("GOSSIPTRAIN_ALLOW_FAULTS");
   CHECK_THROWS_AS(parse({"--fault", "nan"}), UsageError);
 }
+
+TEST_CASE("typed flags: --wire, --precision and --partition are typed from the flag table on, "
+          "a bad value refused there naming the flag",
+          "[apps]") {
+  const PeerConfig d = parse({});
+  CHECK(d.wire == kernels::Wire::Fp32);
+  CHECK(d.precision == kernels::Precision::Fp32);
+  CHECK(d.partition_spec.kind == core::PartitionSpec::Kind::Iid);
+  const PeerConfig c =
+      parse({"--wire", "int8", "--precision", "bf16", "--partition", "dirichlet:0.3"});
+  CHECK(c.wire == kernels::Wire::Int8);
+  CHECK(averager_config(c, 42).wire == kernels::Wire::Int8);
+  CHECK(c.precision == kernels::Precision::Bf16);
+  CHECK(c.partition == "dirichlet:0.3");  // its text, for the metrics and the log
+  CHECK(c.partition_spec.kind == core::PartitionSpec::Kind::Dirichlet);
+  CHECK(c.partition_spec.alpha == Approx(0.3));
+  // Every name the kernels give a wire is a value of --wire, and reads back as that wire.
+  for (auto w : {kernels::Wire::Fp32, kernels::Wire::Fp16, kernels::Wire::Bf16,
+                 kernels::Wire::Int8})
+    CHECK(parse({"--wire", std::string(kernels::wire_name(w))}).wire == w);
+  auto error_of = [](std::vector<std::string> args) -> std::string {
+    try {
+      parse(std::move(args));
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK_THAT(error_of({"--wire", "int4"}), Catch::Contains("--wire") && Catch::Contains("int4"));
+  CHECK_THAT(error_of({"--precision", "fp64"}), Catch::Contains("--precision"));
+  CHECK_THAT(error_of({"--partition", "dirichlet:0"}), Catch::Contains("--partition"));
+}

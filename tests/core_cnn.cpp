@@ -53,7 +53,7 @@ TEST_CASE("cnn spec parsing: the FedAvg CNN and its sizes", "[core][cnn]") {
   }
 }
 
-TEST_CASE("cnn fingerprints differ by shape; the mlp fingerprint is the one of older builds",
+TEST_CASE("cnn fingerprints differ by shape, the mlp fingerprint is the one of older builds",
           "[core][cnn]") {
   auto be = kernels::make_backend("cpu");
   Model a(*be, "cnn:12x12x1-c4k3-p2-10", 4), b(*be, "cnn:12x12x1-c4k3-p2-10", 32),

@@ -114,7 +114,39 @@ TEST_CASE("the Prometheus registry counts the metric lines it reads", "[core]") 
   CHECK(core::prometheus_label_value("a\"b\\c\nd") == "a\\\"b\\\\c\\nd");
 }
 
-TEST_CASE("model tensors: PyTorch names and shapes; conv weights OIHW; NCHW flattening", "[core]") {
+TEST_CASE("the Prometheus registry counts closed connections by typed reason, never by free text",
+          "[core]") {
+  core::PrometheusRegistry reg(32, "mlp:784-32-10", {"io_error", "timeout", "unspecified"});
+  core::Metrics m("", "local");
+  m.add_sink(&reg);
+  m.emit("connection_closed", {{"partner", "a"}, {"reason", "timeout"}});
+  m.emit("connection_closed", {{"partner", "b"}, {"reason", "timeout"}});
+  m.emit("connection_closed", {{"partner", "a"}, {"reason", "io_error"}});
+  // Free text (a reason's detail, a name not in the set) is no label: not counted anywhere.
+  m.emit("connection_closed", {{"partner", "c"}, {"reason", "timeout: idle for 30 s"}});
+  m.emit("connection_closed", {{"partner", "c"}, {"reason", "evil\"} 1\nx{y=\""}});
+  m.emit("connection_closed", {{"partner", "c"}});
+  m.remove_sink(&reg);
+  const std::string t = reg.render();
+  CHECK_THAT(t, Catch::Contains("# TYPE gossiptrain_connections_closed_total counter\n"));
+  CHECK_THAT(t, Catch::Contains("gossiptrain_connections_closed_total{reason=\"timeout\"} 2\n"));
+  CHECK_THAT(t, Catch::Contains("gossiptrain_connections_closed_total{reason=\"io_error\"} 1\n"));
+  // Every reason of the set is a series from the start, at 0 until one closes.
+  CHECK_THAT(t,
+             Catch::Contains("gossiptrain_connections_closed_total{reason=\"unspecified\"} 0\n"));
+  std::size_t series = 0;
+  for (std::size_t at = 0; (at = t.find("gossiptrain_connections_closed_total{", at)) !=
+                           std::string::npos;
+       ++at)
+    ++series;
+  CHECK(series == 3);
+  CHECK(t.find("evil") == std::string::npos);
+  CHECK(t.find("idle for") == std::string::npos);
+  // A registry told no reasons (gossip-bench scrape) shows no such series.
+  CHECK(core::PrometheusRegistry(1, "m").render().find("connections_closed") == std::string::npos);
+}
+
+TEST_CASE("model tensors: PyTorch names and shapes, conv weights OIHW, NCHW flattening", "[core]") {
   const std::string spec = "cnn:6x6x2-c3k3-p2-f4-5";
   const auto layers = core::parse_model_layers(spec);
   std::size_t n = 0;

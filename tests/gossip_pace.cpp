@@ -44,7 +44,7 @@ TEST_CASE("pace: a partner behind by more than max_ahead is waited for until it 
   CHECK_FALSE(k.should_wait(0.11, 6.0));
 }
 
-TEST_CASE("pace: a word causes one wait at most; the partner's next word counts again",
+TEST_CASE("pace: a word causes one wait at most, the partner's next word counts again",
           "[gossip]") {
   // Rate unknown (0): nothing moves a partner's estimate on, as at the start of a run.
   PaceKeeper k(PaceConfig{});

@@ -287,7 +287,7 @@ TEST_CASE("robust bound: a joiner far behind in steps and the peer it joins acce
   }
 }
 
-TEST_CASE("robust bound: suspect_decay outside (0, 1] is refused", "[gossip]") {
+TEST_CASE("robust bound: a suspect_decay not in 0 < d <= 1 is refused", "[gossip]") {
   RobustConfig rc = robust_defaults();
   for (double d : {0.0, -0.5, 1.5}) {
     rc.suspect_decay = d;

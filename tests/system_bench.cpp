@@ -41,6 +41,8 @@ TEST_CASE("gossip-bench refuses bad values with exit code 2 and a message", "[sy
       {{"average", "--net-nice", "20"}, "--net-nice"},
       {{"train", "--batch", "99999999999"}, "--batch"},
       {{"train", "--batch", "3x"}, "--batch"},
+      {{"train", "--precision", "fp64"}, "--precision"},  // refused by the flag table
+      {{"average", "--wire", "int4"}, "--wire"},
       {{"transport", "--runs", "0"}, "--runs"},
       {{"transport", "--frame-kb", "100000"}, "--frame-kb"},
       {{"nosuchsubject"}, "nosuchsubject"},

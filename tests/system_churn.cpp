@@ -85,7 +85,8 @@ int run_launch(const std::vector<std::string>& args, const std::string& log, std
 
 }  // namespace
 
-TEST_CASE("churn: gossip-launch crashes, restarts and joins peers over loopback", "[system][churn]") {
+TEST_CASE("churn: gossip-launch crashes, restarts and joins peers over loopback",
+          "[system][churn][slow]") {
   gt_test::TempDir tmp("gt-churn-sys");
   const std::string run = tmp / "run";
   // Peer 3 crashes after its first checkpoints (epoch ends), is restarted after the survivors
@@ -209,7 +210,7 @@ TEST_CASE("churn: gossip-launch crashes, restarts and joins peers over loopback"
   CHECK(caught_up);
 }
 
-TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "[system][churn][netns]") {
+TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "[system][churn][netns][slow]") {
   if (::geteuid() != 0) {
     WARN("skipped: --netns needs root");
     return;

@@ -63,7 +63,7 @@ struct Env {  // a test-only fault for the processes spawned while it lives
 
 }  // namespace
 
-TEST_CASE("fedavg: a crashed and a stalled client are dropped; the round applies whole updates",
+TEST_CASE("fedavg: a crashed and a stalled client are dropped, the round applies whole updates",
           "[system][fault]") {
   ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
   gt_test::TempDir d("gt-fedavg-drop");
@@ -111,7 +111,7 @@ TEST_CASE("fedavg: a crashed and a stalled client are dropped; the round applies
   CHECK(clients[0]->exit_code() == 0);  // told the run is done
 }
 
-TEST_CASE("fedavg: a killed server resumes its round count and model; the client comes back",
+TEST_CASE("fedavg: a killed server resumes its round count and model, the client comes back",
           "[system][fault]") {
   ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
   gt_test::TempDir d("gt-fedavg-restart");

@@ -241,7 +241,7 @@ TEST_CASE("gossip-launch samples the consensus during a run as --consensus-every
 }
 
 TEST_CASE("gossip-launch runs 3 peers end to end in local and gossip mode, and --compare reads both",
-          "[system]") {
+          "[system][slow]") {
   gt_test::TempDir tmp("gt-launch-e2e");
   std::string out;
 

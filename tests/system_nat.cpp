@@ -45,7 +45,7 @@ std::set<std::string> dead_marks(const std::string& metrics) {
 TEST_CASE("six peers, four of them behind two NAT routers, all average with the reachable peers "
           "and within their site, nobody is falsely declared dead, and a NATed peer's crash is "
           "detected by all",
-          "[system][netns][nat]") {
+          "[system][netns][nat][slow]") {
   gt_test::NatLab lab(2, 2, 2);
   if (!lab.ok()) {
     WARN("skipped: " << lab.why());

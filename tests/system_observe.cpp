@@ -325,6 +325,15 @@ TEST_CASE("prometheus: a real Prometheus scrapes the 4 peers of a launch with it
       }
     }
   }
+  // Closed connections by typed reason: every reason a series of every peer from the start (18
+  // of them, the bounded set of net::CloseReason), no other label value.
+  const auto closed = query("gossiptrain_connections_closed_total");
+  CHECK(closed.size() == 4 * 18);
+  for (const auto& series : closed) {
+    const std::string reason = series["metric"].value("reason", "");
+    INFO(reason);
+    CHECK(reason.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == std::string::npos);
+  }
   // Kill peer 3 for real: its target goes down, the others stay up.
   const auto cfg = nlohmann::json::parse(gt_test::read_file(run + "/config.json"));
   const int pid3 = cfg["peer_list"][3]["pid"].get<int>();
@@ -334,6 +343,12 @@ TEST_CASE("prometheus: a real Prometheus scrapes the 4 peers of a launch with it
     auto up = by_peer(query("up"));
     return up.size() == 4 && up["peer3"] == 0 && up["peer0"] == 1 && up["peer1"] == 1 &&
            up["peer2"] == 1;
+  }));
+  // The survivors' connections to the killed peer closed: counted under a typed reason.
+  CHECK(gt_test::eventually(30s, [&] {
+    return !query("sum by (peer) (gossiptrain_connections_closed_total{peer!=\"peer3\","
+                  "reason!=\"unspecified\"}) > 0")
+                .empty();
   }));
   server.signal(SIGTERM);
   CHECK(server.wait_for(30s));
@@ -427,7 +442,7 @@ TEST_CASE(
 
 TEST_CASE(
     "gossip-launch --export-model: the swarm model is the mean of the finished peers, "
-    "evaluated and reported; --tensorboard gives each peer its run",
+    "evaluated and reported, --tensorboard gives each peer its run",
     "[system][observe]") {
   gt_test::TempDir dir("gt-swarm-export");
   const std::string run = dir / "run";

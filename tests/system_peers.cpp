@@ -145,7 +145,7 @@ const std::vector<std::string> kTrainFlags = {
 }  // namespace
 
 TEST_CASE("4 peers on the encrypted channel train together and end closer than alone",
-          "[system][gossip]") {
+          "[system][gossip][slow]") {
   auto flags = kTrainFlags;
   flags.insert(flags.end(), {"--epochs", "300", "--linger", "3"});
 
@@ -414,7 +414,7 @@ double median_of(std::vector<double> v) {
 // epoch. B must end with A's model (taken at catch-up, or pulled to it by averaging with catch-up
 // off), nobody refuses or bans anybody, and neither waits on exchanges that cannot succeed.
 TEST_CASE("a joiner with a shorter run than the swarm's ends with its model, banning nobody",
-          "[system][catchup][robust]") {
+          "[system][catchup][robust][slow]") {
   const std::string catch_up = GENERATE(as<std::string>{}, "auto", "off");
   INFO("--catch-up " << catch_up);
   const std::vector<std::string> common = {
@@ -739,7 +739,7 @@ std::vector<double> run_with_a_slow_peer(const std::string& name, const std::str
 TEST_CASE(
     "keeping pace: the others wait for a peer slowed for real, and run ahead without "
     "--max-ahead",
-    "[system][gossip]") {
+    "[system][gossip][slow]") {
   const auto paced = run_with_a_slow_peer("gt-pace-on", "0.02");
   const auto free = run_with_a_slow_peer("gt-pace-off", "off");
   WARN("training seconds of peers 0, 1 and the slowed peer 2: --max-ahead 0.02: "

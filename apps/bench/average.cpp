@@ -24,6 +24,7 @@
 #include "apps/bench/bench.hpp"
 #include "apps/bench/blaster.hpp"
 #include "apps/common/blas.hpp"
+#include "apps/common/kernel_flags.hpp"
 #include "apps/common/options.hpp"
 #include "base/rng.hpp"
 #include "base/thread.hpp"
@@ -132,7 +133,7 @@ int hidden_for(std::size_t n) {
 
 struct AverageBenchOptions {
   std::size_t params = 25'000'000;
-  std::string wire = "fp32";
+  kernels::Wire wire = kernels::Wire::Fp32;
   int reps = 7, train_steps = 20, train_rounds = 5, batch = 64, net_nice = kDefaultNetNice;
   double train_max_rate_mb = 0;
   bool json = false, train = true, direct = true;
@@ -148,8 +149,8 @@ const OptionTable<AverageBenchOptions>& average_options() {
       {
           O::number("params", "N", "about N parameters (default 25M = 100 MB fp32)", &T::params,
                     1000, 2'000'000'000),
-          O::choice("wire", {"fp32", "fp16", "bf16", "int8"}, "encoding on the wire (default fp32)",
-                    &T::wire),
+          O::named<kernels::Wire>("wire", wire_values(), "encoding on the wire (default fp32)",
+                                  &T::wire),
           O::number("reps", "R", "exchanges and channel transfers timed (default 7)", &T::reps, 1,
                     1000),
           O::number("train-steps", "S", "training steps per round (default 20)", &T::train_steps, 1,
@@ -546,7 +547,7 @@ int run(const Args& args) {
   if (auto rc = parse_bench_args("average", average_options(), args, o, kAbout)) return *rc;
   // Its training runs on the CPU backend: on the kernels a peer would run (may run this again).
   settle_blas_core("auto");
-  const kernels::Wire wire = kernels::parse_wire(o.wire);
+  const kernels::Wire wire = o.wire;
   if (!std::getenv("GT_BENCH_TRACE")) spdlog::set_level(spdlog::level::warn);
   else spdlog::set_level(spdlog::level::trace);
   core::CpuPlan plan;

@@ -18,6 +18,7 @@
 
 #include "apps/bench/bench.hpp"
 #include "apps/common/blas.hpp"
+#include "apps/common/kernel_flags.hpp"
 #include "apps/common/options.hpp"
 #include "base/rng.hpp"
 #include "core/model.hpp"
@@ -30,7 +31,8 @@ using Clock = std::chrono::steady_clock;
 
 struct TrainBenchOptions {
   std::string backend = "auto", model = "mlp:784-256-256-10";
-  std::string precision = "fp32", data = "resident", blas_core = "auto";
+  kernels::Precision precision = kernels::Precision::Fp32;
+  std::string data = "resident", blas_core = "auto";
   int batch = 128, steps = 100, rounds = 7, loss_every = 50, device = 0;
   bool json = false;
 };
@@ -45,8 +47,9 @@ const OptionTable<TrainBenchOptions>& train_options() {
           O::number("device", "N", "CUDA device (default 0)", &T::device, 0, 1023),
           O::text("model", "SPEC", "the model (default mlp:784-256-256-10)", &T::model),
           O::number("batch", "B", "minibatch size (default 128)", &T::batch, 1, 1 << 20),
-          O::text("precision", "fp32|tf32|bf16", "arithmetic of the matrix products (default fp32)",
-                  &T::precision),
+          O::named<kernels::Precision>("precision", precision_values(),
+                                       "arithmetic of the matrix products (default fp32)",
+                                       &T::precision),
           O::choice(
               "data", {"resident", "upload"},
               "resident (default): the training loop's step, data on the device, loss read every "
@@ -268,9 +271,8 @@ int run(const Args& args) {
   const kernels::BlasCoreChoice blas = settle_blas_core(o.blas_core);
   std::unique_ptr<kernels::Backend> be;
   try {
-    const kernels::Precision precision = kernels::parse_precision(o.precision);
     be = kernels::make_backend(o.backend, o.device);
-    be->set_precision(precision);
+    be->set_precision(o.precision);
   } catch (const std::exception& e) {  // unknown names, no device, cpu with tf32/bf16
     std::fprintf(stderr, "gossip-bench train: %s\n", e.what());
     return 2;

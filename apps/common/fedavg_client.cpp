@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include <spdlog/spdlog.h>
 
@@ -125,140 +126,214 @@ bool train_task(const PeerConfig& cfg, kernels::Backend& be, const core::ShardDa
   return true;
 }
 
-int run_fedavg_client(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
-                      core::Metrics& metrics, const std::atomic<bool>& stop) {
-  const FedAvgOptions& o = cfg.fedavg;
-  // The model's size and fingerprint, from a trainer that is never run.
-  std::uint64_t fingerprint = 0;
-  std::size_t n_params = 0;
-  {
-    core::TrainConfig tc = cfg.train;
-    tc.checkpoint_dir.clear();
-    core::Trainer probe(be, tc, data.shard, data.test, metrics, nullptr);
-    fingerprint = probe.model().fingerprint();
-    n_params = probe.model().num_params();
-  }
-  auto identity =
-      std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
-  metrics.set_peer(identity->peer_id());
-  ClientState st;
-  net::TcpTransportConfig tcfg = transport_config(cfg, identity, fingerprint, {});
-  tcfg.limits.max_message_bytes = fedavg::max_message_bytes(n_params);
-  net::TcpTransport transport(std::move(tcfg));
-  transport.set_handler(&st);
-  transport.start();
-  // Test-only faults: crash (exit at once) or stall (never answer) on the task of a round.
-  const long crash_round = env_round("GT_TEST_FEDAVG_CRASH_ROUND");
-  const long stall_round = env_round("GT_TEST_FEDAVG_STALL_ROUND");
+namespace {
 
-  auto last_contact = Clock::now();
-  std::int64_t rounds_trained = 0;
-  double train_s = 0.0;
-  // Redials of a lost or not yet started server back off (kRedialFirst doubling to kRedialMax),
-  // all within --fedavg-wait of the last contact; one line per failed dial says when the next is.
-  constexpr auto kRedialFirst = std::chrono::milliseconds(250);
-  constexpr auto kRedialMax = std::chrono::milliseconds(4000);
-  auto backoff = kRedialFirst;
-  int failed_dials = 0;
-  std::optional<Clock::time_point> lost_at;  // when the server was lost, until it is back
-  while (!stop.load()) {
-    const double waited = std::chrono::duration<double>(Clock::now() - last_contact).count();
-    if (waited > o.client_wait_s) {
-      spdlog::error("fedavg: no server at {} for {:.0f} s ({} dials): giving up (--fedavg-wait)",
-                    o.server_addr, o.client_wait_s, failed_dials);
-      transport.stop();
-      return 1;
-    }
-    transport.connect(o.server_addr, [&st](net::ConnectionPtr c, const std::string& err) {
-      if (c) st.push({Event::Connected, 0, {}, "", c});
-      else st.push({Event::ConnectFailed, 0, {}, err, nullptr});
-    });
-    net::ConnectionPtr conn;
-    bool lost = false;
-    while (!stop.load() && !lost) {
-      auto e = st.pop(std::chrono::milliseconds(200));
-      if (!e) continue;
-      if (e->kind == Event::ConnectFailed) {
-        ++failed_dials;
-        const double left =
-            o.client_wait_s - std::chrono::duration<double>(Clock::now() - last_contact).count();
-        const auto pause = std::min<std::chrono::milliseconds>(
-            backoff, std::chrono::milliseconds(std::int64_t(std::max(0.0, left) * 1000) + 1));
-        spdlog::info("fedavg: cannot reach the server {} ({}): dial {} again in {:.2f} s, giving "
-                     "up in {:.0f} s",
-                     o.server_addr, e->reason, failed_dials + 1, pause.count() / 1000.0,
-                     std::max(0.0, left));
-        for (auto until = Clock::now() + pause; !stop.load() && Clock::now() < until;)
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        backoff = std::min(backoff * 2, kRedialMax);
-        lost = true;
-      } else if (e->kind == Event::Connected) {
-        conn = e->conn;
-        last_contact = Clock::now();
-        backoff = kRedialFirst;
-        if (lost_at) {
-          const double away = std::chrono::duration<double>(Clock::now() - *lost_at).count();
-          spdlog::info("fedavg: the server {} is back after {:.1f} s ({} failed dials)",
-                       o.server_addr, away, failed_dials);
-          metrics.emit("server_back", {{"away_s", away}, {"dials", failed_dials}});
-          lost_at.reset();
-        }
-        failed_dials = 0;
-        fedavg::Hello h{std::uint32_t(cfg.shard), data.shard.size()};
-        auto p = std::make_shared<const net::Bytes>(fedavg::encode(h));
-        transport.post([conn, p] { conn->send(std::uint8_t(MsgType::Hello), p); });
-        spdlog::info("fedavg: joined server {} (shard {}, {} samples)", o.server_addr, cfg.shard,
-                     data.shard.size());
-      } else if (e->kind == Event::Closed) {
-        if (e->conn != conn) continue;
-        spdlog::warn("fedavg: lost the server ({}); redialling with backoff for up to {:.0f} s",
-                     e->reason, o.client_wait_s);
-        metrics.emit("server_lost", {{"reason", e->reason}});
-        last_contact = Clock::now();
-        lost_at = Clock::now();
-        lost = true;
-      } else if (e->conn == conn) {
-        last_contact = Clock::now();
-        if (e->type == std::uint8_t(MsgType::Done)) {
-          spdlog::info("fedavg: the server is done after {} rounds trained here ({:.1f} s)",
-                       rounds_trained, train_s);
-          metrics.emit("done", {{"steps", rounds_trained},
-                                {"epochs", rounds_trained},
-                                {"final_test_acc", nullptr},
-                                {"best_test_acc", nullptr},
-                                {"seconds", train_s},
-                                {"stopped", false}});
-          transport.stop();
-          return 0;
-        }
-        std::string why = "unexpected message type " + std::to_string(e->type);
-        std::optional<fedavg::Task> task;
-        if (e->type == std::uint8_t(MsgType::Task))
-          task = fedavg::decode_task(e->payload, n_params, &why);
-        if (!task) {
-          spdlog::warn("fedavg: closing the server connection: {}", why);
-          transport.post([conn, why] { conn->close(net::CloseReason::Failed, "fedavg: " + why); });
-          continue;  // its Closed event follows
-        }
-        if (long(task->round) == crash_round) {
-          spdlog::warn("test fault: crashing in round {} (GT_TEST_FEDAVG_CRASH_ROUND)",
-                       task->round);
-          spdlog::default_logger()->flush();
-          ::_exit(9);
-        }
-        if (long(task->round) == stall_round) {
-          spdlog::warn("test fault: stalling in round {} (GT_TEST_FEDAVG_STALL_ROUND)",
-                       task->round);
-          while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-          break;
-        }
-        if (!train_task(cfg, be, data, metrics, stop, *task, transport, conn, train_s)) break;
-        ++rounds_trained;
+// The model's size and fingerprint, from a trainer that is never run.
+std::pair<std::uint64_t, std::size_t> model_shape(const PeerConfig& cfg, kernels::Backend& be,
+                                                  const core::ShardData& data,
+                                                  core::Metrics& metrics) {
+  core::TrainConfig tc = cfg.train;
+  tc.checkpoint_dir.clear();
+  core::Trainer probe(be, tc, data.shard, data.test, metrics, nullptr);
+  return {probe.model().fingerprint(), probe.model().num_params()};
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// One client's life: dial the server, say hello, train each task it sends, redial a lost server.
+class FedAvgClient {
+ public:
+  FedAvgClient(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
+               core::Metrics& metrics, const std::atomic<bool>& stop)
+      : cfg_(cfg), o_(cfg.fedavg), be_(be), data_(data), metrics_(metrics), stop_(stop) {
+    std::uint64_t fingerprint = 0;
+    std::tie(fingerprint, n_params_) = model_shape(cfg, be, data, metrics);
+    auto identity =
+        std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
+    metrics.set_peer(identity->peer_id());
+    net::TcpTransportConfig tcfg = transport_config(cfg, identity, fingerprint, {});
+    tcfg.limits.max_message_bytes = fedavg::max_message_bytes(n_params_);
+    transport_.emplace(std::move(tcfg));
+    transport_->set_handler(&st_);
+    transport_->start();
+  }
+
+  // The exit code: 0 when the server said it is done, 1 when it stayed away past --fedavg-wait,
+  // 130 when stopped.
+  int run() {
+    while (!stop_.load()) {
+      if (seconds_since(last_contact_) > o_.client_wait_s) {
+        spdlog::error("fedavg: no server at {} for {:.0f} s ({} dials): giving up (--fedavg-wait)",
+                      o_.server_addr, o_.client_wait_s, failed_dials_);
+        transport_->stop();
+        return 1;
+      }
+      dial();
+      if (const auto code = serve_connection()) {
+        transport_->stop();
+        return *code;
       }
     }
+    transport_->stop();
+    return 130;
   }
-  transport.stop();
-  return 130;
+
+ private:
+  // What an event means for the connection being served.
+  enum class Next { Stay, Redial, Stop };
+
+  void dial() {
+    transport_->connect(o_.server_addr, [this](net::ConnectionPtr c, const std::string& err) {
+      if (c) st_.push({Event::Connected, 0, {}, "", c});
+      else st_.push({Event::ConnectFailed, 0, {}, err, nullptr});
+    });
+  }
+
+  // Handles the events of one dial until the server is lost; an exit code when the run ends.
+  std::optional<int> serve_connection() {
+    conn_.reset();
+    while (!stop_.load()) {
+      auto e = st_.pop(std::chrono::milliseconds(200));
+      if (!e) continue;
+      Next next = Next::Stay;
+      if (e->kind == Event::ConnectFailed) {
+        next = on_connect_failed(e->reason);
+      } else if (e->kind == Event::Connected) {
+        on_connected(e->conn);
+      } else if (e->kind == Event::Closed) {
+        if (e->conn == conn_) next = on_closed(e->reason);
+      } else if (e->conn == conn_) {
+        last_contact_ = Clock::now();
+        if (e->type == std::uint8_t(MsgType::Done)) return on_done();
+        next = on_message(*e);
+      }
+      if (next == Next::Redial) return std::nullopt;
+      if (next == Next::Stop) break;
+    }
+    return 130;
+  }
+
+  // Waits before the next dial (kRedialFirst doubling to kRedialMax, within --fedavg-wait of the
+  // last contact); one line per failed dial says when the next is.
+  Next on_connect_failed(const std::string& reason) {
+    ++failed_dials_;
+    const double left = o_.client_wait_s - seconds_since(last_contact_);
+    const auto pause = std::min<std::chrono::milliseconds>(
+        backoff_, std::chrono::milliseconds(std::int64_t(std::max(0.0, left) * 1000) + 1));
+    spdlog::info("fedavg: cannot reach the server {} ({}): dial {} again in {:.2f} s, giving "
+                 "up in {:.0f} s",
+                 o_.server_addr, reason, failed_dials_ + 1, pause.count() / 1000.0,
+                 std::max(0.0, left));
+    for (auto until = Clock::now() + pause; !stop_.load() && Clock::now() < until;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    backoff_ = std::min(backoff_ * 2, kRedialMax);
+    return Next::Redial;
+  }
+
+  // Says which shard this client trains and how many samples it holds.
+  void on_connected(const net::ConnectionPtr& c) {
+    conn_ = c;
+    last_contact_ = Clock::now();
+    backoff_ = kRedialFirst;
+    if (lost_at_) {
+      const double away = seconds_since(*lost_at_);
+      spdlog::info("fedavg: the server {} is back after {:.1f} s ({} failed dials)",
+                   o_.server_addr, away, failed_dials_);
+      metrics_.emit("server_back", {{"away_s", away}, {"dials", failed_dials_}});
+      lost_at_.reset();
+    }
+    failed_dials_ = 0;
+    fedavg::Hello h{std::uint32_t(cfg_.shard), data_.shard.size()};
+    auto p = std::make_shared<const net::Bytes>(fedavg::encode(h));
+    transport_->post([conn = conn_, p] { conn->send(std::uint8_t(MsgType::Hello), p); });
+    spdlog::info("fedavg: joined server {} (shard {}, {} samples)", o_.server_addr, cfg_.shard,
+                 data_.shard.size());
+  }
+
+  Next on_closed(const std::string& reason) {
+    spdlog::warn("fedavg: lost the server ({}); redialling with backoff for up to {:.0f} s",
+                 reason, o_.client_wait_s);
+    metrics_.emit("server_lost", {{"reason", reason}});
+    last_contact_ = Clock::now();
+    lost_at_ = Clock::now();
+    return Next::Redial;
+  }
+
+  int on_done() {
+    spdlog::info("fedavg: the server is done after {} rounds trained here ({:.1f} s)",
+                 rounds_trained_, train_s_);
+    metrics_.emit("done", {{"steps", rounds_trained_},
+                           {"epochs", rounds_trained_},
+                           {"final_test_acc", nullptr},
+                           {"best_test_acc", nullptr},
+                           {"seconds", train_s_},
+                           {"stopped", false}});
+    return 0;
+  }
+
+  // A task: trained and answered. Anything else closes the connection (its Closed event follows).
+  Next on_message(const Event& e) {
+    std::string why = "unexpected message type " + std::to_string(e.type);
+    std::optional<fedavg::Task> task;
+    if (e.type == std::uint8_t(MsgType::Task)) task = fedavg::decode_task(e.payload, n_params_, &why);
+    if (!task) {
+      spdlog::warn("fedavg: closing the server connection: {}", why);
+      transport_->post(
+          [conn = conn_, why] { conn->close(net::CloseReason::Failed, "fedavg: " + why); });
+      return Next::Stay;
+    }
+    if (test_fault(task->round)) return Next::Stop;
+    if (!train_task(cfg_, be_, data_, metrics_, stop_, *task, *transport_, conn_, train_s_))
+      return Next::Stop;
+    ++rounds_trained_;
+    return Next::Stay;
+  }
+
+  // Test-only faults: crash (exit at once) or stall (never answer, until stopped) on the task of a
+  // round; true after a stall.
+  bool test_fault(std::uint64_t round) const {
+    if (long(round) == crash_round_) {
+      spdlog::warn("test fault: crashing in round {} (GT_TEST_FEDAVG_CRASH_ROUND)", round);
+      spdlog::default_logger()->flush();
+      ::_exit(9);
+    }
+    if (long(round) != stall_round_) return false;
+    spdlog::warn("test fault: stalling in round {} (GT_TEST_FEDAVG_STALL_ROUND)", round);
+    while (!stop_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return true;
+  }
+
+  static constexpr auto kRedialFirst = std::chrono::milliseconds(250);
+  static constexpr auto kRedialMax = std::chrono::milliseconds(4000);
+
+  const PeerConfig& cfg_;
+  const FedAvgOptions& o_;
+  kernels::Backend& be_;
+  const core::ShardData& data_;
+  core::Metrics& metrics_;
+  const std::atomic<bool>& stop_;
+  std::size_t n_params_ = 0;
+  ClientState st_;
+  std::optional<net::TcpTransport> transport_;
+  net::ConnectionPtr conn_;
+  const long crash_round_ = env_round("GT_TEST_FEDAVG_CRASH_ROUND");
+  const long stall_round_ = env_round("GT_TEST_FEDAVG_STALL_ROUND");
+  Clock::time_point last_contact_ = Clock::now();
+  std::int64_t rounds_trained_ = 0;
+  double train_s_ = 0.0;
+  std::chrono::milliseconds backoff_ = kRedialFirst;
+  int failed_dials_ = 0;
+  std::optional<Clock::time_point> lost_at_;  // when the server was lost, until it is back
+};
+
+}  // namespace
+
+int run_fedavg_client(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
+                      core::Metrics& metrics, const std::atomic<bool>& stop) {
+  FedAvgClient client(cfg, be, data, metrics, stop);
+  return client.run();
 }
 
 }  // namespace gossiptrain::apps

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -333,110 +334,163 @@ void close_round(ServerState& st, std::map<net::Connection*, fedavg::Update>& an
   st.asked_.clear();
 }
 
+Clock::time_point after_s(double seconds) {
+  return Clock::now() + std::chrono::milliseconds(std::int64_t(seconds * 1000));
+}
+
+// The server's run: the global model, its evaluator, the transport and the rounds.
+class FedAvgServer {
+ public:
+  FedAvgServer(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
+               core::Metrics& metrics, const std::atomic<bool>& stop)
+      : cfg_(cfg),
+        o_(cfg.fedavg),
+        data_(data),
+        metrics_(metrics),
+        stop_(stop),
+        evaluator_(be, evaluator_config(cfg), data.shard, data.test, metrics, nullptr),
+        fingerprint_(evaluator_.model().fingerprint()),
+        tmpl_(evaluator_.state()),
+        g_(load_global(cfg, tmpl_, fingerprint_, metrics)),
+        transport_(server_transport(cfg, fingerprint_, tmpl_.params.size(), metrics)),
+        st_(tmpl_.params.size(), transport_.scheduler()) {
+    transport_.set_handler(&st_);
+    transport_.start();
+    announce();
+  }
+
+  // The exit code: 0 when every round is done, 130 when stopped, 1 when no client came.
+  int run() {
+    const auto t_start = Clock::now();
+    wait_first_clients();
+    bool stopped = false;
+    while (g_.round < std::uint64_t(o_.rounds)) {
+      if (stop_.load()) {
+        stopped = true;
+        break;
+      }
+      // No client at all: no progress until one (re)joins; give up after --min-clients-timeout.
+      if (!st_.wait(after_s(o_.min_clients_timeout_s), stop_,
+                    [&] { return st_.count_ready() > 0; })) {
+        if (stop_.load()) continue;
+        spdlog::error("fedavg: no client for {:.0f} s at round {}: giving up",
+                      o_.min_clients_timeout_s, g_.round);
+        transport_.stop();
+        return 1;
+      }
+      if (!play_round()) {
+        stopped = true;  // an interrupted round is not applied: it resumes from the checkpoint
+        break;
+      }
+    }
+    if (!stopped) finish_rounds();
+    transport_.stop();
+    report_server_done(metrics_, g_, last_, best_, since(t_start), stopped);
+    return stopped ? 130 : 0;
+  }
+
+ private:
+  static core::TrainConfig evaluator_config(const PeerConfig& cfg) {
+    core::TrainConfig tc = cfg.train;
+    tc.checkpoint_dir.clear();  // the server writes its own checkpoint
+    return tc;
+  }
+
+  void announce() {
+    spdlog::info(
+        "fedavg server on {}: {} rounds, clients per round {}{}, {} local {}, mu {}, "
+        "server momentum {}",
+        transport_.advertised_addr(), o_.rounds, o_.clients_per_round,
+        o_.clients_fraction ? " (fraction)" : "",
+        o_.local_steps > 0 ? o_.local_steps : o_.local_epochs,
+        o_.local_steps > 0 ? "steps" : "epochs", o_.fedprox_mu, o_.server_momentum);
+    metrics_.emit("fedavg_server", {{"addr", transport_.advertised_addr()}, {"rounds", o_.rounds}});
+  }
+
+  // The first round waits for --min-clients (then goes on with those there are).
+  void wait_first_clients() {
+    if (g_.round >= std::uint64_t(o_.rounds)) return;
+    if (!st_.wait(after_s(o_.min_clients_timeout_s), stop_,
+                  [&] { return st_.count_ready() >= std::size_t(o_.min_clients); }))
+      if (!stop_.load())
+        spdlog::warn("fedavg: {} of --min-clients {} after {:.0f} s; starting with those",
+                     st_.ready_clients(), o_.min_clients, o_.min_clients_timeout_s);
+  }
+
+  // One round: ask, wait until the deadline, average the answers, checkpoint and evaluate. False
+  // when a stop interrupted it (nothing applied).
+  bool play_round() {
+    const auto t_round = Clock::now();
+    std::vector<Client> chosen = sample_clients(st_, o_, cfg_.train.seed, g_.round);
+    const auto payload = ask_clients(st_, transport_, chosen, g_, o_);
+    const auto deadline =
+        t_round + std::chrono::milliseconds(std::int64_t(o_.round_timeout_s * 1000));
+    st_.wait(deadline, stop_,
+             [&] { return st_.answered_.size() + st_.dropped_.size() >= chosen.size(); });
+    std::map<net::Connection*, fedavg::Update> answers;
+    std::size_t dropped = 0;
+    std::uint64_t bytes_in = 0;
+    close_round(st_, answers, dropped, bytes_in);
+    if (stop_.load() && answers.size() < chosen.size()) return false;
+    if (answers.empty()) {
+      spdlog::warn("fedavg: round {}: no client answered ({} dropped); the model is unchanged",
+                   g_.round, dropped);
+    } else {
+      std::vector<fedavg::WeightedModel> ws;
+      for (const auto& [c, u] : answers) ws.push_back({u.samples, &u.params});
+      fedavg::apply_round(g_.params, g_.velocity, ws, o_.server_momentum);
+    }
+    ++g_.round;
+    if (!cfg_.train.checkpoint_dir.empty()) save(cfg_.train.checkpoint_dir, g_, fingerprint_);
+    evaluate_global();
+    best_ = std::max(best_.value_or(0.0), last_->acc);
+    const RoundFigures f{chosen.size(), answers.size(), dropped, st_.ready_clients(),
+                         payload->size() * chosen.size(), bytes_in, since(t_round)};
+    report_round(metrics_, g_, o_, f, *last_);
+    return true;
+  }
+
+  void evaluate_global() {
+    core::Checkpoint c = tmpl_;
+    c.params = g_.params;
+    evaluator_.restore(c, "the global model", /*own=*/false);
+    last_ = evaluator_.evaluate(data_.test);
+  }
+
+  // Every round done: the clients are told; a server resumed with every round done reports the
+  // model it holds.
+  void finish_rounds() {
+    say_done(st_, transport_, stop_);
+    if (last_) return;
+    evaluate_global();
+    metrics_.emit("eval", {{"epoch", g_.round},
+                           {"step", g_.round},
+                           {"round", g_.round},
+                           {"test_acc", last_->acc},
+                           {"test_loss", last_->loss}});
+  }
+
+  const PeerConfig& cfg_;
+  const FedAvgOptions& o_;
+  const core::ShardData& data_;
+  core::Metrics& metrics_;
+  const std::atomic<bool>& stop_;
+  core::Trainer evaluator_;
+  const std::uint64_t fingerprint_;
+  const core::Checkpoint tmpl_;
+  Global g_;
+  net::TcpTransport transport_;
+  ServerState st_;
+  std::optional<core::EvalResult> last_;
+  std::optional<double> best_;
+};
+
 }  // namespace
 
 int run_fedavg_server(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
                       core::Metrics& metrics, const std::atomic<bool>& stop) {
-  const FedAvgOptions& o = cfg.fedavg;
-  core::TrainConfig tc = cfg.train;
-  tc.checkpoint_dir.clear();  // the server writes its own checkpoint below
-  core::Trainer evaluator(be, tc, data.shard, data.test, metrics, nullptr);
-  const std::uint64_t fingerprint = evaluator.model().fingerprint();
-  core::Checkpoint tmpl = evaluator.state();
-  const std::size_t n = tmpl.params.size();
-
-  const std::string& dir = cfg.train.checkpoint_dir;
-  Global g = load_global(cfg, tmpl, fingerprint, metrics);
-
-  net::TcpTransport transport(server_transport(cfg, fingerprint, n, metrics));
-  ServerState st(n, transport.scheduler());
-  transport.set_handler(&st);
-  transport.start();
-  spdlog::info(
-      "fedavg server on {}: {} rounds, clients per round {}{}, {} local {}, mu {}, "
-      "server momentum {}",
-      transport.advertised_addr(), o.rounds, o.clients_per_round,
-      o.clients_fraction ? " (fraction)" : "", o.local_steps > 0 ? o.local_steps : o.local_epochs,
-      o.local_steps > 0 ? "steps" : "epochs", o.fedprox_mu, o.server_momentum);
-  metrics.emit("fedavg_server", {{"addr", transport.advertised_addr()}, {"rounds", o.rounds}});
-
-  const auto t_start = Clock::now();
-  // The first round waits for --min-clients (then goes on with those there are).
-  if (g.round < std::uint64_t(o.rounds)) {
-    const auto until =
-        Clock::now() + std::chrono::milliseconds(std::int64_t(o.min_clients_timeout_s * 1000));
-    if (!st.wait(until, stop, [&] { return st.count_ready() >= std::size_t(o.min_clients); }))
-      if (!stop.load())
-        spdlog::warn("fedavg: {} of --min-clients {} after {:.0f} s; starting with those",
-                     st.ready_clients(), o.min_clients, o.min_clients_timeout_s);
-  }
-  std::optional<core::EvalResult> last;
-  std::optional<double> best;
-  bool stopped = false;
-  while (g.round < std::uint64_t(o.rounds)) {
-    if (stop.load()) {
-      stopped = true;
-      break;
-    }
-    // No client at all: no progress until one (re)joins; give up after --min-clients-timeout.
-    const auto until =
-        Clock::now() + std::chrono::milliseconds(std::int64_t(o.min_clients_timeout_s * 1000));
-    if (!st.wait(until, stop, [&] { return st.count_ready() > 0; })) {
-      if (stop.load()) continue;
-      spdlog::error("fedavg: no client for {:.0f} s at round {}: giving up",
-                    o.min_clients_timeout_s, g.round);
-      transport.stop();
-      return 1;
-    }
-    const auto t_round = Clock::now();
-    std::vector<Client> chosen = sample_clients(st, o, cfg.train.seed, g.round);
-    const auto payload = ask_clients(st, transport, chosen, g, o);
-    const auto deadline =
-        t_round + std::chrono::milliseconds(std::int64_t(o.round_timeout_s * 1000));
-    st.wait(deadline, stop,
-            [&] { return st.answered_.size() + st.dropped_.size() >= chosen.size(); });
-    std::map<net::Connection*, fedavg::Update> answers;
-    std::size_t dropped = 0;
-    std::uint64_t bytes_in = 0;
-    close_round(st, answers, dropped, bytes_in);
-    if (stop.load() && answers.size() < chosen.size()) {
-      stopped = true;  // an interrupted round is not applied: it resumes from the checkpoint
-      break;
-    }
-    if (answers.empty()) {
-      spdlog::warn("fedavg: round {}: no client answered ({} dropped); the model is unchanged",
-                   g.round, dropped);
-    } else {
-      std::vector<fedavg::WeightedModel> ws;
-      for (const auto& [c, u] : answers) ws.push_back({u.samples, &u.params});
-      fedavg::apply_round(g.params, g.velocity, ws, o.server_momentum);
-    }
-    ++g.round;
-    if (!dir.empty()) save(dir, g, fingerprint);
-    core::Checkpoint c = tmpl;
-    c.params = g.params;
-    evaluator.restore(c, "the global model", /*own=*/false);
-    last = evaluator.evaluate(data.test);
-    best = std::max(best.value_or(0.0), last->acc);
-    const RoundFigures f{chosen.size(), answers.size(), dropped, st.ready_clients(),
-                         payload->size() * chosen.size(), bytes_in, since(t_round)};
-    report_round(metrics, g, o, f, *last);
-  }
-  if (!stopped) say_done(st, transport, stop);
-  if (!last && !stopped) {  // resumed with every round done: report the model it holds
-    core::Checkpoint c = tmpl;
-    c.params = g.params;
-    evaluator.restore(c, "the global model", false);
-    last = evaluator.evaluate(data.test);
-    metrics.emit("eval", {{"epoch", g.round},
-                          {"step", g.round},
-                          {"round", g.round},
-                          {"test_acc", last->acc},
-                          {"test_loss", last->loss}});
-  }
-  transport.stop();
-  report_server_done(metrics, g, last, best, since(t_start), stopped);
-  return stopped ? 130 : 0;
+  FedAvgServer server(cfg, be, data, metrics, stop);
+  return server.run();
 }
 
 }  // namespace gossiptrain::apps

@@ -13,6 +13,7 @@
 
 #include "core/model.hpp"
 #include "net/buffer_pool.hpp"
+#include "net/close_reason.hpp"
 #include "net/identity.hpp"
 
 namespace gossiptrain::apps {
@@ -38,7 +39,7 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
 gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint) {
   gossip::AveragerConfig ac;
   ac.gossip_every = cfg.gossip_every;
-  ac.wire = kernels::parse_wire(cfg.wire);
+  ac.wire = cfg.wire;
   ac.error_feedback = cfg.error_feedback;
   ac.weight_by_samples = cfg.weight_by_samples;
   ac.fingerprint = fingerprint;
@@ -76,6 +77,13 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels
   transport_ = std::make_unique<net::TcpTransport>(
       transport_config(cfg, identity_, fingerprint, std::move(net_cpus)));
   limit_buffer_pool(cfg);
+  // One metric line per closed connection, with its typed reason (never the free text): the
+  // Prometheus registry counts them as gossiptrain_connections_closed_total{reason}.
+  dispatcher_.set_close_observer([this](const net::ConnectionPtr& c, const std::string& reason) {
+    metrics_.emit("connection_closed",
+                  {{"partner", c->peer_id()},
+                   {"reason", std::string(net::close_reason_name(net::close_reason_of(reason)))}});
+  });
   transport_->set_handler(&dispatcher_);
   // The membership reads the transport's bound address, so the protocols are built once the
   // transport listens; on its io thread, so no event can reach the dispatcher half-registered.

@@ -4,12 +4,26 @@
 #include <spdlog/spdlog.h>
 
 #include "net/address.hpp"
+#include "net/close_reason.hpp"
 
 namespace gossiptrain::apps {
 
+namespace {
+
+// gossiptrain_connections_closed_total's label values: the typed close reasons, all of them.
+std::vector<std::string> close_reason_names() {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < net::kCloseReasonCount; ++i)
+    names.emplace_back(net::close_reason_name(static_cast<net::CloseReason>(i)));
+  return names;
+}
+
+}  // namespace
+
 PeerObservers::PeerObservers(const PeerConfig& cfg, core::Metrics& metrics) : metrics_(metrics) {
   if (!cfg.prometheus.empty()) {
-    registry_ = std::make_unique<core::PrometheusRegistry>(cfg.train.batch, cfg.train.model);
+    registry_ = std::make_unique<core::PrometheusRegistry>(cfg.train.batch, cfg.train.model,
+                                                           close_reason_names());
     std::string host;
     std::uint16_t port = 0;
     net::split_host_port(cfg.prometheus, host, port);

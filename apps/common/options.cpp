@@ -15,6 +15,7 @@
 #include "core/partition.hpp"
 #include "gossip/exchange/averager.hpp"
 #include "kernels/backend.hpp"
+#include "apps/common/kernel_flags.hpp"
 #include "net/address.hpp"
 #include "net/crypto_pool.hpp"
 
@@ -88,7 +89,7 @@ const OptionTable<PeerConfig>& peer_options() {
        "shard)",
        [](PeerConfig& c, const std::string& v) {
          try {
-           core::parse_partition(v);
+           c.partition_spec = core::parse_partition(v);
          } catch (const std::invalid_argument& e) {
            throw UsageError(std::string("--partition: ") + e.what());
          }
@@ -106,8 +107,8 @@ const OptionTable<PeerConfig>& peer_options() {
                 "compute backend (auto: cuda when a GPU is present)", &PeerConfig::backend),
       O::number("device", "N", "CUDA device of this peer (0-based; with --backend cuda or auto)",
                 &PeerConfig::device, 0, 1023),
-      O::choice(
-          "precision", {"fp32", "tf32", "bf16"},
+      O::named<kernels::Precision>(
+          "precision", precision_values(),
           "arithmetic of the matrix products: fp32 (default, exact), tf32 or bf16 tensor cores "
           "(fp32 accumulation and fp32 weights; cuda only)",
           &PeerConfig::precision),
@@ -162,8 +163,8 @@ const OptionTable<PeerConfig>& peer_options() {
          if (!(c.max_ahead > 0.0 && c.max_ahead < 1.0) && v != "off")
            throw bad_value("max-ahead", v, "a number in (0, 1) or off");
        }},
-      O::choice("wire", {"fp32", "fp16", "bf16", "int8"}, "encoding of parameters on the wire",
-                &PeerConfig::wire),
+      O::named<kernels::Wire>("wire", wire_values(), "encoding of parameters on the wire",
+                              &PeerConfig::wire),
       {"error-feedback", "on|off",
        "with a lossy --wire (fp16, bf16, int8): send the encoding of x + e and keep in e what it "
        "rounded off, for the next exchange (docs/communication.md; default off)",
@@ -187,7 +188,7 @@ const OptionTable<PeerConfig>& peer_options() {
        [](PeerConfig& c, const std::string& v) {
          if (v != "low" && v != "default") throw bad_value("comm-preset", v, "low or default");
          const bool low = v == "low";
-         c.wire = low ? "int8" : "fp32";
+         c.wire = low ? kernels::Wire::Int8 : kernels::Wire::Fp32;
          c.error_feedback = low;
          c.gossip_every = low ? 16 : 4;
          c.outer_every = 0;

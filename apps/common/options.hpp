@@ -8,10 +8,12 @@
 
 #include "apps/common/cluster.hpp"
 #include "apps/common/option_table.hpp"
+#include "core/partition.hpp"
 #include "core/trainer.hpp"
 #include "gossip/exchange/fault.hpp"
 #include "gossip/exchange/partner_choice.hpp"
 #include "gossip/exchange/robust_bound.hpp"
+#include "kernels/backend.hpp"
 
 namespace gossiptrain::apps {
 
@@ -53,7 +55,8 @@ struct PeerConfig {
   std::string network_key;
   std::string allowlist;
   std::string data = "/usr/share/datasets/fashion-mnist";  // a directory, or "synthetic"
-  std::string partition = "iid";
+  std::string partition = "iid";       // --partition as given (for the metrics and the log)
+  core::PartitionSpec partition_spec;  // the same, parsed once by the flag table
   int num_shards = 1;
   int shard = 0;
   std::string backend = "auto";
@@ -61,13 +64,13 @@ struct PeerConfig {
   int net_cores = -1;              // cores kept for the network (core::plan_cpus); -1: auto
   int compute_threads = 0;         // BLAS threads; 0: auto
   std::string blas_core = "auto";  // --blas-core: auto | keep | an OpenBLAS core (apps/common_blas)
-  std::string precision = "fp32";  // fp32 | tf32 | bf16 (kernels::Precision)
+  kernels::Precision precision = kernels::Precision::Fp32;  // --precision
   int gossip_every = 4;
   int max_lag =
       -1;  // steps without a completed exchange before training waits; -1: 4 x gossip_every, 0: off
   double max_lag_share = 0.25;  // --max-lag's time budget: wait s per training s; 0: none
   double max_ahead = 0.02;  // --max-ahead: fraction of the run; 0: off
-  std::string wire = "fp32";
+  kernels::Wire wire = kernels::Wire::Fp32;  // --wire
   bool error_feedback = false;  // --error-feedback (gossip::AveragerConfig::error_feedback)
   int outer_every = 0;          // --outer-every H (gossip::OuterConfig); 0: no outer optimizer
   double outer_lr = 1.0;

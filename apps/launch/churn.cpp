@@ -400,6 +400,18 @@ struct Timeline {
 
 json opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
+// Seconds after t until peer q first marked peer p dead or left (any later life of p included).
+std::optional<double> marked_down_after(const Timeline& tl, int q, int p, double t) {
+  for (const auto& e : tl.ev) {
+    if (tof(e) < t || e.value("event", "") != "member" || peer_of(e) != q ||
+        e.value("member_index", -1) != p)
+      continue;
+    const std::string state = e.value("state", "");
+    if (state == "dead" || state == "left") return tof(e) - t;
+  }
+  return std::nullopt;
+}
+
 // One crashed or stopped peer: when each peer alive at that moment marked it dead or left.
 json down_report(const Timeline& tl, const json& churn, int p, double bound) {
   const double t = tof(churn);
@@ -410,14 +422,7 @@ json down_report(const Timeline& tl, const json& churn, int p, double bound) {
   // A peer back before the suspicion ran out refutes it: nobody has to declare it dead then.
   const auto back = tl.start_after(p, t);
   for (int q : others) {
-    std::optional<double> when;
-    for (const auto& e : tl.ev)
-      if (tof(e) >= t && e.value("event", "") == "member" && peer_of(e) == q &&
-          e.value("member_index", -1) == p &&
-          (e.value("state", "") == "dead" || e.value("state", "") == "left")) {
-        when = tof(e) - t;
-        break;
-      }
+    std::optional<double> when = marked_down_after(tl, q, p, t);
     const auto gone = tl.exit_after(q, t);
     if (when && back && t + *when > *back) when.reset();  // about a later life of p
     if (when && (!gone || t + *when <= *gone)) {

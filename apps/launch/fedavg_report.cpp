@@ -27,24 +27,63 @@ json opt_int(const std::optional<long long>& v) { return v ? json(*v) : json(nul
 
 }  // namespace
 
-void add_target_figures(json& summary, LaunchMode mode, int local_epochs,
-                        const std::vector<PeerStats>& stats) {
+namespace {
+
+// Each peer's role and figures at the target; the counts of peers and servers.
+void add_roles(json& summary, LaunchMode mode, const std::vector<PeerStats>& stats) {
   int peers = 0, servers = 0;
   for (auto& p : summary["peers"]) {
     const std::size_t i = p.value("peer", 0);
     const std::string role = role_of(mode, i);
     p["role"] = role;
-    p["epochs_at_target"] = i < stats.size() && stats[i].target_epoch
-                                ? json(*stats[i].target_epoch)
-                                : json(nullptr);
-    p["exchanges_to_target"] = i < stats.size() && stats[i].target_exchanges
-                                   ? json(*stats[i].target_exchanges)
-                                   : json(nullptr);
+    const PeerStats* s = i < stats.size() ? &stats[i] : nullptr;
+    p["epochs_at_target"] = s && s->target_epoch ? json(*s->target_epoch) : json(nullptr);
+    p["exchanges_to_target"] = s && s->target_exchanges ? json(*s->target_exchanges) : json(nullptr);
     (role == "server" ? servers : peers) += 1;
   }
   summary["num_peers"] = peers;
   summary["num_servers"] = servers;
+}
+
+struct ToTarget {
   std::optional<long long> rounds, epochs, exchanges;
+};
+
+// FedAvg: the server's round that reached the target, in rounds and local epochs.
+ToTarget fedavg_to_target(int local_epochs, const std::vector<PeerStats>& stats) {
+  ToTarget t;
+  if (stats.empty() || !stats[0].target_epoch) return t;
+  t.rounds = *stats[0].target_epoch;
+  if (local_epochs > 0) t.epochs = *t.rounds * local_epochs;  // 0: rounds of --local-steps
+  return t;
+}
+
+// Gossip (and local): every peer that trained must have reached the target (as for
+// time_to_target_s); the largest epoch, and the exchanges all peers initiated until then.
+ToTarget peers_to_target(const json& summary, LaunchMode mode,
+                         const std::vector<PeerStats>& stats) {
+  ToTarget t;
+  bool all = false;
+  long long ex = 0, ep = 0;
+  for (const auto& p : summary["peers"]) {
+    const std::size_t i = p.value("peer", 0);
+    if (i >= stats.size()) continue;
+    if (!stats[i].target_epoch) return t;
+    all = true;
+    ep = std::max<long long>(ep, *stats[i].target_epoch);
+    ex += stats[i].target_exchanges.value_or(0);
+  }
+  if (!all) return t;
+  t.epochs = ep;
+  if (mode == LaunchMode::Gossip) t.exchanges = ex;
+  return t;
+}
+
+}  // namespace
+
+void add_target_figures(json& summary, LaunchMode mode, int local_epochs,
+                        const std::vector<PeerStats>& stats) {
+  add_roles(summary, mode, stats);
   if (mode == LaunchMode::Fedavg && !summary["peers"].empty()) {
     // The global model is the server's: a client evaluates nothing (one restarted by churn that
     // never got a task is not even known as a client), so the time to the target is the server's.
@@ -52,34 +91,11 @@ void add_target_figures(json& summary, LaunchMode mode, int local_epochs,
     summary["time_to_target_s"] = server.value("time_to_target_launch_s", json(nullptr));
     summary["time_to_target_first_s"] = summary["time_to_target_s"];
   }
-  if (mode == LaunchMode::Fedavg) {
-    if (!stats.empty() && stats[0].target_epoch) {
-      rounds = *stats[0].target_epoch;
-      if (local_epochs > 0) epochs = *rounds * local_epochs;  // 0: rounds of --local-steps
-    }
-  } else {
-    // Every peer that trained must have reached the target (as for time_to_target_s).
-    bool all = false;
-    long long ex = 0, ep = 0;
-    for (const auto& p : summary["peers"]) {
-      const std::size_t i = p.value("peer", 0);
-      if (i >= stats.size()) continue;
-      if (!stats[i].target_epoch) {
-        all = false;
-        break;
-      }
-      all = true;
-      ep = std::max<long long>(ep, *stats[i].target_epoch);
-      ex += stats[i].target_exchanges.value_or(0);
-    }
-    if (all) {
-      epochs = ep;
-      if (mode == LaunchMode::Gossip) exchanges = ex;
-    }
-  }
-  summary["rounds_to_target"] = opt_int(rounds);
-  summary["epochs_to_target"] = opt_int(epochs);
-  summary["exchanges_to_target"] = opt_int(exchanges);
+  const ToTarget t = mode == LaunchMode::Fedavg ? fedavg_to_target(local_epochs, stats)
+                                                : peers_to_target(summary, mode, stats);
+  summary["rounds_to_target"] = opt_int(t.rounds);
+  summary["epochs_to_target"] = opt_int(t.epochs);
+  summary["exchanges_to_target"] = opt_int(t.exchanges);
 }
 
 namespace {
@@ -96,78 +112,125 @@ struct Round {
   long long round;
 };
 
-}  // namespace
-
-json fedavg_report(const std::vector<json>& events, double run_seconds) {
+// The server's completed rounds: its eval lines, in launch time.
+std::vector<Round> server_rounds(const std::vector<json>& events) {
   std::vector<Round> rounds;
   for (const auto& e : events)
     if (e.value("event", "") == "eval" && e.value("peer", -1) == 0 && e.contains("step") &&
         e["step"].is_number())
       rounds.push_back({e.value("t", 0.0), e["step"].get<long long>()});
-  json outages = json::array();
-  std::optional<double> down_at, last_churn;
-  std::string how;
-  double first_start = 0.0;
-  bool started = false;
-  auto close_outage = [&](std::optional<double> back_at) {
-    json o = {{"down_at_s", *down_at}, {"how", how}};
-    o["back_at_s"] = back_at ? json(*back_at) : json(nullptr);
-    o["down_s"] = back_at ? json(*back_at - *down_at) : json(nullptr);
+  return rounds;
+}
+
+json opt_round(const std::optional<Round>& r) { return r ? json(r->round) : json(nullptr); }
+
+json opt_time(const std::optional<Round>& r) { return r ? json(r->t) : json(nullptr); }
+
+// Walks the launch's events and closes an outage each time the server came back (or at the end).
+class OutageTracker {
+ public:
+  OutageTracker(const std::vector<Round>& rounds, double run_seconds)
+      : rounds_(rounds), run_seconds_(run_seconds) {}
+
+  void on_event(const json& e) {
+    const std::string ev = e.value("event", "");
+    const double t = e.value("t", 0.0);
+    if (ev == "churn" && names_server(e))
+      on_churn(e.value("kind", ""), t);
+    else if (ev == "exit" && e.value("peer", -1) == 0 && !down_at_)
+      on_exit(e, t);
+    else if (ev == "start" && e.value("peer", -1) == 0)
+      on_start(t);
+  }
+
+  json finish() {
+    if (down_at_) close_outage(std::nullopt);
+    return outages_;
+  }
+
+ private:
+  void on_churn(const std::string& kind, double t) {
+    if (kind == "crash" || kind == "stop") {
+      last_churn_ = t;
+      how_ = kind;
+    } else if (kind == "pause" && !down_at_) {
+      down_at_ = t;
+      how_ = "pause";
+    } else if (kind == "resume" && down_at_ && how_ == "pause") {
+      close_outage(t);
+    }
+  }
+
+  void on_exit(const json& e, double t) {
+    const bool by_churn = e.value("by_churn", false);
+    const json& code = e.contains("exit_code") ? e["exit_code"] : json(nullptr);
+    const bool clean = code.is_number_integer() && (code == 0 || code == 130);
+    // A server that had finished its rounds (exit 0) as the scenario's signal came is no outage.
+    const bool finished = code.is_number_integer() && code == 0;
+    if ((by_churn && !finished) || !clean) {
+      down_at_ = by_churn && last_churn_ ? *last_churn_ : t;
+      if (!by_churn) how_ = "exit";
+    }
+    last_churn_.reset();
+  }
+
+  void on_start(double t) {
+    if (!started_) first_start_ = t;
+    started_ = true;
+    if (down_at_) close_outage(t);
+  }
+
+  // The last round done before the server went down and the first done after it came back.
+  std::pair<std::optional<Round>, std::optional<Round>> rounds_around(
+      std::optional<double> back_at) const {
     std::optional<Round> before, after;
-    for (const auto& r : rounds) {
-      if (r.t <= *down_at) before = r;
+    for (const auto& r : rounds_) {
+      if (r.t <= *down_at_) before = r;
       if (back_at && r.t > *back_at && !after) after = r;
     }
     // A round completed just before the crash can be timed just after it (the launcher's estimate
     // of the server's clock is an upper bound): the round the restart resumed from was done.
     if (after)
-      for (const auto& r : rounds)
+      for (const auto& r : rounds_)
         if (r.round == after->round - 1 && r.t <= *back_at && (!before || r.round > before->round))
-          before = Round{std::min(r.t, *down_at), r.round};
-    const double from = before ? before->t : first_start;
+          before = Round{std::min(r.t, *down_at_), r.round};
+    return {before, after};
+  }
+
+  void close_outage(std::optional<double> back_at) {
+    json o = {{"down_at_s", *down_at_}, {"how", how_}};
+    o["back_at_s"] = back_at ? json(*back_at) : json(nullptr);
+    o["down_s"] = back_at ? json(*back_at - *down_at_) : json(nullptr);
+    const auto [before, after] = rounds_around(back_at);
+    const double from = before ? before->t : first_start_;
     o["last_round_before"] = before ? json(before->round) : json(0);
-    o["last_round_before_at_s"] = before ? json(before->t) : json(nullptr);
-    o["first_round_after"] = after ? json(after->round) : json(nullptr);
-    o["first_round_after_at_s"] = after ? json(after->t) : json(nullptr);
+    o["last_round_before_at_s"] = opt_time(before);
+    o["first_round_after"] = opt_round(after);
+    o["first_round_after_at_s"] = opt_time(after);
     // The restarted server resumed from its checkpoint: the round it completed first, less one.
     o["resumed_at_round"] = after ? json(after->round - 1) : json(nullptr);
-    o["no_progress_s"] = (after ? after->t : run_seconds) - from;
+    o["no_progress_s"] = (after ? after->t : run_seconds_) - from;
     o["recovered"] = bool(after);
-    outages.push_back(o);
-    down_at.reset();
-  };
-  for (const auto& e : events) {
-    const std::string ev = e.value("event", "");
-    const double t = e.value("t", 0.0);
-    if (ev == "churn" && names_server(e)) {
-      const std::string kind = e.value("kind", "");
-      if (kind == "crash" || kind == "stop") {
-        last_churn = t;
-        how = kind;
-      } else if (kind == "pause" && !down_at) {
-        down_at = t;
-        how = "pause";
-      } else if (kind == "resume" && down_at && how == "pause") {
-        close_outage(t);
-      }
-    } else if (ev == "exit" && e.value("peer", -1) == 0 && !down_at) {
-      const bool by_churn = e.value("by_churn", false);
-      const json& code = e.contains("exit_code") ? e["exit_code"] : json(nullptr);
-      const bool clean = code.is_number_integer() && (code == 0 || code == 130);
-      // A server that had finished its rounds (exit 0) as the scenario's signal came is no outage.
-      const bool finished = code.is_number_integer() && code == 0;
-      if ((by_churn && !finished) || !clean) {
-        down_at = by_churn && last_churn ? *last_churn : t;
-        if (!by_churn) how = "exit";
-      }
-      last_churn.reset();
-    } else if (ev == "start" && e.value("peer", -1) == 0) {
-      if (!started) first_start = t;
-      started = true;
-      if (down_at) close_outage(t);
-    }
+    outages_.push_back(o);
+    down_at_.reset();
   }
-  if (down_at) close_outage(std::nullopt);
+
+  const std::vector<Round>& rounds_;
+  const double run_seconds_;
+  json outages_ = json::array();
+  std::optional<double> down_at_, last_churn_;
+  std::string how_;
+  double first_start_ = 0.0;
+  bool started_ = false;
+};
+
+}  // namespace
+
+json fedavg_report(const std::vector<json>& events, double run_seconds) {
+  const std::vector<Round> rounds = server_rounds(events);
+  OutageTracker tracker(rounds, run_seconds);
+  for (const auto& e : events) tracker.on_event(e);
+  const json outages = tracker.finish();
   double stalled = 0.0;
   for (const auto& o : outages) stalled += o["no_progress_s"].get<double>();
   json r = {{"rounds_completed", rounds.empty() ? 0 : rounds.back().round},

@@ -240,7 +240,7 @@ void Launch::write_config() {
       {"batch", plans_[0].config.train.batch},
       {"lr", plans_[0].config.train.lr},
       {"gossip_every", plans_[0].config.gossip_every},
-      {"wire", plans_[0].config.wire},
+      {"wire", std::string(kernels::wire_name(plans_[0].config.wire))},
       {"network_key", o_.network_key.empty() ? network_key_ : o_.network_key},
       {"base_port", o_.base_port},
       {"target_acc", o_.target_acc},
@@ -307,6 +307,23 @@ void Launch::sample_consensus(bool final) {
   consensus_->sample(final, started, since(t0_));
 }
 
+std::string Launch::peer_state(std::size_t i) const {
+  const PeerStats& s = stats_[i];
+  const Child& c = children_[i];
+  std::string state = c.outcome.state;
+  if (c.running && s.lines == 0) state = "starting";
+  else if (c.running && s.done) state = "finishing";
+  else if (c.running && !s.hold.empty()) state = "on hold (" + s.hold + ")";
+  if (s.not_averaging) state += " NOT AVERAGING (" + s.alert_reason + ")";
+  if (churn_ && c.running && churn_->state(int(i)) == SlotState::Paused) state = "paused (churn)";
+  if (c.running && !c.fault.empty()) state += " FAULTY (" + c.fault + ")";
+  if (netns_ && netns_->partition_state().active())
+    state += " partition group " + std::to_string(netns_->partition_state().group_of(int(i)));
+  if (netns_ && netns_->link(int(i)).shaped())
+    state += " link " + netns_->link(int(i)).to_json().dump();
+  return state;
+}
+
 // The live view (full false): every peer's row up to kViewAllRows peers, else a summary line
 // and the failing and slowest peers; full: every row (table.txt in the run folder).
 std::vector<std::string> Launch::table(bool full) const {
@@ -321,19 +338,10 @@ std::vector<std::string> Launch::table(bool full) const {
   for (std::size_t i = 0; i < stats_.size(); ++i) {
     const PeerStats& s = stats_[i];
     const Child& c = children_[i];
-    std::string state = c.outcome.state;
-    if (c.running && s.lines == 0) state = "starting";
-    else if (c.running && s.done) state = "finishing";
-    else if (c.running && !s.hold.empty()) state = "on hold (" + s.hold + ")";
-    if (s.not_averaging) state += " NOT AVERAGING (" + s.alert_reason + ")";
-    if (churn_ && c.running && churn_->state(int(i)) == SlotState::Paused) state = "paused (churn)";
-    if (c.running && !c.fault.empty()) state += " FAULTY (" + c.fault + ")";
-    if (netns_ && netns_->partition_state().active())
-      state += " partition group " + std::to_string(netns_->partition_state().group_of(int(i)));
-    if (netns_ && netns_->link(int(i)).shaped()) state += " link " + netns_->link(int(i)).to_json().dump();
     const bool failing =
         c.outcome.failed || s.not_averaging || (!c.running && c.outcome.exit_code > 0);
-    rows.push_back({i, peer_table_row(i, s, epochs, state), s.progress(), failing, c.running});
+    rows.push_back({i, peer_table_row(i, s, epochs, peer_state(i)), s.progress(), failing,
+                    c.running});
   }
   const std::size_t max_rows = full ? rows.size() : kViewAllRows;
   if (rows.size() > max_rows) lines.insert(lines.begin() + 1, view_summary(rows));

@@ -87,6 +87,9 @@ class Launch : private ChurnPeers {
   void handle_stop();
   void draw(bool force);
   std::vector<std::string> table(bool full = false) const;
+  // Peer i's state column: its outcome, or what it is doing now (starting, on hold, paused...),
+  // and what is wrong or imposed on it (not averaging, faulty, partition group, link shaping).
+  std::string peer_state(std::size_t i) const;
   void write_table_file(bool force);
   std::string progress_line() const;
   void note(const std::string& line);

@@ -174,44 +174,72 @@ void write_text(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
-ReportScan scan_report_dir(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw UsageError("--report " + dir + ": not a folder");
-  ReportScan scan;
-  std::vector<std::pair<fs::path, std::string>> files;
-  std::set<std::string> peer_dirs_seen, peer_dirs_with_file;
+namespace {
+
+// The candidate files under dir (*.jsonl, not the run's own files), sorted, and the peerN folders
+// seen (relative paths).
+struct Candidates {
+  std::vector<std::pair<fs::path, std::string>> files;  // path, relative path
+  std::set<std::string> peer_dirs;
+};
+
+Candidates list_candidates(const std::string& dir, std::vector<std::string>& notes) {
+  Candidates c;
   static const std::regex peer_re("peer\\d{1,6}");
+  std::error_code ec;
   fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
   if (ec) throw UsageError("--report " + dir + ": " + ec.message());
   for (; it != end; it.increment(ec)) {
     if (ec) {
-      scan.notes.push_back("cannot read a folder under " + dir + " (" + ec.message() + ")");
+      notes.push_back("cannot read a folder under " + dir + " (" + ec.message() + ")");
       ec.clear();
       continue;
     }
     const fs::path p = it->path();
     const std::string rel = fs::relative(p, dir, ec).string();
     if (it->is_directory(ec) && !it->is_symlink(ec)) {
-      if (std::regex_match(p.filename().string(), peer_re)) peer_dirs_seen.insert(rel);
+      if (std::regex_match(p.filename().string(), peer_re)) c.peer_dirs.insert(rel);
       continue;
     }
     if (!it->is_regular_file(ec) || it->is_symlink(ec)) continue;
     if (p.extension() != ".jsonl" || kRunFiles.count(p.filename().string())) continue;
-    files.emplace_back(p, rel);
+    c.files.emplace_back(p, rel);
   }
-  std::sort(files.begin(), files.end());
+  std::sort(c.files.begin(), c.files.end());
+  return c;
+}
+
+// The peers' files read; a peerN folder that held none is named.
+std::vector<ReportPeer> read_candidates(const Candidates& c, std::vector<std::string>& notes) {
   std::vector<ReportPeer> found;
-  for (const auto& [p, rel] : files)
-    if (auto peer = read_peer_file(p, rel, scan.notes)) {
+  std::set<std::string> dirs_with_file;
+  for (const auto& [p, rel] : c.files)
+    if (auto peer = read_peer_file(p, rel, notes)) {
       found.push_back(std::move(*peer));
       for (fs::path d = fs::path(rel).parent_path(); !d.empty(); d = d.parent_path())
-        peer_dirs_with_file.insert(d.string());
+        dirs_with_file.insert(d.string());
     }
-  for (const auto& d : peer_dirs_seen)
-    if (!peer_dirs_with_file.count(d))
-      scan.notes.push_back(d + "/: a peer folder without a metrics file: that peer is missing");
-  // Index: the shard the peer says, else its peerN folder. Files that say neither fill the gaps;
-  // a second file claiming a taken index (a copy, two runs mixed) is named and numbered after all.
+  for (const auto& d : c.peer_dirs)
+    if (!dirs_with_file.count(d))
+      notes.push_back(d + "/: a peer folder without a metrics file: that peer is missing");
+  return found;
+}
+
+// The run's number of peers (the largest num_shards a peer says); those that left no file named.
+int note_missing_shards(const std::vector<ReportPeer>& found, const std::set<int>& taken,
+                        std::vector<std::string>& notes) {
+  int shards = 0;
+  for (const auto& p : found) shards = std::max(shards, clock_int(p, "num_shards").value_or(0));
+  for (int s = 0; s < shards && s < 100000; ++s)
+    if (!taken.count(s))
+      notes.push_back("peer " + std::to_string(s) + " of " + std::to_string(shards) +
+                      ": no metrics file found");
+  return shards;
+}
+
+// Index: the shard the peer says, else its peerN folder. Files that say neither fill the gaps;
+// a second file claiming a taken index (a copy, two runs mixed) is named and numbered after all.
+void assign_indices(std::vector<ReportPeer>& found, std::vector<std::string>& notes) {
   std::set<int> taken;
   std::vector<int> want(found.size(), -1);
   std::vector<std::size_t> dups;
@@ -222,14 +250,11 @@ ReportScan scan_report_dir(const std::string& dir) {
       want[i] = *w;
       taken.insert(*w);
     } else if (w) {
-      scan.notes.push_back(found[i].path + ": peer " + std::to_string(*w) +
-                           " again (a copy, or files of two runs?): counted as another peer");
+      notes.push_back(found[i].path + ": peer " + std::to_string(*w) +
+                      " again (a copy, or files of two runs?): counted as another peer");
       dups.push_back(i);
     }
   }
-  // Peers the run should have had (their own num_shards) that left no file.
-  int shards = 0;
-  for (const auto& p : found) shards = std::max(shards, clock_int(p, "num_shards").value_or(0));
   int next = 0;
   for (std::size_t i = 0; i < found.size(); ++i) {
     if (want[i] >= 0 || std::find(dups.begin(), dups.end(), i) != dups.end()) continue;
@@ -237,150 +262,222 @@ ReportScan scan_report_dir(const std::string& dir) {
     want[i] = next;
     taken.insert(next);
   }
-  for (int s = 0; s < shards && s < 100000; ++s)
-    if (!taken.count(s))
-      scan.notes.push_back("peer " + std::to_string(s) + " of " + std::to_string(shards) +
-                           ": no metrics file found");
+  const int shards = note_missing_shards(found, taken, notes);
   next = std::max(shards, taken.empty() ? 0 : *taken.rbegin() + 1);
   for (std::size_t i : dups) want[i] = next++;
   for (std::size_t i = 0; i < found.size(); ++i) found[i].index = want[i];
+}
+
+}  // namespace
+
+ReportScan scan_report_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw UsageError("--report " + dir + ": not a folder");
+  ReportScan scan;
+  const Candidates candidates = list_candidates(dir, scan.notes);
+  std::vector<ReportPeer> found = read_candidates(candidates, scan.notes);
+  assign_indices(found, scan.notes);
   std::sort(found.begin(), found.end(),
             [](const ReportPeer& a, const ReportPeer& b) { return a.index < b.index; });
   scan.peers = std::move(found);
   return scan;
 }
 
+namespace {
+
+// Copies clock field `key` into `into` when it is there with the right type.
+void take(const json& c, const char* key, std::string& into) {
+  if (c.contains(key) && c[key].is_string()) into = c[key].get<std::string>();
+}
+void take(const json& c, const char* key, int& into) {
+  if (c.contains(key) && c[key].is_number_integer()) into = c[key].get<int>();
+}
+void take(const json& c, const char* key, std::uint64_t& into) {
+  if (c.contains(key) && c[key].is_number_unsigned()) into = c[key].get<std::uint64_t>();
+}
+
+// The run's settings, as the first peer that says them (every peer of a run has the same).
+void take_run_settings(const ReportScan& scan, LaunchOptions& o, RunFacts& facts) {
+  for (const auto& p : scan.peers) {
+    if (p.clocks.empty()) continue;
+    const json& c = p.clocks.front();
+    take(c, "partition", o.partition);
+    take(c, "data", o.data);
+    take(c, "seed", o.seed);
+    take(c, "model", facts.model);
+    take(c, "epochs", facts.epochs);
+    take(c, "batch", facts.batch);
+    return;
+  }
+}
+
+// The earliest clock of any peer: the report's launch time 0 (0 when no peer has a clock line).
+double earliest_clock(const ReportScan& scan) {
+  double t0 = 0.0;
+  for (const auto& p : scan.peers)
+    for (const auto& c : p.clocks)
+      if (const double u = unix_of(c); u > 0 && (t0 == 0.0 || u < t0)) t0 = u;
+  return t0;
+}
+
+// Each peer's lines folded into its figures and outcome, and split into its processes.
+struct Folded {
+  std::vector<PeerStats> stats;
+  std::vector<PeerOutcome> outcomes;
+  std::vector<std::vector<Life>> lives;
+  std::map<std::string, std::size_t> by_id;  // a peer's id -> its place in scan.peers
+  double end = 0.0;                          // launch time of the last line of any peer
+};
+
+Folded fold_peers(const ReportScan& scan, double target_acc, double t0) {
+  const std::size_t n = scan.peers.size();
+  Folded f{std::vector<PeerStats>(n), std::vector<PeerOutcome>(n),
+           std::vector<std::vector<Life>>(n), {}, 0.0};
+  for (std::size_t i = 0; i < n; ++i) {
+    const ReportPeer& p = scan.peers[i];
+    PeerStats& st = f.stats[i];
+    for (const auto& l : p.lines) st.add_line(l, target_acc);
+    st.bad_lines += p.bad_lines + (p.truncated ? 1 : 0);
+    if (!st.id.empty() && st.id != "local") f.by_id[st.id] = i;
+    const std::vector<Life>& lives = f.lives[i] = lives_of(p, t0);
+    PeerOutcome& out = f.outcomes[i];
+    out.start_offset_s = lives.front().offset;
+    out.clock_offset_s = lives.back().offset;
+    if (st.target_life < int(lives.size()))
+      out.target_clock_offset_s = lives[std::size_t(st.target_life)].offset;
+    out.state = st.done ? (st.stopped ? "stopped" : "done")
+                        : "no done line (crashed, killed or still running)";
+    out.failed = !st.done;
+    f.end = std::max(f.end, lives.back().offset + lives.back().end_t);
+  }
+  return f;
+}
+
+// The peers' events on one clock, as gossip-launch's events.jsonl has them, and the churn
+// scenario events the peers played.
+class EventsOnOneClock {
+ public:
+  EventsOnOneClock(const ReportScan& scan, const Folded& f) : scan_(scan), f_(f) {}
+
+  void collect() {
+    for (std::size_t i = 0; i < scan_.peers.size(); ++i)
+      for (std::size_t k = 0; k < f_.lives[i].size(); ++k)
+        add_life(scan_.peers[i].index, f_.lives[i][k], k > 0);
+    std::stable_sort(events.begin(), events.end(), [](const json& a, const json& b) {
+      return a["t"].get<double>() < b["t"].get<double>();
+    });
+  }
+
+  std::vector<json> events;
+  json scenario_events = json::array();
+  bool churn = false;
+
+ private:
+  // A process's start and exit (a restart of the engine before all but the first) and its lines.
+  void add_life(int idx, const Life& life, bool restarted) {
+    if (restarted)
+      events.push_back({{"t", life.offset},
+                        {"event", "churn"},
+                        {"kind", "restart"},
+                        {"source", "engine"},
+                        {"applied_to", json::array({idx})}});
+    events.push_back({{"t", life.offset}, {"event", "start"}, {"peer", idx}});
+    for (const std::string* l : life.lines) {
+      if (l->find("\"event\":\"churn\"") != std::string::npos)
+        add_churn_line(idx, life, *l);
+      else
+        add_observed_line(idx, life, *l);
+    }
+    events.push_back({{"t", life.offset + life.end_t}, {"event", "exit"}, {"peer", idx}});
+  }
+
+  // A churn event the peer played.
+  void add_churn_line(int idx, const Life& life, const std::string& l) {
+    const json j = json::parse(l, nullptr, false);
+    events.push_back({{"t", life.offset + j["t"].get<double>()},
+                      {"event", "churn"},
+                      {"kind", j.value("kind", "?")},
+                      {"source", "peer"},
+                      {"applied_to", json::array({idx})}});
+    churn = true;
+    if (j.contains("scenario") && j["scenario"].is_object())
+      scenario_events.push_back(j["scenario"]);
+  }
+
+  // What the peer observed of the others (their ids named by their report index).
+  void add_observed_line(int idx, const Life& life, const std::string& l) {
+    auto ob = observed_line(std::size_t(idx), l, [&](const std::string& id) {
+      auto it = f_.by_id.find(id);
+      return it == f_.by_id.end()
+                 ? std::nullopt
+                 : std::optional<std::size_t>(std::size_t(scan_.peers[it->second].index));
+    });
+    if (!ob) return;
+    const json j = json::parse(l, nullptr, false);
+    json e = ob->second;
+    e["t"] = life.offset + j["t"].get<double>();
+    e["event"] = ob->first;
+    events.push_back(std::move(e));
+  }
+
+  const ReportScan& scan_;
+  const Folded& f_;
+};
+
+// summary.json's churn section, from the events the peers played.
+json played_churn_report(const std::vector<json>& events, const json& scenario_events, int n) {
+  core::ChurnScenario sc;
+  sc.initial_peers = std::max(1, n);
+  try {
+    sc = core::parse_churn_scenario({{"events", scenario_events}}, std::max(1, n));
+  } catch (const core::ScenarioError&) {
+    // The peers' own events name shards beyond the peers found: the section still stands.
+  }
+  return churn_report(events, sc, "gossip-peer --churn (played by the peers)");
+}
+
+std::string report_table(const ReportScan& scan, const Folded& f, int epochs,
+                         const std::string& dir) {
+  std::string table = "gossip-launch --report " + dir + "  " + std::to_string(scan.peers.size()) +
+                      " peer" + (scan.peers.size() == 1 ? "" : "s") + "\n" + peer_table_header() +
+                      "\n";
+  for (std::size_t i = 0; i < scan.peers.size(); ++i)
+    table += peer_table_row(std::size_t(scan.peers[i].index), f.stats[i], epochs,
+                            f.outcomes[i].state) +
+             "\n";
+  return table;
+}
+
+}  // namespace
+
 Report build_report(const ReportScan& scan, const LaunchOptions& o_in, const std::string& dir) {
   LaunchOptions o = o_in;
   RunFacts facts;
   facts.options = &o;
   facts.run_dir = dir;
-  // The run's settings, as the first peer that says them (every peer of a run has the same).
-  for (const auto& p : scan.peers) {
-    if (p.clocks.empty()) continue;
-    const json& c = p.clocks.front();
-    o.partition = c.value("partition", o.partition);
-    o.data = c.value("data", o.data);
-    if (c.contains("seed") && c["seed"].is_number_unsigned())
-      o.seed = c["seed"].get<std::uint64_t>();
-    facts.model = c.value("model", std::string());
-    if (c.contains("epochs") && c["epochs"].is_number_integer())
-      facts.epochs = c["epochs"].get<int>();
-    if (c.contains("batch") && c["batch"].is_number_integer()) facts.batch = c["batch"].get<int>();
-    break;
-  }
-  double t0 = 0.0;
-  for (const auto& p : scan.peers)
-    for (const auto& c : p.clocks)
-      if (const double u = unix_of(c); u > 0 && (t0 == 0.0 || u < t0)) t0 = u;
+  take_run_settings(scan, o, facts);
+  const double t0 = earliest_clock(scan);
   facts.started_at = t0 > 0 ? iso_utc(t0) : "";
   facts.consensus_note =
       "not measured by --report (the peers' checkpoints are not compared side by side)";
-
-  std::vector<PeerStats> stats(scan.peers.size());
-  std::vector<PeerOutcome> outcomes(scan.peers.size());
-  std::vector<std::vector<Life>> lives(scan.peers.size());
-  std::map<std::string, std::size_t> by_id;
-  double end = 0.0;
-  for (std::size_t i = 0; i < scan.peers.size(); ++i) {
-    const ReportPeer& p = scan.peers[i];
-    for (const auto& l : p.lines) stats[i].add_line(l, o.target_acc);
-    stats[i].bad_lines += p.bad_lines + (p.truncated ? 1 : 0);
-    if (!stats[i].id.empty() && stats[i].id != "local") by_id[stats[i].id] = i;
-    lives[i] = lives_of(p, t0);
-    PeerOutcome& out = outcomes[i];
-    out.start_offset_s = lives[i].front().offset;
-    out.clock_offset_s = lives[i].back().offset;
-    if (stats[i].target_life < int(lives[i].size()))
-      out.target_clock_offset_s = lives[i][std::size_t(stats[i].target_life)].offset;
-    out.state = stats[i].done ? (stats[i].stopped ? "stopped" : "done")
-                              : "no done line (crashed, killed or still running)";
-    out.failed = !stats[i].done;
-    end = std::max(end, lives[i].back().offset + lives[i].back().end_t);
-  }
-  facts.seconds = end;
-
-  // The peers' events on one clock, as gossip-launch's events.jsonl has them: starts and ends of
-  // each process, the churn events the peers played, and what they observed of each other.
-  std::vector<json> events;
-  bool churn = false;
-  json scenario_events = json::array();
-  auto index_of = [&](const std::string& id) -> std::optional<std::size_t> {
-    auto it = by_id.find(id);
-    return it == by_id.end() ? std::nullopt : std::optional<std::size_t>(it->second);
-  };
-  for (std::size_t i = 0; i < scan.peers.size(); ++i) {
-    const int idx = scan.peers[i].index;
-    for (std::size_t k = 0; k < lives[i].size(); ++k) {
-      const Life& life = lives[i][k];
-      if (k > 0)
-        events.push_back({{"t", life.offset},
-                          {"event", "churn"},
-                          {"kind", "restart"},
-                          {"source", "engine"},
-                          {"applied_to", json::array({idx})}});
-      events.push_back({{"t", life.offset}, {"event", "start"}, {"peer", idx}});
-      for (const std::string* l : life.lines) {
-        if (l->find("\"event\":\"churn\"") != std::string::npos) {
-          const json j = json::parse(*l, nullptr, false);
-          json e = {{"t", life.offset + j["t"].get<double>()},
-                    {"event", "churn"},
-                    {"kind", j.value("kind", "?")},
-                    {"source", "peer"},
-                    {"applied_to", json::array({idx})}};
-          events.push_back(e);
-          churn = true;
-          if (j.contains("scenario") && j["scenario"].is_object())
-            scenario_events.push_back(j["scenario"]);
-          continue;
-        }
-        auto ob = observed_line(std::size_t(idx), *l, [&](const std::string& id) {
-          auto k2 = index_of(id);
-          return k2 ? std::optional<std::size_t>(std::size_t(scan.peers[*k2].index)) : std::nullopt;
-        });
-        if (!ob) continue;
-        const json j = json::parse(*l, nullptr, false);
-        json e = ob->second;
-        e["t"] = life.offset + j["t"].get<double>();
-        e["event"] = ob->first;
-        events.push_back(std::move(e));
-      }
-      events.push_back({{"t", life.offset + life.end_t}, {"event", "exit"}, {"peer", idx}});
-    }
-  }
-  std::stable_sort(events.begin(), events.end(), [](const json& a, const json& b) {
-    return a["t"].get<double>() < b["t"].get<double>();
-  });
+  const Folded f = fold_peers(scan, o.target_acc, t0);
+  facts.seconds = f.end;
+  EventsOnOneClock ev(scan, f);
+  ev.collect();
 
   Report r;
-  r.summary = make_summary(facts, stats, outcomes);
+  r.summary = make_summary(facts, f.stats, f.outcomes);
   json files = json::array();
   for (const auto& p : scan.peers) files.push_back({{"peer", p.index}, {"file", p.path}});
   r.summary["report"] = {{"source_dir", dir}, {"files", files}, {"skipped", scan.notes}};
-  if (churn) {
-    const int n = int(scan.peers.size());
-    core::ChurnScenario sc;
-    sc.initial_peers = std::max(1, n);
-    try {
-      sc = core::parse_churn_scenario({{"events", scenario_events}}, std::max(1, n));
-    } catch (const core::ScenarioError&) {
-      // The peers' own events name shards beyond the peers found: the section still stands.
-    }
-    r.summary["churn"] = churn_report(events, sc, "gossip-peer --churn (played by the peers)");
-  }
-  r.events = std::move(events);
-  for (const auto& l : lives) {
+  if (ev.churn)
+    r.summary["churn"] = played_churn_report(ev.events, ev.scenario_events, int(scan.peers.size()));
+  r.events = std::move(ev.events);
+  for (const auto& l : f.lives) {
     r.life_offsets.emplace_back();
     for (const auto& life : l) r.life_offsets.back().push_back(life.offset);
   }
-  std::string table = "gossip-launch --report " + dir + "  " + std::to_string(scan.peers.size()) +
-                      " peer" + (scan.peers.size() == 1 ? "" : "s") + "\n" + peer_table_header() +
-                      "\n";
-  for (std::size_t i = 0; i < scan.peers.size(); ++i)
-    table += peer_table_row(std::size_t(scan.peers[i].index), stats[i], facts.epochs,
-                            outcomes[i].state) +
-             "\n";
-  r.table = table;
+  r.table = report_table(scan, f, facts.epochs, dir);
   return r;
 }
 

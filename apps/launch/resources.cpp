@@ -79,11 +79,10 @@ PeerMemory peer_memory(const PeerConfig& c, std::size_t largest_shard, std::size
 // The largest shard of each split into n (the partition is the peers' own, from the labels).
 // A partition the data cannot take is not the plan's to report: the peers refuse it with their
 // own message, so the estimate falls back to an equal share.
-std::size_t largest_shard(const core::DatasetLabels& l, int n, const std::string& partition,
+std::size_t largest_shard(const core::DatasetLabels& l, int n, const core::PartitionSpec& partition,
                           std::uint64_t seed) {
   try {
-    const auto parts =
-        core::partition(l.train, l.classes, n, core::parse_partition(partition), seed);
+    const auto parts = core::partition(l.train, l.classes, n, partition, seed);
     std::size_t m = 0;
     for (const auto& p : parts) m = std::max(m, p.size());
     return m;
@@ -199,7 +198,7 @@ ResourcePlan plan_resources(const LaunchOptions& o) {
     throw UsageError(e.what());
   }
   auto estimate = [&](int n, PeerMemory* pm) {
-    const PeerMemory m = peer_memory(c, largest_shard(labels, n, c.partition, c.train.seed),
+    const PeerMemory m = peer_memory(c, largest_shard(labels, n, c.partition_spec, c.train.seed),
                                      labels.test_rows, labels.features);
     if (pm) *pm = m;
     return n * m.total_mb() + kLauncherBaseMb + n * kLauncherPerPeerMb;

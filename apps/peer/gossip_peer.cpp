@@ -226,7 +226,7 @@ Resources prepare(apps::PeerConfig& cfg) {
   const std::vector<int> allowed = core::allowed_cpus();
   r.cpus = core::plan_cpus(allowed, cfg.gossip_enabled() ? cfg.net_cores : 0, cfg.compute_threads,
                            core::physical_cores(allowed));
-  const auto spec = core::parse_partition(cfg.partition);
+  const core::PartitionSpec& spec = cfg.partition_spec;
   // Only this peer's shard of the training set is read into memory (and the test set): the
   // partition needs the labels alone, and the images are streamed past.
   r.data = core::load_shard(cfg.data, [&](const std::vector<std::int32_t>& y, int classes) {
@@ -237,7 +237,7 @@ Resources prepare(apps::PeerConfig& cfg) {
     cfg.train.steps_per_epoch =
         core::share_steps_per_epoch(r.data.train_size, cfg.num_shards, cfg.train.batch);
   r.backend = kernels::make_backend(cfg.backend, cfg.device);
-  r.backend->set_precision(kernels::parse_precision(cfg.precision));
+  r.backend->set_precision(cfg.precision);
   return r;
 }
 

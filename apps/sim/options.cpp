@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "core/dataset.hpp"
-#include "core/partition.hpp"
 #include "core/trainer.hpp"
 #include "gossip/exchange/fault.hpp"
 #include "kernels/backend.hpp"
@@ -246,7 +245,7 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
       if (!given("--backend")) o.world.peer.backend = "cpu";
       if (o.world.peer.backend == "cpu") {  // the backend's own rule, before any run folder
         try {
-          kernels::CpuBackend().set_precision(kernels::parse_precision(o.world.peer.precision));
+          kernels::CpuBackend().set_precision(o.world.peer.precision);
         } catch (const kernels::BackendError& e) {
           throw UsageError(e.what());
         }
@@ -258,7 +257,6 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
       // Every sim peer gossips: gossip-peer's --linger default for a peer with seeds (10 s).
       if (!given("--linger")) o.world.peer.linger_s = 10.0;
       core::validate(o.world.peer.train);
-      core::parse_partition(o.world.peer.partition);
       // The data's labels and shape now, so that a missing or bad data set is refused before the
       // run folder is made.
       core::check_input_features(o.world.peer.train.model,

@@ -31,7 +31,7 @@ void World::load_train_data() {
   pc.train.seed = cfg_.seed;  // gossip-launch passes its --seed to every peer
   pc.train.checkpoint_dir.clear();
   data_ = core::load_dataset(pc.data);
-  const auto spec = core::parse_partition(pc.partition);
+  const core::PartitionSpec& spec = pc.partition_spec;
   const auto parts =
       core::partition(data_.train.y, data_.train.classes, slots, spec, pc.train.seed);
   shards_.clear();
@@ -42,7 +42,7 @@ void World::load_train_data() {
   pc.train.steps_per_epoch = slots > 1 ? steps_per_epoch_ : 0;
   core::Metrics quiet("", "probe");
   train_be_ = kernels::make_backend(pc.backend, pc.device);
-  train_be_->set_precision(kernels::parse_precision(pc.precision));
+  train_be_->set_precision(pc.precision);
   core::Trainer probe(*train_be_, pc.train, shards_[0], data_.test, quiet, nullptr);
   fingerprint_ = probe.model().fingerprint();
   dim_ = probe.model().num_params();

@@ -79,47 +79,62 @@ std::vector<int> Topology::assign(int peers) const {
   return out;
 }
 
-Topology load_topology(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read '" + path + "'");
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  auto bad = [&](const std::string& what) {
-    return std::invalid_argument("'" + path + "': " + what);
-  };
-  if (!j.is_object() || !j.contains("regions") || !j.contains("latency_ms"))
-    throw bad("want a JSON object with \"regions\" and \"latency_ms\"");
-  const auto& regions = j["regions"];
+namespace {
+
+// A topology file's error: its path, then what is wrong.
+std::invalid_argument bad_topology(const std::string& path, const std::string& what) {
+  return std::invalid_argument("'" + path + "': " + what);
+}
+
+// "regions": 1 to 64 distinct names, each with a weight > 0 (default 1).
+void read_regions(const nlohmann::json& regions, const std::string& path, Topology& t) {
   if (!regions.is_array() || regions.empty() || regions.size() > 64)
-    throw bad("\"regions\" must be a list of 1 to 64 regions");
-  Topology t;
+    throw bad_topology(path, "\"regions\" must be a list of 1 to 64 regions");
   for (const auto& r : regions) {
     if (!r.is_object() || !r.contains("name") || !r["name"].is_string())
-      throw bad("every region needs a \"name\"");
+      throw bad_topology(path, "every region needs a \"name\"");
     const std::string name = r["name"];
     if (std::find(t.names.begin(), t.names.end(), name) != t.names.end())
-      throw bad("region '" + name + "' is named twice");
+      throw bad_topology(path, "region '" + name + "' is named twice");
     if (r.contains("weight") && !r["weight"].is_number())
-      throw bad("region '" + name + "': \"weight\" must be a number");
+      throw bad_topology(path, "region '" + name + "': \"weight\" must be a number");
     const double w = r.contains("weight") ? r["weight"].get<double>() : 1.0;
-    if (!(w > 0 && w < 1e9)) throw bad("region '" + name + "': \"weight\" must be > 0");
+    if (!(w > 0 && w < 1e9)) throw bad_topology(path, "region '" + name + "': \"weight\" must be > 0");
     t.names.push_back(name);
     t.weights.push_back(w);
   }
-  const auto& m = j["latency_ms"];
+}
+
+// "latency_ms": one row per region, one latency in ms in [0, 600000] per region.
+void read_latencies(const nlohmann::json& m, const std::string& path, Topology& t) {
+  const std::string n = std::to_string(t.names.size());
   if (!m.is_array() || m.size() != t.names.size())
-    throw bad("\"latency_ms\" must be a " + std::to_string(t.names.size()) + "x" +
-              std::to_string(t.names.size()) + " matrix (one row per region)");
+    throw bad_topology(path, "\"latency_ms\" must be a " + n + "x" + n +
+                                 " matrix (one row per region)");
   for (const auto& row : m) {
     if (!row.is_array() || row.size() != t.names.size())
-      throw bad("every row of \"latency_ms\" needs " + std::to_string(t.names.size()) + " numbers");
+      throw bad_topology(path, "every row of \"latency_ms\" needs " + n + " numbers");
     std::vector<double> r;
     for (const auto& x : row) {
       if (!x.is_number() || !(x.get<double>() >= 0 && x.get<double>() <= 600000))
-        throw bad("latencies must be numbers of ms in [0, 600000]");
+        throw bad_topology(path, "latencies must be numbers of ms in [0, 600000]");
       r.push_back(x.get<double>());
     }
     t.latency_ms.push_back(std::move(r));
   }
+}
+
+}  // namespace
+
+Topology load_topology(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read '" + path + "'");
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("regions") || !j.contains("latency_ms"))
+    throw bad_topology(path, "want a JSON object with \"regions\" and \"latency_ms\"");
+  Topology t;
+  read_regions(j["regions"], path, t);
+  read_latencies(j["latency_ms"], path, t);
   return t;
 }
 

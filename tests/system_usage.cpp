@@ -1,0 +1,27 @@
+// Flags are parsed once, in the flag table, into typed values: a bad value is a usage error (exit
+// code 2, the flag named) before the peer loads data or opens a socket.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <string>
+
+#include "tests/system_process.hpp"
+
+using namespace std::chrono_literals;
+
+TEST_CASE("gossip-peer refuses a bad --wire at parse time with exit code 2, naming the flag",
+          "[system]") {
+  gt_test::TempDir tmp("gt-usage");
+  std::string out;
+  const int rc = gt_test::run_app("gossip-peer",
+                                  {"--wire", "int4", "--data", "synthetic", "--epochs", "1",
+                                   "--identity", tmp / "id.key"},
+                                  tmp / "peer.log", &out, 60s);
+  INFO(out);
+  CHECK(rc == 2);
+  CHECK(out.find("--wire") != std::string::npos);
+  CHECK(out.find("int4") != std::string::npos);
+  CHECK(out.find("fp32|fp16|bf16|int8") != std::string::npos);  // what it takes
+  // Nothing ran: no identity was created, no data loaded.
+  CHECK_FALSE(std::filesystem::exists(tmp / "id.key"));
+}
