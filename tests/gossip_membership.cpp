@@ -73,7 +73,7 @@ struct FakePeer : net::TransportHandler {
   }
   void send(std::uint8_t type, net::Bytes b) { REQUIRE(conn->send(type, share(std::move(b)))); }
   // Sends a join sync naming `ups`.
-  void join(std::vector<Update> ups, std::uint64_t seq = 1) {
+  void join(std::vector<Update> ups, std::uint32_t seq = 1) {
     send(wire(gossip::MembershipType::Sync),
          gossip::encode(gossip::SyncMsg{seq, true, std::move(ups)}));
   }
