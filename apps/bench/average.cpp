@@ -148,7 +148,7 @@ const OptionTable<AverageBenchOptions>& average_options() {
       {
           O::number("params", "N", "about N parameters (default 25M = 100 MB fp32)", &T::params,
                     1000, 2'000'000'000),
-          O::choice("wire", {"fp32", "fp16", "bf16", "int8"}, "encoding on the wire (default fp32)",
+          O::choice("wire", {"fp32", "fp16", "bf16", "int8", "int4", "int2"}, "encoding on the wire (default fp32)",
                     &T::wire),
           O::number("reps", "R", "exchanges and channel transfers timed (default 7)", &T::reps, 1,
                     1000),

@@ -162,10 +162,11 @@ const OptionTable<PeerConfig>& peer_options() {
          if (!(c.max_ahead > 0.0 && c.max_ahead < 1.0) && v != "off")
            throw bad_value("max-ahead", v, "a number in (0, 1) or off");
        }},
-      O::choice("wire", {"fp32", "fp16", "bf16", "int8"}, "encoding of parameters on the wire",
+      O::choice("wire", {"fp32", "fp16", "bf16", "int8", "int4", "int2"},
+                "encoding of parameters on the wire (docs/communication.md)",
                 &PeerConfig::wire),
       {"error-feedback", "on|off",
-       "with a lossy --wire (fp16, bf16, int8): send the encoding of x + e and keep in e what it "
+       "with a lossy --wire (fp16, bf16, int8, int4, int2): send the encoding of x + e and keep in e what it "
        "rounded off, for the next exchange (docs/communication.md; default off)",
        [](PeerConfig& c, const std::string& v) {
          if (v != "on" && v != "off") throw bad_value("error-feedback", v, "on or off");

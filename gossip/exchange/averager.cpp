@@ -48,9 +48,10 @@ ExchangeConfig exchange_config(const AveragerConfig& c, bool direct) {
   return e;
 }
 
-// Direct mode: values element-wise on the wire (not int8, whose block scales come first).
+// Direct mode: values element-wise on the wire (not the blockwise int8, int4, int2, whose block
+// scales come first).
 bool direct_mode(const AveragerConfig& c, const kernels::Backend& be) {
-  return c.direct && be.host_memory() && c.wire != kernels::Wire::Int8 && !c.error_feedback;
+  return c.direct && be.host_memory() && !kernels::is_blockwise(c.wire) && !c.error_feedback;
 }
 
 void check_config(const AveragerConfig& c) {
