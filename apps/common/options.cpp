@@ -469,6 +469,9 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
   if (!c.from_checkpoint.empty() && c.export_path.empty())
     throw UsageError("--from-checkpoint needs --export FILE.safetensors");
   check_fedavg_options(c);
+  if (c.wire == "int2" && c.error_feedback)  // the averager's own check, as a usage error
+    throw UsageError("--wire int2 with --error-feedback on diverges (docs/communication.md): use "
+                     "--wire int4, or int2 without error feedback");
   if (c.linger_s < 0) c.linger_s = c.gossip_enabled() ? 10.0 : 0.0;
   return c;
 }

@@ -61,6 +61,10 @@ void check_config(const AveragerConfig& c) {
   if (!(c.min_rate_bytes_per_s > 0))
     throw std::invalid_argument("averager: min_rate_bytes_per_s must be > 0");
   if (!(c.max_diff_norm >= 0)) throw std::invalid_argument("averager: max_diff_norm < 0");
+  // Three levels a value: the residual is as large as the values it rides on and grows with them
+  // (docs/communication.md, "Low-bit wires").
+  if (c.error_feedback && c.wire == kernels::Wire::Int2)
+    throw std::invalid_argument("averager: int2 with error feedback diverges");
 }
 }  // namespace
 
