@@ -1,4 +1,5 @@
-// fp32 <-> fp16 / bf16 bit conversions (round to nearest even) and the int8 per-block quantizer,
+// fp32 <-> fp16 / bf16 bit conversions (round to nearest even) and the int8/int4/int2 per-block
+// quantizer,
 // shared by the CPU and CUDA backends so that both produce bit-identical wire encodings.
 #pragma once
 
@@ -89,23 +90,43 @@ GT_HD float bf16_bits_to_f32(std::uint16_t b) {
   return f32_from_bits(static_cast<std::uint32_t>(b) << 16);
 }
 
-// int8 wire: one scale per kInt8BlockSize floats, scale = max|x| / 127 (0 for an all-zero block).
-GT_HD float int8_scale(float max_abs) { return max_abs / 127.0f; }
+// Blockwise wires (int8, int4, int2): one scale per kInt8BlockSize floats, scale = max|x| / qmax
+// (qmax 127, 7 or 1; 0 for an all-zero block), values round(x / scale) in [-qmax, qmax].
+GT_HD float block_scale(float max_abs, int qmax) { return max_abs / static_cast<float>(qmax); }
+GT_HD float int8_scale(float max_abs) { return block_scale(max_abs, 127); }
 
 // Rounds half to even like rintf; non-finite inputs (which validation rejects before any
 // exchange) map to 0 or the clamp instead of undefined behaviour.
-GT_HD std::int8_t int8_quantize(float x, float scale) {
+GT_HD int block_quantize(float x, float scale, int qmax) {
   if (!(scale > 0.0f)) return 0;
   float q = x / scale;
   if (!(q == q)) return 0;
-  q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
+  const float lim = static_cast<float>(qmax);
+  q = q > lim ? lim : (q < -lim ? -lim : q);
 #if defined(__CUDA_ARCH__)
-  return static_cast<std::int8_t>(__float2int_rn(q));
+  return __float2int_rn(q);
 #else
   // 1.5 * 2^23 trick: exact round-half-even for |q| <= 127 without depending on libm's rint mode.
   const float r = (q + 12582912.0f) - 12582912.0f;
-  return static_cast<std::int8_t>(static_cast<int>(r));
+  return static_cast<int>(r);
 #endif
+}
+
+GT_HD std::int8_t int8_quantize(float x, float scale) {
+  return static_cast<std::int8_t>(block_quantize(x, scale, 127));
+}
+
+// int4 and int2 pack their values as two's complement codes of kBits bits, the value of index i
+// in bits [kBits * (i % per_byte), ...) of byte i / per_byte (little end first). A code the
+// encoder never makes (int4 -8, int2 -2) decodes like any other: finite, as the scale is checked.
+template <int kBits>
+GT_HD std::uint8_t lowbit_code(int q) {
+  return static_cast<std::uint8_t>(static_cast<unsigned>(q) & ((1u << kBits) - 1u));
+}
+template <int kBits>
+GT_HD int lowbit_value(unsigned code) {
+  const int half = 1 << (kBits - 1);
+  return static_cast<int>(code ^ static_cast<unsigned>(half)) - half;
 }
 
 }  // namespace gossiptrain::kernels

@@ -77,7 +77,7 @@ TEST_CASE("typed flags: --wire, --precision and --partition are typed from the f
     }
     return "";
   };
-  CHECK_THAT(error_of({"--wire", "int4"}), Catch::Contains("--wire") && Catch::Contains("int4"));
+  CHECK_THAT(error_of({"--wire", "int3"}), Catch::Contains("--wire") && Catch::Contains("int3"));
   CHECK_THAT(error_of({"--precision", "fp64"}), Catch::Contains("--precision"));
   CHECK_THAT(error_of({"--partition", "dirichlet:0"}), Catch::Contains("--partition"));
 }

@@ -592,6 +592,8 @@ TEST_CASE("lossy wire encodings also reach consensus", "[gossip]") {
   // of about that error squared instead of going to zero as with fp32. With |x| ~ 0.35 at
   // consensus (the mean of 8 N(0,1)) and msd_0 ~ 1: fp16 (2^-11 relative) ~ 1e-8, bf16 (2^-8) ~ 1e-6,
   // int8 (step max|x|/127 ~ 1/127 per block, variance step^2/12) ~ 5e-6; bounds are 10x above.
+  // int4 and int2 the same with steps 127/7 and 127 times coarser: ~1.9e-3 and ~0.09 (measured
+  // 1.8e-3 and 9.3e-2); bounds 10x and 5x above.
   // The sum is conserved all the same (to float rounding): each side subtracts exactly what it
   // sent, decoded, so what one side gains the other loses.
   struct Case {
@@ -600,7 +602,8 @@ TEST_CASE("lossy wire encodings also reach consensus", "[gossip]") {
     double max_sum_drift;  // per coordinate, over 8 peers with |x| ~ 1
   };
   const Case k = GENERATE(Case{kernels::Wire::Fp32, 1e-12, 1e-4}, Case{kernels::Wire::Fp16, 1e-7, 1e-4},
-                          Case{kernels::Wire::Bf16, 1e-5, 1e-4}, Case{kernels::Wire::Int8, 1e-4, 1e-4});
+                          Case{kernels::Wire::Bf16, 1e-5, 1e-4}, Case{kernels::Wire::Int8, 1e-4, 1e-4},
+                          Case{kernels::Wire::Int4, 2e-2, 1e-4}, Case{kernels::Wire::Int2, 0.5, 1e-4});
   AveragerConfig cfg = base_config();
   cfg.wire = k.wire;
   cfg.direct = GENERATE(true, false);  // int8 always takes the copy path

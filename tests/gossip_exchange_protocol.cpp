@@ -377,6 +377,30 @@ TEST_CASE("exchange protocol: malformed and out-of-order messages", "[gossip][pr
   }
 }
 
+TEST_CASE("exchange protocol: an int4 vector of any other size than the wire's is invalid:length",
+          "[gossip][protocol]") {
+  ExchangeConfig cfg = config();
+  cfg.wire = kernels::Wire::Int4;
+  Fixture f(cfg);
+  const std::size_t expected = kernels::encoded_size(kernels::Wire::Int4, kN);  // 4 + 2 bytes
+  REQUIRE(expected == 6);
+  const std::uint64_t id = f.asked();
+  CHECK(decode_request(f.conn->of(Type::Request)[0]).wire == kernels::Wire::Int4);
+  f.msg(Type::Accept, encode_accept({id, 300}));
+  std::vector<std::uint8_t> v(expected + 1, 0);  // a zero scale, zero codes: finite
+  SECTION("one byte too many at once") {
+    f.msg(Type::Chunk, encode_chunk(id, 0, v.data(), expected + 1));
+  }
+  SECTION("one byte too many in a second chunk (an odd size: int4 chunks need no whole values)") {
+    f.msg(Type::Chunk, encode_chunk(id, 0, v.data(), 5));
+    CHECK(f.port.events.empty());
+    f.msg(Type::Chunk, encode_chunk(id, 5, v.data(), 2));
+  }
+  REQUIRE(f.port.events.size() == 1);
+  CHECK(f.port.events[0].reason == "invalid:length");
+  CHECK(f.port.commits.empty());
+}
+
 TEST_CASE("exchange protocol: deadlines", "[gossip][protocol]") {
   Fixture f;
   using Timer = ExchangePort::Timer;

@@ -47,9 +47,9 @@ std::vector<float> random_vector(std::size_t n, std::uint64_t seed) {
 }  // namespace
 
 TEST_CASE("wire check: every encoding of a finite vector passes, however it is split", "[gossip]") {
-  const std::size_t n = 5000;  // not a multiple of the int8 block
+  const std::size_t n = 5001;  // not a multiple of the block, nor of an int4 or int2 byte
   const auto x = random_vector(n, 1);
-  for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8}) {
+  for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8, Wire::Int4, Wire::Int2}) {
     INFO(kernels::wire_name(w));
     const auto b = encode(w, x);
     for (std::uint64_t seed = 0; seed < 20; ++seed) {
@@ -95,10 +95,13 @@ TEST_CASE("wire check: a NaN or an infinity anywhere is caught, even split acros
   }
 }
 
-TEST_CASE("wire check: int8 block scales must be finite and small enough to decode finitely",
+TEST_CASE("wire check: int8, int4 and int2 block scales must be finite and small enough to decode "
+          "finitely",
           "[gossip]") {
-  const std::size_t n = 1000;  // 4 blocks of 256: 16 bytes of scales, then 1000 int8 values
-  const auto good = encode(Wire::Int8, random_vector(n, 4));
+  const Wire w = GENERATE(Wire::Int8, Wire::Int4, Wire::Int2);
+  INFO(kernels::wire_name(w));
+  const std::size_t n = 1000;  // 4 blocks of 256: 16 bytes of scales, then the codes
+  const auto good = encode(w, random_vector(n, 4));
   auto with_scale = [&](std::size_t block, float s) {
     auto b = good;
     std::memcpy(b.data() + 4 * block, &s, 4);
@@ -106,14 +109,22 @@ TEST_CASE("wire check: int8 block scales must be finite and small enough to deco
   };
   for (float s : {std::nanf(""), INFINITY, -INFINITY, FLT_MAX, -FLT_MAX / 100.0f}) {
     INFO("scale " << s);
-    WireChecker c(Wire::Int8, n);
+    WireChecker c(w, n);
     CHECK_FALSE(feed_in_pieces(c, with_scale(3, s), 9));
   }
-  WireChecker fine(Wire::Int8, n);
+  WireChecker fine(w, n);
   CHECK(feed_in_pieces(fine, with_scale(2, FLT_MAX / 128.0f), 9));
-  // The int8 values after the scales decode finitely whatever they are.
+  // The codes after the scales decode finitely whatever they are (int4 -8, int2 -2 included).
   auto b = good;
   for (std::size_t i = 16; i < b.size(); ++i) b[i] = 0x80;
-  WireChecker any(Wire::Int8, n);
+  WireChecker any(w, n);
   CHECK(any.feed(b.data(), b.size()));
+  // ... and do decode finitely, at the largest scale the check lets through.
+  const float big = FLT_MAX / 128.0f;
+  for (std::size_t k = 0; k < 4; ++k) std::memcpy(b.data() + 4 * k, &big, 4);
+  WireChecker big_ok(w, n);
+  CHECK(big_ok.feed(b.data(), b.size()));
+  std::vector<float> y(n);
+  kernels::CpuBackend().decode(w, b.data(), n, y.data());
+  for (float v : y) REQUIRE(std::isfinite(v));
 }

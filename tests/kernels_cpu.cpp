@@ -283,8 +283,9 @@ TEST_CASE("cpu mix, all_finite and sq_diff_norm", "[kernels]") {
 }
 
 TEST_CASE("wire names, parsing and encoded sizes", "[kernels]") {
-  for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8})
+  for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8, Wire::Int4, Wire::Int2})
     REQUIRE(parse_wire(wire_name(w)) == w);
+  REQUIRE_THROWS_AS(parse_wire("int3"), std::invalid_argument);
   REQUIRE_THROWS_AS(parse_wire("fp8"), std::invalid_argument);
   REQUIRE_THROWS_AS(parse_wire(""), std::invalid_argument);
   REQUIRE(encoded_size(Wire::Fp32, 10) == 40);
@@ -295,13 +296,27 @@ TEST_CASE("wire names, parsing and encoded sizes", "[kernels]") {
   REQUIRE(encoded_size(Wire::Int8, 256) == 4 + 256);
   REQUIRE(encoded_size(Wire::Int8, 257) == 8 + 257);
   REQUIRE(encoded_size(Wire::Int8, 269322) == 1053 * 4 + 269322);
+  // int4: the same scales, then two values a byte; int2: four. A tail block and a tail byte.
+  REQUIRE(encoded_size(Wire::Int4, 0) == 0);
+  REQUIRE(encoded_size(Wire::Int4, 1) == 4 + 1);
+  REQUIRE(encoded_size(Wire::Int4, 256) == 4 + 128);
+  REQUIRE(encoded_size(Wire::Int4, 257) == 8 + 129);
+  REQUIRE(encoded_size(Wire::Int4, 258) == 8 + 129);
+  REQUIRE(encoded_size(Wire::Int4, 269322) == 1053 * 4 + 134661);
+  REQUIRE(encoded_size(Wire::Int2, 0) == 0);
+  REQUIRE(encoded_size(Wire::Int2, 1) == 4 + 1);
+  REQUIRE(encoded_size(Wire::Int2, 256) == 4 + 64);
+  REQUIRE(encoded_size(Wire::Int2, 257) == 8 + 65);
+  REQUIRE(encoded_size(Wire::Int2, 260) == 8 + 65);
+  REQUIRE(encoded_size(Wire::Int2, 261) == 8 + 66);
+  REQUIRE(encoded_size(Wire::Int2, 269322) == 1053 * 4 + 67331);  // 67,331 = ceil(269,322 / 4)
 }
 
 TEST_CASE("cpu wire round trips stay within each encoding's error bound", "[kernels]") {
   CpuBackend be;
-  const std::size_t n = 1000;  // 3 full int8 blocks and a partial one
+  const std::size_t n = 1001;  // 3 full blocks and a partial one, a partial int4 and int2 byte
   auto x = random_floats(n, 15, -3.0f, 3.0f);
-  for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8}) {
+  for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8, Wire::Int4, Wire::Int2}) {
     std::vector<unsigned char> enc(encoded_size(w, n));
     std::vector<float> y(n);
     be.encode(w, x.data(), n, enc.data());
@@ -314,12 +329,14 @@ TEST_CASE("cpu wire round trips stay within each encoding's error bound", "[kern
         // half a unit in the last place, relative: 2^-11 (fp16), 2^-8 (bf16); values >= 2^-14
         case Wire::Fp16: REQUIRE(err <= std::ldexp(std::fabs(x[i]), -11) + 1e-7); break;
         case Wire::Bf16: REQUIRE(err <= std::ldexp(std::fabs(x[i]), -8)); break;
-        case Wire::Int8: {
+        case Wire::Int8:
+        case Wire::Int4:
+        case Wire::Int2: {  // half a step: max |x| of the block / (127, 7 or 1) / 2
           const std::size_t lo = i / kInt8BlockSize * kInt8BlockSize;
           float mx = 0.0f;
           for (std::size_t k = lo; k < std::min(n, lo + kInt8BlockSize); ++k)
             mx = std::max(mx, std::fabs(x[k]));
-          REQUIRE(err <= mx / 127.0f * 0.5f * (1.0f + 1e-5f));
+          REQUIRE(err <= mx / float(wire_qmax(w)) * 0.5f * (1.0f + 1e-5f));
           break;
         }
       }
@@ -352,6 +369,44 @@ TEST_CASE("int8 encoding: layout, an all-zero block, exact integers", "[kernels]
   be.decode(Wire::Int8, enc.data(), n, y.data());
   for (std::size_t i = 0; i < n; ++i)
     if (i != 512 && i != 514) REQUIRE(y[i] == x[i]);
+}
+
+TEST_CASE("int4 and int2 encodings: packed codes, an all-zero block, a tail byte", "[kernels]") {
+  CpuBackend be;
+  const std::size_t n = 515;  // two full blocks, then 3 values: half an int4 byte, 3/4 of an int2 one
+  std::vector<float> x(n, 0.0f);
+  for (std::size_t i = 0; i < 256; ++i) x[i] = float(int(i % 15) - 7);  // max |x| = 7
+  x[512] = -7.0f;
+  x[513] = 3.5f;  // halves round to even: int4 4, int2 (step 7) 0
+  x[514] = 4.0f;
+  for (Wire w : {Wire::Int4, Wire::Int2}) {
+    INFO(wire_name(w));
+    std::vector<unsigned char> enc(encoded_size(w, n), 0xAA);
+    be.encode(w, x.data(), n, enc.data());
+    float scales[3];
+    std::memcpy(scales, enc.data(), sizeof scales);
+    const float step = w == Wire::Int4 ? 1.0f : 7.0f;
+    REQUIRE(scales[0] == step);
+    REQUIRE(scales[1] == 0.0f);  // the all-zero block
+    REQUIRE(scales[2] == step);
+    const unsigned char* codes = enc.data() + 3 * sizeof(float);
+    if (w == Wire::Int4) {
+      REQUIRE(codes[0] == 0xA9u);          // -7 (0x9) in the low nibble, then -6 (0xA)
+      REQUIRE(codes[256] == 0x49u);        // -7, then 3.5 -> 4
+      REQUIRE(codes[257] == 0x04u);        // 4, and the unused high nibble is zero
+    } else {
+      REQUIRE(codes[0] == 0xFFu);          // -7, -6, -5, -4 -> all -1 (binary 11)
+      REQUIRE(codes[128] == 0x13u);        // -7 -> -1 (11), 3.5 -> 0 (00), 4 -> 1 (01), then 00
+    }
+    std::vector<float> y(n, 9.0f);
+    be.decode(w, enc.data(), n, y.data());
+    for (std::size_t i = 256; i < 512; ++i) REQUIRE(y[i] == 0.0f);
+    if (w == Wire::Int4)
+      for (std::size_t i = 0; i < 256; ++i) REQUIRE(y[i] == x[i]);  // integers within +-7: exact
+    REQUIRE(y[512] == -7.0f);
+    REQUIRE(y[513] == (w == Wire::Int4 ? 4.0f : 0.0f));
+    REQUIRE(y[514] == (w == Wire::Int4 ? 4.0f : 7.0f));
+  }
 }
 
 TEST_CASE("fp16 conversion: special values and rounding", "[kernels]") {

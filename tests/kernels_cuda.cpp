@@ -198,7 +198,7 @@ TEST_CASE("cuda mix and reductions match the cpu backend", "[cuda]") {
 TEST_CASE("cuda wire encodings are bit-identical to the cpu backend's and round trip", "[cuda]") {
   GT_REQUIRE_GPU();
   Pair p;
-  const std::size_t n = 269322;  // ends with a partial int8 block
+  const std::size_t n = 269322;  // ends with a partial block (and a partial int2 byte)
   auto x = random_floats(n, 15, -3.0f, 3.0f);
   for (std::size_t i = 512; i < 768; ++i) x[i] = 0.0f;  // an all-zero int8 block
   // Special values: fp16 overflow, subnormals, rounding ties, signed zero, inf and nan.
@@ -208,7 +208,7 @@ TEST_CASE("cuda wire encodings are bit-identical to the cpu backend's and round 
   std::memcpy(x.data() + 2000, specials, sizeof specials);  // in an int8 block of its own
   auto dx = to_device(*p.gpu, x);
 
-  for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8}) {
+  for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8, Wire::Int4, Wire::Int2}) {
     INFO("wire " << wire_name(w));
     const std::size_t bytes = encoded_size(w, n);
     std::vector<unsigned char> enc_cpu(bytes);
@@ -234,7 +234,7 @@ TEST_CASE("cuda wire encodings are bit-identical to the cpu backend's and round 
     const double bound = w == Wire::Fp32 ? 0.0
                          : w == Wire::Fp16 ? 3.0 * 0x1p-11
                          : w == Wire::Bf16 ? 3.0 * 0x1p-8
-                                           : 3.0 / 127.0 * 0.5 * (1.0 + 1e-5);
+                                           : 3.0 / wire_qmax(w) * 0.5 * (1.0 + 1e-5);
     for (std::size_t i = 0; i < 1792; ++i) REQUIRE(std::fabs(double(back[i]) - x[i]) <= bound);
   }
 }

@@ -42,7 +42,7 @@ TEST_CASE("gossip-bench refuses bad values with exit code 2 and a message", "[sy
       {{"train", "--batch", "99999999999"}, "--batch"},
       {{"train", "--batch", "3x"}, "--batch"},
       {{"train", "--precision", "fp64"}, "--precision"},  // refused by the flag table
-      {{"average", "--wire", "int4"}, "--wire"},
+      {{"average", "--wire", "int3"}, "--wire"},
       {{"transport", "--runs", "0"}, "--runs"},
       {{"transport", "--frame-kb", "100000"}, "--frame-kb"},
       {{"nosuchsubject"}, "nosuchsubject"},

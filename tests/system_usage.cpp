@@ -14,13 +14,13 @@ TEST_CASE("gossip-peer refuses a bad --wire at parse time with exit code 2, nami
   gt_test::TempDir tmp("gt-usage");
   std::string out;
   const int rc = gt_test::run_app("gossip-peer",
-                                  {"--wire", "int4", "--data", "synthetic", "--epochs", "1",
+                                  {"--wire", "int3", "--data", "synthetic", "--epochs", "1",
                                    "--identity", tmp / "id.key"},
                                   tmp / "peer.log", &out, 60s);
   INFO(out);
   CHECK(rc == 2);
   CHECK(out.find("--wire") != std::string::npos);
-  CHECK(out.find("int4") != std::string::npos);
+  CHECK(out.find("int3") != std::string::npos);
   CHECK(out.find("fp32|fp16|bf16|int8") != std::string::npos);  // what it takes
   // Nothing ran: no identity was created, no data loaded.
   CHECK_FALSE(std::filesystem::exists(tmp / "id.key"));

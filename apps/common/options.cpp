@@ -163,10 +163,10 @@ const OptionTable<PeerConfig>& peer_options() {
          if (!(c.max_ahead > 0.0 && c.max_ahead < 1.0) && v != "off")
            throw bad_value("max-ahead", v, "a number in (0, 1) or off");
        }},
-      O::named<kernels::Wire>("wire", wire_values(), "encoding of parameters on the wire",
+      O::named<kernels::Wire>("wire", wire_values(), "encoding of parameters on the wire (docs/communication.md)",
                               &PeerConfig::wire),
       {"error-feedback", "on|off",
-       "with a lossy --wire (fp16, bf16, int8): send the encoding of x + e and keep in e what it "
+       "with a lossy --wire (fp16, bf16, int8, int4, int2): send the encoding of x + e and keep in e what it "
        "rounded off, for the next exchange (docs/communication.md; default off)",
        [](PeerConfig& c, const std::string& v) {
          if (v != "on" && v != "off") throw bad_value("error-feedback", v, "on or off");
@@ -182,15 +182,15 @@ const OptionTable<PeerConfig>& peer_options() {
       O::number("outer-momentum", "MU", "the outer step's Nesterov momentum (default 0)",
                 &PeerConfig::outer_momentum, 0, 0.99),
       {"comm-preset", "low|default",
-       "low: the best-measured low-communication settings (docs/communication.md), --wire int8 "
-       "--error-feedback on --gossip-every 16 --outer-every 0; default: --wire fp32 "
+       "low: the best-measured low-communication settings (docs/communication.md), --wire int4 "
+       "--error-feedback on --gossip-every 8 --outer-every 0; default: --wire fp32 "
        "--error-feedback off --gossip-every 4 --outer-every 0. Flags after it override it",
        [](PeerConfig& c, const std::string& v) {
          if (v != "low" && v != "default") throw bad_value("comm-preset", v, "low or default");
          const bool low = v == "low";
-         c.wire = low ? kernels::Wire::Int8 : kernels::Wire::Fp32;
+         c.wire = low ? kernels::Wire::Int4 : kernels::Wire::Fp32;
          c.error_feedback = low;
-         c.gossip_every = low ? 16 : 4;
+         c.gossip_every = low ? 8 : 4;
          c.outer_every = 0;
        }},
       O::named<bool>("weighting", {{"uniform", false}, {"samples", true}},
@@ -471,6 +471,9 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
   if (!c.from_checkpoint.empty() && c.export_path.empty())
     throw UsageError("--from-checkpoint needs --export FILE.safetensors");
   check_fedavg_options(c);
+  if (c.wire == kernels::Wire::Int2 && c.error_feedback)  // the averager's own check, as a usage error
+    throw UsageError("--wire int2 with --error-feedback on diverges (docs/communication.md): use "
+                     "--wire int4, or int2 without error feedback");
   if (c.linger_s < 0) c.linger_s = c.gossip_enabled() ? 10.0 : 0.0;
   return c;
 }

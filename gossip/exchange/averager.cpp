@@ -48,9 +48,10 @@ ExchangeConfig exchange_config(const AveragerConfig& c, bool direct) {
   return e;
 }
 
-// Direct mode: values element-wise on the wire (not int8, whose block scales come first).
+// Direct mode: values element-wise on the wire (not the blockwise int8, int4, int2, whose block
+// scales come first).
 bool direct_mode(const AveragerConfig& c, const kernels::Backend& be) {
-  return c.direct && be.host_memory() && c.wire != kernels::Wire::Int8 && !c.error_feedback;
+  return c.direct && be.host_memory() && !kernels::is_blockwise(c.wire) && !c.error_feedback;
 }
 
 void check_config(const AveragerConfig& c) {
@@ -60,6 +61,10 @@ void check_config(const AveragerConfig& c) {
   if (!(c.min_rate_bytes_per_s > 0))
     throw std::invalid_argument("averager: min_rate_bytes_per_s must be > 0");
   if (!(c.max_diff_norm >= 0)) throw std::invalid_argument("averager: max_diff_norm < 0");
+  // Three levels a value: the residual is as large as the values it rides on and grows with them
+  // (docs/communication.md, "Low-bit wires").
+  if (c.error_feedback && c.wire == kernels::Wire::Int2)
+    throw std::invalid_argument("averager: int2 with error feedback diverges");
 }
 }  // namespace
 

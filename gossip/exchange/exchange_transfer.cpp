@@ -83,7 +83,7 @@ std::optional<FailureReason> ExchangeProtocol::check_chunk(Exchange& e, const Ch
                  short_id(e.partner), v.offset, v.size, expected);
     return FailureReason{ExchangeFailure::InvalidLength};
   }
-  if (cfg_.wire != kernels::Wire::Int8 && v.size % kernels::wire_value_bytes(cfg_.wire) != 0) {
+  if (!kernels::is_blockwise(cfg_.wire) && v.size % kernels::wire_value_bytes(cfg_.wire) != 0) {
     spdlog::warn("averager: chunk from {} at offset {} holds a partial value ({} bytes)",
                  short_id(e.partner), v.offset, v.size);
     return FailureReason{ExchangeFailure::InvalidLength};

@@ -201,7 +201,7 @@ class CopyBuffers final : public SnapshotBuffers {
   void finish() override {
     if (rx_bytes_ != encoded_size(wire_, n_))
       throw std::logic_error("averager: the partner's vector is incomplete at the end");
-    if (wire_ == Wire::Int8 && rx_decoded_ < n_) be_.decode(wire_, rx_enc_.data(), n_, r_.data());
+    if (kernels::is_blockwise(wire_) && rx_decoded_ < n_) be_.decode(wire_, rx_enc_.data(), n_, r_.data());
     rx_decoded_ = n_;
   }
   void for_each_float_span(const FloatSpanFn& fn) override { fn(0, r_.data(), s_.data(), n_); }
@@ -247,12 +247,13 @@ class CopyBuffers final : public SnapshotBuffers {
   kernels::DeviceBuffer<std::uint8_t> enc_;     // our encoded snapshot (not for fp32)
   kernels::DeviceBuffer<std::uint8_t> rx_enc_;  // the partner's encoded vector (not for fp32)
   const std::uint8_t* src_ = nullptr;           // what the chunks are filled from
-  std::size_t rx_decoded_ = 0;                  // values decoded into r_ (fp16, bf16, int8)
+  std::size_t rx_decoded_ = 0;  // values decoded into r_ (fp16, bf16, the blockwise wires)
 };
 
 // Uploads the chunks (and decodes the complete values of the element-wise wires on the way, so
 // neither the upload nor the decode of a 100 MB vector trails the transfer), then gives their
-// buffers back. int8 keeps its block scales at the front, so it is decoded whole at the end.
+// buffers back. int8, int4 and int2 keep their block scales at the front, so they are decoded
+// whole at the end.
 void CopyBuffers::receive(ChunkList& chunks) {
   std::uint8_t* dst =
       wire_ == Wire::Fp32 ? reinterpret_cast<std::uint8_t*>(r_.data()) : rx_enc_.data();

@@ -10,7 +10,8 @@ namespace {
 constexpr std::uint32_t kF32Exp = 0x7f800000u;
 constexpr std::uint16_t kF16Exp = 0x7c00u;
 constexpr std::uint16_t kBf16Exp = 0x7f80u;
-// The largest int8 block scale whose 127 multiple is finite: decoding can never overflow.
+// The largest block scale whose 127 multiple is finite: decoding can never overflow (int8's codes
+// reach 127, int4's 8, int2's 2).
 constexpr float kMaxInt8Scale = FLT_MAX / 127.0f;
 
 // True when no value among n Words has every bit of exp set (an infinity or a NaN).
@@ -38,6 +39,8 @@ WireChecker::WireChecker(kernels::Wire wire, std::size_t n_params) : wire_(wire)
       checked_bytes_ = n_params * 2;
       break;
     case kernels::Wire::Int8:  // the fp32 block scales come first
+    case kernels::Wire::Int4:
+    case kernels::Wire::Int2:
       value_bytes_ = 4;
       checked_bytes_ = (n_params + kernels::kInt8BlockSize - 1) / kernels::kInt8BlockSize * 4;
       break;
@@ -52,7 +55,7 @@ bool WireChecker::check_run(const std::uint8_t* p, std::size_t values) const {
   if (value_bytes_ == 2)
     return no_all_ones_exponent<std::uint16_t>(p, values,
                                                wire_ == kernels::Wire::Fp16 ? kF16Exp : kBf16Exp);
-  if (wire_ == kernels::Wire::Int8) {
+  if (kernels::is_blockwise(wire_)) {
     for (std::size_t i = 0; i < values; ++i) {
       float s;
       std::memcpy(&s, p + 4 * i, 4);

@@ -19,8 +19,8 @@ class WireChecker {
   // Checks the next len bytes of the vector, which may split values anywhere. Returns false once
   // any complete value so far decodes to a NaN or an infinity (and from then on).
   //  fp32: every value finite. fp16, bf16: no all-ones exponent.
-  //  int8: every block scale finite and small enough that scale * 127 is finite; the int8 values
-  //        themselves cannot be anything but finite.
+  //  int8, int4, int2: every block scale finite and small enough that scale * 127 is finite; the
+  //        codes themselves cannot decode to anything but finite values.
   bool feed(const std::uint8_t* data, std::size_t len);
 
   std::size_t bytes_fed() const { return fed_; }

@@ -438,6 +438,52 @@ double CpuBackend::sq_diff_norm_range(const float* a, const float* b, std::size_
 
 // ---- wire encodings ----
 
+namespace {
+
+// int4 (kBits 4) and int2 (kBits 2): the fp32 block scales, then the packed codes
+// (kernels/float_convert.hpp). A block of kInt8BlockSize values fills whole bytes.
+template <int kBits>
+void encode_lowbit(const float* x, std::size_t n, unsigned char* bytes) {
+  constexpr int qmax = (1 << (kBits - 1)) - 1;
+  constexpr std::size_t per_byte = 8 / kBits;
+  static_assert(kInt8BlockSize % per_byte == 0);
+  const std::size_t blocks = (n + kInt8BlockSize - 1) / kInt8BlockSize;
+  unsigned char* codes = bytes + blocks * sizeof(float);
+  std::memset(codes, 0, (n + per_byte - 1) / per_byte);
+  for (std::size_t blk = 0; blk < blocks; ++blk) {
+    const std::size_t lo = blk * kInt8BlockSize, hi = std::min(n, lo + kInt8BlockSize);
+    float mx = 0.0f;
+    for (std::size_t i = lo; i < hi; ++i) {
+      const float a = std::fabs(x[i]);
+      mx = a > mx ? a : mx;
+    }
+    const float scale = block_scale(mx, qmax);
+    std::memcpy(bytes + blk * sizeof(float), &scale, sizeof scale);
+    for (std::size_t i = lo; i < hi; ++i)
+      codes[i / per_byte] |= static_cast<unsigned char>(
+          lowbit_code<kBits>(block_quantize(x[i], scale, qmax)) << (kBits * (i % per_byte)));
+  }
+}
+
+template <int kBits>
+void decode_lowbit(const unsigned char* bytes, std::size_t n, float* x) {
+  constexpr std::size_t per_byte = 8 / kBits;
+  constexpr unsigned mask = (1u << kBits) - 1u;
+  const std::size_t blocks = (n + kInt8BlockSize - 1) / kInt8BlockSize;
+  const unsigned char* codes = bytes + blocks * sizeof(float);
+  for (std::size_t blk = 0; blk < blocks; ++blk) {
+    float scale;
+    std::memcpy(&scale, bytes + blk * sizeof(float), sizeof scale);
+    const std::size_t lo = blk * kInt8BlockSize, hi = std::min(n, lo + kInt8BlockSize);
+    for (std::size_t i = lo; i < hi; ++i) {
+      const unsigned code = (codes[i / per_byte] >> (kBits * (i % per_byte))) & mask;
+      x[i] = static_cast<float>(lowbit_value<kBits>(code)) * scale;
+    }
+  }
+}
+
+}  // namespace
+
 void CpuBackend::encode(Wire w, const float* x, std::size_t n, void* out) {
   switch (w) {
     case Wire::Fp32:
@@ -470,6 +516,8 @@ void CpuBackend::encode(Wire w, const float* x, std::size_t n, void* out) {
       }
       return;
     }
+    case Wire::Int4: return encode_lowbit<4>(x, n, static_cast<unsigned char*>(out));
+    case Wire::Int2: return encode_lowbit<2>(x, n, static_cast<unsigned char*>(out));
   }
   throw BackendError("cpu encode: unknown wire encoding");
 }
@@ -501,6 +549,8 @@ void CpuBackend::decode(Wire w, const void* in, std::size_t n, float* x) {
       }
       return;
     }
+    case Wire::Int4: return decode_lowbit<4>(static_cast<const unsigned char*>(in), n, x);
+    case Wire::Int2: return decode_lowbit<2>(static_cast<const unsigned char*>(in), n, x);
   }
   throw BackendError("cpu decode: unknown wire encoding");
 }
