@@ -72,9 +72,7 @@ class Transport {
  public:
   using ConnectCallback = std::function<void(ConnectionPtr, const std::string& error)>;
   virtual ~Transport() = default;
-  // Before start. Not owned: the handler must outlive the transport's stop() (or its destructor),
-  // which reports the close of every connection to it.
-  virtual void set_handler(TransportHandler* h) = 0;
+  virtual void set_handler(TransportHandler* h) = 0;  // before start; not owned, outlives stop()
   virtual Scheduler& scheduler() = 0;
   // Our own identity.
   virtual const std::string& local_id() const = 0;
