@@ -10,6 +10,7 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 
+#include <cerrno>
 #include <optional>
 
 #include "net/dial.hpp"
@@ -40,8 +41,10 @@ struct Unanswering {
       auto s = std::make_unique<asio::ip::tcp::socket>(io);
       s->open(asio::ip::tcp::v4());
       s->non_blocking(true);
-      std::error_code ec;
-      s->connect(asio::ip::tcp::endpoint(ep.address(), port), ec);
+      // (Not asio's connect: it waits for a connect in progress, non-blocking socket or not.)
+      const asio::ip::tcp::endpoint to(ep.address(), port);
+      if (::connect(s->native_handle(), to.data(), to.size()) != 0 && errno != EINPROGRESS)
+        return false;
       pollfd pfd{s->native_handle(), POLLOUT, 0};
       const int ready = ::poll(&pfd, 1, 300);
       fillers.push_back(std::move(s));
