@@ -14,7 +14,6 @@
 #include <spdlog/spdlog.h>
 #include <sodium.h>
 #include <asio/co_spawn.hpp>
-#include <asio/connect.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/read.hpp>
 #include <asio/use_awaitable.hpp>
@@ -26,6 +25,7 @@
 #include <random>
 
 #include "net/close_reason.hpp"
+#include "net/dial.hpp"
 #include "net/tcp_transport.hpp"
 
 namespace gossiptrain::net {
@@ -189,30 +189,11 @@ asio::awaitable<void> TcpTransport::open_relayed(std::string relay_addr, std::st
     co_return fail("connection limit reached");
   if (!split_host_port(relay_addr, host, port)) co_return fail("bad relay address");
   const auto deadline = Clock::now() + config_.limits.handshake_timeout;
-  asio::ip::tcp::resolver resolver(*io_);
-  auto [rec, results] = co_await resolver.async_resolve(host, std::to_string(port), kUseTuple);
-  if (rec || results.empty()) co_return fail("cannot resolve the relay");
-  auto sock = std::make_shared<asio::ip::tcp::socket>(*io_);
-  asio::steady_timer timer(*io_);
-  timer.expires_at(deadline);
-  bool timed_out = false;
-  timer.async_wait([sock, &timed_out](std::error_code ec) {
-    if (ec) return;
-    timed_out = true;
-    std::error_code e2;
-    sock->close(e2);
-  });
-  auto [cec, ep] = co_await asio::async_connect(*sock, results, kUseTuple);
-  Bytes pre = relay_preamble(nonce, side);
-  std::error_code wec;
-  if (!cec && !timed_out)
-    std::tie(wec, std::ignore) = co_await asio::async_write(*sock, asio::buffer(pre), kUseTuple);
-  const bool expired = timed_out;
-  timer.cancel();
-  if (expired) co_return fail("connect timeout");
-  if (cec) co_return fail("connect failed: " + cec.message());
-  if (wec) co_return fail("write failed: " + wec.message());
+  // The preamble is written under the same deadline.
+  auto dialed = co_await connect_within(*io_, host, port, deadline, relay_preamble(nonce, side));
+  if (!dialed.sock) co_return fail(dialed.error);
   if (stopping_) co_return fail("transport stopped");
+  auto& sock = dialed.sock;
   auto ch = std::make_shared<Channel>(io_, std::move(*sock), side == 1, options_, channel_host());
   ch->set_relayed();
   channels_.insert(ch);
@@ -320,15 +301,26 @@ asio::awaitable<void> TcpTransport::sniff(std::shared_ptr<asio::ip::tcp::socket>
     }
   } done_guard{*this};
   const auto deadline = Clock::now() + config_.limits.handshake_timeout;
+  // The deadline's handler may run after this frame is gone (expired in the same instant as the
+  // last read, beyond cancel()), and by then the socket may be a splice's: it holds the state it
+  // shares by shared_ptr and acts only while the sniff is still guarded (cf. connect_within).
+  struct Guard {
+    bool on = true, timed_out = false;
+  };
+  auto guard = std::make_shared<Guard>();
   asio::steady_timer timer(*io_);
   timer.expires_at(deadline);
-  bool timed_out = false;
-  timer.async_wait([sock, &timed_out](std::error_code ec) {
-    if (ec) return;
-    timed_out = true;
+  timer.async_wait([sock, guard](std::error_code ec) {
+    if (ec || !guard->on) return;
+    guard->timed_out = true;
     std::error_code e2;
     sock->cancel(e2);
   });
+  const auto unguard = [&] {
+    guard->on = false;
+    timer.cancel();
+  };
+  const bool& timed_out = guard->timed_out;
   std::array<std::uint8_t, kRelayPreambleBytes> pre{};
   bool relay = false;
   for (;;) {
@@ -349,13 +341,13 @@ asio::awaitable<void> TcpTransport::sniff(std::shared_ptr<asio::ip::tcp::socket>
     co_await wait.async_wait(kUseTuple);
   }
   if (!relay) {
-    timer.cancel();
+    unguard();
     if (stopping_) co_return;
     start_inbound(std::move(*sock), deadline);
     co_return;
   }
   auto [rec, rn] = co_await asio::async_read(*sock, asio::buffer(pre), kUseTuple);
-  timer.cancel();
+  unguard();
   std::error_code ec;
   if (rec || timed_out || stopping_) {
     sock->close(ec);

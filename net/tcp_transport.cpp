@@ -3,7 +3,6 @@
 
 #include <spdlog/spdlog.h>
 #include <asio/co_spawn.hpp>
-#include <asio/connect.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
 #include <asio/use_awaitable.hpp>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "base/thread.hpp"
+#include "net/dial.hpp"
 
 namespace gossiptrain::net {
 namespace {
@@ -263,26 +263,11 @@ asio::awaitable<void> TcpTransport::dial(std::string addr, ConnectCallback done)
   std::string host;
   std::uint16_t port = 0;
   if (!split_host_port(addr, host, port)) co_return refuse("bad address (expected host:port)");
-  auto deadline = std::chrono::steady_clock::now() + config_.limits.handshake_timeout;
-  asio::ip::tcp::resolver resolver(*io_);
-  auto [rec, results] = co_await resolver.async_resolve(host, std::to_string(port), kUseTuple);
-  if (rec || results.empty()) co_return refuse("cannot resolve " + host + ": " + rec.message());
-  auto sock = std::make_shared<asio::ip::tcp::socket>(*io_);
-  asio::steady_timer timer(*io_);
-  timer.expires_at(deadline);
-  bool timed_out = false;
-  timer.async_wait([sock, &timed_out](std::error_code ec) {
-    if (ec) return;
-    timed_out = true;
-    std::error_code e2;
-    sock->close(e2);
-  });
-  auto [cec, ep] = co_await asio::async_connect(*sock, results, kUseTuple);
-  bool expired = timed_out;
-  timer.cancel();
-  if (expired) co_return refuse("connect timeout");
-  if (cec) co_return refuse("connect failed: " + cec.message());
+  const auto deadline = std::chrono::steady_clock::now() + config_.limits.handshake_timeout;
+  auto dialed = co_await connect_within(*io_, host, port, deadline);
+  if (!dialed.sock) co_return refuse(dialed.error);
   if (stopping_) co_return refuse("transport stopped");
+  auto& sock = dialed.sock;
   auto ch = std::make_shared<Channel>(io_, std::move(*sock), false, options_, channel_host());
   channels_.insert(ch);
   ++channel_count_;

@@ -72,7 +72,7 @@ class Transport {
  public:
   using ConnectCallback = std::function<void(ConnectionPtr, const std::string& error)>;
   virtual ~Transport() = default;
-  virtual void set_handler(TransportHandler* h) = 0;  // before start; not owned
+  virtual void set_handler(TransportHandler* h) = 0;  // before start; not owned, outlives stop()
   virtual Scheduler& scheduler() = 0;
   // Our own identity.
   virtual const std::string& local_id() const = 0;

@@ -16,6 +16,9 @@ import subprocess
 import sys
 import time
 
+from container_lib import averaged_since, noticed, podman, poll, trained_share, volume_dir
+from run_metrics import read_jsonl as lines
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SWARM = os.path.join(ROOT, "deploy", "container", "podman-swarm.sh")
 N, VICTIM = 4, 2
@@ -29,24 +32,6 @@ ap.add_argument("--seed", type=int, default=1)
 o = ap.parse_args()
 
 
-def podman(*a, timeout=120):
-    return subprocess.run(["podman", *a], capture_output=True, text=True, timeout=timeout)
-
-
-def lines(path):
-    out = []
-    try:
-        with open(path) as f:
-            for ln in f:
-                try:
-                    out.append(json.loads(ln))
-                except ValueError:
-                    pass
-    except FileNotFoundError:
-        pass
-    return out
-
-
 def run(label, crash):
     name = f"gt-churn-{os.getpid()}-{label}"
     key = os.path.join(o.out, f"{label}.key")
@@ -57,40 +42,27 @@ def run(label, crash):
         t0 = time.monotonic()
         subprocess.run([SWARM, "up", "--name", name, "--replicas", str(N), "--image", o.image,
                         "--key", key, "--data-dir", o.data, "--", *args], check=True, timeout=300)
-        vol = [podman("volume", "inspect", "--format", "{{.Mountpoint}}",
-                      f"{name}-state-{i}").stdout.strip() for i in range(N)]
+        vol = [volume_dir(f"{name}-state-{i}") for i in range(N)]
         mfile = [os.path.join(v, "metrics.jsonl") for v in vol]
         if crash:
-            while True:
-                st = [e for e in lines(mfile[VICTIM]) if e.get("event") == "step"]
-                if st and st[-1]["step"] >= 0.3 * st[-1]["steps_total"] and \
-                        os.listdir(os.path.join(vol[VICTIM], "checkpoint")):
-                    break
-                if time.monotonic() - t0 > 1200:
-                    raise RuntimeError("the victim never reached 30%")
-                time.sleep(0.5)
+            st = poll(lambda: trained_share(mfile[VICTIM], vol[VICTIM], 0.3), 1200)
+            if not st:
+                raise RuntimeError("the victim never reached 30%")
             seen = [len(lines(f)) for f in mfile]
-            res["killed_at_step"], res["steps_total"] = st[-1]["step"], st[-1]["steps_total"]
+            res["killed_at_step"], res["steps_total"] = st["step"], st["steps_total"]
             podman("kill", f"{name}-{VICTIM}")
             t_kill = time.monotonic()
             podman("wait", f"{name}-{VICTIM}", timeout=60)
             dead_at = len(lines(mfile[VICTIM]))  # its last line before the restart
             res["killed_at_s"] = round(t_kill - t0, 1)
             addr = f"{name}-{VICTIM}.gossip:7000"
-            while not any(e.get("event") == "member" and e.get("addr") == addr and
-                          e.get("state") in ("suspect", "dead")
-                          for i in range(N) if i != VICTIM for e in lines(mfile[i])[seen[i]:]):
-                if time.monotonic() - t_kill > 120:
-                    raise RuntimeError("nobody noticed the kill")
-                time.sleep(0.2)
+            if not poll(lambda: noticed(mfile, seen, addr, VICTIM), 120, 0.2):
+                raise RuntimeError("nobody noticed the kill")
             res["detected_after_s"] = round(time.monotonic() - t_kill, 1)
             podman("start", f"{name}-{VICTIM}")
             t_start = time.monotonic()
-            while not any(e.get("event") == "exchange" and e.get("ok")
-                          for e in lines(mfile[VICTIM])[dead_at:]):
-                if time.monotonic() - t_start > 300:
-                    raise RuntimeError("the restarted peer never averaged")
-                time.sleep(0.2)
+            if not poll(lambda: averaged_since(mfile[VICTIM], dead_at), 300, 0.2):
+                raise RuntimeError("the restarted peer never averaged")
             res["first_exchange_after_restart_s"] = round(time.monotonic() - t_start, 1)
         for i in range(N):
             podman("wait", f"{name}-{i}", timeout=3600)

@@ -8,7 +8,9 @@ Prints, per phase, A's median epoch time and where A's time went (--max-lag wait
 
   scripts/join_scenario.py --bin build/apps [--data synthetic] [--flags '--max-lag-share off'] [--pin]
 """
-import argparse, json, os, shlex, signal, socket, statistics, subprocess, sys, tempfile, time
+import argparse, os, shlex, signal, socket, statistics, subprocess, sys, tempfile, time
+
+from run_metrics import read_jsonl as lines
 
 
 def free_port():
@@ -17,20 +19,6 @@ def free_port():
     p = s.getsockname()[1]
     s.close()
     return p
-
-
-def lines(path):
-    out = []
-    try:
-        with open(path) as f:
-            for ln in f:
-                try:
-                    out.append(json.loads(ln))
-                except ValueError:
-                    pass
-    except FileNotFoundError:
-        pass
-    return out
 
 
 def evals(path):

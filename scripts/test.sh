@@ -39,10 +39,6 @@ if [[ "${GT_SKIP_ASAN:-0}" != 1 ]]; then
   cmake --preset asan >/dev/null
   cmake --build build-asan -j "$JOBS" --target test_net test_gossip test_kernels fuzz_net_driver fuzz_gossip_driver
   # The loop pool's many-callers stress test too: the training and network threads share it.
-  # One test is left out until its leak is found: LeakSanitizer saw 64 bytes of the test
-  # Recorder's close list leak once in "relay requests are validated and bounded" (a close
-  # reported during the transport's stop); it passes in the main suite.
-  (cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 -R '^(net|gossip)|^kernels:loop pool' \
-    -E '^net:relay requests are validated and bounded$')
+  (cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 -R '^(net|gossip)|^kernels:loop pool')
   echo "test.sh: AddressSanitizer stage done in $(( $(date +%s) - start )) s"
 fi

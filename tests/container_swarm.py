@@ -8,7 +8,7 @@ from its checkpoint volume as the same peer and rejoins.
 The image is built from BUILD_DIR by deploy/container/build-image.sh under a name of this run and
 removed at the end; the base image (mmdebstrap, the slow part) is kept and reused. Every container,
 network and volume is named gt-pods-<pid>-... and removed. Exit 77: skipped, with the reason."""
-import json
+import functools
 import os
 import secrets
 import shutil
@@ -18,6 +18,12 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "scripts"))
+import container_lib  # noqa: E402  (scripts/, shared with scripts/container_churn.py)
+from container_lib import averaged_since, noticed, trained_share  # noqa: E402
+from run_metrics import read_jsonl as lines  # noqa: E402
 
 try:
     import yaml
@@ -50,37 +56,15 @@ def skip(why):
     sys.exit(77)
 
 
-def podman(*args, timeout=120, check_rc=True):
-    r = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
-    if check_rc and r.returncode != 0:
-        raise RuntimeError(f"podman {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
-    return r
-
-
-def lines(path):
-    """The metric lines of a file a peer is still appending to (a torn last line is left out)."""
-    out = []
-    try:
-        with open(path) as f:
-            for ln in f:
-                try:
-                    out.append(json.loads(ln))
-                except ValueError:
-                    pass
-    except FileNotFoundError:
-        pass
-    return out
+# Here a failed podman call raises, unless the call says check_rc=False.
+podman = functools.partial(container_lib.podman, check_rc=True)
 
 
 def poll(what, pred, timeout_s, every_s=0.5):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(every_s)
-    check(False, f"{what} (within {timeout_s} s)")
-    return None
+    v = container_lib.poll(pred, timeout_s, every_s)
+    if not v:
+        check(False, f"{what} (within {timeout_s} s)")
+    return v
 
 
 # --- What can run here ------------------------------------------------------------------------
@@ -153,10 +137,6 @@ def build_image():
     print(f"image built in {time.monotonic() - t0:.0f} s")
 
 
-def volume_dir(i):
-    return podman("volume", "inspect", "--format", "{{.Mountpoint}}", f"{TAG}-state-{i}").stdout.strip()
-
-
 def bad_environment(extra_env, hostname, names):
     """The entrypoint refuses a missing or inconsistent environment: exit 2, naming the variable."""
     cmd = ["run", "--rm", *RUN, "--hostname", hostname, "--network", "none"]
@@ -195,7 +175,7 @@ try:
                        text=True, timeout=300)
     if not check(r.returncode == 0, f"podman-swarm.sh up: {r.stdout.strip()} {r.stderr.strip()}"):
         raise SystemExit(1)
-    vol = [volume_dir(i) for i in range(N)]
+    vol = [container_lib.volume_dir(f"{TAG}-state-{i}") for i in range(N)]
     mfile = [os.path.join(v, "metrics.jsonl") for v in vol]
 
     # /healthz answers on the metrics port, as the probes ask it.
@@ -211,11 +191,8 @@ try:
     check(bool(poll("/healthz answers 200 ok", healthz, 60)), f"/healthz of {TAG}-0 at {ip}")
 
     # The victim has trained 30% of its epochs and has a checkpoint.
-    def victim_at_30():
-        steps = [e for e in lines(mfile[VICTIM]) if e.get("event") == "step"]
-        return steps and steps[-1]["step"] >= 0.3 * steps[-1]["steps_total"] and \
-            os.listdir(os.path.join(vol[VICTIM], "checkpoint"))
-    if not poll("the victim reaches 30% of its epochs", victim_at_30, 240):
+    if not poll("the victim reaches 30% of its epochs",
+                lambda: trained_share(mfile[VICTIM], vol[VICTIM], 0.3), 240):
         raise SystemExit(1)
     before = lines(mfile[VICTIM])
     step_at_kill = max(e["step"] for e in before if e.get("event") == "step")
@@ -233,18 +210,13 @@ try:
         return {e["member"] for i in range(N) if i != VICTIM for e in lines(mfile[i])
                 if e.get("event") == "member" and e.get("addr") == victim_addr}
 
-    def detected():
-        return [i for i in range(N) if i != VICTIM and any(
-            e.get("event") == "member" and e.get("addr") == victim_addr and
-            e.get("state") in ("suspect", "dead") for e in lines(mfile[i])[seen[i]:])]
-    found = poll("the others detect the killed peer", detected, 60)
+    found = poll("the others detect the killed peer",
+                 lambda: noticed(mfile, seen, victim_addr, VICTIM), 60)
     print(f"detected by peers {found} after {time.monotonic() - t_kill:.1f} s")
     podman("start", f"{TAG}-{VICTIM}")
 
-    def rejoined():
-        after = lines(mfile[VICTIM])[offset:]
-        return any(e.get("event") == "exchange" and e.get("ok") for e in after)
-    check(bool(poll("the restarted peer averages again", rejoined, 120)),
+    check(bool(poll("the restarted peer averages again",
+                    lambda: averaged_since(mfile[VICTIM], offset), 120)),
           "the restarted peer has good exchanges after its restart")
     for i in range(N):
         r = podman("wait", f"{TAG}-{i}", timeout=400)

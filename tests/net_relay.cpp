@@ -54,17 +54,39 @@ std::size_t messages_of_type(Recorder& r, std::uint8_t type) {
   return n;
 }
 
+// a and b (hidden) connect to the relay, then a dials b, which goes through it.
+DialResult dial_through(Node& relay, Node& a, Node& b) {
+  REQUIRE(dial(*a.t, relay.adv).conn);
+  REQUIRE(dial(*b.t, relay.adv).conn);
+  REQUIRE(wait_for([&] { return relay.t->channel_count() == 2; }));
+  return dial(*a.t, b.adv);
+}
+
+// After a relayed connection through `bad` failed: an honest relay joins, and the next three
+// connections from a to b (whatever the shuffle of candidates) go through it and deliver msg.
+void next_connections_avoid(Node& bad, Node& a, Node& b, const Bytes& msg) {
+  Node good(false);
+  REQUIRE(dial(*a.t, good.adv).conn);
+  REQUIRE(dial(*b.t, good.adv).conn);
+  REQUIRE(wait_for([&] { return good.t->channel_count() == 2; }));
+  const std::size_t before = messages_of_type(b.rec, 0x44);
+  for (std::size_t i = 1; i <= 3; ++i) {
+    auto again = dial(*a.t, b.adv);
+    INFO(again.error);
+    REQUIRE(again.conn);
+    on_io(*a.t, [&] { again.conn->send(0x44, std::make_shared<const Bytes>(msg)); });
+    REQUIRE(wait_for([&] { return messages_of_type(b.rec, 0x44) == before + i; }));
+  }
+  CHECK(good.t->stats().relays_served == 3);
+  CHECK(bad.t->stats().relays_served == 1);
+}
+
 }  // namespace
 
 TEST_CASE("two peers that cannot dial each other connect through a relay that sees only "
           "ciphertext", "[net][nat]") {
   Node r(false), a(true), b(true);
-  auto ar = dial(*a.t, r.adv);
-  auto br = dial(*b.t, r.adv);
-  REQUIRE(ar.conn);
-  REQUIRE(br.conn);
-  REQUIRE(wait_for([&] { return r.t->channel_count() == 2; }));
-  auto ab = dial(*a.t, b.adv);
+  auto ab = dial_through(r, a, b);
   INFO(ab.error);
   REQUIRE(ab.conn);
   CHECK(ab.conn->peer_id() == b.t->local_id());  // authenticated end to end: b's own key
@@ -96,10 +118,7 @@ TEST_CASE("a hostile relay that corrupts relayed bytes: the endpoints' authentic
     return n;
   };
   Node bad(false, tamper), a(true), b(true);
-  REQUIRE(dial(*a.t, bad.adv).conn);
-  REQUIRE(dial(*b.t, bad.adv).conn);
-  REQUIRE(wait_for([&] { return bad.t->channel_count() == 2; }));
-  auto ab = dial(*a.t, b.adv);
+  auto ab = dial_through(bad, a, b);
   INFO(ab.error);
   REQUIRE(ab.conn);
   const Bytes big(100000, 0x33);
@@ -111,20 +130,7 @@ TEST_CASE("a hostile relay that corrupts relayed bytes: the endpoints' authentic
   CHECK(close_reason_of(a.rec.last_closed()) == CloseReason::Truncated);
   CHECK(messages_of_type(b.rec, 0x44) == 0);  // nothing partial delivered
 
-  // An honest relay joins; the next connection avoids the hostile one.
-  Node good(false);
-  REQUIRE(dial(*a.t, good.adv).conn);
-  REQUIRE(dial(*b.t, good.adv).conn);
-  REQUIRE(wait_for([&] { return good.t->channel_count() == 2; }));
-  for (int i = 0; i < 3; ++i) {  // whatever the shuffle of candidates
-    auto again = dial(*a.t, b.adv);
-    INFO(again.error);
-    REQUIRE(again.conn);
-    on_io(*a.t, [&] { again.conn->send(0x44, std::make_shared<const Bytes>(big)); });
-    REQUIRE(wait_for([&] { return messages_of_type(b.rec, 0x44) == std::size_t(i + 1); }));
-  }
-  CHECK(good.t->stats().relays_served == 3);
-  CHECK(bad.t->stats().relays_served == 1);
+  next_connections_avoid(bad, a, b, big);  // the next connections avoid the hostile one
 }
 
 TEST_CASE("a hostile relay that silently drops relayed bytes: both endpoints close the relayed "
@@ -137,10 +143,7 @@ TEST_CASE("a hostile relay that silently drops relayed bytes: both endpoints clo
     return seen.fetch_add(n) + n > 4000 ? 0 : n;
   };
   Node bad(false, drop), a(true), b(true);
-  REQUIRE(dial(*a.t, bad.adv).conn);
-  REQUIRE(dial(*b.t, bad.adv).conn);
-  REQUIRE(wait_for([&] { return bad.t->channel_count() == 2; }));
-  auto ab = dial(*a.t, b.adv);
+  auto ab = dial_through(bad, a, b);
   INFO(ab.error);
   REQUIRE(ab.conn);
   const auto sent_at = std::chrono::steady_clock::now();
@@ -166,20 +169,7 @@ TEST_CASE("a hostile relay that silently drops relayed bytes: both endpoints clo
   CHECK(!on_io(*a.t, [&] { return ab.conn->is_open(); }));
   CHECK(messages_of_type(b.rec, 0x44) == 0);  // nothing partial delivered
 
-  // An honest relay joins; the next connections avoid the silent one.
-  Node good(false);
-  REQUIRE(dial(*a.t, good.adv).conn);
-  REQUIRE(dial(*b.t, good.adv).conn);
-  REQUIRE(wait_for([&] { return good.t->channel_count() == 2; }));
-  for (int i = 0; i < 3; ++i) {  // whatever the shuffle of candidates
-    auto again = dial(*a.t, b.adv);
-    INFO(again.error);
-    REQUIRE(again.conn);
-    on_io(*a.t, [&] { again.conn->send(0x44, std::make_shared<const Bytes>(big)); });
-    REQUIRE(wait_for([&] { return messages_of_type(b.rec, 0x44) == std::size_t(i + 1); }));
-  }
-  CHECK(good.t->stats().relays_served == 3);
-  CHECK(bad.t->stats().relays_served == 1);
+  next_connections_avoid(bad, a, b, big);  // the next connections avoid the silent one
 }
 
 TEST_CASE("when the relay in use dies, both endpoints see the relayed connection close, and the "
@@ -261,8 +251,10 @@ TEST_CASE("relay requests are validated and bounded", "[net][nat][fault]") {
   Node a(true), b(true);
   auto c = make_config(7, relay_limits());
   c.relay_max_bytes_per_s = 0;
-  TcpTransport off(c);
+  // The handler first: it must outlive the transport, whose stop() (in its destructor) reports
+  // the closes of its connections to it.
   Recorder ro;
+  TcpTransport off(c);
   off.set_handler(&ro);
   off.start();
   REQUIRE(dial(*a.t, off.advertised_addr()).conn);
