@@ -358,6 +358,11 @@ class FedAvgServer {
     transport_.start();
     announce();
   }
+  // The transport reports its closes to st_ while it stops: stopped here, before st_ (declared
+  // after it) is destroyed, also when an exception leaves run(). Stopping twice is a no-op.
+  ~FedAvgServer() { transport_.stop(); }
+  FedAvgServer(const FedAvgServer&) = delete;
+  FedAvgServer& operator=(const FedAvgServer&) = delete;
 
   // The exit code: 0 when every round is done, 130 when stopped, 1 when no client came.
   int run() {
