@@ -1,12 +1,13 @@
 // The peer's flags are parsed once, in the flag table, into the typed values the node's
-// configuration takes: no string of a flag is parsed again when the node is built.
+// configuration takes (apps::node_config): no string of a flag is parsed again when the node is
+// built.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "apps/common/node.hpp"
+#include "apps/common/node_config.hpp"
 #include "apps/common/options.hpp"
 
 using namespace gossiptrain;
@@ -80,4 +81,36 @@ TEST_CASE("typed flags: --wire, --precision and --partition are typed from the f
   CHECK_THAT(error_of({"--wire", "int3"}), Catch::Contains("--wire") && Catch::Contains("int3"));
   CHECK_THAT(error_of({"--precision", "fp64"}), Catch::Contains("--precision"));
   CHECK_THAT(error_of({"--partition", "dirichlet:0"}), Catch::Contains("--partition"));
+}
+
+TEST_CASE("typed flags: the gossip node's config carries the lag, pace, outer and averager flags "
+          "as parsed",
+          "[apps]") {
+  const gossip::NodeConfig d = node_config(parse({}), 7);
+  CHECK(d.fingerprint == 7);
+  CHECK(d.averager.fingerprint == 7);
+  CHECK(d.membership.seeds.empty());
+  CHECK(d.max_lag == -1);  // auto: the node picks by backend
+  CHECK(d.max_lag_share == Approx(0.25));
+  CHECK(d.max_ahead == Approx(0.02));
+  CHECK(d.outer.every == 0);
+  CHECK_FALSE(d.averager.error_feedback);
+  const gossip::NodeConfig c = node_config(
+      parse({"--seeds", "127.0.0.1:7001,127.0.0.1:7002", "--gossip-every", "3", "--max-lag", "12",
+             "--max-lag-share", "off", "--max-ahead", "off", "--outer-every", "20", "--outer-lr",
+             "0.7", "--outer-momentum", "0.9", "--wire", "int8", "--error-feedback", "on",
+             "--checkpoint-dir", "/tmp/ckpt-node-test"}),
+      9);
+  CHECK(c.membership.seeds == std::vector<std::string>{"127.0.0.1:7001", "127.0.0.1:7002"});
+  CHECK(c.averager.gossip_every == 3);
+  CHECK(c.max_lag == 12);
+  CHECK(c.max_lag_share == 0.0);
+  CHECK(c.max_ahead == 0.0);
+  CHECK(c.outer.every == 20);
+  CHECK(c.outer.lr == Approx(0.7f));
+  CHECK(c.outer.momentum == Approx(0.9f));
+  CHECK(c.averager.wire == kernels::Wire::Int8);
+  CHECK(c.averager.error_feedback);
+  CHECK(c.checkpoint_dir == "/tmp/ckpt-node-test");
+  CHECK(node_config(parse({"--max-lag", "off"}), 9).max_lag == 0);
 }

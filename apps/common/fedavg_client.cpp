@@ -15,7 +15,7 @@
 
 #include "apps/common/fedavg.hpp"
 #include "apps/common/fedavg_wire.hpp"
-#include "apps/common/node.hpp"
+#include "apps/common/node_config.hpp"
 #include "core/trainer.hpp"
 #include "net/identity.hpp"
 #include "net/tcp_transport.hpp"

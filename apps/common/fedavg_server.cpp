@@ -18,7 +18,7 @@
 #include "apps/common/fedavg.hpp"
 #include "apps/common/fedavg_math.hpp"
 #include "apps/common/fedavg_wire.hpp"
-#include "apps/common/node.hpp"
+#include "apps/common/node_config.hpp"
 #include "base/rng.hpp"
 #include "core/checkpoint.hpp"
 #include "core/trainer.hpp"

@@ -23,7 +23,7 @@
 #include "apps/common/blas.hpp"
 #include "apps/common/export.hpp"
 #include "apps/common/fedavg.hpp"
-#include "apps/common/node.hpp"
+#include "apps/common/peer_node.hpp"
 #include "apps/common/observe.hpp"
 #include "apps/common/peer_churn.hpp"
 #include "apps/common/options.hpp"
@@ -113,14 +113,14 @@ int usage_error(const std::string& msg) {
 // A fresh peer joining a running swarm takes a live member's state (weights, optimizer state,
 // position in the schedule) instead of starting from random weights at the top of the schedule.
 // Any failure leaves the trainer as it was: it starts from its own initial state.
-void catch_up(core::Trainer& trainer, apps::GossipNode& node, const apps::PeerConfig& cfg,
+void catch_up(core::Trainer& trainer, apps::PeerNode& node, const apps::PeerConfig& cfg,
               core::Metrics& metrics) {
   gossip::CatchUpClientConfig cc;
   cc.fingerprint = trainer.model().fingerprint();
   cc.n_params = trainer.model().num_params();
   cc.n_opt_state = trainer.optimizer_state_count();
   cc.deadline = std::chrono::milliseconds(std::int64_t(cfg.catch_up_timeout_s * 1000));
-  auto r = node.catch_up(cc, g_stop);
+  auto r = node.gossip().catch_up(cc, g_stop);
   if (!r) return;
   bool counters = true;
   if (r->ok) {
@@ -184,7 +184,7 @@ class StallAtStep final : public core::StepHook {
 // node is read only once training has started (a stall), after the main thread has set it.
 std::unique_ptr<core::Watchdog> start_watchdog(const apps::PeerConfig& cfg,
                                                const core::Heartbeat& hb,
-                                               const std::unique_ptr<apps::GossipNode>& node) {
+                                               const std::unique_ptr<apps::PeerNode>& node) {
   core::WatchdogConfig wc;
   wc.stall_after_s = cfg.stall_timeout_s > 0 ? cfg.stall_timeout_s : 1e300;
   wc.stop_grace_s = cfg.stop_grace_s;
@@ -194,7 +194,7 @@ std::unique_ptr<core::Watchdog> start_watchdog(const apps::PeerConfig& cfg,
                   node ? "leaving the swarm so that others stop dialling this peer (restart it "
                          "to rejoin; SIGTERM ends it)"
                        : "SIGTERM ends it");
-    if (node) node->withdraw();
+    if (node) node->gossip().withdraw();
   };
   cb.on_recover = [&node](const std::string& state) {
     spdlog::warn("watchdog: the training thread moves again ({}){}", state,
@@ -253,22 +253,22 @@ void apply_cpu_plan(const core::CpuPlan& cpus) {
 }
 
 // Joins the swarm and hangs the averaging on the trainer's step hook. Throws net::ConfigError.
-std::unique_ptr<apps::GossipNode> start_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer,
+std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer,
                                                Resources& r, core::Metrics& metrics, bool resumed) {
-  auto node = std::make_unique<apps::GossipNode>(cfg, trainer.model().fingerprint(), *r.backend,
+  auto node = std::make_unique<apps::PeerNode>(cfg, trainer.model().fingerprint(), *r.backend,
                                                  metrics, r.cpus.net);
   metrics.set_peer(node->peer_id());
-  node->start(&g_stop);  // seeds that all refuse us end the run (exit code 2, below)
+  node->gossip().start(&g_stop);  // seeds that all refuse us end the run (exit code 2, below)
   // Start together, then catch up: a swarm launched at once finds nobody with a trained state
   // and every peer starts from step 0; a late joiner finds the others training.
-  node->wait_for_members(cfg.min_peers, cfg.min_peers_timeout_s, g_stop);
+  node->gossip().wait_for_members(cfg.min_peers, cfg.min_peers_timeout_s, g_stop);
   // Without seeds this is the swarm's first peer: nobody to catch up with.
   // A peer of a cohort that starts together (--min-peers > 1) starts with the others from its
   // own first step: the state it could fetch is no further along than its own.
   if (!resumed && cfg.catch_up == "auto" && cfg.min_peers <= 1 && !cfg.seeds.empty() &&
       !g_stop.load())
     catch_up(trainer, *node, cfg, metrics);
-  trainer.set_hook(&node->hook());
+  trainer.set_hook(&node->gossip().hook());
   // This thread trains (the network thread, started before, keeps its own priority).
   std::string err;
   if (!base::lower_this_thread_priority(cfg.train_nice, &err))
@@ -279,7 +279,7 @@ std::unique_ptr<apps::GossipNode> start_gossip(const apps::PeerConfig& cfg, core
 // After training: serve exchanges for --linger, then evaluate and save once more, since the
 // exchanges served changed the parameters.
 // A stopped peer skips both (the run saved its checkpoint on the way out): a stop must be quick.
-void finish_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::GossipNode& node,
+void finish_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node,
                    const core::Dataset& test, core::TrainResult& res, core::Metrics& metrics) {
   trainer.linger(g_stop, cfg.linger_s);
   if (!res.stopped && !g_stop.load()) {
@@ -294,12 +294,12 @@ void finish_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::Go
                           {"test_loss", ev.loss}});
     trainer.save_checkpoint_now();
   }
-  const auto st = node.stats();
+  const auto st = node.gossip().stats();
   spdlog::info(
       "exchanges: {} ok, {} failed, {:.1f} MB sent; training waited for one {} times "
       "({:.1f} s, --max-lag), for slower partners {} times ({:.1f} s, --max-ahead)",
-      st.ok, st.failed, st.bytes_sent / 1e6, node.lag_waits(), node.lag_wait_s(), node.pace_waits(),
-      node.pace_wait_s());
+      st.ok, st.failed, st.bytes_sent / 1e6, node.gossip().lag_waits(), node.gossip().lag_wait_s(),
+      node.gossip().pace_waits(), node.gossip().pace_wait_s());
   node.stop();
 }
 
@@ -392,17 +392,17 @@ bool export_final(const apps::PeerConfig& cfg, Resources& r, core::Trainer& trai
 
 // The trainer's step hooks, outermost first: this peer's churn (--churn), the test-only stall
 // (GT_TEST_STALL_AT_STEP), the gossip node. Returns the stall hook, which must outlive training.
-std::unique_ptr<StallAtStep> wire_hooks(core::Trainer& trainer, apps::GossipNode* node,
+std::unique_ptr<StallAtStep> wire_hooks(core::Trainer& trainer, apps::PeerNode* node,
                                         apps::PeerChurn* churn) {
   std::unique_ptr<StallAtStep> stall_fault;
   if (const char* at = std::getenv("GT_TEST_STALL_AT_STEP"); at && node) {
-    stall_fault = std::make_unique<StallAtStep>(node->hook(), std::atoll(at));
+    stall_fault = std::make_unique<StallAtStep>(node->gossip().hook(), std::atoll(at));
     trainer.set_hook(stall_fault.get());
   }
   if (churn) {
     core::StepHook* inner = nullptr;
     if (stall_fault) inner = stall_fault.get();
-    else if (node) inner = &node->hook();
+    else if (node) inner = &node->gossip().hook();
     churn->set_inner(inner);
     trainer.set_hook(churn);
   }
@@ -435,7 +435,7 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
                cfg.num_shards, r.data.shard.size(), cfg.partition, r.data.test.size());
   spdlog::info("resident memory {:.0f} MB after loading the data", resident_mb());
   emit_data_line(metrics, r.data, r.blas);
-  std::unique_ptr<apps::GossipNode> node;
+  std::unique_ptr<apps::PeerNode> node;
   core::Heartbeat heartbeat;
   // From here a stop request ends the process within --stop-grace (joining, catch-up and the
   // FedAvg modes included); stalls count from the first beat of the gossip trainer below.
@@ -476,7 +476,7 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
   if (tuned) trainer.set_hook(tuned.get());
   log_training(trainer, cfg.train.epochs);
   auto refused = [&]() -> std::optional<std::string> {
-    return node ? node->join_refused() : std::nullopt;
+    return node ? node->gossip().join_refused() : std::nullopt;
   };
   if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
   core::TrainResult res = trainer.run(g_stop);

@@ -28,7 +28,7 @@ inline net::Millis ms_of(double s) {
 }
 
 // The training loop's one step hook in the sim: the averager, then the catch-up server, as
-// gossip-peer's GossipNode (apps/common/node.cpp).
+// gossip-peer's gossip::Node (gossip/node/node.cpp).
 class World::TrainHook final : public core::StepHook {
  public:
   TrainHook(World& w, int i) : w_(w), i_(i) {}

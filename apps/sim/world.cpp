@@ -11,7 +11,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "apps/common/node.hpp"
+#include "apps/common/node_config.hpp"
 #include "apps/sim/peer.hpp"
 #include "apps/sim/world_detail.hpp"
 #include "base/rng.hpp"

@@ -1,4 +1,4 @@
-// --max-lag's policy (apps/common/node.cpp runs the waits): when training should stop to wait for
+// --max-lag's policy (gossip/node/node.cpp runs the waits): when training should stop to wait for
 // an averaging exchange, the time budget that keeps those waits a bounded share of training, and
 // the backoff that stops it waiting for exchanges that cannot succeed. Pure bookkeeping on step
 // counts and a training clock the caller passes in, no network, so tests drive it step by step.

@@ -1,63 +1,70 @@
-// A networked peer's gossip side: the encrypted TCP transport, membership, the averaging exchange
-// and catch-up sharing it through a dispatcher, with their events turned into metric lines.
+// A peer's gossip side over any net::Transport: membership, the averaging exchange and catch-up
+// sharing it through a dispatcher, the training loop's step hook with the --max-lag bound and
+// --max-ahead pace, and their events turned into metric lines. Knows no sockets: the program that
+// owns the transport (apps/common/peer_node) builds, starts and stops it.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 
-#include "apps/common/options.hpp"
 #include "core/metrics.hpp"
 #include "core/step_hook.hpp"
-#include "gossip/exchange/averager.hpp"
 #include "gossip/catch_up/catch_up.hpp"
-#include "gossip/exchange/comm_state.hpp"
 #include "gossip/dispatcher.hpp"
+#include "gossip/exchange/averager.hpp"
+#include "gossip/exchange/comm_state.hpp"
 #include "gossip/exchange/exchange_health.hpp"
 #include "gossip/exchange/lag_bound.hpp"
-#include "gossip/membership/membership.hpp"
+#include "gossip/exchange/outer_step.hpp"
 #include "gossip/exchange/pace.hpp"
+#include "gossip/membership/membership.hpp"
 #include "kernels/backend.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/transport.hpp"
 
-namespace gossiptrain::apps {
+namespace gossiptrain::gossip {
 
-// The averager's configuration from a peer's flags (gossip-peer and gossip-sim's train workload).
-gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint);
-// The encrypted transport's settings from the flags (a gossip node's, and a FedAvg server's or
-// client's).
-net::TcpTransportConfig transport_config(const PeerConfig& cfg,
-                                         std::shared_ptr<const net::Identity> identity,
-                                         std::uint64_t fingerprint, std::vector<int> net_cpus);
+// Everything the node needs, typed (apps::node_config builds it from gossip-peer's flags).
+struct NodeConfig {
+  std::uint64_t fingerprint = 0;  // the model's; fetchers and partners with another are refused
+  MembershipConfig membership;    // seeds and timings
+  AveragerConfig averager;        // gossip_every, wire, robust, fault, error feedback, rate, ...
+  // --max-lag: steps without an exchange that averaged before training waits; -1: auto (4 x
+  // gossip_every on the CPU, 1 x on a GPU), 0: off. max_lag_share: its time budget.
+  int max_lag = -1;
+  double max_lag_share = 0.25;
+  double max_ahead = 0.02;     // --max-ahead: fraction of the run; 0: off
+  OuterConfig outer;           // --outer-every (every 0: off)
+  std::string checkpoint_dir;  // where the outer optimizer's and error feedback's state is kept
+};
 
 // The node is the training loop's one step hook: the averager, then the catch-up server (which
 // takes the state after any mix applied at the same boundary).
-class GossipNode final : private core::StepHook {
+class Node final : private core::StepHook {
  public:
-  // Loads (or creates) the identity, network key and allowlist named in cfg and starts listening;
-  // throws net::ConfigError for bad files or a listen address that is taken. net_cpus: the cores
-  // of the network threads (core::CpuPlan::net; empty: unpinned).
-  GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels::Backend& backend,
-             core::Metrics& metrics, std::vector<int> net_cpus = {});
-  ~GossipNode();
+  // Becomes transport's handler, calls start_transport (which must start it: the membership reads
+  // its bound address), then builds the protocols on the protocol thread. The transport must be
+  // stopped, after leave(), before the node is destroyed.
+  Node(net::Transport& transport, const NodeConfig& cfg, kernels::Backend& backend,
+       core::Metrics& metrics, const std::function<void()>& start_transport);
 
-  const std::string& peer_id() const;
-  const std::string& listen_addr() const { return transport_->listen_addr(); }
-  // Joins through the seeds (the transport already listens). If every seed refuses this peer in
-  // the handshake (MembershipConfig::join_refused_limit), join_refused() says why from then on
-  // and *give_up is set, which ends the waits before training and training itself.
+  // Joins through the seeds. If every seed refuses this peer in the handshake
+  // (MembershipConfig::join_refused_limit), join_refused() says why from then on and *give_up is
+  // set, which ends the waits before training and training itself.
   void start(std::atomic<bool>* give_up = nullptr);
   std::optional<std::string> join_refused() const;
-  // Leaves the swarm gracefully and stops the transport.
-  void stop();
+  // Leaves the swarm gracefully and gives the leave time to go out (the owner then stops the
+  // transport). Once; later calls do nothing.
+  void leave();
   // Announces a leave and stops answering membership, from any thread, without waiting: the
-  // training thread has hung, and the swarm must stop counting on this peer. The transport stays
-  // up until stop().
+  // training thread has hung, and the swarm must stop counting on this peer.
   void withdraw();
   core::StepHook& hook() { return *this; }
-  gossip::AveragerStats stats() const { return averager_->stats(); }
+  AveragerStats stats() const { return averager_->stats(); }
   // --max-lag: how often, and for how long in all, training waited for an exchange to complete.
   std::uint64_t lag_waits() const { return lag_waits_; }
   double lag_wait_s() const { return lag_wait_s_; }
@@ -71,19 +78,16 @@ class GossipNode final : private core::StepHook {
   // Catch-up: waits for the join through the seeds, then fetches a live member's state, all within
   // cfg.deadline. nullopt when there was nobody to fetch from (no live member after joining) or
   // stop was set; else the fetch's result (the state in it when ok). Before the first step.
-  std::optional<gossip::CatchUpResult> catch_up(gossip::CatchUpClientConfig cfg,
-                                                const std::atomic<bool>& stop);
+  std::optional<CatchUpResult> catch_up(CatchUpClientConfig cfg, const std::atomic<bool>& stop);
 
  private:
-  // Sizes the received-buffer pool for this model (once the transport exists).
-  void limit_buffer_pool(const PeerConfig& cfg);
-  void build_protocols(const gossip::MembershipConfig& mc, const gossip::AveragerConfig& ac,
-                       kernels::Backend& backend, std::uint64_t fingerprint);
+  void build_protocols(const NodeConfig& cfg, kernels::Backend& backend);
+  void on_exchange(const ExchangeEvent& e);  // protocol thread
   void between_steps(core::StepContext& ctx) override;
   // Membership has joined (its first sync reply is in); asked on the protocol thread.
   bool joined();
   // Warns once when every exchange has failed for a while (protocol thread).
-  void watch_health(const gossip::ExchangeEvent& e);
+  void watch_health(const ExchangeEvent& e);
   // Bounded staleness: after max_lag_ steps without an exchange that averaged, keeps serving the
   // protocol between steps (no training) until one completes or kMaxLagWait passes; backs off
   // when the waits find none (gossip/exchange/lag_bound.hpp).
@@ -91,39 +95,41 @@ class GossipNode final : private core::StepHook {
   // --max-ahead: while more than that ahead of the slowest recent partner, serves the protocol
   // between steps (no training), at most kPaceWait at a time.
   void keep_pace(core::StepContext& ctx);
-  bool same_run_length(const gossip::ExchangeEvent& e) const;  // protocol thread
-  void say_waits(int epoch);  // the `waits` metric line
+  bool same_run_length(const ExchangeEvent& e) const;  // protocol thread
+  void say_waits(int epoch);                           // the `waits` metric line
   // Serves the protocol (no training) until done() or max_s pass; returns the seconds waited.
   template <class Done>
   double serve_until(core::StepContext& ctx, double max_s, Done done);
+  // Runs fn on the protocol thread and waits for it (its exception is rethrown here).
+  void on_protocol_thread(std::function<void()> fn);
 
+  net::Transport& transport_;
+  net::Scheduler& sched_;
   core::Metrics& metrics_;
-  std::shared_ptr<const net::Identity> identity_;
-  std::unique_ptr<net::TcpTransport> transport_;
-  gossip::Dispatcher dispatcher_;
-  std::unique_ptr<gossip::Membership> membership_;
-  std::unique_ptr<gossip::Averager> averager_;
-  gossip::ExchangeHealth health_;  // protocol thread only
-  std::unique_ptr<gossip::CatchUpServer> catch_up_server_;
-  std::unique_ptr<gossip::CatchUpClient> catch_up_client_;
+  Dispatcher dispatcher_;
+  std::unique_ptr<Membership> membership_;
+  std::unique_ptr<Averager> averager_;
+  ExchangeHealth health_;  // protocol thread only
+  std::unique_ptr<CatchUpServer> catch_up_server_;
+  std::unique_ptr<CatchUpClient> catch_up_client_;
   // The outer optimizer and error feedback's state (null when both are off). Training thread.
-  std::unique_ptr<gossip::CommState> comm_;
+  std::unique_ptr<CommState> comm_;
   std::atomic<bool> started_{false};
   mutable std::mutex refused_mu_;
   std::optional<std::string> join_refused_;  // set on the protocol thread
   std::atomic<bool>* give_up_ = nullptr;
   // Training thread only: --max-lag state.
   int max_lag_ = 0;
-  std::unique_ptr<gossip::LagBound> lag_;
+  std::unique_ptr<LagBound> lag_;
   std::uint64_t lag_waits_ = 0;
   double lag_wait_s_ = 0.0;
   int waits_epoch_ = -1;  // the epoch of the last `waits` line
   double hook_s_ = 0.0;   // seconds in the averager's and catch-up's step hooks
   // --max-ahead (null: off). Partners are heard on the protocol thread.
-  std::unique_ptr<gossip::PaceKeeper> pace_;
+  std::unique_ptr<PaceKeeper> pace_;
   std::atomic<std::int64_t> total_steps_{0};  // of our run, from the training thread
   std::uint64_t pace_waits_ = 0;
   double pace_wait_s_ = 0.0;
 };
 
-}  // namespace gossiptrain::apps
+}  // namespace gossiptrain::gossip

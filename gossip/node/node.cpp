@@ -1,7 +1,8 @@
-// Wires the TCP transport, membership, the averager and catch-up of one peer, and logs their
-// events as `member`, `exchange`, `exchange_alert` and `catch_up_served` metric lines
+// Ties membership, the averager and catch-up of one peer to its training loop over any
+// net::Transport, and logs their events as `member`, `exchange`, `exchange_alert`, `ban`,
+// `catch_up_served`, `connection_closed`, `waits`, `hold` and `min_peers` metric lines
 // (docs/ARCHITECTURE.md, "Metric lines").
-#include "apps/common/node.hpp"
+#include "gossip/node/node.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -11,72 +12,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/model.hpp"
-#include "net/buffer_pool.hpp"
 #include "net/close_reason.hpp"
-#include "net/identity.hpp"
 
-namespace gossiptrain::apps {
+namespace gossiptrain::gossip {
 
-net::TcpTransportConfig transport_config(const PeerConfig& cfg,
-                                         std::shared_ptr<const net::Identity> identity,
-                                         std::uint64_t fingerprint, std::vector<int> net_cpus) {
-  net::TcpTransportConfig tc;
-  tc.listen = cfg.listen;
-  tc.advertise = cfg.advertise;
-  tc.reachability_check = true;  // docs/nat.md
-  tc.identity = std::move(identity);
-  if (!cfg.network_key.empty()) tc.network_key = net::load_network_key(cfg.network_key);
-  if (!cfg.allowlist.empty()) tc.allowlist = net::Allowlist::load(cfg.allowlist);
-  tc.model_fingerprint = fingerprint;
-  tc.thread_nice = cfg.net_nice;
-  tc.thread_cpus = std::move(net_cpus);
-  if (cfg.crypto_threads >= 0) tc.crypto_threads = unsigned(cfg.crypto_threads);
-  // A failed handshake is logged once, by the transport ("net: handshake with ... failed").
-  return tc;
-}
-
-gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint) {
-  gossip::AveragerConfig ac;
-  ac.gossip_every = cfg.gossip_every;
-  ac.wire = cfg.wire;
-  ac.error_feedback = cfg.error_feedback;
-  ac.weight_by_samples = cfg.weight_by_samples;
-  ac.fingerprint = fingerprint;
-  ac.max_diff_norm = cfg.max_diff_norm;
-  ac.robust = cfg.robust;
-  ac.choice = cfg.partner_choice;
-  ac.fault = cfg.fault;
-  if (cfg.fault.mode != gossip::FaultMode::None)
-    spdlog::warn("FAULTY PEER (--fault {}): sending corrupted vectors, mixing nothing in",
-                 cfg.fault_spec);
-  ac.max_rate_bytes_per_s = cfg.max_rate_mb * 1e6;
-  return ac;
-}
-
-// The received-buffer pool holds what one exchange needs again (the partner's vector as fp32,
-// the largest wire, twice for a catch-up served meanwhile), not the 256 MiB default: a hundred
-// peers of a small model on one machine must not each keep a large pool.
-void GossipNode::limit_buffer_pool(const PeerConfig& cfg) {
-  std::size_t n_params = 0;
-  try {
-    const std::vector<int> d = core::parse_model_spec(cfg.train.model);
-    for (std::size_t i = 1; i < d.size(); ++i)
-      n_params += std::size_t(d[i - 1]) * std::size_t(d[i]) + std::size_t(d[i]);
-  } catch (const std::invalid_argument&) {
-    n_params = 0;  // the trainer reports a bad spec; keep the default pool
-  }
-  if (n_params > 0)
-    transport_->buffers().set_limit(std::max<std::size_t>(8u << 20, 2 * 4 * n_params + (2u << 20)));
-}
-
-GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels::Backend& backend,
-                       core::Metrics& metrics, std::vector<int> net_cpus)
-    : metrics_(metrics) {
-  identity_ = std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
-  transport_ = std::make_unique<net::TcpTransport>(
-      transport_config(cfg, identity_, fingerprint, std::move(net_cpus)));
-  limit_buffer_pool(cfg);
+Node::Node(net::Transport& transport, const NodeConfig& cfg, kernels::Backend& backend,
+           core::Metrics& metrics, const std::function<void()>& start_transport)
+    : transport_(transport), sched_(transport.scheduler()), metrics_(metrics) {
   // One metric line per closed connection, with its typed reason (never the free text): the
   // Prometheus registry counts them as gossiptrain_connections_closed_total{reason}.
   dispatcher_.set_close_observer([this](const net::ConnectionPtr& c, const std::string& reason) {
@@ -84,85 +26,60 @@ GossipNode::GossipNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels
                   {{"partner", c->peer_id()},
                    {"reason", std::string(net::close_reason_name(net::close_reason_of(reason)))}});
   });
-  transport_->set_handler(&dispatcher_);
+  transport_.set_handler(&dispatcher_);
   // The membership reads the transport's bound address, so the protocols are built once the
-  // transport listens; on its io thread, so no event can reach the dispatcher half-registered.
-  transport_->start();
+  // transport listens; on its protocol thread, so no event can reach the dispatcher
+  // half-registered.
+  start_transport();
   started_ = true;
-  gossip::MembershipConfig mc;
-  mc.seeds = cfg.seeds;
-  mc.validate();
+  cfg.membership.validate();
   // auto: one exchange per --gossip-every steps on a GPU, whose steps outrun any exchange (8 peers
   // on one H100, 10 epochs: 86.51% mean with 4 x, 87.64% with 1 x); 4 x on the CPU, where
   // exchanges keep up and a tighter bound would only make peers wait for each other.
-  max_lag_ = cfg.max_lag >= 0        ? cfg.max_lag
-             : backend.host_memory() ? 4 * cfg.gossip_every
-                                     : cfg.gossip_every;
-  gossip::LagBoundConfig lc;
+  const int every = cfg.averager.gossip_every;
+  max_lag_ = cfg.max_lag >= 0 ? cfg.max_lag : backend.host_memory() ? 4 * every : every;
+  LagBoundConfig lc;
   lc.max_lag = std::max(max_lag_, 0);
   lc.share = cfg.max_lag_share;
-  lag_ = std::make_unique<gossip::LagBound>(lc);
-  if (cfg.max_ahead > 0)
-    pace_ = std::make_unique<gossip::PaceKeeper>(gossip::PaceConfig{cfg.max_ahead});
-  const gossip::AveragerConfig ac = averager_config(cfg, fingerprint);
-  auto built = std::make_shared<std::promise<void>>();
-  auto ready = built->get_future();
-  transport_->post([this, mc, ac, &backend, built, fingerprint] {
-    try {
-      build_protocols(mc, ac, backend, fingerprint);
-      built->set_value();
-    } catch (...) {
-      built->set_exception(std::current_exception());
-    }
-  });
-  ready.get();
-  if (cfg.outer_every > 0 || cfg.error_feedback) {
-    std::unique_ptr<gossip::OuterStep> outer;
-    if (cfg.outer_every > 0)
-      outer = std::make_unique<gossip::OuterStep>(
-          gossip::OuterConfig{cfg.outer_every, float(cfg.outer_lr), float(cfg.outer_momentum)},
-          backend);
-    comm_ = std::make_unique<gossip::CommState>(cfg.train.checkpoint_dir, fingerprint,
-                                                *averager_, std::move(outer));
+  lag_ = std::make_unique<LagBound>(lc);
+  if (cfg.max_ahead > 0) pace_ = std::make_unique<PaceKeeper>(PaceConfig{cfg.max_ahead});
+  on_protocol_thread([this, &cfg, &backend] { build_protocols(cfg, backend); });
+  if (cfg.outer.every > 0 || cfg.averager.error_feedback) {
+    std::unique_ptr<OuterStep> outer;
+    if (cfg.outer.every > 0) outer = std::make_unique<OuterStep>(cfg.outer, backend);
+    comm_ = std::make_unique<CommState>(cfg.checkpoint_dir, cfg.fingerprint, *averager_,
+                                        std::move(outer));
   }
 }
 
-void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
-                                 const gossip::AveragerConfig& ac, kernels::Backend& backend,
-                                 std::uint64_t fingerprint) {
-  membership_ = std::make_unique<gossip::Membership>(*transport_, mc);
-  membership_->set_listener([this](const gossip::MemberInfo& m) {
+void Node::on_protocol_thread(std::function<void()> fn) {
+  auto done = std::make_shared<std::promise<void>>();
+  auto ready = done->get_future();
+  sched_.post([fn = std::move(fn), done] {
+    try {
+      fn();
+      done->set_value();
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  });
+  ready.get();
+}
+
+void Node::build_protocols(const NodeConfig& cfg, kernels::Backend& backend) {
+  membership_ = std::make_unique<Membership>(transport_, cfg.membership);
+  membership_->set_listener([this](const MemberInfo& m) {
     metrics_.emit("member", {{"member", m.id},
                              {"addr", m.addr},
-                             {"state", gossip::to_string(m.state)},
+                             {"state", to_string(m.state)},
                              {"incarnation", m.incarnation}});
   });
-  dispatcher_.add(gossip::kMembershipTypeFirst, gossip::kMembershipTypeLast, membership_.get());
+  dispatcher_.add(kMembershipTypeFirst, kMembershipTypeLast, membership_.get());
 
   averager_ =
-      std::make_unique<gossip::Averager>(ac, *transport_, dispatcher_, *membership_, backend);
-  averager_->set_event_callback([this](const gossip::ExchangeEvent& e) {
-    if (pace_ && same_run_length(e))
-      pace_->heard(e.partner, e.partner_progress, metrics_.seconds());
-    metrics_.emit("exchange", {{"partner", e.partner},
-                               {"role", gossip::role_name(e.role)},
-                               {"ok", e.ok},
-                               {"reason", e.reason},
-                               {"bytes", e.bytes_sent + e.bytes_received},
-                               {"bytes_sent", e.bytes_sent},
-                               {"bytes_received", e.bytes_received},
-                               {"ms", e.ms},
-                               {"w", e.w},
-                               {"diff_norm", e.diff_norm >= 0 ? nlohmann::json(e.diff_norm)
-                                                              : nlohmann::json(nullptr)},
-                               {"tau", e.tau},
-                               {"clip", e.clip},
-                               {"w_eff", e.effective_w()},
-                               {"averaging", e.ok && e.clip >= gossip::kAveragingClip}});
-    if (!e.ok) spdlog::debug("exchange with {} failed: {}", e.partner, e.reason);
-    watch_health(e);
-  });
-  averager_->set_ban_callback([this](const gossip::BanEvent& b) {
+      std::make_unique<Averager>(cfg.averager, transport_, dispatcher_, *membership_, backend);
+  averager_->set_event_callback([this](const ExchangeEvent& e) { on_exchange(e); });
+  averager_->set_ban_callback([this](const BanEvent& b) {
     const double for_s = b.duration.count() / 1000.0;
     metrics_.emit("ban", {{"partner", b.partner},
                           {"until_s", metrics_.seconds() + for_s},
@@ -171,10 +88,10 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
                           {"bans", b.count}});
   });
 
-  gossip::CatchUpServerConfig sc;
-  sc.fingerprint = fingerprint;
-  catch_up_server_ = std::make_unique<gossip::CatchUpServer>(sc, *transport_, dispatcher_);
-  catch_up_server_->set_event_callback([this](const gossip::CatchUpServed& e) {
+  CatchUpServerConfig sc;
+  sc.fingerprint = cfg.fingerprint;
+  catch_up_server_ = std::make_unique<CatchUpServer>(sc, transport_, dispatcher_);
+  catch_up_server_->set_event_callback([this](const CatchUpServed& e) {
     metrics_.emit("catch_up_served", {{"to", e.peer},
                                       {"ok", e.ok},
                                       {"reason", e.reason},
@@ -182,11 +99,31 @@ void GossipNode::build_protocols(const gossip::MembershipConfig& mc,
                                       {"bytes", e.bytes},
                                       {"ms", e.ms}});
   });
-  catch_up_client_ =
-      std::make_unique<gossip::CatchUpClient>(*transport_, dispatcher_, *membership_);
+  catch_up_client_ = std::make_unique<CatchUpClient>(transport_, dispatcher_, *membership_);
 }
 
-void GossipNode::between_steps(core::StepContext& ctx) {
+void Node::on_exchange(const ExchangeEvent& e) {
+  if (pace_ && same_run_length(e)) pace_->heard(e.partner, e.partner_progress, metrics_.seconds());
+  metrics_.emit("exchange", {{"partner", e.partner},
+                             {"role", role_name(e.role)},
+                             {"ok", e.ok},
+                             {"reason", e.reason},
+                             {"bytes", e.bytes_sent + e.bytes_received},
+                             {"bytes_sent", e.bytes_sent},
+                             {"bytes_received", e.bytes_received},
+                             {"ms", e.ms},
+                             {"w", e.w},
+                             {"diff_norm", e.diff_norm >= 0 ? nlohmann::json(e.diff_norm)
+                                                            : nlohmann::json(nullptr)},
+                             {"tau", e.tau},
+                             {"clip", e.clip},
+                             {"w_eff", e.effective_w()},
+                             {"averaging", e.ok && e.clip >= kAveragingClip}});
+  if (!e.ok) spdlog::debug("exchange with {} failed: {}", e.partner, e.reason);
+  watch_health(e);
+}
+
+void Node::between_steps(core::StepContext& ctx) {
   total_steps_.store(ctx.total_steps);
   const auto t0 = std::chrono::steady_clock::now();
   if (comm_) comm_->before_averager(ctx);
@@ -202,7 +139,7 @@ void GossipNode::between_steps(core::StepContext& ctx) {
 // One `waits` line per epoch: the waits so far (cumulative), and the time the exchange's own work
 // took on the training thread between steps (hook_s: snapshots, chunks, norms, mixes, the yield),
 // so a run's metrics show where its time went, epoch by epoch, beside the eval lines' timestamps.
-void GossipNode::say_waits(int epoch) {
+void Node::say_waits(int epoch) {
   waits_epoch_ = epoch;
   metrics_.emit("waits", {{"epoch", epoch},
                           {"lag_waits", lag_waits_},
@@ -214,7 +151,7 @@ void GossipNode::say_waits(int epoch) {
 }
 
 template <class Done>
-double GossipNode::serve_until(core::StepContext& ctx, double max_s, Done done) {
+double Node::serve_until(core::StepContext& ctx, double max_s, Done done) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   const auto end =
@@ -232,7 +169,7 @@ double GossipNode::serve_until(core::StepContext& ctx, double max_s, Done done) 
 // Fractions of runs of different lengths do not compare (a joiner with --epochs 1 beside a run of
 // 1000 would wait for it for ever): --max-ahead keeps pace only with partners whose run, their
 // step over their fraction done, is within 10% of ours in steps.
-bool GossipNode::same_run_length(const gossip::ExchangeEvent& e) const {
+bool Node::same_run_length(const ExchangeEvent& e) const {
   const std::int64_t own = total_steps_.load();
   if (own <= 0 || e.partner_step < 0 || !(e.partner_progress > 0)) return true;  // cannot tell
   if (e.partner_progress >= 1) return true;  // done: says nothing of its length
@@ -240,7 +177,7 @@ bool GossipNode::same_run_length(const gossip::ExchangeEvent& e) const {
   return std::abs(theirs - double(own)) <= 0.1 * double(own);
 }
 
-void GossipNode::keep_pace(core::StepContext& ctx) {
+void Node::keep_pace(core::StepContext& ctx) {
   constexpr double kPaceWait = 2.0;  // seconds at a time; the partners' word is re-read meanwhile
   auto now_s = [this] { return metrics_.seconds(); };
   const double own = core::progress_of(ctx);
@@ -252,7 +189,7 @@ void GossipNode::keep_pace(core::StepContext& ctx) {
   pace_->resumed(own, now_s());
 }
 
-void GossipNode::bound_lag(core::StepContext& ctx) {
+void Node::bound_lag(core::StepContext& ctx) {
   // A fast backend (a GPU step takes a fraction of a millisecond) runs many steps while one
   // exchange is in flight: without a bound it trains alone, and a swarm of such peers averages a
   // few times per hundred steps. Waiting here keeps at least one exchange per max_lag_ steps.
@@ -290,21 +227,21 @@ void GossipNode::bound_lag(core::StepContext& ctx) {
         std::int64_t(max_lag_) * lag_->config().max_backoff);
 }
 
-bool GossipNode::joined() {
+bool Node::joined() {
   auto p = std::make_shared<std::promise<bool>>();
   auto f = p->get_future();
-  transport_->post([this, p] { p->set_value(membership_->joined()); });
+  sched_.post([this, p] { p->set_value(membership_->joined()); });
   return f.wait_for(std::chrono::seconds(2)) == std::future_status::ready && f.get();
 }
 
-bool GossipNode::wait_for_members(int n, double timeout_s, const std::atomic<bool>& stop) {
+bool Node::wait_for_members(int n, double timeout_s, const std::atomic<bool>& stop) {
   using Clock = std::chrono::steady_clock;
   auto count = [this] { return int(membership_->live_count()) + 1; };
   int have = count();
   if (n <= 1 || have >= n) return true;
   const auto t0 = Clock::now();
-  const auto end = t0 + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(timeout_s));
+  const auto end =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   spdlog::info(
       "training on hold: waiting for {} live members before the first step ({} so far, "
       "at most {} s, --min-peers-timeout)",
@@ -316,7 +253,7 @@ bool GossipNode::wait_for_members(int n, double timeout_s, const std::atomic<boo
   while (have < n && !stop.load() && Clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (Clock::now() >= next_sync) {
-      transport_->post([this] { membership_->sync_now(); });
+      sched_.post([this] { membership_->sync_now(); });
       next_sync += std::chrono::seconds(1);
     }
     const int now = count();
@@ -333,8 +270,8 @@ bool GossipNode::wait_for_members(int n, double timeout_s, const std::atomic<boo
   return ok;
 }
 
-std::optional<gossip::CatchUpResult> GossipNode::catch_up(gossip::CatchUpClientConfig cfg,
-                                                          const std::atomic<bool>& stop) {
+std::optional<CatchUpResult> Node::catch_up(CatchUpClientConfig cfg,
+                                            const std::atomic<bool>& stop) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   const auto end = t0 + cfg.deadline;
@@ -358,7 +295,7 @@ std::optional<gossip::CatchUpResult> GossipNode::catch_up(gossip::CatchUpClientC
           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kHoldNoteS));
     }
     if (Clock::now() >= end) {
-      gossip::CatchUpResult r;
+      CatchUpResult r;
       r.reason = "not-joined";
       r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       return r;
@@ -375,12 +312,13 @@ std::optional<gossip::CatchUpResult> GossipNode::catch_up(gossip::CatchUpClientC
       "{:.0f} s)",
       live, left_s());
   metrics_.emit("hold", {{"reason", "catch-up: fetching"}, {"left_s", left_s()}});
-  cfg.deadline = std::max(net::Millis(1), std::chrono::duration_cast<net::Millis>(end - Clock::now()));
-  auto p = std::make_shared<std::promise<gossip::CatchUpResult>>();
+  cfg.deadline =
+      std::max(net::Millis(1), std::chrono::duration_cast<net::Millis>(end - Clock::now()));
+  auto p = std::make_shared<std::promise<CatchUpResult>>();
   auto f = p->get_future();
-  transport_->post([this, cfg, p] {
+  sched_.post([this, cfg, p] {
     try {
-      catch_up_client_->start(cfg, [p](gossip::CatchUpResult r) { p->set_value(std::move(r)); });
+      catch_up_client_->start(cfg, [p](CatchUpResult r) { p->set_value(std::move(r)); });
     } catch (...) {
       p->set_exception(std::current_exception());
     }
@@ -388,9 +326,9 @@ std::optional<gossip::CatchUpResult> GossipNode::catch_up(gossip::CatchUpClientC
   // The client's own deadline ends the fetch; the margin only guards against a stuck thread.
   while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
     if (stop.load() || Clock::now() > end + std::chrono::seconds(5)) {
-      transport_->post([this] { catch_up_client_->cancel(); });
+      sched_.post([this] { catch_up_client_->cancel(); });
       if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
-        gossip::CatchUpResult r;
+        CatchUpResult r;
         r.reason = "cancelled";
         return r;
       }
@@ -403,18 +341,18 @@ std::optional<gossip::CatchUpResult> GossipNode::catch_up(gossip::CatchUpClientC
   return r;
 }
 
-void GossipNode::watch_health(const gossip::ExchangeEvent& e) {
+void Node::watch_health(const ExchangeEvent& e) {
   std::string addr;
-  if (e.role == gossip::ExchangeRole::Initiator) {
+  if (e.role == ExchangeRole::Initiator) {
     if (auto m = membership_->member(e.partner)) addr = m->addr;
   }
   // An exchange clipped to almost nothing did not average: it counts as a failure ("clipped").
-  const bool averaged = e.ok && e.clip >= gossip::kAveragingClip;
-  const auto change = health_.on_result(averaged, e.ok ? std::string("clipped") : e.reason, addr,
-                                        transport_->now());
-  if (change == gossip::ExchangeHealth::Change::None) return;
-  const gossip::ExchangeAlert a = health_.alert();
-  const bool failing = change == gossip::ExchangeHealth::Change::Failing;
+  const bool averaged = e.ok && e.clip >= kAveragingClip;
+  const auto change =
+      health_.on_result(averaged, e.ok ? std::string("clipped") : e.reason, addr, sched_.now());
+  if (change == ExchangeHealth::Change::None) return;
+  const ExchangeAlert a = health_.alert();
+  const bool failing = change == ExchangeHealth::Change::Failing;
   if (failing) {
     spdlog::warn(
         "no averaging exchange has succeeded in the last {} attempts ({:.0f} s): most "
@@ -431,18 +369,14 @@ void GossipNode::watch_health(const gossip::ExchangeEvent& e) {
                                    {"addr", a.addr}});
 }
 
-GossipNode::~GossipNode() { stop(); }
-
-std::optional<std::string> GossipNode::join_refused() const {
+std::optional<std::string> Node::join_refused() const {
   std::lock_guard<std::mutex> lock(refused_mu_);
   return join_refused_;
 }
 
-const std::string& GossipNode::peer_id() const { return identity_->peer_id(); }
-
-void GossipNode::start(std::atomic<bool>* give_up) {
+void Node::start(std::atomic<bool>* give_up) {
   give_up_ = give_up;
-  transport_->post([this] {
+  sched_.post([this] {
     membership_->set_join_refused_handler([this](const std::string& why) {
       {
         std::lock_guard<std::mutex> lock(refused_mu_);
@@ -453,29 +387,27 @@ void GossipNode::start(std::atomic<bool>* give_up) {
     });
     membership_->start();
   });
-  spdlog::info("peer {} listening on {}", peer_id(), transport_->listen_addr());
+  spdlog::info("peer {} listening on {}", transport_.local_id(), transport_.listen_addr());
 }
 
-void GossipNode::withdraw() {
+void Node::withdraw() {
   if (!started_) return;
-  transport_->post([this] {
+  sched_.post([this] {
     if (membership_) membership_->leave();
   });
 }
 
-void GossipNode::stop() {
-  if (!started_) return;
-  started_ = false;
-  // Leave gracefully, give the leave time to go out, then close everything.
+void Node::leave() {
+  if (!started_.exchange(false)) return;
+  // Leave gracefully and give the leave time to go out; the owner then closes everything.
   auto left = std::make_shared<std::promise<void>>();
   auto done = left->get_future();
-  transport_->post([this, left] {
+  sched_.post([this, left] {
     if (membership_) membership_->leave();
     left->set_value();
   });
   done.wait_for(std::chrono::seconds(2));
   std::this_thread::sleep_for(membership_->config().leave_linger + std::chrono::milliseconds(100));
-  transport_->stop();
 }
 
-}  // namespace gossiptrain::apps
+}  // namespace gossiptrain::gossip
