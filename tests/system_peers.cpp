@@ -539,9 +539,9 @@ TEST_CASE("a joiner with a shorter run than the swarm's ends with its model, ban
   // epochs are 40 ms, so B's joined run covers two or three of A's, its handshake and catch-up
   // included, and other tests share the cores (1.1 to 2.0 here at load 9). Issue 27's 1.5 x is
   // measured on Fashion-MNIST by scripts/join_scenario.py --pin (docs/results/robust.md).
-  REQUIRE(a_beside.size() >= 3);
-  REQUIRE(a_with_b.size() >= 1);
-  WARN("A's epochs with B / beside B alone: " << a_with_b_epoch / median_of(a_beside));
+  // (B alone beside A may end within one of A's epochs: then there is no baseline to report.)
+  if (a_beside.size() >= 3 && !a_with_b.empty())
+    WARN("A's epochs with B / beside B alone: " << a_with_b_epoch / median_of(a_beside));
 }
 
 TEST_CASE("min-peers: a peer waits for the swarm, and starts anyway at the deadline",
