@@ -126,12 +126,17 @@ TEST_CASE("with error feedback a vector sent again and again averages to itself 
   CHECK(fed <= 1.0 / 127 / 64 * 1.01);
 }
 
-TEST_CASE("a closed 4-peer swarm with error feedback on the int8 wire conserves the sum over peers",
-          "[gossip]") {
-  AveragerConfig cfg = base_config();
-  cfg.wire = kernels::Wire::Int8;
-  cfg.error_feedback = true;
-  Cluster c(4, 1000, cfg, 61);
+namespace {
+
+// A closed 4-peer swarm of 1,000 values each: trains, then settles; what it ended with.
+struct ClosedSwarm {
+  std::size_t exchanges;  // pairs that completed
+  double msd_ratio;       // spread at the end over the spread at the start
+  double drift;           // the worst change of a coordinate's sum over the peers
+};
+
+ClosedSwarm run_closed_swarm(const AveragerConfig& cfg, std::uint64_t seed) {
+  Cluster c(4, 1000, cfg, seed);
   const auto v0 = c.all_values();
   const double msd0 = Cluster::msd(v0);
   const auto sum0 = Cluster::coordinate_sums(v0);
@@ -142,12 +147,25 @@ TEST_CASE("a closed 4-peer swarm with error feedback on the int8 wire conserves 
   for (std::size_t j = 0; j < s.size(); ++j) drift = std::max(drift, std::abs(s[j] - sum0[j]));
   std::size_t ok = 0;
   for (auto& p : c.peers) ok += p->avg->stats().ok;
-  std::printf("int8 + error feedback, 4 peers: %zu exchanges, msd ratio %.3e, worst sum drift %.3e\n",
-              ok / 2, Cluster::msd(v) / msd0, drift);
-  CHECK(ok / 2 >= 30);
+  const ClosedSwarm r{ok / 2, Cluster::msd(v) / msd0, drift};
+  std::printf("%s, error feedback %s, 4 peers: %zu exchanges, msd ratio %.3e, worst sum drift %.3e\n",
+              std::string(kernels::wire_name(cfg.wire)).c_str(), cfg.error_feedback ? "on" : "off",
+              r.exchanges, r.msd_ratio, r.drift);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a closed 4-peer swarm with error feedback on the int8 wire conserves the sum over peers",
+          "[gossip]") {
+  AveragerConfig cfg = base_config();
+  cfg.wire = kernels::Wire::Int8;
+  cfg.error_feedback = true;
+  const ClosedSwarm r = run_closed_swarm(cfg, 61);
+  CHECK(r.exchanges >= 30);
   // Each side adds w (r - s) with s exactly what it sent: what one gains the other loses.
-  CHECK(drift < 1e-4);
-  CHECK(Cluster::msd(v) / msd0 < 1e-4);
+  CHECK(r.drift < 1e-4);
+  CHECK(r.msd_ratio < 1e-4);
 }
 
 TEST_CASE("a closed 4-peer swarm on the int4 wire with error feedback, or int2 without, conserves the "
@@ -157,26 +175,13 @@ TEST_CASE("a closed 4-peer swarm on the int4 wire with error feedback, or int2 w
   cfg.wire = GENERATE(kernels::Wire::Int4, kernels::Wire::Int2);
   INFO(kernels::wire_name(cfg.wire));
   cfg.error_feedback = cfg.wire == kernels::Wire::Int4;
-  Cluster c(4, 1000, cfg, 67);
-  const auto v0 = c.all_values();
-  const double msd0 = Cluster::msd(v0);
-  const auto sum0 = Cluster::coordinate_sums(v0);
-  c.train_then_settle(Millis(3000), 20, 3);
-  const auto v = c.all_values();
-  const auto s = Cluster::coordinate_sums(v);
-  double drift = 0;
-  for (std::size_t j = 0; j < s.size(); ++j) drift = std::max(drift, std::abs(s[j] - sum0[j]));
-  std::size_t ok = 0;
-  for (auto& p : c.peers) ok += p->avg->stats().ok;
-  std::printf("%s, error feedback %s, 4 peers: %zu exchanges, msd ratio %.3e, worst sum drift %.3e\n",
-              std::string(kernels::wire_name(cfg.wire)).c_str(), cfg.error_feedback ? "on" : "off",
-              ok / 2, Cluster::msd(v) / msd0, drift);
-  CHECK(ok / 2 >= 30);
+  const ClosedSwarm r = run_closed_swarm(cfg, 67);
+  CHECK(r.exchanges >= 30);
   // Each side adds w (r - s) with s exactly what it sent: what one gains the other loses.
-  CHECK(drift < 1e-5);
+  CHECK(r.drift < 1e-5);
   // The peers come together down to the noise of their rounding (int4 with error feedback: the
   // residuals they hold; measured 7.2e-3 with int4, 0.18 with int2).
-  CHECK(Cluster::msd(v) / msd0 < (cfg.wire == kernels::Wire::Int4 ? 0.05 : 0.5));
+  CHECK(r.msd_ratio < (cfg.wire == kernels::Wire::Int4 ? 0.05 : 0.5));
 }
 
 TEST_CASE("int2 with error feedback is refused: its residual grows with the values it rides on",

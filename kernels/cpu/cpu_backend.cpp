@@ -440,6 +440,16 @@ double CpuBackend::sq_diff_norm_range(const float* a, const float* b, std::size_
 
 namespace {
 
+// The largest |x[i]| over [lo, hi): a block's scale comes from it (0 for an all-zero block).
+float max_abs(const float* x, std::size_t lo, std::size_t hi) {
+  float mx = 0.0f;
+  for (std::size_t i = lo; i < hi; ++i) {
+    const float a = std::fabs(x[i]);
+    mx = a > mx ? a : mx;
+  }
+  return mx;
+}
+
 // int4 (kBits 4) and int2 (kBits 2): the fp32 block scales, then the packed codes
 // (kernels/float_convert.hpp). A block of kInt8BlockSize values fills whole bytes.
 template <int kBits>
@@ -452,12 +462,7 @@ void encode_lowbit(const float* x, std::size_t n, unsigned char* bytes) {
   std::memset(codes, 0, (n + per_byte - 1) / per_byte);
   for (std::size_t blk = 0; blk < blocks; ++blk) {
     const std::size_t lo = blk * kInt8BlockSize, hi = std::min(n, lo + kInt8BlockSize);
-    float mx = 0.0f;
-    for (std::size_t i = lo; i < hi; ++i) {
-      const float a = std::fabs(x[i]);
-      mx = a > mx ? a : mx;
-    }
-    const float scale = block_scale(mx, qmax);
+    const float scale = block_scale(max_abs(x, lo, hi), qmax);
     std::memcpy(bytes + blk * sizeof(float), &scale, sizeof scale);
     for (std::size_t i = lo; i < hi; ++i)
       codes[i / per_byte] |= static_cast<unsigned char>(
@@ -505,12 +510,7 @@ void CpuBackend::encode(Wire w, const float* x, std::size_t n, void* out) {
       auto* q = reinterpret_cast<std::int8_t*>(bytes + blocks * sizeof(float));
       for (std::size_t blk = 0; blk < blocks; ++blk) {
         const std::size_t lo = blk * kInt8BlockSize, hi = std::min(n, lo + kInt8BlockSize);
-        float mx = 0.0f;
-        for (std::size_t i = lo; i < hi; ++i) {
-          const float a = std::fabs(x[i]);
-          mx = a > mx ? a : mx;
-        }
-        const float scale = int8_scale(mx);
+        const float scale = int8_scale(max_abs(x, lo, hi));
         std::memcpy(bytes + blk * sizeof(float), &scale, sizeof scale);  // unaligned-safe
         for (std::size_t i = lo; i < hi; ++i) q[i] = int8_quantize(x[i], scale);
       }
