@@ -111,7 +111,8 @@ def main():
             for mode in ("fedavg", "gossip"):
                 c = curves.get((part, mode))
                 if c:
-                    ax.plot([r for r, _, _ in c], [100 * a for _, a, _ in c], "o-", label=mode)
+                    ax.plot([r for r, _, _ in c], [100 * a for _, a, _ in c],
+                            "o-" if mode == "fedavg" else "-", ms=3, label=mode)
             if part in PUBLISHED:
                 ax.axhline(PUBLISHED[part], ls="--", c="gray", lw=1, label="published FedAvg (50 r)")
             ax.set_title(part)

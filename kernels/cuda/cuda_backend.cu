@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "kernels/cuda/common.cuh"
@@ -15,9 +16,36 @@ namespace gossiptrain::kernels {
 
 namespace cuda {
 
+namespace {
+
+// GT_CUDA_WAIT=spin|yield|block: how a thread waits for the GPU (cudaDeviceSchedule*). CUDA's own
+// default spins while a process has fewer contexts than the machine has cores, which is every
+// peer's case; many peers of one GPU on fewer cores then spin against each other. Unset or empty:
+// CUDA's default. Set before the device's context exists; a refusal is said and ignored.
+void apply_wait_policy(int device) {
+  const char* v = std::getenv("GT_CUDA_WAIT");
+  if (v == nullptr || *v == '\0') return;
+  const std::string w(v);
+  unsigned flags = 0;
+  if (w == "spin") flags = cudaDeviceScheduleSpin;
+  else if (w == "yield") flags = cudaDeviceScheduleYield;
+  else if (w == "block") flags = cudaDeviceScheduleBlockingSync;
+  else {
+    std::fprintf(stderr, "GT_CUDA_WAIT=%s ignored: expected spin, yield or block\n", v);
+    return;
+  }
+  const cudaError_t e = cudaSetDeviceFlags(flags);
+  if (e != cudaSuccess)
+    std::fprintf(stderr, "GT_CUDA_WAIT=%s not applied on device %d: %s\n", v, device,
+                 cudaGetErrorString(e));
+}
+
+}  // namespace
+
 CudaBackend::CudaBackend(int device) : device_id_(device) {
   try {
     CUDA_CHECK(cudaSetDevice(device_id_));
+    apply_wait_policy(device_id_);
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device_id_));
     device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
