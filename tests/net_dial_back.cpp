@@ -12,15 +12,6 @@ using namespace gossiptrain::net::test;
 
 namespace {
 
-// A loopback port where nothing listens (bound, then closed).
-std::string dead_addr() {
-  asio::io_context io;
-  asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-  const auto port = a.local_endpoint().port();
-  a.close();
-  return "127.0.0.1:" + std::to_string(port);
-}
-
 struct Pair {
   Recorder ra, rb;
   std::unique_ptr<TcpTransport> a, b;  // a: reachable; b: advertises an address nobody can dial

@@ -17,14 +17,6 @@ using namespace gossiptrain::net::test;
 
 namespace {
 
-std::string dead_addr() {
-  asio::io_context io;
-  asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-  const auto port = a.local_endpoint().port();
-  a.close();
-  return "127.0.0.1:" + std::to_string(port);
-}
-
 Limits relay_limits() {
   Limits l = short_limits();
   l.handshake_timeout = 3000ms;  // a relayed connection takes a few round trips more

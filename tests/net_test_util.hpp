@@ -105,6 +105,16 @@ struct FailureLog {
   std::string last() { std::lock_guard lk(mu); return reasons.empty() ? "" : reasons.back(); }
 };
 
+// A loopback address where nothing listens (a port bound, then closed): what a LAN address behind a
+// NAT is to everybody outside.
+inline std::string dead_addr() {
+  asio::io_context io;
+  asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  const auto port = a.local_endpoint().port();
+  a.close();
+  return "127.0.0.1:" + std::to_string(port);
+}
+
 inline TcpTransportConfig make_config(std::uint64_t fingerprint = 7,
                                       Limits limits = short_limits()) {
   TcpTransportConfig c;
