@@ -58,10 +58,12 @@ struct SimPeer : SimNode {
   std::int64_t step = 0;
   std::int64_t shard = 0;
   bool paused = false;  // its training loop is stuck: the hook is not called
+  std::int64_t total_steps = 0;  // the run's length its steps report (0: not known)
   std::vector<ExchangeEvent> events;
 
   void hook(kernels::Backend& be, bool done) {
     core::StepContext ctx{be, x.data(), x.size(), step, 0, shard, 0, done};
+    ctx.total_steps = total_steps;
     avg->between_steps(ctx);
   }
   // One training step's boundary: the step counter advances, so the averager may start an exchange.

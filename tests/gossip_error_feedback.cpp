@@ -193,3 +193,40 @@ TEST_CASE("int2 with error feedback is refused: its residual grows with the valu
   cfg.wire = kernels::Wire::Int4;
   REQUIRE_NOTHROW(Cluster(2, 100, cfg, 5));
 }
+
+TEST_CASE("a swarm moves to the finish wire together: one peer reaches --finish-from, the others "
+          "follow it, exchanges go on and the sum over peers is kept",
+          "[gossip]") {
+  AveragerConfig cfg = base_config();
+  cfg.wire = kernels::Wire::Int4;
+  cfg.error_feedback = true;
+  cfg.finish_wire = kernels::Wire::Fp32;
+  cfg.finish_from = 0.5;
+  Cluster c(4, 1000, cfg, 71);
+  // Peer 0 is half done after 40 of its steps; the others think their runs far longer, so only
+  // their partners can move them.
+  c[0].total_steps = 80;
+  for (std::size_t i = 1; i < c.size(); ++i) c[i].total_steps = 1000000;
+  const auto sum0 = Cluster::coordinate_sums(c.all_values());
+  c.train_then_settle(Millis(3000), 20, 3);
+  const auto s = Cluster::coordinate_sums(c.all_values());
+  double drift = 0;
+  for (std::size_t j = 0; j < s.size(); ++j) drift = std::max(drift, std::abs(s[j] - sum0[j]));
+  CHECK(drift < 1e-4);
+  // bytes_sent counts the chunk headers too: an int4 vector is under half of the fp32 one.
+  const std::size_t fp32_bytes = kernels::encoded_size(kernels::Wire::Fp32, 1000);
+  REQUIRE(kernels::encoded_size(kernels::Wire::Int4, 1000) < fp32_bytes / 4);
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    INFO("peer " << i);
+    CHECK(c[i].avg->on_finish_wire());
+    std::size_t int4_ok = 0, fp32_ok = 0, other = 0;
+    for (const auto& e : c[i].events) {
+      if (e.ok && e.bytes_sent < fp32_bytes / 2) ++int4_ok;
+      else if (e.ok && e.bytes_sent >= fp32_bytes) ++fp32_ok;
+      else if (e.ok || (e.reason != "busy" && e.reason != "refused:wire")) ++other;
+    }
+    CHECK(int4_ok >= 5);  // before the switch
+    CHECK(fp32_ok >= 5);  // after it
+    CHECK(other == 0);    // nothing failed but the transition's busy answers and wire refusals
+  }
+}

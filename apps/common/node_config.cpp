@@ -31,6 +31,8 @@ gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fing
   ac.gossip_every = cfg.gossip_every;
   ac.wire = cfg.wire;
   ac.error_feedback = cfg.error_feedback;
+  ac.finish_wire = cfg.finish_wire;
+  ac.finish_from = cfg.finish_from;
   ac.weight_by_samples = cfg.weight_by_samples;
   ac.fingerprint = fingerprint;
   ac.max_diff_norm = cfg.max_diff_norm;

@@ -172,6 +172,25 @@ const OptionTable<PeerConfig>& peer_options() {
          if (v != "on" && v != "off") throw bad_value("error-feedback", v, "on or off");
          c.error_feedback = v == "on";
        }},
+      {"finish-wire", "WIRE|off",
+       "from --finish-from of training on, exchange in this wire instead of --wire (both "
+       "partners switch; a peer switches too when a partner is on it): a coarse wire early, a "
+       "finer one where the final accuracy is made (docs/communication.md; default off)",
+       [](PeerConfig& c, const std::string& v) {
+         if (v == "off") {
+           c.finish_wire.reset();
+           return;
+         }
+         for (const auto& [name, w] : wire_values())
+           if (name == v) {
+             c.finish_wire = w;
+             return;
+           }
+         throw bad_value("finish-wire", v, "off or a --wire value");
+       }},
+      O::number("finish-from", "P",
+                "the fraction of training after which --finish-wire takes over (default 0.9)",
+                &PeerConfig::finish_from, 0.01, 1),
       O::number("outer-every", "H",
                 "outer optimizer (DiLoCo/NoLoCo style, docs/communication.md): every H steps, one "
                 "Nesterov step on the pseudo-gradient since the last one, averaging included "
@@ -183,14 +202,18 @@ const OptionTable<PeerConfig>& peer_options() {
                 &PeerConfig::outer_momentum, 0, 0.99),
       {"comm-preset", "low|default",
        "low: the best-measured low-communication settings (docs/communication.md), --wire int4 "
-       "--error-feedback on --gossip-every 8 --outer-every 0; default: --wire fp32 "
-       "--error-feedback off --gossip-every 4 --outer-every 0. Flags after it override it",
+       "--error-feedback on --gossip-every 8 --finish-wire fp32 --finish-from 0.9 --outer-every "
+       "0; default: --wire fp32 --error-feedback off --gossip-every 4 --finish-wire off "
+       "--outer-every 0. Flags after it override it",
        [](PeerConfig& c, const std::string& v) {
          if (v != "low" && v != "default") throw bad_value("comm-preset", v, "low or default");
          const bool low = v == "low";
          c.wire = low ? kernels::Wire::Int4 : kernels::Wire::Fp32;
          c.error_feedback = low;
          c.gossip_every = low ? 8 : 4;
+         if (low) c.finish_wire = kernels::Wire::Fp32;
+         else c.finish_wire.reset();
+         c.finish_from = 0.9;
          c.outer_every = 0;
        }},
       O::named<bool>("weighting", {{"uniform", false}, {"samples", true}},
@@ -474,6 +497,8 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
   if (c.wire == kernels::Wire::Int2 && c.error_feedback)  // the averager's own check, as a usage error
     throw UsageError("--wire int2 with --error-feedback on diverges (docs/communication.md): use "
                      "--wire int4, or int2 without error feedback");
+  if (c.finish_wire == kernels::Wire::Int2 && c.error_feedback)
+    throw UsageError("--finish-wire int2 with --error-feedback on diverges (docs/communication.md)");
   if (c.linger_s < 0) c.linger_s = c.gossip_enabled() ? 10.0 : 0.0;
   return c;
 }

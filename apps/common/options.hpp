@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,8 @@ struct PeerConfig {
   double max_ahead = 0.02;  // --max-ahead: fraction of the run; 0: off
   kernels::Wire wire = kernels::Wire::Fp32;  // --wire
   bool error_feedback = false;  // --error-feedback (gossip::AveragerConfig::error_feedback)
+  std::optional<kernels::Wire> finish_wire;  // --finish-wire (AveragerConfig::finish_wire)
+  double finish_from = 0.9;                  // --finish-from
   int outer_every = 0;          // --outer-every H (gossip::OuterConfig); 0: no outer optimizer
   double outer_lr = 1.0;
   double outer_momentum = 0.0;

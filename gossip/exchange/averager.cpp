@@ -33,6 +33,7 @@ ExchangeConfig exchange_config(const AveragerConfig& c, bool direct) {
   ExchangeConfig e;
   e.fingerprint = c.fingerprint;
   e.wire = c.wire;
+  e.finish_wire = c.finish_wire;
   e.weight_by_samples = c.weight_by_samples;
   e.max_tries = c.max_tries;
   e.choice = c.choice;
@@ -51,7 +52,8 @@ ExchangeConfig exchange_config(const AveragerConfig& c, bool direct) {
 // Direct mode: values element-wise on the wire (not the blockwise int8, int4, int2, whose block
 // scales come first).
 bool direct_mode(const AveragerConfig& c, const kernels::Backend& be) {
-  return c.direct && be.host_memory() && !kernels::is_blockwise(c.wire) && !c.error_feedback;
+  return c.direct && be.host_memory() && !kernels::is_blockwise(c.wire) && !c.error_feedback &&
+         !c.finish_wire;
 }
 
 void check_config(const AveragerConfig& c) {
@@ -63,8 +65,10 @@ void check_config(const AveragerConfig& c) {
   if (!(c.max_diff_norm >= 0)) throw std::invalid_argument("averager: max_diff_norm < 0");
   // Three levels a value: the residual is as large as the values it rides on and grows with them
   // (docs/communication.md, "Low-bit wires").
-  if (c.error_feedback && c.wire == kernels::Wire::Int2)
+  if (c.error_feedback && (c.wire == kernels::Wire::Int2 || c.finish_wire == kernels::Wire::Int2))
     throw std::invalid_argument("averager: int2 with error feedback diverges");
+  if (c.finish_wire && !(c.finish_from > 0 && c.finish_from <= 1))
+    throw std::invalid_argument("averager: finish_from must be in (0, 1]");
 }
 }  // namespace
 
@@ -260,6 +264,34 @@ void Averager::begin_exchange(core::StepContext& ctx, std::uint64_t seq) {
   post([this, seq, samples] { protocol_.start(seq, samples); });
 }
 
+void Averager::maybe_switch_wire(core::StepContext& ctx) {
+  if (!cfg_.finish_wire || on_finish_wire_) return;
+  const double p = core::progress_of(ctx);
+  const bool seen = finish_seen_.load();
+  if (!seen && !(p >= 0 && p >= cfg_.finish_from)) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (active_ || pending_ || committed_unreported_) return;  // at the next idle boundary
+    active_ = true;  // until the protocol has the new wire: no exchange starts, requests get BUSY
+    standing_.reset();
+  }
+  std::vector<float> e = buffers_->residual();
+  buffers_ = SnapshotBuffers::make(
+      false, *cfg_.finish_wire, cfg_.chunk_bytes, be_,
+      [this](net::Bytes&& b) { recycle(std::move(b)); }, cfg_.error_feedback);
+  buffers_->allocate(ctx.n_params);
+  if (!e.empty()) buffers_->set_residual(e);
+  on_finish_wire_ = true;
+  spdlog::info("averager: exchanges move to the {} wire at step {} ({})",
+               kernels::wire_name(*cfg_.finish_wire), ctx.step,
+               seen ? "a partner is on it" : "--finish-from reached");
+  post([this, w = *cfg_.finish_wire] {
+    protocol_.set_wire(w);
+    std::lock_guard<std::mutex> lk(mu_);
+    active_ = false;
+  });
+}
+
 void Averager::refresh_standing(core::StepContext& ctx) {
   ChunkSetPtr own = snapshot(ctx, 0);
   std::lock_guard<std::mutex> lk(mu_);
@@ -307,6 +339,7 @@ void Averager::between_steps(core::StepContext& ctx) {
     buffers_->switch_to(w.seq);
     if (!w.in.empty()) buffers_->receive(w.in);
     if (w.norm_vote) vote_norm(ctx, w);
+    maybe_switch_wire(ctx);
   } catch (const std::exception& e) {
     // A backend failure is not the network's fault: end the exchange cleanly, then let the
     // training loop see the error.

@@ -38,6 +38,14 @@ struct AveragerConfig {
   // Error feedback on a lossy wire (fp16, bf16, int8): each snapshot sends the encoding of x + e
   // and keeps in e what the encoding rounded off (docs/communication.md). Takes the copy path.
   bool error_feedback = false;
+  // The wire of the end of training: from finish_from of the run's progress on (or as soon as a
+  // partner exchanges in it), exchanges go in this wire instead of `wire`: a coarse wire while
+  // the models move far between exchanges, a finer one where the final accuracy is made. Both
+  // partners of an exchange use the same one; around the switch a peer answers the other wire
+  // BUSY (it switches itself) or with a quiet wire refusal. Takes the copy path. The error
+  // feedback residual carries over.
+  std::optional<kernels::Wire> finish_wire;
+  double finish_from = 0.9;
   bool weight_by_samples = false;   // w = n_other / (n_self + n_other) instead of 1/2
   std::uint64_t fingerprint = 0;    // model fingerprint; peers with another one are refused
   double max_diff_norm = 0.0;       // refuse r when ||r - s||_2 exceeds this; 0 = off
@@ -132,6 +140,8 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   // first step. set_residual (a checkpoint's) takes effect once the buffers exist; a vector of
   // another size than the model's is ignored.
   std::vector<float> residual() const { return buffers_->residual(); }
+  // Whether exchanges have moved to the finish wire (training thread).
+  bool on_finish_wire() const { return on_finish_wire_; }
   void set_residual(std::vector<float> e);
 
  private:
@@ -157,6 +167,8 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   StepWork take_work(const core::StepContext& ctx);
   void apply_mix(core::StepContext& ctx, PendingMix& mix);
   void begin_exchange(core::StepContext& ctx, std::uint64_t seq);
+  // Moves to the finish wire when it is time and nothing is in flight (AveragerConfig).
+  void maybe_switch_wire(core::StepContext& ctx);
   void refresh_standing(core::StepContext& ctx);
   void vote_norm(core::StepContext& ctx, const StepWork& w);
   ChunkSetPtr snapshot(core::StepContext& ctx, std::uint64_t seq);
@@ -174,6 +186,7 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   }
 
   // --- ExchangePort (protocol thread) ---
+  void finish_wire_seen() override { finish_seen_.store(true); }
   net::Millis now() const override { return sched_.now(); }
   void arm(Timer t, std::uint64_t seq, net::Millis d) override;
   void cancel(Timer t) override { (t == Timer::Deadline ? deadline_ : retry_).cancel(); }
@@ -260,6 +273,8 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   FaultInjector fault_;
   std::int64_t next_initiate_step_ = 0;
   std::int64_t standing_step_ = 0;  // step at which standing_ was taken
+  bool on_finish_wire_ = false;     // training thread
+  std::atomic<bool> finish_seen_{false};  // a partner is on the finish wire (protocol thread)
   std::vector<float> pending_residual_;  // set_residual before the buffers existed
 };
 

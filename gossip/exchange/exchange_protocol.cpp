@@ -33,6 +33,7 @@ std::string_view role_name(ExchangeRole r) {
 ExchangeProtocol::ExchangeProtocol(ExchangeConfig cfg, ExchangePort& port,
                                    const PeerDirectory& peers, std::string local_id)
     : cfg_(std::move(cfg)),
+      first_wire_(cfg_.wire),
       port_(port),
       peers_(peers),
       local_id_(std::move(local_id)),
@@ -201,21 +202,38 @@ void ExchangeProtocol::on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8
   }
   if (!is_current(c, id) || ex_->role != ExchangeRole::Initiator || ex_->phase != Phase::Requested)
     return violation(c, "unexpected busy/refuse");
-  if (type == kRef)
+  if (type == kRef && reason.code == ExchangeCode::Wire && cfg_.finish_wire &&
+      cfg_.wire != *cfg_.finish_wire) {
+    // The partner is on the finish wire already (in_transition): so should we be.
+    port_.finish_wire_seen();
+  } else if (type == kRef) {
     spdlog::warn("averager: peer {} refused to average: {}", short_id(ex_->partner),
                  to_string(reason));
+  }
   try_failed(reason, false);
 }
 
 // ------------------------------------------------------------------------------------------------
 // Responder
 
+// A request in the other of our two wires (the first and the finish one): the two peers are on
+// either side of the switch to the finish wire.
+bool ExchangeProtocol::in_transition(kernels::Wire theirs) const {
+  return cfg_.finish_wire && theirs != cfg_.wire &&
+         (theirs == *cfg_.finish_wire || theirs == first_wire_);
+}
+
+void ExchangeProtocol::set_wire(kernels::Wire w) {
+  GT_ASSERT(!ex_);
+  cfg_.wire = w;
+}
+
 std::optional<ExchangeCode> ExchangeProtocol::incompatible(const RequestMsg& m) const {
   const std::size_t n = port_.n_params();
   if (n == 0) return std::nullopt;
   if (m.fingerprint != cfg_.fingerprint) return ExchangeCode::Fingerprint;
   if (m.n_params != n) return ExchangeCode::Size;
-  if (m.wire != cfg_.wire) return ExchangeCode::Wire;
+  if (m.wire != cfg_.wire) return ExchangeCode::Wire;  // on_request tells the finish wire apart
   if (m.weighted != cfg_.weight_by_samples) return ExchangeCode::Weighting;
   return std::nullopt;
 }
@@ -233,6 +251,19 @@ void ExchangeProtocol::refuse(const net::ConnectionPtr& c, const RequestMsg& m, 
 void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
   const RequestMsg m = decode_request(b);
   const std::optional<ExchangeCode> bad = incompatible(m);
+  if (bad == ExchangeCode::Wire && in_transition(m.wire)) {
+    // One side has moved on to the finish wire, the other not yet: not a misconfiguration. A
+    // requester ahead of us makes us switch soon; one behind us learns it from the refusal.
+    if (m.wire == cfg_.finish_wire) {
+      port_.finish_wire_seen();
+      port_.count(ExchangePort::Counter::BusySent);
+      c->send(kBusy, encode_id(m.exchange_id));
+      return;
+    }
+    port_.count(ExchangePort::Counter::RefusedSent);
+    c->send(kRef, encode_code(m.exchange_id, ExchangeCode::Wire));
+    return;
+  }
   if (!bad && banned(c->peer_id())) return refuse(c, m, ExchangeCode::Banned);
   if (bad) return refuse(c, m, *bad);
   if (ex_ && should_yield(c, m)) return yield_to(c, m);

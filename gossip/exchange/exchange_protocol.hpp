@@ -73,6 +73,9 @@ struct Verdict {
 struct ExchangeConfig {
   std::uint64_t fingerprint = 0;
   kernels::Wire wire = kernels::Wire::Fp32;
+  // The wire of the end of training (AveragerConfig::finish_wire): a request in it, or a refusal
+  // of ours for the wire, tells the port that partners have moved on (finish_wire_seen).
+  std::optional<kernels::Wire> finish_wire;
   bool weight_by_samples = false;
   int max_tries = 3;
   PartnerChoiceConfig choice;
@@ -151,6 +154,8 @@ class ExchangePort {
   virtual void ban_started(const BanEvent& b) = 0;
   enum class Counter { BusySent, RefusedSent, Bans };
   virtual void count(Counter c) = 0;
+  // A partner exchanges in the finish wire while we still use the first one: switch soon.
+  virtual void finish_wire_seen() {}
 };
 
 class ExchangeProtocol {
@@ -174,6 +179,9 @@ class ExchangeProtocol {
   void applied(std::uint64_t seq);
   // The training thread failed during exchange seq (a backend error).
   void backend_failed(std::uint64_t seq);
+  // From now on exchanges run in wire w (the finish wire; no exchange is in flight).
+  void set_wire(kernels::Wire w);
+  kernels::Wire wire() const { return cfg_.wire; }
 
   bool banned(const std::string& peer) const { return bans_.banned(peer, port_.now()); }
   bool in_flight() const { return ex_.has_value(); }
@@ -225,6 +233,7 @@ class ExchangeProtocol {
   // Responder.
   void on_request(const net::ConnectionPtr& c, const net::Bytes& b);
   std::optional<ExchangeCode> incompatible(const RequestMsg& m) const;
+  bool in_transition(kernels::Wire theirs) const;
   void refuse(const net::ConnectionPtr& c, const RequestMsg& m, ExchangeCode code);
   bool should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const;
   void yield_to(const net::ConnectionPtr& c, const RequestMsg& m);
@@ -252,6 +261,7 @@ class ExchangeProtocol {
   float weight(std::int64_t n_self, std::int64_t n_other) const;
 
   ExchangeConfig cfg_;
+  const kernels::Wire first_wire_;  // cfg_.wire until set_wire
   ExchangePort& port_;
   const PeerDirectory& peers_;
   std::string local_id_;
