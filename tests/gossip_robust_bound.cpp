@@ -216,6 +216,43 @@ TEST_CASE(
   CHECK(j.tau / 3.0 >= kAveragingClip);
 }
 
+TEST_CASE("robust bound: in a swarm of three a persistently far partner keeps a clip of "
+          "suspect_min_clip; with more partners to compare it fades as before",
+          "[gossip]") {
+  // Three hosts, one of them a moment late: the two others, close to each other, found it
+  // persistently far, and it found them equally far, so no suspicion was mutual. Its clip halved
+  // to 1e-12 and, kept from mixing, it stayed far for good (the three-host test failed in about
+  // 1 run of 6). With two partners nothing shows which of us is the odd one out.
+  RobustConfig rc = robust_defaults();
+  rc.suspect_clip = true;
+  auto own = [] { return 30.0; };
+  auto drift_away = [&](RobustBound& b, Millis& now) {
+    RobustBound::Judgement j;
+    for (int k = 0; k < 40; ++k) {
+      j = b.judge("late", 2.5 + 0.05 * k, own, now);  // drifting away, as it did
+      now += Millis(100);
+    }
+    return j;
+  };
+  Millis now{0};
+  RobustBound three(rc);
+  warm(three, 32, 1.0, 1, now);  // one other partner: a swarm of three
+  RobustBound::Judgement j = drift_away(three, now);
+  REQUIRE(j.suspect);
+  CHECK_FALSE(j.gap);
+  CHECK(j.floored);
+  CHECK(j.tau / (2.5 + 0.05 * 39) == Approx(0.02));
+  CHECK(j.tau / (2.5 + 0.05 * 39) >= kAveragingClip);
+
+  Millis later{0};
+  RobustBound eight(rc);
+  warm(eight, 32, 1.0, 4, later);  // four others that agree: this one is the odd one (stale)
+  j = drift_away(eight, later);
+  REQUIRE(j.suspect);
+  CHECK_FALSE(j.floored);
+  CHECK(j.tau / (2.5 + 0.05 * 39) < 1e-6);
+}
+
 TEST_CASE("robust bound: a joiner far behind in steps and the peer it joins accept each other",
           "[gossip]") {
   // The numbers: a joiner from random weights is 34 from a peer whose ||s|| is 11.5.

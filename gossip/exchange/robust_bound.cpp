@@ -69,11 +69,11 @@ std::optional<double> RobustBound::typical(const Partner& p, Millis now) const {
 
 // The median over partners of their typical ratio, at least 1 (B is the median of all accepted
 // differences, so an honest partner's typical ratio is about 1); 1 with fewer than 3 partners.
-double RobustBound::typical_over_partners(Millis now) const {
+std::optional<double> RobustBound::typical_over_partners(Millis now) const {
   std::vector<double> all;
   for (const auto& [id, p] : partners_)
     if (auto t = typical(p, now)) all.push_back(*t);
-  if (all.size() < 3) return 1.0;
+  if (all.size() < 3) return std::nullopt;
   return std::max(1.0, median(std::move(all)));
 }
 
@@ -118,7 +118,7 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
   if (!b) {
     j.tau = std::max(cfg_.warmup_frac * get_own(), 1e-12);  // never 0: that would refuse all
     if (!(norm <= get_own())) {
-      if (gap) suspect(j, p, j.tau, norm, true, get_own);
+      if (gap) suspect(j, p, j.tau, norm, true, get_own, true);
       else j.why = "warm-up";
       return j;
     }
@@ -130,16 +130,22 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
   p.ratios.emplace_back(now, std::isfinite(j.ratio) ? j.ratio : 1e300);
   while (p.ratios.size() > std::size_t(cfg_.suspect_window)) p.ratios.pop_front();
   if (!(norm <= cfg_.refuse_mult * j.tau) && !(norm <= get_own())) {
-    if (gap) suspect(j, p, *b, norm, true, get_own);
+    if (gap) suspect(j, p, *b, norm, true, get_own, true);
     else j.why = "far";
     return j;
   }
   if (auto t = typical(p, now)) {
     j.typical = *t;
-    if (cfg_.suspect_mult > 0 && *t > cfg_.suspect_mult * typical_over_partners(now) &&
+    // With fewer than three partners to compare (a swarm of three), a partner far from us is
+    // not shown to be the odd one out: we may be. There its clip keeps the floor, so that an
+    // honest peer that started a moment late is not clipped to nothing while the two others,
+    // close to each other, find it persistently far (and it finds them equally far, so the
+    // suspicion is not mutual): it failed the three-host test in about 1 run of 6.
+    const std::optional<double> over = typical_over_partners(now);
+    if (cfg_.suspect_mult > 0 && *t > cfg_.suspect_mult * over.value_or(1.0) &&
         !(norm <= cfg_.suspect_floor * get_own())) {
       if (!cfg_.suspect_clip && !gap) j.why = "persistent";
-      else suspect(j, p, *b, norm, gap, get_own);
+      else suspect(j, p, *b, norm, gap, get_own, gap || !over);
       return j;
     }
   }
@@ -147,12 +153,12 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
   return j;
 }
 
-// B * decay^(streak - 1); for a progress-gap partner never below suspect_min_clip * min(||r - s||,
-// ||s||): a clip of at least suspect_min_clip while it is within our own norm, and a pull of at
+// B * decay^(streak - 1); with floor_on (a progress gap, or fewer than three partners to compare
+// with) never below suspect_min_clip * min(||r - s||, ||s||): a clip of at least suspect_min_clip while it is within our own norm, and a pull of at
 // most w * suspect_min_clip * ||s|| per exchange from one beyond it. A partner that came closer
 // since its streak began starts a new streak.
 void RobustBound::suspect(Judgement& j, Partner& p, double base, double norm, bool gap,
-                          const std::function<double()>& own) {
+                          const std::function<double()>& own, bool floor_on) {
   if (p.suspect_streak == 0 || norm < cfg_.recover_frac * p.streak_norm) {
     p.suspect_streak = 0;
     p.streak_norm = norm;
@@ -161,9 +167,10 @@ void RobustBound::suspect(Judgement& j, Partner& p, double base, double norm, bo
   j.gap = gap;
   j.streak = ++p.suspect_streak;
   double t = base * std::pow(cfg_.suspect_decay, j.streak - 1);
-  // The floor here is for a gap partner only; two honest peers that drifted apart get theirs in
-  // the agreed clip, where both votes show the suspicion is mutual (exchange_protocol.cpp).
-  const double floor = gap ? cfg_.suspect_min_clip * std::min(norm, own()) : 0.0;
+  // The floor here is for a gap partner, and for one we cannot compare with enough others; two
+  // honest peers that drifted apart get theirs in the agreed clip, where both votes show the
+  // suspicion is mutual (exchange_protocol.cpp).
+  const double floor = floor_on ? cfg_.suspect_min_clip * std::min(norm, own()) : 0.0;
   if (t < floor) {
     t = floor;
     j.floored = true;

@@ -122,12 +122,15 @@ class RobustBound {
   };
   bool progress_gap(const Partner& p) const;
   // Clips partner p as suspect, from base (B, or the warm-up tau) decaying with its streak.
+  // floor: keep the clip at suspect_min_clip (a progress gap, or too few partners to compare).
   void suspect(Judgement& j, Partner& p, double base, double norm, bool gap,
-               const std::function<double()>& own);
+               const std::function<double()>& own, bool floor);
   std::optional<double> baseline_locked() const;
   // The partner's median ratio over its recent records; none with fewer than suspect_min.
   std::optional<double> typical(const Partner& p, Millis now) const;
-  double typical_over_partners(Millis now) const;
+  // The median of the partners' typical ratios; none with fewer than three partners that have
+  // one (then a partner's ratio is compared with 1, and nothing says it is the odd one out).
+  std::optional<double> typical_over_partners(Millis now) const;
   void forget_stale(Millis now);
 
   RobustConfig cfg_;
