@@ -217,7 +217,7 @@ TEST_CASE(
 }
 
 TEST_CASE("robust bound: in a swarm of three a persistently far partner keeps a clip of "
-          "suspect_min_clip; with more partners to compare it fades as before",
+          "suspect_min_clip, with more partners to compare it fades as before",
           "[gossip]") {
   // Three hosts, one of them a moment late: the two others, close to each other, found it
   // persistently far, and it found them equally far, so no suspicion was mutual. Its clip halved

@@ -223,8 +223,9 @@ TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "
   const std::string run = tmp / "run";
   // Partitioned early for 8 s: long enough for each side to suspect the other, short enough that
   // nobody is declared dead (suspicion with one confirmation lasts about 11 s), and training goes
-  // on after the heal even on an idle machine (700 epochs: 350 took 14 s idle, too short; about
-  // 100 s on busy cores).
+  // on after the heal even on an idle machine (1400 epochs: 700 took 10 s on an idle machine on
+  // 2026-11-27, and ended before the heal; 350 had taken 14 s before; about 100 s a 700 on busy
+  // cores).
   const double at = 3.0, dur = 8.0;
   {
     std::ofstream f(tmp / "part.json");
@@ -234,7 +235,7 @@ TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "
   const char* epochs = std::getenv("GT_CHURN_NETNS_EPOCHS");
   const std::vector<std::string> args = {
       "--peers", "4", "--data", "synthetic", "--model", "mlp:784-32-10",
-      "--lr", "0.01", "--epochs", epochs ? epochs : "700", "--backend", "cpu",
+      "--lr", "0.01", "--epochs", epochs ? epochs : "1400", "--backend", "cpu",
       "--no-plots", "--out", run, "--netns", "--churn", tmp / "part.json", "--linger", "5"};
   std::string out;
   const int rc = run_launch(args, tmp / "launch.log", &out, "netns partition");
