@@ -250,7 +250,7 @@ TEST_CASE("prometheus: a real Prometheus scrapes the 4 peers of a launch with it
     return;
   }
   gt_test::TempDir dir("gt-prom");
-  const int base = gt_test::free_port() / 8 * 8 % 50000 + 10000;  // 4 consecutive free ports
+  const int base = gt_test::free_port_block(4);  // 4 consecutive free ports
   const std::string run = dir / "run";
   Process launch(
       {gt_test::app_bin("gossip-launch"), "--peers", "4", "--out", run, "--prometheus-base-port",

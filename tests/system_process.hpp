@@ -15,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -157,6 +158,29 @@ inline int free_port() {
     throw std::runtime_error("free_port: cannot bind");
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+// n consecutive ports on 127.0.0.1 that bind now, below Linux's ephemeral range (32768 and up,
+// where other tests' connections take theirs): the first of them. A base derived from one free
+// port, unchecked, collided now and then (a peer's metrics port taken: Prometheus saw nothing).
+inline int free_port_block(int n) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> pick(10000, 32000 - n);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int base = pick(rng);
+    bool all = true;
+    for (int i = 0; i < n && all; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(std::uint16_t(base + i));
+      all = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      if (fd >= 0) ::close(fd);
+    }
+    if (all) return base;
+  }
+  throw std::runtime_error("free_port_block: no block of free ports");
 }
 
 // Mean over peers of ||x_i - avg||, from the parameters in their final checkpoints (one folder
