@@ -35,6 +35,14 @@ COMMON=(--peers 10 --model "$CNN" --batch 64 --lr 0.01 --momentum 0.9 --schedule
 [[ -n "${DATA:-}" ]] && COMMON+=(--data "$DATA")
 limit=()
 [[ -n "$RUN_SECONDS" ]] && limit=(timeout --preserve-status -s INT -k 120 "$RUN_SECONDS")
+run_one() {  # run_one DIR LAUNCH_ARGS...
+  echo "niid-bench: $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg): $1" >&2
+  local rc=0
+  "${limit[@]}" nice -n "$NICE" "$L" "${@:2}" --out "$1" > "$1.log" 2>&1 || rc=$?
+  # 130: stopped by RUN_SECONDS (SIGINT), as planned; anything else is a failure.
+  if ((rc != 0 && rc != 130)); then echo "niid-bench: $1 failed ($rc), see $1.log" >&2; fi
+  echo "niid-bench: $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg): done $1" >&2
+}
 mkdir -p "$OUT"
 job=0
 for part in $PARTS; do
@@ -51,14 +59,6 @@ for part in $PARTS; do
     fi
     # Runs at once get ports of their own (20000 + 100 per run), never two picks of the same one.
     [[ $PARALLEL == 1 ]] && args+=(--base-port $((${BASE_PORT:-20000} + 100 * job)))
-    run_one() {
-      echo "niid-bench: $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg): $1" >&2
-      local rc=0
-      "${limit[@]}" nice -n "$NICE" "$L" "${@:2}" --out "$1" > "$1.log" 2>&1 || rc=$?
-      # 130: stopped by RUN_SECONDS (SIGINT), as planned; anything else is a failure.
-      if ((rc != 0 && rc != 130)); then echo "niid-bench: $1 failed ($rc), see $1.log" >&2; fi
-      echo "niid-bench: $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg): done $1" >&2
-    }
     if [[ $PARALLEL == 1 ]]; then
       run_one "$dir" "${COMMON[@]}" "${args[@]}" --partition "$part" &
     else

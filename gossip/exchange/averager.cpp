@@ -94,9 +94,7 @@ Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDire
   set_max_rate(cfg_.max_rate_bytes_per_s);
   if (cfg_.chunk_bytes % 4 != 0)
     throw std::invalid_argument("averager: chunk_bytes must be a multiple of 4");
-  buffers_ = SnapshotBuffers::make(
-      direct_, cfg_.wire, cfg_.chunk_bytes, be_, [this](net::Bytes&& b) { recycle(std::move(b)); },
-      cfg_.error_feedback);
+  buffers_ = make_buffers(direct_, cfg_.wire);
   next_initiate_step_ = cfg_.gossip_every;
 }
 
@@ -126,6 +124,12 @@ void Averager::post(Fn fn) {
   sched_.post([alive, fn = std::move(fn)]() mutable {
     if (alive.lock()) fn();
   });
+}
+
+std::unique_ptr<SnapshotBuffers> Averager::make_buffers(bool direct, kernels::Wire wire) {
+  return SnapshotBuffers::make(
+      direct, wire, cfg_.chunk_bytes, be_, [this](net::Bytes&& b) { recycle(std::move(b)); },
+      cfg_.error_feedback);
 }
 
 void Averager::recycle(net::Bytes&& b) { transport_.buffers().recycle(std::move(b)); }
@@ -276,9 +280,7 @@ void Averager::maybe_switch_wire(core::StepContext& ctx) {
     standing_.reset();
   }
   std::vector<float> e = buffers_->residual();
-  buffers_ = SnapshotBuffers::make(
-      false, *cfg_.finish_wire, cfg_.chunk_bytes, be_,
-      [this](net::Bytes&& b) { recycle(std::move(b)); }, cfg_.error_feedback);
+  buffers_ = make_buffers(false, *cfg_.finish_wire);
   buffers_->allocate(ctx.n_params);
   if (!e.empty()) buffers_->set_residual(e);
   on_finish_wire_ = true;

@@ -169,6 +169,8 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   void begin_exchange(core::StepContext& ctx, std::uint64_t seq);
   // Moves to the finish wire when it is time and nothing is in flight (AveragerConfig).
   void maybe_switch_wire(core::StepContext& ctx);
+  // The snapshot buffers for a wire (the first one, then the finish wire's).
+  std::unique_ptr<SnapshotBuffers> make_buffers(bool direct, kernels::Wire wire);
   void refresh_standing(core::StepContext& ctx);
   void vote_norm(core::StepContext& ctx, const StepWork& w);
   ChunkSetPtr snapshot(core::StepContext& ctx, std::uint64_t seq);

@@ -239,8 +239,11 @@ std::optional<ExchangeCode> ExchangeProtocol::incompatible(const RequestMsg& m) 
 }
 
 void ExchangeProtocol::refuse(const net::ConnectionPtr& c, const RequestMsg& m, ExchangeCode code) {
-  if (code == ExchangeCode::Banned)
-    spdlog::debug("averager: refusing exchange from {}: banned", short_id(c->peer_id()));
+  // A banned requester, or one still on the first wire once we moved to the finish wire (the
+  // refusal tells it to move too): expected, so not a warning.
+  if (code == ExchangeCode::Banned || (code == ExchangeCode::Wire && in_transition(m.wire)))
+    spdlog::debug("averager: refusing exchange from {}: {}", short_id(c->peer_id()),
+                  code_name(code));
   else
     spdlog::warn("averager: refusing exchange from {}: {} mismatch", short_id(c->peer_id()),
                  code_name(code));
@@ -251,18 +254,12 @@ void ExchangeProtocol::refuse(const net::ConnectionPtr& c, const RequestMsg& m, 
 void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
   const RequestMsg m = decode_request(b);
   const std::optional<ExchangeCode> bad = incompatible(m);
-  if (bad == ExchangeCode::Wire && in_transition(m.wire)) {
-    // One side has moved on to the finish wire, the other not yet: not a misconfiguration. A
-    // requester ahead of us makes us switch soon; one behind us learns it from the refusal.
-    if (m.wire == cfg_.finish_wire) {
-      port_.finish_wire_seen();
-      port_.count(ExchangePort::Counter::BusySent);
-      c->send(kBusy, encode_id(m.exchange_id));
-      return;
-    }
-    port_.count(ExchangePort::Counter::RefusedSent);
-    c->send(kRef, encode_code(m.exchange_id, ExchangeCode::Wire));
-    return;
+  if (bad == ExchangeCode::Wire && in_transition(m.wire) && m.wire == cfg_.finish_wire) {
+    // A requester already on the finish wire: we switch at our next idle step boundary, and
+    // answer BUSY meanwhile. (One still on the first wire after we switched is refused below,
+    // which tells it to switch.)
+    port_.finish_wire_seen();
+    return send_busy(c, m.exchange_id);
   }
   if (!bad && banned(c->peer_id())) return refuse(c, m, ExchangeCode::Banned);
   if (bad) return refuse(c, m, *bad);
@@ -271,12 +268,13 @@ void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes&
   // Before our first step boundary we have no parameters to offer: as good as busy.
   std::optional<std::uint64_t> seq;
   if (port_.n_params() != 0) seq = port_.claim(own);
-  if (!seq) {
-    port_.count(ExchangePort::Counter::BusySent);
-    c->send(kBusy, encode_id(m.exchange_id));
-    return;
-  }
+  if (!seq) return send_busy(c, m.exchange_id);
   respond(c, m, *seq, std::move(own));
+}
+
+void ExchangeProtocol::send_busy(const net::ConnectionPtr& c, std::uint64_t exchange_id) {
+  port_.count(ExchangePort::Counter::BusySent);
+  c->send(kBusy, encode_id(exchange_id));
 }
 
 void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m, std::uint64_t seq,

@@ -181,7 +181,6 @@ class ExchangeProtocol {
   void backend_failed(std::uint64_t seq);
   // From now on exchanges run in wire w (the finish wire; no exchange is in flight).
   void set_wire(kernels::Wire w);
-  kernels::Wire wire() const { return cfg_.wire; }
 
   bool banned(const std::string& peer) const { return bans_.banned(peer, port_.now()); }
   bool in_flight() const { return ex_.has_value(); }
@@ -235,6 +234,7 @@ class ExchangeProtocol {
   std::optional<ExchangeCode> incompatible(const RequestMsg& m) const;
   bool in_transition(kernels::Wire theirs) const;
   void refuse(const net::ConnectionPtr& c, const RequestMsg& m, ExchangeCode code);
+  void send_busy(const net::ConnectionPtr& c, std::uint64_t exchange_id);
   bool should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const;
   void yield_to(const net::ConnectionPtr& c, const RequestMsg& m);
   void respond(const net::ConnectionPtr& c, const RequestMsg& m, std::uint64_t seq,

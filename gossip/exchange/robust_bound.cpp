@@ -68,7 +68,7 @@ std::optional<double> RobustBound::typical(const Partner& p, Millis now) const {
 }
 
 // The median over partners of their typical ratio, at least 1 (B is the median of all accepted
-// differences, so an honest partner's typical ratio is about 1); 1 with fewer than 3 partners.
+// differences, so an honest partner's typical ratio is about 1); none with fewer than 3 partners.
 std::optional<double> RobustBound::typical_over_partners(Millis now) const {
   std::vector<double> all;
   for (const auto& [id, p] : partners_)
@@ -154,8 +154,9 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
 }
 
 // B * decay^(streak - 1); with floor_on (a progress gap, or fewer than three partners to compare
-// with) never below suspect_min_clip * min(||r - s||, ||s||): a clip of at least suspect_min_clip while it is within our own norm, and a pull of at
-// most w * suspect_min_clip * ||s|| per exchange from one beyond it. A partner that came closer
+// with) never below suspect_min_clip * min(||r - s||, ||s||): a clip of at least
+// suspect_min_clip while it is within our own norm, and a pull of at most
+// w * suspect_min_clip * ||s|| per exchange from one beyond it. A partner that came closer
 // since its streak began starts a new streak.
 void RobustBound::suspect(Judgement& j, Partner& p, double base, double norm, bool gap,
                           const std::function<double()>& own, bool floor_on) {

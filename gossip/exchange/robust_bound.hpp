@@ -122,9 +122,9 @@ class RobustBound {
   };
   bool progress_gap(const Partner& p) const;
   // Clips partner p as suspect, from base (B, or the warm-up tau) decaying with its streak.
-  // floor: keep the clip at suspect_min_clip (a progress gap, or too few partners to compare).
+  // floor_on: keep the clip at suspect_min_clip (a progress gap, or too few partners to compare).
   void suspect(Judgement& j, Partner& p, double base, double norm, bool gap,
-               const std::function<double()>& own, bool floor);
+               const std::function<double()>& own, bool floor_on);
   std::optional<double> baseline_locked() const;
   // The partner's median ratio over its recent records; none with fewer than suspect_min.
   std::optional<double> typical(const Partner& p, Millis now) const;
