@@ -628,6 +628,43 @@ TEST_CASE("lossy wire encodings also reach consensus", "[gossip]") {
   CHECK(drift < k.max_sum_drift);
 }
 
+TEST_CASE("int4-rel: its rounding shrinks with the spread, the sum is kept", "[gossip]") {
+  // The same 8 peers as above. int4 stops at its floor (msd ratio 1.8e-3 there); int4-rel's step
+  // follows how far partners are, so the spread keeps shrinking. Its first exchanges fail
+  // (invalid:range on one side, peer-abort:range on the other) until the steps have widened to
+  // the N(0, 1) spread; none of them moves the sum.
+  AveragerConfig cfg = base_config();
+  cfg.wire = kernels::Wire::Int4Rel;
+  cfg.error_feedback = GENERATE(false, true);
+  INFO("error feedback " << cfg.error_feedback);
+  Cluster c(8, 1000, cfg, 50);
+  const auto v0 = c.all_values();
+  const double msd0 = Cluster::msd(v0);
+  const auto sum0 = Cluster::coordinate_sums(v0);
+  c.train_then_settle(Millis(12000), 20, 3);
+  const auto v = c.all_values();
+  const double ratio = Cluster::msd(v) / msd0;
+  const auto s = Cluster::coordinate_sums(v);
+  double drift = 0;
+  for (std::size_t j = 0; j < s.size(); ++j) drift = std::max(drift, std::abs(s[j] - sum0[j]));
+  std::size_t ok = 0, range = 0, peer_range = 0;
+  for (auto& p : c.peers) {
+    ok += p->avg->stats().ok;
+    for (const auto& e : p->events) {
+      range += e.reason == "invalid:range";
+      peer_range += e.reason == "peer-abort:range";
+    }
+  }
+  std::printf("int4-rel%s: %zu exchanges, %zu invalid:range, %zu peer-abort:range, msd ratio %.3e, "
+              "worst sum drift %.3e\n",
+              cfg.error_feedback ? " + error feedback" : "", ok / 2, range, peer_range, ratio, drift);
+  CHECK(ok / 2 >= 200);
+  CHECK(range >= 1);       // the first steps are too fine for N(0, 1) values
+  CHECK(peer_range >= 1);  // and the sender hears of it
+  CHECK(ratio < 1e-5);     // int4's floor is 1.8e-3
+  CHECK(drift < 1e-4);
+}
+
 namespace {
 
 // A transport whose connections refuse every other send, as a full bounded send queue does:

@@ -13,7 +13,8 @@ namespace gossiptrain::apps {
 inline std::vector<std::pair<std::string, kernels::Wire>> wire_values() {
   std::vector<std::pair<std::string, kernels::Wire>> v;
   for (auto w : {kernels::Wire::Fp32, kernels::Wire::Fp16, kernels::Wire::Bf16,
-                 kernels::Wire::Int8, kernels::Wire::Int4, kernels::Wire::Int2})
+                 kernels::Wire::Int8, kernels::Wire::Int4, kernels::Wire::Int2,
+                 kernels::Wire::Int4Rel})
     v.emplace_back(std::string(kernels::wire_name(w)), w);
   return v;
 }

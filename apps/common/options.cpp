@@ -166,7 +166,7 @@ const OptionTable<PeerConfig>& peer_options() {
       O::named<kernels::Wire>("wire", wire_values(), "encoding of parameters on the wire (docs/communication.md)",
                               &PeerConfig::wire),
       {"error-feedback", "on|off",
-       "with a lossy --wire (fp16, bf16, int8, int4, int2): send the encoding of x + e and keep in e what it "
+       "with a lossy --wire (fp16, bf16, int8, int4, int2, int4-rel): send the encoding of x + e and keep in e what it "
        "rounded off, for the next exchange (docs/communication.md; default off)",
        [](PeerConfig& c, const std::string& v) {
          if (v != "on" && v != "off") throw bad_value("error-feedback", v, "on or off");

@@ -38,7 +38,10 @@ ExchangeConfig exchange_config(const AveragerConfig& c, bool direct) {
   e.max_tries = c.max_tries;
   e.choice = c.choice;
   e.robust = c.robust;
-  e.needs_norm = c.max_diff_norm > 0 || c.robust.mix == MixMode::Clipped;
+  // int4-rel's vector is decoded against our snapshot at a step boundary: the vote waits for it.
+  const bool relative =
+      c.wire == kernels::Wire::Int4Rel || c.finish_wire == kernels::Wire::Int4Rel;
+  e.needs_norm = c.max_diff_norm > 0 || c.robust.mix == MixMode::Clipped || relative;
   e.fast_norm = direct && c.wire == kernels::Wire::Fp32;
   e.answer_timeout = c.answer_timeout;
   e.transfer_timeout_floor = c.transfer_timeout_floor;
@@ -246,7 +249,8 @@ Averager::StepWork Averager::take_work(const core::StepContext& ctx) {
 void Averager::apply_mix(core::StepContext& ctx, PendingMix& mix) {
   buffers_->switch_to(mix.seq);
   buffers_->receive(mix.rest);
-  buffers_->finish();
+  if (!buffers_->finish())  // decoded at the vote already
+    throw std::logic_error("averager: a committed vector does not decode");
   // A faulty peer mixes nothing into itself (its s is the corrupted vector it sent).
   if (!fault_.active())
     buffers_->for_each_float_span(
@@ -309,9 +313,20 @@ void Averager::refresh_standing(core::StepContext& ctx) {
   }
 }
 
-// Only the norm bounds need the training thread's vote; finiteness was checked on arrival.
+// Only the norm bounds and int4-rel's decoding need the training thread's vote; finiteness was
+// checked on arrival.
 void Averager::vote_norm(core::StepContext&, const StepWork& w) {
-  buffers_->finish();
+  if (!buffers_->finish()) {
+    spdlog::info("averager: #{} the vector of {} does not decode against ours (int4-rel): steps "
+                 "widened",
+                 w.seq, short_id(w.partner));
+    buffers_->widen();
+    Verdict v;
+    v.refused = ExchangeFailure::InvalidRange;
+    post([this, seq = w.seq, v] { protocol_.validated(seq, v); });
+    return;
+  }
+  buffers_->observe();
   auto own = [&] { return std::sqrt(buffers_->own_sq_norm()); };
   const Verdict v = judge_at(w.partner, std::sqrt(buffers_->sq_diff()), own, w.at);
   spdlog::trace("averager: #{} ||r - s|| = {} (tau {}): {}", w.seq, v.norm, v.tau,
@@ -330,6 +345,7 @@ void Averager::between_steps(core::StepContext& ctx) {
   own_step_.store(ctx.step);
   bound_.set_own_step(ctx.step);
   StepWork w = take_work(ctx);
+  if (widen_.exchange(false)) buffers_->widen_all();  // our vector did not decode at a partner
   std::uint64_t failing = w.mix ? w.mix->seq : w.seq;
   try {
     if (w.mix) apply_mix(ctx, *w.mix);
@@ -426,6 +442,7 @@ void Averager::finished(const ExchangeEvent& ev) {
     } else {
       ++stats_.failed;
       ++stats_.failed_by_reason[ev.reason];
+      if (ev.reason == "peer-abort:range") widen_.store(true);
     }
     stats_.bytes_sent += ev.bytes_sent;
     stats_.bytes_received += ev.bytes_received;

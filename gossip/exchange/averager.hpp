@@ -174,7 +174,6 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   void refresh_standing(core::StepContext& ctx);
   void vote_norm(core::StepContext& ctx, const StepWork& w);
   ChunkSetPtr snapshot(core::StepContext& ctx, std::uint64_t seq);
-  bool needs_norm() const { return cfg_.max_diff_norm > 0 || cfg_.robust.mix == MixMode::Clipped; }
   // The bounds applied to a measured ||r - s|| of partner's vector at `at`.
   Verdict judge_at(const std::string& partner, double norm, const std::function<double()>& own_norm,
                    net::Millis at);
@@ -268,6 +267,7 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   std::atomic<std::int64_t> own_samples_{0};
   std::atomic<double> own_progress_{-1.0};  // core::progress_of the last step boundary
   std::atomic<std::int64_t> own_step_{0};   // ctx.step of the last step boundary
+  std::atomic<bool> widen_{false};  // int4-rel: a partner could not decode our vector
   std::atomic<double> max_rate_{0.0};       // bytes per second; 0: no cap
 
   // Training thread only.

@@ -16,6 +16,7 @@ std::string_view failure_name(ExchangeFailure f) {
     case ExchangeFailure::InvalidNonFinite: return "invalid:non-finite";
     case ExchangeFailure::InvalidLength: return "invalid:length";
     case ExchangeFailure::InvalidNorm: return "invalid:norm";
+    case ExchangeFailure::InvalidRange: return "invalid:range";
     case ExchangeFailure::Anomalous: return "anomalous";
     case ExchangeFailure::PeerAbort: return "peer-abort";
     case ExchangeFailure::Backend: return "backend";

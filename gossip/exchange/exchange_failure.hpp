@@ -20,6 +20,7 @@ enum class ExchangeFailure {
   InvalidNonFinite,  // "invalid:non-finite"
   InvalidLength,     // "invalid:length"
   InvalidNorm,       // "invalid:norm"
+  InvalidRange,      // "invalid:range": an int4-rel vector too far from ours to decode
   Anomalous,         // "anomalous"
   PeerAbort,         // "peer-abort:<code>"
   Backend,           // "backend"

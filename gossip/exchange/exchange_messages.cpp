@@ -35,9 +35,9 @@ std::string_view code_name(ExchangeCode c) {
   // 7 was a chunk checksum, never shipped.
   constexpr std::string_view kNames[] = {"fingerprint", "size",      "wire",  "weighting",
                                          "timeout",     "invalid",   "",      "protocol",
-                                         "shutdown",    "anomalous", "banned"};
+                                         "shutdown",    "anomalous", "banned",    "range"};
   static_assert(std::size(kNames) ==
-                base::enum_count(ExchangeCode::Fingerprint, ExchangeCode::Banned));
+                base::enum_count(ExchangeCode::Fingerprint, ExchangeCode::Range));
   return base::enum_name(c, ExchangeCode::Fingerprint, kNames);
 }
 
@@ -96,7 +96,7 @@ RequestMsg decode_request(const net::Bytes& b) {
   m.fingerprint = r.u64();
   m.n_params = r.u64();
   const std::uint8_t wire = r.u8();
-  if (wire > static_cast<std::uint8_t>(kernels::Wire::Int2)) throw DecodeError("unknown wire");
+  if (wire > static_cast<std::uint8_t>(kernels::Wire::Int4Rel)) throw DecodeError("unknown wire");
   m.wire = static_cast<kernels::Wire>(wire);
   const std::uint8_t weighted = r.u8();
   if (weighted > 1) throw DecodeError("weighted is not a bool");

@@ -37,6 +37,7 @@ enum class ExchangeCode : std::uint8_t {
   Shutdown = 9,
   Anomalous = 10,  // ||r - s|| far outside the adaptive clipping bound (robust mixing)
   Banned = 11,     // refuse: the requester is banned for a while after repeated refusals
+  Range = 12,      // abort: an int4-rel vector did not decode against ours (relative_wire.hpp)
 };
 // Stable lowercase token for logs, metrics reasons and counters; "unknown" for other values.
 std::string_view code_name(ExchangeCode c);

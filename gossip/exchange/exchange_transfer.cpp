@@ -132,8 +132,10 @@ void ExchangeProtocol::validated(std::uint64_t seq, const Verdict& v) {
     const std::string reason = to_string(*v.refused);
     spdlog::warn("averager: vector from {} refused: {} (||r - s|| = {:.4g}, tau = {:.4g})",
                  short_id(ex_->partner), reason, v.norm, v.tau);
-    return fail({*v.refused}, *v.refused == ExchangeFailure::Anomalous ? ExchangeCode::Anomalous
-                                                                       : ExchangeCode::Invalid);
+    const ExchangeCode code = *v.refused == ExchangeFailure::Anomalous      ? ExchangeCode::Anomalous
+                              : *v.refused == ExchangeFailure::InvalidRange ? ExchangeCode::Range
+                                                                            : ExchangeCode::Invalid;
+    return fail({*v.refused}, code);
   }
   ex_->local_valid = true;
   ex_->local_tau = v.tau;

@@ -2,9 +2,12 @@
 #include "gossip/exchange/snapshot_buffers.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "gossip/exchange/exchange_messages.hpp"
+#include "gossip/exchange/relative_wire.hpp"
 
 namespace gossiptrain::gossip {
 
@@ -101,9 +104,10 @@ class DirectBuffers final : public SnapshotBuffers {
     }
     chunks.clear();
   }
-  void finish() override {
+  bool finish() override {
     if (rx_bytes_ != encoded_size(wire_, n_))
       throw std::logic_error("averager: the partner's vector is incomplete at the end");
+    return true;
   }
   void for_each_float_span(const FloatSpanFn& fn) override;
   void release() override {
@@ -173,13 +177,16 @@ void DirectBuffers::for_each_float_span(const FloatSpanFn& fn) {
 // The copy path: s_ and r_ on the device. The fp32 encoding is the raw floats: snapshots go
 // straight from the parameters into their chunks, received chunks straight into r_. For the
 // others, sending and receiving each have their own encoded buffer: the partner's chunks may
-// arrive before we encode our snapshot.
+// arrive before we encode our snapshot. int4-rel is encoded and decoded on the host (rel_), its
+// decoding needing our snapshot.
 class CopyBuffers final : public SnapshotBuffers {
  public:
   CopyBuffers(Wire wire, std::size_t chunk_bytes, kernels::Backend& be, RecycleFn recycle,
               bool error_feedback)
       : SnapshotBuffers(wire, chunk_bytes, be, std::move(recycle)),
-        ef_(error_feedback && wire != Wire::Fp32) {}
+        ef_(error_feedback && wire != Wire::Fp32) {
+    if (wire == Wire::Int4Rel) rel_.emplace();
+  }
   void allocate(std::size_t n) override {
     n_ = n;
     s_ = kernels::DeviceBuffer<float>(be_, n);
@@ -191,18 +198,38 @@ class CopyBuffers final : public SnapshotBuffers {
       be_.fill(e_.data(), n, 0.0f);
       be_.fill(zero_.data(), n, 0.0f);
     }
-    if (wire_ != Wire::Fp32) {
+    if (rel_) {
+      rel_->resize(n);
+      for (auto* v : {&hy_, &hs_, &hr_}) v->resize(n);
+      for (auto* v : {&henc_, &hrx_}) v->resize(encoded_size(wire_, n));
+    } else if (wire_ != Wire::Fp32) {
       enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(wire_, n));
       rx_enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(wire_, n));
     }
   }
   void receive(ChunkList& chunks) override;
-  // The whole vector is in r_ (decoded) once this returns.
-  void finish() override {
+  // The whole vector is in r_ (decoded) once this returns true.
+  bool finish() override {
     if (rx_bytes_ != encoded_size(wire_, n_))
       throw std::logic_error("averager: the partner's vector is incomplete at the end");
-    if (kernels::is_blockwise(wire_) && rx_decoded_ < n_) be_.decode(wire_, rx_enc_.data(), n_, r_.data());
+    if (rx_decoded_ == n_) return true;
+    if (rel_) {
+      if (!rel_->decode(hrx_.data(), hs_.data(), hr_.data())) return false;
+      be_.upload(r_.data(), hr_.data(), n_ * sizeof(float));
+    } else if (kernels::is_blockwise(wire_)) {
+      be_.decode(wire_, rx_enc_.data(), n_, r_.data());
+    }
     rx_decoded_ = n_;
+    return true;
+  }
+  void observe() override {
+    if (rel_ && rx_decoded_ == n_) rel_->observe(hr_.data(), hs_.data());
+  }
+  void widen() override {
+    if (rel_) rel_->widen();
+  }
+  void widen_all() override {
+    if (rel_) rel_->widen_all();
   }
   void for_each_float_span(const FloatSpanFn& fn) override { fn(0, r_.data(), s_.data(), n_); }
   std::vector<float> residual() const override {
@@ -224,14 +251,21 @@ class CopyBuffers final : public SnapshotBuffers {
       be_.mix(y_.data(), e_.data(), zero_.data(), n, 1.0f);
       x = y_.data();
     }
+    if (rel_) {  // on the host; s_ gets what it decodes to at the end
+      be_.download(hy_.data(), x, n * sizeof(float));
+      rel_->encode(hy_.data(), henc_.data(), hs_.data());
+      return;
+    }
     be_.encode(wire_, x, n, enc_.data());
     src_ = enc_.data();
   }
   void fill_chunk(std::uint8_t* dst, const float*, std::size_t off, std::size_t len) override {
-    be_.download(dst, src_ + off, len);
+    if (rel_) std::memcpy(dst, henc_.data() + off, len);
+    else be_.download(dst, src_ + off, len);
   }
   void encode_end(const float* x, std::size_t n) override {
     if (wire_ == Wire::Fp32) be_.copy(s_.data(), x, n * sizeof(float));
+    else if (rel_) be_.upload(s_.data(), hs_.data(), n * sizeof(float));
     else be_.decode(wire_, enc_.data(), n, s_.data());
     if (ef_) {  // e = y - s: exact where s is y rounded to nearest (within a factor 2 of y)
       be_.copy(e_.data(), y_.data(), n * sizeof(float));
@@ -248,6 +282,10 @@ class CopyBuffers final : public SnapshotBuffers {
   kernels::DeviceBuffer<std::uint8_t> rx_enc_;  // the partner's encoded vector (not for fp32)
   const std::uint8_t* src_ = nullptr;           // what the chunks are filled from
   std::size_t rx_decoded_ = 0;  // values decoded into r_ (fp16, bf16, the blockwise wires)
+  // int4-rel: the codec, and on the host x (+ e), s, r, our encoding and the partner's.
+  std::optional<RelativeWire> rel_;
+  std::vector<float> hy_, hs_, hr_;
+  std::vector<std::uint8_t> henc_, hrx_;
 };
 
 // Uploads the chunks (and decodes the complete values of the element-wise wires on the way, so
@@ -261,7 +299,8 @@ void CopyBuffers::receive(ChunkList& chunks) {
     const std::size_t len = c.size() - kChunkHeaderBytes;
     const std::size_t at = rx_bytes_;
     count_received(len);
-    be_.upload(dst + at, c.data() + kChunkHeaderBytes, len);
+    if (rel_) std::memcpy(hrx_.data() + at, c.data() + kChunkHeaderBytes, len);
+    else be_.upload(dst + at, c.data() + kChunkHeaderBytes, len);
     recycle_(std::move(c));
   }
   chunks.clear();

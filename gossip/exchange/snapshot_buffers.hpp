@@ -55,8 +55,9 @@ class SnapshotBuffers {
   void switch_to(std::uint64_t seq);
   // Takes the partner's chunks that arrived since the last call (moved from).
   virtual void receive(ChunkList& chunks) = 0;
-  // The whole vector has been received: completes its decoding.
-  virtual void finish() = 0;
+  // The whole vector has been received: completes its decoding. False when it does not decode
+  // against our snapshot (int4-rel: the partner is further than its step allows).
+  virtual bool finish() = 0;
   // The whole vector as float spans, with our snapshot's.
   virtual void for_each_float_span(const FloatSpanFn& fn) = 0;
   // Gives back the partner's messages kept for the mix (direct mode).
@@ -65,6 +66,12 @@ class SnapshotBuffers {
   // checkpoint's; n values).
   virtual std::vector<float> residual() const { return {}; }
   virtual void set_residual(const std::vector<float>&) {}
+  // int4-rel (relative_wire.hpp): a decoded vector tells how far partners are; a failed decode
+  // here widens the steps of the blocks that failed, a partner's every step. Nothing for the
+  // other wires.
+  virtual void observe() {}
+  virtual void widen() {}
+  virtual void widen_all() {}
   // ||r - s||^2 and ||s||^2, through the backend.
   double sq_diff();
   double own_sq_norm();

@@ -41,6 +41,8 @@ WireChecker::WireChecker(kernels::Wire wire, std::size_t n_params) : wire_(wire)
     case kernels::Wire::Int8:  // the fp32 block scales come first
     case kernels::Wire::Int4:
     case kernels::Wire::Int2:
+    case kernels::Wire::Int4Rel:  // its block steps (then hashes, unchecked: a wrong one fails
+                                  // the decode, gossip/exchange/relative_wire.hpp)
       value_bytes_ = 4;
       checked_bytes_ = (n_params + kernels::kInt8BlockSize - 1) / kernels::kInt8BlockSize * 4;
       break;
