@@ -462,3 +462,48 @@ TEST_CASE("exchange failure tokens are the metrics' strings", "[gossip][protocol
   CHECK(to_string({ExchangeFailure::PeerAbort, ExchangeCode::Anomalous}) == "peer-abort:anomalous");
   CHECK(to_string(ExchangeFailure::Backend) == "backend");
 }
+
+TEST_CASE("exchange protocol: deadlines fitted to the answers and a silent partner backed off",
+          "[gossip][protocol]") {
+  using Timer = ExchangePort::Timer;
+  ExchangeConfig cfg = config();
+  cfg.max_tries = 3;
+  Fixture f(cfg);
+  f.dir.peers.push_back({"peer-c", "10.0.0.3:7000"});
+  std::map<std::string, std::shared_ptr<FakeConnection>> conns = {
+      {"peer-b", f.conn}, {"peer-c", std::make_shared<FakeConnection>("peer-c")}};
+  // Exchange 1: the first partner X is dialled and asked with the configured deadlines (nothing
+  // measured yet); it answers BUSY after 20 ms. The second, Y, gets the fitted dial deadline
+  // (twice the 1 s floor) and stays silent: timeout:connect.
+  f.p.start(1, 100);
+  REQUIRE(f.port.dials.size() == 1);
+  const std::string x = f.port.dials[0].second, y = x == "peer-b" ? "peer-c" : "peer-b";
+  CHECK(f.port.armed.at(Timer::Deadline).second == cfg.answer_timeout);
+  f.p.on_dialled(1, x, conns[x], "");
+  REQUIRE(conns[x]->of(Type::Request).size() == 1);
+  CHECK(f.port.armed.at(Timer::Deadline).second == cfg.answer_timeout);
+  f.port.t += Millis(20);
+  f.p.on_message(conns[x], static_cast<std::uint8_t>(Type::Busy),
+                 net::Bytes(*encode_id(decode_request(conns[x]->of(Type::Request)[0]).exchange_id)));
+  REQUIRE(f.port.dials.size() == 2);
+  CHECK(f.port.dials[1].second == y);
+  CHECK(f.port.armed.at(Timer::Deadline).second == Millis(2000));
+  f.port.t += Millis(2000);
+  f.p.on_timer(Timer::Deadline, 1);
+  REQUIRE(f.port.events.size() == 1);
+  CHECK(f.port.events[0].reason == "timeout:connect");
+  // Exchanges 2 to 11, within Y's 2 s backoff: X is asked first every time (on its pooled
+  // connection, with the fitted 1 s answer deadline); Y only once X said BUSY.
+  for (std::uint64_t seq = 2; seq <= 11; ++seq) {
+    f.port.t += Millis(100);
+    const std::size_t asked = conns[x]->of(Type::Request).size();
+    f.p.start(seq, 100);
+    REQUIRE(conns[x]->of(Type::Request).size() == asked + 1);
+    CHECK(f.port.armed.at(Timer::Deadline).second == Millis(1000));
+    f.p.on_message(conns[x], static_cast<std::uint8_t>(Type::Busy),
+                   net::Bytes(*encode_id(decode_request(conns[x]->of(Type::Request).back()).exchange_id)));
+    REQUIRE(f.port.dials.back().second == y);  // nobody else left to ask
+    f.p.on_dialled(seq, y, nullptr, "connect failed");
+    REQUIRE(!f.p.in_flight());
+  }
+}

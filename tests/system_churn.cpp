@@ -319,10 +319,20 @@ TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "
   INFO("cross-group exchanges during the partition:\n" << cross_lines);
   CHECK(cross_during == 0);
   CHECK(cross_after > 0);
-  // Not asserted: each side averaging within itself meanwhile. On this code a peer whose exchange
-  // with a partner across the partition stalls stays busy until the exchange's deadline (about
-  // 8-10 s), and its side-mates' requests get "busy": an 8 s partition saw no exchange at all.
-  WARN("successful exchanges within a side during the partition: " << within_during);
+  // Not asserted: each side averaging within itself meanwhile. Partners that do not answer are
+  // backed off and the answer deadline is fitted (tests/gossip_partition.cpp tests that on the
+  // in-memory network), but an exchange across whose transfer was under way at the split holds
+  // both its peers until the transfer deadline (10 s, longer than the partition): with two peers a
+  // side, that leaves each side one free peer and nobody to average with. On 2026-11-27 at load
+  // 8-12, 6 runs of this test: 0 within a side in 4 (3 of them inspected: each had such an
+  // exchange, 9.3 to 10 s), 1432 and 2452 in the other 2.
+  int held_across = 0;  // exchanges across the split that lasted through most of it
+  for (const auto& x : exchanges) {
+    const double start = x.t - x.j.value("ms", 0.0) / 1000.0;
+    if (group(x.peer) != group(x.other) && start < tp + margin && x.t > th - margin) ++held_across;
+  }
+  WARN("successful exchanges within a side during the partition: "
+       << within_during << "; exchange ends held across it through the partition: " << held_across);
 
   // Membership: during the partition some peer suspected (or declared dead) one across it; after
   // the heal each peer's last word on every other (before they leave at the end) is "alive".

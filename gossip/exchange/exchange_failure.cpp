@@ -36,6 +36,11 @@ bool is_timeout(ExchangeFailure f) {
          f == ExchangeFailure::TimeoutTransfer;
 }
 
+bool is_unanswered(ExchangeFailure f) {
+  return f == ExchangeFailure::Connect || f == ExchangeFailure::TimeoutConnect ||
+         f == ExchangeFailure::TimeoutAnswer || f == ExchangeFailure::Closed;
+}
+
 bool is_vector_refusal(ExchangeFailure f) {
   return f == ExchangeFailure::Anomalous || f == ExchangeFailure::InvalidNonFinite ||
          f == ExchangeFailure::InvalidLength || f == ExchangeFailure::InvalidNorm;

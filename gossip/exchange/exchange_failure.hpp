@@ -38,6 +38,9 @@ std::string_view failure_name(ExchangeFailure f);
 std::string to_string(const FailureReason& r);
 inline std::string to_string(ExchangeFailure f) { return to_string(FailureReason{f}); }
 bool is_timeout(ExchangeFailure f);
+// The partner never answered a try: the dial failed or timed out, no answer to the REQUEST, or
+// the connection closed before one (busy and refused are answers).
+bool is_unanswered(ExchangeFailure f);
 // We refused the partner's vector (anomalous, invalid:*): counts towards banning it.
 bool is_vector_refusal(ExchangeFailure f);
 

@@ -39,6 +39,7 @@ ExchangeProtocol::ExchangeProtocol(ExchangeConfig cfg, ExchangePort& port,
       local_id_(std::move(local_id)),
       rng_(cfg_.seed),
       choice_(cfg_.choice),
+      deadlines_(cfg_.answer_timeout_floor, cfg_.answer_timeout),
       bans_(cfg_.robust) {}
 
 float ExchangeProtocol::weight(std::int64_t n_self, std::int64_t n_other) const {
@@ -64,10 +65,13 @@ void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
 // Every live peer not excluded from this exchange nor banned; in a swarm larger than
 // 2 * kMaxCandidates, a uniform sample of at most kMaxCandidates of them (a partial shuffle), so
 // starting an exchange costs O(1) rather than O(n) checks. The weighted pick among a random
-// sample spreads exchanges as the pick among all does.
-std::vector<PeerRef> ExchangeProtocol::candidates(const Exchange& e) {
+// sample spreads exchanges as the pick among all does. skip_backed_off: leave out the partners
+// the partner choice backs off (unreachable lately).
+std::vector<PeerRef> ExchangeProtocol::candidates(const Exchange& e, bool skip_backed_off) {
+  const Millis now = port_.now();
   auto ok = [&](const PeerRef& p) {
-    return p.id != local_id_ && !e.excluded.count(p.id) && !banned(p.id);
+    return p.id != local_id_ && !e.excluded.count(p.id) && !banned(p.id) &&
+           !(skip_backed_off && choice_.backed_off(p.id, now));
   };
   std::vector<PeerRef> cands;
   if (peers_.live_count() > 2 * kMaxCandidates) {
@@ -85,7 +89,9 @@ std::vector<PeerRef> ExchangeProtocol::candidates(const Exchange& e) {
 void ExchangeProtocol::try_next_peer() {
   Exchange& e = *ex_;
   if (e.tries >= cfg_.max_tries) return fail(e.last_reason.value_or(FailureReason{}), {});
-  std::vector<PeerRef> cands = candidates(e);
+  // Partners that did not answer lately are asked only when nobody else is left to ask.
+  std::vector<PeerRef> cands = candidates(e, true);
+  if (cands.empty()) cands = candidates(e, false);
   if (cands.empty()) {
     if (e.tries > 0) return fail(e.last_reason.value_or(FailureReason{}), {});
     // Nothing to ask (alone, or membership not there yet): not an exchange, no event.
@@ -104,7 +110,7 @@ void ExchangeProtocol::try_next_peer() {
   e.id = 0;
   e.out.clear_control();
   if (auto c = port_.pooled(p.id)) return ask(c);
-  arm_deadline(cfg_.answer_timeout, ExchangeFailure::TimeoutConnect);
+  arm_deadline(deadlines_.connect(), ExchangeFailure::TimeoutConnect);
   port_.dial(e.seq, p);
 }
 
@@ -147,7 +153,8 @@ void ExchangeProtocol::ask(const net::ConnectionPtr& c) {
   m.samples = e.n_self;
   m.progress = port_.own_progress();
   m.step = port_.own_step();
-  arm_deadline(cfg_.answer_timeout, ExchangeFailure::TimeoutAnswer);
+  e.requested = port_.now();
+  arm_deadline(deadlines_.answer(), ExchangeFailure::TimeoutAnswer);
   queue_control(kReq, encode_request(m));
 }
 
@@ -160,6 +167,8 @@ void ExchangeProtocol::try_failed(FailureReason reason, bool close_conn) {
   // A partner that did not answer in time costs us that time, like a slow exchange.
   if (is_timeout(reason.kind))
     choice_.record(e.partner, double((port_.now() - e.asked).count()), port_.now());
+  // It did not answer at all: the next exchanges ask others first (partner_choice.hpp).
+  if (is_unanswered(reason.kind)) choice_.unreachable(e.partner, port_.now());
   if (close_conn && e.conn) {
     // A late answer on this connection must not be mistaken for a new exchange's.
     port_.forget_pooled(e.partner);
@@ -175,6 +184,7 @@ void ExchangeProtocol::on_accept(const net::ConnectionPtr& c, const net::Bytes& 
       ex_->phase != Phase::Requested)
     return violation(c, "unexpected accept");
   Exchange& e = *ex_;
+  answered(e);
   e.n_other = m.samples;
   e.partner_progress = m.progress;
   e.partner_step = m.step;
@@ -202,6 +212,7 @@ void ExchangeProtocol::on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8
   }
   if (!is_current(c, id) || ex_->role != ExchangeRole::Initiator || ex_->phase != Phase::Requested)
     return violation(c, "unexpected busy/refuse");
+  answered(*ex_);
   if (type == kRef && reason.code == ExchangeCode::Wire && cfg_.finish_wire &&
       cfg_.wire != *cfg_.finish_wire) {
     // The partner is on the finish wire already (in_transition): so should we be.
@@ -211,6 +222,13 @@ void ExchangeProtocol::on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8
                  to_string(reason));
   }
   try_failed(reason, false);
+}
+
+// The partner answered our REQUEST (any answer): the answer time fits the deadlines, and the
+// partner is reachable.
+void ExchangeProtocol::answered(const Exchange& e) {
+  deadlines_.record(double((port_.now() - e.requested).count()));
+  choice_.answered(e.partner);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -253,6 +271,7 @@ void ExchangeProtocol::refuse(const net::ConnectionPtr& c, const RequestMsg& m, 
 
 void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
   const RequestMsg m = decode_request(b);
+  choice_.answered(c->peer_id());  // it reaches us: no reason to back off from it
   const std::optional<ExchangeCode> bad = incompatible(m);
   if (bad == ExchangeCode::Wire && in_transition(m.wire) && m.wire == cfg_.finish_wire) {
     // A requester already on the finish wire: we switch at our next idle step boundary, and

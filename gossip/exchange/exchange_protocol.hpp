@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/rng.hpp"
+#include "gossip/exchange/answer_deadline.hpp"
 #include "gossip/exchange/ban_list.hpp"
 #include "gossip/exchange/exchange_failure.hpp"
 #include "gossip/exchange/exchange_messages.hpp"
@@ -82,7 +83,10 @@ struct ExchangeConfig {
   RobustConfig robust;      // the ban settings
   bool needs_norm = false;  // a norm bound applies: the vote waits for ||r - s||
   bool fast_norm = false;   // ||r - s|| summed here as the chunks arrive (direct fp32)
+  // The dial and answer deadlines: fitted to the answers measured (answer_deadline.hpp), never
+  // below the floor nor above answer_timeout (also the deadline before a first answer).
   net::Millis answer_timeout{5000};
+  net::Millis answer_timeout_floor{1000};
   net::Millis transfer_timeout_floor{10000};
   double min_rate_bytes_per_s = 20e6;
   std::size_t chunk_bytes = (1u << 20) - kChunkHeaderBytes;
@@ -199,6 +203,7 @@ class ExchangeProtocol {
     net::ConnectionPtr conn;
     net::Millis started{0};
     net::Millis asked{0};      // the current partner was asked (responder: its request came in)
+    net::Millis requested{0};  // our REQUEST to it was sent (the answer time starts)
     SendPump out;              // control messages and our snapshot's chunks
     std::size_t received = 0;  // payload bytes of the partner's vector received
     std::optional<WireChecker> check;  // its values, checked as they arrive
@@ -223,10 +228,11 @@ class ExchangeProtocol {
 
   // Initiator.
   static constexpr std::size_t kMaxCandidates = 32;
-  std::vector<PeerRef> candidates(const Exchange& e);
+  std::vector<PeerRef> candidates(const Exchange& e, bool skip_backed_off);
   void try_next_peer();
   void ask(const net::ConnectionPtr& c);
   void try_failed(FailureReason reason, bool close_conn);
+  void answered(const Exchange& e);
   void on_accept(const net::ConnectionPtr& c, const net::Bytes& b);
   void on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& b);
   // Responder.
@@ -274,6 +280,7 @@ class ExchangeProtocol {
   bool retry_armed_ = false;  // a send retry is pending (chunks_ready waits for it)
   base::ProtocolRng rng_;
   PartnerChoice choice_;  // weights partners by their recent exchange durations
+  AnswerDeadline deadlines_;  // the dial and answer deadlines, fitted to the answers measured
   BanList bans_;
   struct Withdrawn {
     net::ConnectionPtr conn;

@@ -245,6 +245,8 @@ void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> no
   const std::string partner = e.partner;
   const std::uint64_t seq = e.seq;
   port_.release(seq, false);
+  // The transfer stalled (a partition, a host gone): the next exchanges ask others first.
+  if (reason.kind == ExchangeFailure::TimeoutTransfer) choice_.unreachable(partner, port_.now());
   report(e, false, why);
   ex_.reset();
   // We refused the partner's vector: counts towards banning it.

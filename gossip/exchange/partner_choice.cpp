@@ -12,7 +12,8 @@ constexpr std::size_t kMaxPartners = 4096;
 
 PartnerChoice::PartnerChoice(PartnerChoiceConfig cfg) : cfg_(cfg) {
   if (!(cfg_.alpha > 0 && cfg_.alpha <= 1) || !(cfg_.slack >= 1) || !std::isfinite(cfg_.slack) ||
-      !(cfg_.min_weight > 0 && cfg_.min_weight <= 1))
+      !(cfg_.min_weight > 0 && cfg_.min_weight <= 1) || !(cfg_.backoff_min_ms >= 0) ||
+      !(cfg_.backoff_max_ms >= cfg_.backoff_min_ms) || !std::isfinite(cfg_.backoff_max_ms))
     throw std::invalid_argument("partner choice: bad parameters");
 }
 
@@ -29,6 +30,27 @@ void PartnerChoice::record(const std::string& partner, double ms, Millis now) {
   }
   it->second.ms = cfg_.alpha * ms + (1 - cfg_.alpha) * it->second.ms;
   it->second.last = now;
+}
+
+void PartnerChoice::unreachable(const std::string& partner, Millis now) {
+  if (partner.empty()) return;
+  auto it = backoff_.find(partner);
+  if (it == backoff_.end()) {
+    if (backoff_.size() >= kMaxPartners)
+      backoff_.erase(std::min_element(backoff_.begin(), backoff_.end(), [](auto& a, auto& b) {
+        return a.second.until < b.second.until;
+      }));
+    it = backoff_.emplace(partner, Backoff{}).first;
+  }
+  Backoff& b = it->second;
+  b.failures = std::min(b.failures + 1, 30);
+  const double ms = std::min(cfg_.backoff_max_ms, cfg_.backoff_min_ms * std::ldexp(1.0, b.failures - 1));
+  b.until = now + Millis(static_cast<std::int64_t>(ms));
+}
+
+bool PartnerChoice::backed_off(const std::string& partner, Millis now) const {
+  auto it = backoff_.find(partner);
+  return it != backoff_.end() && now < it->second.until;
 }
 
 double PartnerChoice::cost(const std::string& partner) const {
