@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gossip/exchange/relative_wire.hpp"
+#include "gossip/exchange/wire_check.hpp"
 #include "kernels/backend.hpp"
 
 using gossiptrain::gossip::RelativeWire;
@@ -126,10 +127,15 @@ TEST_CASE("int4-rel: hostile vectors never decode to a wrong or non-finite value
     std::memcpy(b.data(), &f, 4);
     return b;
   };
+  gossiptrain::gossip::WireChecker ok(kernels::Wire::Int4Rel, n);
+  CHECK(ok.feed(good.data(), good.size()));
   for (float f : {std::nanf(""), INFINITY, -INFINITY, FLT_MAX / 200.0f, 1e-30f}) {
     INFO("step " << f);
     const auto b = with_step(f);
     CHECK_FALSE(p.rx.decode(b.data(), p.side.data(), r.data()));
+    // The protocol thread's check already stops the non-finite ones as the chunks arrive.
+    gossiptrain::gossip::WireChecker c(kernels::Wire::Int4Rel, n);
+    CHECK(c.feed(b.data(), b.size()) == std::isfinite(f));
   }
   auto b = good;  // one code changed: the hash no longer matches
   b[16 + 10] ^= 0x01;
