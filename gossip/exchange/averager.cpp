@@ -442,7 +442,9 @@ void Averager::finished(const ExchangeEvent& ev) {
     } else {
       ++stats_.failed;
       ++stats_.failed_by_reason[ev.reason];
-      if (ev.reason == "peer-abort:range") widen_.store(true);
+      static const std::string kRange =
+          to_string(FailureReason{ExchangeFailure::PeerAbort, ExchangeCode::Range});
+      if (ev.reason == kRange) widen_.store(true);
     }
     stats_.bytes_sent += ev.bytes_sent;
     stats_.bytes_received += ev.bytes_received;

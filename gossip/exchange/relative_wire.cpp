@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/backend.hpp"
+#include "kernels/float_convert.hpp"
 
 namespace gossiptrain::gossip {
 
@@ -26,8 +27,9 @@ struct Hash {
   void add(std::int64_t q) { h = (h ^ static_cast<std::uint32_t>(q)) * 16777619u; }
 };
 
+// q's low 4 bits, packed as int4's codes (value i in bits 4 (i mod 2) of byte i/2).
 void put_code(std::uint8_t* codes, std::size_t i, std::int64_t q) {
-  const auto c = static_cast<std::uint8_t>(static_cast<std::uint64_t>(q) & 15u);
+  const std::uint8_t c = kernels::lowbit_code<4>(static_cast<int>(q));
   if (i % 2 == 0) codes[i / 2] = c;
   else codes[i / 2] |= static_cast<std::uint8_t>(c << 4);
 }
@@ -83,14 +85,12 @@ bool decode_block(const std::uint8_t* codes, float field, std::uint32_t want, st
   Hash h;
   for (std::size_t i = lo; i < hi; ++i) {
     const unsigned c = get_code(codes, i);
-    std::int64_t q = static_cast<std::int64_t>(c ^ 8u) - 8;  // plain: two's complement, -8..7
-    if (relative) {  // the q of residue c nearest to round(side / d)
+    std::int64_t q = kernels::lowbit_value<4>(c);  // plain: two's complement, -8..7
+    if (relative) {  // the q of residue c nearest to round(side / d): guess + (c - guess) in -8..7
       const double g = std::nearbyint(double(side[i]) / double(d));
       if (!(std::fabs(g) <= kMaxCode)) return false;
       const auto guess = static_cast<std::int64_t>(g);
-      std::int64_t delta = static_cast<std::int64_t>((c - static_cast<std::uint64_t>(guess)) & 15u);
-      if (delta >= 8) delta -= 16;
-      q = guess + delta;
+      q = guess + kernels::lowbit_value<4>((c - static_cast<unsigned>(guess)) & 15u);
       if (std::abs(q) > static_cast<std::int64_t>(kMaxCode)) return false;
     }
     if (d == 0.0f) q = 0;
