@@ -805,3 +805,42 @@ TEST_CASE("a hand-driven partner completes an exchange, and its vector is checke
   const auto y = a.values(c.be);
   for (std::size_t i = 0; i < kN; ++i) REQUIRE(y[i] == Approx(xa[i] + 0.5f).margin(1e-6));
 }
+
+TEST_CASE("a peer waiting for an exchange asks again after BUSY without a step (eager)",
+          "[gossip]") {
+  Cluster c(3, 300, base_config(), 41);
+  SimPeer &a = c[0], &b = c[1], &cc = c[2];
+  // As in "a busy peer answers BUSY": B's loop stalls in an exchange with C, so B is busy.
+  c.serve_all();
+  b.paused = true;
+  cc.dir.peers = {{b.id, b.addr}};
+  cc.step_hook(c.be);
+  REQUIRE(c.run_until([&] { return has_event(cc); }, Millis(100)));
+  cc.step_hook(c.be);
+  REQUIRE(c.run_until([&] { return b.avg->in_exchange() && cc.avg->in_exchange(); }, Millis(100)));
+  a.dir.peers = {{b.id, b.addr}};
+  a.step_hook(c.be);
+  REQUIRE(c.run_until([&] { return has_event(a); }, Millis(1000)));
+  REQUIRE(a.events[0].reason == "busy");
+  const std::int64_t step = a.step;
+  // Not waiting: boundaries at the same step start nothing.
+  c.run_until([] { return false; }, Millis(100), [&] { a.hook(c.be, false); });
+  CHECK(a.events.size() == 1);
+  CHECK(b.avg->stats().busy_sent == 1);
+  // Waiting (the node's --max-lag wait): it asks again, a pause of 5-25 ms after each failure.
+  a.avg->set_eager(true);
+  c.run_until([] { return false; }, Millis(200), [&] { a.hook(c.be, false); });
+  const auto retries = a.events.size() - 1;
+  CHECK(retries >= 7);   // at most 25 ms apart
+  CHECK(retries <= 41);  // at least 5 ms apart
+  for (const auto& e : a.events) CHECK(e.reason == "busy");
+  // B's loop resumes and its exchange with C ends: A's next try is taken, still at the same step.
+  b.paused = false;
+  REQUIRE(c.run_until([&] { return a.events.back().ok; }, Millis(1000), [&] {
+    c.serve_all();
+    a.hook(c.be, false);
+  }));
+  CHECK(a.events.back().partner == b.id);
+  CHECK(a.step == step);
+  a.avg->set_eager(false);
+}

@@ -92,7 +92,8 @@ Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDire
       conns_(sched_, cfg_.idle_close,
              [this](const net::ConnectionPtr& c) { return protocol_.in_flight_on(c); }),
       bound_(cfg_.robust),
-      fault_(cfg_.fault, backend) {
+      fault_(cfg_.fault, backend),
+      eager_rng_(cfg_.seed ? ~cfg_.seed : base::random_seed()) {
   check_config(cfg_);
   set_max_rate(cfg_.max_rate_bytes_per_s);
   if (cfg_.chunk_bytes % 4 != 0)
@@ -225,8 +226,10 @@ Averager::StepWork Averager::take_work(const core::StepContext& ctx) {
     incoming_complete_ = incoming_norm_ = false;
     w.snapshot = std::exchange(want_snapshot_, false);
   }
-  const bool may_start =
-      ctx.training_done ? cfg_.initiate_when_done : ctx.step >= next_initiate_step_;
+  bool may_start = ctx.training_done ? cfg_.initiate_when_done : ctx.step >= next_initiate_step_;
+  // Waiting for an exchange: ask again once the pause after the last failed one is over.
+  if (eager_ && !may_start && !ctx.training_done && !pending_ && !committed_unreported_)
+    may_start = sched_.now() >= released_at_ + eager_pause_;
   if (!active_ && may_start) {
     active_ = true;
     w.seq = ++seq_;
@@ -268,6 +271,9 @@ void Averager::apply_mix(core::StepContext& ctx, PendingMix& mix) {
 // responder's own snapshot instead of preceding them.
 void Averager::begin_exchange(core::StepContext& ctx, std::uint64_t seq) {
   next_initiate_step_ = ctx.step + cfg_.gossip_every;
+  // The next eager retry's pause: 5 to 25 ms, random so that two waiting peers that asked each
+  // other at once (both answered BUSY) do not ask again at once.
+  eager_pause_ = net::Millis(5 + eager_rng_.below(21));
   const std::int64_t samples = ctx.shard_size;
   post([this, seq, samples] { protocol_.start(seq, samples); });
 }
@@ -399,6 +405,7 @@ std::optional<std::uint64_t> Averager::claim(ChunkSetPtr& own) {
 void Averager::release(std::uint64_t, bool no_peer) {
   std::lock_guard<std::mutex> lk(mu_);
   active_ = false;
+  released_at_ = sched_.now();
   if (no_peer) {
     ++stats_.no_peer;
     return;

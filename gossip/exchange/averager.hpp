@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "base/rng.hpp"
 #include "core/step_hook.hpp"
 #include "gossip/exchange/ban_list.hpp"
 #include "gossip/exchange/chunk_set.hpp"
@@ -143,6 +145,11 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   // Whether exchanges have moved to the finish wire (training thread).
   bool on_finish_wire() const { return on_finish_wire_; }
   void set_residual(std::vector<float> e);
+  // While training waits for an exchange (--max-lag), an exchange that failed (every partner
+  // asked was BUSY, refused or silent) is started again after a short random pause instead of at
+  // the next gossip_every steps: a waiting peer asks others rather than only waiting to be asked
+  // (training thread).
+  void set_eager(bool on) { eager_ = on; }
 
  private:
   // The committed mix the training thread applies at its next step boundary.
@@ -262,6 +269,8 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   RobustBound bound_;                  // clipped mixing: tau and the refusals (its own lock)
   bool committed_unreported_ = false;  // a committed mix whose event is not yet reported
   AveragerStats stats_;
+  // When the last exchange ended without a mix (release): an eager retry waits a pause after it.
+  net::Millis released_at_{0};  // the scheduler's clock
 
   std::atomic<std::size_t> n_params_{0};  // known after the first between_steps
   std::atomic<std::int64_t> own_samples_{0};
@@ -274,6 +283,9 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   std::unique_ptr<SnapshotBuffers> buffers_;
   FaultInjector fault_;
   std::int64_t next_initiate_step_ = 0;
+  bool eager_ = false;                 // set_eager
+  net::Millis eager_pause_{0};         // drawn anew at every start
+  base::SplitMix64 eager_rng_;
   std::int64_t standing_step_ = 0;  // step at which standing_ was taken
   bool on_finish_wire_ = false;     // training thread
   std::atomic<bool> finish_seen_{false};  // a partner is on the finish wire (protocol thread)

@@ -214,10 +214,14 @@ void Node::bound_lag(core::StepContext& ctx) {
   bool completed = false;
   // The wait also ends when the last member leaves: a partner that said goodbye at the start of
   // a wait kept training waiting its full 2 s (issue 27's joiner, at the end of its linger).
+  // Meanwhile an exchange that fails (partners BUSY) is started again, not left until the next
+  // --gossip-every steps: with slow exchanges, most partners are busy when asked.
+  averager_->set_eager(true);
   const double waited_s = serve_until(ctx, kMaxLagWait, [&] {
     completed = averager_->stats().averaging != before;
     return completed || membership_->live_count() == 0;
   });
+  averager_->set_eager(false);
   lag_wait_s_ += waited_s;
   if (lag_->waited(completed, waited_s))
     spdlog::warn(
