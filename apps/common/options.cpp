@@ -201,19 +201,21 @@ const OptionTable<PeerConfig>& peer_options() {
       O::number("outer-momentum", "MU", "the outer step's Nesterov momentum (default 0)",
                 &PeerConfig::outer_momentum, 0, 0.99),
       {"comm-preset", "low|default",
-       "low: the best-measured low-communication settings (docs/communication.md), --wire int4 "
-       "--error-feedback on --gossip-every 8 --finish-wire fp32 --finish-from 0.9 --outer-every "
-       "0; default: --wire fp32 --error-feedback off --gossip-every 4 --finish-wire off "
-       "--outer-every 0. Flags after it override it",
+       "low: the best-measured low-communication settings (docs/communication.md), --wire "
+       "int4-rel --error-feedback on --gossip-every 8 --finish-wire off --max-lag 8 "
+       "--max-lag-share off --outer-every 0 (training waits for the link rather than train "
+       "alone); default: --wire fp32 --error-feedback off --gossip-every 4 --finish-wire off "
+       "--max-lag auto --max-lag-share 0.25 --outer-every 0. Flags after it override it",
        [](PeerConfig& c, const std::string& v) {
          if (v != "low" && v != "default") throw bad_value("comm-preset", v, "low or default");
          const bool low = v == "low";
-         c.wire = low ? kernels::Wire::Int4 : kernels::Wire::Fp32;
+         c.wire = low ? kernels::Wire::Int4Rel : kernels::Wire::Fp32;
          c.error_feedback = low;
          c.gossip_every = low ? 8 : 4;
-         if (low) c.finish_wire = kernels::Wire::Fp32;
-         else c.finish_wire.reset();
+         c.finish_wire.reset();
          c.finish_from = 0.9;
+         c.max_lag = low ? 8 : -1;
+         c.max_lag_share = low ? 0.0 : 0.25;
          c.outer_every = 0;
        }},
       O::named<bool>("weighting", {{"uniform", false}, {"samples", true}},
