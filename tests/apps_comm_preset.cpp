@@ -27,7 +27,7 @@ std::string error_of(const std::vector<std::string>& args) {
 
 }  // namespace
 
-TEST_CASE("the low communication preset sets the int4-rel wire, error feedback, an exchange every 8 "
+TEST_CASE("the low communication preset sets the int4-rel wire, error feedback, an exchange every 10 "
           "steps and training held to the link",
           "[apps]") {
   const PeerConfig d = parse({});
@@ -40,16 +40,16 @@ TEST_CASE("the low communication preset sets the int4-rel wire, error feedback, 
   const PeerConfig low = parse({"--comm-preset", "low"});
   CHECK(low.wire == kernels::Wire::Int4Rel);
   CHECK(low.error_feedback);  // measured: on dirichlet:0.1 it matters (docs/communication.md)
-  CHECK(low.gossip_every == 8);
+  CHECK(low.gossip_every == 10);
   CHECK_FALSE(low.finish_wire);
   // measured: on a 10 Mbit/s link, training that does not wait for exchanges trains alone
-  CHECK(low.max_lag == 8);
+  CHECK(low.max_lag == 10);
   CHECK(low.max_lag_share == 0.0);
   CHECK_FALSE(d.finish_wire);
   CHECK(low.outer_every == 0);  // measured: it did not help (docs/communication.md)
   // A flag after the preset overrides it; one before it is overridden.
   CHECK(parse({"--comm-preset", "low", "--gossip-every", "16"}).gossip_every == 16);
-  CHECK(parse({"--gossip-every", "16", "--comm-preset", "low"}).gossip_every == 8);
+  CHECK(parse({"--gossip-every", "16", "--comm-preset", "low"}).gossip_every == 10);
   CHECK_FALSE(parse({"--comm-preset", "low", "--error-feedback", "off"}).error_feedback);
   const PeerConfig back = parse({"--comm-preset", "low", "--comm-preset", "default"});
   CHECK(back.wire == kernels::Wire::Fp32);

@@ -202,7 +202,7 @@ const OptionTable<PeerConfig>& peer_options() {
                 &PeerConfig::outer_momentum, 0, 0.99),
       {"comm-preset", "low|default",
        "low: the best-measured low-communication settings (docs/communication.md), --wire "
-       "int4-rel --error-feedback on --gossip-every 8 --finish-wire off --max-lag 8 "
+       "int4-rel --error-feedback on --gossip-every 10 --finish-wire off --max-lag 10 "
        "--max-lag-share off --outer-every 0 (training waits for the link rather than train "
        "alone); default: --wire fp32 --error-feedback off --gossip-every 4 --finish-wire off "
        "--max-lag auto --max-lag-share 0.25 --outer-every 0. Flags after it override it",
@@ -211,10 +211,10 @@ const OptionTable<PeerConfig>& peer_options() {
          const bool low = v == "low";
          c.wire = low ? kernels::Wire::Int4Rel : kernels::Wire::Fp32;
          c.error_feedback = low;
-         c.gossip_every = low ? 8 : 4;
+         c.gossip_every = low ? 10 : 4;
          c.finish_wire.reset();
          c.finish_from = 0.9;
-         c.max_lag = low ? 8 : -1;
+         c.max_lag = low ? 10 : -1;
          c.max_lag_share = low ? 0.0 : 0.25;
          c.outer_every = 0;
        }},
