@@ -340,8 +340,7 @@ const OptionTable<PeerConfig>& peer_options() {
           "their nonces (0 or 1: the network thread alone; default min(cores - 1, 4), 1 on 2 cores "
           "or fewer; only with gossip)",
           &PeerConfig::crypto_threads, 0, net::kMaxCryptoThreads),
-      O::seconds("linger", "keep serving exchanges after training (default 10 with gossip); "
-                 "partners still training then mix towards us, we keep our model",
+      O::seconds("linger", "keep serving exchanges after training (default 10 with gossip)",
                  &PeerConfig::linger_s, 0),
       O::seconds("stall-timeout",
                  "the training thread counts as hung after this long with no step, evaluation "
