@@ -99,8 +99,7 @@ class FakePort final : public ExchangePort {
   void idle_close_pooled(const std::string&) override {}
   std::size_t n_params() const override { return n; }
   std::int64_t own_samples() const override { return 30; }
-  double progress = 0.25;
-  double own_progress() const override { return progress; }
+  double own_progress() const override { return 0.25; }
   std::int64_t own_step() const override { return 40; }
   void heard_step(const std::string& partner, std::int64_t step) override { heard[partner] = step; }
   std::map<std::string, std::int64_t> heard;
@@ -506,31 +505,5 @@ TEST_CASE("exchange protocol: deadlines fitted to the answers and a silent partn
     REQUIRE(f.port.dials.back().second == y);  // nobody else left to ask
     f.p.on_dialled(seq, y, nullptr, "connect failed");
     REQUIRE(!f.p.in_flight());
-  }
-}
-
-TEST_CASE("exchange protocol: a peer whose training is done keeps its model against one still training",
-          "[gossip][protocol]") {
-  // progress: ours, the partner's (its ACCEPT), and the weight we commit.
-  struct Case {
-    double ours, theirs;
-    float w;
-  };
-  for (const Case c : {Case{1.0, 0.6, 0.0f}, Case{1.0, 1.0, 0.5f}, Case{0.6, 1.0, 0.5f},
-                       Case{1.0, -1.0, 0.5f}, Case{0.99, 0.5, 0.5f}}) {
-    INFO("ours " << c.ours << ", theirs " << c.theirs);
-    Fixture f;
-    f.port.progress = c.ours;
-    const std::uint64_t id = f.asked();
-    f.p.snapshot_ready(1, snapshot(1.0f));
-    f.msg(Type::Accept, encode_accept({id, 300, c.theirs, 40}));
-    f.msg(Type::Chunk, partner_chunk(id));
-    f.msg(Type::Valid, encode_id(id));
-    REQUIRE(f.port.commits.size() == 1);
-    CHECK(f.port.commits[0].second.w == c.w);
-    f.p.applied(1);
-    REQUIRE(f.port.events.size() == 1);
-    CHECK(f.port.events[0].ok);
-    CHECK(f.port.events[0].w == c.w);
   }
 }

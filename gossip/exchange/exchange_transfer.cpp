@@ -195,13 +195,6 @@ void ExchangeProtocol::maybe_commit() {
   if (committed_)  // the boundary that applies a mix comes before any later snapshot
     throw std::logic_error("averager: a second exchange committed before the first was applied");
   agree_clip(e);
-  // Our training is done and the partner's is not: it mixes towards us, we keep our model. A
-  // finished peer can no longer train away what a partner far behind mixes into it, and such a
-  // partner keeps exchanging after the others are done (their --linger): in one run with a peer
-  // on a slow, lossy link, the seven others ended their training at 87.0-87.2% and their linger
-  // at 84.8-86.3%. The sum over the peers is then not kept; only such exchanges change it.
-  const double own = port_.own_progress();
-  if (own >= 1.0 && e.partner_progress >= 0.0 && e.partner_progress < 1.0) e.w = 0.0f;
   port_.commit(e.seq,
                {static_cast<float>(e.w * e.clip), e.diff_norm, e.local_tau, e.local_history});
   spdlog::trace("averager: #{} committed", e.seq);
