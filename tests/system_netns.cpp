@@ -74,8 +74,8 @@ std::vector<std::string> run_three_hosts(gt_test::NetnsLab& lab, const std::stri
                              lab.ip(i) + ":7000"});
     if (i > 0) argv.insert(argv.end(), {"--seeds", lab.ip(0) + ":7000"});
     argv.insert(argv.end(), {"--network-key", "net.key", "--num-shards", "3", "--shard",
-                             std::to_string(i), "--metrics", std::string(names[i]) + ".jsonl",
-                             "--checkpoint-dir", "ckpt"});
+                             std::to_string(i), "--min-peers", "3", "--metrics",
+                             std::string(names[i]) + ".jsonl", "--checkpoint-dir", "ckpt"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     peers.push_back(std::make_unique<Process>(argv, home + "/log.txt", home));
   }
@@ -147,7 +147,7 @@ TEST_CASE("three peers on three hosts (network namespaces) average with each oth
   ::setenv("OPENBLAS_NUM_THREADS", "1", 1);  // three peers share this machine's cores
   // Short, and three peers on one machine's cores (not in the README).
   run_three_hosts(lab, "netns3",
-                  {"--epochs", "3", "--min-peers", "3", "--backend", "cpu", "--train-nice", "5"},
+                  {"--epochs", "3", "--backend", "cpu", "--train-nice", "5"},
                   300s);
   ::unsetenv("OPENBLAS_NUM_THREADS");
 }
