@@ -14,6 +14,20 @@ namespace {
 
 bool has_event(SimPeer& p) { return !p.events.empty(); }
 
+// B's training loop stalls. C's first exchange with B is served from B's standing snapshot (no
+// step boundary of B needed); C's second one finds none left, so B stays in that exchange waiting
+// for a snapshot, busy. Every peer must hold a standing snapshot already (serve_all).
+void stall_in_exchange(Cluster& c, SimPeer& b, SimPeer& cc) {
+  b.paused = true;
+  cc.dir.peers = {{b.id, b.addr}};
+  cc.step_hook(c.be);
+  REQUIRE(c.run_until([&] { return has_event(cc); }, Millis(100)));
+  CHECK(cc.events[0].ok);
+  cc.step_hook(c.be);
+  REQUIRE(c.run_until([&] { return b.avg->stats().busy_sent == 0 && b.avg->in_exchange() &&
+                                   cc.avg->in_exchange(); }, Millis(100)));
+}
+
 // A hand-driven peer speaking raw exchange messages, to send what a correct averager never would.
 class RawPeer final : public net::TransportHandler {
  public:
@@ -289,19 +303,9 @@ TEST_CASE("sample weighting mixes with w = n_other / (n_self + n_other)", "[goss
 TEST_CASE("a busy peer answers BUSY and the initiator asks another one", "[gossip]") {
   Cluster c(4, 300, base_config(), 4);
   SimPeer &a = c[0], &b = c[1], &cc = c[2], &d = c[3];
-  // B's training loop stalls. C's first exchange with B is served from B's standing snapshot (no
-  // step boundary of B needed); C's second one finds none left, so B stays in that exchange
-  // waiting for a snapshot, busy.
   c.serve_all();  // every peer knows its size and holds a standing snapshot
   const auto s0 = Cluster::coordinate_sums(c.all_values());
-  b.paused = true;
-  cc.dir.peers = {{b.id, b.addr}};
-  cc.step_hook(c.be);
-  REQUIRE(c.run_until([&] { return has_event(cc); }, Millis(100)));
-  CHECK(cc.events[0].ok);
-  cc.step_hook(c.be);
-  REQUIRE(c.run_until([&] { return b.avg->stats().busy_sent == 0 && b.avg->in_exchange() &&
-                                   cc.avg->in_exchange(); }, Millis(100)));
+  stall_in_exchange(c, b, cc);
   const auto xa = a.values(c.be);
 
   SECTION("the only candidate is busy: the exchange fails with 'busy' and changes nothing") {
@@ -810,14 +814,8 @@ TEST_CASE("a peer waiting for an exchange asks again after BUSY without a step (
           "[gossip]") {
   Cluster c(3, 300, base_config(), 41);
   SimPeer &a = c[0], &b = c[1], &cc = c[2];
-  // As in "a busy peer answers BUSY": B's loop stalls in an exchange with C, so B is busy.
   c.serve_all();
-  b.paused = true;
-  cc.dir.peers = {{b.id, b.addr}};
-  cc.step_hook(c.be);
-  REQUIRE(c.run_until([&] { return has_event(cc); }, Millis(100)));
-  cc.step_hook(c.be);
-  REQUIRE(c.run_until([&] { return b.avg->in_exchange() && cc.avg->in_exchange(); }, Millis(100)));
+  stall_in_exchange(c, b, cc);
   a.dir.peers = {{b.id, b.addr}};
   a.step_hook(c.be);
   REQUIRE(c.run_until([&] { return has_event(a); }, Millis(1000)));

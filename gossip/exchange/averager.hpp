@@ -6,7 +6,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -283,8 +282,8 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   std::unique_ptr<SnapshotBuffers> buffers_;
   FaultInjector fault_;
   std::int64_t next_initiate_step_ = 0;
-  bool eager_ = false;                 // set_eager
-  net::Millis eager_pause_{0};         // drawn anew at every start
+  bool eager_ = false;           // set_eager
+  net::Millis eager_pause_{0};   // drawn anew at every start
   base::SplitMix64 eager_rng_;
   std::int64_t standing_step_ = 0;  // step at which standing_ was taken
   bool on_finish_wire_ = false;     // training thread
