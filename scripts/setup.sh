@@ -11,7 +11,7 @@ PKGS=(
   dataset-fashion-mnist
   python3 python3-matplotlib python3-numpy python3-venv
   prometheus
-  podman runc netavark aardvark-dns mmdebstrap python3-yaml
+  podman runc netavark aardvark-dns iptables mmdebstrap python3-yaml  # netavark needs iptables
   slurmctld slurmd slurm-client munge  # the SLURM system test (docs/cluster.md)
 )
 
