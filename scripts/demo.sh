@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 BUILD=${BUILD:-build}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" -j "$(nproc)" --target gossip-peer gossip-launch gossip-bench
+cmake --build "$BUILD" -j "$(nproc)" --target programs   # everything `cmake --install` copies
 OUT=${OUT:-runs/demo-$(date +%Y%m%d-%H%M%S)}
 "$BUILD/apps/gossip-launch" --peers 4 --mode gossip --backend auto --epochs 10 \
   --data /usr/share/datasets/fashion-mnist --partition iid --out "$OUT" "$@"

@@ -9,7 +9,9 @@
 #   scripts/test.sh --quick   the unit tests only (CTest label "unit", not "slow"), no install
 #                             test, no AddressSanitizer stage: a few minutes.
 #   scripts/test.sh [ctest args...]   everything (what CI runs).
-set -euo pipefail
+# Every stage runs even when an earlier one failed (a failing test must not hide the sanitizer's
+# findings); the script ends with one line per stage and exits 1 if any failed.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 quick=0
 if [[ "${1:-}" == --quick ]]; then
@@ -17,28 +19,69 @@ if [[ "${1:-}" == --quick ]]; then
   shift
   set -- -L unit -LE slow "$@"
 fi
-bash scripts/setup.sh
+bash scripts/setup.sh || { echo "test.sh: scripts/setup.sh failed: nothing can be built" >&2; exit 1; }
 BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
-start=$(date +%s)
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" -j "$JOBS"
-# TensorBoard's reader and the safetensors package for the observability tests (they skip, saying
-# so, without it).
-bash scripts/obs-venv.sh "$BUILD/obs-venv" || echo "test.sh: no obs venv; its tests will skip"
-(cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600 "$@")
-echo "test.sh: main suite done in $(( $(date +%s) - start )) s"
-if ((quick)); then
-  echo "test.sh: --quick: unit tests only; the full run is scripts/test.sh without --quick"
+
+results=()
+failed=0
+# stage NAME COMMAND...: runs COMMAND, records NAME's result and time, never stops the script.
+stage() {
+  local name=$1 t0=$SECONDS rc
+  shift
+  echo "test.sh: --- $name"
+  "$@"
+  rc=$?
+  if ((rc == 0)); then
+    results+=("ok      $name ($((SECONDS - t0)) s)")
+  else
+    results+=("FAILED  $name (exit $rc, $((SECONDS - t0)) s)")
+    failed=1
+  fi
+  return $rc
+}
+skipped() { results+=("skipped $1 ($2)"); }
+report() {
+  echo
+  echo "test.sh: stages"
+  printf '  %s\n' "${results[@]}"
+  if ((failed)); then echo "test.sh: FAILED (see the stages above)"; exit 1; fi
+  echo "test.sh: all stages passed"
   exit 0
+}
+
+build_main() {
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build "$BUILD" -j "$JOBS"
+}
+main_suite() {
+  # TensorBoard's reader and the safetensors package for the observability tests (they skip,
+  # saying so, without it).
+  bash scripts/obs-venv.sh "$BUILD/obs-venv" || echo "test.sh: no obs venv; its tests will skip"
+  (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600 "$@")
+}
+asan_stage() {
+  cmake --preset asan >/dev/null &&
+    cmake --build build-asan -j "$JOBS" --target test_net test_gossip test_kernels fuzz_net_driver fuzz_gossip_driver &&
+    # The loop pool's many-callers stress test too: the training and network threads share it.
+    (cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 -R '^(net|gossip)|^kernels:loop pool')
+}
+
+if stage "build ($BUILD)" build_main; then
+  stage "main suite (ctest)" main_suite "$@"
+  if ((quick)); then
+    echo "test.sh: --quick: unit tests only; the full run is scripts/test.sh without --quick"
+    report
+  fi
+  stage "install check" bash scripts/install-check.sh "$BUILD" --move
+else
+  skipped "main suite (ctest)" "the build failed"
+  ((quick)) && report
+  skipped "install check" "the build failed"
 fi
-bash scripts/install-check.sh "$BUILD" --move
 
 if [[ "${GT_SKIP_ASAN:-0}" != 1 ]]; then
-  start=$(date +%s)
-  cmake --preset asan >/dev/null
-  cmake --build build-asan -j "$JOBS" --target test_net test_gossip test_kernels fuzz_net_driver fuzz_gossip_driver
-  # The loop pool's many-callers stress test too: the training and network threads share it.
-  (cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 -R '^(net|gossip)|^kernels:loop pool')
-  echo "test.sh: AddressSanitizer stage done in $(( $(date +%s) - start )) s"
+  stage "AddressSanitizer + UBSan (build-asan)" asan_stage
+else
+  skipped "AddressSanitizer + UBSan" "GT_SKIP_ASAN=1"
 fi
+report

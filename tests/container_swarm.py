@@ -76,6 +76,11 @@ for tool in ("podman", "runc"):
 for prog in ("gossip-peer", "gossip-launch"):
     if not os.access(os.path.join(BUILD, "apps", prog), os.X_OK):
         skip(f"{BUILD}/apps/{prog} is not built")
+# Debian 12's netavark drives the firewall through iptables, which podman only suggests: without it
+# every build step and every container on a network fails with "netavark: No such file or directory".
+if shutil.which("netavark") or os.path.exists("/usr/lib/podman/netavark"):
+    if not shutil.which("iptables"):
+        skip("podman's netavark needs iptables, which is not installed (scripts/setup.sh installs it)")
 base_present = podman("image", "exists", BASE, check_rc=False).returncode == 0
 if not base_present and not shutil.which("mmdebstrap"):
     skip(f"no base image {BASE} and no mmdebstrap to make one (scripts/setup.sh)")
@@ -132,6 +137,8 @@ def build_image():
     if p.returncode != 0:
         if "cgroups" in out or "setrlimit" in out or "OCI runtime" in out:
             skip(f"podman cannot run containers here: {out.strip()[-400:]}")
+        if "netavark" in out or "iptables" in out:
+            skip(f"podman cannot network here: {out.strip()[-400:]}")
         check(False, f"build-image.sh exit {p.returncode}: {out.strip()[-1500:]}")
         raise SystemExit(1)
     print(f"image built in {time.monotonic() - t0:.0f} s")
