@@ -96,7 +96,12 @@ echo "slurm: node $NODE idle (slurmctld, slurmd and munged of this test; config 
 # The job, as docs/cluster.md runs it.
 cd "$TMP"
 RUN=$TMP/run
-export GT_BIN_DIR=$BIN GT_RUN_DIR=$RUN GT_SCRIPTS_DIR=$SRC/scripts GT_BASE_PORT=$((PORT0 + 10))
+export GT_RUN_DIR=$RUN GT_SCRIPTS_DIR=$SRC/scripts GT_BASE_PORT=$((PORT0 + 10))
+# As a user submits it after the README's two commands: no GT_BIN_DIR and no program on PATH, the
+# script finds the checkout's build tree (where BIN is that tree; another build folder is named).
+if [[ $(cd "$BIN" && pwd) != "$(cd "$SRC" && pwd)/build/apps" ]] || command -v gossip-peer >/dev/null; then
+  export GT_BIN_DIR=$BIN
+fi
 # Extra flags replace the test's quick synthetic run (scripts/slurm-churn.sh trains Fashion-MNIST).
 FLAGS=(--data synthetic --epochs 3 --checkpoint-every 5)
 (($# > 0)) && FLAGS=()
@@ -106,6 +111,7 @@ rc=$?
 echo "--- job output"; tail -30 "$TMP/job.out"
 for f in "$RUN"/peer*.log; do echo "--- $f"; tail -4 "$f"; done
 ((rc == 0)) || fail "sbatch --wait exit code $rc"
+grep -q "gossip.sbatch: programs from $(cd "$BIN" && pwd)" "$TMP/job.out" || fail "the job did not run the programs of $BIN"
 
 # Every peer finished and averaged with the others; the report wrote the summary and the plots.
 "$PY" - "$RUN" "${GT_SLURM_CHURN:-}" <<'PYCHECK' || fail "the run's checks"

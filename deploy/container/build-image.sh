@@ -70,8 +70,8 @@ t1=$SECONDS
 mkdir -p "$CTX/stage/bin"
 cp deploy/container/Containerfile deploy/container/runtime-packages.txt "$CTX/"
 cp deploy/container/gt-entrypoint "$CTX/stage/bin/"
-# The programs, from the build tree. Once the project has install() rules this line becomes:
-#   cmake --install "$BUILD" --prefix "$CTX/stage"
+# The two programs a pod runs, from the build tree (cmake --install would add gossip-bench,
+# gossip-sim and the CUDA module, which this CPU image does not use).
 cp "$BUILD/apps/gossip-peer" "$BUILD/apps/gossip-launch" "$CTX/stage/bin/"
 strip --strip-unneeded "$CTX"/stage/bin/gossip-* 2>/dev/null || true
 old_id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
