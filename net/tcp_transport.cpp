@@ -88,6 +88,10 @@ void TcpTransport::start() {
     if (!ec) acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor_.bind(ep, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec == asio::error::address_in_use)
+      throw ConfigError("tcp transport: cannot listen on " + config_.listen +
+                        ": the port is in use (another peer or job on this host?): pick another "
+                        "--listen port, or --base-port under --cluster");
     if (ec)
       throw ConfigError("tcp transport: cannot listen on " + config_.listen + ": " + ec.message());
     listen_addr_ = endpoint_str(acceptor_.local_endpoint());

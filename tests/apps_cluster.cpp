@@ -142,6 +142,30 @@ TEST_CASE("a missing or inconsistent SLURM environment is refused, naming the va
   CHECK_THAT(usage_error_of([&] { slurm_place(env_of(slurm_env(1, 1)), f); }), Contains("65535"));
 }
 
+TEST_CASE("without --base-port two SLURM jobs on one node listen on different ports", "[apps]") {
+  ClusterFlags f;
+  f.kind = "slurm";
+  auto job = [&](const std::string& id, int procid, int localid) {
+    auto e = slurm_env(procid, localid);
+    e["SLURM_JOB_ID"] = id;
+    return slurm_place(env_of(e), f);
+  };
+  // Job 42: base 10000 + 64 * 42; task 5 is local task 1; the seeds use the job's ports too.
+  CHECK(job("42", 5, 1).port == 12689);
+  CHECK(job("42", 5, 1).seeds == std::vector<std::string>{"node01:12688", "node01:12689"});
+  // The next job on the same nodes: 64 ports further, none shared with job 42's.
+  CHECK(job("43", 5, 1).port == 12753);
+  CHECK(job("43", 0, 0).port - job("42", 0, 0).port == 64);
+  // Every derived port is below Linux's ephemeral range (32768) with room for 64 local tasks.
+  CHECK(slurm_job_base_port(349) + 63 < 32768);
+  CHECK(slurm_job_base_port(350) == slurm_job_base_port(0));
+  // A job id that is not a number is refused, naming the variable.
+  CHECK_THAT(usage_error_of([&] { job("4x", 0, 0); }), Contains("SLURM_JOB_ID"));
+  // --base-port wins; a StatefulSet's pods keep 7000.
+  f.base_port = 7000;
+  CHECK(job("43", 5, 1).port == 7001);
+}
+
 TEST_CASE("a StatefulSet pod learns its ordinal and the first pods of the Service as seeds",
           "[apps]") {
   ClusterFlags f;

@@ -94,19 +94,19 @@ TEST_CASE("report: missing, truncated and foreign files are named and skipped", 
         peer_file(2, "cccc", 1001.0, 0.7) + "garbage line\n" +
             line(1.3, "cccc", "eval", {{"test_acc", "high"}}) +  // a bad value, not a crash
             "{\"t\": 1e999, \"peer\": \"c\", \"event\": \"x\"}\n");
-  write(dir.path / "copy" / "peer2.jsonl", peer_file(2, "cccc", 1001.0, 0.7));  // copied twice
+  write(dir.path / "copy" / "peer2.jsonl", peer_file(2, "cccc", 1001.0, 0.7));  // copied, cut short
   const ReportScan scan = scan_report_dir(dir.str());
-  CHECK(scan.peers.size() == 3);
+  CHECK(scan.peers.size() == 2);
   CHECK(any_note(scan, "peer0/metrics.jsonl: its last line is cut short"));
   CHECK(any_note(scan, "peer1/: a peer folder without a metrics file"));
   CHECK(any_note(scan, "foreign.jsonl: not a peer's metrics file"));
   CHECK(any_note(scan, "binary.jsonl: not a peer's metrics file"));
   CHECK(any_note(scan, "empty.jsonl: not a peer's metrics file"));
   CHECK(any_note(scan, "peer2/metrics.jsonl: 2 line(s) that are not metrics lines"));
-  CHECK(any_note(scan, "peer 2 again"));
+  CHECK(any_note(scan, "copy/peer2.jsonl: a cut-short copy of peer2/metrics.jsonl (5 of its 6 lines)"));
   CHECK(any_note(scan, "peer 1 of 3: no metrics file found"));
   const Report r = build_report(scan, LaunchOptions{}, dir.str());
-  CHECK(r.summary["num_peers"] == 3);
+  CHECK(r.summary["num_peers"] == 2);  // peers 0 and 2; the copy is not a third
   CHECK(r.summary["report"]["skipped"].size() == scan.notes.size());
   // A folder that is not one, and one without any metrics, are bad input (exit code 2).
   CHECK_THROWS_AS(scan_report_dir((dir.path / "nowhere").string()), UsageError);
@@ -116,6 +116,32 @@ TEST_CASE("report: missing, truncated and foreign files are named and skipped", 
   o.report = empty.str();
   o.plots = false;
   CHECK(run_report(o) == 2);
+}
+
+TEST_CASE("report: copies of a peer's file do not count, whatever the order of the files",
+          "[apps]") {
+  gt_test::TempDir dir("gt-report-copies");
+  const std::string whole = peer_file(1, "bbbb", 1000.0, 0.8);
+  write(dir.path / "peer0" / "metrics.jsonl", peer_file(0, "aaaa", 1000.0, 0.8));
+  // Sorted before the complete file: a copy cut short after 3 lines, and a byte-identical one.
+  const std::size_t third = whole.find('\n', whole.find('\n', whole.find('\n') + 1) + 1);
+  write(dir.path / "a-cut" / "peer1.jsonl", whole.substr(0, third + 1));
+  write(dir.path / "b-same" / "peer1.jsonl", whole);
+  write(dir.path / "c-whole" / "peer1" / "metrics.jsonl", whole);
+  write(dir.path / "peer2" / "metrics.jsonl", peer_file(2, "cccc", 1000.0, 0.8));
+  ReportScan scan = scan_report_dir(dir.str());
+  INFO(nlohmann::json(scan.notes).dump());
+  REQUIRE(scan.peers.size() == 3);
+  CHECK(scan.peers[1].index == 1);
+  CHECK(scan.peers[1].lines.size() == 5);  // the complete file's lines, not the cut copy's 3
+  CHECK(any_note(scan, "a-cut/peer1.jsonl: a cut-short copy of"));
+  CHECK(any_note(scan, ": a copy of"));
+  CHECK(build_report(scan, LaunchOptions{}, dir.str()).summary["num_peers"] == 3);
+  // Another run's peer 1 (other lines) is still named and counted apart.
+  write(dir.path / "other-run" / "peer1.jsonl", peer_file(1, "dddd", 2000.0, 0.5));
+  scan = scan_report_dir(dir.str());
+  CHECK(scan.peers.size() == 4);
+  CHECK(any_note(scan, "peer 1 again, with other lines"));
 }
 
 TEST_CASE("report: a launch's own summary is not overwritten", "[apps]") {

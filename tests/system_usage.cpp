@@ -2,6 +2,11 @@
 // code 2, the flag named) before the peer loads data or opens a socket.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <string>
 
@@ -24,4 +29,31 @@ TEST_CASE("gossip-peer refuses a bad --wire at parse time with exit code 2, nami
   CHECK(out.find("fp32|fp16|bf16|int8") != std::string::npos);  // what it takes
   // Nothing ran: no identity was created, no data loaded.
   CHECK_FALSE(std::filesystem::exists(tmp / "id.key"));
+}
+
+TEST_CASE("gossip-peer on a port in use exits 2 saying so, without pointing at --help",
+          "[system]") {
+  gt_test::TempDir tmp("gt-usage");
+  // Another program listens on the port (a second job on the node, in the issue).
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const std::string listen = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  std::string out;
+  const int rc = gt_test::run_app("gossip-peer",
+                                  {"--listen", listen, "--data", "synthetic", "--epochs", "1",
+                                   "--identity", tmp / "id.key"},
+                                  tmp / "peer.log", &out, 60s);
+  ::close(fd);
+  INFO(out);
+  CHECK(rc == 2);
+  CHECK(out.find("cannot listen on " + listen) != std::string::npos);
+  CHECK(out.find("in use") != std::string::npos);
+  CHECK(out.find("--help") == std::string::npos);
 }

@@ -179,6 +179,11 @@ int statefulset_ordinal(const std::string& pod_name, std::string* set_name) {
   return int(*n);
 }
 
+int slurm_job_base_port(long long job_id) {
+  constexpr long long kFirst = 10000, kPerJob = 64, kJobs = 350;  // 10000 + 350 * 64 = 32400
+  return int(kFirst + kPerJob * (job_id % kJobs));
+}
+
 int cluster_seed_count(int peers) {
   // As gossip-launch's seed_count (apps/launch/options.cpp): enough that one restarting seed
   // does not stall joins, few enough that the first peers are not everyone's only contact.
@@ -235,18 +240,22 @@ ClusterPlace slurm_place(const EnvLookup& env, const ClusterFlags& f) {
     throw UsageError("--cluster: SLURMD_NODENAME=" + *me + " but task " + std::to_string(procid) +
                      " is on " + nodes[my_node] + " under block distribution of " + nodelist_var +
                      " and SLURM_TASKS_PER_NODE (run srun with --distribution=block)");
-  if (f.base_port + localid > 65535)
-    throw UsageError("--cluster: --base-port " + std::to_string(f.base_port) +
+  const int base = f.base_port > 0
+                       ? f.base_port
+                       : slurm_job_base_port(need_int(env, "SLURM_JOB_ID", 0, 2147483647,
+                                                      "the job's id, which picks the ports; or pass --base-port"));
+  if (base + localid > 65535)
+    throw UsageError("--cluster: --base-port " + std::to_string(base) +
                      " + SLURM_LOCALID=" + std::to_string(localid) + " is past port 65535");
   p.shard = procid;
   p.num_shards = ntasks;
-  p.port = f.base_port + localid;
+  p.port = base + localid;
   p.host = nodes[my_node];
   const int k = std::min(ntasks, f.seed_count > 0 ? f.seed_count : cluster_seed_count(ntasks));
   for (int t = 0; t < k; ++t)
     if (t != procid)
       p.seeds.push_back(host_port(nodes[where[std::size_t(t)].first],
-                                  f.base_port + where[std::size_t(t)].second));
+                                  base + where[std::size_t(t)].second));
   p.run_dir = f.run_dir;
   if (p.run_dir.empty())
     if (auto d = env("GT_RUN_DIR"); d && !d->empty()) p.run_dir = *d;
@@ -278,7 +287,7 @@ ClusterPlace k8s_place(const EnvLookup& env, const ClusterFlags& f) {
                      ", out of range for " + std::to_string(replicas) +
                      " replicas (--k8s-replicas / GT_K8S_REPLICAS)");
   p.num_shards = replicas;
-  p.port = f.base_port;
+  p.port = f.base_port > 0 ? f.base_port : kK8sBasePort;
   p.host = pod + "." + service;
   const int k = std::min(replicas, f.seed_count > 0 ? f.seed_count : cluster_seed_count(replicas));
   for (int j = 0; j < k; ++j)
@@ -303,7 +312,8 @@ void add_cluster_options(std::vector<Option<PeerConfig>>& options) {
                 "(docs/cluster.md)",
                 cf(&ClusterFlags::kind)),
       O::number("base-port", "PORT",
-                "--cluster: the port peers listen on (SLURM: plus SLURM_LOCALID; default 7000)",
+                "--cluster: the port peers listen on (SLURM: plus SLURM_LOCALID; default: SLURM from the "
+                "job id, 10000 + 64 * (SLURM_JOB_ID mod 350), so jobs sharing a node differ; k8s 7000)",
                 cf(&ClusterFlags::base_port), 1, 65535),
       O::text("run-dir", "DIR",
               "--cluster: the run folder, peer folders DIR/peerN (default: GT_RUN_DIR, else under "

@@ -46,12 +46,20 @@ struct ClusterPlace {
 // The flags of --cluster that the environment may stand in for.
 struct ClusterFlags {
   std::string kind;         // slurm | k8s
-  int base_port = 7000;     // --base-port: SLURM adds SLURM_LOCALID
+  int base_port = 0;        // --base-port: SLURM adds SLURM_LOCALID (0: slurm_job_base_port of
+                            // the job id under SLURM, kK8sBasePort in a StatefulSet)
   std::string run_dir;      // --run-dir, else GT_RUN_DIR, else the engine's default
   std::string k8s_service;  // --k8s-service, else GT_K8S_SERVICE
   int k8s_replicas = 0;     // --k8s-replicas, else GT_K8S_REPLICAS (0: not given)
   int seed_count = 0;       // --cluster-seeds, else as gossip-launch (seed_count of the size)
 };
+
+// A StatefulSet's pods each have their own address: one port for all of them.
+inline constexpr int kK8sBasePort = 7000;
+// Under SLURM without --base-port: a base port derived from the job id, so that two jobs on one
+// node listen on different ports (10000 + 64 * (job id mod 350): below Linux's ephemeral range,
+// room for 64 tasks per node; jobs whose ids differ by a multiple of 350 share it).
+int slurm_job_base_port(long long job_id);
 
 // The same number of seeds gossip-launch gives a swarm of n peers.
 int cluster_seed_count(int peers);

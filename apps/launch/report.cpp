@@ -237,21 +237,67 @@ int note_missing_shards(const std::vector<ReportPeer>& found, const std::set<int
   return shards;
 }
 
+// The index a file claims: the shard the peer says, else its peerN folder.
+std::optional<int> claimed_index(const ReportPeer& p) {
+  auto w = clock_int(p, "shard");
+  return w ? w : peer_dir_number(p.path);
+}
+
+// Of the files that claim one index, the longest keeps it whatever the order of the files; a file
+// whose lines are the first lines of the kept one (a byte-identical or cut-short copy) is dropped,
+// named; one that differs (files of two runs mixed) is named and counted as another peer.
+void drop_copies(std::vector<ReportPeer>& found, std::vector<std::string>& notes) {
+  std::vector<std::size_t> order(found.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return found[a].lines.size() > found[b].lines.size();
+  });
+  std::map<int, std::size_t> keeper;  // index -> the longest file claiming it
+  std::vector<bool> drop(found.size(), false);
+  for (std::size_t i : order) {
+    const auto w = claimed_index(found[i]);
+    if (!w) continue;
+    const auto [it, first] = keeper.emplace(*w, i);
+    if (first) continue;
+    const ReportPeer& k = found[it->second];
+    const ReportPeer& c = found[i];
+    if (std::equal(c.lines.begin(), c.lines.end(), k.lines.begin())) {
+      drop[i] = true;
+      notes.push_back(c.path + ": " +
+                      (c.lines.size() == k.lines.size()
+                           ? "a copy of " + k.path
+                           : "a cut-short copy of " + k.path + " (" +
+                                 std::to_string(c.lines.size()) + " of its " +
+                                 std::to_string(k.lines.size()) + " lines)") +
+                      ": skipped");
+    }
+  }
+  std::vector<ReportPeer> kept;
+  for (std::size_t i = 0; i < found.size(); ++i)
+    if (!drop[i]) kept.push_back(std::move(found[i]));
+  found = std::move(kept);
+  // The longest of a claimed index first, so that it takes the index below.
+  std::stable_sort(found.begin(), found.end(), [](const ReportPeer& a, const ReportPeer& b) {
+    return a.lines.size() > b.lines.size();
+  });
+}
+
 // Index: the shard the peer says, else its peerN folder. Files that say neither fill the gaps;
-// a second file claiming a taken index (a copy, two runs mixed) is named and numbered after all.
+// a second file claiming a taken index that is not a copy (files of two runs mixed) is named and
+// numbered after all.
 void assign_indices(std::vector<ReportPeer>& found, std::vector<std::string>& notes) {
+  drop_copies(found, notes);
   std::set<int> taken;
   std::vector<int> want(found.size(), -1);
   std::vector<std::size_t> dups;
   for (std::size_t i = 0; i < found.size(); ++i) {
-    auto w = clock_int(found[i], "shard");
-    if (!w) w = peer_dir_number(found[i].path);
+    const auto w = claimed_index(found[i]);
     if (w && !taken.count(*w)) {
       want[i] = *w;
       taken.insert(*w);
     } else if (w) {
       notes.push_back(found[i].path + ": peer " + std::to_string(*w) +
-                      " again (a copy, or files of two runs?): counted as another peer");
+                      " again, with other lines (files of two runs?): counted as another peer");
       dups.push_back(i);
     }
   }

@@ -110,6 +110,13 @@ int usage_error(const std::string& msg) {
   return 2;
 }
 
+// A setting that parsed but cannot be used here (a port in use, a key file): exit 2 like bad input,
+// without pointing at --help, which would not help.
+int config_error(const std::string& msg) {
+  std::fprintf(stderr, "gossip-peer: %s\n", msg.c_str());
+  return 2;
+}
+
 // A fresh peer joining a running swarm takes a live member's state (weights, optimizer state,
 // position in the schedule) instead of starting from random weights at the top of the schedule.
 // Any failure leaves the trainer as it was: it starts from its own initial state.
@@ -449,7 +456,7 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
       return usage_error(std::string(e.what()) +
                          " (move it away or pass another --checkpoint-dir)");
     } catch (const net::ConfigError& e) {
-      return usage_error(e.what());
+      return config_error(e.what());
     }
   }
   // The trainer owns the model; the gossip node needs only its fingerprint, known from the spec.
@@ -466,7 +473,7 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
     try {
       node = start_gossip(cfg, trainer, r, metrics, resumed);
     } catch (const net::ConfigError& e) {
-      return usage_error(e.what());
+      return config_error(e.what());
     }
   }
   const auto stall_fault = wire_hooks(trainer, node.get(), churn.get());
