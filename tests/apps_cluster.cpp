@@ -3,7 +3,11 @@
 // that name the variable.
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -161,7 +165,7 @@ TEST_CASE("without --base-port two SLURM jobs on one node listen on different po
   CHECK(slurm_job_base_port(350) == slurm_job_base_port(0));
   // A job id that is not a number is refused, naming the variable.
   CHECK_THAT(usage_error_of([&] { job("4x", 0, 0); }), Contains("SLURM_JOB_ID"));
-  // --base-port wins; a StatefulSet's pods keep 7000.
+  // --base-port wins.
   f.base_port = 7000;
   CHECK(job("43", 5, 1).port == 7001);
 }
@@ -211,14 +215,56 @@ TEST_CASE("under --cluster the flags given win, the rest comes from the engine",
   apply_cluster(c, {"shard"}, env_of(e));
   CHECK(c.shard == 2);
   CHECK(c.num_shards == 7);
-  CHECK(c.listen == "0.0.0.0:7001");
-  CHECK(c.advertise == "node03:7001");
+  // (ports from the job id, 42: 10000 + 64 * 42 + SLURM_LOCALID)
+  CHECK(c.listen == "0.0.0.0:12689");
+  CHECK(c.advertise == "node03:12689");
   CHECK(c.min_peers == 7);
   CHECK(c.metrics == dir.path.string() + "/peer5/metrics.jsonl");
   CHECK(c.train.checkpoint_dir == dir.path.string() + "/peer5/ckpt");
   CHECK(std::filesystem::is_directory(dir.path / "peer5"));
   CHECK(given_flags({"--shard", "2", "--seeds=a:1", "x"}) ==
         std::set<std::string>{"shard", "seeds"});
+}
+
+// In a child with its own mount namespace: keys of three modes on a tmpfs remounted read-only (as a
+// Kubernetes secret volume is). Bit 0: 0640 accepted; bit 1: 0644 refused; bit 2: 0660 refused.
+// 77: no mount namespace here (not root).
+int key_modes_on_a_read_only_mount(const std::filesystem::path& dir) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") != 0)
+      ::_exit(77);
+    for (const auto& [name, mode] : {std::pair{"k640", 0640}, {"k644", 0644}, {"k660", 0660}}) {
+      std::ofstream(dir / name) << std::string(64, 'a') << "\n";
+      ::chmod((dir / name).c_str(), mode);
+    }
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, nullptr) != 0) ::_exit(78);
+    int bits = 0;
+    if (usage_error_of([&] { check_cluster_key((dir / "k640").string()); }).empty()) bits |= 1;
+    if (!usage_error_of([&] { check_cluster_key((dir / "k644").string()); }).empty()) bits |= 2;
+    if (!usage_error_of([&] { check_cluster_key((dir / "k660").string()); }).empty()) bits |= 4;
+    ::_exit(bits);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST_CASE("a group-readable key on a read-only mount (a secret with fsGroup) is accepted",
+          "[apps]") {
+  gt_test::TempDir dir("gt-cluster-secret");
+  const int r = key_modes_on_a_read_only_mount(dir.path);
+  if (r == 77) {
+    WARN("SKIP: no mount namespace here (needs root)");
+    return;
+  }
+  CHECK(r == 7);  // 0640 accepted; 0644 (others) and 0660 (group-writable) refused
+  // The same 0640 key on this writable folder is refused.
+  const std::string key = (dir.path / "k640").string();
+  std::ofstream(key) << std::string(64, 'a') << "\n";
+  ::chmod(key.c_str(), 0640);
+  CHECK_THAT(usage_error_of([&] { check_cluster_key(key); }), Contains("read-only mount"));
 }
 
 TEST_CASE("under --cluster a network key file others may read is refused", "[apps]") {

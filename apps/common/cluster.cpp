@@ -2,7 +2,9 @@
 
 #include "apps/common/cluster.hpp"
 
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -371,16 +373,32 @@ void apply_cluster(PeerConfig& c, const std::set<std::string>& given, const EnvL
   std::error_code ec;
   std::filesystem::create_directories(p.peer_dir, ec);
   if (ec) throw UsageError("--cluster: cannot create " + p.peer_dir + ": " + ec.message());
-  // The swarm's key is a secret on a shared file system: refuse one others can read.
-  if (!c.network_key.empty()) {
-    struct stat st {};
-    if (::stat(c.network_key.c_str(), &st) != 0)
-      throw UsageError("--network-key " + c.network_key + ": cannot read it");
-    if (st.st_mode & 077)
-      throw UsageError("--network-key " + c.network_key +
-                       " may be read by group or others: chmod 600 it (under --cluster the key "
-                       "is a secret on a shared file system)");
+  if (!c.network_key.empty()) check_cluster_key(c.network_key);
+}
+
+void check_cluster_key(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw UsageError("--network-key " + path + ": cannot read it");
+  if (st.st_mode & 007)
+    throw UsageError("--network-key " + path +
+                     " may be read by others: chmod 600 it (under --cluster the key is a secret "
+                     "on a shared file system)");
+  if (!(st.st_mode & 070)) return;
+  // Group-readable: a Kubernetes secret mounted for a non-root pod with fsGroup is 0640 (or 0440)
+  // on a read-only volume that nobody can chmod. Accepted there, not on a writable file system.
+  struct statvfs fs {};
+  const bool read_only_mount = ::statvfs(path.c_str(), &fs) == 0 && (fs.f_flag & ST_RDONLY);
+  if (read_only_mount && !(st.st_mode & 020)) {
+    spdlog::info("--network-key {}: readable by its group on a read-only mount (a mounted secret "
+                 "with fsGroup): accepted",
+                 path);
+    return;
   }
+  throw UsageError("--network-key " + path +
+                   " may be read by its group: chmod 600 it (under --cluster the key is a secret "
+                   "on a shared file system; only a read-only mount such as a Kubernetes secret "
+                   "volume may give its group read access)");
 }
 
 }  // namespace gossiptrain::apps

@@ -78,6 +78,11 @@ ClusterPlace k8s_place(const EnvLookup& env, const ClusterFlags& f);
 // folder. No-op when c's cluster is empty.
 void apply_cluster(PeerConfig& c, const std::set<std::string>& given, const EnvLookup& env);
 
+// Under --cluster the network key is a secret on a shared file system: refused (UsageError) when
+// others may read it, or its group where the file is not on a read-only mount (a Kubernetes
+// secret volume with fsGroup is 0640 and read-only: accepted, logged).
+void check_cluster_key(const std::string& path);
+
 // --cluster and its flags, appended to gossip-peer's table; --churn too (apps/peer_churn).
 void add_cluster_options(std::vector<Option<PeerConfig>>& options);
 
