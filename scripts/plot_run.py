@@ -41,7 +41,7 @@ def save_plot(run_dir, name, ylabel, title, draw, churn=()):
     if churn:
         mark_churn(ax, churn)
         ax.legend(fontsize="small", ncol=2)
-    ax.set_xlabel("time since launch (s)")
+    ax.set_xlabel("run time (s)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
