@@ -40,11 +40,14 @@ sec = lambda x: "-" if x is None else f"{x:.1f} s"
 print(f"final test acc: mean {pct(s.get('final_test_acc_mean'))}, min {pct(s.get('final_test_acc_min'))}; "
       f"failed peers: {s.get('failed_peers')}")
 print(f"churn: applied {c.get('applied')}, detection bound {sec(c.get('detection_bound_s'))}, "
-      f"all detected within bound: {c.get('all_detected_within_bound')}")
+      f"all detected within bound: {c.get('all_detected_within_bound')} "
+      f"({c.get('detections_not_measured', 0)} not measured)")
 for e in c.get("events", []):
     if e.get("kind") in ("crash", "stop"):
+        why = e.get("detection_not_measured")
+        verdict = f"not measured: {why}" if why else f"within bound: {e.get('within_bound')}"
         print(f"  t={e['t']:6.1f}  {e['kind']:5} peer {e['peer']}: max detection {sec(e.get('max_detection_s'))}"
-              f" (within bound: {e.get('within_bound')}, not detected by {e.get('not_detected_by')}),"
+              f" ({verdict}, not detected by {e.get('not_detected_by')}),"
               f" acc {pct(e.get('acc_before'))} -> {pct(e.get('acc_after'))}, recovery {sec(e.get('recovery_s'))}")
     elif e.get("kind") == "join":
         print(f"  t={e['t']:6.1f}  join  peer {e.get('peer')}: first eval {pct(e.get('first_eval_acc'))}"

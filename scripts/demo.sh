@@ -13,4 +13,11 @@ OUT=${OUT:-runs/demo-$(date +%Y%m%d-%H%M%S)}
   --data /usr/share/datasets/fashion-mnist --partition iid --out "$OUT" "$@"
 echo
 "$BUILD/apps/gossip-launch" --compare "$OUT"
-echo "plots: $OUT/accuracy.png $OUT/consensus.png $OUT/bytes.png"
+# Every plot the run folder holds (scripts/plot_run.py's), or where to look when there is none.
+shopt -s nullglob
+plots=("$OUT"/*.png)
+if ((${#plots[@]})); then
+  echo "plots: ${plots[*]}"
+else
+  echo "plots: none made (summary.json's \"plots\" says why; $OUT/plot.log)"
+fi

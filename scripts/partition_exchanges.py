@@ -4,18 +4,17 @@
     scripts/partition_exchanges.py RUN_DIR [--all]
 
 For a run whose scenario has one partition and its heal (events.jsonl), prints every exchange
-(from each peer's metrics.jsonl, on the launcher's clock through summary.json's clock_offset_s)
+(from each peer's metrics.jsonl, on the run's clock: each process by its start in summary.json)
 that overlapped the partition, unless --all only the failed ones and those longer than 100 ms,
 with its partner, whether that partner was on the same side, its outcome and its duration; then
 per side the successful exchanges within the side that began 0.5 s or more after the partition
 (its drop rules are in place by then) and ended before the heal.
 """
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_metrics import peer_ids, peer_metrics, read_jsonl  # noqa: E402
+from run_metrics import on_run_clock, peer_ids, peer_metrics, read_jsonl, summary_lives  # noqa: E402
 
 
 def main(argv):
@@ -31,9 +30,8 @@ def main(argv):
         return 2
     tp, th = part[0]["t"], heal[0]["t"]
     side = {p: k for k, g in enumerate(part[0]["groups"]) for p in g}
-    with open(os.path.join(run, "summary.json"), encoding="utf-8") as f:
-        offsets = [p.get("clock_offset_s") or 0.0 for p in json.load(f)["peers"]]
-    peers = peer_metrics(run)
+    lives = summary_lives(run)
+    peers = {i: on_run_clock(rows, lives.get(i) or [0.0]) for i, rows in peer_metrics(run).items()}
     ids = peer_ids(peers)
     print(f"partition at {tp:.3f} s, heal at {th:.3f} s (launcher clock), sides {part[0]['groups']}")
     within = {}
@@ -42,7 +40,7 @@ def main(argv):
         for r in rows:
             if r.get("event") != "exchange":
                 continue
-            end = offsets[i] + r["t"]
+            end = r["t"]
             start = end - r.get("ms", 0) / 1000
             other = ids.get(r.get("partner"), -1)
             same = side.get(i, -1) == side.get(other, -2)

@@ -7,15 +7,17 @@
 
 Reads RUN_DIR/config.json, RUN_DIR/peer*/metrics.jsonl, RUN_DIR/consensus.jsonl and
 RUN_DIR/events.jsonl (churn: crash, restart, join, partition, heal...) and writes the
-PNGs into RUN_DIR. Times are on the launch clock: a peer's own t plus the launch time its clock
-started (summary.json clock_offset_s, else its spawn time from config.json).
+PNGs into RUN_DIR. Times are on the run's clock (every launch of the run, --resume included): each
+process of a peer (its t starts again at a restart) shifted by when it started (summary.json's
+life_offsets_s; an older launcher's clock_offset_s, else the spawn time from config.json).
 Needs matplotlib (Debian: python3-matplotlib, used through /usr/bin/python3).
 """
 import json
 import os
 import sys
 
-from run_metrics import churn_events, mark_churn, peer_dirs, read_jsonl
+from run_metrics import (churn_events, lives_of, mark_churn, on_run_clock, peer_dirs,
+                         read_jsonl, summary_lives)
 
 try:
     import matplotlib
@@ -39,7 +41,7 @@ def save_plot(run_dir, name, ylabel, title, draw, churn=()):
     if churn:
         mark_churn(ax, churn)
         ax.legend(fontsize="small", ncol=2)
-    ax.set_xlabel("time since launch (s)")
+    ax.set_xlabel("run time (s)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -56,12 +58,11 @@ def legend_or_note(ax, drawn, note):
         empty_note(ax, note)
 
 
-def plot_accuracy(ax, peers, offsets, target):
+def plot_accuracy(ax, peers, target):
     """Test accuracy over time, per peer."""
     any_acc = False
     for i, events in peers:
-        off = offsets.get(i, 0.0)
-        pts = [(e["t"] + off, e["test_acc"]) for e in events
+        pts = [(e["t"], e["test_acc"]) for e in events
                if e.get("event") == "eval" and isinstance(e.get("test_acc"), (int, float))]
         if pts:
             any_acc = True
@@ -72,16 +73,15 @@ def plot_accuracy(ax, peers, offsets, target):
     legend_or_note(ax, any_acc, "no eval events")
 
 
-def plot_loss(ax, peers, offsets):
+def plot_loss(ax, peers):
     """Training loss over time, per peer: the `step` lines' loss (mean since the previous line),
     else the epochs' mean loss of the eval lines."""
     any_loss = False
     for i, events in peers:
-        off = offsets.get(i, 0.0)
-        pts = [(e["t"] + off, e["loss"]) for e in events
+        pts = [(e["t"], e["loss"]) for e in events
                if e.get("event") == "step" and isinstance(e.get("loss"), (int, float))]
         if not pts:
-            pts = [(e["t"] + off, e["train_loss"]) for e in events
+            pts = [(e["t"], e["train_loss"]) for e in events
                    if e.get("event") == "eval" and isinstance(e.get("train_loss"), (int, float))]
         if pts:
             any_loss = True
@@ -104,39 +104,23 @@ def plot_consensus(ax, run_dir):
         empty_note(ax, "no consensus samples (fewer than two peers with checkpoints)")
 
 
-def plot_bytes(ax, peers, offsets):
-    """Cumulative bytes of the exchanges over time, per peer."""
+def plot_bytes(ax, peers, starts):
+    """Cumulative bytes of the exchanges over time, per peer (from 0 at its first start)."""
     any_bytes = False
     for i, events in peers:
-        off = offsets.get(i, 0.0)
-        xs, ys, total = [off], [0.0], 0.0
+        xs, ys, total = [starts.get(i, 0.0)], [0.0], 0.0
         for e in events:
             if e.get("event") != "exchange":
                 continue
             b = e.get("bytes_sent", e.get("bytes"))  # this peer's share; summed over peers = wire
             if isinstance(b, (int, float)):
                 total += b
-                xs.append(e["t"] + off)
+                xs.append(e["t"])
                 ys.append(total / 1e6)
         if len(xs) > 1:
             any_bytes = True
             ax.step(xs, ys, where="post", label=f"peer {i}")
     legend_or_note(ax, any_bytes, "no exchanges (local/central mode, or gossip off)")
-
-
-def on_launch_clock(rows, lives):
-    """A peer's lines with t on the launch clock: each process (a smaller t starts the next) shifted
-    by its own start, lives[k] (gossip-launch --report's report.json)."""
-    out, k, last = [], -1, None
-    for r in rows:
-        t = r.get("t")
-        if not isinstance(t, (int, float)):
-            continue
-        if last is None or t < last:
-            k += 1
-        last = t
-        out.append(dict(r, t=t + lives[min(k, len(lives) - 1)]))
-    return out
 
 
 def run_title(config, dirs):
@@ -204,43 +188,33 @@ def main(argv):
     except (OSError, ValueError) as e:
         config = {}
         print(f"plot_run.py: no usable {name} ({e}); peers' own clocks are used", file=sys.stderr)
-    offsets = {p.get("peer"): p.get("start_offset_s", 0.0) for p in config.get("peer_list", [])}
-    # summary.json has a better offset: when each peer's own clock (t = 0) started on the launch
-    # clock, which is after the peer loaded its data.
-    try:
-        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as f:
-            for p in json.load(f).get("peers", []):
-                if isinstance(p.get("clock_offset_s"), (int, float)):
-                    offsets[p.get("peer")] = p["clock_offset_s"]
-    except (OSError, json.JSONDecodeError):
-        pass
+    # Each process's start on the run's clock: report.json's peer_list has them (by report index);
+    # for a launch, its summary.json (from the peers' clock lines), else config.json's spawn times.
+    lives = {p.get("peer"): lives_of(p) for p in config.get("peer_list", []) if lives_of(p)}
+    if name == "config.json":
+        lives.update(summary_lives(run_dir))
     title = config.get("title") or run_title(config, peer_dirs(run_dir))
 
     listed = [p for p in config.get("peer_list", []) if isinstance(p.get("metrics"), str)]
     if listed:
-        peers = []
-        for p in listed:
-            rows = read_jsonl(p["metrics"])
-            lives = p.get("life_offsets_s")
-            if isinstance(lives, list) and lives and all(isinstance(x, (int, float)) for x in lives):
-                rows = on_launch_clock(rows, lives)
-                offsets[p.get("peer")] = 0.0
-            peers.append((p.get("peer"), rows))
+        peers = [(p.get("peer"), read_jsonl(p["metrics"])) for p in listed]
     else:
         peers = [(i, read_jsonl(os.path.join(d, "metrics.jsonl"))) for i, d in peer_dirs(run_dir)]
+    peers = [(i, on_run_clock(rows, lives.get(i) or [0.0])) for i, rows in peers]
+    starts = {i: (lives.get(i) or [0.0])[0] for i, _ in peers}
 
     events_file = config.get("events") if isinstance(config.get("events"), str) else "events.jsonl"
     churn = churn_events(read_jsonl(os.path.join(run_dir, os.path.basename(events_file))))
     target = config.get("target_acc")
     save_plot(run_dir, "accuracy.png", "test accuracy (%)", "test accuracy: " + title,
-              lambda ax: plot_accuracy(ax, peers, offsets, target), churn)
+              lambda ax: plot_accuracy(ax, peers, target), churn)
     save_plot(run_dir, "loss.png", "training loss (log)", "training loss: " + title,
-              lambda ax: plot_loss(ax, peers, offsets), churn)
+              lambda ax: plot_loss(ax, peers), churn)
     save_plot(run_dir, "consensus.png", "mean ||x_i - avg|| (log)", "consensus distance: " + title,
               lambda ax: plot_consensus(ax, run_dir), churn)
     save_plot(run_dir, "bytes.png", "cumulative MB sent",
               "bytes on the wire, sent by each peer: " + title,
-              lambda ax: plot_bytes(ax, peers, offsets), churn)
+              lambda ax: plot_bytes(ax, peers, starts), churn)
     fig, ax = plt.subplots(figsize=(8, 5))
     plot_accuracy_bytes(ax, peers, target)
     ax.set_title("accuracy against MB sent: " + title)

@@ -79,13 +79,79 @@ def churn_events(events):
     return out
 
 
+# More churn events than this on one axis (a random model's dozens of crashes and restarts) are
+# drawn as a strip of ticks along the top with a count per kind in the legend: a labelled line
+# each would cover the curves.
+MAX_CHURN_LINES = 12
+
+
 def mark_churn(ax, churn):
-    """Dashed vertical lines at the churn events, labelled at the top of the axis."""
+    """Dashed vertical lines at the churn events, labelled at the top of the axis; past
+    MAX_CHURN_LINES events, ticks in a strip along the top and a count per kind in the legend
+    (partitions and heals, which are few and concern every peer, keep their lines)."""
+    dense = len(churn) > MAX_CHURN_LINES
     seen = set()
     for t, kind, label in churn:
+        if dense and kind not in ("partition", "heal"):
+            continue
         colour = CHURN_COLOURS.get(kind, "black")
         ax.axvline(t, color=colour, ls=":", lw=1, alpha=0.8,
                    label=None if kind in seen else f"churn: {kind}")
         seen.add(kind)
         ax.text(t, 1.0, " " + label, transform=ax.get_xaxis_transform(), rotation=90, va="top",
                 ha="left", fontsize=6, color=colour)
+    if not dense:
+        return
+    by_kind = {}
+    for t, kind, _ in churn:
+        if kind not in ("partition", "heal"):
+            by_kind.setdefault(kind, []).append(t)
+    # One row of ticks per kind, stacked down from the top of the axis.
+    for row, (kind, ts) in enumerate(sorted(by_kind.items())):
+        top = 1.0 - 0.035 * row
+        ax.vlines(ts, top - 0.03, top, transform=ax.get_xaxis_transform(), lw=1,
+                  color=CHURN_COLOURS.get(kind, "black"),
+                  label=f"churn: {kind} x{len(ts)} (ticks at the top)")
+
+
+def on_run_clock(rows, lives):
+    """A peer's lines with t on the run's clock: each of its processes (a smaller t starts the
+    next, as gossip-launch counts them) shifted by its own start, lives[k]; a process past the
+    list's end by the last start."""
+    out, k, last = [], -1, None
+    for r in rows:
+        t = r.get("t")
+        if not isinstance(t, (int, float)):
+            continue
+        if last is None or t < last:
+            k += 1
+        last = t
+        out.append(dict(r, t=t + lives[min(k, len(lives) - 1)]))
+    return out
+
+
+def lives_of(peer):
+    """The run time of each process's t = 0 from a peer's entry in summary.json (or in
+    report.json's peer_list): life_offsets_s, else the one clock_offset_s or start_offset_s of an
+    older launcher; None when it says none."""
+    lives = peer.get("life_offsets_s")
+    if isinstance(lives, list) and lives and all(isinstance(x, (int, float)) for x in lives):
+        return list(lives)
+    for k in ("clock_offset_s", "start_offset_s"):
+        if isinstance(peer.get(k), (int, float)):
+            return [peer[k]]
+    return None
+
+
+def summary_lives(run_dir):
+    """{peer index: lives_of(its entry)} from RUN_DIR/summary.json ({} without one)."""
+    try:
+        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as f:
+            peers = json.load(f).get("peers", [])
+    except (OSError, ValueError, AttributeError):
+        return {}
+    out = {}
+    for p in peers if isinstance(peers, list) else []:
+        if isinstance(p, dict) and lives_of(p) is not None:
+            out[p.get("peer")] = lives_of(p)
+    return out

@@ -33,7 +33,7 @@ json summarize(const std::vector<PeerStats>& stats, const std::vector<PeerOutcom
 PeerOutcome started(double clock_offset_s = 0.0) {
   PeerOutcome out;
   out.state = "done";
-  out.clock_offset_s = clock_offset_s;
+  out.life_offsets_s = {clock_offset_s};
   return out;
 }
 

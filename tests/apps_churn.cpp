@@ -715,6 +715,46 @@ TEST_CASE("churn_report: a detection after the detector's own exit does not coun
   CHECK((*c)["within_bound"] == true);
 }
 
+// Defects issue, item 11: a crash restarted before anybody had to declare it dead said
+// `max_detection_s: null` beside `within_bound: true`.
+TEST_CASE("churn_report: a crash back before the bound has no detection to measure, and says so",
+          "[churn]") {
+  const auto sc = shorthand("crash:1@10,restart:1@12", 3);
+  const std::vector<json> ev = {start(0, 0), start(0, 1), start(0, 2),
+                                churn(10, "crash", {1}), exit_line(10.1, 1, true),
+                                churn(12, "restart", {1}), start(12, 1),
+                                member(11, 0, 1, "suspect"),  // refuted once it is back
+                                exit_line(60, 0, false), exit_line(60, 1, false),
+                                exit_line(60, 2, false)};
+  const json r = churn_report(ev, sc, "crash:1@10,restart:1@12");
+  INFO(r.dump(2));
+  const json* c = report_for(r, "crash", 1);
+  REQUIRE(c);
+  CHECK((*c)["max_detection_s"].is_null());
+  CHECK((*c)["within_bound"].is_null());
+  REQUIRE((*c)["detection_not_measured"].is_string());
+  CHECK((*c)["detection_not_measured"].get<std::string>().find("back after 2.0 s") !=
+        std::string::npos);
+  CHECK(r["all_detected_within_bound"].is_null());
+  CHECK(r["detections_not_measured"] == 1);
+
+  // Beside a crash that was detected, the verdict is over the measured one alone.
+  std::vector<json> more = ev;
+  more.insert(more.end() - 3, {churn(30, "crash", {2}), exit_line(30.1, 2, true),
+                               member(33, 0, 2, "dead"), member(34, 1, 2, "dead")});
+  std::stable_sort(more.begin(), more.end(),
+                   [](const json& a, const json& b) { return a["t"] < b["t"]; });
+  const json r2 = churn_report(more, sc, "x");
+  INFO(r2.dump(2));
+  const json* c2 = report_for(r2, "crash", 2);
+  REQUIRE(c2);
+  CHECK((*c2)["max_detection_s"].get<double>() == Approx(4.0));
+  CHECK((*c2)["within_bound"] == true);
+  CHECK((*c2)["detection_not_measured"].is_null());
+  CHECK(r2["all_detected_within_bound"] == true);
+  CHECK(r2["detections_not_measured"] == 1);
+}
+
 TEST_CASE("churn_report: a join is reported with the joiner's first eval against the swarm's",
           "[churn]") {
   const auto sc = shorthand("join:1@50%", 3);
@@ -763,7 +803,8 @@ TEST_CASE("churn_report: an empty run has empty lists", "[churn]") {
   const json r = churn_report({}, shorthand("crash:0@1", 2), "crash:0@1");
   CHECK(r["events"] == json::array());
   CHECK(r["peers_alive_over_time"] == json::array());
-  CHECK(r["all_detected_within_bound"] == true);
+  CHECK(r["all_detected_within_bound"].is_null());  // nothing measured: nothing was within
+  CHECK(r["detections_not_measured"] == 0);
   CHECK(r["seed"] == 0);
 }
 
@@ -928,4 +969,46 @@ TEST_CASE("each churn event is described in one line for the launcher to print",
   CHECK(describe_churn(json{
             {"t", 5.0}, {"event", "churn"}, {"kind", "heal"}, {"applied_to", json::array()}}) ==
         "churn at 5.0 s: heal");
+}
+
+// Defects issue, item 11: "churn at 87.3 s: restart [random]" named no peer and no reason (the
+// random model's restart came in the tick of the crash: the killed process was not reaped yet).
+TEST_CASE("a churn line names every peer it concerns: applied, deferred or skipped, and why",
+          "[churn]") {
+  // (A restart of peer 2, never crashed, is refused by the parser: built here unchecked.)
+  Churn c(unchecked(3, {ev(ChurnKind::Crash, 1, {0}), ev(ChurnKind::Restart, 1.1, {0}),
+                        ev(ChurnKind::Crash, 3, {1}), ev(ChurnKind::Restart, 4, {1, 2})}),
+          3, 3);
+  auto& [log, r, p] = c;
+  r.tick(1.5, 0, p);  // the crash and the restart in one tick: the restart waits
+  p.up[0] = false;
+  CHECK(r.exited(0));
+  r.tick(1.7, 0, p);
+  r.tick(3.0, 0, p);
+  p.up[1] = false;
+  CHECK(r.exited(1));
+  p.up[2] = false;  // peer 2 finished on its own
+  CHECK_FALSE(r.exited(2));
+  r.tick(4.0, 0, p);
+  std::vector<std::string> said;
+  for (const auto& j : log.lines())
+    if (auto d = describe_churn(j); !d.empty()) said.push_back(d);
+  CHECK(said == std::vector<std::string>{
+                    "churn at 1.5 s: crash peer 0",
+                    "churn at 1.5 s: restart; peer 0 deferred until its killed process is gone",
+                    "churn at 1.7 s: restart peer 0 (its killed process is gone now)",
+                    "churn at 3.0 s: crash peer 1",
+                    "churn at 4.0 s: restart peer 1; skipped peer 2 (it finished on its own)"});
+  // The random model says so, and an event that found nobody says that too.
+  CHECK(describe_churn(json{{"t", 87.3},
+                            {"event", "churn"},
+                            {"kind", "crash"},
+                            {"source", "random"},
+                            {"applied_to", json::array({3})}}) ==
+        "churn at 87.3 s: crash peer 3 (random model)");
+  CHECK(describe_churn(json{{"t", 9.0},
+                            {"event", "churn"},
+                            {"kind", "join"},
+                            {"source", "scenario"},
+                            {"applied_to", json::array()}}) == "churn at 9.0 s: join: no peer");
 }

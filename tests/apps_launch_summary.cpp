@@ -132,13 +132,16 @@ TEST_CASE("a time to target from a restarted peer's earlier life is on that life
   REQUIRE(s.time_to_target == target_t);
   PeerOutcome out = outcome("done");
   out.start_offset_s = second_offset - 0.5;
-  out.clock_offset_s = second_offset;
-  out.target_clock_offset_s = first_offset;  // recorded by the launcher while life 1 ran
+  out.life_offsets_s = {first_offset, second_offset};
   const json j = summarize({s}, {out});
   INFO(j.dump(2));
   CHECK(j["time_to_target_s"].get<double>() == Approx(target_t + first_offset));
   CHECK(j["peers"][0]["time_to_target_launch_s"].get<double>() == Approx(target_t + first_offset));
   CHECK(j["time_to_target_s"].get<double>() < second_offset + 11.0);  // within the run
+  // Both processes' starts, and its seconds from the first start to the latest's end.
+  CHECK(j["peers"][0]["life_offsets_s"] == json::array({first_offset, second_offset}));
+  CHECK(j["peers"][0]["clock_offset_s"].get<double>() == Approx(second_offset));
+  CHECK(j["peers"][0]["seconds"].get<double>() == Approx(second_offset - first_offset + 11.0));
 
   // Reached in the latest life: that life's offset, as before.
   PeerStats late = fold({eval_line(20.0, 1, 0.5)});

@@ -136,6 +136,67 @@ with tempfile.TemporaryDirectory() as tmp:
         check(ax is not None and times <= vertical_lines(ax),
               f"plot '{name}' marks every churn event")
 
+    # Defects issue, item 8: a local launch with a restarted peer. Peer 1's first process started
+    # at 0.5 s and evaluated at 12 and 14 s (its t); it was crashed and restarted at 40 s, where
+    # its clock started again. Every process on the run's one axis: its first evaluations at 12.5
+    # and 14.5 s, not shifted by the latest start (52 and 54 s), and the line never runs back.
+    rs = os.path.join(tmp, "restarted")
+    for i in range(2):
+        os.makedirs(os.path.join(rs, f"peer{i}"))
+    write_jsonl(os.path.join(rs, "peer0", "metrics.jsonl"),
+                [{"t": float(t), "peer": "p0", "event": "eval", "epoch": t // 10,
+                  "test_acc": 0.5 + 0.005 * t} for t in range(10, 61, 10)])
+    life0 = [{"t": t, "peer": "p1", "event": "eval", "epoch": k, "test_acc": 0.6 + 0.1 * k}
+             for k, t in ((1, 12.0), (2, 14.0))]
+    life1 = [{"t": t, "peer": "p1", "event": "eval", "epoch": k, "test_acc": 0.8 + 0.01 * k}
+             for k, t in ((3, 3.0), (4, 8.0))]
+    write_jsonl(os.path.join(rs, "peer1", "metrics.jsonl"), life0 + life1)
+    with open(os.path.join(rs, "config.json"), "w") as f:
+        json.dump({"mode": "gossip", "peers": 2, "target_acc": 0.85,
+                   "peer_list": [{"peer": 0, "start_offset_s": 0.0},
+                                 {"peer": 1, "start_offset_s": 0.0}]}, f)
+    with open(os.path.join(rs, "summary.json"), "w") as f:
+        json.dump({"peers": [{"peer": 0, "clock_offset_s": 0.5, "life_offsets_s": [0.5]},
+                             {"peer": 1, "clock_offset_s": 40.0,
+                              "life_offsets_s": [0.5, 40.0]}]}, f)
+    write_jsonl(os.path.join(rs, "events.jsonl"),
+                [{"t": 20.0, "event": "churn", "kind": "crash", "applied_to": [1]},
+                 {"t": 39.5, "event": "churn", "kind": "restart", "applied_to": [1]}])
+    figures.clear()
+    check(plot_run.main(["plot_run.py", rs]) == 0, "plot_run.py exits 0 on the restarted run")
+    acc = by_title("test accuracy")
+    xs = []
+    for line in acc.get_lines() if acc is not None else []:
+        if line.get_label() == "peer 1":
+            xs = [round(float(x), 6) for x in line.get_xdata()]
+    check(xs == [12.5, 14.5, 43.0, 48.0],
+          f"accuracy.png: each of peer 1's processes at its own start on the run's clock ({xs})")
+    check(xs == sorted(xs), "accuracy.png: peer 1's line never runs back in time")
+
+    # Defects issue, item 11: 36 random-churn events drew 36 labelled lines over the curves. Past
+    # a dozen they are ticks along the top, with a count per kind in the legend; a partition
+    # keeps its line.
+    dense = [{"t": 1.0 + 1.5 * k, "event": "churn", "kind": "crash" if k % 2 == 0 else "restart",
+              "applied_to": [k % 2], "source": "random"} for k in range(36)]
+    dense += [{"t": 20.0, "event": "churn", "kind": "partition", "applied_to": [0, 1]},
+              {"t": 30.0, "event": "churn", "kind": "heal", "applied_to": []}]
+    write_jsonl(os.path.join(run, "events.jsonl"), dense)
+    figures.clear()
+    check(plot_run.main(["plot_run.py", run]) == 0, "plot_run.py exits 0 with 36 churn events")
+    acc = by_title("test accuracy")
+    if acc is not None:
+        lines = vertical_lines(acc)
+        check(lines == {20.0, 30.0}, f"dense churn: only the partition and heal are lines ({lines})")
+        labels = [t.get_text() for t in acc.get_legend().get_texts()] if acc.get_legend() else []
+        check(any("crash x18" in x for x in labels) and any("restart x18" in x for x in labels),
+              f"dense churn: the legend counts them per kind ({labels})")
+        texts = [t for t in acc.texts if t.get_text().strip().startswith(("crash", "restart"))]
+        check(not texts, f"dense churn: no label per event ({len(texts)} drawn)")
+    keep = os.environ.get("GT_PLOT_CHECK_KEEP")
+    if keep:  # to look at the figures: GT_PLOT_CHECK_KEEP=DIR
+        import shutil
+        shutil.copytree(tmp, keep, dirs_exist_ok=True)
+
 if failures:
     print(f"{len(failures)} check(s) failed")
     sys.exit(1)

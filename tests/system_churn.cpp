@@ -361,3 +361,74 @@ TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "
     CHECK(n.find("gt-" + run_id + "-") != 0);
   }
 }
+
+// Defects issue, item 8: in a local launch every process of a restarted peer was shifted by its
+// latest start, so its first evaluations were drawn after its crash. summary.json now gives each
+// process's start (life_offsets_s); on them, the first process's evaluations fall before the crash,
+// where the launcher saw them, and its time to the target is the first time it got there.
+TEST_CASE("churn: each process of a crashed and restarted peer is on the run's one clock",
+          "[system][churn][slow]") {
+  gt_test::TempDir tmp("gt-churn-clock");
+  const std::string run = tmp / "run";
+  const char* epochs = std::getenv("GT_CHURN_EPOCHS");
+  const std::vector<std::string> args = {
+      "--peers", "3", "--data", "synthetic", "--model", "mlp:784-32-10", "--lr", "0.01",
+      "--epochs", epochs ? epochs : "400", "--backend", "cpu", "--no-plots", "--out", run,
+      "--churn", "crash:1@30%,restart:1@50%", "--target-acc", "0.3", "--linger", "0",
+      "--min-peers-timeout", "8"};
+  std::string out;
+  const int rc = run_launch(args, tmp / "launch.log", &out, "crash-restart clock");
+  INFO("gossip-launch output:\n" << out);
+  REQUIRE(rc == 0);
+  const auto ev = gt_test::read_metrics(run + "/events.jsonl");
+  const json crash = find_event(ev, [](const json& e) { return applied(e, "crash", 1); });
+  const json restart = find_event(ev, [](const json& e) { return applied(e, "restart", 1); });
+  REQUIRE(crash.is_object());
+  REQUIRE(restart.is_object());
+  const double t_crash = crash["t"], t_restart = restart["t"];
+  // What the launcher saw of peer 1's evaluations before the crash, on its clock (each read
+  // within a poll tick of being written: never earlier than the evaluation itself).
+  std::vector<double> seen;
+  for (const auto& e : ev)
+    if (is(e, "eval") && e["peer"] == 1 && e["t"].get<double>() < t_crash)
+      seen.push_back(e["t"].get<double>());
+  REQUIRE_FALSE(seen.empty());
+
+  const json s = read_json_file(run + "/summary.json");
+  const json& p = s["peers"][1];
+  INFO("summary.json peer 1:\n" << p.dump(1));
+  REQUIRE(p.contains("life_offsets_s"));
+  REQUIRE(p["life_offsets_s"].is_array());
+  REQUIRE(p["life_offsets_s"].size() == 2);
+  const double life0 = p["life_offsets_s"][0], life1 = p["life_offsets_s"][1];
+  CHECK(life0 < t_crash);
+  CHECK(life1 >= t_restart);
+  CHECK(p["clock_offset_s"].get<double>() == Approx(life1));
+
+  // Peer 1's first process's evaluations, each on the run's clock by that process's start.
+  std::vector<double> mine;
+  std::optional<double> first_at_target;
+  double last_t = -1.0;
+  for (const auto& j : gt_test::read_metrics(run + "/peer1/metrics.jsonl")) {
+    if (!j.contains("t") || !j["t"].is_number()) continue;
+    const double t = j["t"].get<double>();
+    if (last_t >= 0 && t < last_t) break;  // the restarted process
+    last_t = t;
+    if (j["event"] != "eval" || !j["test_acc"].is_number()) continue;
+    mine.push_back(life0 + t);
+    if (!first_at_target && j["test_acc"].get<double>() >= 0.3) first_at_target = life0 + t;
+  }
+  // (The launcher may have read the last one or two after the crash.)
+  REQUIRE(mine.size() >= seen.size());
+  for (double m : mine) CHECK(m < t_crash);
+  for (std::size_t k = 0; k < seen.size(); ++k) {
+    INFO("evaluation " << k << ": " << mine[k] << " s on the run's clock, seen at " << seen[k]);
+    CHECK(mine[k] <= seen[k] + 0.05);
+    CHECK(mine[k] >= seen[k] - 5.0);  // a poll tick, stretched by a loaded machine
+  }
+  if (first_at_target) {
+    CHECK(p["time_to_target_launch_s"].get<double>() == Approx(*first_at_target).margin(1e-6));
+  } else {
+    WARN("peer 1 did not reach 30% before its crash: its time to target is not checked");
+  }
+}

@@ -399,11 +399,14 @@ TEST_CASE("gossip-launch --resume continues an interrupted run from the peers' c
     CHECK(rc == 2);
     CHECK(out.find("gossip-launch --resume " + run) != std::string::npos);
   }
+  const auto resume_t0 = std::chrono::steady_clock::now();
   {
     const int rc = run_launch({"--resume", run}, tmp / "resume.log", &out);
     INFO(out);
     REQUIRE(rc == 0);
   }
+  const double resume_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - resume_t0).count();
   CHECK(ids() == ids_before);
   CHECK(gt_test::read_file(run + "/network.key") == key_before);
   const json s = read_json(run + "/summary.json");
@@ -415,6 +418,49 @@ TEST_CASE("gossip-launch --resume continues an interrupted run from the peers' c
     CHECK(s["peers"][std::size_t(i)]["epochs"] == epochs);
   }
   CHECK(gt_test::read_file(run + "/command.txt").find("# resumed") != std::string::npos);
+
+  // Defects issue, item 8: the resumed launch's clock started again at 0. The run's one clock:
+  // the resumed launch goes on where the first stopped, and each peer's two processes are placed
+  // by their own starts, so its evaluations never run back in time.
+  INFO("first summary:\n" << first.dump(1) << "\nresumed summary:\n" << s.dump(1));
+  const double first_s = first["seconds"].get<double>();
+  CHECK(s["seconds"].get<double>() >= first_s + resume_s - 3.0);
+  CHECK(s["seconds"].get<double>() <= first_s + resume_s + 0.5);
+  for (int i = 0; i < 2; ++i) {
+    INFO("peer " << i);
+    const json& p = s["peers"][std::size_t(i)];
+    REQUIRE(p.contains("life_offsets_s"));
+    REQUIRE(p["life_offsets_s"].is_array());
+    REQUIRE(p["life_offsets_s"].size() == 2);
+    const double life0 = p["life_offsets_s"][0].get<double>();
+    const double life1 = p["life_offsets_s"][1].get<double>();
+    CHECK(life0 >= 0.0);
+    CHECK(life0 < first_s);
+    CHECK(life1 >= first_s);
+    CHECK(life1 < s["seconds"].get<double>());
+    // Its eval lines on the run's clock, each process by its own start: in order.
+    std::vector<double> evals;
+    double last_t = -1.0;
+    int life = 0;
+    for (const auto& j : gt_test::read_metrics(run + "/peer" + std::to_string(i) + "/metrics.jsonl")) {
+      if (!j.contains("t") || !j["t"].is_number()) continue;
+      const double t = j["t"].get<double>();
+      if (last_t >= 0 && t < last_t) ++life;
+      last_t = t;
+      if (j["event"] == "eval") evals.push_back(t + (life == 0 ? life0 : life1));
+    }
+    CHECK(life == 1);
+    CHECK(std::is_sorted(evals.begin(), evals.end()));
+    // Its seconds: from its first process's start to its latest's end.
+    CHECK(p["seconds"].get<double>() > life1 - life0);
+  }
+  int launches = 0;
+  for (const auto& e : gt_test::read_metrics(run + "/events.jsonl"))
+    if (e["event"] == "launch") {
+      ++launches;
+      if (e["resumed"] == true) CHECK(e["t"].get<double>() >= first_s);
+    }
+  CHECK(launches == 2);
 }
 
 TEST_CASE("gossip-launch refuses bad input with exit code 2 and a message", "[system]") {

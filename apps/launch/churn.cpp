@@ -129,36 +129,45 @@ void ChurnRunner::tick(double now_s, double progress, ChurnPeers& peers) {
   for (const auto& e : driver_.due(now_s, progress)) apply(e, now_s, peers);
 }
 
+// Why an event passed over peer p: the state it found it in.
+std::string ChurnRunner::skip_reason(int p, const ChurnPeers& peers) const {
+  if (p >= slots()) return "no such peer slot";
+  const SlotState st = state_[std::size_t(p)];
+  if (st == SlotState::Up && !peers.running(p)) return "it finished on its own";
+  return std::string("it is ") + slot_state_name(st);
+}
+
 // A peer the scenario took down comes back; one still going down (killed, not reaped yet) comes
-// back as soon as it is gone; one that finished on its own is never restarted.
-void ChurnRunner::restart(int p, ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped) {
+// back as soon as it is gone (deferred); one that finished on its own is never restarted.
+void ChurnRunner::restart(int p, ChurnPeers& peers, Outcome& o) {
   const SlotState st = state_[std::size_t(p)];
   if (st != SlotState::Crashed && st != SlotState::Stopped) {
-    skipped.push_back(p);
+    o.skip(p, skip_reason(p, peers));
     return;
   }
   if (peers.running(p)) {
     if (std::find(deferred_restarts_.begin(), deferred_restarts_.end(), p) ==
         deferred_restarts_.end())
       deferred_restarts_.push_back(p);
+    o.deferred.push_back(p);
     return;
   }
   peers.start_peer(p);
   state_[std::size_t(p)] = SlotState::Up;
   ++restarts_[std::size_t(p)];
-  done.push_back(p);
+  o.done.push_back(p);
 }
 
 void ChurnRunner::run_deferred_restarts(double now_s, ChurnPeers& peers) {
-  nlohmann::json done = nlohmann::json::array(), skipped = nlohmann::json::array();
+  Outcome o;
   std::vector<int> still;
   for (int p : deferred_restarts_) {
     if (peers.running(p)) still.push_back(p);
-    else restart(p, peers, done, skipped);
+    else restart(p, peers, o);
   }
   deferred_restarts_ = std::move(still);
-  if (!done.empty())
-    log_.write(now_s, "churn", {{"kind", "restart"}, {"source", "deferred"}, {"applied_to", done}});
+  if (!o.done.empty())
+    log_.write(now_s, "churn", {{"kind", "restart"}, {"source", "deferred"}, {"applied_to", o.done}});
 }
 
 bool ChurnRunner::exited(int i) {
@@ -195,18 +204,17 @@ bool ChurnRunner::waiting_for_restart() const {
 // Signals every named peer that is running and not already in `to`; the rest are skipped (a
 // peer that finished, or one the scenario already took down), and say so in events.jsonl.
 void ChurnRunner::signal_each(const ChurnEvent& e, int sig, SlotState required, SlotState to,
-                              ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped,
-                              const std::function<void(int)>& then) {
+                              ChurnPeers& peers, Outcome& o, const std::function<void(int)>& then) {
   for (int p : e.peers) {
     if (p >= slots() || !peers.running(p) || state_[std::size_t(p)] != required) {
-      skipped.push_back(p);
+      o.skip(p, skip_reason(p, peers));
       continue;
     }
     peers.send_signal(p, sig);
     state_[std::size_t(p)] = to;
     if (sig == SIGKILL || sig == SIGTERM) churn_signalled_[std::size_t(p)] = true;
     if (then) then(p);
-    done.push_back(p);
+    o.done.push_back(p);
   }
 }
 
@@ -231,18 +239,19 @@ SignalRule signal_rule(ChurnKind k) {
 }  // namespace
 
 void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
-  nlohmann::json done = nlohmann::json::array(), skipped = nlohmann::json::array();
+  Outcome o;
+  nlohmann::json& done = o.done;
   switch (e.kind) {
     case ChurnKind::Crash:
     case ChurnKind::Stop:
     case ChurnKind::Pause:
     case ChurnKind::Resume: {
       const SignalRule r = signal_rule(e.kind);
-      signal_each(e, r.sig, r.required, r.to, peers, done, skipped);
+      signal_each(e, r.sig, r.required, r.to, peers, o);
       break;
     }
     case ChurnKind::Restart:
-      for (int p : e.peers) restart(p, peers, done, skipped);
+      for (int p : e.peers) restart(p, peers, o);
       break;
     case ChurnKind::Join:
       for (int k = 0; k < e.count && next_join_ < slots(); ++k) {
@@ -269,7 +278,7 @@ void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
       // A faulty peer is the same peer restarted with --fault MODE: stopped gracefully (it
       // checkpoints), then started again from that checkpoint once it is gone; the end of the
       // fault does the same without the flag.
-      signal_each(e, SIGTERM, SlotState::Up, SlotState::Stopped, peers, done, skipped, [&](int p) {
+      signal_each(e, SIGTERM, SlotState::Up, SlotState::Stopped, peers, o, [&](int p) {
         peers.set_fault(p, e.mode);
         deferred_restarts_.push_back(p);
       });
@@ -281,7 +290,11 @@ void ChurnRunner::apply(const ChurnEvent& e, double now_s, ChurnPeers& peers) {
   j["kind"] = std::string(core::churn_kind_name(e.kind));
   j["source"] = e.generated ? "random" : "scenario";
   j["applied_to"] = done;
-  if (!skipped.empty()) j["skipped"] = skipped;
+  if (!o.deferred.empty()) j["deferred"] = o.deferred;
+  if (!o.skipped.empty()) {
+    j["skipped"] = o.skipped;
+    j["skipped_why"] = o.why;
+  }
   log_.write(now_s, "churn", j);
 }
 
@@ -432,6 +445,25 @@ json down_report(const Timeline& tl, const json& churn, int p, double bound) {
       undetected.push_back(q);  // was up long enough to notice and did not
     }
   }
+  // Nobody declared it dead and nobody had to: there is no detection time to hold against the
+  // bound, and the report says why instead of a vacuous "within".
+  json within = undetected.empty() && (!worst || *worst <= bound);
+  json not_measured = nullptr;
+  if (!worst && undetected.empty()) {
+    within = nullptr;
+    char why[160];
+    if (others.empty())
+      std::snprintf(why, sizeof why, "no other peer was up");
+    else if (back && *back - t <= bound)
+      std::snprintf(why, sizeof why,
+                    "back after %.1f s, before the detection bound (%.1f s): nobody had to "
+                    "declare it dead",
+                    *back - t, bound);
+    else
+      std::snprintf(why, sizeof why,
+                    "every other peer ended before the detection bound (%.1f s)", bound);
+    not_measured = why;
+  }
   const auto before = tl.mean_acc_at(others, t);
   return {{"t", t},
           {"kind", churn.value("kind", "")},
@@ -440,7 +472,8 @@ json down_report(const Timeline& tl, const json& churn, int p, double bound) {
           {"not_detected_by", undetected},
           {"max_detection_s", opt(worst)},
           {"back_after_s", back ? json(*back - t) : json(nullptr)},
-          {"within_bound", undetected.empty() && (!worst || *worst <= bound)},
+          {"within_bound", within},
+          {"detection_not_measured", not_measured},
           {"acc_before", opt(before)},
           {"acc_after", opt(tl.mean_first_acc_after(others, t))},
           {"recovery_s", before ? opt(tl.recovered(others, t, *before)) : json(nullptr)},
@@ -494,14 +527,22 @@ json churn_report(const std::vector<json>& events, const core::ChurnScenario& sc
       if (kind == "join") per_event.push_back(join_report(tl, e, p));
     }
   }
-  bool all_within = true;
-  for (const auto& r : per_event)
-    if (r.contains("within_bound")) all_within = all_within && r["within_bound"].get<bool>();
+  // Over the crashes and stops whose detection was measured; null when none was.
+  json all_within = nullptr;
+  int not_measured = 0;
+  for (const auto& r : per_event) {
+    if (!r.contains("within_bound")) continue;  // a join
+    if (r["within_bound"].is_boolean())
+      all_within = (all_within.is_null() || all_within.get<bool>()) && r["within_bound"].get<bool>();
+    else
+      ++not_measured;
+  }
   return {{"scenario", churn_arg},
           {"seed", scenario.seed},
           {"applied", counts},
           {"detection_bound_s", bound},
           {"all_detected_within_bound", all_within},
+          {"detections_not_measured", not_measured},
           {"events", per_event},
           {"peers_alive_over_time", alive}};
 }
@@ -523,9 +564,25 @@ std::string describe_churn(const nlohmann::json& e) {
     line += (applied.size() == 1 ? " peer " : " peers ") + peers(applied);
   if (e.contains("mode") && e["mode"].is_string())
     line += " (" + e["mode"].get<std::string>() + ")";
-  if (e.contains("source") && e["source"] == "random") line += " [random]";
-  if (e.contains("skipped") && e["skipped"].is_array() && !e["skipped"].empty())
-    line += "; skipped " + e["skipped"].dump();
+  const std::string source = e.value("source", "");
+  if (source == "random") line += " (random model)";
+  if (source == "deferred") line += " (its killed process is gone now)";
+  if (source == "end of run") line += " (end of run: nobody else is up)";
+  const nlohmann::json deferred = e.value("deferred", nlohmann::json::array());
+  if (deferred.is_array() && !deferred.empty())
+    line += "; " + std::string(deferred.size() == 1 ? "peer " : "peers ") + peers(deferred) +
+            " deferred until its killed process is gone";
+  const nlohmann::json skipped = e.value("skipped", nlohmann::json::array());
+  const nlohmann::json why = e.value("skipped_why", nlohmann::json::object());
+  if (skipped.is_array())
+    for (const auto& p : skipped) {
+      line += "; skipped peer " + p.dump();
+      const auto it = why.is_object() ? why.find(p.dump()) : why.end();
+      if (it != why.end() && it->is_string()) line += " (" + it->get<std::string>() + ")";
+    }
+  if (kind != "heal" && kind != "partition" && (!applied.is_array() || applied.empty()) &&
+      (!deferred.is_array() || deferred.empty()) && (!skipped.is_array() || skipped.empty()))
+    line += ": no peer";
   return line;
 }
 

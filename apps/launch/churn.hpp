@@ -106,14 +106,26 @@ class ChurnRunner {
   int slots() const { return int(state_.size()); }
 
  private:
+  // What one event did to each peer it names: applied, deferred (a restart of a peer whose
+  // killed process is not reaped yet) or skipped, with why (events.jsonl's churn line).
+  struct Outcome {
+    nlohmann::json done = nlohmann::json::array();
+    nlohmann::json deferred = nlohmann::json::array();
+    nlohmann::json skipped = nlohmann::json::array();
+    nlohmann::json why = nlohmann::json::object();  // peer -> reason
+    void skip(int p, const std::string& reason) {
+      skipped.push_back(p);
+      why[std::to_string(p)] = reason;
+    }
+  };
   void apply(const core::ChurnEvent& e, double now_s, ChurnPeers& peers);
-  void restart(int p, ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped);
+  void restart(int p, ChurnPeers& peers, Outcome& o);
   void run_deferred_restarts(double now_s, ChurnPeers& peers);
+  std::string skip_reason(int p, const ChurnPeers& peers) const;
   // Sends `sig` to each of e's peers that runs in state `required`, moves it to `to` and calls
   // then(p); the others are skipped.
   void signal_each(const core::ChurnEvent& e, int sig, SlotState required, SlotState to,
-                   ChurnPeers& peers, nlohmann::json& done, nlohmann::json& skipped,
-                   const std::function<void(int)>& then = {});
+                   ChurnPeers& peers, Outcome& o, const std::function<void(int)>& then = {});
 
   ChurnDriver driver_;
   EventLog& log_;
@@ -142,7 +154,7 @@ nlohmann::json churn_report(const std::vector<nlohmann::json>& events,
 double detection_bound_s(int peers);
 
 // One line for the user of a `churn` line of events.jsonl, as it happens ("churn at 12.3 s: crash
-// peer 2"); empty for any other line.
+// peer 2", with the peers deferred or skipped and why); empty for any other line.
 std::string describe_churn(const nlohmann::json& event);
 
 }  // namespace gossiptrain::apps

@@ -97,8 +97,26 @@ void write_file(const fs::path& path, const std::string& text) {
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
+RunClock Launch::make_run_clock(bool resume, double unix_now) const {
+  if (!resume) return RunClock(unix_now);
+  std::vector<nlohmann::json> events;
+  std::ifstream ev(run_dir_ / "events.jsonl");
+  for (std::string line; std::getline(ev, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);  // a line cut by a kill is skipped
+    if (j.is_object()) events.push_back(std::move(j));
+  }
+  std::optional<double> seconds;
+  std::ifstream sum(run_dir_ / "summary.json");
+  const auto s = nlohmann::json::parse(sum, nullptr, false);
+  if (s.is_object() && s.contains("seconds") && s["seconds"].is_number())
+    seconds = s["seconds"].get<double>();
+  return RunClock(events, seconds, unix_now);
+}
+
 void Launch::prepare(int argc, char** argv) {
   t0_ = Clock::now();
+  const double unix0 =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   started_at_ = utc_now("%Y-%m-%dT%H:%M:%SZ");
   std::string part = o_.partition;
   for (char& c : part)
@@ -128,11 +146,15 @@ void Launch::prepare(int argc, char** argv) {
   for (const auto& p : plans_) fs::create_directories(p.dir);
   if (o_.prometheus_base_port > 0)
     write_file(run_dir_ / "prometheus.yml", prometheus_config(plans_, o_.prometheus_base_port));
+  run_clock_ = make_run_clock(resume, unix0);
   events_ = std::make_unique<EventLog>((run_dir_ / "events.jsonl").string());
+  // Where this launch starts on the run's clock: a later --resume places the peers' clock lines
+  // of this launch by it.
+  events_->write(now(), "launch", {{"unix_s", run_clock_->unix0_s()}, {"resumed", resume}});
   if (o_.netns) {
     netns_ = std::make_unique<NetnsSwarm>(NetnsSwarm::make_run_id(), o_.slots());
     for (int i = 0; i < o_.slots(); ++i) netns_->add_host(i);
-    events_->write(since(t0_), "netns", {{"run_id", netns_->run_id()}, {"hosts", o_.slots()}});
+    events_->write(now(), "netns", {{"run_id", netns_->run_id()}, {"hosts", o_.slots()}});
   }
   // The random model's schedule is drawn for this long; the launcher stops asking once training
   // is over, so it only has to outlast any run.
@@ -185,10 +207,10 @@ void Launch::end_fedavg_churn() {
   const Child& server = children_[0];
   if (!fedavg_done_ && !server.running && server.ever_started && server.outcome.exit_code == 0) {
     fedavg_done_ = true;
-    fedavg_done_at_ = since(t0_);
+    fedavg_done_at_ = now();
     note("gossip-launch: the FedAvg server is done: the churn scenario ends here");
   }
-  if (fedavg_done_ && !fedavg_clients_stopped_ && since(t0_) > fedavg_done_at_ + 10.0) {
+  if (fedavg_done_ && !fedavg_clients_stopped_ && now() > fedavg_done_at_ + 10.0) {
     fedavg_clients_stopped_ = true;
     for (auto& c : children_)
       if (c.running) ::kill(c.pid, SIGTERM);
@@ -271,25 +293,28 @@ void Launch::note_churn() {
   }
 }
 
+// The run time of a process's t = 0 that its `clock` line gives (the wall time of its t = 0).
+std::optional<double> clock_line_start(const std::string& line, const RunClock& clock) {
+  if (line.find("\"event\":\"clock\"") == std::string::npos) return std::nullopt;
+  const auto j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("unix_s") || !j["unix_s"].is_number()) return std::nullopt;
+  return clock.at_unix(j["unix_s"].get<double>());
+}
+
 void Launch::poll_metrics() {
   for (std::size_t i = 0; i < tails_.size(); ++i) {
-    auto& offset = children_[i].outcome.clock_offset_s;
-    const double now = since(t0_);
-    std::error_code ec;
-    // The peer creates its metrics file when its clock starts, so seeing the file bounds t = 0.
-    if (!offset && fs::exists(plans_[i].dir + "/metrics.jsonl", ec)) offset = now;
+    const double now_s = now();
     tails_[i].poll([&](const std::string& line) {
       const auto t = stats_[i].add_line(line, o_.target_acc);
+      std::optional<double> offset;
       if (t) {
-        if (!offset || now - *t < *offset) offset = std::max(0.0, now - *t);
-        // Kept while the process that reached the target runs, so a restart does not move it.
-        if (stats_[i].time_to_target && stats_[i].target_life == stats_[i].life)
-          children_[i].outcome.target_clock_offset_s = offset;
+        lives_[i].add(stats_[i].life, *t, now_s, clock_line_start(line, *run_clock_));
+        offset = lives_[i].offsets().back();
       }
       // FedAvg rounds take a fraction of a tick on small models: the server's outage report
-      // needs each round's time on the launch clock (from the line's own), not when it was read.
-      const bool own_clock = o_.mode == LaunchMode::Fedavg && t && offset;
-      observe(i, line, own_clock ? std::min(now, *offset + *t) : now);
+      // needs each round's time on the run's clock (from the line's own), not when it was read.
+      const bool own_clock = o_.mode == LaunchMode::Fedavg && t;
+      observe(i, line, own_clock ? std::min(now_s, *offset + *t) : now_s);
     });
     const PeerStats& s = stats_[i];
     if (s.averaging_alerts > children_[i].averaging_alerts_noted) {
@@ -304,7 +329,7 @@ void Launch::poll_metrics() {
 void Launch::sample_consensus(bool final) {
   std::vector<bool> started;
   for (const auto& c : children_) started.push_back(c.ever_started);
-  consensus_->sample(final, started, since(t0_));
+  consensus_->sample(final, started, now());
 }
 
 std::string Launch::peer_state(std::size_t i) const {
@@ -330,7 +355,7 @@ std::vector<std::string> Launch::table(bool full) const {
   std::vector<std::string> lines;
   char buf[256];
   std::snprintf(buf, sizeof buf, "gossip-launch  %s  %s  %s  %.0f s", mode_name(o_.mode),
-                who().c_str(), run_dir_.c_str(), since(t0_));
+                who().c_str(), run_dir_.c_str(), now());
   lines.push_back(buf);
   lines.push_back(peer_table_header());
   const int epochs = plans_.empty() ? 0 : plans_[0].config.train.epochs;
@@ -352,7 +377,7 @@ std::vector<std::string> Launch::table(bool full) const {
 }
 
 void Launch::write_table_file(bool force) {
-  const double now = since(t0_);
+  const double now = this->now();
   if (!force && now - last_table_file_ < kTableFileS) return;
   last_table_file_ = now;
   std::string text;
@@ -387,13 +412,13 @@ std::string Launch::progress_line() const {
   std::snprintf(buf, sizeof buf,
                 "gossip-launch: %4.0f s  running %d/%zu  epoch %s/%d  %s  exchanges %d ok %d "
                 "failed  %.1f MB",
-                since(t0_), running, stats_.size(), ep.c_str(), epochs, acc.c_str(), ok, failed,
+                now(), running, stats_.size(), ep.c_str(), epochs, acc.c_str(), ok, failed,
                 bytes / 1e6);
   return buf;
 }
 
 void Launch::draw(bool force) {
-  const double now = since(t0_);
+  const double now = this->now();
   write_table_file(force);
   if (tty_) {
     if (!force && now - last_draw_ < kTtyRedrawS) return;
@@ -468,11 +493,11 @@ bool Launch::tick() {
     interrupted_ = true;
     handle_stop();
   }
-  if (stop_requested_ && !killed_ && since(t0_) > stop_deadline_) handle_stop();
+  if (stop_requested_ && !killed_ && now() > stop_deadline_) handle_stop();
   end_fedavg_churn();
   if (churn_ && !stop_requested_ && !fedavg_done_) {
-    churn_->tick(since(t0_), mean_progress(), *this);
-    churn_->release_paused(since(t0_), *this);
+    churn_->tick(now(), mean_progress(), *this);
+    churn_->release_paused(now(), *this);
   }
   if (churn_) note_churn();
   reap();
@@ -494,7 +519,7 @@ nlohmann::json Launch::summarize() {
   facts.options = &o_;
   facts.run_dir = run_dir_.string();
   facts.started_at = started_at_;
-  facts.seconds = since(t0_);
+  facts.seconds = now();
   facts.interrupted = interrupted_;
   facts.consensus_distance = consensus_->final_distance();
   facts.consensus_note = consensus_->note();
@@ -506,6 +531,7 @@ nlohmann::json Launch::summarize() {
   for (std::size_t i = 0; i < children_.size(); ++i) {
     PeerOutcome out = children_[i].outcome;
     out.started = children_[i].ever_started;
+    out.life_offsets_s = lives_[i].offsets();
     // With churn, the final figures are over the peers alive at the end: not one the scenario
     // crashed or stopped for good.
     out.alive_at_end = out.started && (!churn_ || churn_->state(int(i)) == SlotState::Up);

@@ -23,6 +23,7 @@
 #include "apps/launch/netns.hpp"
 #include "apps/launch/options.hpp"
 #include "apps/launch/observe.hpp"
+#include "apps/launch/run_clock.hpp"
 #include "apps/launch/summary.hpp"
 
 namespace gossiptrain::apps::launcher {
@@ -121,6 +122,12 @@ class Launch : private ChurnPeers {
            (fedavg ? " + server" : "");
   }
   void observe(std::size_t i, const std::string& line, double now);
+  // Run time now: this launch's time plus what the run's earlier launches ran (--resume). Every
+  // time the launcher writes (events, consensus, summary) is on it.
+  double now() const { return run_clock_->base_s() + since(t0_); }
+  // The run's clock with this launch starting at wall time unix_now: a resumed run's from its
+  // events.jsonl and summary.json, a fresh run's at 0.
+  RunClock make_run_clock(bool resume, double unix_now) const;
   bool keep_going(bool any_running) const;
   void end_fedavg_churn();
   bool fedavg_done_ = false;  // the FedAvg server finished its rounds (--churn runs end there)
@@ -137,7 +144,9 @@ class Launch : private ChurnPeers {
   bool all_started_ = false;
   std::vector<MetricsTail> tails_;
   std::vector<PeerStats> stats_;
+  std::vector<LifeOffsets> lives_;  // per peer: each process's start on the run's clock
   Clock::time_point t0_;
+  std::optional<RunClock> run_clock_;
   std::string started_at_;
   bool tty_ = false;
   int drawn_lines_ = 0;

@@ -88,6 +88,7 @@ std::string signal_name(int sig) {
 void Launch::start_peers() {
   children_.resize(plans_.size());
   stats_.resize(plans_.size());
+  lives_.resize(plans_.size());
   std::vector<std::string> dirs;
   for (const auto& p : plans_) {
     tails_.emplace_back(p.dir + "/metrics.jsonl");
@@ -137,10 +138,9 @@ void Launch::spawn_peer(std::size_t i) {
 }
 
 // A restart or a join (--churn). A restarted peer appends to its metrics with a clock that starts
-// again at 0, so the estimate of its clock offset starts again too.
+// again at 0: its lines tell the new process apart (PeerStats::life).
 void Launch::start_peer(int i) {
   Child& c = children_.at(std::size_t(i));
-  c.outcome.clock_offset_s.reset();
   c.outcome.exit_code = -1;
   c.outcome.signal = 0;
   // A restarted or joining peer finds the swarm running: it must not wait for the first peers'

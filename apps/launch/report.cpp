@@ -388,9 +388,7 @@ Folded fold_peers(const ReportScan& scan, double target_acc, double t0) {
     const std::vector<Life>& lives = f.lives[i] = lives_of(p, t0);
     PeerOutcome& out = f.outcomes[i];
     out.start_offset_s = lives.front().offset;
-    out.clock_offset_s = lives.back().offset;
-    if (st.target_life < int(lives.size()))
-      out.target_clock_offset_s = lives[std::size_t(st.target_life)].offset;
+    for (const auto& life : lives) out.life_offsets_s.push_back(life.offset);
     out.state = st.done ? (st.stopped ? "stopped" : "done")
                         : "no done line (crashed, killed or still running)";
     out.failed = !st.done;

@@ -45,6 +45,21 @@ nlohmann::json opt(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
+// Run time of t on process `life`'s clock (its spawn time where its start is not known).
+double on_run_clock(const PeerOutcome& out, int life, double t) {
+  const auto& l = out.life_offsets_s;
+  if (life >= 0 && std::size_t(life) < l.size()) return l[std::size_t(life)] + t;
+  return (l.empty() ? out.start_offset_s : l.back()) + t;
+}
+
+// A peer's seconds over all its processes: from its first process's start to the end of the
+// latest (its `done` seconds), on the run's clock; null before it is done.
+std::optional<double> peer_seconds(const PeerStats& s, const PeerOutcome& out) {
+  if (!s.seconds) return std::nullopt;
+  const auto& l = out.life_offsets_s;
+  return l.size() > 1 ? l.back() - l.front() + *s.seconds : *s.seconds;
+}
+
 // A total over the peers that reported the figure (a number in their summary); empty when none did.
 void add_to(std::optional<std::int64_t>& total, const nlohmann::json& v) {
   if (v.is_number()) total = total.value_or(0) + v.get<std::int64_t>();
@@ -83,7 +98,7 @@ nlohmann::json peer_summary(const RunFacts& run, std::size_t i, const PeerStats&
       {"steps", opt(steps)},
       {"samples", opt(samples)},
       {"samples_from", samples_from},
-      {"seconds", opt(s.seconds)},
+      {"seconds", opt(peer_seconds(s, out))},
       {"exchanges_ok", count(s.exchanges_ok)},
       {"exchanges_failed", count(s.exchanges_failed)},
       {"exchanges_failed_by_reason", s.failed_by_reason},
@@ -106,7 +121,9 @@ nlohmann::json peer_summary(const RunFacts& run, std::size_t i, const PeerStats&
       {"errors", s.errors},
       {"last_error", s.last_error},
       {"start_offset_s", out.start_offset_s},
-      {"clock_offset_s", opt(out.clock_offset_s)},
+      {"clock_offset_s", out.life_offsets_s.empty() ? nlohmann::json(nullptr)
+                                                     : nlohmann::json(out.life_offsets_s.back())},
+      {"life_offsets_s", out.life_offsets_s},
   };
 }
 
@@ -128,13 +145,11 @@ struct PeerTotals {
   nlohmann::json not_averaging = nlohmann::json::array();
 };
 
-// A FedAvg client's bytes sent by launch time T: its last mark at or before T. A mark of an
-// earlier life (a restarted client: that clock's start is not kept) counts as before T.
+// A FedAvg client's bytes sent by run time T: its last mark at or before T.
 std::int64_t client_bytes_by(const PeerStats& s, const PeerOutcome& out, double T) {
   std::int64_t b = 0;
-  const double offset = out.clock_offset_s.value_or(out.start_offset_s);
   for (const auto& m : s.bytes_marks)
-    if (m.life < s.life || m.t + offset <= T) b = m.bytes;
+    if (on_run_clock(out, m.life, m.t) <= T) b = m.bytes;
   return b;
 }
 
@@ -179,9 +194,8 @@ PeerTotals sum_peers(const RunFacts& run, const std::vector<PeerStats>& stats,
     if (s.best_test_acc && (!t.best || *s.best_test_acc > *t.best)) t.best = s.best_test_acc;
     std::optional<double> t_launch;
     if (s.time_to_target) {
-      const std::optional<double> offset =
-          s.target_life == s.life ? out.clock_offset_s : out.target_clock_offset_s;
-      t_launch = *s.time_to_target + offset.value_or(out.start_offset_s);
+      // The first time it got there, in whichever process: on the run's clock.
+      t_launch = on_run_clock(out, s.target_life, *s.time_to_target);
       if (!t.t_all || *t_launch > *t.t_all) t.t_all = t_launch;
       if (!t.t_first || *t_launch < *t.t_first) t.t_first = t_launch;
     } else if (!s.fedavg_client) {
@@ -242,8 +256,8 @@ nlohmann::json make_summary(const RunFacts& run, const std::vector<PeerStats>& s
       {"final_test_acc_max", opt(mx)},
       {"final_test_acc_spread", opt(spread)},
       {"best_test_acc", opt(t.best)},
-      // Launch clock: when every peer had reached the target (null if one never did), and the
-      // first peer to reach it.
+      // On the run's clock (every launch of it, run_clock.hpp): when every peer had first reached
+      // the target, in any of its processes (null if one never did), and the first peer to.
       {"time_to_target_s", t.all_reached ? opt(t.t_all) : nlohmann::json(nullptr)},
       {"time_to_target_first_s", opt(t.t_first)},
       {"samples", opt(t.samples)},

@@ -59,13 +59,10 @@ struct PeerOutcome {
   bool failed = false;
   bool started = true;          // false: a slot for a peer the churn scenario never joined
   bool alive_at_end = true;     // false: taken down for good by the churn scenario
-  double start_offset_s = 0.0;  // spawn time after the launch started
-  // Launch time of the peer's metrics t = 0 (its clock starts after it loaded its data), estimated
-  // from when the launcher first saw the file and each line: an upper bound, off by a poll tick.
-  std::optional<double> clock_offset_s;
-  // The same for the process that first reached the target: a restarted peer's clock starts again,
-  // so a time to target from an earlier life is not on the latest life's clock.
-  std::optional<double> target_clock_offset_s;
+  double start_offset_s = 0.0;  // spawn time, on the run's clock (run_clock.hpp)
+  // Run time of each process's t = 0 (PeerStats::life indexes it): a restarted peer's clock
+  // starts again, so each process's lines go on the run's one axis by their own offset.
+  std::vector<double> life_offsets_s;
   std::optional<std::int64_t> ckpt_samples;  // from the final checkpoint
   std::optional<double> consensus;  // this peer's distance to the final average
 };
@@ -74,7 +71,7 @@ struct RunFacts {
   const LaunchOptions* options = nullptr;
   std::string run_dir;
   std::string started_at;   // UTC ISO 8601
-  double seconds = 0.0;     // wall time of the launch
+  double seconds = 0.0;     // run time at the end: every launch of the run (--resume) added up
   bool interrupted = false;
   std::optional<double> consensus_distance;  // final, from the final checkpoints
   std::string consensus_note;                // why it is missing, if it is
