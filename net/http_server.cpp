@@ -4,6 +4,7 @@
 
 #include <array>
 #include <atomic>
+#include <list>
 #include <stdexcept>
 #include <thread>
 
@@ -17,6 +18,8 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
+
+#include "net/repeat_limiter.hpp"
 
 namespace gossiptrain::net {
 
@@ -73,12 +76,55 @@ struct HttpServer::Impl {
   Handler handler;
   HttpServerOptions opts;
   std::thread thread;
-  std::atomic<std::size_t> open{0};
   std::atomic<std::uint64_t> closed_bad{0};
+  // One info line per kind of close per 30 s, whoever the clients are (an attacker picks its
+  // addresses and ports): 70 idle connections refreshed every 5 s wrote 145 lines in 20 s.
+  RepeatLimiter said;
 
-  void bad(const std::string& who, const std::string& why) {
+  // What a session shares with its deadline timers and with the accept loop, which may evict it.
+  // A timer that expires in the same instant as the read or write it guards has its handler queued
+  // already: cancel() cannot take it back, and it runs after the session's frame is gone. So the
+  // handlers hold this by shared_ptr, never the frame's locals, and act only in the phase they
+  // guard (a stale one does nothing).
+  struct Conn {
+    Conn(asio::ip::tcp::socket s, std::string w) : sock(std::move(s)), who(std::move(w)) {}
+    asio::ip::tcp::socket sock;
+    std::string who;
+    std::string head;
+    std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+    enum class Phase { reading, writing, ended } phase = Phase::reading;
+    std::list<std::shared_ptr<Conn>>::iterator in_reading;  // while phase == reading
+  };
+  // Every session of the io thread is open until retire(); those still reading their request are
+  // also in `reading`, oldest first: the ones a new client may evict.
+  std::size_t open = 0;
+  std::list<std::shared_ptr<Conn>> reading;
+
+  // Counts the close of a hostile or useless client and says it, within the limiter's bound.
+  void bad(const char* kind, const std::string& who, const std::string& why) {
     ++closed_bad;
-    spdlog::info("http: closed {}: {}", who, why);
+    const auto held = said.admit(kind, std::chrono::steady_clock::now());
+    if (!held) {
+      spdlog::debug("http: closed {}: {}", who, why);
+      return;
+    }
+    std::string also;
+    if (*held)
+      also = fmt::format(
+          " ({} more closed so since the last such line; repeats within {} s are "
+          "logged at debug)",
+          *held, std::chrono::duration_cast<std::chrono::seconds>(said.quiet()).count());
+    spdlog::info("http: closed {}: {}{}", who, why, also);
+  }
+
+  // Takes c off the books and closes its socket; its coroutine ends at its next resumption.
+  void retire(Conn& c) {
+    if (c.phase == Conn::Phase::ended) return;
+    if (c.phase == Conn::Phase::reading) reading.erase(c.in_reading);
+    c.phase = Conn::Phase::ended;
+    --open;
+    std::error_code ignored;
+    c.sock.close(ignored);
   }
 
   asio::awaitable<void> accept_loop() {
@@ -91,39 +137,40 @@ struct HttpServer::Impl {
         co_await pause.async_wait(kUseTuple);
         continue;
       }
-      if (open.load() >= opts.max_connections) {
-        std::error_code ignored;
-        const auto ep = sock.remote_endpoint(ignored);
-        bad(ep.address().to_string() + ":" + std::to_string(ep.port()),
-            "too many connections open (" + std::to_string(opts.max_connections) + ")");
-        sock.close(ignored);
-        continue;
+      std::error_code ignored;
+      const auto ep = sock.remote_endpoint(ignored);
+      std::string who = ep.address().to_string() + ":" + std::to_string(ep.port());
+      if (open >= opts.max_connections) {
+        // A new client is served: idle connections must not lock out the scraper. The oldest
+        // one that has not sent a whole request makes room; if every one has and is being
+        // answered (each within the write deadline), the newcomer waits for none of them.
+        if (reading.empty()) {
+          bad("refused", who,
+              "too many connections open (" + std::to_string(opts.max_connections) +
+                  "), each answering a request");
+          sock.close(ignored);
+          continue;
+        }
+        const auto victim = reading.front();
+        const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - victim->since);
+        bad("evicted", victim->who,
+            "evicted for a new connection (" + std::to_string(open) +
+                " open): the oldest without a complete request (" +
+                std::to_string(victim->head.size()) + " bytes in " + std::to_string(age.count()) +
+                " ms)");
+        retire(*victim);
       }
+      auto c = std::make_shared<Conn>(std::move(sock), std::move(who));
       ++open;
-      asio::co_spawn(io, session(std::move(sock)), asio::detached);
+      c->in_reading = reading.insert(reading.end(), c);
+      asio::co_spawn(io, session(std::move(c)), asio::detached);
     }
   }
 
-  // What a session shares with its deadline timers. A timer that expires in the same instant as
-  // the read or write it guards has its handler queued already: cancel() cannot take it back, and
-  // it runs after the session's frame is gone. So the handlers hold this by shared_ptr, never the
-  // frame's locals, and act only in the phase they guard (a stale one does nothing).
-  struct Conn {
-    explicit Conn(asio::ip::tcp::socket s) : sock(std::move(s)) {}
-    asio::ip::tcp::socket sock;
-    std::string who;
-    std::string head;
-    enum class Phase { reading, writing, ended } phase = Phase::reading;
-    bool timed_out = false;
-  };
-
-  asio::awaitable<void> session(asio::ip::tcp::socket sock_in) {
-    auto c = std::make_shared<Conn>(std::move(sock_in));
+  asio::awaitable<void> session(std::shared_ptr<Conn> c) {
     auto& sock = c->sock;
     auto& head = c->head;
-    std::error_code ignored;
-    const auto ep = sock.remote_endpoint(ignored);
-    c->who = ep.address().to_string() + ":" + std::to_string(ep.port());
     const std::string& who = c->who;
     // The deadline covers the whole request, not each read: a client trickling a byte a second
     // is as slow as one that sends nothing.
@@ -131,62 +178,61 @@ struct HttpServer::Impl {
     asio::steady_timer deadline(io, opts.read_deadline);
     deadline.async_wait([this, c](std::error_code ec) {
       if (ec || c->phase != Conn::Phase::reading) return;
-      c->timed_out = true;
-      bad(c->who, "no complete request within " + std::to_string(opts.read_deadline.count()) +
-                      " ms (" + std::to_string(c->head.size()) + " bytes)");
-      std::error_code ignore;
-      c->sock.close(ignore);
+      bad("deadline", c->who,
+          "no complete request within " + std::to_string(opts.read_deadline.count()) + " ms (" +
+              std::to_string(c->head.size()) + " bytes)");
+      retire(*c);
     });
-    const auto end_session = [&] {
-      c->phase = Conn::Phase::ended;
-      --open;
-    };
     std::array<char, 1024> buf;
     HttpResponse resp;
     bool have_resp = false;
     while (head.find("\r\n\r\n") == std::string::npos) {
       auto [ec, n] = co_await sock.async_read_some(asio::buffer(buf), kUseTuple);
-      if (ec) {
-        if (c->timed_out) {
-          // said by the deadline
-        } else if (!head.empty() || ec != asio::error::eof)
-          bad(who, "read failed after " + std::to_string(head.size()) + " bytes: " + ec.message());
+      if (c->phase != Conn::Phase::reading) {  // closed meanwhile: deadline or evicted, and said
         deadline.cancel();
-        end_session();
+        co_return;
+      }
+      if (ec) {
+        if (!head.empty() || ec != asio::error::eof)
+          bad("read", who,
+              "read failed after " + std::to_string(head.size()) + " bytes: " + ec.message());
+        deadline.cancel();
+        retire(*c);
         co_return;
       }
       head.append(buf.data(), n);
       if (head.size() > opts.max_request_bytes) {
-        bad(who, "request over " + std::to_string(opts.max_request_bytes) + " bytes");
+        bad("size", who, "request over " + std::to_string(opts.max_request_bytes) + " bytes");
         resp = {431, "text/plain; charset=utf-8", "request too large\n"};
         have_resp = true;
         break;
       }
     }
-    // The request is complete: from here the read deadline must not fire.
+    // The request is complete: from here the read deadline must not fire, nor may a new client
+    // evict this one.
+    reading.erase(c->in_reading);
     c->phase = Conn::Phase::writing;
     deadline.cancel();
     if (!have_resp) resp = answer(who, head);
     // A fresh deadline for the answer: a client that never reads must not hold the socket.
     asio::steady_timer wdeadline(io, opts.write_deadline);
-    wdeadline.async_wait([c](std::error_code ec) {
+    wdeadline.async_wait([this, c](std::error_code ec) {
       if (ec || c->phase != Conn::Phase::writing) return;
-      std::error_code ignore;
-      c->sock.close(ignore);
+      retire(*c);
     });
     const std::string out = render(resp);
     auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(out), kUseTuple);
     if (wec) spdlog::debug("http: answer to {} not sent: {}", who, wec.message());
     wdeadline.cancel();
+    std::error_code ignored;
     sock.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-    sock.close(ignored);
-    end_session();
+    retire(*c);
   }
 
   HttpResponse answer(const std::string& who, const std::string& head) {
     std::string method, target;
     if (!parse_request_line(head, method, target)) {
-      bad(who, "not an HTTP request line");
+      bad("request", who, "not an HTTP request line");
       return {400, "text/plain; charset=utf-8", "bad request\n"};
     }
     if (method != "GET") return {405, "text/plain; charset=utf-8", "GET only\n"};

@@ -22,7 +22,10 @@ struct HttpServerOptions {
   std::size_t max_request_bytes = 8192;           // request line and headers; more: 431 and closed
   std::chrono::milliseconds read_deadline{5000};  // the whole request must arrive within this
   std::chrono::milliseconds write_deadline{5000};
-  std::size_t max_connections = 64;  // more at once are closed on accept
+  // At most this many open at once. A new client past it evicts the oldest connection that has
+  // not sent a complete request (idle clients cannot lock out a scraper); only when every open
+  // one is being answered is the new one closed on accept.
+  std::size_t max_connections = 64;
 };
 
 // Serves GET requests with handler(path) (the path without the query). One request per
@@ -38,8 +41,10 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  std::uint16_t port() const;        // the bound port
-  std::uint64_t closed_bad() const;  // connections closed for garbage, size or deadline
+  std::uint16_t port() const;  // the bound port
+  // Connections closed for garbage, size, deadline or a read error, evicted, or refused: each is
+  // counted, and said at info once per kind per 30 s (the rest at debug).
+  std::uint64_t closed_bad() const;
 
  private:
   struct Impl;
