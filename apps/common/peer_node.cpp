@@ -21,8 +21,12 @@ PeerNode::PeerNode(const PeerConfig& cfg, const core::Model& model, kernels::Bac
                    core::Metrics& metrics, std::vector<int> net_cpus) {
   const std::uint64_t fingerprint = model.fingerprint();
   identity_ = std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
-  transport_ = std::make_unique<net::TcpTransport>(
-      transport_config(cfg, identity_, fingerprint, std::move(net_cpus)));
+  net::TcpTransportConfig tc = transport_config(cfg, identity_, fingerprint, std::move(net_cpus));
+  // Another live peer with our key (the transport has logged the fix): a metric line too.
+  tc.on_shared_identity = [&metrics, file = tc.identity_file](const std::string& addr) {
+    metrics.emit("identity_clash", {{"addr", addr}, {"identity", file}});
+  };
+  transport_ = std::make_unique<net::TcpTransport>(std::move(tc));
   limit_buffer_pool(model.num_params());
   node_ = std::make_unique<gossip::Node>(*transport_, node_config(cfg, fingerprint), backend,
                                          metrics, [this] { transport_->start(); });
