@@ -117,7 +117,8 @@ asio::awaitable<void> Channel::run() {
   }
   peer_id_ = hs.remote_peer_id();
   if (hs.failed()) {
-    fail(close_text(CloseReason::HandshakeFailed, hs.error()));
+    remote_listen_addr_ = hs.remote_listen_addr();
+    fail(close_text(hs.close_reason(), hs.error()));
     co_return;
   }
   HandshakeResult r = hs.take_result();

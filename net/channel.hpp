@@ -87,7 +87,7 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
   bool relayed() const { return relayed_; }
   void set_relayed() { relayed_ = true; }
   bool established() const { return established_; }
-  // Valid once established.
+  // Valid once established (or once a failed handshake has decoded the remote's hello).
   const std::string& remote_listen_addr() const { return remote_listen_addr_; }
   crypto::Aead aead() const { return aead_; }
   std::size_t queued_messages() const { return queue_.size(); }

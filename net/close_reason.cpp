@@ -7,14 +7,14 @@ namespace gossiptrain::net {
 
 namespace {
 constexpr std::string_view kNames[] = {
-    "unspecified",    "shutdown",           "not_needed",       "self",
-    "unexpected_peer", "malformed",         "unknown_type",     "protocol_violation",
-    "no_answer",      "cancelled",          "failed",           "refused",
-    "handshake_failed", "timeout",          "io_error",         "remote_closed",
-    "truncated",      "frame_error",
+    "unspecified",      "shutdown",    "not_needed",      "self",
+    "unexpected_peer",  "malformed",   "unknown_type",    "protocol_violation",
+    "no_answer",        "cancelled",   "failed",          "refused",
+    "handshake_failed", "timeout",     "io_error",        "remote_closed",
+    "truncated",        "frame_error", "shared_identity",
 };
 static_assert(std::size(kNames) == kCloseReasonCount);
-static_assert(base::enum_count(CloseReason::Unspecified, CloseReason::FrameError) ==
+static_assert(base::enum_count(CloseReason::Unspecified, CloseReason::SharedIdentity) ==
               kCloseReasonCount);
 }  // namespace
 

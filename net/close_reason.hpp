@@ -30,8 +30,9 @@ enum class CloseReason : std::uint8_t {
   RemoteClosed,       // the remote closed, with its own reason after ours
   Truncated,          // EOF inside a frame or a message
   FrameError,         // a frame that fails its checks or its authentication
+  SharedIdentity,     // the remote proved it holds our identity key: another process uses it
 };
-inline constexpr std::size_t kCloseReasonCount = 18;
+inline constexpr std::size_t kCloseReasonCount = 19;
 
 // Stable lowercase name ("protocol_violation"); "unspecified" for Unspecified.
 std::string_view close_reason_name(CloseReason r);

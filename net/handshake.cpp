@@ -10,7 +10,7 @@ namespace {
 using crypto::Aead;
 using U8Span = std::span<const std::uint8_t>;
 
-constexpr std::uint8_t kMagic[4] = {'G', 'T', 'H', '1'};
+constexpr std::uint8_t kOldMagic[4] = {'G', 'T', 'H', '1'};
 constexpr const char* kPrologue = "gossiptrain handshake v1";
 constexpr const char* kSigLabelI = "gossiptrain sig initiator v1";
 constexpr const char* kSigLabelR = "gossiptrain sig responder v1";
@@ -91,10 +91,19 @@ bool Handshake::check_mac(U8Span msg) {
   return crypto::equal_ct(want, msg.last(kMacBytes));
 }
 
-Bytes Handshake::fail(std::string reason) {
+Bytes Handshake::fail(std::string reason, CloseReason type) {
   state_ = State::Failed;
   error_ = "handshake: " + std::move(reason);
+  close_reason_ = type;
   return {};
+}
+
+void Handshake::fail_same_key() {
+  if (result_.remote_instance == params_.instance)
+    fail("connected to ourselves", CloseReason::Self);
+  else
+    fail("the remote holds this peer's identity key: another live peer uses it",
+         CloseReason::SharedIdentity);
 }
 
 std::string Handshake::remote_peer_id() const {
@@ -129,20 +138,22 @@ void Handshake::encode_hello(std::uint8_t* out) const {
   std::memset(out, 0, kHelloBytes);
   base::put_u16(out, params_.version);
   base::put_u64(out + 2, params_.fingerprint);
-  out[10] = static_cast<std::uint8_t>(params_.listen_addr.size());
-  std::memcpy(out + 11, params_.listen_addr.data(), params_.listen_addr.size());
+  base::put_u64(out + 10, params_.instance);
+  out[18] = static_cast<std::uint8_t>(params_.listen_addr.size());
+  std::memcpy(out + 19, params_.listen_addr.data(), params_.listen_addr.size());
 }
 
 bool Handshake::decode_hello(const std::uint8_t* in) {
   result_.remote_version = base::get_u16(in);
   result_.remote_fingerprint = base::get_u64(in + 2);
-  std::size_t n = in[10];
+  result_.remote_instance = base::get_u64(in + 10);
+  std::size_t n = in[18];
   if (n > kMaxAddrBytes) return false;
   for (std::size_t i = 0; i < kMaxAddrBytes; ++i) {
-    std::uint8_t c = in[11 + i];
+    std::uint8_t c = in[19 + i];
     if (i < n ? (c < 0x21 || c > 0x7e) : c != 0) return false;  // printable, zero padded
   }
-  result_.remote_listen_addr.assign(reinterpret_cast<const char*>(in + 11), n);
+  result_.remote_listen_addr.assign(reinterpret_cast<const char*>(in + 19), n);
   return true;
 }
 
@@ -191,6 +202,10 @@ Bytes Handshake::on_message(U8Span in) {
 
 // R: M1 -> M2.
 Bytes Handshake::on_m1(U8Span in) {
+  if (std::memcmp(in.data(), kOldMagic, 4) == 0)
+    return fail(
+        "the remote speaks handshake 1, of a gossiptrain release older than this one (handshake "
+        "2): run the same release on every peer");
   if (std::memcmp(in.data(), kMagic, 4) != 0) return fail("bad magic (not a gossiptrain peer)");
   if (!check_mac(in)) return fail("bad MAC on first message (corrupt, or network key mismatch)");
   std::uint8_t theirs = in[4];
@@ -246,8 +261,10 @@ Bytes Handshake::on_m2(U8Span in) {
   result_.remote_key = id_r;
   result_.remote_peer_id = peer_id_of(id_r);
   have_remote_ = true;
-  if (id_r == params_.identity->public_key()) return fail("connected to ourselves");
-  if (params_.allowlist && !params_.allowlist->contains(id_r))
+  // Our own key is only a claim until R's signature (M4) verifies: carry on to find out whether
+  // it is ourselves or another process holding the key.
+  if (id_r != params_.identity->public_key() && params_.allowlist &&
+      !params_.allowlist->contains(id_r))
     return fail("remote key " + result_.remote_peer_id + " is not on the allowlist");
   append(in);
   append(id_r);
@@ -294,8 +311,8 @@ Bytes Handshake::on_m3(U8Span in) {
   result_.remote_peer_id = peer_id_of(id_i);
   have_remote_ = true;
   if (!crypto::verify(id_i, sig_msg, sig)) return fail("bad initiator signature");
-  if (id_i == params_.identity->public_key()) return fail("connected to ourselves");
-  if (params_.allowlist && !params_.allowlist->contains(id_i))
+  const bool same_key = id_i == params_.identity->public_key();
+  if (!same_key && params_.allowlist && !params_.allowlist->contains(id_i))
     return fail("remote key " + result_.remote_peer_id + " is not on the allowlist");
   if (!decode_hello(hello_i)) return fail("malformed hello");
   append(in);
@@ -317,6 +334,10 @@ Bytes Handshake::on_m3(U8Span in) {
   std::memcpy(m.data() + kM4Bytes - kMacBytes, mac.data(), kMacBytes);
   append(m);
   append(U8Span(hello, kHelloBytes));
+  if (same_key) {
+    fail_same_key();
+    return m;
+  }
   if (!check_hello()) return m;
   finish();
   return m;
@@ -338,6 +359,10 @@ Bytes Handshake::on_m4(U8Span in) {
   if (!decode_hello(hello_r)) return fail("malformed hello");
   append(in);
   append(U8Span(hello_r, kHelloBytes));
+  if (result_.remote_key == params_.identity->public_key()) {
+    fail_same_key();
+    return {};
+  }
   if (!check_hello()) return {};
   finish();
   return {};

@@ -10,7 +10,13 @@
 // fresh X25519 keys; kI, kR and the session keys come from BLAKE2b-keyed KDFs over the X25519
 // secret and T, keyed by the network key; every mac is BLAKE2b keyed by a key derived from the
 // network key (all-zero key when there is none), so without it no message verifies. hello =
-// protocol version, model fingerprint, listen address; a mismatch fails with a reason.
+// protocol version, model fingerprint, instance, listen address; a mismatch fails with a reason.
+//
+// A remote whose identity key is ours is known only once its signature verifies (R at M3, I at
+// M4; M2's identity is a claim): then the instance, a random number of each transport, tells a
+// connection to ourselves (same instance: we dialled our own address) from another live process
+// that holds our key (a configuration error: close reason shared_identity). R still sends M4 in
+// both cases, so that I learns it from R's signature too.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +24,7 @@
 #include <span>
 #include <string>
 
+#include "net/close_reason.hpp"
 #include "net/crypto.hpp"
 #include "net/identity.hpp"
 #include "net/limits.hpp"
@@ -31,6 +38,9 @@ struct HandshakeParams {
   const Allowlist* allowlist = nullptr;  // not owned; null admits any authenticated key
   std::uint64_t fingerprint = 0;         // model fingerprint both sides must share
   std::uint16_t version = kProtocolVersion;
+  // This transport's random number (TcpTransport draws one per instance): a remote with our key
+  // and our instance is ourselves, with our key and another instance a second process using it.
+  std::uint64_t instance = 0;
   std::string listen_addr;  // what we advertise (<= kMaxAddrBytes)
   AeadPreference aead = AeadPreference::Auto;
 };
@@ -41,6 +51,7 @@ struct HandshakeResult {
   std::string remote_listen_addr;
   std::uint64_t remote_fingerprint = 0;
   std::uint16_t remote_version = 0;
+  std::uint64_t remote_instance = 0;
   crypto::Aead aead = crypto::Aead::ChaCha20Poly1305;
   crypto::SymKey send_key;
   crypto::SymKey recv_key;
@@ -55,7 +66,9 @@ class Handshake {
   enum class State { Start, AwaitM1, AwaitM2, AwaitM3, AwaitM4, Done, Failed };
 
   static constexpr std::size_t kMacBytes = 32;
-  static constexpr std::size_t kHelloBytes = 2 + 8 + 1 + kMaxAddrBytes;
+  // M1's first bytes. "GTH1" was the handshake before the hello carried an instance.
+  static constexpr std::uint8_t kMagic[4] = {'G', 'T', 'H', '2'};
+  static constexpr std::size_t kHelloBytes = 2 + 8 + 8 + 1 + kMaxAddrBytes;
   static constexpr std::size_t kM1Bytes = 4 + 1 + 32 + kMacBytes;
   static constexpr std::size_t kM2Bytes = 32 + 1 + 32 + crypto::kAeadTagBytes + kMacBytes;
   static constexpr std::size_t kM3Bytes =
@@ -80,13 +93,20 @@ class Handshake {
   bool done() const { return state_ == State::Done; }
   bool failed() const { return state_ == State::Failed; }
   const std::string& error() const { return error_; }
+  // The typed reason of a failure: Self (connected to ourselves), SharedIdentity (another process
+  // holds our identity key), else HandshakeFailed.
+  CloseReason close_reason() const { return close_reason_; }
   // Remote identity, once known (after M2 for I, after M3 for R); empty otherwise.
   std::string remote_peer_id() const;
+  // The remote's advertised address, once its hello is decoded (a failed handshake may have it).
+  const std::string& remote_listen_addr() const { return result_.remote_listen_addr; }
   // Valid once done(); moves the session keys out.
   HandshakeResult take_result();
 
  private:
-  Bytes fail(std::string reason);
+  Bytes fail(std::string reason, CloseReason type = CloseReason::HandshakeFailed);
+  // The remote's signature verified with our own key: ourselves or a clone (fails either way).
+  void fail_same_key();
   Bytes on_m1(std::span<const std::uint8_t> in);
   Bytes on_m2(std::span<const std::uint8_t> in);
   Bytes on_m3(std::span<const std::uint8_t> in);
@@ -107,6 +127,7 @@ class Handshake {
   HandshakeParams params_;
   State state_;
   std::string error_;
+  CloseReason close_reason_ = CloseReason::HandshakeFailed;
   std::uint8_t my_mask_ = 0;
   crypto::SymKey mac_key_;
   crypto::SymKey net_key_;  // network key or all zero

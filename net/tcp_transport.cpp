@@ -66,6 +66,8 @@ TcpTransport::TcpTransport(TcpTransportConfig config)
   options_->handshake.allowlist = config_.allowlist ? &*config_.allowlist : nullptr;
   options_->handshake.fingerprint = config_.model_fingerprint;
   options_->handshake.aead = config_.aead;
+  crypto::random_bytes(std::span(reinterpret_cast<std::uint8_t*>(&options_->handshake.instance),
+                                 sizeof options_->handshake.instance));
   options_->parallel_min_message_bytes = config_.crypto_min_message_bytes;
 }
 
@@ -318,17 +320,44 @@ void TcpTransport::channel_report_closed(const std::shared_ptr<Channel>& ch,
   if (handler_) handler_->on_closed(ch, reason);
 }
 
-void TcpTransport::channel_gone(const std::shared_ptr<Channel>& ch, const std::string& reason) {
+std::string TcpTransport::shared_identity_reason(const std::shared_ptr<Channel>& ch) {
+  // The clone's own listen address (its hello is signed): an inbound one's source port says
+  // nothing.
+  const std::string addr =
+      ch->remote_listen_addr().empty() ? ch->remote_addr() : ch->remote_listen_addr();
+  const std::string text = fmt::format(
+      "another peer at {} uses this peer's identity key{}; give each peer its own --identity (or "
+      "run each peer in its own folder)",
+      addr, config_.identity_file.empty() ? "" : " (" + config_.identity_file + ")");
+  {
+    std::lock_guard lk(stats_mu_);
+    ++stats_.shared_identity;
+  }
+  if (shared_identity_told_.size() < kMaxSharedIdentityAddrs &&
+      shared_identity_told_.insert(addr).second) {
+    spdlog::error("net: {}", text);
+    if (config_.on_shared_identity) config_.on_shared_identity(addr);
+  } else {
+    spdlog::debug("net: {}", text);
+  }
+  return close_text(CloseReason::SharedIdentity, text);
+}
+
+void TcpTransport::channel_gone(const std::shared_ptr<Channel>& ch, const std::string& why) {
   if (channels_.erase(ch)) --channel_count_;
-  if (ch->relayed() && !ch->established()) relayed_closed(ch, reason);
+  if (ch->relayed() && !ch->established()) relayed_closed(ch, why);
   relay_of_.erase(ch.get());
   if (ch->established()) return;
   {
     std::lock_guard lk(stats_mu_);
     ++stats_.handshake_failures;
   }
-  spdlog::warn("net: handshake with {}{} failed: {}", ch->remote_addr(),
-               ch->peer_id().empty() ? "" : " (" + ch->peer_id() + ")", reason);
+  // Another process with our key: an error with the fix, once per address, instead of the warning.
+  const bool clone = close_reason_of(why) == CloseReason::SharedIdentity;
+  const std::string reason = clone ? shared_identity_reason(ch) : why;
+  if (!clone)
+    spdlog::warn("net: handshake with {}{} failed: {}", ch->remote_addr(),
+                 ch->peer_id().empty() ? "" : " (" + ch->peer_id() + ")", reason);
   if (config_.on_handshake_failed) config_.on_handshake_failed(ch->remote_addr(), reason);
   auto it = pending_connects_.find(ch.get());
   if (it != pending_connects_.end()) {

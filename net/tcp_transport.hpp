@@ -41,6 +41,9 @@ struct TcpTransportConfig {
   // address (0.0.0.0, ::), which no other machine can dial.
   std::string advertise;
   std::shared_ptr<const Identity> identity;  // required
+  // Where the identity was read from, named in the error about another peer using it; empty:
+  // not named.
+  std::string identity_file;
   std::optional<crypto::SymKey> network_key;
   std::optional<Allowlist> allowlist;
   std::uint64_t model_fingerprint = 0;
@@ -71,14 +74,22 @@ struct TcpTransportConfig {
   // Optional observer of failed handshakes and refused sockets (metrics, tests); io thread.
   std::function<void(const std::string& remote_addr, const std::string& reason)>
       on_handshake_failed;
+  // Called once per address (the first kMaxSharedIdentityAddrs) of a live peer that proved it
+  // holds our identity key (close reason shared_identity), after the error line; io thread.
+  std::function<void(const std::string& addr)> on_shared_identity;
 };
+
+// Addresses whose clash of identity keys is logged at error level (then debug): a bound.
+inline constexpr std::size_t kMaxSharedIdentityAddrs = 16;
 
 struct TcpTransportStats {
   std::uint64_t accepted = 0;     // sockets accepted
   std::uint64_t refused = 0;      // dropped at once by the connection/handshake limits
   std::uint64_t established = 0;  // handshakes completed
   std::uint64_t handshake_failures = 0;
-  std::uint64_t closed = 0;  // established connections closed
+  // Handshakes refused because the remote holds our identity key (among handshake_failures).
+  std::uint64_t shared_identity = 0;
+  std::uint64_t closed = 0;        // established connections closed
   CloseCounts closed_by_reason{};  // the same, by close_reason_of(reason)
   // Dial-backs (tcp_dial_back.cpp): connections we obtained by asking a peer that cannot be
   // dialled to dial us (reverse connections), and dial-backs we made for others.
@@ -153,6 +164,9 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   void channel_report_closed(const std::shared_ptr<Channel>& ch,
                              const std::string& reason) override;
   void channel_gone(const std::shared_ptr<Channel>& ch, const std::string& reason) override;
+  // A handshake refused as shared_identity: counts it, logs the fix (once per address) and
+  // returns the close reason's text with the remote's address and our identity file.
+  std::string shared_identity_reason(const std::shared_ptr<Channel>& ch);
   ChannelHost& channel_host() { return *this; }
   bool on_io_thread() const { return std::this_thread::get_id() == io_thread_id_.load(); }
   std::size_t handshaking() const;
@@ -244,7 +258,8 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   std::atomic<std::size_t> channel_count_{0};
 
   mutable std::mutex stats_mu_;
-  RepeatLimiter connect_warnings_;  // a failed dial warns once per address per 30 s
+  RepeatLimiter connect_warnings_;              // a failed dial warns once per address per 30 s
+  std::set<std::string> shared_identity_told_;  // addresses of clones, logged once (io thread)
   TcpTransportStats stats_;
 };
 

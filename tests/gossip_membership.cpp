@@ -828,11 +828,10 @@ struct RefusedTransport : AdvertisingTransport {
   void connect(const std::string& addr, ConnectCallback done) override {
     ++dials;
     if (!refusing.count(addr)) return inner.connect(addr, std::move(done));
-    inner.scheduler().schedule(Millis(5), [done = std::move(done)] {
-      done(nullptr, "handshake: connection closed by remote during handshake");
-    });
+    inner.scheduler().schedule(Millis(5), [done = std::move(done), e = error] { done(nullptr, e); });
   }
   std::set<std::string> refusing;
+  std::string error = "handshake: connection closed by remote during handshake";
   int dials = 0;
 };
 }  // namespace
@@ -860,6 +859,26 @@ TEST_CASE("membership: a joiner refused by every seed in the handshake gives up 
     CHECK(t.dials == 2 * c.join_refused_limit);
     net.run_for(120s);  // and no more tries
     CHECK(t.dials == 2 * c.join_refused_limit);
+    CHECK(why.size() == 1);
+    CHECK_FALSE(m.joined());
+  }
+  SECTION("a seed holds our identity key: gives up at once, though the other is only down") {
+    RefusedTransport t(raw, {addr_of(1)});
+    const std::string fix =
+        "another peer at " + addr_of(1) + " uses this peer's identity key (gossip-peer.key); give "
+        "each peer its own --identity (or run each peer in its own folder)";
+    t.error = net::close_text(net::CloseReason::SharedIdentity, fix);
+    gossip::Membership m(t, c);
+    t.set_handler(&m);
+    std::vector<std::string> why;
+    m.set_join_refused_handler([&](const std::string& w) { why.push_back(w); });
+    m.start();
+    net.run_for(100ms);
+    REQUIRE(why.size() == 1);
+    CHECK(why[0] == fix);
+    const int dials = t.dials;
+    net.run_for(120s);  // and no more tries
+    CHECK(t.dials == dials);
     CHECK(why.size() == 1);
     CHECK_FALSE(m.joined());
   }

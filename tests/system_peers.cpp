@@ -813,3 +813,55 @@ TEST_CASE("a peer whose training thread hangs says so, leaves the swarm, and sti
     CHECK(gt_test::read_file(s.log(i)).find("without a final checkpoint") == std::string::npos);
   }
 }
+
+// Issue: two peers started in one folder without --identity share its gossip-peer.key; the
+// second logged "connected to ourselves", both trained alone with 0 exchanges and exited 0.
+TEST_CASE(
+    "two peers started in one folder without --identity: the joiner exits 2 with the fix, the "
+    "seed says it once and goes on",
+    "[system]") {
+  gt_test::TempDir dir("gt-peer-shared-key");
+  const int pa = gt_test::free_port(), pb = gt_test::free_port();
+  const std::string a_addr = "127.0.0.1:" + std::to_string(pa);
+  const std::string b_addr = "127.0.0.1:" + std::to_string(pb);
+  auto argv = [&](const std::string& name, const std::string& listen) {
+    std::vector<std::string> v{gt_test::peer_bin()};
+    v.insert(v.end(), kTrainFlags.begin(), kTrainFlags.end());
+    v.insert(v.end(), {"--epochs", "1000", "--linger", "0", "--listen", listen, "--metrics",
+                       name + ".jsonl"});
+    return v;
+  };
+  Process a(argv("a", a_addr), dir / "a.log", dir.str());
+  REQUIRE(gt_test::eventually(30s, [&] { return gt_test::port_open(pa); }));
+  auto b_args = argv("b", b_addr);
+  b_args.insert(b_args.end(), {"--seeds", a_addr});
+  Process b(b_args, dir / "b.log", dir.str());
+  const bool exited = b.wait_for(60s);
+  const std::string b_log = gt_test::read_file(dir / "b.log");
+  INFO("joiner log:\n" << b_log);
+  REQUIRE(exited);
+  CHECK(b.exit_code() == 2);
+  const std::string key = dir / "gossip-peer.key";
+  const std::string fix =
+      " uses this peer's identity key (" + key +
+      "); give each peer its own --identity (or run each peer in its own folder)";
+  CHECK_THAT(b_log, Catch::Contains("another peer at " + a_addr + fix));
+  CHECK_THAT(b_log, Catch::Contains("could not join the swarm: another peer at " + a_addr));
+  CHECK_THAT(b_log, !Catch::Contains("connected to ourselves"));
+  CHECK(events(dir / "b.jsonl", "join_refused").size() == 1);
+  CHECK(events(dir / "b.jsonl", "identity_clash").size() == 1);
+  // The seed, already running, says it once, at error level, and trains on.
+  const std::string a_log = gt_test::read_file(dir / "a.log");
+  INFO("seed log:\n" << a_log);
+  std::size_t told = 0;
+  for (std::size_t at = 0; (at = a_log.find(b_addr + fix, at)) != std::string::npos; ++at) ++told;
+  CHECK(told == 1);
+  CHECK_THAT(a_log, Catch::Contains(" error net: another peer at " + b_addr));
+  const auto clash = events(dir / "a.jsonl", "identity_clash");
+  REQUIRE(clash.size() == 1);
+  CHECK(clash[0]["addr"] == b_addr);
+  CHECK(clash[0]["identity"] == key);
+  CHECK(a.running());
+  a.signal(SIGTERM);
+  REQUIRE(a.wait_for(60s));
+}

@@ -2,6 +2,8 @@
 // gossip node.
 #include "apps/common/node_config.hpp"
 
+#include <filesystem>
+
 #include <spdlog/spdlog.h>
 
 #include "net/identity.hpp"
@@ -16,6 +18,9 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
   tc.advertise = cfg.advertise;
   tc.reachability_check = true;  // docs/nat.md
   tc.identity = std::move(identity);
+  std::error_code ec;  // the absolute path, as two peers started in one folder share it
+  const auto abs = std::filesystem::absolute(cfg.identity, ec);
+  tc.identity_file = ec ? cfg.identity : abs.lexically_normal().string();
   if (!cfg.network_key.empty()) tc.network_key = net::load_network_key(cfg.network_key);
   if (!cfg.allowlist.empty()) tc.allowlist = net::Allowlist::load(cfg.allowlist);
   tc.model_fingerprint = fingerprint;

@@ -11,6 +11,7 @@
 
 #include "apps/common/options.hpp"
 #include "core/metrics.hpp"
+#include "core/model.hpp"
 #include "core/step_hook.hpp"
 #include "gossip/node/node.hpp"
 #include "kernels/backend.hpp"
@@ -21,9 +22,10 @@ namespace gossiptrain::apps {
 class PeerNode {
  public:
   // Loads (or creates) the identity, network key and allowlist named in cfg and starts listening;
-  // throws net::ConfigError for bad files or a listen address that is taken. net_cpus: the cores
-  // of the network threads (core::CpuPlan::net; empty: unpinned).
-  PeerNode(const PeerConfig& cfg, std::uint64_t fingerprint, kernels::Backend& backend,
+  // throws net::ConfigError for bad files or a listen address that is taken. model: the trainer's
+  // (its fingerprint goes into the handshake, its parameter count sizes the buffer pool).
+  // net_cpus: the cores of the network threads (core::CpuPlan::net; empty: unpinned).
+  PeerNode(const PeerConfig& cfg, const core::Model& model, kernels::Backend& backend,
            core::Metrics& metrics, std::vector<int> net_cpus = {});
   ~PeerNode();
 
@@ -31,12 +33,13 @@ class PeerNode {
   const std::string& listen_addr() const { return transport_->listen_addr(); }
   // The gossip side: start (join), the step hook, catch-up, waits and stats (gossip/node/node.hpp).
   gossip::Node& gossip() { return *node_; }
+  net::TcpTransport& transport() { return *transport_; }
   // Leaves the swarm gracefully and stops the transport.
   void stop();
 
  private:
-  // Sizes the received-buffer pool for this model (once the transport exists).
-  void limit_buffer_pool(const PeerConfig& cfg);
+  // Sizes the received-buffer pool for a model of n_params (once the transport exists).
+  void limit_buffer_pool(std::size_t n_params);
 
   std::shared_ptr<const net::Identity> identity_;
   std::unique_ptr<net::TcpTransport> transport_;

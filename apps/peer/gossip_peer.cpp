@@ -262,8 +262,8 @@ void apply_cpu_plan(const core::CpuPlan& cpus) {
 // Joins the swarm and hangs the averaging on the trainer's step hook. Throws net::ConfigError.
 std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer,
                                                Resources& r, core::Metrics& metrics, bool resumed) {
-  auto node = std::make_unique<apps::PeerNode>(cfg, trainer.model().fingerprint(), *r.backend,
-                                                 metrics, r.cpus.net);
+  auto node = std::make_unique<apps::PeerNode>(cfg, trainer.model(), *r.backend, metrics,
+                                                 r.cpus.net);
   metrics.set_peer(node->peer_id());
   node->gossip().start(&g_stop);  // seeds that all refuse us end the run (exit code 2, below)
   // Start together, then catch up: a swarm launched at once finds nobody with a trained state
@@ -459,7 +459,7 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
       return config_error(e.what());
     }
   }
-  // The trainer owns the model; the gossip node needs only its fingerprint, known from the spec.
+  // The trainer owns the model; the gossip node takes its fingerprint and parameter count.
   core::Trainer trainer(*r.backend, cfg.train, r.data.shard, r.data.test, metrics, nullptr);
   trainer.set_heartbeat(&heartbeat);
   bool resumed = false;

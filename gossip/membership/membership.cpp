@@ -186,6 +186,7 @@ void Membership::join_attempt() {
 }
 
 void Membership::join_check() {
+  if (join_given_up_) return;  // a seed was a clone of this peer (send_sync_to_addr)
   if (join_answered_) {
     join_in_progress_ = false;
     join_backoff_ = Millis(0);
@@ -239,6 +240,18 @@ void Membership::send_sync_to_addr(const std::string& addr, bool join) {
       addr, [this, w, addr, seq, join](net::ConnectionPtr c, const std::string& err) {
         if (w.expired()) {
           if (c) c->close(net::CloseReason::Shutdown, "membership stopped");
+          return;
+        }
+        if (!c && join && !joined_ && !join_given_up_ &&
+            net::close_reason_of(err) == net::CloseReason::SharedIdentity) {
+          // A live peer with our key would be a second member of our id, and every update
+          // about either would be refuted by the other: the joiner stops, the peer already in
+          // the swarm goes on (docs/peer.md, "One identity per peer").
+          join_in_progress_ = false;
+          join_given_up_ = true;
+          const std::string why = err.substr(err.find(": ") + 2);
+          spdlog::error("membership {}: giving up joining: {}", self_id_, why);
+          if (join_refused_handler_) join_refused_handler_(why);
           return;
         }
         if (!c) {

@@ -83,8 +83,9 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   Membership& operator=(const Membership&) = delete;
 
   void set_listener(MemberListener listener) { listener_ = std::move(listener); }
-  // Called once, with what is most likely wrong, when the join gives up (join_refused_limit);
-  // the membership then stops trying to join.
+  // Called once, with what is most likely wrong, when the join gives up (join_refused_limit, or
+  // at once when a seed proves it holds our identity key); the membership then stops trying to
+  // join.
   void set_join_refused_handler(std::function<void(const std::string&)> h) {
     join_refused_handler_ = std::move(h);
   }

@@ -177,7 +177,7 @@ std::vector<std::vector<std::uint8_t>> gt_fuzz_seeds(std::mt19937_64& rng) {
   for (std::uint8_t mode : {0, 1, 2, 0x12}) {
     Input in{mode};
     for (int i = 0; i < 69 + 113 + 283; ++i) in.push_back(std::uint8_t(rng()));
-    if (mode == 0) std::memcpy(in.data() + 1, "GTH1", 4);
+    if (mode == 0) std::memcpy(in.data() + 1, Handshake::kMagic, 4);
     s.push_back(in);
   }
   for (std::uint8_t mode : {3, 0x13}) {
