@@ -42,3 +42,12 @@ if [[ "${GT_SKIP_ASAN:-0}" != 1 ]]; then
   (cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 -R '^(net|gossip)|^kernels:loop pool')
   echo "test.sh: AddressSanitizer stage done in $(( $(date +%s) - start )) s"
 fi
+# The libFuzzer targets (clang, preset "fuzz": only they and what they link are built), 60 s each,
+# both at once, from their corpus in tests/fuzz/corpus/ (scripts/fuzz.sh). GT_SKIP_ASAN=1 skips it.
+if [[ "${GT_SKIP_ASAN:-0}" != 1 ]]; then
+  start=$(date +%s)
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j "$JOBS"
+  bash scripts/fuzz.sh --time 60
+  echo "test.sh: fuzz stage done in $(( $(date +%s) - start )) s"
+fi
