@@ -11,7 +11,7 @@
 # TARGET          fuzz_net, fuzz_gossip (default: both)
 #
 # The corpus in the repository is only read: new inputs go to DIR/corpus/<target>/. A finding (a
-# crash, a sanitizer report, an input that runs over 10 s, a leak) is written to
+# crash, a sanitizer report, an input that runs over 20 s, a leak) is written to
 # DIR/findings/<target>/, its report is printed, and the script exits 1. Each target's whole log is
 # DIR/fuzz-<target>.log.
 set -euo pipefail
@@ -42,7 +42,7 @@ done
 pids=()
 for t in "${targets[@]}"; do
   mkdir -p "$BUILD/corpus/$t" "$BUILD/findings/$t"
-  "$BUILD/tests/fuzz/$t" -max_total_time="$TIME" -timeout=10 -print_final_stats=1 \
+  "$BUILD/tests/fuzz/$t" -max_total_time="$TIME" -timeout=20 -print_final_stats=1 \
     -artifact_prefix="$BUILD/findings/$t/" "$BUILD/corpus/$t" "tests/fuzz/corpus/$t" \
     >"$BUILD/fuzz-$t.log" 2>&1 &
   pids+=($!)
