@@ -5,6 +5,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake ninja-build pkg-config git
+  clang libclang-rt-dev  # the fuzz preset: clang 14 and its libFuzzer, ASan and UBSan runtimes
   libasio-dev libsodium-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
   libopenblas-dev zlib1g-dev
   iproute2 nftables
