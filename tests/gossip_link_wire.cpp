@@ -87,7 +87,11 @@ TEST_CASE("a slow link gets the compressed wire, that pair only, both sides agre
   // 6 peers, peer 5 behind a slow link. Its partners measure it slow in their first fp32
   // exchange with it and go to int4-rel with it; it measures every partner slow (its own link)
   // and asks them in int4-rel, which they take. Among peers 0-4, fp32 only.
-  Cluster c(6, kD, adaptive_config(), 21);
+  AveragerConfig cfg = adaptive_config();
+  const kernels::Wire slow_wire = GENERATE(kernels::Wire::Int8, kernels::Wire::Int4Rel);
+  INFO("slow link wire " << kernels::wire_name(slow_wire));
+  cfg.slow_link_wire = slow_wire;
+  Cluster c(6, kD, cfg, 21);
   c.net.set_link(c[5].addr, kSlowBytesPerS, std::nullopt);
   const Run r = train(c, Millis(20000));
   const std::string slow = c[5].id;
@@ -99,12 +103,12 @@ TEST_CASE("a slow link gets the compressed wire, that pair only, both sides agre
       if (e.ok) sides[e.exchange_id].push_back(e.wire);
       const bool with_slow = p->id == slow || e.partner == slow;
       if (!with_slow) (e.wire == kernels::Wire::Fp32 ? fast_fp32 : fast_other) += 1;
-      else if (e.ok && e.wire == kernels::Wire::Int4Rel) ++slow_rel_ok;
+      else if (e.ok && e.wire == slow_wire) ++slow_rel_ok;
       else if (e.ok && e.wire == kernels::Wire::Fp32) ++slow_fp32_ok;
     }
-  std::printf("slow link: %zu fp32 among the fast peers (%zu other), with the slow peer %zu "
-              "int4-rel ok and %zu fp32 ok; msd ratio %.3e, worst sum drift %.3e\n",
-              fast_fp32, fast_other, slow_rel_ok, slow_fp32_ok, r.msd_ratio, r.drift);
+  std::printf("slow link, %s: %zu fp32 among the fast peers (%zu other), with the slow peer %zu "
+              "%s ok and %zu fp32 ok; msd ratio %.3e, worst sum drift %.3e\n",
+              std::string(kernels::wire_name(slow_wire)).c_str(), fast_fp32, fast_other, slow_rel_ok, std::string(kernels::wire_name(slow_wire)).c_str(), slow_fp32_ok, r.msd_ratio, r.drift);
   CHECK(fast_other == 0);  // fast pairs stay on fp32
   CHECK(fast_fp32 >= 100);
   // Each side of a pair that measured it: int4-rel with the slow peer from then on.

@@ -192,7 +192,7 @@ const OptionTable<PeerConfig>& peer_options() {
        "with --wire fp32 and no --finish-wire: exchange in this wire, with error feedback, with "
        "each partner whose link is measured slow (under 4 MB/s both ways in an fp32 exchange; "
        "the partner takes the wire the request names), fp32 with the others "
-       "(docs/communication.md; default int4-rel; off: fp32 with every partner)",
+       "(docs/communication.md; default int8; off: fp32 with every partner)",
        [](PeerConfig& c, const std::string& v) {
          if (v == "off") {
            c.slow_link_wire.reset();

@@ -432,6 +432,8 @@ std::optional<std::uint64_t> Averager::claim(ChunkSetPtr& own, kernels::Wire w) 
   } else {                // taken at the next step boundary
     want_snapshot_ = true;
     want_wire_ = w;
+    // A standing snapshot in the other wire would be stale once this exchange's mix is applied.
+    standing_.reset();
   }
   return ++seq_;
 }

@@ -1,6 +1,6 @@
 // The wire of each exchange by partner (docs/communication.md, "A compressed wire for a slow
 // link"): fp32 (the configured wire) with every partner, except a partner whose link is measured
-// slow, with whom exchanges go in a compressed wire (int4-rel with error feedback) instead. The
+// slow, with whom exchanges go in a compressed wire (int8 with error feedback) instead. The
 // initiator proposes a partner's wire in its REQUEST, the responder takes either wire, so both
 // sides of an exchange use the same one. One per ExchangeProtocol, on the protocol thread.
 #pragma once
@@ -20,8 +20,8 @@ struct LinkWireConfig {
   std::optional<kernels::Wire> slow_wire;
   // A link is slow when an exchange in the configured wire moves fewer bytes a second (both ways
   // together, from its transfer's start to its commit) than this. A 10 Mbit/s link carries at most
-  // 2.5 MB/s both ways; the fp32 exchanges of 8 peers on a loaded 2-core loopback measured
-  // 7.1 MB/s and more (docs/communication.md).
+  // 2.5 MB/s both ways (its fp32 exchanges measured 1.6-2.2 MB/s); in the same 9-peer run on a
+  // 2-core machine at load 19-26, no pair of the others measured under it (docs/communication.md).
   double slow_bytes_per_s = 4e6;
   // A partner's rate: an exponential moving average of its measured exchanges, the newest
   // weighted alpha (the first one taken as it is).
