@@ -252,6 +252,7 @@ bool ExchangeProtocol::in_transition(kernels::Wire theirs) const {
 void ExchangeProtocol::set_wire(kernels::Wire w) {
   GT_ASSERT(!ex_);
   cfg_.wire = w;
+  link_.set_wire(w);
 }
 
 std::optional<ExchangeCode> ExchangeProtocol::incompatible(const RequestMsg& m) const {

@@ -39,6 +39,8 @@ class LinkWire {
   LinkWire(LinkWireConfig cfg, kernels::Wire wire) : cfg_(cfg), wire_(wire) {}
 
   bool enabled() const { return cfg_.slow_wire.has_value(); }
+  // The configured wire changed (the finish wire; never with a slow wire).
+  void set_wire(kernels::Wire w) { wire_ = w; }
   kernels::Wire wire() const { return wire_; }
   // The wire of our next exchange with partner.
   kernels::Wire wire_for(const std::string& partner, Millis now) const;
