@@ -104,13 +104,16 @@ class FakePort final : public ExchangePort {
   void heard_step(const std::string& partner, std::int64_t step) override { heard[partner] = step; }
   std::map<std::string, std::int64_t> heard;
   double max_rate() const override { return 0; }
-  std::optional<std::uint64_t> claim(ChunkSetPtr& own) override {
+  std::optional<std::uint64_t> claim(ChunkSetPtr& own, kernels::Wire) override {
     if (claim_seq) own = standing;
     return claim_seq;
   }
+  void want_snapshot(std::uint64_t seq, kernels::Wire w) override { wanted.emplace_back(seq, w); }
+  std::vector<std::pair<std::uint64_t, kernels::Wire>> wanted;
   void release(std::uint64_t seq, bool no_peer) override { releases.emplace_back(seq, no_peer); }
   void commit(std::uint64_t seq, const Commit& c) override { commits.emplace_back(seq, c); }
-  void deliver(std::uint64_t, net::Bytes&& chunk, bool, bool, const std::string&) override {
+  void deliver(std::uint64_t, net::Bytes&& chunk, bool, bool, const std::string&,
+               kernels::Wire) override {
     delivered.push_back(std::move(chunk));
   }
   void request_boundary() override { ++boundaries; }

@@ -38,6 +38,7 @@ gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fing
   ac.error_feedback = cfg.error_feedback;
   ac.finish_wire = cfg.finish_wire;
   ac.finish_from = cfg.finish_from;
+  ac.slow_link_wire = cfg.slow_link_wire;
   ac.weight_by_samples = cfg.weight_by_samples;
   ac.fingerprint = fingerprint;
   ac.max_diff_norm = cfg.max_diff_norm;

@@ -188,6 +188,23 @@ const OptionTable<PeerConfig>& peer_options() {
            }
          throw bad_value("finish-wire", v, "off or a --wire value");
        }},
+      {"slow-link-wire", "WIRE|off",
+       "with --wire fp32 and no --finish-wire: exchange in this wire, with error feedback, with "
+       "each partner whose link is measured slow (under 4 MB/s both ways in an fp32 exchange; "
+       "the partner takes the wire the request names), fp32 with the others "
+       "(docs/communication.md; default int8; off: fp32 with every partner)",
+       [](PeerConfig& c, const std::string& v) {
+         if (v == "off") {
+           c.slow_link_wire.reset();
+           return;
+         }
+         for (const auto& [name, w] : wire_values())
+           if (name == v && w != kernels::Wire::Fp32 && w != kernels::Wire::Int2) {
+             c.slow_link_wire = w;
+             return;
+           }
+         throw bad_value("slow-link-wire", v, "off or a --wire value other than fp32 and int2");
+       }},
       O::number("finish-from", "P",
                 "the fraction of training after which --finish-wire takes over (default 0.9)",
                 &PeerConfig::finish_from, 0.01, 1),

@@ -75,6 +75,8 @@ struct PeerConfig {
   bool error_feedback = false;  // --error-feedback (gossip::AveragerConfig::error_feedback)
   std::optional<kernels::Wire> finish_wire;  // --finish-wire (AveragerConfig::finish_wire)
   double finish_from = 0.9;                  // --finish-from
+  // --slow-link-wire (AveragerConfig::slow_link_wire)
+  std::optional<kernels::Wire> slow_link_wire = kernels::Wire::Int8;
   int outer_every = 0;          // --outer-every H (gossip::OuterConfig); 0: no outer optimizer
   double outer_lr = 1.0;
   double outer_momentum = 0.0;

@@ -29,11 +29,19 @@ std::string short_id(const std::string& id) { return id.substr(0, 8); }
 // While a snapshot is being cut into chunks, the sender is woken every this many chunks.
 constexpr std::size_t kChunksPerWakeup = 8;
 
+// The slow link's wire, where it applies: the configured wire is fp32 and does not change.
+std::optional<kernels::Wire> slow_link_wire(const AveragerConfig& c) {
+  if (c.wire != kernels::Wire::Fp32 || c.finish_wire) return std::nullopt;
+  return c.slow_link_wire;
+}
+
 ExchangeConfig exchange_config(const AveragerConfig& c, bool direct) {
   ExchangeConfig e;
   e.fingerprint = c.fingerprint;
   e.wire = c.wire;
   e.finish_wire = c.finish_wire;
+  e.link = c.link;
+  e.link.slow_wire = slow_link_wire(c);
   e.weight_by_samples = c.weight_by_samples;
   e.max_tries = c.max_tries;
   e.choice = c.choice;
@@ -70,6 +78,10 @@ void check_config(const AveragerConfig& c) {
   // (docs/communication.md, "Low-bit wires").
   if (c.error_feedback && (c.wire == kernels::Wire::Int2 || c.finish_wire == kernels::Wire::Int2))
     throw std::invalid_argument("averager: int2 with error feedback diverges");
+  if (c.slow_link_wire == kernels::Wire::Int2)
+    throw std::invalid_argument("averager: int2 with error feedback diverges");
+  if (c.slow_link_wire && !(c.link.slow_bytes_per_s > 0 && c.link.alpha > 0 && c.link.alpha <= 1))
+    throw std::invalid_argument("averager: bad slow link settings");
   if (c.finish_wire && !(c.finish_from > 0 && c.finish_from <= 1))
     throw std::invalid_argument("averager: finish_from must be in (0, 1]");
 }
@@ -99,6 +111,11 @@ Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDire
   if (cfg_.chunk_bytes % 4 != 0)
     throw std::invalid_argument("averager: chunk_bytes must be a multiple of 4");
   buffers_ = make_buffers(direct_, cfg_.wire);
+  // Error feedback always: the wire rounds, and on skewed data the residual is what carries a
+  // peer's small changes across (docs/communication.md, "Low-bit wires").
+  if (const auto w = slow_link_wire(cfg_))
+    slow_buffers_ = SnapshotBuffers::make(
+        false, *w, cfg_.chunk_bytes, be_, [this](net::Bytes&& b) { recycle(std::move(b)); }, true);
   next_initiate_step_ = cfg_.gossip_every;
 }
 
@@ -136,6 +153,11 @@ std::unique_ptr<SnapshotBuffers> Averager::make_buffers(bool direct, kernels::Wi
       cfg_.error_feedback);
 }
 
+SnapshotBuffers& Averager::buffers(kernels::Wire w) {
+  if (slow_buffers_ && w != cfg_.wire) return *slow_buffers_;
+  return *buffers_;
+}
+
 void Averager::recycle(net::Bytes&& b) { transport_.buffers().recycle(std::move(b)); }
 
 void Averager::recycle_all(ChunkList& chunks) {
@@ -154,6 +176,7 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
     throw std::logic_error("averager: the parameter count changed between steps");
   n_params_.store(ctx.n_params);
   buffers_->allocate(ctx.n_params);
+  if (slow_buffers_) slow_buffers_->allocate(ctx.n_params);
   if (!pending_residual_.empty()) buffers_->set_residual(std::exchange(pending_residual_, {}));
 }
 
@@ -166,7 +189,7 @@ void Averager::set_residual(std::vector<float> e) {
 // starts after the first few chunks instead of after the whole copy (seq 0: a standing snapshot,
 // published by the caller once whole). The parameters cannot change meanwhile: this is the
 // training thread. What we send: our parameters, or a faulty peer's corruption of them.
-ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
+ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq, kernels::Wire wire) {
   const float* x = fault_.active() ? fault_.source(ctx.params, ctx.n_params) : ctx.params;
   std::size_t total = 0;
   auto begun = [&](const ChunkSetPtr& own) {
@@ -177,7 +200,7 @@ ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq) {
     if (seq && (k % kChunksPerWakeup == 0 || k == total))
       post([this, seq] { protocol_.chunks_ready(seq); });
   };
-  ChunkSetPtr own = buffers_->snapshot(x, ctx.n_params, begun, filled);
+  ChunkSetPtr own = buffers(wire).snapshot(x, ctx.n_params, begun, filled);
   if (seq) spdlog::trace("averager: #{} snapshot taken ({} bytes)", seq, own->payload_bytes);
   else spdlog::trace("averager: standing snapshot taken at step {}", ctx.step);
   return own;
@@ -218,6 +241,7 @@ Averager::StepWork Averager::take_work(const core::StepContext& ctx) {
   w.seq = seq_;
   if (active_) {
     w.in.swap(incoming_);
+    w.in_wire = incoming_wire_;
     w.norm_vote = incoming_complete_ && incoming_norm_;
     if (w.norm_vote) {
       w.partner = incoming_partner_;
@@ -225,6 +249,7 @@ Averager::StepWork Averager::take_work(const core::StepContext& ctx) {
     }
     incoming_complete_ = incoming_norm_ = false;
     w.snapshot = std::exchange(want_snapshot_, false);
+    w.snapshot_wire = want_wire_;
   }
   bool may_start = ctx.training_done ? cfg_.initiate_when_done : ctx.step >= next_initiate_step_;
   // Waiting for an exchange: ask again once the pause after the last failed one is over.
@@ -234,6 +259,7 @@ Averager::StepWork Averager::take_work(const core::StepContext& ctx) {
     active_ = true;
     w.seq = ++seq_;
     w.initiate = true;
+    w.snapshot_wire = on_finish_wire_ ? *cfg_.finish_wire : cfg_.wire;
     standing_.reset();  // s is about to be overwritten
   }
   // Idle: keep a snapshot ready, so a partner's request is answered without waiting for a step
@@ -250,19 +276,19 @@ Averager::StepWork Averager::take_work(const core::StepContext& ctx) {
 // A committed mix first: the snapshot of the next exchange must contain it, and the buffers are
 // free for the next exchange once it is applied.
 void Averager::apply_mix(core::StepContext& ctx, PendingMix& mix) {
-  buffers_->switch_to(mix.seq);
-  buffers_->receive(mix.rest);
-  if (!buffers_->finish())  // decoded at the vote already
+  SnapshotBuffers& b = buffers(mix.c.wire);
+  b.switch_to(mix.seq);
+  b.receive(mix.rest);
+  if (!b.finish())  // decoded at the vote already
     throw std::logic_error("averager: a committed vector does not decode");
   // A faulty peer mixes nothing into itself (its s is the corrupted vector it sent).
   if (!fault_.active())
-    buffers_->for_each_float_span(
-        [&](std::size_t first, const float* r, const float* s, std::size_t n) {
-          be_.mix(ctx.params + first, r, s, n, mix.c.w);
-        });
+    b.for_each_float_span([&](std::size_t first, const float* r, const float* s, std::size_t n) {
+      be_.mix(ctx.params + first, r, s, n, mix.c.w);
+    });
   if (cfg_.robust.mix == MixMode::Clipped && mix.c.norm >= 0 && mix.c.history)
     bound_.accepted(mix.c.norm, mix.c.tau);
-  buffers_->release();  // direct mode's messages (none on the copy path)
+  b.release();  // direct mode's messages (none on the copy path)
   spdlog::trace("averager: #{} mixed with w={}", mix.seq, mix.c.w);
   post([this, s = mix.seq] { protocol_.applied(s); });
 }
@@ -305,9 +331,9 @@ void Averager::maybe_switch_wire(core::StepContext& ctx) {
 }
 
 void Averager::refresh_standing(core::StepContext& ctx) {
-  ChunkSetPtr own = snapshot(ctx, 0);
+  ChunkSetPtr own = snapshot(ctx, 0, cfg_.wire);
   std::lock_guard<std::mutex> lk(mu_);
-  if (active_ && want_snapshot_) {  // a request came in meanwhile: it gets this one
+  if (active_ && want_snapshot_ && want_wire_ == own->wire) {  // a request came in meanwhile
     want_snapshot_ = false;
     post([this, s = seq_, own] {
       protocol_.snapshot_ready(s, own);
@@ -322,19 +348,20 @@ void Averager::refresh_standing(core::StepContext& ctx) {
 // Only the norm bounds and int4-rel's decoding need the training thread's vote; finiteness was
 // checked on arrival.
 void Averager::vote_norm(core::StepContext&, const StepWork& w) {
-  if (!buffers_->finish()) {
+  SnapshotBuffers& b = buffers(w.in_wire);
+  if (!b.finish()) {
     spdlog::info("averager: #{} the vector of {} does not decode against ours (int4-rel): steps "
                  "widened",
                  w.seq, short_id(w.partner));
-    buffers_->widen();
+    b.widen();
     Verdict v;
     v.refused = ExchangeFailure::InvalidRange;
     post([this, seq = w.seq, v] { protocol_.validated(seq, v); });
     return;
   }
-  buffers_->observe();
-  auto own = [&] { return std::sqrt(buffers_->own_sq_norm()); };
-  const Verdict v = judge_at(w.partner, std::sqrt(buffers_->sq_diff()), own, w.at);
+  b.observe();
+  auto own = [&] { return std::sqrt(b.own_sq_norm()); };
+  const Verdict v = judge_at(w.partner, std::sqrt(b.sq_diff()), own, w.at);
   spdlog::trace("averager: #{} ||r - s|| = {} (tau {}): {}", w.seq, v.norm, v.tau,
                 v.refused ? to_string(*v.refused) : "ok");
   post([this, seq = w.seq, v] { protocol_.validated(seq, v); });
@@ -351,17 +378,20 @@ void Averager::between_steps(core::StepContext& ctx) {
   own_step_.store(ctx.step);
   bound_.set_own_step(ctx.step);
   StepWork w = take_work(ctx);
-  if (widen_.exchange(false)) buffers_->widen_all();  // our vector did not decode at a partner
+  if (widen_.exchange(false)) {  // our int4-rel vector did not decode at a partner
+    buffers_->widen_all();
+    if (slow_buffers_) slow_buffers_->widen_all();
+  }
   std::uint64_t failing = w.mix ? w.mix->seq : w.seq;
   try {
     if (w.mix) apply_mix(ctx, *w.mix);
     failing = w.seq;
     if (w.initiate) begin_exchange(ctx, w.seq);
     // Before the norm check: it compares against this exchange's snapshot.
-    if (w.snapshot || w.initiate) snapshot(ctx, w.seq);
+    if (w.snapshot || w.initiate) snapshot(ctx, w.seq, w.snapshot_wire);
     if (w.refresh) refresh_standing(ctx);
-    buffers_->switch_to(w.seq);
-    if (!w.in.empty()) buffers_->receive(w.in);
+    buffers(w.in_wire).switch_to(w.seq);
+    if (!w.in.empty()) buffers(w.in_wire).receive(w.in);
     if (w.norm_vote) vote_norm(ctx, w);
     maybe_switch_wire(ctx);
   } catch (const std::exception& e) {
@@ -393,13 +423,29 @@ void Averager::dial(std::uint64_t seq, const PeerRef& p) {
                      });
 }
 
-std::optional<std::uint64_t> Averager::claim(ChunkSetPtr& own) {
+std::optional<std::uint64_t> Averager::claim(ChunkSetPtr& own, kernels::Wire w) {
   std::lock_guard<std::mutex> lk(mu_);
   if (active_) return std::nullopt;
   active_ = true;
-  if (standing_) own.swap(standing_);  // streamed at once
-  else want_snapshot_ = true;          // taken at the next step boundary
+  if (standing_ && standing_->wire == w) {
+    own.swap(standing_);  // streamed at once
+  } else {                // taken at the next step boundary
+    want_snapshot_ = true;
+    want_wire_ = w;
+    // A standing snapshot in the other wire would be stale once this exchange's mix is applied.
+    standing_.reset();
+  }
   return ++seq_;
+}
+
+void Averager::want_snapshot(std::uint64_t seq, kernels::Wire w) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (seq_ != seq) return;
+    want_snapshot_ = true;
+    want_wire_ = w;
+  }
+  request_boundary();
 }
 
 void Averager::release(std::uint64_t, bool no_peer) {
@@ -427,10 +473,11 @@ void Averager::commit(std::uint64_t seq, const Commit& c) {
 }
 
 void Averager::deliver(std::uint64_t seq, net::Bytes&& chunk, bool complete, bool norm_vote,
-                       const std::string& partner) {
+                       const std::string& partner, kernels::Wire wire) {
   std::lock_guard<std::mutex> lk(mu_);
   if (seq_ != seq) return;
   incoming_.push_back(std::move(chunk));
+  incoming_wire_ = wire;
   incoming_complete_ = complete;
   incoming_norm_ = norm_vote;
   if (norm_vote) {

@@ -22,6 +22,7 @@
 #include "gossip/exchange/exchange_conns.hpp"
 #include "gossip/exchange/exchange_protocol.hpp"
 #include "gossip/exchange/fault.hpp"
+#include "gossip/exchange/link_wire.hpp"
 #include "gossip/exchange/robust_bound.hpp"
 #include "gossip/exchange/snapshot_buffers.hpp"
 #include "kernels/backend.hpp"
@@ -47,6 +48,12 @@ struct AveragerConfig {
   // feedback residual carries over.
   std::optional<kernels::Wire> finish_wire;
   double finish_from = 0.9;
+  // With the partners whose link is measured slow, exchanges go in this compressed wire, with
+  // error feedback, instead of `wire` (link_wire.hpp, docs/communication.md); the responder takes
+  // the wire the request names. Only where `wire` is fp32 and there is no finish wire; nullopt:
+  // off. Its threshold and the rest: link.
+  std::optional<kernels::Wire> slow_link_wire;
+  LinkWireConfig link;
   bool weight_by_samples = false;   // w = n_other / (n_self + n_other) instead of 1/2
   std::uint64_t fingerprint = 0;    // model fingerprint; peers with another one are refused
   double max_diff_norm = 0.0;       // refuse r when ||r - s||_2 exceeds this; 0 = off
@@ -140,6 +147,7 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   // Error feedback's residual (training thread): empty without error feedback or before the
   // first step. set_residual (a checkpoint's) takes effect once the buffers exist; a vector of
   // another size than the model's is ignored.
+  // (The slow link wire's residual is not part of it: it starts at zero.)
   std::vector<float> residual() const { return buffers_->residual(); }
   // Whether exchanges have moved to the finish wire (training thread).
   bool on_finish_wire() const { return on_finish_wire_; }
@@ -149,6 +157,8 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   // the next gossip_every steps: a waiting peer asks others rather than only waiting to be asked
   // (training thread).
   void set_eager(bool on) { eager_ = on; }
+  // Whether exchanges with partner go in the slow link's wire now (protocol thread).
+  bool slow_link(const std::string& partner) const { return protocol_.link_wire().slow(partner); }
 
  private:
   // The committed mix the training thread applies at its next step boundary.
@@ -162,7 +172,9 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
     std::optional<PendingMix> mix;
     std::uint64_t seq = 0;
     bool snapshot = false, initiate = false, refresh = false;
+    kernels::Wire snapshot_wire = kernels::Wire::Fp32;  // of the snapshot to take
     ChunkList in;
+    kernels::Wire in_wire = kernels::Wire::Fp32;  // of the partner's chunks
     bool norm_vote = false;  // the partner's vector is complete: measure ||r - s|| for the vote
     std::string partner;     // whose vector that is
     net::Millis at{0};       // and when its last chunk came in
@@ -179,7 +191,9 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   std::unique_ptr<SnapshotBuffers> make_buffers(bool direct, kernels::Wire wire);
   void refresh_standing(core::StepContext& ctx);
   void vote_norm(core::StepContext& ctx, const StepWork& w);
-  ChunkSetPtr snapshot(core::StepContext& ctx, std::uint64_t seq);
+  ChunkSetPtr snapshot(core::StepContext& ctx, std::uint64_t seq, kernels::Wire wire);
+  // The buffers of an exchange in wire w: the configured wire's, or the slow link's.
+  SnapshotBuffers& buffers(kernels::Wire w);
   // The bounds applied to a measured ||r - s|| of partner's vector at `at`.
   Verdict judge_at(const std::string& partner, double norm, const std::function<double()>& own_norm,
                    net::Millis at);
@@ -216,11 +230,12 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
     bound_.heard_step(partner, step, sched_.now());
   }
   double max_rate() const override { return max_rate_.load(); }
-  std::optional<std::uint64_t> claim(ChunkSetPtr& own) override;
+  std::optional<std::uint64_t> claim(ChunkSetPtr& own, kernels::Wire w) override;
+  void want_snapshot(std::uint64_t seq, kernels::Wire w) override;
   void release(std::uint64_t seq, bool no_peer) override;
   void commit(std::uint64_t seq, const Commit& c) override;
   void deliver(std::uint64_t seq, net::Bytes&& chunk, bool complete, bool norm_vote,
-               const std::string& partner) override;
+               const std::string& partner, kernels::Wire wire) override;
   Verdict judge(const std::string& partner, double norm,
                 const std::function<double()>& own_norm) override {
     return judge_at(partner, norm, own_norm, sched_.now());
@@ -258,8 +273,10 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   bool active_ = false;  // an exchange is in flight (claimed by either thread)
   std::uint64_t seq_ = 0;
   bool want_snapshot_ = false;  // the responder needs a snapshot for seq_
+  kernels::Wire want_wire_ = kernels::Wire::Fp32;  // in this wire
   ChunkSetPtr standing_;  // a whole snapshot (the last one taken) for the next request, if idle
   ChunkList incoming_;    // the partner's chunks for seq_ not yet taken by training
+  kernels::Wire incoming_wire_ = kernels::Wire::Fp32;  // their wire
   bool incoming_complete_ = false;     // the last of them is in incoming_
   std::optional<PendingMix> pending_;  // apply x += w (r - s) at the next step boundary
   bool incoming_norm_ = false;         // the training thread must measure ||r - s|| for seq_'s vote
@@ -280,6 +297,7 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
 
   // Training thread only.
   std::unique_ptr<SnapshotBuffers> buffers_;
+  std::unique_ptr<SnapshotBuffers> slow_buffers_;  // the slow link wire's (null: none)
   FaultInjector fault_;
   std::int64_t next_initiate_step_ = 0;
   bool eager_ = false;           // set_eager

@@ -39,6 +39,7 @@ ExchangeProtocol::ExchangeProtocol(ExchangeConfig cfg, ExchangePort& port,
       local_id_(std::move(local_id)),
       rng_(cfg_.seed),
       choice_(cfg_.choice),
+      link_(cfg_.link, cfg_.wire),
       deadlines_(cfg_.answer_timeout_floor, cfg_.answer_timeout),
       bans_(cfg_.robust) {}
 
@@ -56,6 +57,7 @@ void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
   Exchange e;
   e.seq = seq;
   e.role = ExchangeRole::Initiator;
+  e.wire = cfg_.wire;  // the snapshot the training thread is taking
   e.n_self = samples;
   e.started = port_.now();
   ex_ = std::move(e);
@@ -104,6 +106,7 @@ void ExchangeProtocol::try_next_peer() {
   const PeerRef p = cands[choice_.pick(cands, rng_)];
   ++e.tries;
   e.partner = p.id;
+  use_wire(e, link_.wire_for(p.id, port_.now()));
   e.asked = port_.now();
   e.phase = Phase::Connecting;
   e.conn = nullptr;
@@ -148,7 +151,7 @@ void ExchangeProtocol::ask(const net::ConnectionPtr& c) {
   m.exchange_id = e.id;
   m.fingerprint = cfg_.fingerprint;
   m.n_params = port_.n_params();
-  m.wire = cfg_.wire;
+  m.wire = e.wire;
   m.weighted = cfg_.weight_by_samples;
   m.samples = e.n_self;
   m.progress = port_.own_progress();
@@ -217,6 +220,11 @@ void ExchangeProtocol::on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8
       cfg_.wire != *cfg_.finish_wire) {
     // The partner is on the finish wire already (in_transition): so should we be.
     port_.finish_wire_seen();
+  } else if (type == kRef && reason.code == ExchangeCode::Wire && ex_->wire != cfg_.wire) {
+    // It does not take the slow link's wire: the configured one with it from now on.
+    spdlog::info("averager: peer {} does not take the {} wire: {} with it", short_id(ex_->partner),
+                 kernels::wire_name(ex_->wire), kernels::wire_name(cfg_.wire));
+    link_.refused(ex_->partner);
   } else if (type == kRef) {
     spdlog::warn("averager: peer {} refused to average: {}", short_id(ex_->partner),
                  to_string(reason));
@@ -244,6 +252,7 @@ bool ExchangeProtocol::in_transition(kernels::Wire theirs) const {
 void ExchangeProtocol::set_wire(kernels::Wire w) {
   GT_ASSERT(!ex_);
   cfg_.wire = w;
+  link_.set_wire(w);
 }
 
 std::optional<ExchangeCode> ExchangeProtocol::incompatible(const RequestMsg& m) const {
@@ -251,7 +260,8 @@ std::optional<ExchangeCode> ExchangeProtocol::incompatible(const RequestMsg& m) 
   if (n == 0) return std::nullopt;
   if (m.fingerprint != cfg_.fingerprint) return ExchangeCode::Fingerprint;
   if (m.n_params != n) return ExchangeCode::Size;
-  if (m.wire != cfg_.wire) return ExchangeCode::Wire;  // on_request tells the finish wire apart
+  // The slow link's wire too (link_wire.hpp); on_request tells the finish wire apart.
+  if (!link_.takes(m.wire)) return ExchangeCode::Wire;
   if (m.weighted != cfg_.weight_by_samples) return ExchangeCode::Weighting;
   return std::nullopt;
 }
@@ -286,7 +296,7 @@ void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes&
   ChunkSetPtr own;
   // Before our first step boundary we have no parameters to offer: as good as busy.
   std::optional<std::uint64_t> seq;
-  if (port_.n_params() != 0) seq = port_.claim(own);
+  if (port_.n_params() != 0) seq = port_.claim(own, m.wire);
   if (!seq) return send_busy(c, m.exchange_id);
   respond(c, m, *seq, std::move(own));
 }
@@ -314,6 +324,7 @@ void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m,
   e.partner_step = m.step;
   port_.heard_step(e.partner, m.step);
   e.w = weight(e.n_self, e.n_other);
+  e.wire = m.wire;
   e.out.set_own(std::move(own));
   ex_ = std::move(e);
   ex_->out.control(
@@ -349,6 +360,7 @@ void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m
   e.partner_step = m.step;
   port_.heard_step(e.partner, m.step);
   e.w = weight(e.n_self, e.n_other);
+  use_wire(e, m.wire);
   e.tries = 0;
   e.excluded.clear();
   e.last_reason.reset();
@@ -358,8 +370,21 @@ void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m
   begin_transfer();
 }
 
+// The initiator's snapshot is taken in the configured wire as it asks (and a responder's standing
+// one is); a partner on a slow link needs one in its wire, taken at the next step boundary. Only
+// a snapshot in the exchange's wire is ever sent.
+void ExchangeProtocol::use_wire(Exchange& e, kernels::Wire w) {
+  const bool had = e.wire == w;
+  e.wire = w;
+  const ChunkSetPtr& own = e.out.own();
+  if (own && own->wire == w) return;
+  if (own) e.out.set_own(nullptr);
+  if (own || !had || w != cfg_.wire) port_.want_snapshot(e.seq, w);
+}
+
 void ExchangeProtocol::snapshot_ready(std::uint64_t seq, ChunkSetPtr own) {
   if (!ex_ || ex_->seq != seq) return;  // ended meanwhile (e.g. no peer to ask)
+  if (own->wire != ex_->wire) return;  // the wire changed with the partner (use_wire)
   ex_->out.set_own(std::move(own));
   pump_send();  // no-op until accepted
 }

@@ -27,6 +27,7 @@
 #include "gossip/exchange/ban_list.hpp"
 #include "gossip/exchange/exchange_failure.hpp"
 #include "gossip/exchange/exchange_messages.hpp"
+#include "gossip/exchange/link_wire.hpp"
 #include "gossip/exchange/partner_choice.hpp"
 #include "gossip/membership/peer_directory.hpp"
 #include "gossip/exchange/send_pump.hpp"
@@ -62,6 +63,7 @@ struct ExchangeEvent {
   double effective_w() const { return double(w) * clip; }
   double partner_progress = -1;    // its fraction of training done, as it said (-1: not known)
   std::int64_t partner_step = -1;  // its optimizer steps, as it said (-1: not known)
+  kernels::Wire wire = kernels::Wire::Fp32;  // the wire it ran in (link_wire.hpp)
 };
 
 // The training thread's (or the fast path's) verdict on the partner's vector.
@@ -77,12 +79,17 @@ struct ExchangeConfig {
   // The wire of the end of training (AveragerConfig::finish_wire): a request in it, or a refusal
   // of ours for the wire, tells the port that partners have moved on (finish_wire_seen).
   std::optional<kernels::Wire> finish_wire;
+  // A compressed wire with the partners whose link is measured slow (link_wire.hpp); never with
+  // a finish wire.
+  LinkWireConfig link;
   bool weight_by_samples = false;
   int max_tries = 3;
   PartnerChoiceConfig choice;
   RobustConfig robust;      // the ban settings
   bool needs_norm = false;  // a norm bound applies: the vote waits for ||r - s||
   bool fast_norm = false;   // ||r - s|| summed here as the chunks arrive (direct fp32)
+  // (An exchange in int4-rel, the slow link's wire, always waits for the training thread's vote:
+  // its vector decodes against our snapshot.)
   // The dial and answer deadlines: fitted to the answers measured (answer_deadline.hpp), never
   // below the floor nor above answer_timeout (also the deadline before a first answer).
   net::Millis answer_timeout{5000};
@@ -125,9 +132,12 @@ class ExchangePort {
   virtual std::int64_t own_step() const = 0;
   virtual void heard_step(const std::string& partner, std::int64_t step) = 0;
   virtual double max_rate() const = 0;
-  // Claims the exchange for a request: its seq, with our snapshot when one stands ready (else one
-  // is taken at the next step boundary); nullopt when busy.
-  virtual std::optional<std::uint64_t> claim(ChunkSetPtr& own) = 0;
+  // Claims the exchange for a request in wire w: its seq, with our snapshot when one stands ready
+  // in w (else one is taken at the next step boundary); nullopt when busy.
+  virtual std::optional<std::uint64_t> claim(ChunkSetPtr& own, kernels::Wire w) = 0;
+  // Exchange seq runs in wire w after all (its partner's link): a snapshot in w is taken at the
+  // next step boundary (snapshot_ready), one in another wire is not used.
+  virtual void want_snapshot(std::uint64_t seq, kernels::Wire w) = 0;
   // The exchange seq ended unapplied (no_peer: it never started), or was committed: the mix
   // w c (r - s) waits for the next step boundary.
   virtual void release(std::uint64_t seq, bool no_peer) = 0;
@@ -138,12 +148,13 @@ class ExchangePort {
     // The bound was not the usual one (a suspect or progress-gap partner): the norm stays out of
     // the history that sets B.
     bool history = true;
+    kernels::Wire wire = kernels::Wire::Fp32;  // the exchange's
   };
   virtual void commit(std::uint64_t seq, const Commit& c) = 0;
   // Hands one of the partner's chunks to the training thread; norm_vote: it is the last one and
   // the training thread must measure ||r - s|| for our vote (then validated() comes back).
   virtual void deliver(std::uint64_t seq, net::Bytes&& chunk, bool complete, bool norm_vote,
-                       const std::string& partner) = 0;
+                       const std::string& partner, kernels::Wire wire) = 0;
   virtual void request_boundary() = 0;
   // The norm bounds on a measured ||r - s|| (own_norm gives ||s|| when needed).
   virtual Verdict judge(const std::string& partner, double norm,
@@ -191,6 +202,8 @@ class ExchangeProtocol {
   // The exchange in flight runs on c.
   bool in_flight_on(const net::ConnectionPtr& c) const { return ex_ && ex_->conn == c; }
   bool committed() const { return committed_.has_value(); }
+  // The per-partner wires (tests, logs).
+  const LinkWire& link_wire() const { return link_; }
 
  private:
   enum class Phase { Connecting, Requested, Transferring };
@@ -204,6 +217,9 @@ class ExchangeProtocol {
     net::Millis started{0};
     net::Millis asked{0};      // the current partner was asked (responder: its request came in)
     net::Millis requested{0};  // our REQUEST to it was sent (the answer time starts)
+    net::Millis transfer{0};   // the transfer began (ACCEPT sent or received)
+    kernels::Wire wire = kernels::Wire::Fp32;  // this exchange's (link_wire.hpp)
+    bool needs_norm = false;   // the vote waits for ||r - s|| (or int4-rel's decoding)
     SendPump out;              // control messages and our snapshot's chunks
     std::size_t received = 0;  // payload bytes of the partner's vector received
     std::optional<WireChecker> check;  // its values, checked as they arrive
@@ -264,6 +280,10 @@ class ExchangeProtocol {
   void violation(const net::ConnectionPtr& c, const std::string& what);
   bool is_current(const net::ConnectionPtr& c, std::uint64_t id) const;
   void arm_deadline(net::Millis d, ExchangeFailure what);
+  // The exchange in flight runs in wire w: our snapshot must be in it.
+  void use_wire(Exchange& e, kernels::Wire w);
+  // The transfer of e (bytes both ways so far) measures its partner's link.
+  void measure_link(const Exchange& e);
   float weight(std::int64_t n_self, std::int64_t n_other) const;
 
   ExchangeConfig cfg_;
@@ -280,6 +300,7 @@ class ExchangeProtocol {
   bool retry_armed_ = false;  // a send retry is pending (chunks_ready waits for it)
   base::ProtocolRng rng_;
   PartnerChoice choice_;  // weights partners by their recent exchange durations
+  LinkWire link_;         // the wire of each partner
   AnswerDeadline deadlines_;  // the dial and answer deadlines, fitted to the answers measured
   BanList bans_;
   struct Withdrawn {

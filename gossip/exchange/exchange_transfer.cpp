@@ -36,9 +36,14 @@ void ExchangeProtocol::on_timer(Timer t, std::uint64_t seq) {
 }
 
 void ExchangeProtocol::begin_transfer() {
-  const std::size_t bytes = encoded_size(cfg_.wire, port_.n_params());
-  ex_->check.emplace(cfg_.wire, port_.n_params());
-  ex_->fast_norm = cfg_.needs_norm && cfg_.fast_norm;
+  Exchange& e = *ex_;
+  const std::size_t bytes = encoded_size(e.wire, port_.n_params());
+  e.check.emplace(e.wire, port_.n_params());
+  // int4-rel decodes against our snapshot, at a step boundary (the slow link's wire, when it is
+  // not the configured one).
+  e.needs_norm = cfg_.needs_norm || e.wire == kernels::Wire::Int4Rel;
+  e.fast_norm = e.needs_norm && cfg_.fast_norm && e.wire == cfg_.wire;
+  e.transfer = port_.now();
   ex_->sq = 0;
   const double both_ways =
       2.0 * static_cast<double>(bytes + (bytes / cfg_.chunk_bytes + 1) * kChunkHeaderBytes);
@@ -77,13 +82,13 @@ void ExchangeProtocol::pump_send() {
 
 std::optional<FailureReason> ExchangeProtocol::check_chunk(Exchange& e, const ChunkView& v,
                                                            const net::Bytes& b) {
-  const std::size_t expected = encoded_size(cfg_.wire, port_.n_params());
+  const std::size_t expected = encoded_size(e.wire, port_.n_params());
   if (v.offset != e.received || v.size > expected - e.received) {
     spdlog::warn("averager: chunk from {} at offset {} (+{}) does not fit {} bytes",
                  short_id(e.partner), v.offset, v.size, expected);
     return FailureReason{ExchangeFailure::InvalidLength};
   }
-  if (!kernels::is_blockwise(cfg_.wire) && v.size % kernels::wire_value_bytes(cfg_.wire) != 0) {
+  if (!kernels::is_blockwise(e.wire) && v.size % kernels::wire_value_bytes(e.wire) != 0) {
     spdlog::warn("averager: chunk from {} at offset {} holds a partial value ({} bytes)",
                  short_id(e.partner), v.offset, v.size);
     return FailureReason{ExchangeFailure::InvalidLength};
@@ -107,20 +112,20 @@ void ExchangeProtocol::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
         port_.add_sq_diff(e.out.own().get(), b.data() + kChunkHeaderBytes, v.offset, v.size, e.sq);
   e.received += v.size;
   e.bytes_received += b.size();
-  if (e.received == encoded_size(cfg_.wire, port_.n_params())) {
+  if (e.received == encoded_size(e.wire, port_.n_params())) {
     spdlog::trace("averager: #{} payload received", e.seq);
     e.recv_done = true;
   }
   // Handed over as received (no copy here); the training thread uploads the pieces in order at
   // its next step boundary.
-  port_.deliver(e.seq, std::move(b), e.recv_done, e.recv_done && cfg_.needs_norm && !e.fast_norm,
-                e.partner);
+  port_.deliver(e.seq, std::move(b), e.recv_done, e.recv_done && e.needs_norm && !e.fast_norm,
+                e.partner, e.wire);
   if (e.recv_done) vote_after_chunk(e);
 }
 
 // Every value is checked: vote now, unless the norm bounds need the training thread's snapshot.
 void ExchangeProtocol::vote_after_chunk(Exchange& e) {
-  if (!cfg_.needs_norm) return validated(e.seq, Verdict{});
+  if (!e.needs_norm) return validated(e.seq, Verdict{});
   if (!e.fast_norm) return port_.request_boundary();
   auto own = [&] { return std::sqrt(port_.own_sq_norm(*e.out.own())); };
   validated(e.seq, port_.judge(e.partner, std::sqrt(e.sq), own));
@@ -177,7 +182,7 @@ void ExchangeProtocol::agree_clip(Exchange& e) const {
     const bool mutual =
         e.local_tau > 0 && e.peer_tau > 0 && e.local_tau < e.diff_norm && e.peer_tau < e.diff_norm;
     if (mutual && e.clip < cfg_.robust.suspect_min_clip) e.clip = cfg_.robust.suspect_min_clip;
-  } else if (cfg_.needs_norm) {
+  } else if (e.needs_norm) {
     e.diff_norm = e.local_norm;
   }
 }
@@ -195,8 +200,9 @@ void ExchangeProtocol::maybe_commit() {
   if (committed_)  // the boundary that applies a mix comes before any later snapshot
     throw std::logic_error("averager: a second exchange committed before the first was applied");
   agree_clip(e);
-  port_.commit(e.seq,
-               {static_cast<float>(e.w * e.clip), e.diff_norm, e.local_tau, e.local_history});
+  measure_link(e);
+  port_.commit(e.seq, {static_cast<float>(e.w * e.clip), e.diff_norm, e.local_tau,
+                       e.local_history, e.wire});
   spdlog::trace("averager: #{} committed", e.seq);
   committed_ = std::move(ex_);
   ex_.reset();
@@ -204,6 +210,16 @@ void ExchangeProtocol::maybe_commit() {
   // Every chunk of ours has reached the partner (it voted): let go of them, so that the snapshot
   // taken right after the mix can reuse their buffers instead of allocating fresh ones.
   committed_->out.release_own();
+}
+
+void ExchangeProtocol::measure_link(const Exchange& e) {
+  const std::uint64_t bytes = e.out.bytes_sent() + e.bytes_received;
+  const double ms = double((port_.now() - e.transfer).count());
+  if (link_.record(e.partner, e.wire, bytes, ms, port_.now()))
+    spdlog::info("averager: the link to {} is slow ({:.2f} MB/s both ways, under {:.2f}): "
+                 "exchanges with it go in {}",
+                 short_id(e.partner), link_.rate(e.partner) / 1e6,
+                 cfg_.link.slow_bytes_per_s / 1e6, kernels::wire_name(*cfg_.link.slow_wire));
 }
 
 void ExchangeProtocol::applied(std::uint64_t seq) {
@@ -245,8 +261,12 @@ void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> no
   const std::string partner = e.partner;
   const std::uint64_t seq = e.seq;
   port_.release(seq, false);
-  // The transfer stalled (a partition, a host gone): the next exchanges ask others first.
-  if (reason.kind == ExchangeFailure::TimeoutTransfer) choice_.unreachable(partner, port_.now());
+  // The transfer stalled (a partition, a host gone): the next exchanges ask others first. Or the
+  // link is too slow for this wire: what it moved meanwhile measures it.
+  if (reason.kind == ExchangeFailure::TimeoutTransfer) {
+    choice_.unreachable(partner, port_.now());
+    measure_link(e);
+  }
   report(e, false, why);
   ex_.reset();
   // We refused the partner's vector: counts towards banning it.
@@ -285,6 +305,7 @@ void ExchangeProtocol::report(Exchange& e, bool ok, const std::string& reason) {
   ev.clip = ok ? e.clip : 1;
   ev.partner_progress = e.partner_progress;
   ev.partner_step = e.partner_step;
+  ev.wire = e.wire;
   if (e.role == ExchangeRole::Initiator && !e.partner.empty()) port_.idle_close_pooled(e.partner);
   if (ok)
     spdlog::debug("averager: exchange with {} done as {} in {} ms, w={}", short_id(ev.partner),

@@ -30,6 +30,7 @@ ChunkSetPtr SnapshotBuffers::take_pool(std::size_t bytes) {
     pool_->payload_bytes = bytes;
   }
   pool_->ready.store(0);
+  pool_->wire = wire_;
   return pool_;
 }
 
