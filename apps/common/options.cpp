@@ -246,11 +246,11 @@ const OptionTable<PeerConfig>& peer_options() {
           "scaled down to at most tau, an adaptive bound (default clipped)",
           robust(&R::mix)),
       O::number("clip-mult", "K",
-                "clipped: tau = K times the median ||r - s|| of the last --clip-window accepted "
-                "exchanges (default 3)",
+                "clipped: tau = K times the median over the partners of the last --clip-window "
+                "applied exchanges of each one's latest ||r - s|| (default 3)",
                 robust(&R::clip_mult), 0.1, 1e6),
       O::number("clip-window", "N",
-                "clipped: accepted exchanges the median is taken over (default 32)",
+                "clipped: applied exchanges whose partners the median is taken over (default 32)",
                 robust(&R::clip_window), 1, 100000),
       O::number("clip-warmup", "N",
                 "clipped: for the first N accepted exchanges tau is --clip-warmup-frac times our "

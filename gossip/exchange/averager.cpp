@@ -218,7 +218,6 @@ Verdict Averager::judge_at(const std::string& partner, double norm,
   if (cfg_.robust.mix != MixMode::Clipped) return v;
   const RobustBound::Judgement j = bound_.judge(partner, norm, own_norm, at);
   v.tau = j.tau;
-  v.history = !j.suspect;
   if (j.suspect)
     spdlog::info(
         "averager: ||r - s|| = {:.4g} from {} is far {} ({} in a row): clipped to {:.4g}{}", norm,
@@ -286,8 +285,8 @@ void Averager::apply_mix(core::StepContext& ctx, PendingMix& mix) {
     b.for_each_float_span([&](std::size_t first, const float* r, const float* s, std::size_t n) {
       be_.mix(ctx.params + first, r, s, n, mix.c.w);
     });
-  if (cfg_.robust.mix == MixMode::Clipped && mix.c.norm >= 0 && mix.c.history)
-    bound_.accepted(mix.c.norm, mix.c.tau);
+  if (cfg_.robust.mix == MixMode::Clipped && mix.c.norm >= 0)
+    bound_.accepted(mix.c.partner, mix.c.norm);
   b.release();  // direct mode's messages (none on the copy path)
   spdlog::trace("averager: #{} mixed with w={}", mix.seq, mix.c.w);
   post([this, s = mix.seq] { protocol_.applied(s); });

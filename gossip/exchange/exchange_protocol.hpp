@@ -70,7 +70,6 @@ struct ExchangeEvent {
 struct Verdict {
   std::optional<ExchangeFailure> refused;  // InvalidNorm or Anomalous; none when accepted
   double norm = 0, tau = 0;                // 0 when not measured
-  bool history = true;                     // as ExchangePort::Commit's
 };
 
 struct ExchangeConfig {
@@ -143,11 +142,8 @@ class ExchangePort {
   virtual void release(std::uint64_t seq, bool no_peer) = 0;
   struct Commit {
     float w = 0.5f;    // the clipping factor included
-    double norm = -1;  // agreed ||r - s|| (-1: not measured)
-    double tau = 0;    // the bound we voted for (0: none)
-    // The bound was not the usual one (a suspect or progress-gap partner): the norm stays out of
-    // the history that sets B.
-    bool history = true;
+    double norm = -1;     // agreed ||r - s|| (-1: not measured)
+    std::string partner;  // whose vector it is (B keeps one figure per partner)
     kernels::Wire wire = kernels::Wire::Fp32;  // the exchange's
   };
   virtual void commit(std::uint64_t seq, const Commit& c) = 0;
@@ -225,7 +221,6 @@ class ExchangeProtocol {
     std::optional<WireChecker> check;  // its values, checked as they arrive
     bool recv_done = false, local_valid = false, peer_valid = false;
     double local_tau = 0, local_norm = 0, peer_tau = 0, peer_norm = 0;  // from the votes
-    bool local_history = true;
     double diff_norm = -1, tau = 0, clip = 1;  // agreed at commit
     // Direct fp32: ||r - s||^2 summed here as the chunks arrive, so the vote needs no step
     // boundary; false (the training thread measures) once a chunk came in before our own

@@ -145,7 +145,6 @@ void ExchangeProtocol::validated(std::uint64_t seq, const Verdict& v) {
   ex_->local_valid = true;
   ex_->local_tau = v.tau;
   ex_->local_norm = v.norm;
-  ex_->local_history = v.history;
   // Then maybe commits.
   queue_control(kValid, encode_valid({ex_->id, v.tau, v.tau > 0 ? v.norm : 0.0}));
 }
@@ -201,8 +200,7 @@ void ExchangeProtocol::maybe_commit() {
     throw std::logic_error("averager: a second exchange committed before the first was applied");
   agree_clip(e);
   measure_link(e);
-  port_.commit(e.seq, {static_cast<float>(e.w * e.clip), e.diff_norm, e.local_tau,
-                       e.local_history, e.wire});
+  port_.commit(e.seq, {static_cast<float>(e.w * e.clip), e.diff_norm, e.partner, e.wire});
   spdlog::trace("averager: #{} committed", e.seq);
   committed_ = std::move(ex_);
   ex_.reset();

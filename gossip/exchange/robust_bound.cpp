@@ -44,9 +44,27 @@ void validate(const RobustConfig& rc) {
 
 RobustBound::RobustBound(RobustConfig cfg) : cfg_(std::move(cfg)) { validate(cfg_); }
 
+// Newest first, so each partner's first appearance is its latest figure. O(clip_window^2) string
+// compares at the default window of 32: cheaper than the vectors an exchange measures.
+std::vector<std::pair<const std::string*, double>> RobustBound::window_partners() const {
+  std::vector<std::pair<const std::string*, double>> out;
+  for (auto it = hist_.rbegin(); it != hist_.rend(); ++it)
+    if (std::none_of(out.begin(), out.end(), [&](const auto& e) { return *e.first == it->first; }))
+      out.emplace_back(&it->first, it->second);
+  return out;
+}
+
+// One figure per partner. Two peers that barely move (finished, or at the end of a decayed
+// learning rate) exchange many times a second at distance 0 while their other partners are busy
+// training; with a figure per exchange their zeros filled the window and B collapsed, and the
+// partners of the last exchanges are the ones we can reach: after a partition heals, the other
+// side's figures replace the ones from before it as soon as we meet them (docs/robustness.md,
+// "Cliques at the end of a partition").
 std::optional<double> RobustBound::baseline_locked() const {
   if (accepted_ < std::uint64_t(cfg_.clip_warmup) || hist_.empty()) return std::nullopt;
-  return std::max(median({hist_.begin(), hist_.end()}), 1e-30);
+  std::vector<double> norms;
+  for (const auto& [partner, norm] : window_partners()) norms.push_back(norm);
+  return std::max(median(std::move(norms)), 1e-30);
 }
 
 std::optional<double> RobustBound::baseline() const {
@@ -61,20 +79,24 @@ std::size_t RobustBound::partners() const {
 
 std::optional<double> RobustBound::typical(const Partner& p, Millis now) const {
   std::vector<double> r;
-  for (const auto& [t, ratio] : p.ratios)
-    if (t + cfg_.suspect_age >= now) r.push_back(ratio);
+  for (const auto& [t, norm] : p.norms)
+    if (t + cfg_.suspect_age >= now) r.push_back(norm);
   if (r.size() < std::size_t(cfg_.suspect_min)) return std::nullopt;
   return median(std::move(r));
 }
 
-// The median over partners of their typical ratio, at least 1 (B is the median of all accepted
-// differences, so an honest partner's typical ratio is about 1); none with fewer than 3 partners.
+// The partners we meet now: those of B's window, not every partner of the last minute (during a
+// partition the other side's old figures made the one partner we could still reach the odd one
+// out).
 std::optional<double> RobustBound::typical_over_partners(Millis now) const {
   std::vector<double> all;
-  for (const auto& [id, p] : partners_)
-    if (auto t = typical(p, now)) all.push_back(*t);
+  for (const auto& [id, norm] : window_partners()) {
+    const auto it = partners_.find(*id);
+    if (it == partners_.end()) continue;
+    if (auto t = typical(it->second, now)) all.push_back(*t);
+  }
   if (all.size() < 3) return std::nullopt;
-  return std::max(1.0, median(std::move(all)));
+  return median(std::move(all));
 }
 
 void RobustBound::forget_stale(Millis now) {
@@ -94,10 +116,10 @@ void RobustBound::forget_stale(Millis now) {
 // refused: early in training honest peers differ by a few percent of ||s|| (same initial weights),
 // while a sign-flipped vector is about 2 ||s|| away. After it, three refusal rules:
 // - far: beyond refuse_mult * tau and beyond ||s|| (scale:K, random, divergence);
-// - persistent: this partner's typical ratio ||r - s|| / B is suspect_mult times that of the
-//   partners we meet, and ||r - s|| is beyond suspect_floor * ||s||. An attacker that stays just
+// - persistent: this partner's typical ||r - s|| is suspect_mult times that of the partners we
+//   meet (and of B), and ||r - s|| is beyond suspect_floor * ||s||. An attacker that stays just
 //   under tau (signflip, stale) pulls the same way every time; honest partners come closer with
-//   every exchange, so their ratio does not stay high. The floor keeps the end of training safe,
+//   every exchange, so their distance does not stay high. The floor keeps the end of training safe,
 //   where B collapses as the peers that finished converge and a straggler is many B away while
 //   still a tiny fraction of ||s||.
 // A partner with a progress gap (progress_gap) within refuse_mult * ||s|| is never refused by these
@@ -127,22 +149,22 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
   }
   j.tau = std::max(cfg_.clip_mult * *b, 1e-12);
   j.ratio = norm / *b;
-  p.ratios.emplace_back(now, std::isfinite(j.ratio) ? j.ratio : 1e300);
-  while (p.ratios.size() > std::size_t(cfg_.suspect_window)) p.ratios.pop_front();
+  p.norms.emplace_back(now, std::isfinite(norm) ? norm : 1e300);
+  while (p.norms.size() > std::size_t(cfg_.suspect_window)) p.norms.pop_front();
   if (!(norm <= cfg_.refuse_mult * j.tau) && !(norm <= get_own())) {
     if (gap) suspect(j, p, *b, norm, true, get_own, true);
     else j.why = "far";
     return j;
   }
   if (auto t = typical(p, now)) {
-    j.typical = *t;
+    j.typical = *t / *b;
     // With fewer than three partners to compare (a swarm of three), a partner far from us is
     // not shown to be the odd one out: we may be. There its clip keeps the floor, so that an
     // honest peer that started a moment late is not clipped to nothing while the two others,
     // close to each other, find it persistently far (and it finds them equally far, so the
     // suspicion is not mutual): it failed the three-host test in about 1 run of 6.
     const std::optional<double> over = typical_over_partners(now);
-    if (cfg_.suspect_mult > 0 && *t > cfg_.suspect_mult * over.value_or(1.0) &&
+    if (cfg_.suspect_mult > 0 && *t > cfg_.suspect_mult * std::max(*b, over.value_or(*b)) &&
         !(norm <= cfg_.suspect_floor * get_own())) {
       if (!cfg_.suspect_clip && !gap) j.why = "persistent";
       else suspect(j, p, *b, norm, gap, get_own, gap || !over);
@@ -198,10 +220,10 @@ void RobustBound::heard_step(const std::string& partner, std::int64_t step, Mill
   p.last = now;
 }
 
-void RobustBound::accepted(double norm, double tau) {
+void RobustBound::accepted(const std::string& partner, double norm) {
   if (!(norm >= 0)) return;
   std::lock_guard<std::mutex> lk(mu_);
-  hist_.push_back(tau > 0 ? std::min(norm, tau) : norm);
+  hist_.emplace_back(partner, norm);
   while (hist_.size() > std::size_t(cfg_.clip_window)) hist_.pop_front();
   ++accepted_;
 }

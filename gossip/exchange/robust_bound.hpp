@@ -12,6 +12,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace gossiptrain::gossip {
 
@@ -22,10 +23,12 @@ enum class MixMode { Plain, Clipped };
 
 struct RobustConfig {
   MixMode mix = MixMode::Plain;  // the library's default; gossip-peer defaults to clipped
-  // tau = clip_mult * B, B the median of the last clip_window accepted ||r - s||, each entered
-  // at most at the tau it was judged with (so what we clip cannot raise B). For the first
-  // clip_warmup accepted exchanges, tau = warmup_frac * ||s|| (our own snapshot's norm), and a
-  // difference beyond ||s|| itself is refused.
+  // tau = clip_mult * B, B the median over the partners of the last clip_window applied
+  // exchanges of each one's latest ||r - s||: one figure per partner, so a pair that exchanges
+  // many times does not fill the window with its own distance, and a minority of far partners
+  // cannot move it, however far they are. For the first clip_warmup applied exchanges,
+  // tau = warmup_frac * ||s|| (our own snapshot's norm), and a difference beyond ||s|| itself is
+  // refused.
   double clip_mult = 3.0;
   int clip_window = 32;
   int clip_warmup = 8;
@@ -33,9 +36,9 @@ struct RobustConfig {
   // An exchange whose ||r - s|| exceeds refuse_mult * tau and our own ||s|| is refused
   // ("anomalous"); one within either is clipped.
   double refuse_mult = 10.0;
-  // A partner that is far persistently: the median of its last suspect_window ratios
-  // ||r - s|| / B (at least suspect_min of them, none older than suspect_age) above suspect_mult
-  // times the median of the same figure over partners (at least 1) is refused, once its
+  // A partner that is far persistently: the median of its last suspect_window ||r - s|| (at
+  // least suspect_min of them, none older than suspect_age) above suspect_mult times the median
+  // of the same figure over the partners of B's window (at least B) is refused, once its
   // ||r - s|| is also beyond suspect_floor * ||s||. 0: off.
   double suspect_mult = 2.5;
   double suspect_floor = 0.05;
@@ -91,7 +94,7 @@ class RobustBound {
     double tau = 0;        // the bound this side votes for (> 0)
     std::string why;       // "" accepted; else why it is refused: "far", "warm-up", "persistent"
     double ratio = -1;     // ||r - s|| / B (-1 in the warm-up)
-    double typical = -1;   // the partner's median ratio, once it has suspect_min of them
+    double typical = -1;   // the partner's median ||r - s|| over B, once it has suspect_min
     bool suspect = false;  // far persistently, clipped (suspect_clip) instead of refused
     int streak = 0;        // with suspect: exchanges in a row this partner was judged suspect
     bool gap = false;      // with suspect: a progress gap explains the distance (not refused)
@@ -101,9 +104,9 @@ class RobustBound {
   // snapshot's ||s|| (a pass over it): asked for only in the warm-up or when a rule needs it.
   Judgement judge(const std::string& partner, double norm, const std::function<double()>& own_norm,
                   Millis now);
-  // An exchange judged with tau was applied: its norm enters the history (at most tau). The
-  // averager does not call it for a suspect exchange (its tau is not the usual one).
-  void accepted(double norm, double tau);
+  // An exchange with partner was applied: its ||r - s|| becomes that partner's figure in B's
+  // window (suspect exchanges too: one partner's figure cannot move the median).
+  void accepted(const std::string& partner, double norm);
   // Progress, in optimizer steps: ours (training thread, every step boundary) and a partner's as
   // it told us (protocol thread, before its vector is judged).
   void set_own_step(std::int64_t step);
@@ -114,7 +117,7 @@ class RobustBound {
 
  private:
   struct Partner {
-    std::deque<std::pair<Millis, double>> ratios;  // at most suspect_window
+    std::deque<std::pair<Millis, double>> norms;  // its last ||r - s||, at most suspect_window
     Millis last{0};
     int suspect_streak = 0;  // judged suspect in a row (suspect_clip)
     double streak_norm = 0;  // ||r - s|| at the start of the streak (recover_frac)
@@ -126,16 +129,19 @@ class RobustBound {
   void suspect(Judgement& j, Partner& p, double base, double norm, bool gap,
                const std::function<double()>& own, bool floor_on);
   std::optional<double> baseline_locked() const;
-  // The partner's median ratio over its recent records; none with fewer than suspect_min.
+  // The partner's median ||r - s|| over its recent records; none with fewer than suspect_min.
   std::optional<double> typical(const Partner& p, Millis now) const;
-  // The median of the partners' typical ratios; none with fewer than three partners that have
-  // one (then a partner's ratio is compared with 1, and nothing says it is the odd one out).
+  // The median of the typical figures of the partners in B's window; none with fewer than three
+  // partners that have one (then a partner is compared with B, and nothing says it is the odd
+  // one out).
   std::optional<double> typical_over_partners(Millis now) const;
+  // The partners of the last clip_window applied exchanges, each with its latest ||r - s||.
+  std::vector<std::pair<const std::string*, double>> window_partners() const;
   void forget_stale(Millis now);
 
   RobustConfig cfg_;
   mutable std::mutex mu_;
-  std::deque<double> hist_;
+  std::deque<std::pair<std::string, double>> hist_;  // (partner, ||r - s||) per applied exchange
   std::uint64_t accepted_ = 0;
   std::int64_t own_step_ = -1;
   std::unordered_map<std::string, Partner> partners_;  // bounded: see forget_stale
