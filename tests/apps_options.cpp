@@ -2,12 +2,19 @@
 // --lr range, --help from the table, and gossip-launch's --consensus-every reaching the sampler.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "apps/common/options.hpp"
 #include "apps/launch/observe.hpp"
 #include "apps/launch/options.hpp"
+#include "apps/launch/resources.hpp"
+#include "apps/sim/options.hpp"
 #include "apps/launch/summary.hpp"
 #include "apps/common/option_table.hpp"
 
@@ -91,8 +98,9 @@ TEST_CASE("option table: values, switches, many values, --help and bad input", "
   CHECK(u.n == 2);
   // --help: one line per row, the placeholder after the flag, the help at the column.
   const std::string help = toy_options().help(20);
-  CHECK_THAT(help, Contains("  --n N             an integer\n"));
-  CHECK_THAT(help, Contains("  --mode a|b        a choice\n"));
+  CHECK_THAT(help, Contains("  --n N             an integer (default: 1)\n"));
+  CHECK_THAT(help, Contains("  --x X             a number (default: 0.5)\n"));
+  CHECK_THAT(help, Contains("  --mode a|b        a choice (default: a)\n"));
   CHECK_THAT(help, Contains("  --on              a switch\n"));
 }
 
@@ -234,4 +242,204 @@ TEST_CASE("observability flags: --prometheus needs its host, --from-checkpoint n
   const std::string yml = prometheus_config(plans, 9100);
   CHECK_THAT(yml, Catch::Contains("- targets: ['127.0.0.1:9100']"));
   CHECK_THAT(yml, Catch::Contains("labels: {peer: 'peer2'}"));
+}
+
+namespace {
+
+// The flags of a --help text whose option takes a value but shows no "(default: ...)": each
+// option is the lines from one starting "  --" to the next, its flag the text before the first
+// run of two spaces (a switch has no placeholder after its name).
+std::vector<std::string> without_default(const std::string& usage) {
+  std::vector<std::string> missing;
+  std::istringstream in(usage);
+  std::string flag, block;
+  auto close = [&] {
+    if (flag.find(' ') != std::string::npos && block.find("(default:") == std::string::npos)
+      missing.push_back(flag);
+    flag.clear();
+  };
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("  --", 0) == 0) {
+      close();
+      flag = line.substr(2, line.find("  ", 2) == std::string::npos ? std::string::npos
+                                                                     : line.find("  ", 2) - 2);
+      block = line;
+    } else if (!flag.empty() && line.rfind("    ", 0) == 0) {
+      block += " " + line;
+    } else {
+      close();
+    }
+  }
+  close();
+  return missing;
+}
+
+std::size_t count_of(const std::string& s, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto p = s.find(needle); p != std::string::npos; p = s.find(needle, p + 1)) ++n;
+  return n;
+}
+
+// A --config file with the given JSON text; parse_peer_args' error, "" when it takes it.
+std::string config_error(const std::string& json_text, std::vector<std::string> more = {}) {
+  const std::string path = "/tmp/gt-config-test-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << json_text;
+  more.insert(more.begin(), {"--config", path});
+  const std::string e = peer_error(more);
+  std::remove(path.c_str());
+  return e;
+}
+
+}  // namespace
+
+// Issue 12: --help showed no default for --epochs, --lr, --batch and others.
+TEST_CASE("--help: every option of gossip-peer, gossip-launch and gossip-sim that takes a value "
+          "shows its default, read from a default-constructed config",
+          "[apps]") {
+  CHECK(without_default(peer_usage()).empty());
+  CHECK(without_default(launch_usage()).empty());
+  CHECK(without_default(sim::sim_usage()).empty());
+  // One "(default: " per option that takes a value, none for a switch; and no help text carries
+  // a hand-written copy of a default that could drift from the config's.
+  PeerConfig d;
+  std::size_t valued = 0;
+  for (const auto& o : peer_options().options()) {
+    INFO("--" << o.name);
+    CHECK(o.help.find("(default") == std::string::npos);
+    if (o.arity == Arity::None) {
+      CHECK(o.default_text(d).empty());
+    } else {
+      CHECK_FALSE(o.default_text(d).empty());
+      ++valued;
+    }
+  }
+  const std::string usage = peer_usage();
+  CHECK(count_of(usage, "(default:") == valued);
+  // The values are the config's own.
+  const PeerConfig c;
+  CHECK_THAT(usage, Contains("(default: " + std::to_string(c.train.epochs) + ")"));
+  CHECK(peer_options().find("epochs")->default_text(d) == std::to_string(c.train.epochs));
+  CHECK(peer_options().find("batch")->default_text(d) == std::to_string(c.train.batch));
+  CHECK(peer_options().find("lr")->default_text(d) == "0.05");
+  CHECK(peer_options().find("mix")->default_text(d) == "clipped");  // the peer's, not the library's
+  CHECK(peer_options().find("optimizer")->default_text(d) == "sgd");
+  CHECK(peer_options().find("max-lag")->default_text(d) == "auto");
+  CHECK(peer_options().find("net-cores")->default_text(d) == "auto");
+  CHECK(peer_options().find("ban")->default_text(d) == "30");  // a duration, in seconds
+  CHECK(peer_options().find("finish-wire")->default_text(d) == "off");
+  CHECK(peer_options().find("metrics")->default_text(d) == "none");
+}
+
+TEST_CASE("gossip-peer --help: the flags a first run needs first, the rest under headings",
+          "[apps]") {
+  const std::string usage = peer_usage();
+  std::size_t last = 0;
+  for (const char* h : {"A first run:", "Data:", "Model and training:", "Gossip:",
+                        "Robust mixing:", "Network:", "Cluster", "Observability:", "FedAvg"}) {
+    INFO(h);
+    const std::size_t at = usage.find(std::string("\n") + h);
+    REQUIRE(at != std::string::npos);
+    CHECK(at > last);
+    last = at;
+  }
+  // The first-run group is the first, and holds --data, --epochs and --lr.
+  const std::string first = usage.substr(usage.find("A first run:"), usage.find("\nData:") -
+                                                                         usage.find("A first run:"));
+  for (const char* f : {"--data ", "--model ", "--epochs ", "--lr ", "--seeds ", "--listen "})
+    CHECK_THAT(first, Contains(f));
+  CHECK(usage.find("--partition ") > usage.find("\nData:"));
+  // A layout naming an option twice, none, or one not in the table is a bug, not a --help.
+  CHECK_THROWS_AS(peer_options().help(40, {{"All", {"data"}}}), std::logic_error);
+  CHECK_THROWS_AS(peer_options().help(40, {{"A", {"nope"}}}), std::logic_error);
+}
+
+// Issue 12: a mistyped flag is answered with the nearest one.
+TEST_CASE("a mistyped flag or --config key is answered with the nearest known name, exit code 2",
+          "[apps]") {
+  CHECK(nearest_name("epoch", {"epochs", "lr", "batch"}) == "epochs");
+  CHECK(nearest_name("bacth", {"epochs", "lr", "batch"}) == "batch");  // a transposition: 1 edit
+  CHECK(nearest_name("zzz", {"epochs", "lr", "batch"}).empty());  // too far: no guess
+  CHECK(nearest_name("l", {"lr"}).empty());                       // 1 edit of 2 letters
+  CHECK(peer_error({"--epoch", "3"}) ==
+        "unknown flag '--epoch'; did you mean '--epochs'? (see --help)");
+  CHECK(peer_error({"--no-such-flag", "1"}) == "unknown flag '--no-such-flag' (see --help)");
+  CHECK_THAT(peer_error({"--gosip-every=4"}), Contains("did you mean '--gossip-every'?"));
+  // gossip-launch: its own flags and the peer flags it forwards.
+  CHECK_THROWS_WITH(parse_launch_args({"--peer", "3"}), Contains("did you mean '--peers'?"));
+  CHECK_THROWS_WITH(parse_launch_args({"--peers", "3", "--epoch", "3"}),
+                    Contains("did you mean '--epochs'?"));
+  CHECK_THROWS_WITH(parse_launch_args({"--peers", "3", "--no-plot"}),
+                    Contains("did you mean '--no-plots'?"));
+  CHECK_THROWS_WITH(parse_launch_args({"--peers", "3", "--no-plot", "--tensorboard"}),
+                    Contains("did you mean '--no-plots'?"));
+  // A forwarded peer flag with its value missing says so.
+  CHECK_THROWS_WITH(parse_launch_args({"--peers", "3", "--epochs"}),
+                    Contains("--epochs needs a value"));
+  // gossip-sim: its own flags and the training flags it takes.
+  CHECK_THROWS_WITH(sim::parse_sim_options({"--peers", "2", "--sim-second", "1"}),
+                    Contains("did you mean '--sim-seconds'?"));
+  CHECK_THROWS_WITH(
+      sim::parse_sim_options({"--peers", "2", "--workload", "train", "--epoch", "1"}),
+      Contains("did you mean '--epochs'?"));
+  CHECK_THROWS_WITH(sim::parse_sim_options({"--peers", "2", "--sim-seconds", "1", "--net-cores",
+                                            "2"}),
+                    Contains("gossip-peer flag that gossip-sim does not take"));
+  // --config keys.
+  CHECK_THAT(config_error(R"({"epoch": 3})"),
+             Contains("unknown key 'epoch'; did you mean 'epochs'?"));
+}
+
+// Issue 10: {"epochs": "3"} was taken as a number where {"epochs": true} was refused.
+TEST_CASE("--config: a key takes the JSON type of its flag, a string where a number is expected "
+          "is refused naming the key and the type",
+          "[apps]") {
+  CHECK_THAT(config_error(R"({"epochs": "3"})"), Contains("'epochs' takes a number"));
+  CHECK_THAT(config_error(R"({"epochs": true})"), Contains("'epochs' takes a number"));
+  CHECK_THAT(config_error(R"({"lr": "0.1"})"), Contains("'lr' takes a number"));
+  CHECK_THAT(config_error(R"({"ban": "30"})"), Contains("'ban' takes a number"));
+  CHECK_THAT(config_error(R"({"max-lag": "12"})"), Contains("'max-lag' takes a number"));
+  CHECK_THAT(config_error(R"({"data": 5})"), Contains("'data' takes a string"));
+  CHECK_THAT(config_error(R"({"fedavg-server": "yes"})"), Contains("true or false"));
+  CHECK(config_error(R"({"epochs": 3, "lr": 0.1, "max-lag": "auto", "max-lag-share": "off",
+                        "seeds": ["127.0.0.1:7001", "127.0.0.1:7002"], "partition": "iid"})")
+            .empty());
+  CHECK(config_error(R"({"fedavg-server": true, "listen": "127.0.0.1:0"})").empty());
+  CHECK(config_error(R"({"fedavg-server": false})").empty());
+  // The values land.
+  const std::string path = "/tmp/gt-config-land-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << R"({"epochs": 3, "max-lag": "auto", "fedavg-server": true})";
+  bool help = false;
+  const PeerConfig c = parse_peer_args({"--config", path, "--listen", "127.0.0.1:0"}, &help);
+  std::remove(path.c_str());
+  CHECK(c.train.epochs == 3);
+  CHECK(c.max_lag == -1);
+  CHECK(c.fedavg.server);
+}
+
+// Issue 10: an impossible partition was found by the peers, after the run folder was made.
+TEST_CASE("gossip-launch: an impossible partition is refused in every mode before anything "
+          "starts",
+          "[apps]") {
+  for (const char* mode : {"gossip", "local", "central", "fedavg"}) {
+    for (const char* part : {"classes:20", "shards:7000"}) {
+      INFO(mode << " " << part);
+      const LaunchOptions o = parse_launch_args(
+          {"--mode", mode, "--peers", "3", "--data", "synthetic", "--partition", part});
+      const auto plans = plan_peers(o, "/tmp/run", std::vector<int>(std::size_t(o.slots()), 1), "");
+      CHECK_THROWS_WITH(check_partitions(plans), Contains("--partition " + std::string(part)));
+      CHECK_THROWS_AS(plan_resources(o), UsageError);
+    }
+    const LaunchOptions ok =
+        parse_launch_args({"--mode", mode, "--peers", "3", "--data", "synthetic", "--partition",
+                           "dirichlet:0.5"});
+    CHECK_NOTHROW(
+        check_partitions(plan_peers(ok, "/tmp/run", std::vector<int>(std::size_t(ok.slots()), 1), "")));
+  }
+  // classes:2 over 8 shards of 10 labels: shard i holds label i and one drawn at random, so
+  // labels 8 and 9 are held only if drawn (the issue's fedavg run: one was not).
+  const LaunchOptions eight = parse_launch_args(
+      {"--mode", "fedavg", "--peers", "8", "--data", "synthetic", "--partition", "classes:2"});
+  CHECK_THROWS_WITH(
+      check_partitions(plan_peers(eight, "/tmp/run", std::vector<int>(9, 1), "")),
+      Contains("with no peer"));
 }

@@ -534,10 +534,38 @@ TEST_CASE("gossip-launch refuses bad input with exit code 2 and a message", "[sy
     ::close(fd);
   }
 
-  // More label shards than samples: only the peers can tell (they load the data); the launcher
-  // passes on their exit code 2 and shows the message from their log.
-  expect_usage_error({"--peers", "3", "--mode", "local", "--data", "synthetic", "--partition",
-                      "shards:5000", "--no-plots"},
-                     "rejected its configuration");
-  CHECK(out.find("  | gossip-peer: ") != std::string::npos);  // the peer's own message, quoted
+  // A mistyped flag, the launcher's or a peer's, is answered with the nearest one.
+  expect_usage_error({"--peer", "3", "--data", "synthetic"}, "did you mean '--peers'?");
+  expect_usage_error({"--peers", "3", "--data", "synthetic", "--epoch", "1"},
+                     "did you mean '--epochs'?");
+}
+
+// Issue 10: an impossible partition was found by the peers once they had started: exit code 2,
+// but a run folder with empty plots that --compare then listed.
+TEST_CASE("gossip-launch refuses an impossible partition in every mode before a run folder or a "
+          "peer exists",
+          "[system]") {
+  gt_test::TempDir tmp("gt-launch-part");
+  const std::vector<std::vector<std::string>> bad = {
+      {"--mode", "fedavg", "--peers", "8", "--partition", "classes:2"},  // a label held by none
+      {"--mode", "gossip", "--peers", "3", "--partition", "classes:20"},  // 10 labels
+      {"--mode", "local", "--peers", "3", "--partition", "classes:20"},
+      {"--mode", "central", "--peers", "3", "--partition", "classes:20"},
+      {"--mode", "fedavg", "--peers", "3", "--partition", "classes:20"},
+      {"--mode", "local", "--peers", "3", "--partition", "shards:5000"},  // > 6000 samples
+  };
+  for (auto args : bad) {
+    std::string shown;
+    for (const auto& a : args) shown += a + " ";
+    INFO(shown);
+    args.insert(args.end(), {"--data", "synthetic", "--epochs", "1", "--no-plots", "--out",
+                             tmp / "run"});
+    std::string out;
+    const int rc = run_launch(args, tmp / "bad.log", &out);
+    INFO(out);
+    CHECK(rc == 2);
+    CHECK(out.find("--partition") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(tmp / "run"));
+    std::filesystem::remove_all(tmp / "run");
+  }
 }

@@ -57,3 +57,27 @@ TEST_CASE("gossip-peer on a port in use exits 2 saying so, without pointing at -
   CHECK(out.find("in use") != std::string::npos);
   CHECK(out.find("--help") == std::string::npos);
 }
+
+TEST_CASE("a mistyped flag is answered with the nearest one and exit code 2, in gossip-peer, "
+          "gossip-launch and gossip-sim",
+          "[system]") {
+  gt_test::TempDir tmp("gt-usage-typo");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
+      {"gossip-peer", {"--epoch", "3", "--data", "synthetic", "--identity", tmp / "id.key"}},
+      {"gossip-launch", {"--peers", "2", "--data", "synthetic", "--epoch", "3", "--out",
+                         tmp / "run"}},
+      {"gossip-sim", {"--peers", "2", "--workload", "train", "--data", "synthetic", "--epoch", "3",
+                      "--out", tmp / "sim"}},
+  };
+  for (const auto& [app, args] : runs) {
+    INFO(app);
+    std::string out;
+    const int rc = gt_test::run_app(app, args, tmp / (app + ".log"), &out, 60s);
+    INFO(out);
+    CHECK(rc == 2);
+    CHECK(out.find("unknown flag '--epoch'; did you mean '--epochs'?") != std::string::npos);
+  }
+  CHECK_FALSE(std::filesystem::exists(tmp / "id.key"));
+  CHECK_FALSE(std::filesystem::exists(tmp / "run"));
+  CHECK_FALSE(std::filesystem::exists(tmp / "sim"));
+}

@@ -59,7 +59,7 @@ void report_choice(const kernels::BlasCoreChoice& c) {
 }  // namespace
 
 const char* const kBlasCoreHelp =
-    "OpenBLAS kernels: auto (default): OpenBLAS's choice, unless it fell back to generic kernels "
+    "OpenBLAS kernels: auto: OpenBLAS's choice, unless it fell back to generic kernels "
     "(Prescott, Core2, Nehalem...) on a CPU with AVX2/AVX-512; then the matching core (SkylakeX, "
     "Haswell, Zen) once a child process has checked its products (verdict cached in "
     "$XDG_CACHE_HOME/gossiptrain); keep: OpenBLAS's choice; a core name (e.g. Haswell): that core, "

@@ -314,24 +314,33 @@ void add_cluster_options(std::vector<Option<PeerConfig>>& options) {
                 "(docs/cluster.md)",
                 cf(&ClusterFlags::kind)),
       O::number("base-port", "PORT",
-                "--cluster: the port peers listen on (SLURM: plus SLURM_LOCALID; default: SLURM from the "
-                "job id, 10000 + 64 * (SLURM_JOB_ID mod 350), so jobs sharing a node differ; k8s 7000)",
-                cf(&ClusterFlags::base_port), 1, 65535),
+                "--cluster: the port peers listen on (SLURM: plus SLURM_LOCALID)",
+                cf(&ClusterFlags::base_port), 1, 65535)
+          .shows([](PeerConfig& c) {
+            return c.cluster.base_port ? show_value(c.cluster.base_port)
+                                       : "SLURM: 10000 + 64 * (SLURM_JOB_ID mod 350), so jobs "
+                                         "sharing a node differ; k8s: 7000";
+          }),
       O::text("run-dir", "DIR",
-              "--cluster: the run folder, peer folders DIR/peerN (default: GT_RUN_DIR, else under "
-              "SLURM: $SLURM_SUBMIT_DIR/gossip-$SLURM_JOB_ID; k8s: the working folder)",
-              cf(&ClusterFlags::run_dir)),
+              "--cluster: the run folder, peer folders DIR/peerN", cf(&ClusterFlags::run_dir))
+          .unset_means("GT_RUN_DIR, else under SLURM $SLURM_SUBMIT_DIR/gossip-$SLURM_JOB_ID, "
+                       "under k8s the working folder"),
       O::text("k8s-service", "NAME",
-              "--cluster k8s: the StatefulSet's headless Service (default: GT_K8S_SERVICE)",
-              cf(&ClusterFlags::k8s_service)),
+              "--cluster k8s: the StatefulSet's headless Service", cf(&ClusterFlags::k8s_service))
+          .unset_means("GT_K8S_SERVICE"),
       O::number("k8s-replicas", "K",
-                "--cluster k8s: the StatefulSet's replicas, the number of shards (default: "
-                "GT_K8S_REPLICAS)",
-                cf(&ClusterFlags::k8s_replicas), 1, 100000),
+                "--cluster k8s: the StatefulSet's replicas, the number of shards",
+                cf(&ClusterFlags::k8s_replicas), 1, 100000)
+          .shows([](PeerConfig& c) {
+            return c.cluster.k8s_replicas ? show_value(c.cluster.k8s_replicas) : "GT_K8S_REPLICAS";
+          }),
       O::number("cluster-seeds", "N",
-                "--cluster: how many of the first tasks or pods serve as seeds (default: as "
-                "gossip-launch, 2 for 3..15 peers)",
-                cf(&ClusterFlags::seed_count), 1, 1000),
+                "--cluster: how many of the first tasks or pods serve as seeds",
+                cf(&ClusterFlags::seed_count), 1, 1000)
+          .shows([](PeerConfig& c) {
+            return c.cluster.seed_count ? show_value(c.cluster.seed_count)
+                                        : "as gossip-launch, 2 for 3..15 peers";
+          }),
       O::text("churn", "FILE",
               "play this peer's (its --shard's) events of a churn scenario (scripts/scenarios "
               "format): crash (the process dies at once), pause (it stops for \"for\" seconds), "

@@ -1,4 +1,5 @@
 // The parts of apps/common/option_table.hpp that do not depend on the configuration type.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -84,6 +85,45 @@ std::vector<std::string> parse_addr_list(const std::string& s, const std::string
   }
   if (out.empty()) throw bad_value(flag, s, "HOST:PORT,...");
   return out;
+}
+
+namespace {
+// Edit distance with insertions, deletions, substitutions and swaps of two neighbours (the
+// optimal string alignment distance): "bacth" is one edit from "batch".
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+}  // namespace
+
+std::string nearest_name(const std::string& given, const std::vector<std::string>& names) {
+  std::string best;
+  std::size_t best_d = 0;
+  for (const auto& n : names) {
+    const std::size_t d = edit_distance(given, n);
+    if (best.empty() || d < best_d) {
+      best = n;
+      best_d = d;
+    }
+  }
+  if (best.empty() || best_d == 0) return "";
+  const std::size_t longer = std::max(given.size(), best.size());
+  return best_d <= 2 && best_d * 3 < longer ? best : "";
+}
+
+UsageError unknown_flag(const std::string& given, const std::vector<std::string>& names) {
+  const std::string near = nearest_name(given, names);
+  return UsageError("unknown flag '--" + given + "'" +
+                    (near.empty() ? "" : "; did you mean '--" + near + "'?") + " (see --help)");
 }
 
 std::string help_line(const std::string& flag, const std::string& help, std::size_t column) {

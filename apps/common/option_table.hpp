@@ -1,11 +1,14 @@
 // One table of options per command line: it drives parsing (--name value, --name=value), --help
-// and, for gossip-peer, the keys of a --config JSON file. Every bad flag or value is a UsageError
-// naming the flag; the apps print it and exit with code 2.
+// (grouped, each option with its default read from a default-constructed config) and, for
+// gossip-peer, the keys of a --config JSON file. Every bad flag or value is a UsageError naming
+// the flag, an unknown one with the nearest known name; the apps print it and exit with code 2.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -51,6 +54,36 @@ void check_host_port(const std::string& addr, const std::string& flag, AddrUse u
 // Splits "a:1,b:2" and checks each as an address to dial; UsageError when none is given.
 std::vector<std::string> parse_addr_list(const std::string& s, const std::string& flag);
 
+// The known name closest to `given` by edit distance, when it is close enough to be a typo (at
+// most 2 edits, and fewer than a third of the longer name); "" otherwise.
+std::string nearest_name(const std::string& given, const std::vector<std::string>& names);
+// "unknown flag '--given'; did you mean '--near'? (see --help)", the suggestion only when close.
+UsageError unknown_flag(const std::string& given, const std::vector<std::string>& names);
+
+// A default value as --help shows it: numbers in their shortest form, durations in seconds.
+template <class T>
+std::string show_value(const T& x) {
+  if constexpr (std::is_same_v<T, bool>) return x ? "on" : "off";
+  else if constexpr (std::is_integral_v<T>) return std::to_string(x);
+  else if constexpr (std::is_same_v<T, std::string>) return x;
+  else {
+    std::ostringstream os;
+    if constexpr (std::is_floating_point_v<T>) os << x;
+    else os << std::chrono::duration<double>(x).count();  // a std::chrono::duration
+    return os.str();
+  }
+}
+
+// What JSON type a --config key takes: a string where a number is expected is refused, as a
+// bool is, naming the key and the type.
+enum class ValueKind {
+  Any,           // a string or a number, read as its text
+  Text,          // a string
+  Number,        // a number
+  NumberOrWord,  // a number, or a string that is not one ("auto", "off")
+  Switch,        // true (the flag given) or false (not given)
+};
+
 // How many values an option takes.
 enum class Arity {
   One,   // --name VALUE or --name=VALUE
@@ -65,7 +98,38 @@ struct Option {
   std::string help;
   std::function<void(Config&, const std::string&)> set;
   Arity arity = Arity::One;
+  // The option's value when not given, read from a default-constructed Config for --help; "" or
+  // no function: `unset` says what not giving it means ("off", "required").
+  std::function<std::string(Config&)> show;
+  std::string unset;
+  ValueKind kind = ValueKind::Any;
+
+  // For a table row: the default shown by `f`, what an unset option means, the --config type.
+  Option shows(std::function<std::string(Config&)> f) && {
+    show = std::move(f);
+    return std::move(*this);
+  }
+  Option unset_means(std::string why) && {
+    unset = std::move(why);
+    return std::move(*this);
+  }
+  Option of_kind(ValueKind k) && {
+    kind = k;
+    return std::move(*this);
+  }
+  // What --help prints after the help text: "default: 10", or "" for a switch.
+  std::string default_text(Config& defaults) const {
+    if (arity == Arity::None) return "";
+    std::string s = show ? show(defaults) : "";
+    return s.empty() ? unset : s;
+  }
 };
+
+// The field's value, shown (show_value) from a default-constructed config.
+template <class Config, class Field>
+std::function<std::string(Config&)> show_field(Field field) {
+  return [field](Config& c) { return show_value(std::invoke(field, c)); };
+}
 
 // Options that set one field of the config from the value: `field` is a member pointer, or a
 // callable that returns a reference to the field (std::invoke). In a table: using O = Options<C>.
@@ -80,7 +144,10 @@ struct Options {
   template <class Field>
   static Option<Config> text(std::string name, std::string arg, std::string help, Field field) {
     auto set = [field](Config& c, const std::string& v) { std::invoke(field, c) = v; };
-    return {std::move(name), std::move(arg), std::move(help), set};
+    return Option<Config>{std::move(name), std::move(arg), std::move(help), set}
+        .shows(show_field<Config>(field))
+        .unset_means("none")
+        .of_kind(ValueKind::Text);
   }
   // An integer field takes an integer in [lo, hi], a floating-point one a finite number in it.
   template <class Field>
@@ -93,7 +160,9 @@ struct Options {
         x = static_cast<T>(to_int(name, v, static_cast<long long>(lo), static_cast<long long>(hi)));
       else x = static_cast<T>(to_double(name, v, lo, hi));
     };
-    return {name, std::move(arg), std::move(help), set};
+    return Option<Config>{name, std::move(arg), std::move(help), set}
+        .shows(show_field<Config>(field))
+        .of_kind(ValueKind::Number);
   }
   // number() for an integer field that also takes `word` ("auto") for word_value; --help shows
   // ARG|WORD.
@@ -106,7 +175,12 @@ struct Options {
       x = static_cast<std::remove_reference_t<decltype(x)>>(
           to_int_or(name, v, word, word_value, lo, hi));
     };
-    return {name, arg + "|" + word, std::move(help), set};
+    auto show = [field, word, word_value](Config& c) {
+      const auto x = std::invoke(field, c);
+      return static_cast<long long>(x) == word_value ? word : show_value(x);
+    };
+    return Option<Config>{name, arg + "|" + word, std::move(help), set}.shows(show).of_kind(
+        ValueKind::NumberOrWord);
   }
   // A duration: a number of SECONDS in [lo, hi] (at most a day unless told), into a floating-point
   // field in seconds or a std::chrono::duration.
@@ -120,20 +194,39 @@ struct Options {
       if constexpr (std::is_floating_point_v<T>) x = s;
       else x = std::chrono::duration_cast<T>(std::chrono::duration<double>(s));
     };
-    return {name, "SECONDS", std::move(help), set};
+    return Option<Config>{name, "SECONDS", std::move(help), set}
+        .shows(show_field<Config>(field))
+        .of_kind(ValueKind::Number);
   }
   // The value must be one of `allowed`; --help shows them as the placeholder.
   template <class Field>
   static Option<Config> choice(std::string name, std::vector<std::string> allowed, std::string help,
                                Field field) {
     std::string arg = join_choices(allowed);
+    // The default: the allowed name that reads as the field's value.
+    auto show = [allowed, field](Config& c) -> std::string {
+      const auto& x = std::invoke(field, c);
+      using T = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<T, std::string>) return x;
+      else {
+        for (const auto& a : allowed) {
+          T t{};
+          from_string(a, t);
+          if (t == x) return a;
+        }
+        return "";
+      }
+    };
     auto set = [name, allowed = std::move(allowed), field](Config& c, const std::string& v) {
       auto& dst = std::invoke(field, c);
       std::string text = one_of(name, v, allowed);
       if constexpr (std::is_same_v<std::decay_t<decltype(dst)>, std::string>) dst = std::move(text);
       else from_string(text, dst);  // an enum's reader, found by argument-dependent lookup
     };
-    return {name, std::move(arg), std::move(help), set};
+    return Option<Config>{name, std::move(arg), std::move(help), set}
+        .shows(show)
+        .unset_means("none")
+        .of_kind(ValueKind::Text);
   }
   // A choice for a field that is neither a string nor an enum with a from_string: the field gets
   // the value paired with the name given. In a table: O::named<T>(...).
@@ -143,28 +236,42 @@ struct Options {
     std::vector<std::string> names;
     for (const auto& nv : values) names.push_back(nv.first);
     std::string arg = join_choices(names);
+    auto show = [values, field](Config& c) -> std::string {
+      for (const auto& [n, value] : values)
+        if (std::invoke(field, c) == value) return n;
+      return "";
+    };
     auto set = [name, names, values = std::move(values), field](Config& c, const std::string& v) {
       const std::string given = one_of(name, v, names);
       for (const auto& [n, value] : values)
         if (n == given) std::invoke(field, c) = value;
     };
-    return {name, std::move(arg), std::move(help), set};
+    return Option<Config>{name, std::move(arg), std::move(help), set}.shows(show).of_kind(
+        ValueKind::Text);
   }
   // A switch that sets a bool field to `value`.
   template <class Field>
   static Option<Config> flag(std::string name, std::string help, Field field, bool value = true) {
     auto set = [field, value](Config& c, const std::string&) { std::invoke(field, c) = value; };
-    return {std::move(name), "", std::move(help), set, Arity::None};
+    return Option<Config>{std::move(name), "", std::move(help), set, Arity::None}.of_kind(
+        ValueKind::Switch);
   }
 };
 
 // "  --name ARG" padded to `column`, then `help` wrapped at 100 columns, indented to `column`.
 std::string help_line(const std::string& flag, const std::string& help, std::size_t column);
 
+// A heading of --help and the options under it, by name, in order.
+struct HelpGroup {
+  std::string heading;
+  std::vector<std::string> names;
+};
+
 template <class Config>
 class OptionTable {
  public:
-  // A flag not in the table, with its value (the next argument unless given after '=').
+  // A flag not in the table, with its value (the next argument unless given after '='; "" when it
+  // is the last argument).
   using Unknown = std::function<void(Config&, const std::string& name, const std::string& value)>;
 
   explicit OptionTable(std::vector<Option<Config>> options) : options_(std::move(options)) {}
@@ -183,7 +290,7 @@ class OptionTable {
       if (args[i] == "--help" || args[i] == "-h") return false;
       Flag f = split_flag(args[i]);
       const Option<Config>* o = find(f.name);
-      if (!o && !unknown) throw UsageError("unknown flag '--" + f.name + "' (see --help)");
+      if (!o && !unknown) throw unknown_flag(f.name, names());
       const Arity arity = o ? o->arity : Arity::One;
       if (arity == Arity::None) {
         if (f.has_value) throw UsageError("--" + f.name + " takes no value");
@@ -192,9 +299,8 @@ class OptionTable {
         i = take_many(*o, f, args, i, c);
       } else {
         if (!f.has_value) {
-          if (i + 1 >= args.size())
-            throw UsageError("--" + f.name + " needs a value" + (o ? " (" + o->arg + ")" : ""));
-          f.value = args[++i];
+          if (i + 1 < args.size()) f.value = args[++i];
+          else if (o) throw UsageError("--" + f.name + " needs a value (" + o->arg + ")");
         }
         if (o) o->set(c, f.value);
         else unknown(c, f.name, f.value);
@@ -203,11 +309,40 @@ class OptionTable {
     return true;
   }
 
-  // One help_line per option, in the table's order.
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& o : options_) out.push_back(o.name);
+    return out;
+  }
+
+  // One help_line per option, in the table's order, its default at the end of its help.
   std::string help(std::size_t column) const {
     std::string s;
-    for (const auto& o : options_)
-      s += help_line("--" + o.name + (o.arg.empty() ? "" : " " + o.arg), o.help, column);
+    Config defaults{};
+    for (const auto& o : options_) s += help_of(o, defaults, column);
+    return s;
+  }
+  // The same under headings: each group's options in its order. Throws std::logic_error for a
+  // name not in the table, or an option in no group or in two (a test runs every table's).
+  std::string help(std::size_t column, const std::vector<HelpGroup>& groups) const {
+    std::string s;
+    Config defaults{};
+    std::vector<std::string> seen;
+    for (const auto& g : groups) {
+      s += (s.empty() ? "" : "\n") + g.heading + ":\n";
+      for (const auto& n : g.names) {
+        const Option<Config>* o = find(n);
+        if (!o) throw std::logic_error("--help group " + g.heading + ": no option --" + n);
+        for (const auto& m : seen)
+          if (m == n) throw std::logic_error("--help: --" + n + " in two groups");
+        seen.push_back(n);
+        s += help_of(*o, defaults, column);
+      }
+    }
+    if (seen.size() != options_.size())
+      for (const auto& o : options_)
+        if (std::find(seen.begin(), seen.end(), o.name) == seen.end())
+          throw std::logic_error("--help: --" + o.name + " is in no group");
     return s;
   }
 
@@ -221,6 +356,12 @@ class OptionTable {
     for (; i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0; any = true) o.set(c, args[++i]);
     if (!any) throw UsageError("--" + o.name + " needs one or more values (" + o.arg + ")");
     return i;
+  }
+
+  static std::string help_of(const Option<Config>& o, Config& defaults, std::size_t column) {
+    const std::string d = o.default_text(defaults);
+    return help_line("--" + o.name + (o.arg.empty() ? "" : " " + o.arg),
+                     o.help + (d.empty() ? "" : " (default: " + d + ")"), column);
   }
 
   std::vector<Option<Config>> options_;

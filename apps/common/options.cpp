@@ -1,6 +1,7 @@
 // Flag and --config parsing for gossip-peer; one table of options drives parsing, JSON and --help.
 #include "apps/common/options.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -37,6 +38,11 @@ auto robust(T gossip::RobustConfig::*field) {
 }
 using R = gossip::RobustConfig;
 
+// A number whose 0 is spelled "off".
+auto show_off(double PeerConfig::*field) {
+  return [field](PeerConfig& c) { return c.*field == 0.0 ? std::string("off") : show_value(c.*field); };
+}
+
 // Any finite number: the range is core::validate's, checked once the whole config is read.
 double to_number(const std::string& flag, const std::string& v) {
   double x = 0;
@@ -57,21 +63,21 @@ static std::vector<Option<PeerConfig>> with_fedavg(std::vector<Option<PeerConfig
 
 const OptionTable<PeerConfig>& peer_options() {
   static const OptionTable<PeerConfig> table(with_fedavg({
-      {"listen", "HOST:PORT", "address to listen on for other peers (port 0: any free port)",
+      PeerOption{"listen", "HOST:PORT", "address to listen on for other peers (port 0: any free port)",
        [](PeerConfig& c, const std::string& v) {
          check_host_port(v, "listen", AddrUse::Listen);
          c.listen = v;
          c.listen_given = true;
-       }},
-      {"advertise", "HOST:PORT",
-       "address other peers dial, the one membership announces (default: the listen address; "
-       "required when --listen is a wildcard such as 0.0.0.0)",
+       }}.shows(show_field<PeerConfig>(&PeerConfig::listen)).of_kind(ValueKind::Text),
+      PeerOption{"advertise", "HOST:PORT",
+       "address other peers dial, the one membership announces (required when --listen is a "
+       "wildcard such as 0.0.0.0)",
        [](PeerConfig& c, const std::string& v) {
          check_host_port(v, "advertise", AddrUse::Dial);
          c.advertise = v;
-       }},
-      {"seeds", "HOST:PORT,...", "peers to join through; none: train alone",
-       [](PeerConfig& c, const std::string& v) { c.seeds = parse_addr_list(v, "seeds"); }},
+       }}.unset_means("the listen address").of_kind(ValueKind::Text),
+      PeerOption{"seeds", "HOST:PORT,...", "peers to join through",
+       [](PeerConfig& c, const std::string& v) { c.seeds = parse_addr_list(v, "seeds"); }}.unset_means("none: train alone").of_kind(ValueKind::Text),
       O::text("identity", "FILE", "Ed25519 identity key file, created (mode 0600) if missing",
               &PeerConfig::identity),
       O::text("network-key", "FILE", "32-byte pre-shared network key; peers without it are refused",
@@ -84,7 +90,7 @@ const OptionTable<PeerConfig>& peer_options() {
               "files (inputs float32|uint8 N x D or N x H x W x C, integer labels N); or "
               "'synthetic' for generated data",
               &PeerConfig::data),
-      {"partition", "iid|dirichlet:ALPHA|shards:K|classes:K",
+      PeerOption{"partition", "iid|dirichlet:ALPHA|shards:K|classes:K",
        "how the training set is split over shards (classes:K: NIID-Bench's #C=K, K labels per "
        "shard)",
        [](PeerConfig& c, const std::string& v) {
@@ -94,7 +100,7 @@ const OptionTable<PeerConfig>& peer_options() {
            throw UsageError(std::string("--partition: ") + e.what());
          }
          c.partition = v;
-       }},
+       }}.shows(show_field<PeerConfig>(&PeerConfig::partition)).of_kind(ValueKind::Text),
       O::number("num-shards", "N", "number of shards the training set is split into",
                 &PeerConfig::num_shards, 1, 100000),
       O::number("shard", "I", "which shard this peer trains on (0-based)", &PeerConfig::shard, 0,
@@ -109,7 +115,7 @@ const OptionTable<PeerConfig>& peer_options() {
                 &PeerConfig::device, 0, 1023),
       O::named<kernels::Precision>(
           "precision", precision_values(),
-          "arithmetic of the matrix products: fp32 (default, exact), tf32 or bf16 tensor cores "
+          "arithmetic of the matrix products: fp32 (exact), tf32 or bf16 tensor cores "
           "(fp32 accumulation and fp32 weights; cuda only)",
           &PeerConfig::precision),
       O::number("epochs", "E", "epochs; with --num-shards N an epoch is 1/N of the training set",
@@ -118,11 +124,11 @@ const OptionTable<PeerConfig>& peer_options() {
       O::number("progress-every", "S",
                 "a progress line within an epoch at most every S seconds (0: only the epoch lines)",
                 train(&core::TrainConfig::progress_every_s), 0, 86400),
-      {"lr", "LR", "peak learning rate",
-       [](PeerConfig& c, const std::string& v) { c.train.lr = float(to_number("lr", v)); }},
+      PeerOption{"lr", "LR", "peak learning rate",
+       [](PeerConfig& c, const std::string& v) { c.train.lr = float(to_number("lr", v)); }}.shows([](PeerConfig& c) { return show_value(c.train.lr); }).of_kind(ValueKind::Number),
       O::number("momentum", "M", "SGD momentum (qgm: its beta and mu)",
                 train(&core::TrainConfig::momentum), 0, 0.999999),
-      O::number("weight-decay", "WD", "L2 weight decay (default 0)",
+      O::number("weight-decay", "WD", "L2 weight decay",
                 train(&core::TrainConfig::weight_decay), 0, 0.999999),
       O::choice(
           "optimizer", {"sgd", "adam", "qgm"},
@@ -134,48 +140,51 @@ const OptionTable<PeerConfig>& peer_options() {
                 train(&core::TrainConfig::schedule)),
       O::number("gossip-every", "STEPS", "start an averaging exchange every STEPS training steps",
                 &PeerConfig::gossip_every, 1, 1000000),
-      {"max-lag", "STEPS|auto|off",
+      PeerOption{"max-lag", "STEPS|auto|off",
        "after STEPS training steps without an exchange that averaged, stop training and serve "
        "the protocol until one does (at most 2 s), so a fast backend keeps averaging; after 3 "
        "such waits in a row in vain, the steps between waits double with each further one (at "
-       "most 64 x STEPS, a warning says so) until an exchange averages again; auto (default): "
+       "most 64 x STEPS, a warning says so) until an exchange averages again; auto: "
        "--gossip-every on a GPU, 4 x --gossip-every on the CPU; off: never wait",
        [](PeerConfig& c, const std::string& v) {
          c.max_lag = v == "off" ? 0 : int(to_int_or("max-lag", v, "auto", -1, 1, 1000000));
-       }},
-      {"max-lag-share", "F|off",
+       }}.shows([](PeerConfig& c) {
+         return c.max_lag < 0 ? "auto" : c.max_lag == 0 ? "off" : show_value(c.max_lag);
+       }).of_kind(ValueKind::NumberOrWord),
+      PeerOption{"max-lag-share", "F|off",
        "--max-lag's time budget: training waits for exchanges at most F seconds per second it "
        "trains (burst 0.5 s); where an exchange takes longer than --max-lag steps, the waits then "
-       "come further apart and the bound costs at most 1/(1+F) of throughput (default 0.25; off: "
-       "wait every --max-lag steps, whatever the exchanges cost)",
+       "come further apart and the bound costs at most 1/(1+F) of throughput (off: wait every "
+       "--max-lag steps, whatever the exchanges cost)",
        [](PeerConfig& c, const std::string& v) {
          c.max_lag_share = v == "off" ? 0.0 : to_number("max-lag-share", v);
          if (!(c.max_lag_share > 0.0 && c.max_lag_share <= 100.0) && v != "off")
            throw bad_value("max-lag-share", v, "a number in (0, 100] or off");
-       }},
-      {"max-ahead", "F|off",
+       }}.shows(show_off(&PeerConfig::max_lag_share)).of_kind(ValueKind::NumberOrWord),
+      PeerOption{"max-ahead", "F|off",
        "keep pace: a peer more than F of its run ahead of the slowest partner it heard from in "
        "the last 10 s (each exchange tells both sides the other's progress) stops training and "
        "serves exchanges until it is not, at most 2 s at a time; partners over 0.1 behind are not "
-       "waited for (default 0.02; off: never wait)",
+       "waited for (off: never wait)",
        [](PeerConfig& c, const std::string& v) {
          c.max_ahead = v == "off" ? 0.0 : to_number("max-ahead", v);
          if (!(c.max_ahead > 0.0 && c.max_ahead < 1.0) && v != "off")
            throw bad_value("max-ahead", v, "a number in (0, 1) or off");
-       }},
+       }}.shows(show_off(&PeerConfig::max_ahead)).of_kind(ValueKind::NumberOrWord),
       O::named<kernels::Wire>("wire", wire_values(), "encoding of parameters on the wire (docs/communication.md)",
                               &PeerConfig::wire),
-      {"error-feedback", "on|off",
+      PeerOption{"error-feedback", "on|off",
        "with a lossy --wire (fp16, bf16, int8, int4, int2, int4-rel): send the encoding of x + e and keep in e what it "
-       "rounded off, for the next exchange (docs/communication.md; default off)",
+       "rounded off, for the next exchange (docs/communication.md)",
        [](PeerConfig& c, const std::string& v) {
          if (v != "on" && v != "off") throw bad_value("error-feedback", v, "on or off");
          c.error_feedback = v == "on";
-       }},
-      {"finish-wire", "WIRE|off",
+       }}.shows([](PeerConfig& c) { return show_value(c.error_feedback); })
+          .of_kind(ValueKind::Text),
+      PeerOption{"finish-wire", "WIRE|off",
        "from --finish-from of training on, exchange in this wire instead of --wire (both "
        "partners switch; a peer switches too when a partner is on it): a coarse wire early, a "
-       "finer one where the final accuracy is made (docs/communication.md; default off)",
+       "finer one where the final accuracy is made (docs/communication.md)",
        [](PeerConfig& c, const std::string& v) {
          if (v == "off") {
            c.finish_wire.reset();
@@ -187,12 +196,14 @@ const OptionTable<PeerConfig>& peer_options() {
              return;
            }
          throw bad_value("finish-wire", v, "off or a --wire value");
-       }},
-      {"slow-link-wire", "WIRE|off",
+       }}.shows([](PeerConfig& c) {
+         return c.finish_wire ? std::string(kernels::wire_name(*c.finish_wire)) : "off";
+       }).of_kind(ValueKind::NumberOrWord),
+      PeerOption{"slow-link-wire", "WIRE|off",
        "with --wire fp32 and no --finish-wire: exchange in this wire, with error feedback, with "
        "each partner whose link is measured slow (under 4 MB/s both ways in an fp32 exchange; "
        "the partner takes the wire the request names), fp32 with the others "
-       "(docs/communication.md; default int8; off: fp32 with every partner)",
+       "(docs/communication.md; off: fp32 with every partner)",
        [](PeerConfig& c, const std::string& v) {
          if (v == "off") {
            c.slow_link_wire.reset();
@@ -204,20 +215,22 @@ const OptionTable<PeerConfig>& peer_options() {
              return;
            }
          throw bad_value("slow-link-wire", v, "off or a --wire value other than fp32 and int2");
-       }},
+       }}.shows([](PeerConfig& c) {
+         return c.slow_link_wire ? std::string(kernels::wire_name(*c.slow_link_wire)) : "off";
+       }).of_kind(ValueKind::Text),
       O::number("finish-from", "P",
-                "the fraction of training after which --finish-wire takes over (default 0.9)",
+                "the fraction of training after which --finish-wire takes over",
                 &PeerConfig::finish_from, 0.01, 1),
       O::number("outer-every", "H",
                 "outer optimizer (DiLoCo/NoLoCo style, docs/communication.md): every H steps, one "
                 "Nesterov step on the pseudo-gradient since the last one, averaging included "
-                "(0: off, the default)",
+                "(0: off)",
                 &PeerConfig::outer_every, 0, 1000000),
-      O::number("outer-lr", "LR", "the outer step's learning rate (default 1: with momentum 0, "
-                "the outer step changes nothing)", &PeerConfig::outer_lr, 0.01, 10),
-      O::number("outer-momentum", "MU", "the outer step's Nesterov momentum (default 0)",
+      O::number("outer-lr", "LR", "the outer step's learning rate (1 with momentum 0: the outer "
+                "step changes nothing)", &PeerConfig::outer_lr, 0.01, 10),
+      O::number("outer-momentum", "MU", "the outer step's Nesterov momentum",
                 &PeerConfig::outer_momentum, 0, 0.99),
-      {"comm-preset", "low|default",
+      PeerOption{"comm-preset", "low|default",
        "low: the best-measured low-communication settings (docs/communication.md), --wire "
        "int4-rel --error-feedback on --gossip-every 10 --finish-wire off --max-lag 10 "
        "--max-lag-share off --outer-every 0 (training waits for the link rather than train "
@@ -234,78 +247,76 @@ const OptionTable<PeerConfig>& peer_options() {
          c.max_lag = low ? 10 : -1;
          c.max_lag_share = low ? 0.0 : 0.25;
          c.outer_every = 0;
-       }},
+       }}.unset_means("none: each flag's own default").of_kind(ValueKind::Text),
       O::named<bool>("weighting", {{"uniform", false}, {"samples", true}},
-                     "mix weight: 1/2, or by the two shards' sample counts",
+                     "mix weight: 1/2 (uniform), or by the two shards' sample counts",
                      &PeerConfig::weight_by_samples),
       O::number("max-diff-norm", "X", "refuse a partner whose ||r - s|| exceeds X (0: no bound)",
                 &PeerConfig::max_diff_norm, 0, 1e30),
       O::named<gossip::MixMode>(
           "mix", {{"plain", gossip::MixMode::Plain}, {"clipped", gossip::MixMode::Clipped}},
           "how a partner's vector is mixed in: plain x += w (r - s), or clipped: the difference "
-          "scaled down to at most tau, an adaptive bound (default clipped)",
+          "scaled down to at most tau, an adaptive bound",
           robust(&R::mix)),
       O::number("clip-mult", "K",
                 "clipped: tau = K times the median over the partners of the last --clip-window "
-                "applied exchanges of each one's latest ||r - s|| (default 3)",
+                "applied exchanges of each one's latest ||r - s||",
                 robust(&R::clip_mult), 0.1, 1e6),
       O::number("clip-window", "N",
-                "clipped: applied exchanges whose partners the median is taken over (default 32)",
+                "clipped: applied exchanges whose partners the median is taken over",
                 robust(&R::clip_window), 1, 100000),
       O::number("clip-warmup", "N",
                 "clipped: for the first N accepted exchanges tau is --clip-warmup-frac times our "
-                "parameters' norm, and a difference beyond that norm is refused (default 8)",
+                "parameters' norm, and a difference beyond that norm is refused",
                 robust(&R::clip_warmup), 0, 100000),
-      O::number("clip-warmup-frac", "F", "clipped: see --clip-warmup (default 0.25)",
+      O::number("clip-warmup-frac", "F", "clipped: see --clip-warmup",
                 robust(&R::warmup_frac), 1e-6, 1),
       O::number("suspect-mult", "K",
                 "clipped: refuse a partner whose typical ||r - s|| (median of its last 5, over the "
-                "median of all accepted) is K times that of the partners we meet (0: off; default "
-                "2.5)...",
+                "median of all accepted) is K times that of the partners we meet (0: off)...",
                 robust(&R::suspect_mult), 0, 1e6),
       O::number("suspect-floor", "F",
-                "...once its ||r - s|| is also beyond F times our parameters' norm (default 0.05)",
+                "...once its ||r - s|| is also beyond F times our parameters' norm",
                 robust(&R::suspect_floor), 0, 1e6),
       O::named<bool>(
           "suspect-action", {{"refuse", false}, {"clip", true}},
           "what happens to a partner far persistently (--suspect-mult): refused, counting towards "
           "a ban, or clipped to a third of tau (less with each further such exchange: "
-          "--suspect-decay) and mixed (default clip: refuse also bans honest peers that restart "
-          "far behind, see README)",
+          "--suspect-decay) and mixed (refuse also bans honest peers that restart far behind, see "
+          "README)",
           robust(&R::suspect_clip)),
       O::number(
           "suspect-decay", "F",
           "with --suspect-action clip: each further exchange in a row with a partner judged far "
           "persistently multiplies its clip by F (B, B*F, B*F^2, ...), so one that never comes "
           "closer (stale) fades out, down to --suspect-min-clip; one that came closer by a tenth "
-          "since its streak began starts at B again; in (0, 1], 1 = always B (default 0.5)",
+          "since its streak began starts at B again; in (0, 1], 1 = always B",
           robust(&R::suspect_decay), 1e-6, 1),
       O::number("suspect-min-clip", "F",
                 "the honest-drift floor: an exchange in which both sides clipped the other (each "
                 "found the other far, as after a partition), or with a partner far behind or "
                 "ahead in steps, mixes at least F of the plain weight, so drifted peers come back; "
-                "a partner that alone is far (stale) still fades out; 0: no floor (default 0.02)",
+                "a partner that alone is far (stale) still fades out; 0: no floor",
                 robust(&R::suspect_min_clip), 0, 1),
       O::named<bool>(
           "partner-choice", {{"weighted", true}, {"uniform", false}},
           "which live member to ask: uniform, or weighted: a partner whose recent exchanges took "
-          "over 3 times the median is asked much less often (default weighted)",
+          "over 3 times the median is asked much less often",
           [](PeerConfig& c) -> bool& { return c.partner_choice.weighted; }),
       O::number(
           "refuse-mult", "K",
           "clipped: refuse an exchange whose ||r - s|| exceeds K tau and our parameters' own norm, "
-          "reason anomalous (default 10)",
+          "reason anomalous",
           robust(&R::refuse_mult), 1, 1e6),
       O::number("ban-after", "N",
-                "ban a partner whose vector was refused N times within --ban-window (0: never; "
-                "default 3)",
+                "ban a partner whose vector was refused N times within --ban-window (0: never)",
                 robust(&R::ban_after), 0, 1000),
-      O::seconds("ban-window", "window for --ban-after (default 120)", robust(&R::ban_window), 0),
+      O::seconds("ban-window", "window for --ban-after", robust(&R::ban_window), 0),
       O::seconds("ban",
                  "first ban's length, doubled for each later ban of the same partner, at most an "
-                 "hour (default 30)",
+                 "hour",
                  robust(&R::ban_base), 0, 3600),
-      {"fault", "MODE",
+      PeerOption{"fault", "MODE",
        "experiments only, refused unless GOSSIPTRAIN_ALLOW_FAULTS=1: send a corrupted vector, "
        "scale:K|random|signflip|stale|nan, and mix nothing in",
        [](PeerConfig& c, const std::string& v) {
@@ -320,83 +331,89 @@ const OptionTable<PeerConfig>& peer_options() {
            throw UsageError(std::string("--") + e.what());
          }
          c.fault_spec = v;
-       }},
+       }}.unset_means("none: an honest peer").of_kind(ValueKind::Text),
       O::number(
           "net-nice", "N",
           "run the network thread N nice levels below training, so that exchanges take mostly the "
           "CPU training leaves; membership shares that thread, so keep it 0 on a busy machine "
-          "(0-19, default 0; only with gossip)",
+          "(0-19; only with gossip)",
           &PeerConfig::net_nice, 0, 19),
       O::number_or(
           "net-cores", "K", "auto", -1,
           "keep K cores for the network threads and pin training (and its BLAS threads) to the "
-          "others, so that an exchange never stalls a matrix product; auto (default): none below "
+          "others, so that an exchange never stalls a matrix product; auto: none below "
           "8 usable cores (priorities decide), else max(2, cores/8); 0: pin nothing",
           &PeerConfig::net_cores, 0, 1024),
       O::number_or("compute-threads", "N", "auto", 0,
-                   "BLAS threads of the cpu backend; auto (default): one per training core when "
+                   "BLAS threads of the cpu backend; auto: one per training core when "
                    "--net-cores pins, else OpenBLAS's own choice (OPENBLAS_NUM_THREADS); with "
                    "auto and OPENBLAS_NUM_THREADS unset, a peer times its steps on that pool and "
                    "on one thread every 30 s and trains on the faster (on busy cores, one)",
                    &PeerConfig::compute_threads, 1, 1024),
-      {"blas-core", "auto|keep|CORE", kBlasCoreHelp,
-       [](PeerConfig& c, const std::string& v) { c.blas_core = to_blas_core("blas-core", v); }},
-      {"max-rate", "MB_PER_S",
+      PeerOption{"blas-core", "auto|keep|CORE", kBlasCoreHelp,
+       [](PeerConfig& c, const std::string& v) { c.blas_core = to_blas_core("blas-core", v); }}.shows(show_field<PeerConfig>(&PeerConfig::blas_core)).of_kind(ValueKind::Text),
+      PeerOption{"max-rate", "MB_PER_S",
        "send an exchange's snapshot at most this fast, spreading its CPU over more training steps "
-       "(0: no cap, the default; else at least 20, the rate partners' deadlines assume)",
-       [](PeerConfig& c, const std::string& v) { c.max_rate_mb = to_max_rate_mb("max-rate", v); }},
+       "(0: no cap; else at least 20, the rate partners' deadlines assume)",
+       [](PeerConfig& c, const std::string& v) { c.max_rate_mb = to_max_rate_mb("max-rate", v); }}.shows(show_field<PeerConfig>(&PeerConfig::max_rate_mb)).of_kind(ValueKind::Number),
       O::number(
           "train-nice", "N",
           "run training N nice levels below the other threads, so that exchanges and membership "
-          "never wait behind a step when several peers share the cores (0-19, default 0; "
-          "gossip-launch passes 5 with --net-nice 0)",
+          "never wait behind a step when several peers share the cores (0-19; gossip-launch passes "
+          "5 with --net-nice 0)",
           &PeerConfig::train_nice, 0, 19),
       O::number(
           "crypto-threads", "N",
           "threads that encrypt and decrypt the frames of messages of 4 MiB or more, in order of "
-          "their nonces (0 or 1: the network thread alone; default min(cores - 1, 4), 1 on 2 cores "
-          "or fewer; only with gossip)",
-          &PeerConfig::crypto_threads, 0, net::kMaxCryptoThreads),
-      O::seconds("linger", "keep serving exchanges after training (default 10 with gossip)",
-                 &PeerConfig::linger_s, 0),
+          "their nonces (0 or 1: the network thread alone; only with gossip)",
+          &PeerConfig::crypto_threads, 0, net::kMaxCryptoThreads)
+          .shows([](PeerConfig& c) {
+            return c.crypto_threads < 0 ? "min(cores - 1, 4), 1 on 2 cores or fewer"
+                                        : show_value(c.crypto_threads);
+          }),
+      O::seconds("linger", "keep serving exchanges after training", &PeerConfig::linger_s, 0)
+          .shows([](PeerConfig& c) {
+            return c.linger_s >= 0 ? show_value(c.linger_s)
+                                   : show_value(kDefaultLingerS) + " with --seeds or --listen, else 0";
+          }),
       O::seconds("stall-timeout",
                  "the training thread counts as hung after this long with no step, evaluation "
                  "batch or wait (or 50 times its slowest gap, if longer): it says so at error "
-                 "level and the peer leaves the swarm (default 120; 0: no watchdog)",
+                 "level and the peer leaves the swarm (0: no watchdog)",
                  &PeerConfig::stall_timeout_s, 0),
       O::seconds("stop-grace",
                  "after SIGINT or SIGTERM the peer exits within this many seconds whatever state "
                  "its training thread is in, without a final checkpoint if it had to force it "
-                 "(a second signal exits at once) (default 10)",
+                 "(a second signal exits at once)",
                  &PeerConfig::stop_grace_s, 1),
       O::choice(
           "catch-up", {"auto", "off"},
           "auto: a peer with no checkpoint to resume from that finds live members fetches one's "
           "state (parameters, optimizer state, step) before its first step, unless it starts with "
-          "a cohort (--min-peers above 1) (default auto)",
+          "a cohort (--min-peers above 1)",
           &PeerConfig::catch_up),
       O::seconds("catch-up-timeout",
-                 "give up catching up after this and start from our own weights (default 60)",
+                 "give up catching up after this and start from our own weights",
                  &PeerConfig::catch_up_timeout_s, 1),
       O::number("min-peers", "N",
                 "wait before the first step until N live members, this peer included, are known "
-                "(default 1: do not wait)",
+                "(1: do not wait)",
                 &PeerConfig::min_peers, 1, 100000),
       O::seconds(
           "min-peers-timeout",
-          "stop waiting for --min-peers after this and start anyway, with a warning (default 120)",
+          "stop waiting for --min-peers after this and start anyway, with a warning",
           &PeerConfig::min_peers_timeout_s, 0),
       O::text("metrics", "FILE.jsonl", "append metrics as JSON lines to FILE",
               &PeerConfig::metrics),
-      {"prometheus", "HOST:PORT",
+      PeerOption{"prometheus", "HOST:PORT",
        "serve /metrics (Prometheus text format) and /healthz on HOST:PORT, e.g. 127.0.0.1:9100 "
-       "(off by default; the host must be given)",
+       "(the host must be given)",
        [](PeerConfig& c, const std::string& v) {
          check_host_port(v, "prometheus", AddrUse::Listen);
          if (v.empty() || v[0] == ':')
            throw bad_value("prometheus", v, "HOST:PORT with the host given, e.g. 127.0.0.1:9100");
          c.prometheus = v;
-       }},
+       }}.unset_means("off").of_kind(ValueKind::Text),
       O::text("tensorboard", "DIR",
               "write TensorBoard event files of the metric lines' scalars into DIR as they come",
               &PeerConfig::tensorboard),
@@ -411,18 +428,64 @@ const OptionTable<PeerConfig>& peer_options() {
               train(&core::TrainConfig::checkpoint_dir)),
       O::number("checkpoint-every", "SECONDS",
                 "also checkpoint every SECONDS of training, besides every epoch end and on stop; a "
-                "killed peer loses at most this much (default 60)",
+                "killed peer loses at most this much",
                 train(&core::TrainConfig::checkpoint_every_s), 1, 86400),
       O::choice("log-level", {"trace", "debug", "info", "warn", "error"}, "log level",
                 &PeerConfig::log_level),
       // Applied before the other flags (parse_peer_args); not a key of the file itself.
-      {"config", "FILE.json", "the same keys as the flags, without '--'",
-       [](PeerConfig&, const std::string&) {}},
+      PeerOption{"config", "FILE.json", "the same keys as the flags, without '--'",
+       [](PeerConfig&, const std::string&) {}}.unset_means("none").of_kind(ValueKind::Text),
   }));
   return table;
 }
 
 namespace {
+
+// A --config key's value as the flag's text; a JSON type the option does not take (a string
+// where a number is expected, a bool for a value) is refused, naming the key and the type.
+std::string config_value(const PeerOption& o, const nlohmann::json& value, const std::string& where) {
+  auto refuse = [&](const std::string& want) {
+    return UsageError(where + ": '" + o.name + "' takes " + want + ", not " + value.dump());
+  };
+  if (value.is_array() && o.name == "seeds") {
+    std::string v;
+    for (const auto& s : value) {
+      if (!s.is_string()) throw refuse("a string \"HOST:PORT,...\" or an array of such strings");
+      v += (v.empty() ? "" : ",") + s.get<std::string>();
+    }
+    return v;
+  }
+  if (o.kind == ValueKind::Switch) {
+    if (!value.is_boolean()) throw refuse("true or false (a switch)");
+    return "";
+  }
+  if (value.is_string()) {
+    const std::string v = value.get<std::string>();
+    const bool numeric = !v.empty() && [&] {
+      double x = 0;
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+      return ec == std::errc() && p == v.data() + v.size();
+    }();
+    if (o.kind == ValueKind::Number) throw refuse("a number (" + o.arg + ")");
+    if (o.kind == ValueKind::NumberOrWord && numeric)
+      throw refuse("a number or a word (" + o.arg + "), a number as a JSON number");
+    return v;
+  }
+  if (value.is_number()) {
+    if (o.kind == ValueKind::Text) throw refuse("a string (" + o.arg + ")");
+    if (value.is_number_integer()) return std::to_string(value.get<long long>());
+    std::ostringstream os;
+    os.precision(17);
+    os << value.get<double>();
+    return os.str();
+  }
+  switch (o.kind) {
+    case ValueKind::Number: throw refuse("a number (" + o.arg + ")");
+    case ValueKind::NumberOrWord: throw refuse("a number or a word (" + o.arg + ")");
+    case ValueKind::Text: throw refuse("a string (" + o.arg + ")");
+    default: throw refuse("a string or a number (" + o.arg + ")");
+  }
+}
 
 void apply_config_file(PeerConfig& c, const std::string& path) {
   std::ifstream in(path);
@@ -434,23 +497,17 @@ void apply_config_file(PeerConfig& c, const std::string& path) {
     throw UsageError("--config " + path + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) throw UsageError("--config " + path + ": expected a JSON object");
+  std::vector<std::string> keys = peer_options().names();
+  keys.erase(std::remove(keys.begin(), keys.end(), "config"), keys.end());
   for (const auto& [key, value] : j.items()) {
     const PeerOption* o = peer_options().find(key);
-    if (!o || key == "config") throw UsageError("--config " + path + ": unknown key '" + key + "'");
-    std::string v;
-    if (value.is_string()) v = value.get<std::string>();
-    else if (value.is_array() && key == "seeds") {
-      for (const auto& s : value) {
-        if (!s.is_string()) throw UsageError("--config " + path + ": seeds must be strings");
-        v += (v.empty() ? "" : ",") + s.get<std::string>();
-      }
-    } else if (value.is_number_integer()) v = std::to_string(value.get<long long>());
-    else if (value.is_number()) {
-      std::ostringstream os;
-      os.precision(17);
-      os << value.get<double>();
-      v = os.str();
-    } else throw UsageError("--config " + path + ": bad type for '" + key + "'");
+    if (!o || key == "config") {
+      const std::string near = nearest_name(key, keys);
+      throw UsageError("--config " + path + ": unknown key '" + key + "'" +
+                       (near.empty() ? "" : "; did you mean '" + near + "'?"));
+    }
+    const std::string v = config_value(*o, value, "--config " + path);
+    if (o->kind == ValueKind::Switch && !value.get<bool>()) continue;  // false: not given
     o->set(c, v);
   }
 }
@@ -518,8 +575,41 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
                      "--wire int4, or int2 without error feedback");
   if (c.finish_wire == kernels::Wire::Int2 && c.error_feedback)
     throw UsageError("--finish-wire int2 with --error-feedback on diverges (docs/communication.md)");
-  if (c.linger_s < 0) c.linger_s = c.gossip_enabled() ? 10.0 : 0.0;
+  if (c.linger_s < 0) c.linger_s = c.gossip_enabled() ? kDefaultLingerS : 0.0;
   return c;
+}
+
+// --help's layout: what a first run needs, then the rest by topic.
+const std::vector<HelpGroup>& peer_help_groups() {
+  static const std::vector<HelpGroup> groups = {
+      {"A first run", {"data", "model", "epochs", "batch", "lr", "listen", "seeds", "metrics",
+                       "checkpoint-dir", "config"}},
+      {"Data", {"partition", "num-shards", "shard", "seed"}},
+      {"Model and training",
+       {"optimizer", "momentum", "weight-decay", "schedule", "backend", "device", "precision",
+        "compute-threads", "blas-core", "train-nice", "progress-every", "checkpoint-every",
+        "stall-timeout", "stop-grace"}},
+      {"Gossip",
+       {"gossip-every", "comm-preset", "wire", "error-feedback", "finish-wire", "finish-from",
+        "slow-link-wire", "max-lag", "max-lag-share", "max-ahead", "outer-every", "outer-lr", "outer-momentum",
+        "weighting", "partner-choice", "catch-up", "catch-up-timeout", "min-peers",
+        "min-peers-timeout", "linger", "max-rate"}},
+      {"Robust mixing",
+       {"mix", "clip-mult", "clip-window", "clip-warmup", "clip-warmup-frac", "suspect-mult",
+        "suspect-floor", "suspect-action", "suspect-decay", "suspect-min-clip", "refuse-mult",
+        "max-diff-norm", "ban-after", "ban-window", "ban", "fault"}},
+      {"Network", {"advertise", "identity", "network-key", "allowlist", "net-nice", "net-cores",
+                   "crypto-threads"}},
+      {"Cluster (docs/cluster.md)",
+       {"cluster", "base-port", "run-dir", "k8s-service", "k8s-replicas", "cluster-seeds",
+        "churn"}},
+      {"Observability", {"prometheus", "tensorboard", "log-level", "export", "from-checkpoint"}},
+      {"FedAvg (docs/fedavg.md)",
+       {"fedavg-server", "fedavg-server-addr", "rounds", "clients-per-round", "local-epochs",
+        "local-steps", "fedprox-mu", "server-momentum", "round-timeout", "min-clients",
+        "min-clients-timeout", "fedavg-wait"}},
+  };
+  return groups;
 }
 
 std::string peer_usage() {
@@ -527,8 +617,10 @@ std::string peer_usage() {
   os << "usage: gossip-peer [--config FILE.json] [flags]\n\n"
         "One gossiptrain peer: trains a model replica on its data shard and, given --seeds,\n"
         "averages parameters with random live peers over an encrypted channel.\n"
-        "Without --seeds it trains alone. Every flag may also be a key of the --config file.\n\n";
-  os << peer_options().help(40) << help_line("--help", "this text", 40)
+        "Without --seeds it trains alone. Every flag may also be a key of the --config file\n"
+        "(numbers as JSON numbers, switches as true or false).\n\n";
+  os << peer_options().help(40, peer_help_groups()) << "\n"
+     << help_line("--help", "this text", 40)
      << "\n"
         "Exit codes: 0 done, 1 runtime failure, 2 bad flag or value, 130 interrupted.\n";
   return os.str();

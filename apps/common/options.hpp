@@ -19,6 +19,8 @@
 namespace gossiptrain::apps {
 
 inline constexpr int kDefaultNetNice = 0;
+// --linger when the peer gossips (it has seeds or listens); 0 when it trains alone.
+inline constexpr double kDefaultLingerS = 10.0;
 
 // gossip::RobustConfig as gossip-peer defaults it: clipped mixing, far partners clipped.
 inline gossip::RobustConfig peer_robust_defaults() {
@@ -90,7 +92,7 @@ struct PeerConfig {
   gossip::FaultConfig fault;
   std::string fault_spec;  // the --fault value as given, for the warning
   double max_rate_mb = 0.0;  // cap on the MB/s an exchange sends; 0: none
-  double linger_s = -1.0;    // serve exchanges after training; <0: 10 with seeds, else 0
+  double linger_s = -1.0;    // serve exchanges after training; <0: kDefaultLingerS with gossip, else 0
   // The training thread's watchdog: no step, evaluation batch or wait for this long (or 50 times
   // the slowest gap seen) is a stall; 0: off. And a stop request must end the process in stop_grace_s.
   double stall_timeout_s = 120.0;
@@ -129,8 +131,9 @@ struct PeerConfig {
 // Parses argv (without argv[0]). Throws UsageError. Sets *help when --help was given.
 PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help);
 std::string peer_usage();
-// The table behind parse_peer_args, the --config keys and peer_usage.
+// The table behind parse_peer_args, the --config keys and peer_usage, and peer_usage's headings.
 const OptionTable<PeerConfig>& peer_options();
+const std::vector<HelpGroup>& peer_help_groups();
 
 // An exchange send-rate cap in MB/s: 0 (none) or at least 20, the rate partners size their
 // transfer deadlines on (gossip::AveragerConfig::min_rate_bytes_per_s); UsageError otherwise.

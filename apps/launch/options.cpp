@@ -114,6 +114,11 @@ namespace {
 
 using O = Options<LaunchOptions>;
 
+// A port whose 0 means something else ("off").
+auto show_zero_as(int LaunchOptions::*field, std::string zero) {
+  return [field, zero](LaunchOptions& o) { return o.*field == 0 ? zero : show_value(o.*field); };
+}
+
 LaunchMode parse_mode(const std::string& v) {
   if (v == "gossip") return LaunchMode::Gossip;
   if (v == "local") return LaunchMode::Local;
@@ -124,38 +129,39 @@ LaunchMode parse_mode(const std::string& v) {
 
 const OptionTable<LaunchOptions>& launch_options() {
   static const OptionTable<LaunchOptions> table({
-      O::number("peers", "N", "number of peers (default 3)", &LaunchOptions::peers, 1, 256),
-      {"mode", "MODE",
-       "gossip (default): peers on 127.0.0.1 average with each other; local: the same peers and "
+      O::number("peers", "N", "number of peers", &LaunchOptions::peers, 1, 256),
+      Option<LaunchOptions>{"mode", "MODE",
+       "gossip: peers on 127.0.0.1 average with each other; local: the same peers and "
        "shards, no network, no averaging; central: one peer on all the data (--num-shards 1); "
        "--peers is ignored (a note says so), so the same flags serve all three modes; fedavg: a "
        "FedAvg server (peer0) and N clients (peer1..N) on the shards N gossip peers would have, "
        "over the same encrypted channel (server flags --rounds, --clients-per-round, "
        "--local-epochs, --fedprox-mu, --server-momentum, --round-timeout are forwarded)",
-       [](LaunchOptions& o, const std::string& v) { o.mode = parse_mode(v); }},
-      {"out", "DIR",
-       "run folder (default runs/<mode>-<partition>-<N>p-<UTC timestamp>); must not exist or be "
-       "empty",
+       [](LaunchOptions& o, const std::string& v) { o.mode = parse_mode(v); }}
+          .shows([](LaunchOptions& o) { return std::string(mode_name(o.mode)); })
+          .of_kind(ValueKind::Text),
+      Option<LaunchOptions>{"out", "DIR", "run folder; must not exist or be empty",
        [](LaunchOptions& o, const std::string& v) {
          if (v.empty()) throw UsageError("--out needs a folder");
          o.out = v;
-       }},
+       }}.unset_means("runs/<mode>-<partition>-<N>p-<UTC timestamp>").of_kind(ValueKind::Text),
       O::number("base-port", "P",
-                "peers listen on P, P+1, ... (default: free ports picked by the OS)",
-                &LaunchOptions::base_port, 1024, 65535),
-      O::number("target-acc", "X", "accuracy for the time-to-target figures (default 0.85)",
+                "peers listen on P, P+1, ...", &LaunchOptions::base_port, 1024, 65535)
+          .shows(show_zero_as(&LaunchOptions::base_port, "free ports picked by the OS")),
+      O::number("target-acc", "X", "accuracy for the time-to-target figures",
                 &LaunchOptions::target_acc, 0, 1),
       O::number("stop-timeout", "S",
-                "on Ctrl-C / SIGTERM, seconds to wait before SIGKILL (default 15)",
+                "on Ctrl-C / SIGTERM, seconds to wait before SIGKILL",
                 &LaunchOptions::stop_timeout_s, 0, 3600),
       O::number("consensus-every", "S",
                 "sample the consensus distance at most every S seconds, and whenever every peer "
-                "has a new checkpoint (default 5)",
+                "has a new checkpoint",
                 &LaunchOptions::consensus_every_s, 0.5, 3600),
       O::number("prometheus-base-port", "P",
                 "peer i serves Prometheus /metrics on 127.0.0.1:P+i; the run folder gets a ready "
-                "prometheus.yml (default: off)",
-                &LaunchOptions::prometheus_base_port, 1024, 65535),
+                "prometheus.yml",
+                &LaunchOptions::prometheus_base_port, 1024, 65535)
+          .shows(show_zero_as(&LaunchOptions::prometheus_base_port, "off")),
       O::flag("tensorboard", "every peer writes TensorBoard event files under RUN/tensorboard/peerI",
               &LaunchOptions::tensorboard, true),
       O::flag("export-model",
@@ -163,12 +169,13 @@ const OptionTable<LaunchOptions>& launch_options() {
               "evaluate it once and report it in summary.json (swarm_model)",
               &LaunchOptions::export_model, true),
       O::flag("no-plots", "skip scripts/plot_run.py", &LaunchOptions::plots, false),
-      O::text("peer-bin", "PATH", "the gossip-peer to run (default: next to gossip-launch)",
-              &LaunchOptions::peer_bin),
-      {"peer-flags", "I:--name=value",
+      O::text("peer-bin", "PATH", "the gossip-peer to run", &LaunchOptions::peer_bin)
+          .unset_means("next to gossip-launch"),
+      Option<LaunchOptions>{"peer-flags", "I:--name=value",
        "a peer flag for peer I only, after the forwarded ones (repeatable; e.g. --peer-flags "
        "7:--lr=8 for one diverging peer)",
-       [](LaunchOptions& o, const std::string& v) { o.peer_flags.push_back(parse_peer_flag(v)); }},
+       [](LaunchOptions& o, const std::string& v) { o.peer_flags.push_back(parse_peer_flag(v)); }}
+          .unset_means("none"),
       O::text("churn", "FILE|SHORTHAND",
               "run a churn scenario against the peers: crashes (SIGKILL), graceful stops, restarts "
               "from the checkpoint, joins of new peers, pauses (SIGSTOP/SIGCONT), at times or at "
@@ -184,17 +191,21 @@ const OptionTable<LaunchOptions>& launch_options() {
               &LaunchOptions::netns),
       O::flag("cleanup", "remove the namespaces a killed launcher left behind, then exit",
               &LaunchOptions::cleanup),
-      {"gpus", "0,1,...",
+      Option<LaunchOptions>{"gpus", "0,1,...",
        "spread the peers over these CUDA devices (peer i on the (i mod n)-th); warns when several "
        "peers must share one GPU, which time-shares it",
-       [](LaunchOptions& o, const std::string& v) { o.gpus = parse_gpus(v); }},
-      {"compare", "DIR...", "print the summaries of finished runs side by side",
-       [](LaunchOptions& o, const std::string& v) { o.compare.push_back(v); }, Arity::Many},
+       [](LaunchOptions& o, const std::string& v) { o.gpus = parse_gpus(v); }}
+          .unset_means("each peer's own --device"),
+      Option<LaunchOptions>{"compare", "DIR...",
+                            "print the summaries of finished runs side by side",
+                            [](LaunchOptions& o, const std::string& v) { o.compare.push_back(v); },
+                            Arity::Many}
+          .unset_means("none: start a run"),
       O::flag("markdown", "with --compare: a Markdown table", &LaunchOptions::markdown),
       O::text("report", "DIR",
               "start nothing: read every peer's metrics file under DIR (found recursively: SLURM, "
               "containers, copies from several machines) and write summary.json, table.txt and "
-              "the plots, as a local launch does, into --out (default DIR)",
+              "the plots, as a local launch does, into --out (DIR itself unless given)",
               &LaunchOptions::report),
       O::text("resume", "DIR",
               "resume an interrupted run: its command (DIR/command.txt) again in DIR, each peer "
@@ -208,6 +219,13 @@ const OptionTable<LaunchOptions>& launch_options() {
 // A flag not in the launcher's table is a peer flag: forwarded to every peer, unless the launcher
 // sets it for each peer itself.
 void forward_peer_flag(LaunchOptions& o, const std::string& name, const std::string& value) {
+  if (!peer_options().find(name)) {
+    std::vector<std::string> known = launch_options().names();
+    for (const auto& n : peer_options().names()) known.push_back(n);
+    throw unknown_flag(name, known);
+  }
+  if (value.empty() && peer_options().find(name)->arity != Arity::None)
+    throw UsageError("--" + name + " needs a value (" + peer_options().find(name)->arg + ")");
   if (owned_peer_flags().count(name))
     throw UsageError("--" + name +
                      " is set by gossip-launch for each peer (ports, seeds, shards and files "

@@ -77,8 +77,8 @@ PeerMemory peer_memory(const PeerConfig& c, std::size_t largest_shard, std::size
 }
 
 // The largest shard of each split into n (the partition is the peers' own, from the labels).
-// A partition the data cannot take is not the plan's to report: the peers refuse it with their
-// own message, so the estimate falls back to an equal share.
+// The run's own split is checked first (check_partitions); a smaller one the search for a run
+// that fits tries may be impossible, and the estimate falls back to an equal share.
 std::size_t largest_shard(const core::DatasetLabels& l, int n, const core::PartitionSpec& partition,
                           std::uint64_t seed) {
   try {
@@ -180,6 +180,42 @@ double available_memory_mb(std::string* from) {
   return avail;
 }
 
+void check_partitions(const std::vector<PeerPlan>& plans) {
+  struct Split {
+    std::string data, partition;
+    int shards;
+    std::uint64_t seed;
+    bool operator==(const Split&) const = default;
+  };
+  std::vector<Split> checked;
+  std::vector<std::pair<std::string, core::DatasetLabels>> labels;  // by --data
+  for (const PeerPlan& p : plans) {
+    const PeerConfig& c = p.config;
+    const Split split{c.data, c.partition, c.num_shards, c.train.seed};
+    if (std::find(checked.begin(), checked.end(), split) != checked.end()) continue;
+    checked.push_back(split);
+    auto l = std::find_if(labels.begin(), labels.end(), [&](const auto& x) { return x.first == c.data; });
+    if (l == labels.end()) {
+      try {
+        labels.emplace_back(c.data, core::load_labels(c.data));
+      } catch (const core::DataError& e) {
+        throw UsageError(e.what());
+      }
+      l = labels.end() - 1;
+    }
+    try {
+      core::partition(l->second.train, l->second.classes, c.num_shards, c.partition_spec,
+                      c.train.seed);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--partition " + c.partition + " cannot split " + c.data + " (" +
+                       std::to_string(l->second.classes) + " classes) over " +
+                       std::to_string(c.num_shards) + " shards" +
+                       (p.index == 0 ? "" : " (peer " + std::to_string(p.index) + "'s flags)") +
+                       ": " + e.what());
+    }
+  }
+}
+
 ResourcePlan plan_resources(const LaunchOptions& o) {
   ResourcePlan p;
   p.peers = o.slots();
@@ -190,6 +226,7 @@ ResourcePlan plan_resources(const LaunchOptions& o) {
                        : blas_threads_per_peer(p.peers);
   // Peer 0's flags as gossip-peer will read them (model, batch, optimizer, data, partition).
   const auto plans = plan_peers(o, "run", std::vector<int>(std::size_t(p.peers), 1), "");
+  check_partitions(plans);
   const PeerConfig& c = plans.at(0).config;
   core::DatasetLabels labels;
   try {

@@ -56,6 +56,12 @@ double available_memory_mb(std::string* from);
 // hard limit allows. Throws UsageError for a run that cannot fit (memory, file descriptors).
 ResourcePlan plan_resources(const LaunchOptions& o);
 
+// Every peer's split of the training set, as it will make it (its --data, --partition,
+// --num-shards and --seed): UsageError naming the partition when one is impossible (classes:K
+// with K above the data's classes, a label no shard holds, more shards than samples...), so that
+// the launch is refused before any run folder or process exists.
+void check_partitions(const std::vector<PeerPlan>& plans);
+
 // One line for the user: threads chosen, the memory estimate against what is available, fds.
 std::string describe(const ResourcePlan& p);
 

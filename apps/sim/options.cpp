@@ -49,6 +49,14 @@ void parse_latency(const std::string& spec, SimConfig& cfg) {
 
 namespace {
 
+// --latency's default as the flag would give it.
+std::string latency_spec(const SimConfig& w) {
+  const std::string base = std::to_string(w.latency.count());
+  if (w.latency_sigma > 0) return "lognormal:" + base + ":" + show_value(w.latency_sigma);
+  if (w.jitter.count() > 0) return "uniform:" + base + ":" + std::to_string((w.latency + w.jitter).count());
+  return "constant:" + base;
+}
+
 // A fault event's mode as the averager reads it, checked before the run (the scenario parser
 // takes scale:0, which gossip-peer --fault refuses).
 void check_simulable(const core::ChurnScenario& s) {
@@ -78,70 +86,71 @@ auto world(T SimConfig::*field) {
 
 const OptionTable<SimArgs>& sim_options() {
   static const OptionTable<SimArgs> table({
-      {"peers", "N", "initial peers (1..32768, the largest member table)",
+      Option<SimArgs>{"peers", "N", "initial peers (1..32768, the largest member table)",
        [](SimArgs& a, const std::string& v) {
          a.o.world.peers = int(to_int("peers", v, 1, 32768));
          a.have_peers = true;
-       }},
-      {"workload", "W",
+       }}.unset_means("none: required").of_kind(ValueKind::Number),
+      Option<SimArgs>{"workload", "W",
        "consensus (random vectors, averaging only) or train (every peer trains the model on its "
        "shard, with gossip-peer's training flags)",
        [](SimArgs& a, const std::string& v) {
          if (v != "consensus" && v != "train")
            throw UsageError("--workload: expected consensus|train, got '" + v + "'");
          a.o.world.workload = v;
-       }},
-      {"sim-seconds", "S",
-       "simulated time (> 0); required for consensus, for train a cap (default: until every "
-       "peer has trained)",
+       }}.shows([](SimArgs& a) { return a.o.world.workload; }).of_kind(ValueKind::Text),
+      Option<SimArgs>{"sim-seconds", "S", "simulated time (> 0); for train a cap",
        [](SimArgs& a, const std::string& v) {
          a.o.world.sim_seconds = to_double("sim-seconds", v, 0.001, 1e7);
          a.have_seconds = true;
-       }},
+       }}.unset_means("none: required for consensus, train runs until every peer has trained")
+          .of_kind(ValueKind::Number),
       O::number("seed", "X",
                 "seed of everything (vectors, network, protocol choices, and the peers' --seed: "
-                "partition, initial weights, sample order); default 1",
+                "partition, initial weights, sample order)",
                 world(&SimConfig::seed), 0, double(1LL << 53)),
-      {"out", "DIR", "run folder (absent or empty); default runs/sim-<N>p-<UTC time>",
+      Option<SimArgs>{"out", "DIR", "run folder (absent or empty)",
        [](SimArgs& a, const std::string& v) {
          if (v.empty()) throw UsageError("--out needs a folder");
          a.o.out = v;
-       }},
-      O::number("params", "P", "floats per peer (1..67108864, default 1000)",
+       }}.unset_means("runs/sim-<N>p-<UTC time>").of_kind(ValueKind::Text),
+      O::number("params", "P", "floats per peer (1..67108864)",
                 world(&SimConfig::params), 1, double(1LL << 26)),
       O::number("exchange-interval", "S",
-                "each peer starts an exchange every S simulated seconds (default 1)",
+                "each peer starts an exchange every S simulated seconds",
                 world(&SimConfig::exchange_interval_s), 0.001, 86400),
-      O::number("sample-every", "S", "consensus sample period in simulated seconds (default 1)",
+      O::number("sample-every", "S", "consensus sample period in simulated seconds",
                 world(&SimConfig::sample_every_s), 0.001, 1e7),
       O::number("rate-rounds", "K",
-                "round boundaries (n/2 exchanges) sampled for the rate check (default 10)",
+                "round boundaries (n/2 exchanges) sampled for the rate check",
                 world(&SimConfig::rate_rounds), 0, 1000),
-      O::number("join-spread", "S", "non-seed peers start uniformly in [0, S) (default 2)",
+      O::number("join-spread", "S", "non-seed peers start uniformly in [0, S)",
                 world(&SimConfig::join_spread_s), 0, 3600),
       O::number("idle-timeout", "S",
                 "membership closes a connection it dialed after S simulated seconds without "
-                "membership traffic (default 60, as gossip-peer); shorter keeps fewer connections "
+                "membership traffic (as gossip-peer's); shorter keeps fewer connections "
                 "open in a swarm of thousands",
                 world(&SimConfig::idle_timeout_s), 0.1, 86400),
-      O::number("seeds", "K", "peers 0..K-1 are everyone's seeds (default 3)",
+      O::number("seeds", "K", "peers 0..K-1 are everyone's seeds",
                 world(&SimConfig::seeds), 1, 100),
       O::text(
           "churn", "FILE|SPEC",
           "a gossip-launch churn scenario (crash, stop, restart, join, pause, resume, partition, "
           "heal, link, fault, the random crash/stop/pause model)",
           &SimArgs::churn),
-      O::number("loss", "F", "drop probability of each membership message, in [0, 0.5] (default 0)",
+      O::number("loss", "F", "drop probability of each membership message, in [0, 0.5]",
                 world(&SimConfig::loss), 0, 0.5),
-      {"latency", "SPEC",
+      Option<SimArgs>{"latency", "SPEC",
        "one-way latency: constant:MS, uniform:LO:HI (per message), or lognormal:MEDIAN:SIGMA "
-       "(per link: MEDIAN * exp(SIGMA * Z), SIGMA in [0, 3]) (default constant:5)",
-       [](SimArgs& a, const std::string& v) { parse_latency(v, a.o.world); }},
+       "(per link: MEDIAN * exp(SIGMA * Z), SIGMA in [0, 3])",
+       [](SimArgs& a, const std::string& v) { parse_latency(v, a.o.world); }}
+          .shows([](SimArgs& a) { return latency_spec(a.o.world); })
+          .of_kind(ValueKind::Text),
       O::number("bandwidth", "MBIT",
                 "each peer's uplink in Mbit/s: its messages leave one after another at this rate "
-                "(default 0: unlimited)",
+                "(0: unlimited)",
                 world(&SimConfig::bandwidth_mbit), 0, 1e6),
-      {"topology", "FILE",
+      Option<SimArgs>{"topology", "FILE",
        "regions and the one-way latency between them (JSON: {\"regions\": [{\"name\", "
        "\"weight\"}...], \"latency_ms\": [[...]...]}), added to --latency",
        [](SimArgs& a, const std::string& v) {
@@ -150,23 +159,22 @@ const OptionTable<SimArgs>& sim_options() {
          } catch (const std::invalid_argument& e) {
            throw UsageError(std::string("--topology: ") + e.what());
          }
-       }},
+       }}.unset_means("none: --latency alone").of_kind(ValueKind::Text),
       O::named<gossip::MixMode>(
           "mix", {{"plain", gossip::MixMode::Plain}, {"clipped", gossip::MixMode::Clipped}},
-          "the averager's mixing (default: plain for --workload consensus; clipped, gossip-peer's "
-          "default, for --workload train)",
+          "the averager's mixing (--workload train without it: gossip-peer's --mix default)",
           world(&SimConfig::mix)),
       O::number("step-ms", "MS",
-                "train: the simulated time of one training step (default 0: measured once at "
-                "start on this machine)",
+                "train: the simulated time of one training step (0: measured once at start on "
+                "this machine)",
                 world(&SimConfig::step_ms), 0, 1e6),
       O::flag("trace-exchanges", "one events.jsonl line per exchange side",
               world(&SimConfig::trace_exchanges)),
       O::flag(
           "no-plots", "do not run scripts/plot_sim.py on the run folder at the end",
           [](SimArgs& a) -> bool& { return a.o.plots; }, false),
-      {"log-level", "L", "spdlog level of the protocol code (default warn)",
-       [](SimArgs& a, const std::string& v) { a.o.log_level = v; }},
+      O::text("log-level", "L", "spdlog level of the protocol code",
+              [](SimArgs& a) -> std::string& { return a.o.log_level; }),
   });
   return table;
 }
@@ -214,7 +222,11 @@ void unknown_flag(SimArgs& a, const std::string& name, const std::string& value)
       a.peer_args.push_back("--" + name + "=" + value);
       return;
     }
-  throw UsageError("unknown flag '--" + name + "' (see --help)");
+  if (peer_options().find(name))
+    throw UsageError("--" + name + " is a gossip-peer flag that gossip-sim does not take (see --help)");
+  std::vector<std::string> known = sim_options().names();
+  known.insert(known.end(), std::begin(kPeerFlags), std::end(kPeerFlags));
+  throw apps::unknown_flag(name, known);
 }
 
 }  // namespace
@@ -255,7 +267,7 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
       for (const auto& arg : args)
         if (arg == "--mix" || arg.rfind("--mix=", 0) == 0) o.world.peer.robust.mix = o.world.mix;
       // Every sim peer gossips: gossip-peer's --linger default for a peer with seeds (10 s).
-      if (!given("--linger")) o.world.peer.linger_s = 10.0;
+      if (!given("--linger")) o.world.peer.linger_s = kDefaultLingerS;
       core::validate(o.world.peer.train);
       // The data's labels and shape now, so that a missing or bad data set is refused before the
       // run folder is made.
