@@ -31,6 +31,8 @@ class PeerNode {
   const std::string& listen_addr() const { return transport_->listen_addr(); }
   // The gossip side: start (join), the step hook, catch-up, waits and stats (gossip/node/node.hpp).
   gossip::Node& gossip() { return *node_; }
+  // The transport (the Python binding sizes its buffer pool for a caller's vector).
+  net::TcpTransport& transport() { return *transport_; }
   // Leaves the swarm gracefully and stops the transport.
   void stop();
 
