@@ -55,7 +55,7 @@ def main():
     ap.add_argument("--alone", action="store_true", help="no peer: train on all the data alone")
     ap.add_argument("--epochs", type=int, default=4, help="passes over the whole data set")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--lr", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--listen", default="127.0.0.1:0")
     ap.add_argument("--seeds", default="")

@@ -23,6 +23,9 @@ def run(*args):
 
 def read_until(proc, key):
     for line in proc.stdout:
+        if not line.startswith("{"):
+            print(line, end="")  # the peer's log (warnings)
+            continue
         e = json.loads(line)
         if key in e:
             return e
