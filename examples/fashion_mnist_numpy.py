@@ -7,6 +7,9 @@
     # the same model on all the data, alone (the reference):
     python fashion_mnist_numpy.py --alone
 
+With --metrics RUN/peerI/metrics.jsonl for each peer, `gossip-launch --report RUN` makes them one
+run: summary.json, table.txt and the plots, as for gossip-peer processes.
+
 The model's parameters live in one float32 vector `params`; W and b are views of it, so the
 training step and the peer's averaging change the same memory. A peer started again after a crash
 (--catch-up auto) takes a live member's vector and step count and trains on from there.
@@ -43,8 +46,12 @@ def load(data, shard, num_shards, seed):
     return x[order].astype(numpy.float32) * scale, y[order], xt.astype(numpy.float32) * scale, yt
 
 
-def accuracy(W, b, x, y):
-    return float(((x @ W + b).argmax(1) == y).mean())
+def evaluate(W, b, x, y):
+    """Test accuracy and mean cross-entropy."""
+    logits = x @ W + b
+    logits -= logits.max(1, keepdims=True)
+    log_p = logits - numpy.log(numpy.exp(logits).sum(1, keepdims=True))
+    return float((logits.argmax(1) == y).mean()), float(-log_p[numpy.arange(len(y)), y].mean())
 
 
 def main():
@@ -81,10 +88,12 @@ def main():
     peer = None
     if not a.alone:
         import gossiptrain
-        opts = dict(listen=a.listen, catch_up=a.catch_up, min_peers=a.min_peers, log_level="warn")
+        opts = dict(listen=a.listen, catch_up=a.catch_up, min_peers=a.min_peers, log_level="warn",
+                    shard=a.shard, num_shards=a.num_shards)
         if a.seeds:
             opts["seeds"] = a.seeds
         if a.metrics:
+            os.makedirs(os.path.dirname(a.metrics) or ".", exist_ok=True)
             opts["metrics"] = a.metrics
         peer = gossiptrain.Peer(params, **opts)
         print(json.dumps({"address": peer.address}), flush=True)
@@ -106,16 +115,24 @@ def main():
         if peer:
             peer.step()
         if (step + 1) % steps_per_epoch == 0:
-            print(json.dumps({"epoch": (step + 1) // steps_per_epoch, "step": step + 1,
-                              "test_acc": accuracy(W, b, xt, yt)}), flush=True)
-    out = {"final_test_acc": accuracy(W, b, xt, yt), "steps": total, "start_step": start,
+            acc, loss = evaluate(W, b, xt, yt)
+            line = dict(epoch=(step + 1) // steps_per_epoch, step=step + 1, test_acc=acc,
+                        test_loss=loss)
+            print(json.dumps(line), flush=True)
+            if peer:
+                peer.metric("eval", **line)  # for gossip-launch --report
+    out = {"final_test_acc": evaluate(W, b, xt, yt)[0], "steps": total, "start_step": start,
            "seconds": time.monotonic() - t0}
     if peer:
         end = time.monotonic() + a.linger
         while time.monotonic() < end:  # others may still be training: keep averaging with them
             peer.step()
             time.sleep(0.01)
-        out["final_test_acc"] = accuracy(W, b, xt, yt)
+        acc, loss = evaluate(W, b, xt, yt)
+        out["final_test_acc"] = acc
+        peer.metric("eval", epoch=a.epochs, step=total, test_acc=acc, test_loss=loss, final=True)
+        peer.metric("done", steps=total, epochs=a.epochs, final_test_acc=acc,
+                    seconds=out["seconds"])
         out.update(exchanges=peer.stats(), caught_up=peer.caught_up)
         peer.close()
     print(json.dumps(out), flush=True)

@@ -12,6 +12,7 @@ mixing and metric lines); its options are gossip-peer's flags with '_' for '-', 
 same code with the same messages (docs/python.md).
 """
 
+import json
 import os
 import tempfile
 import weakref
@@ -183,6 +184,13 @@ class Peer:
     def stats(self):
         """Exchanges so far: ok, averaging, failed, bytes_sent, bytes_received, lag waits."""
         return self._core.stats()
+
+    def metric(self, event, **fields):
+        """Appends a metric line of yours to the peer's metrics file (metrics=), on its clock:
+        `eval` (epoch, step, test_acc, test_loss, final) and `done` (steps, epochs,
+        final_test_acc, seconds) lines make `gossip-launch --report DIR` summarize several
+        Python processes as one run (docs/python.md)."""
+        self._core.metric(event, json.dumps(fields))
 
     def save_checkpoint(self):
         """Writes checkpoint_dir/checkpoint.bin now (it is also written every checkpoint_every

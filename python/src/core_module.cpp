@@ -19,6 +19,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "apps/common/options.hpp"
@@ -46,7 +47,8 @@ const std::set<std::string>& python_flags() {
       "clip-window", "clip-warmup", "clip-warmup-frac", "suspect-mult", "suspect-floor",
       "suspect-action", "suspect-decay", "suspect-min-clip", "partner-choice", "refuse-mult",
       "ban-after", "ban-window", "ban", "fault", "net-nice", "crypto-threads", "max-rate",
-      "catch-up", "catch-up-timeout", "min-peers", "min-peers-timeout", "metrics",
+      "catch-up", "catch-up-timeout", "min-peers", "min-peers-timeout", "metrics", "shard",
+      "num-shards",
       "checkpoint-dir", "checkpoint-every", "log-level"};
   return flags;
 }
@@ -143,6 +145,16 @@ class BufferPeer final : public core::StateSource {
       node_->transport().buffers().set_limit(
           std::max<std::size_t>(8u << 20, 2 * 4 * n_ + (2u << 20)));
       metrics_->set_peer(node_->peer_id());
+      // Where this process's t = 0 stands in wall time, and its shard: what
+      // `gossip-launch --report` needs to put peers started by hand on one time axis.
+      metrics_->emit("clock",
+                     {{"unix_s", std::chrono::duration<double>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                         .count() -
+                                     metrics_->seconds()},
+                      {"shard", cfg_.shard},
+                      {"num_shards", cfg_.num_shards},
+                      {"model", model_given ? cfg_.train.model : "flat:" + std::to_string(n_)}});
       metrics_->emit("python_peer", {{"n_params", n_},
                                      {"fingerprint", std::to_string(fingerprint_)},
                                      {"resumed", resumed_},
@@ -288,6 +300,15 @@ class BufferPeer final : public core::StateSource {
     save();
   }
 
+  // A metric line of the caller's (eval, done, ...) in the peer's metrics file, on its clock.
+  void metric(const std::string& event, const std::string& fields_json) {
+    check_open();
+    auto fields = nlohmann::json::parse(fields_json, nullptr, false);
+    if (!fields.is_object())
+      throw apps::UsageError("metric fields must be a JSON object, got " + fields_json);
+    metrics_->emit(event, std::move(fields));
+  }
+
   // core::StateSource: what a joining peer catches up with (training thread: inside step()).
   core::Checkpoint state() override {
     core::Checkpoint c;
@@ -362,6 +383,7 @@ NB_MODULE(_core, m) {
       .def("close", &BufferPeer::close)
       .def("stats", &BufferPeer::stats)
       .def("save_checkpoint", &BufferPeer::save_checkpoint)
+      .def("metric", &BufferPeer::metric)
       .def_prop_ro("closed", &BufferPeer::closed)
       .def_prop_ro("address", &BufferPeer::address)
       .def_prop_ro("peer_id", &BufferPeer::peer_id)

@@ -38,18 +38,19 @@ def test_four_numpy_peers_match_one_model_trained_on_all_the_data(tmp_path):
         pytest.skip("Fashion-MNIST is not in %s (apt-get install dataset-fashion-mnist)" % DATA)
     alone = run("--alone")
     first = run("--shard", "0", "--num-shards", "4", "--min-peers", "4", "--linger", "10",
-                "--metrics", str(tmp_path / "p0.jsonl"))
+                "--metrics", str(tmp_path / "peer0" / "metrics.jsonl"))
     addr = read_until(first, "address")["address"]
     peers = [first] + [
         run("--shard", str(i), "--num-shards", "4", "--min-peers", "4", "--linger", "10",
-            "--seeds", addr, "--metrics", str(tmp_path / ("p%d.jsonl" % i))) for i in (1, 2, 3)]
+            "--seeds", addr, "--metrics", str(tmp_path / ("peer%d" % i) / "metrics.jsonl"))
+        for i in (1, 2, 3)]
     # Peer 3 crashes after its first epoch and is started again: it takes a live member's vector
     # and step count (--catch-up auto) and trains the rest of the run from there.
     read_until(peers[3], "epoch")
     peers[3].send_signal(signal.SIGKILL)
     peers[3].wait()
     peers[3] = run("--shard", "3", "--num-shards", "4", "--catch-up", "auto", "--linger", "10",
-                   "--seeds", addr, "--metrics", str(tmp_path / "p3-restarted.jsonl"))
+                   "--seeds", addr, "--metrics", str(tmp_path / "peer3" / "metrics.jsonl"))
     caught = read_until(peers[3], "caught_up")["caught_up"]
     assert caught and caught["ok"], caught
     assert caught["step"] > 0
@@ -63,3 +64,14 @@ def test_four_numpy_peers_match_one_model_trained_on_all_the_data(tmp_path):
     for r in results:
         assert r["exchanges"]["averaging"] > 0, r
         assert r["final_test_acc"] >= reference - 0.01, (r, reference)
+    # The run folder as gossip-launch --report reads it (GT_LAUNCH_BIN: the CTest entry sets it):
+    # one run of four peers, peer 3 with two lives, summary.json and the plots.
+    launch = os.environ.get("GT_LAUNCH_BIN")
+    if launch:
+        r = subprocess.run([launch, "--report", str(tmp_path)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        summary = json.load(open(tmp_path / "summary.json"))
+        print(open(tmp_path / "table.txt").read())
+        assert summary["num_peers"] == 4, summary["peers"]
+        assert abs(summary["final_test_acc_mean"] - results[0]["final_test_acc"]) < 0.01
+        assert (tmp_path / "accuracy.png").exists()
