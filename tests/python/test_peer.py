@@ -148,3 +148,34 @@ def test_torch_tensors_are_checked():
         t.resize_(100000)  # new storage: the peer's pending mix must not go to the old one
         with pytest.raises(RuntimeError, match="resized or its storage replaced"):
             p.step()
+
+
+def test_ctrl_c_leaves_the_swarm_cleanly(tmp_path):
+    # A process interrupted in its training loop leaves through the `with`: the other peer
+    # learns it as `left` (a goodbye), not `suspect`/`dead` after probe timeouts.
+    import signal
+    import time
+
+    observer_metrics = tmp_path / "observer.jsonl"
+    observer = gossiptrain.Peer(numpy.ones(100, numpy.float32), log_level="warn",
+                                metrics=str(observer_metrics))
+    try:
+        leaver = start("1.0", "60", "--seed", observer.address, "--n", "100")
+        first_line(leaver)
+        joined_by = time.monotonic() + 20
+        while observer.members == 0 and time.monotonic() < joined_by:
+            observer.step()
+            time.sleep(0.01)
+        assert observer.members == 1
+        leaver.send_signal(signal.SIGINT)
+        assert leaver.wait(timeout=20) != 0  # KeyboardInterrupt
+        left_by = time.monotonic() + 10
+        while observer.members > 0 and time.monotonic() < left_by:
+            observer.step()
+            time.sleep(0.01)
+        states = [json.loads(l).get("state") for l in open(observer_metrics)
+                  if '"member"' in l]
+        assert "left" in states, states
+        assert "dead" not in states and "suspect" not in states, states
+    finally:
+        observer.close()
