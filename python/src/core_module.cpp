@@ -19,8 +19,8 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "apps/common/options.hpp"
 #include "apps/common/peer_node.hpp"
@@ -40,16 +40,52 @@ namespace {
 // The gossip-peer flags a Python peer takes: the network, averaging and robust mixing, catch-up,
 // metrics and checkpoints. Not the training ones: the caller trains.
 const std::set<std::string>& python_flags() {
-  static const std::set<std::string> flags = {
-      "listen", "advertise", "seeds", "identity", "network-key", "allowlist", "model",
-      "gossip-every", "max-lag", "max-lag-share", "wire", "error-feedback", "comm-preset",
-      "outer-every", "outer-lr", "outer-momentum", "max-diff-norm", "mix", "clip-mult",
-      "clip-window", "clip-warmup", "clip-warmup-frac", "suspect-mult", "suspect-floor",
-      "suspect-action", "suspect-decay", "suspect-min-clip", "partner-choice", "refuse-mult",
-      "ban-after", "ban-window", "ban", "fault", "net-nice", "crypto-threads", "max-rate",
-      "catch-up", "catch-up-timeout", "min-peers", "min-peers-timeout", "metrics", "shard",
-      "num-shards",
-      "checkpoint-dir", "checkpoint-every", "log-level"};
+  static const std::set<std::string> flags = {"listen",
+                                              "advertise",
+                                              "seeds",
+                                              "identity",
+                                              "network-key",
+                                              "allowlist",
+                                              "model",
+                                              "gossip-every",
+                                              "max-lag",
+                                              "max-lag-share",
+                                              "wire",
+                                              "error-feedback",
+                                              "comm-preset",
+                                              "outer-every",
+                                              "outer-lr",
+                                              "outer-momentum",
+                                              "max-diff-norm",
+                                              "mix",
+                                              "clip-mult",
+                                              "clip-window",
+                                              "clip-warmup",
+                                              "clip-warmup-frac",
+                                              "suspect-mult",
+                                              "suspect-floor",
+                                              "suspect-action",
+                                              "suspect-decay",
+                                              "suspect-min-clip",
+                                              "partner-choice",
+                                              "refuse-mult",
+                                              "ban-after",
+                                              "ban-window",
+                                              "ban",
+                                              "fault",
+                                              "net-nice",
+                                              "crypto-threads",
+                                              "max-rate",
+                                              "catch-up",
+                                              "catch-up-timeout",
+                                              "min-peers",
+                                              "min-peers-timeout",
+                                              "metrics",
+                                              "shard",
+                                              "num-shards",
+                                              "checkpoint-dir",
+                                              "checkpoint-every",
+                                              "log-level"};
   return flags;
 }
 
@@ -213,10 +249,9 @@ class BufferPeer final : public core::StateSource {
     } else {
       spdlog::warn("catch-up failed ({}) after {:.0f} ms: keeping the buffer as it is", r->reason,
                    r->ms);
-      metrics_->emit("catch_up", {{"ok", false},
-                                  {"reason", r->reason},
-                                  {"ms", r->ms},
-                                  {"attempts", r->attempts}});
+      metrics_->emit(
+          "catch_up",
+          {{"ok", false}, {"reason", r->reason}, {"ms", r->ms}, {"attempts", r->attempts}});
       d["reason"] = r->reason;
     }
     return d;
@@ -376,8 +411,7 @@ NB_MODULE(_core, m) {
   nb::exception<net::ConfigError>(m, "ConfigError", PyExc_ValueError);
   nb::exception<core::CheckpointError>(m, "CheckpointError", PyExc_ValueError);
   nb::class_<BufferPeer>(m, "Peer")
-      .def(nb::init<Buffer, const std::vector<std::string>&>(), nb::arg("buffer"),
-           nb::arg("args"))
+      .def(nb::init<Buffer, const std::vector<std::string>&>(), nb::arg("buffer"), nb::arg("args"))
       .def("join", &BufferPeer::join)
       .def("step", &BufferPeer::step)
       .def("close", &BufferPeer::close)
@@ -392,9 +426,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("size", &BufferPeer::size)
       .def_prop_ro("fingerprint", &BufferPeer::fingerprint)
       .def_prop_ro("resumed", &BufferPeer::resumed);
-  m.def("peer_flags", [] {
-    return std::vector<std::string>(python_flags().begin(), python_flags().end());
-  });
+  m.def("peer_flags",
+        [] { return std::vector<std::string>(python_flags().begin(), python_flags().end()); });
   m.def("flag_help", [](const std::string& name) -> std::string {
     const auto* o = apps::peer_options().find(name);
     return o ? o->help : std::string();
