@@ -19,6 +19,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -407,6 +408,8 @@ class BufferPeer final : public core::StateSource {
 
 NB_MODULE(_core, m) {
   m.doc() = "gossiptrain's peer over a float32 vector (use the gossiptrain package, not this)";
+  // The peer's log goes to stderr: a Python program's stdout is its own (gossip-peer's is its log).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("gossiptrain"));
   nb::exception<apps::UsageError>(m, "UsageError", PyExc_ValueError);
   nb::exception<net::ConfigError>(m, "ConfigError", PyExc_ValueError);
   nb::exception<core::CheckpointError>(m, "CheckpointError", PyExc_ValueError);

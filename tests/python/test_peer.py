@@ -20,9 +20,11 @@ def start(*args):
 
 
 def first_line(proc):
-    line = proc.stdout.readline()
-    assert line, "the peer process printed nothing (exit code %s)" % proc.poll()
-    return json.loads(line)
+    """The next JSON line the process prints (its address, then its result)."""
+    for line in proc.stdout:
+        if line.startswith("{"):
+            return json.loads(line)
+    raise AssertionError("the peer process ended (exit code %s) without its line" % proc.wait())
 
 
 def test_three_processes_average_to_the_mean_in_place():
