@@ -10,7 +10,7 @@ PKGS=(
   libopenblas-dev zlib1g-dev
   iproute2 nftables
   dataset-fashion-mnist
-  python3 python3-matplotlib python3-numpy python3-venv
+  python3 python3-matplotlib python3-numpy python3-venv python3-dev
   prometheus
   podman runc netavark aardvark-dns iptables mmdebstrap python3-yaml  # netavark needs iptables
   slurmctld slurmd slurm-client munge  # the SLURM system test (docs/cluster.md)

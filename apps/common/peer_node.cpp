@@ -18,8 +18,12 @@ void PeerNode::limit_buffer_pool(std::size_t n_params) {
 }
 
 PeerNode::PeerNode(const PeerConfig& cfg, const core::Model& model, kernels::Backend& backend,
-                   core::Metrics& metrics, std::vector<int> net_cpus) {
-  const std::uint64_t fingerprint = model.fingerprint();
+                   core::Metrics& metrics, std::vector<int> net_cpus)
+    : PeerNode(cfg, model.fingerprint(), model.num_params(), backend, metrics,
+               std::move(net_cpus)) {}
+
+PeerNode::PeerNode(const PeerConfig& cfg, std::uint64_t fingerprint, std::size_t n_params,
+                   kernels::Backend& backend, core::Metrics& metrics, std::vector<int> net_cpus) {
   identity_ = std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
   net::TcpTransportConfig tc = transport_config(cfg, identity_, fingerprint, std::move(net_cpus));
   // Another live peer with our key (the transport has logged the fix): a metric line too.
@@ -27,7 +31,7 @@ PeerNode::PeerNode(const PeerConfig& cfg, const core::Model& model, kernels::Bac
     metrics.emit("identity_clash", {{"addr", addr}, {"identity", file}});
   };
   transport_ = std::make_unique<net::TcpTransport>(std::move(tc));
-  limit_buffer_pool(model.num_params());
+  limit_buffer_pool(n_params);
   node_ = std::make_unique<gossip::Node>(*transport_, node_config(cfg, fingerprint), backend,
                                          metrics, [this] { transport_->start(); });
 }

@@ -27,13 +27,16 @@ class PeerNode {
   // net_cpus: the cores of the network threads (core::CpuPlan::net; empty: unpinned).
   PeerNode(const PeerConfig& cfg, const core::Model& model, kernels::Backend& backend,
            core::Metrics& metrics, std::vector<int> net_cpus = {});
+  // A vector of n_params values that is no model of ours (the Python binding's buffer), known to
+  // the handshake by fingerprint.
+  PeerNode(const PeerConfig& cfg, std::uint64_t fingerprint, std::size_t n_params,
+           kernels::Backend& backend, core::Metrics& metrics, std::vector<int> net_cpus = {});
   ~PeerNode();
 
   const std::string& peer_id() const;
   const std::string& listen_addr() const { return transport_->listen_addr(); }
   // The gossip side: start (join), the step hook, catch-up, waits and stats (gossip/node/node.hpp).
   gossip::Node& gossip() { return *node_; }
-  net::TcpTransport& transport() { return *transport_; }
   // Leaves the swarm gracefully and stops the transport.
   void stop();
 

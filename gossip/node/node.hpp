@@ -64,6 +64,8 @@ class Node final : private core::StepHook {
   // training thread has hung, and the swarm must stop counting on this peer.
   void withdraw();
   core::StepHook& hook() { return *this; }
+  // Live members known, this peer not counted. Any thread.
+  std::size_t live_count() const { return membership_->live_count(); }
   AveragerStats stats() const { return averager_->stats(); }
   // --max-lag: how often, and for how long in all, training waited for an exchange to complete.
   std::uint64_t lag_waits() const { return lag_waits_; }
