@@ -37,6 +37,8 @@ class PeerNode {
   const std::string& listen_addr() const { return transport_->listen_addr(); }
   // The gossip side: start (join), the step hook, catch-up, waits and stats (gossip/node/node.hpp).
   gossip::Node& gossip() { return *node_; }
+  // The transport (tests read its buffer pool's limit).
+  net::TcpTransport& transport() { return *transport_; }
   // Leaves the swarm gracefully and stops the transport.
   void stop();
 
