@@ -293,7 +293,7 @@ std::string config_error(const std::string& json_text, std::vector<std::string> 
 }  // namespace
 
 // Issue 12: --help showed no default for --epochs, --lr, --batch and others.
-TEST_CASE("--help: every option of gossip-peer, gossip-launch and gossip-sim that takes a value "
+TEST_CASE("help text: every option of gossip-peer, gossip-launch and gossip-sim that takes a value "
           "shows its default, read from a default-constructed config",
           "[apps]") {
   CHECK(without_default(peer_usage()).empty());
@@ -390,7 +390,7 @@ TEST_CASE("a mistyped flag or --config key is answered with the nearest known na
 }
 
 // Issue 10: {"epochs": "3"} was taken as a number where {"epochs": true} was refused.
-TEST_CASE("--config: a key takes the JSON type of its flag, a string where a number is expected "
+TEST_CASE("config files: a key takes the JSON type of its flag: a string where a number is expected "
           "is refused naming the key and the type",
           "[apps]") {
   CHECK_THAT(config_error(R"({"epochs": "3"})"), Contains("'epochs' takes a number"));

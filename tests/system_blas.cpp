@@ -132,7 +132,14 @@ TEST_CASE(
   CHECK(first["blas_core_source"] == "probe");
   CHECK(first["blas_core_tried"] == native);
   CHECK(has(out, "checking " + native + " in a child process"));
-  CHECK(has(out, "running again with OPENBLAS_CORETYPE=" + native));
+  // It runs again only where OpenBLAS really loaded another core; where it loaded the native one
+  // already (only the detection is pretended), there is nothing to switch.
+  const std::string loaded = kn::blas_info().core;
+  INFO("OpenBLAS loaded " << loaded << " here");
+  if (!kn::same_core(loaded, native))
+    CHECK(has(out, "running again with OPENBLAS_CORETYPE=" + native));
+  else
+    CHECK_FALSE(has(out, "running again"));
   CHECK(cache_files(tmp.str()) == 1);
 
   const json second = bench_json({}, tmp / "second.log", &out);

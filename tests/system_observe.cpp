@@ -20,6 +20,7 @@
 
 #include "core/checkpoint.hpp"
 #include "core/model.hpp"
+#include "net/close_reason.hpp"
 #include "tests/system_process.hpp"
 #include "tests/test_util.hpp"
 
@@ -325,10 +326,10 @@ TEST_CASE("prometheus: a real Prometheus scrapes the 4 peers of a launch with it
       }
     }
   }
-  // Closed connections by typed reason: every reason a series of every peer from the start (18
-  // of them, the bounded set of net::CloseReason), no other label value.
+  // Closed connections by typed reason: every reason a series of every peer from the start (the
+  // bounded set of net::CloseReason), no other label value.
   const auto closed = query("gossiptrain_connections_closed_total");
-  CHECK(closed.size() == 4 * 18);
+  CHECK(closed.size() == 4 * gossiptrain::net::kCloseReasonCount);
   for (const auto& series : closed) {
     const std::string reason = series["metric"].value("reason", "");
     INFO(reason);

@@ -162,8 +162,12 @@ const OptionTable<SimArgs>& sim_options() {
        }}.unset_means("none: --latency alone").of_kind(ValueKind::Text),
       O::named<gossip::MixMode>(
           "mix", {{"plain", gossip::MixMode::Plain}, {"clipped", gossip::MixMode::Clipped}},
-          "the averager's mixing (--workload train without it: gossip-peer's --mix default)",
-          world(&SimConfig::mix)),
+          "the averager's mixing",
+          world(&SimConfig::mix))
+          .shows([](SimArgs&) {
+            return std::string("plain for --workload consensus; clipped, gossip-peer's default, "
+                               "for --workload train");
+          }),
       O::number("step-ms", "MS",
                 "train: the simulated time of one training step (0: measured once at start on "
                 "this machine)",
