@@ -52,6 +52,30 @@ double to_number(const std::string& flag, const std::string& v) {
   return x;
 }
 
+// A WIRE|off flag that sets an optional wire: "off" clears it, a --wire value that allowed()
+// takes sets it; shown as the wire's name or "off".
+PeerOption wire_or_off(const std::string& name, std::string help,
+                       std::optional<kernels::Wire> PeerConfig::*field,
+                       bool (*allowed)(kernels::Wire), const std::string& takes, ValueKind kind) {
+  return PeerOption{name, "WIRE|off", std::move(help),
+                    [=](PeerConfig& c, const std::string& v) {
+                      if (v == "off") {
+                        (c.*field).reset();
+                        return;
+                      }
+                      for (const auto& [n, w] : wire_values())
+                        if (n == v && allowed(w)) {
+                          c.*field = w;
+                          return;
+                        }
+                      throw bad_value(name, v, takes);
+                    }}
+      .shows([field](PeerConfig& c) {
+        return c.*field ? std::string(kernels::wire_name(*(c.*field))) : "off";
+      })
+      .of_kind(kind);
+}
+
 }  // namespace
 
 // gossip-peer's table ends with the FedAvg flags, kept in their own file.
@@ -181,43 +205,21 @@ const OptionTable<PeerConfig>& peer_options() {
          c.error_feedback = v == "on";
        }}.shows([](PeerConfig& c) { return show_value(c.error_feedback); })
           .of_kind(ValueKind::Text),
-      PeerOption{"finish-wire", "WIRE|off",
-       "from --finish-from of training on, exchange in this wire instead of --wire (both "
-       "partners switch; a peer switches too when a partner is on it): a coarse wire early, a "
-       "finer one where the final accuracy is made (docs/communication.md)",
-       [](PeerConfig& c, const std::string& v) {
-         if (v == "off") {
-           c.finish_wire.reset();
-           return;
-         }
-         for (const auto& [name, w] : wire_values())
-           if (name == v) {
-             c.finish_wire = w;
-             return;
-           }
-         throw bad_value("finish-wire", v, "off or a --wire value");
-       }}.shows([](PeerConfig& c) {
-         return c.finish_wire ? std::string(kernels::wire_name(*c.finish_wire)) : "off";
-       }).of_kind(ValueKind::NumberOrWord),
-      PeerOption{"slow-link-wire", "WIRE|off",
-       "with --wire fp32 and no --finish-wire: exchange in this wire, with error feedback, with "
-       "each partner whose link is measured slow (under 4 MB/s both ways in an fp32 exchange; "
-       "the partner takes the wire the request names), fp32 with the others "
-       "(docs/communication.md; off: fp32 with every partner)",
-       [](PeerConfig& c, const std::string& v) {
-         if (v == "off") {
-           c.slow_link_wire.reset();
-           return;
-         }
-         for (const auto& [name, w] : wire_values())
-           if (name == v && w != kernels::Wire::Fp32 && w != kernels::Wire::Int2) {
-             c.slow_link_wire = w;
-             return;
-           }
-         throw bad_value("slow-link-wire", v, "off or a --wire value other than fp32 and int2");
-       }}.shows([](PeerConfig& c) {
-         return c.slow_link_wire ? std::string(kernels::wire_name(*c.slow_link_wire)) : "off";
-       }).of_kind(ValueKind::Text),
+      wire_or_off("finish-wire",
+                  "from --finish-from of training on, exchange in this wire instead of --wire "
+                  "(both partners switch; a peer switches too when a partner is on it): a coarse "
+                  "wire early, a finer one where the final accuracy is made "
+                  "(docs/communication.md)",
+                  &PeerConfig::finish_wire, [](kernels::Wire) { return true; },
+                  "off or a --wire value", ValueKind::NumberOrWord),
+      wire_or_off("slow-link-wire",
+                  "with --wire fp32 and no --finish-wire: exchange in this wire, with error "
+                  "feedback, with each partner whose link is measured slow (under 4 MB/s both "
+                  "ways in an fp32 exchange; the partner takes the wire the request names), fp32 "
+                  "with the others (docs/communication.md; off: fp32 with every partner)",
+                  &PeerConfig::slow_link_wire,
+                  [](kernels::Wire w) { return w != kernels::Wire::Fp32 && w != kernels::Wire::Int2; },
+                  "off or a --wire value other than fp32 and int2", ValueKind::Text),
       O::number("finish-from", "P",
                 "the fraction of training after which --finish-wire takes over",
                 &PeerConfig::finish_from, 0.01, 1),
