@@ -26,13 +26,19 @@ def demo_targets():
 
 
 def installed_from_build():
-    """The build-tree files that the install scripts copy (file(INSTALL ... FILES "...") lines)."""
-    files = set()
-    for root, _, names in os.walk(build):
-        if "cmake_install.cmake" not in names:
+    """The build-tree files that the install scripts copy (file(INSTALL ... FILES "...") lines),
+    following BUILD/cmake_install.cmake and the scripts it includes: only this project's install.
+    (Other CMake trees can sit inside BUILD, e.g. pip's build of the Python package in build/py/;
+    `cmake --install BUILD` does not run theirs.)"""
+    files, todo, seen = set(), [os.path.join(build, "cmake_install.cmake")], set()
+    while todo:
+        script = todo.pop()
+        if script in seen or not os.path.isfile(script):
             continue
-        with open(os.path.join(root, "cmake_install.cmake")) as f:
+        seen.add(script)
+        with open(script) as f:
             text = f.read()
+        todo += re.findall(r'include\("([^"]+/cmake_install\.cmake)"\)', text)
         for m in re.finditer(r'file\(INSTALL [^)]*?FILES ([^)]*)\)', text):
             for path in re.findall(r'"([^"]+)"', m.group(1)):
                 if path.startswith(build + "/"):
