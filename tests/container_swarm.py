@@ -185,17 +185,25 @@ try:
     vol = [container_lib.volume_dir(f"{TAG}-state-{i}") for i in range(N)]
     mfile = [os.path.join(v, "metrics.jsonl") for v in vol]
 
-    # /healthz answers on the metrics port, as the probes ask it.
+    # /healthz and /readyz answer on the metrics port, as the probes ask them.
     ip = podman("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
                 f"{TAG}-0").stdout.strip()
 
     def healthz():
         try:
             with urllib.request.urlopen(f"http://{ip}:{metrics_port}/healthz", timeout=2) as r:
-                return r.status == 200 and r.read().strip() == b"ok"
+                return r.status == 200 and r.read().startswith(b"ok: ")
+        except OSError:
+            return False
+
+    def readyz():
+        try:
+            with urllib.request.urlopen(f"http://{ip}:{metrics_port}/readyz", timeout=2) as r:
+                return r.status == 200 and r.read().startswith(b"ready: ")
         except OSError:
             return False
     check(bool(poll("/healthz answers 200 ok", healthz, 60)), f"/healthz of {TAG}-0 at {ip}")
+    check(bool(poll("/readyz answers 200 ready", readyz, 60)), f"/readyz of {TAG}-0 at {ip}")
 
     # The victim has trained 30% of its epochs and has a checkpoint.
     if not poll("the victim reaches 30% of its epochs",

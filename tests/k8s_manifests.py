@@ -73,10 +73,10 @@ check(str(ports["gossip"]) == env.get("GT_PORT") and str(ports["metrics"]) == en
 sel = svc["spec"]["selector"]
 labels = sts["spec"]["template"]["metadata"]["labels"]
 check(all(labels.get(k) == v for k, v in sel.items()), "the Service selects the StatefulSet's pods")
-for probe in ("readinessProbe", "livenessProbe"):
+for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
     g = c.get(probe, {}).get("httpGet", {})
-    check(g.get("path") == "/healthz" and g.get("port") in ("metrics", ports["metrics"]),
-          f"{probe} asks /healthz on the metrics port")
+    check(g.get("path") == path and g.get("port") in ("metrics", ports["metrics"]),
+          f"{probe} asks {path} on the metrics port")
 req = c.get("resources", {}).get("requests", {})
 check("cpu" in req and "memory" in req, "the container requests cpu and memory")
 mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}

@@ -383,6 +383,8 @@ TEST_CASE(
   REQUIRE(
       gt_test::eventually(60s, [&] { return lines_of(dir / "m0.jsonl", "exchange").size() >= 2; }));
   CHECK_THAT(http_get(http, "/healthz"), Catch::StartsWith("HTTP/1.1 200"));
+  // Joined (peer 1 averages with it) and training: ready.
+  CHECK_THAT(body_of(http_get(http, "/readyz")), Catch::StartsWith("ready: training, step "));
   const auto steps_before = lines_of(dir / "m0.jsonl", "step").size();
   const auto ex_before = lines_of(dir / "m0.jsonl", "exchange").size();
 
@@ -482,5 +484,61 @@ TEST_CASE(
     for (const auto& e : fs::directory_iterator(run + "/tensorboard/peer" + std::to_string(i)))
       found |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
     CHECK(found);
+  }
+}
+
+// Issue #44: /healthz answered "ok" whatever training did (it showed the HTTP thread alive), and
+// nothing said whether a peer had joined. Now /healthz follows the watchdog, /readyz the join.
+TEST_CASE(
+    "/readyz says not ready while a peer waits for its cohort and /healthz says ok, and a stuck "
+    "training thread turns /healthz and /readyz to 503",
+    "[system][observe]") {
+  gt_test::TempDir dir("gt-health");
+  std::ofstream(dir / "net.key") << std::string(64, 'b') << "\n";
+  const std::vector<std::string> common = {
+      "--data",          "synthetic",  "--backend",   "cpu",       "--model", "mlp:784-32-10",
+      "--epochs",        "100000",     "--network-key", dir / "net.key", "--linger", "0"};
+  {
+    // --min-peers 2 and nobody else: it waits to join, training has not started.
+    const int port = gt_test::free_port(), http = gt_test::free_port();
+    auto flags = common;
+    flags.insert(flags.end(), {"--listen", "127.0.0.1:" + std::to_string(port), "--identity",
+                               dir / "id0", "--min-peers", "2", "--min-peers-timeout", "60",
+                               "--prometheus", "127.0.0.1:" + std::to_string(http)});
+    Process p(peer_argv(flags), dir / "log0.txt");
+    INFO(gt_test::read_file(dir / "log0.txt"));
+    REQUIRE(gt_test::eventually(30s, [&] { return !http_get(http, "/readyz").empty(); }));
+    const std::string ready = http_get(http, "/readyz");
+    CHECK_THAT(ready, Catch::StartsWith("HTTP/1.1 503"));
+    CHECK(body_of(ready) == "not ready: joining the swarm\n");
+    const std::string live = http_get(http, "/healthz");
+    CHECK_THAT(live, Catch::StartsWith("HTTP/1.1 200"));
+    CHECK(body_of(live) == "ok: joining the swarm\n");
+    p.signal(SIGTERM);
+    REQUIRE(p.wait_for(30s));
+  }
+  {
+    // Alone, training; its training thread hangs for good at step 200 (a test-only fault).
+    const int port = gt_test::free_port(), http = gt_test::free_port();
+    auto flags = common;
+    flags.insert(flags.end(), {"--listen", "127.0.0.1:" + std::to_string(port), "--identity",
+                               dir / "id1", "--stall-timeout", "3", "--stop-grace", "3",
+                               "--prometheus", "127.0.0.1:" + std::to_string(http)});
+    ::setenv("GT_TEST_STALL_AT_STEP", "200", 1);
+    Process p(peer_argv(flags), dir / "log1.txt");
+    ::unsetenv("GT_TEST_STALL_AT_STEP");
+    INFO(gt_test::read_file(dir / "log1.txt"));
+    std::string live;
+    REQUIRE(gt_test::eventually(90s, [&] {
+      live = http_get(http, "/healthz");
+      return live.rfind("HTTP/1.1 503", 0) == 0;
+    }));
+    CHECK_THAT(body_of(live), Catch::StartsWith("stalled: the training thread is stuck"));
+    CHECK_THAT(body_of(live), Catch::Contains("step 200"));
+    const std::string ready = http_get(http, "/readyz");
+    CHECK_THAT(ready, Catch::StartsWith("HTTP/1.1 503"));
+    CHECK_THAT(body_of(ready), Catch::Contains("left the swarm"));
+    p.signal(SIGTERM);
+    REQUIRE(p.wait_for(15s));
   }
 }

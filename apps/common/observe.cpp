@@ -18,9 +18,48 @@ std::vector<std::string> close_reason_names() {
   return names;
 }
 
+constexpr const char* kText = "text/plain; charset=utf-8";
+
+std::string doing(const PeerHealth& h) {
+  const auto seen = h.heartbeat.seen();
+  std::string s = phase_name(h.phase.load());
+  if (seen.beats > 0) s += ", step " + std::to_string(seen.step);
+  return s;
+}
+
 }  // namespace
 
-PeerObservers::PeerObservers(const PeerConfig& cfg, core::Metrics& metrics) : metrics_(metrics) {
+const char* phase_name(PeerHealth::Phase p) {
+  switch (p) {
+    case PeerHealth::Phase::Starting: return "starting";
+    case PeerHealth::Phase::Joining: return "joining the swarm";
+    case PeerHealth::Phase::Training: return "training";
+    case PeerHealth::Phase::Lingering: return "lingering (training done, serving exchanges)";
+    case PeerHealth::Phase::Stopping: return "stopping";
+  }
+  return "unknown";
+}
+
+net::HttpResponse PeerHealth::liveness() const {
+  if (stalled.load())
+    return {503, kText,
+            "stalled: the training thread is stuck, " +
+                core::Watchdog::describe(heartbeat.seen()) + "\n"};
+  return {200, kText, "ok: " + doing(*this) + "\n"};
+}
+
+net::HttpResponse PeerHealth::readiness() const {
+  if (stalled.load() || left_swarm.load())
+    return {503, kText, "not ready: left the swarm after a stall of the training thread\n"};
+  const Phase p = phase.load();
+  if (p == Phase::Training || p == Phase::Lingering)
+    return {200, kText, "ready: " + doing(*this) + "\n"};
+  return {503, kText, std::string("not ready: ") + phase_name(p) + "\n"};
+}
+
+PeerObservers::PeerObservers(const PeerConfig& cfg, core::Metrics& metrics,
+                             const PeerHealth& health)
+    : metrics_(metrics) {
   if (!cfg.prometheus.empty()) {
     registry_ = std::make_unique<core::PrometheusRegistry>(cfg.train.batch, cfg.train.model,
                                                            close_reason_names());
@@ -30,14 +69,16 @@ PeerObservers::PeerObservers(const PeerConfig& cfg, core::Metrics& metrics) : me
     // The server thread reads the registry (its own lock, held for a copy); the training thread
     // never waits for a scrape.
     http_ = std::make_unique<
-        net::HttpServer>(host, port, [reg = registry_.get()](const std::string& path) {
+        net::HttpServer>(host, port, [reg = registry_.get(), &health](const std::string& path) {
       if (path == "/metrics")
         return net::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", reg->render()};
-      if (path == "/healthz") return net::HttpResponse{200, "text/plain; charset=utf-8", "ok\n"};
-      return net::HttpResponse{404, "text/plain; charset=utf-8", "not found\n"};
+      if (path == "/healthz") return health.liveness();
+      if (path == "/readyz") return health.readiness();
+      return net::HttpResponse{404, kText, "not found\n"};
     });
     metrics.add_sink(registry_.get());
-    spdlog::info("prometheus: serving /metrics and /healthz on {}:{}", host, http_->port());
+    spdlog::info("prometheus: serving /metrics, /healthz and /readyz on {}:{}", host,
+                 http_->port());
   }
   if (!cfg.tensorboard.empty()) {
     tensorboard_ = std::make_unique<core::TensorboardWriter>(cfg.tensorboard);

@@ -408,7 +408,7 @@ const OptionTable<PeerConfig>& peer_options() {
       O::text("metrics", "FILE.jsonl", "append metrics as JSON lines to FILE",
               &PeerConfig::metrics),
       PeerOption{"prometheus", "HOST:PORT",
-       "serve /metrics (Prometheus text format) and /healthz on HOST:PORT, e.g. 127.0.0.1:9100 "
+       "serve /metrics (Prometheus text format), /healthz and /readyz on HOST:PORT, e.g. 127.0.0.1:9100 "
        "(the host must be given)",
        [](PeerConfig& c, const std::string& v) {
          check_host_port(v, "prometheus", AddrUse::Listen);

@@ -190,20 +190,23 @@ class StallAtStep final : public core::StepHook {
 // --stop-grace ends the process here, keeping the last checkpoint written.
 // node is read only once training has started (a stall), after the main thread has set it.
 std::unique_ptr<core::Watchdog> start_watchdog(const apps::PeerConfig& cfg,
-                                               const core::Heartbeat& hb,
+                                               apps::PeerHealth& health,
                                                const std::unique_ptr<apps::PeerNode>& node) {
   core::WatchdogConfig wc;
   wc.stall_after_s = cfg.stall_timeout_s > 0 ? cfg.stall_timeout_s : 1e300;
   wc.stop_grace_s = cfg.stop_grace_s;
   core::Watchdog::Callbacks cb;
-  cb.on_stall = [&node](const std::string& state) {
+  cb.on_stall = [&node, &health](const std::string& state) {
+    health.stalled = true;
+    if (node) health.left_swarm = true;
     spdlog::error("watchdog: the training thread is stuck: {}; {}", state,
                   node ? "leaving the swarm so that others stop dialling this peer (restart it "
                          "to rejoin; SIGTERM ends it)"
                        : "SIGTERM ends it");
     if (node) node->gossip().withdraw();
   };
-  cb.on_recover = [&node](const std::string& state) {
+  cb.on_recover = [&node, &health](const std::string& state) {
+    health.stalled = false;
     spdlog::warn("watchdog: the training thread moves again ({}){}", state,
                  node ? "; this peer has left the swarm and trains alone" : "");
   };
@@ -215,7 +218,7 @@ std::unique_ptr<core::Watchdog> start_watchdog(const apps::PeerConfig& cfg,
     spdlog::default_logger()->flush();
     std::_Exit(130);
   };
-  return std::make_unique<core::Watchdog>(hb, wc, g_stop, std::move(cb));
+  return std::make_unique<core::Watchdog>(health.heartbeat, wc, g_stop, std::move(cb));
 }
 
 // What a peer trains with, read before training starts. Bad input (data, partition, backend
@@ -428,9 +431,12 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
       return usage_error(e.what());
     }
   }
+  // /healthz and /readyz read it from the HTTP thread: declared before the observers, it goes
+  // after them on the way out.
+  apps::PeerHealth health;
   std::unique_ptr<apps::PeerObservers> observers;
   try {
-    observers = std::make_unique<apps::PeerObservers>(cfg, metrics);
+    observers = std::make_unique<apps::PeerObservers>(cfg, metrics, health);
   } catch (const std::runtime_error& e) {
     return usage_error(e.what());
   }
@@ -443,12 +449,12 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
   spdlog::info("resident memory {:.0f} MB after loading the data", resident_mb());
   emit_data_line(metrics, r.data, r.blas);
   std::unique_ptr<apps::PeerNode> node;
-  core::Heartbeat heartbeat;
   // From here a stop request ends the process within --stop-grace (joining, catch-up and the
   // FedAvg modes included); stalls count from the first beat of the gossip trainer below.
   // Declared after node: it goes first on the way out.
-  const auto watchdog = start_watchdog(cfg, heartbeat, node);
+  const auto watchdog = start_watchdog(cfg, health, node);
   if (cfg.fedavg.enabled()) {  // a FedAvg server or client instead of a gossip peer
+    health.phase = apps::PeerHealth::Phase::Training;
     try {
       return cfg.fedavg.server ? apps::run_fedavg_server(cfg, *r.backend, r.data, metrics, g_stop)
                                : apps::run_fedavg_client(cfg, *r.backend, r.data, metrics, g_stop);
@@ -461,7 +467,7 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
   }
   // The trainer owns the model; the gossip node takes its fingerprint and parameter count.
   core::Trainer trainer(*r.backend, cfg.train, r.data.shard, r.data.test, metrics, nullptr);
-  trainer.set_heartbeat(&heartbeat);
+  trainer.set_heartbeat(&health.heartbeat);
   bool resumed = false;
   try {
     resumed = trainer.resume();
@@ -470,6 +476,7 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
                        " (move the checkpoint away or pass another --checkpoint-dir)");
   }
   if (cfg.gossip_enabled()) {
+    health.phase = apps::PeerHealth::Phase::Joining;
     try {
       node = start_gossip(cfg, trainer, r, metrics, resumed);
     } catch (const net::ConfigError& e) {
@@ -486,9 +493,13 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
     return node ? node->gossip().join_refused() : std::nullopt;
   };
   if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
+  health.phase = apps::PeerHealth::Phase::Training;
   core::TrainResult res = trainer.run(g_stop);
   if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
+  if (res.stopped || g_stop.load()) health.phase = apps::PeerHealth::Phase::Stopping;
+  else if (node) health.phase = apps::PeerHealth::Phase::Lingering;
   if (node) finish_gossip(cfg, trainer, *node, r.data.test, res, metrics);
+  health.phase = apps::PeerHealth::Phase::Stopping;
   report_done(res, metrics);
   if (!export_final(cfg, r, trainer, res, metrics)) return 1;
   return res.stopped ? 130 : 0;
