@@ -20,6 +20,12 @@ struct DialOutcome {
   bool timed_out = false;
 };
 
+// A name is looked up on a detached thread of its own (an address needs none), at most this many
+// at once: a lookup that hangs (a departed pod's name, DNS down) is left behind at the deadline
+// and never delays another dial or the io_context's destruction (docs/protocol.md, "Dialing").
+inline constexpr int kMaxNameLookups = 32;
+int name_lookups_in_flight();
+
 // Resolves host, connects to the first address that answers and writes `first` (when not empty),
 // all before `deadline`; past it, whatever is in flight is cut and the outcome is a timeout.
 // The deadline's timer handler holds its state by shared_ptr and acts only while the dial is in

@@ -1,6 +1,10 @@
 // Multi-process tests over loopback: real gossip-peer processes on the encrypted channel train
 // together, end closer to each other than without gossip, and survive a peer killed for real.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -864,4 +868,61 @@ TEST_CASE(
   CHECK(a.running());
   a.signal(SIGTERM);
   REQUIRE(a.wait_for(60s));
+}
+
+// Issue #44: a finished peer stayed up 10-31 s after "done", its main thread waiting for a name
+// lookup of a departed pod (Asio's resolver thread, joined by the io_context's destructor). Here
+// DNS never answers: the peer runs in its own mount namespace with a resolv.conf naming a UDP
+// socket of this test that reads nothing (timeout 30 s), and its seed is a name. Before the fix it
+// exited 14.6 s after "done"; now the lookup is left behind.
+TEST_CASE("a peer whose seed's name lookup hangs exits right after done", "[system][netns]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: needs root (a mount namespace and a socket on port 53)");
+    return;
+  }
+  if (::access("/usr/bin/unshare", X_OK) != 0) {
+    WARN("skipped: needs /usr/bin/unshare (util-linux)");
+    return;
+  }
+  // A loopback address of this process's own (127.53.X.Y from the pid), so that runs side by side
+  // do not share the server.
+  const std::string server = "127.53." + std::to_string(::getpid() / 250 % 250) + "." +
+                             std::to_string(::getpid() % 250 + 1);
+  const int sink = ::socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(53);
+  ::inet_pton(AF_INET, server.c_str(), &a.sin_addr);
+  if (::bind(sink, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(sink);
+    WARN("skipped: cannot bind " << server << ":53 for a DNS server that never answers");
+    return;
+  }
+  gt_test::TempDir dir("gt-dns-hang");
+  std::ofstream(dir / "resolv.conf") << "nameserver " << server
+                                     << "\noptions timeout:30 attempts:1\n";
+  std::ofstream(dir / "net.key") << std::string(64, 'c') << "\n";
+  std::string cmd = "mount --bind " + (dir / "resolv.conf") + " /etc/resolv.conf && exec";
+  std::vector<std::string> args{gt_test::peer_bin()};
+  args.insert(args.end(), kTrainFlags.begin(), kTrainFlags.end());
+  args.insert(args.end(), {"--epochs", "20", "--catch-up", "off", "--linger", "0", "--listen",
+                           "127.0.0.1:" + std::to_string(gt_test::free_port()), "--seeds",
+                           "departed.gossip.test:7000", "--network-key", dir / "net.key",
+                           "--identity", dir / "id"});
+  for (const auto& w : args) cmd += " '" + w + "'";
+  Process p({"/usr/bin/unshare", "-m", "/bin/sh", "-c", cmd}, dir / "log.txt");
+  INFO(gt_test::read_file(dir / "log.txt"));
+  REQUIRE(gt_test::eventually(60s, [&] {
+    return gt_test::read_file(dir / "log.txt").find(" done after ") != std::string::npos;
+  }));
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(p.wait_for(20s));
+  const double after_done =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(sink);
+  CHECK(p.exit_code() == 0);
+  // The lookups of the seed's name were in flight (they cannot end before 30 s).
+  CHECK(gt_test::read_file(dir / "log.txt").find("cannot resolve departed.gossip.test") ==
+        std::string::npos);
+  CHECK(after_done < 3.0);
 }
