@@ -1,5 +1,12 @@
 #include "net/address.hpp"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+
 namespace gossiptrain::net {
 
 bool split_host_port(const std::string& addr, std::string& host, std::uint16_t& port) {
@@ -42,6 +49,33 @@ bool dialable_addr(const std::string& addr) {
   std::string host;
   std::uint16_t port = 0;
   return split_host_port(addr, host, port) && port != 0 && !is_wildcard_host(host);
+}
+
+std::string interface_address(const std::string& ifname, std::vector<std::string>* names) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string v4, v6;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || !(a->ifa_flags & IFF_UP)) continue;
+    char buf[INET6_ADDRSTRLEN] = {};
+    const int fam = a->ifa_addr->sa_family;
+    if (fam == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
+    } else if (fam == AF_INET6) {
+      const auto* in6 = reinterpret_cast<sockaddr_in6*>(a->ifa_addr);
+      if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr)) continue;
+      ::inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf);
+    } else {
+      continue;
+    }
+    if (names && std::find(names->begin(), names->end(), a->ifa_name) == names->end())
+      names->push_back(a->ifa_name);
+    if (ifname != a->ifa_name) continue;
+    if (fam == AF_INET && v4.empty()) v4 = buf;
+    if (fam == AF_INET6 && v6.empty()) v6 = std::string("[") + buf + "]";
+  }
+  ::freeifaddrs(list);
+  return v4.empty() ? v6 : v4;
 }
 
 }  // namespace gossiptrain::net

@@ -309,3 +309,38 @@ TEST_CASE("peer churn: a peer keeps its own shard's crash, pause and stop events
   CHECK_THROWS_AS(peer_churn_events((dir.path / "none.json").string(), 0, 4),
                   gossiptrain::core::ScenarioError);
 }
+
+TEST_CASE("advertise-interface: the interface's address is announced, under --cluster and without",
+          "[apps]") {
+  // Loopback is up on every machine (and in every network namespace we make).
+  gt_test::TempDir dir("gt-cluster-if");
+  PeerConfig c;
+  c.cluster.kind = "slurm";
+  c.cluster.run_dir = dir.path.string();
+  c.cluster.advertise_interface = "lo";
+  apply_cluster(c, {}, env_of(slurm_env(5, 1)));
+  CHECK(c.advertise == "127.0.0.1:12689");  // not node03, the node's name
+  bool help = false;
+  const PeerConfig p = parse_peer_args(
+      {"--listen", "0.0.0.0:7300", "--advertise-interface", "lo", "--data", "synthetic"}, &help);
+  CHECK(p.advertise == "127.0.0.1:7300");
+  // An interface without an address (or none by that name) names those that have one.
+  const std::string err = usage_error_of([] {
+    bool h = false;
+    parse_peer_args({"--listen", "0.0.0.0:7300", "--advertise-interface", "nosuch0"}, &h);
+  });
+  CHECK_THAT(err, Contains("--advertise-interface nosuch0: no such interface"));
+  CHECK_THAT(err, Contains("lo"));
+  CHECK_THAT(usage_error_of([] {
+               bool h = false;
+               parse_peer_args({"--listen", "0.0.0.0:7300", "--advertise", "10.0.0.1:7300",
+                                "--advertise-interface", "lo"},
+                               &h);
+             }),
+             Contains("give one"));
+  CHECK_THAT(usage_error_of([] {
+               bool h = false;
+               parse_peer_args({"--listen", "0.0.0.0:0", "--advertise-interface", "lo"}, &h);
+             }),
+             Contains("port other than 0"));
+}

@@ -14,6 +14,7 @@
 
 #include "apps/common/options.hpp"
 #include "apps/common/option_table.hpp"
+#include "net/address.hpp"
 
 namespace gossiptrain::apps {
 
@@ -341,6 +342,13 @@ void add_cluster_options(std::vector<Option<PeerConfig>>& options) {
             return c.cluster.seed_count ? show_value(c.cluster.seed_count)
                                         : "as gossip-launch, 2 for 3..15 peers";
           }),
+      O::text("advertise-interface", "IFNAME",
+              "announce this network interface's address (its first IPv4 one) instead of the "
+              "host name under --cluster, or of --listen's host: for nodes whose name resolves "
+              "to another network than the peers should use (as NCCL_SOCKET_IFNAME)",
+              cf(&ClusterFlags::advertise_interface))
+          .unset_means("--advertise, else the node's or pod's name under --cluster, else the "
+                       "listen address"),
       O::text("churn", "FILE",
               "play this peer's (its --shard's) events of a churn scenario (scripts/scenarios "
               "format): crash (the process dies at once), pause (it stops for \"for\" seconds), "
@@ -369,7 +377,10 @@ void apply_cluster(PeerConfig& c, const std::set<std::string>& given, const EnvL
   if (unset("num-shards")) c.num_shards = p.num_shards;
   if (unset("listen")) c.listen = "0.0.0.0:" + std::to_string(p.port);
   c.listen_given = true;
-  if (unset("advertise")) c.advertise = host_port(p.host, p.port);
+  if (unset("advertise")) {
+    if (c.cluster.advertise_interface.empty()) c.advertise = host_port(p.host, p.port);
+    else apply_advertise_interface(c, p.port);
+  }
   if (unset("seeds")) c.seeds = p.seeds;
   // The whole swarm starts at once under an engine: wait for it, as gossip-launch's first peers do.
   if (unset("min-peers")) c.min_peers = p.num_shards;
@@ -383,6 +394,20 @@ void apply_cluster(PeerConfig& c, const std::set<std::string>& given, const EnvL
   std::filesystem::create_directories(p.peer_dir, ec);
   if (ec) throw UsageError("--cluster: cannot create " + p.peer_dir + ": " + ec.message());
   if (!c.network_key.empty()) check_cluster_key(c.network_key);
+}
+
+void apply_advertise_interface(PeerConfig& c, int port) {
+  const std::string& ifname = c.cluster.advertise_interface;
+  std::vector<std::string> names;
+  const std::string addr = net::interface_address(ifname, &names);
+  if (addr.empty()) {
+    std::string have;
+    for (const auto& n : names) have += (have.empty() ? "" : ", ") + n;
+    throw UsageError("--advertise-interface " + ifname +
+                     ": no such interface with an address that is up (interfaces with one: " +
+                     (have.empty() ? std::string("none") : have) + ")");
+  }
+  c.advertise = addr + ":" + std::to_string(port);
 }
 
 void check_cluster_key(const std::string& path) {

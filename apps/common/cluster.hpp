@@ -52,7 +52,13 @@ struct ClusterFlags {
   std::string k8s_service;  // --k8s-service, else GT_K8S_SERVICE
   int k8s_replicas = 0;     // --k8s-replicas, else GT_K8S_REPLICAS (0: not given)
   int seed_count = 0;       // --cluster-seeds, else as gossip-launch (seed_count of the size)
+  std::string advertise_interface;  // --advertise-interface IFNAME: its address, not the host name
 };
+
+// --advertise-interface: c.advertise becomes IFNAME's address and port (the listen port, or the
+// cluster's). Throws UsageError for an interface without a dialable address, naming those with one.
+struct PeerConfig;
+void apply_advertise_interface(PeerConfig& c, int port);
 
 // A StatefulSet's pods each have their own address: one port for all of them.
 inline constexpr int kK8sBasePort = 7000;

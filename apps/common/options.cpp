@@ -559,7 +559,17 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
     *help = true;
     return c;
   }
-  apply_cluster(c, given_flags(args), process_env());
+  const auto given = given_flags(args);
+  if (given.count("advertise") && !c.cluster.advertise_interface.empty())
+    throw UsageError("--advertise and --advertise-interface both say what to announce: give one");
+  apply_cluster(c, given, process_env());
+  if (c.cluster.kind.empty() && !c.cluster.advertise_interface.empty()) {
+    std::string host;
+    std::uint16_t port = 0;
+    if (!net::split_host_port(c.listen, host, port) || port == 0)
+      throw UsageError("--advertise-interface needs --listen HOST:PORT with a port other than 0");
+    apply_advertise_interface(c, port);
+  }
   if (c.shard >= c.num_shards)
     throw UsageError("--shard " + std::to_string(c.shard) + " is out of range for --num-shards " +
                      std::to_string(c.num_shards));
@@ -600,7 +610,7 @@ const std::vector<HelpGroup>& peer_help_groups() {
        {"mix", "clip-mult", "clip-window", "clip-warmup", "clip-warmup-frac", "suspect-mult",
         "suspect-floor", "suspect-action", "suspect-decay", "suspect-min-clip", "refuse-mult",
         "max-diff-norm", "ban-after", "ban-window", "ban", "fault"}},
-      {"Network", {"advertise", "identity", "network-key", "allowlist", "net-nice", "net-cores",
+      {"Network", {"advertise", "advertise-interface", "identity", "network-key", "allowlist", "net-nice", "net-cores",
                    "crypto-threads"}},
       {"Cluster (docs/cluster.md)",
        {"cluster", "base-port", "run-dir", "k8s-service", "k8s-replicas", "cluster-seeds",
