@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How the peers of a gossip-launch run mixed with each other at the end of training.
 
-    scripts/side_mixing.py RUN_DIR [--from PROGRESS]
+    scripts/side_mixing.py RUN_DIR [--from PROGRESS] [--training-only]
 
 From each peer's metrics.jsonl, on the launcher's clock (summary.json's clock_offset_s): the time
 the swarm's mean progress (steps over steps_total, from the step lines) reached PROGRESS (default
@@ -9,7 +9,9 @@ the swarm's mean progress (steps over steps_total, from the step lines) reached 
 the end of the run (lingers included), as the lower-indexed peer recorded them: how many, the
 smallest and the mean clip, the mean ||r - s||. Pairs on the same side of the run's first
 partition (events.jsonl; all peers are one side without one) whose smallest clip is under 0.5 are
-listed as "clipped". Then each peer's summed effective weight (w * clip) over those exchanges, and
+listed as "clipped". --training-only: only the exchanges while one of the pair still trained (up to
+the later of the two last steps), leaving out the linger, where peers at distance ~0 are clipped
+harmlessly. Then each peer's summed effective weight (w * clip) over those exchanges, and
 the consensus distance at the end (consensus.jsonl's final sample). Exit 0; 2 on a bad argument.
 """
 import json
@@ -48,6 +50,7 @@ def main(argv):
         except (IndexError, ValueError):
             print("--from needs a number in [0, 1]", file=sys.stderr)
             return 2
+    training_only = "--training-only" in argv
     try:
         with open(os.path.join(run, "summary.json"), encoding="utf-8") as f:
             summary = json.load(f)
@@ -86,6 +89,8 @@ def main(argv):
             weight[i] += r.get("w_eff", 0.0)
             if j < 0 or j < i:
                 continue
+            if training_only and offsets[i] + r["t"] > max(finish.get(i, 0), finish.get(j, 0)):
+                continue
             pairs.setdefault((i, j), []).append(r)
     clipped = []
     print("pair    side  ok  min_clip mean_clip mean_dist")
@@ -102,7 +107,8 @@ def main(argv):
     cons = read_jsonl(os.path.join(run, "consensus.jsonl"))
     final = [c for c in cons if c.get("final")]
     last = final[-1] if final else (cons[-1] if cons else None)
-    print(f"same-side pairs clipped under 0.5 after progress {frac}: "
+    print(f"same-side pairs clipped under 0.5 after progress {frac}"
+          f"{' (training only)' if training_only else ''}: "
           f"{', '.join(clipped) if clipped else 'none'}")
     if last:
         print(f"consensus distance at the end: {last['distance']:.4g} (per peer "

@@ -166,6 +166,28 @@ TEST_CASE("max-ahead and max-lag-share: a value out of range is a usage error", 
     CHECK_THAT(peer_error({"--max-ahead", bad}), Contains("--max-ahead"));
 }
 
+TEST_CASE("slow-link-wire: off, a wire, the int8 default; anything else is a usage error naming it",
+          "[apps]") {
+  bool help = false;
+  CHECK(parse_peer_args({}, &help).slow_link_wire == gossiptrain::kernels::Wire::Int8);
+  CHECK_FALSE(parse_peer_args({"--slow-link-wire", "off"}, &help).slow_link_wire.has_value());
+  CHECK(parse_peer_args({"--slow-link-wire", "int8"}, &help).slow_link_wire == gossiptrain::kernels::Wire::Int8);
+  CHECK(parse_peer_args({"--slow-link-wire", "fp16"}, &help).slow_link_wire == gossiptrain::kernels::Wire::Fp16);
+  for (const char* bad : {"int9", "", "fp32", "int2", "fast"})
+    CHECK_THAT(peer_error({"--slow-link-wire", bad}), Contains("--slow-link-wire"));
+  CHECK_THAT(peer_error({"--slow-link-wire"}), Contains("--slow-link-wire"));  // no value
+}
+
+TEST_CASE("linger-settle: a distance, 0 for off, 0.01 by default; a negative one is refused",
+          "[apps]") {
+  bool help = false;
+  CHECK(parse_peer_args({}, &help).linger_settle == 0.01);
+  CHECK(parse_peer_args({"--linger-settle", "0"}, &help).linger_settle == 0.0);
+  CHECK(parse_peer_args({"--linger-settle", "0.2"}, &help).linger_settle == 0.2);
+  for (const char* bad : {"-1", "near"})
+    CHECK_THAT(peer_error({"--linger-settle", bad}), Contains("--linger-settle"));
+}
+
 TEST_CASE("gossip-peer --help lists every row of its table, --config included", "[apps]") {
   const std::string usage = peer_usage();
   for (const auto& o : peer_options().options())

@@ -7,8 +7,10 @@
 #include <map>
 #include <tuple>
 
+#include "gossip/exchange/comm_state.hpp"
 #include "gossip/exchange/link_wire.hpp"
 #include "tests/gossip_averager_harness.hpp"
+#include "tests/test_util.hpp"
 
 using namespace gossiptrain;
 using namespace gossiptrain::gossip;
@@ -179,4 +181,35 @@ TEST_CASE("a partner that does not adapt refuses the slow wire: fp32 with it fro
   for (int i = 0; i < 3; ++i) CHECK_FALSE(c[i].avg->slow_link(c[3].id));
   CHECK(ok_with_it >= 4);
   CHECK(r.drift < 1e-3);
+}
+
+TEST_CASE("the slow link wire's residual survives a checkpoint, as the main wire's does",
+          "[gossip]") {
+  gt_test::TempDir dir("gt-slow-residual");
+  AveragerConfig cfg = adaptive_config();
+  cfg.slow_link_wire = kernels::Wire::Int8;
+  Cluster c(3, kD, cfg, 31);
+  c.net.set_link(c[2].addr, kSlowBytesPerS, std::nullopt);
+  c.train_then_settle(Millis(12000), 10, 3);
+  const std::vector<float> residual = c[2].avg->slow_residual();  // every partner of 2 is slow
+  REQUIRE(residual.size() == kD);
+  double r2 = 0;
+  for (float v : residual) r2 += double(v) * v;
+  REQUIRE(r2 > 0);  // it exchanged in int8: something was rounded off
+  CHECK(c[2].avg->residual().empty());  // fp32 keeps none
+  std::vector<float> x = c[2].values(c.be);
+  {
+    CommState state(dir.path.string(), 0xfeedbeef, *c[2].avg, nullptr);
+    core::StepContext ctx{c.be, x.data(), x.size(), 100, 3200, 1000, 0, false};
+    state.between_steps(ctx);
+    state.save(ctx);
+  }
+  // A restarted peer: a fresh averager, the same folder.
+  Cluster fresh(3, kD, cfg, 32);
+  std::vector<float> x2 = fresh[2].values(fresh.be);
+  core::StepContext ctx{fresh.be, x2.data(), x2.size(), 100, 3200, 1000, 0, false};
+  CommState again(dir.path.string(), 0xfeedbeef, *fresh[2].avg, nullptr);
+  again.between_steps(ctx);  // restores, before the averager's buffers exist
+  fresh[2].avg->between_steps(ctx);
+  CHECK(fresh[2].avg->slow_residual() == residual);
 }

@@ -142,7 +142,8 @@ struct HealAtTheEnd {
     return cfg;
   }
 
-  explicit HealAtTheEnd(std::uint64_t seed) : c(4, kN, config(), seed) {
+  explicit HealAtTheEnd(std::uint64_t seed, const AveragerConfig& cfg = config())
+      : c(4, kN, cfg, seed) {
     for (int i = 0; i < 4; ++i)
       c[std::size_t(i)].avg->set_event_callback(
           [this, i](const ExchangeEvent& e) { log.push_back({c.net.now(), i, e}); });
@@ -245,4 +246,46 @@ TEST_CASE("a partition healed at the end of training: the swarm merges, no side 
   CHECK(after <= 0.02 * apart);
   CHECK(dist(0, 1) <= 0.02 * apart);
   CHECK(dist(2, 3) <= 0.02 * apart);
+}
+
+TEST_CASE("two sides that finished apart merge once they reach each other, while lingering",
+          "[gossip]") {
+  // Every peer's training is done when the partition heals (the defects issue's run: the heal
+  // came in the linger). A lingering peer that only serves leaves the sides apart for good; one
+  // that starts exchanges until it is settled (AveragerConfig::settle_distance) merges them.
+  const double settle = GENERATE(0.0, 0.01);
+  AveragerConfig cfg = HealAtTheEnd::config();
+  cfg.settle_distance = settle;
+  HealAtTheEnd h(7, cfg);
+  const double apart = h.consensus();
+  for (std::size_t i = 0; i < 4; ++i) h.c[i].total_steps = h.c[i].step;  // every run is done
+  std::size_t before = h.log.size();
+  h.c.run_until([] { return false; }, Millis(5000), [&] {
+    for (std::size_t i = 0; i < 4; ++i) h.c[i].hook(h.c.be, true);
+  });
+  const double after = h.consensus();
+  std::size_t across = 0;
+  for (std::size_t k = before; k < h.log.size(); ++k) {
+    const auto& x = h.log[k];
+    if (!x.e.ok) continue;
+    const bool partner_low = x.e.partner == h.c[0].id || x.e.partner == h.c[1].id;
+    if ((x.peer < 2) != partner_low) ++across;
+  }
+  std::printf("lingering sides, settle %.3g: consensus %.4g at the heal, %.4g 5 s later, %zu "
+              "exchanges across (%zu in all)\n",
+              settle, apart, after, across, h.log.size() - before);
+  REQUIRE(apart > 0.5);
+  if (settle == 0) {
+    // Nobody starts an exchange: only those of training still under way at the heal end (4 of
+    // the 6 crossed, seed 7), and the sides stay apart (3.32 -> 3.27).
+    CHECK(h.log.size() - before <= 8);
+    CHECK(after >= 0.9 * apart);
+  } else {
+    CHECK(after <= 0.01);
+    // Settled, a peer starts one exchange every 2 s at most: the swarm goes quiet.
+    std::size_t late = 0;
+    for (std::size_t k = before; k < h.log.size(); ++k)
+      if (h.log[k].t >= h.healed + Millis(4000) && h.log[k].e.role == ExchangeRole::Initiator) ++late;
+    CHECK(late <= 4);
+  }
 }

@@ -42,6 +42,7 @@ gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fing
   ac.weight_by_samples = cfg.weight_by_samples;
   ac.fingerprint = fingerprint;
   ac.max_diff_norm = cfg.max_diff_norm;
+  ac.settle_distance = cfg.linger_settle;
   ac.robust = cfg.robust;
   ac.choice = cfg.partner_choice;
   ac.fault = cfg.fault;

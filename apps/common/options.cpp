@@ -378,6 +378,11 @@ const OptionTable<PeerConfig>& peer_options() {
             return c.linger_s >= 0 ? show_value(c.linger_s)
                                    : show_value(kDefaultLingerS) + " with --seeds or --listen, else 0";
           }),
+      O::number("linger-settle", "D",
+                "while lingering, start exchanges until every partner met since this peer last "
+                "moved is within D (||r - s||) of it, then only one every 2 s; a heal that comes "
+                "after training is crossed so (0: a lingering peer only serves)",
+                &PeerConfig::linger_settle, 0, 1e30),
       O::seconds("stall-timeout",
                  "the training thread counts as hung after this long with no step, evaluation "
                  "batch or wait (or 50 times its slowest gap, if longer): it says so at error "
@@ -605,7 +610,7 @@ const std::vector<HelpGroup>& peer_help_groups() {
        {"gossip-every", "comm-preset", "wire", "error-feedback", "finish-wire", "finish-from",
         "slow-link-wire", "max-lag", "max-lag-share", "max-ahead", "outer-every", "outer-lr", "outer-momentum",
         "weighting", "partner-choice", "catch-up", "catch-up-timeout", "min-peers",
-        "min-peers-timeout", "linger", "max-rate"}},
+        "min-peers-timeout", "linger", "linger-settle", "max-rate"}},
       {"Robust mixing",
        {"mix", "clip-mult", "clip-window", "clip-warmup", "clip-warmup-frac", "suspect-mult",
         "suspect-floor", "suspect-action", "suspect-decay", "suspect-min-clip", "refuse-mult",

@@ -92,6 +92,7 @@ struct PeerConfig {
   gossip::FaultConfig fault;
   std::string fault_spec;  // the --fault value as given, for the warning
   double max_rate_mb = 0.0;  // cap on the MB/s an exchange sends; 0: none
+  double linger_settle = 0.01;  // --linger-settle (AveragerConfig::settle_distance; 0: off)
   double linger_s = -1.0;    // serve exchanges after training; <0: kDefaultLingerS with gossip, else 0
   // The training thread's watchdog: no step, evaluation batch or wait for this long (or 50 times
   // the slowest gap seen) is a stall; 0: off. And a stop request must end the process in stop_grace_s.

@@ -74,6 +74,7 @@ void check_config(const AveragerConfig& c) {
   if (!(c.min_rate_bytes_per_s > 0))
     throw std::invalid_argument("averager: min_rate_bytes_per_s must be > 0");
   if (!(c.max_diff_norm >= 0)) throw std::invalid_argument("averager: max_diff_norm < 0");
+  if (!(c.settle_distance >= 0)) throw std::invalid_argument("averager: settle_distance < 0");
   // Three levels a value: the residual is as large as the values it rides on and grows with them
   // (docs/communication.md, "Low-bit wires").
   if (c.error_feedback && (c.wire == kernels::Wire::Int2 || c.finish_wire == kernels::Wire::Int2))
@@ -105,7 +106,8 @@ Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDire
              [this](const net::ConnectionPtr& c) { return protocol_.in_flight_on(c); }),
       bound_(cfg_.robust),
       fault_(cfg_.fault, backend),
-      eager_rng_(cfg_.seed ? ~cfg_.seed : base::random_seed()) {
+      eager_rng_(cfg_.seed ? ~cfg_.seed : base::random_seed()),
+      peers_(peers) {
   check_config(cfg_);
   set_max_rate(cfg_.max_rate_bytes_per_s);
   if (cfg_.chunk_bytes % 4 != 0)
@@ -178,6 +180,14 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
   buffers_->allocate(ctx.n_params);
   if (slow_buffers_) slow_buffers_->allocate(ctx.n_params);
   if (!pending_residual_.empty()) buffers_->set_residual(std::exchange(pending_residual_, {}));
+  if (slow_buffers_ && !pending_slow_residual_.empty())
+    slow_buffers_->set_residual(std::exchange(pending_slow_residual_, {}));
+}
+
+void Averager::set_slow_residual(std::vector<float> e) {
+  if (!slow_buffers_) return;
+  if (n_params_.load() == 0) pending_slow_residual_ = std::move(e);
+  else slow_buffers_->set_residual(e);
 }
 
 void Averager::set_residual(std::vector<float> e) {
@@ -250,7 +260,24 @@ Averager::StepWork Averager::take_work(const core::StepContext& ctx) {
     w.snapshot = std::exchange(want_snapshot_, false);
     w.snapshot_wire = want_wire_;
   }
-  bool may_start = ctx.training_done ? cfg_.initiate_when_done : ctx.step >= next_initiate_step_;
+  bool may_start = ctx.step >= next_initiate_step_;
+  // Lingering: past the run's last step (not merely between steps, as while waiting for a cohort).
+  const bool lingering = ctx.training_done && ctx.total_steps > 0 && ctx.step >= ctx.total_steps;
+  if (!lingering && done_) {
+    done_ = false;
+    lingering_.store(false);
+  }
+  if (ctx.training_done) may_start = false;
+  if (lingering) {
+    if (!done_) {  // what was met while training says nothing about the finished models
+      done_ = true;
+      lingering_.store(cfg_.settle_distance > 0);
+      met_.clear();
+    }
+    const net::Millis gap = settled_locked() ? cfg_.settle_probe : cfg_.settle_gap;
+    may_start = cfg_.settle_distance > 0 && sched_.now() >= last_done_start_ + gap;
+    if (may_start && !active_) last_done_start_ = sched_.now();
+  }
   // Waiting for an exchange: ask again once the pause after the last failed one is over.
   if (eager_ && !may_start && !ctx.training_done && !pending_ && !committed_unreported_)
     may_start = sched_.now() >= released_at_ + eager_pause_;
@@ -503,9 +530,40 @@ void Averager::finished(const ExchangeEvent& ev) {
     stats_.bytes_received += ev.bytes_received;
   }
   if (on_event_) on_event_(ev);
+  if (ev.partner_progress >= 0) {
+    if (heard_.size() >= kMaxMet && !heard_.count(ev.partner)) heard_.clear();
+    heard_[ev.partner] = {ev.partner_progress, sched_.now()};
+  }
   if (!ev.ok) return;
   std::lock_guard<std::mutex> lk(mu_);
   committed_unreported_ = false;
+  if (done_ && cfg_.settle_distance > 0 && ev.diff_norm >= 0) {
+    // Moved: what we measured of the others before is stale, meet them again.
+    if (ev.effective_w() * ev.diff_norm > cfg_.settle_distance / 2 || met_.size() >= kMaxMet)
+      met_.clear();
+    else
+      // A partner known to be training is not waited for: it moves on anyway, and finished peers
+      // would pull a slow one from every side.
+      met_[ev.partner] = Met{ev.diff_norm, !(ev.partner_progress >= 0 && ev.partner_progress < 1)};
+  }
+}
+
+// Lingering, this peer does not ask a partner that still trains: the finished models are averaged
+// with each other, and a peer that trains on (on its own labels, with skewed shards) pulls only
+// those it asks itself (docs/ARCHITECTURE.md, "Lingering").
+bool Averager::avoid(const std::string& partner) const {
+  if (!lingering_.load()) return false;
+  const auto it = heard_.find(partner);
+  return it != heard_.end() && it->second.first < 1.0 &&
+         sched_.now() < it->second.second + kHeardFresh;
+}
+
+bool Averager::settled_locked() const {
+  for (const auto& [id, m] : met_)
+    if (m.partner_done && m.distance > cfg_.settle_distance) return false;
+  const std::size_t want =
+      std::min(std::size_t(std::max(cfg_.settle_partners, 0)), peers_.live_count());
+  return met_.size() >= want;
 }
 
 void Averager::ban_started(const BanEvent& b) {

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "base/rng.hpp"
 #include "core/step_hook.hpp"
@@ -59,7 +60,17 @@ struct AveragerConfig {
   double max_diff_norm = 0.0;       // refuse r when ||r - s||_2 exceeds this; 0 = off
   int max_tries = 3;                // peers asked per exchange (BUSY, refused, unreachable)
   PartnerChoiceConfig choice;       // which peer is asked: slow links asked much less often
-  bool initiate_when_done = false;  // keep starting exchanges after training is done
+  // A finished peer (training done, lingering) starts exchanges only while it is not settled
+  // with the swarm (docs/ARCHITECTURE.md, "Lingering"): settled once, since it last moved (a mix
+  // that moved it over half of settle_distance), it has met min(settle_partners, live members)
+  // partners and none of them that was not known to be training was over settle_distance (||r - s||) away. Unsettled, it
+  // starts one exchange at most every settle_gap; settled, one every settle_probe (which finds a
+  // partner reachable again, after a heal). 0: a finished peer only serves (the library default;
+  // gossip-peer's --linger-settle).
+  double settle_distance = 0;
+  int settle_partners = 7;
+  net::Millis settle_gap{100};
+  net::Millis settle_probe{2000};
   bool yield_between_steps = true;  // give up the CPU at every step boundary (see between_steps)
   // Mix from the chunk messages (ours and the partner's, no copies into s_ and r_) when the
   // backend's memory is host memory and the wire is element-wise (fp32, fp16, bf16). false forces
@@ -147,8 +158,13 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   // Error feedback's residual (training thread): empty without error feedback or before the
   // first step. set_residual (a checkpoint's) takes effect once the buffers exist; a vector of
   // another size than the model's is ignored.
-  // (The slow link wire's residual is not part of it: it starts at zero.)
   std::vector<float> residual() const { return buffers_->residual(); }
+  // The slow link wire's residual (slow_link_wire; the same rules; empty without one), kept apart:
+  // the two wires round off different things.
+  std::vector<float> slow_residual() const {
+    return slow_buffers_ ? slow_buffers_->residual() : std::vector<float>{};
+  }
+  void set_slow_residual(std::vector<float> e);
   // Whether exchanges have moved to the finish wire (training thread).
   bool on_finish_wire() const { return on_finish_wire_; }
   void set_residual(std::vector<float> e);
@@ -248,6 +264,7 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
     return gossip::own_sq_norm(be_, own, zeros_host_);
   }
   void finished(const ExchangeEvent& ev) override;
+  bool avoid(const std::string& partner) const override;
   void ban_started(const BanEvent& b) override;
   void count(Counter c) override;
 
@@ -307,6 +324,25 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   bool on_finish_wire_ = false;     // training thread
   std::atomic<bool> finish_seen_{false};  // a partner is on the finish wire (protocol thread)
   std::vector<float> pending_residual_;  // set_residual before the buffers existed
+  std::vector<float> pending_slow_residual_;  // set_slow_residual before the buffers existed
+
+  // Lingering (AveragerConfig::settle_distance), under mu_: training is done; each partner met
+  // since then (and since this peer last moved) with its ||r - s|| and whether it had finished.
+  struct Met {
+    double distance = 0;
+    bool partner_done = false;  // or its progress not known
+  };
+  bool settled_locked() const;
+  const PeerDirectory& peers_;
+  bool done_ = false;
+  std::atomic<bool> lingering_{false};  // done_, for the protocol thread
+  // Protocol thread: each partner's progress as it last told it, and when, at most kMaxMet. Older
+  // than kHeardFresh it says nothing (a partner across a partition healed since).
+  std::unordered_map<std::string, std::pair<double, net::Millis>> heard_;
+  static constexpr net::Millis kHeardFresh{5000};
+  std::unordered_map<std::string, Met> met_;  // at most kMaxMet
+  net::Millis last_done_start_{-1000000000};
+  static constexpr std::size_t kMaxMet = 4096;
 };
 
 }  // namespace gossiptrain::gossip

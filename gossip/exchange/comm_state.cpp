@@ -18,13 +18,16 @@ void CommState::restore(const core::StepContext& ctx) {
   if (dir_.empty() || !core::checkpoint_exists(dir_)) return;
   try {
     core::Checkpoint c = core::load_checkpoint(dir_);
-    if (c.fingerprint != fingerprint_ || c.opt_state.size() != 3)
+    // 3 entries: written before the slow link wire's residual was kept.
+    if (c.fingerprint != fingerprint_ || (c.opt_state.size() != 3 && c.opt_state.size() != 4))
       throw core::CheckpointError("another model or layout");
     bool outer_ok = true;
     if (outer_ && !c.opt_state[0].empty())
       outer_ok = outer_->restore({std::move(c.opt_state[0]), std::move(c.opt_state[1])},
                                  ctx.n_params);
     if (!c.opt_state[2].empty()) averager_.set_residual(std::move(c.opt_state[2]));
+    if (c.opt_state.size() == 4 && !c.opt_state[3].empty())
+      averager_.set_slow_residual(std::move(c.opt_state[3]));
     restored_ = outer_ok;
     spdlog::info("communication state restored from {} (step {}{})", dir_, c.step,
                  outer_ok ? "" : "; its outer state does not fit this model, not used");
@@ -42,7 +45,8 @@ void CommState::save(const core::StepContext& ctx) {
   c.samples = ctx.samples;
   std::vector<std::vector<float>> outer = outer_ ? outer_->save() : std::vector<std::vector<float>>{};
   outer.resize(2);
-  c.opt_state = {std::move(outer[0]), std::move(outer[1]), averager_.residual()};
+  c.opt_state = {std::move(outer[0]), std::move(outer[1]), averager_.residual(),
+                 averager_.slow_residual()};
   core::save_checkpoint(dir_, c);
 }
 

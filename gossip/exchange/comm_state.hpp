@@ -1,7 +1,9 @@
 // The communication state of a peer that is not in the trainer's checkpoint: the outer
 // optimizer's anchor and momentum (outer_step.hpp) and error feedback's residual (the averager's
-// snapshot buffers). Kept in CHECKPOINT_DIR/comm_state/checkpoint.bin, the checkpoint format with
-// opt_state = {anchor, momentum, residual} (each empty when off), written at every epoch end and
+// snapshot buffers, the main wire's and the slow link wire's). Kept in
+// CHECKPOINT_DIR/comm_state/checkpoint.bin, the checkpoint format with
+// opt_state = {anchor, momentum, residual, slow link residual} (each empty when off; a file of
+// three, written before the fourth was kept, is read with the fourth empty), written at every epoch end and
 // when training ends, and read back before the first step of a restarted peer.
 #pragma once
 

@@ -72,7 +72,7 @@ void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
 std::vector<PeerRef> ExchangeProtocol::candidates(const Exchange& e, bool skip_backed_off) {
   const Millis now = port_.now();
   auto ok = [&](const PeerRef& p) {
-    return p.id != local_id_ && !e.excluded.count(p.id) && !banned(p.id) &&
+    return p.id != local_id_ && !e.excluded.count(p.id) && !banned(p.id) && !port_.avoid(p.id) &&
            !(skip_backed_off && choice_.backed_off(p.id, now));
   };
   std::vector<PeerRef> cands;

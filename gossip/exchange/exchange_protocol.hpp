@@ -107,6 +107,8 @@ class ExchangePort {
   enum class Timer { Deadline, Retry };
   virtual ~ExchangePort() = default;
   virtual net::Millis now() const = 0;
+  // A live peer not to ask now (a lingering peer does not ask partners known to be training).
+  virtual bool avoid(const std::string&) const { return false; }
   // Calls on_timer(seq, t) after d unless cancelled or armed again (one of each kind at a time).
   virtual void arm(Timer t, std::uint64_t seq, net::Millis d) = 0;
   virtual void cancel(Timer t) = 0;
