@@ -24,13 +24,17 @@ TEST_CASE("typed flags: --weighting and --partner-choice land in the averager's 
           "[apps]") {
   const PeerConfig d = parse({});
   CHECK_FALSE(d.weight_by_samples);
-  CHECK(d.partner_choice.weighted);
+  CHECK(d.partner_choice.weighted());
+  CHECK_FALSE(d.partner_choice.scheduled());
   const PeerConfig c = parse({"--weighting", "samples", "--partner-choice", "uniform"});
   CHECK(c.weight_by_samples);
-  CHECK_FALSE(c.partner_choice.weighted);
+  CHECK_FALSE(c.partner_choice.weighted());
   const gossip::AveragerConfig ac = averager_config(c, 42);
   CHECK(ac.weight_by_samples);
-  CHECK_FALSE(ac.choice.weighted);
+  CHECK_FALSE(ac.choice.weighted());
+  const PeerConfig h = parse({"--partner-choice", "hypercube"});
+  CHECK(h.partner_choice.scheduled());
+  CHECK(averager_config(h, 42).choice.mode == gossip::PartnerMode::Hypercube);
   CHECK_THROWS_AS(parse({"--weighting", "by-size"}), UsageError);
   CHECK_THROWS_AS(parse({"--partner-choice", "random"}), UsageError);
 }

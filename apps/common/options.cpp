@@ -300,11 +300,17 @@ const OptionTable<PeerConfig>& peer_options() {
                 "ahead in steps, mixes at least F of the plain weight, so drifted peers come back; "
                 "a partner that alone is far (stale) still fades out; 0: no floor",
                 robust(&R::suspect_min_clip), 0, 1),
-      O::named<bool>(
-          "partner-choice", {{"weighted", true}, {"uniform", false}},
-          "which live member to ask: uniform, or weighted: a partner whose recent exchanges took "
-          "over 3 times the median is asked much less often",
-          [](PeerConfig& c) -> bool& { return c.partner_choice.weighted; }),
+      O::named<gossip::PartnerMode>(
+          "partner-choice",
+          {{"weighted", gossip::PartnerMode::Weighted},
+           {"uniform", gossip::PartnerMode::Uniform},
+           {"hypercube", gossip::PartnerMode::Hypercube}},
+          "which live member to ask: uniform; weighted: a partner whose recent exchanges took "
+          "over 3 times the median is asked much less often; hypercube: one scheduled partner "
+          "per round from the sorted member list, so that a quiet swarm of n holds the exact "
+          "average after floor(log2 n) + 2 rounds (log2 n for a power of two; a partner that "
+          "does not take part within 2 s, or 4 exchange times when longer: a weighted draw)",
+          [](PeerConfig& c) -> gossip::PartnerMode& { return c.partner_choice.mode; }),
       O::number(
           "refuse-mult", "K",
           "clipped: refuse an exchange whose ||r - s|| exceeds K tau and our parameters' own norm, "

@@ -87,7 +87,7 @@ struct PeerConfig {
   // Robust mixing, --mix to --ban: clipped by default, no number needed from the user, and a far
   // partner clipped rather than refused (refusing bans honest restarted peers).
   gossip::RobustConfig robust = peer_robust_defaults();
-  gossip::PartnerChoiceConfig partner_choice;  // --partner-choice weighted (default) | uniform
+  gossip::PartnerChoiceConfig partner_choice;  // --partner-choice weighted (default) | uniform | hypercube
   // --fault: a faulty peer for experiments (GOSSIPTRAIN_ALLOW_FAULTS=1); FaultMode::None: honest.
   gossip::FaultConfig fault;
   std::string fault_spec;  // the --fault value as given, for the warning

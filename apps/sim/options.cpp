@@ -245,8 +245,17 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
   SimOptions& o = a.o;
   if (!a.have_seconds && !o.world.train())
     throw UsageError("--sim-seconds is required (for the consensus workload)");
-  if (!a.peer_args.empty() && !o.world.train())
-    throw UsageError("training flags (" + a.peer_args[0] + ") need --workload train");
+  if (!o.world.train()) {
+    // --partner-choice is the one peer flag the consensus workload takes: its peers pick partners
+    // with gossip-peer's code.
+    for (const auto& arg : a.peer_args)
+      if (arg.rfind("--partner-choice=", 0) != 0)
+        throw UsageError("training flags (" + arg + ") need --workload train");
+    if (!a.peer_args.empty()) {
+      bool help = false;
+      o.world.peer.partner_choice = parse_peer_args(a.peer_args, &help).partner_choice;
+    }
+  }
   if (o.world.train()) {
     bool help = false;
     try {
@@ -309,7 +318,8 @@ std::string sim_usage() {
          "--weight-decay,\n--gossip-every, --wire, --weighting, --max-diff-norm, the --clip-*, "
          "--suspect-*, --refuse-mult,\n--ban* and --partner-choice flags, --max-rate, --linger, "
          "--catch-up,\n--backend, --device, --precision. Peer i trains shard i of every peer "
-         "slot (joiners included).\n--backend cpu (the default here, where gossip-peer's is auto) "
+         "slot (joiners included).\n--partner-choice is taken by the consensus workload too "
+         "(weighted, uniform or hypercube).\n--backend cpu (the default here, where gossip-peer's is auto) "
          "or cuda:\nevery peer on the one backend of the process, one after another (one GPU, one "
          "stream); the\nsimulated step time is --step-ms or measured on that backend.\n";
 }

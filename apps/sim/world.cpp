@@ -252,6 +252,7 @@ void World::build_protocols(Peer& p) {
   } else {
     ac.gossip_every = 1;
     ac.robust.mix = cfg_.mix;
+    ac.choice = cfg_.peer.partner_choice;  // --partner-choice: the same code as gossip-peer's
   }
   ac.yield_between_steps = false;
   ac.fault = p.fault;

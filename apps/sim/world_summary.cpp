@@ -167,6 +167,36 @@ json World::finish() {
   s["exchanges_failed_by_reason"] = failed_by_reason_;
   s["msd_initial"] = msd0_ >= 0 ? json(msd0_) : json(nullptr);
   s["msd_final"] = samples_.empty() ? json(nullptr) : json(samples_.back().msd);
+  // When the spread (root msd) first fell to 1e-6 of the initial one, at a sample: the simulated
+  // time, and the exchange rounds done (n/2 exchanges each, n the initial peers). null: never.
+  if (!cfg_.train() && msd0_ > 0) {
+    json reached = nullptr;
+    for (const auto& x : samples_)
+      if (x.msd <= 1e-12 * msd0_) {
+        reached = {{"t", x.t},
+                   {"exchanges_ok", x.exchanges},
+                   {"rounds", 2.0 * double(x.exchanges) / std::max(1, cfg_.peers)}};
+        break;
+      }
+    s["spread_1e-6"] = reached;
+    // The same from the first sample once every peer held every other alive (a schedule needs
+    // the members to agree on the member list): against the spread at that sample.
+    json after = nullptr;
+    if (converged_s_) {
+      const Sample* ref = nullptr;
+      for (const auto& x : samples_) {
+        if (!ref && x.t >= *converged_s_ && x.msd > 0) ref = &x;
+        if (ref && x.msd <= 1e-12 * ref->msd) {
+          after = {{"from_t", ref->t},
+                   {"t", x.t},
+                   {"exchanges_ok", x.exchanges - ref->exchanges},
+                   {"rounds", 2.0 * double(x.exchanges - ref->exchanges) / std::max(1, cfg_.peers)}};
+          break;
+        }
+      }
+    }
+    s["spread_1e-6_after_converged"] = after;
+  }
   std::uint64_t bytes = 0;
   std::vector<std::uint64_t> per_peer;
   for (const auto& p : peers_) {

@@ -49,6 +49,12 @@ std::string_view exchange_type_name(std::uint8_t type) {
 }
 
 net::SharedBytes encode_request(const RequestMsg& m) {
+  if (m.round >= 0)
+    return codec::encode_fields(
+        kExchangeWireVersion, m.exchange_id, m.fingerprint, m.n_params,
+        static_cast<std::uint8_t>(m.wire), static_cast<std::uint8_t>(m.weighted ? 1 : 0),
+        static_cast<std::uint64_t>(m.samples), m.progress, static_cast<std::uint64_t>(m.step),
+        static_cast<std::uint64_t>(m.round), m.view);
   return codec::encode_fields(
       kExchangeWireVersion, m.exchange_id, m.fingerprint, m.n_params,
       static_cast<std::uint8_t>(m.wire), static_cast<std::uint8_t>(m.weighted ? 1 : 0),
@@ -56,6 +62,11 @@ net::SharedBytes encode_request(const RequestMsg& m) {
 }
 
 net::SharedBytes encode_accept(const AcceptMsg& m) {
+  if (m.round >= 0)
+    return codec::encode_fields(kExchangeWireVersion, m.exchange_id,
+                                static_cast<std::uint64_t>(m.samples), m.progress,
+                                static_cast<std::uint64_t>(m.step),
+                                (static_cast<std::uint64_t>(m.round) << 1) | (m.scheduled ? 1u : 0u));
   return codec::encode_fields(kExchangeWireVersion, m.exchange_id,
                               static_cast<std::uint64_t>(m.samples), m.progress,
                               static_cast<std::uint64_t>(m.step));
@@ -90,7 +101,8 @@ void write_chunk_header(net::Bytes& msg, std::uint64_t exchange_id, std::uint64_
 }
 
 RequestMsg decode_request(const net::Bytes& b) {
-  ByteReader r = reader(b, kRequestBytes, "request");
+  ByteReader r =
+      reader(b, b.size() == kScheduleRequestBytes ? kScheduleRequestBytes : kRequestBytes, "request");
   RequestMsg m;
   m.exchange_id = r.u64();
   m.fingerprint = r.u64();
@@ -104,17 +116,29 @@ RequestMsg decode_request(const net::Bytes& b) {
   m.samples = counter(r, "sample count");
   m.progress = progress(r);
   m.step = counter(r, "step");
+  if (r.remaining() != 0) {
+    m.round = counter(r, "round");
+    if (m.round >= (std::int64_t(1) << 61)) throw DecodeError("request: round out of range");
+    m.view = r.u64();
+  }
   r.end();
   return m;
 }
 
 AcceptMsg decode_accept(const net::Bytes& b) {
-  ByteReader r = reader(b, kAcceptBytes, "accept");
+  ByteReader r =
+      reader(b, b.size() == kScheduleAcceptBytes ? kScheduleAcceptBytes : kAcceptBytes, "accept");
   AcceptMsg m;
   m.exchange_id = r.u64();
   m.samples = counter(r, "sample count");
   m.progress = progress(r);
   m.step = counter(r, "step");
+  if (r.remaining() != 0) {
+    const std::uint64_t v = r.u64();
+    if (v >> 62) throw DecodeError("accept: round out of range");
+    m.round = static_cast<std::int64_t>(v >> 1);
+    m.scheduled = (v & 1) != 0;
+  }
   return m;
 }
 

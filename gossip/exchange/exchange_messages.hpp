@@ -53,12 +53,22 @@ struct RequestMsg {
   // Optimizer steps it has done: robust mixing compares progress in steps, which runs of
   // different lengths share where the fraction does not (robust_bound.hpp, "progress gap").
   std::int64_t step = 0;
+  // --partner-choice hypercube (partner_schedule.hpp): the schedule round the initiator asks for
+  // (-1: none, a plain exchange) and the hash of the member list its schedule comes from. Sent as
+  // 16 more bytes only when round >= 0.
+  std::int64_t round = -1;
+  std::uint64_t view = 0;
 };
 struct AcceptMsg {
   std::uint64_t exchange_id = 0;
   std::int64_t samples = 0;  // the responder's shard size
   double progress = -1;      // as RequestMsg's
   std::int64_t step = 0;     // as RequestMsg's
+  // The responder's own schedule round (-1: not on a schedule) and whether this exchange is the
+  // scheduled one of the request's round (both sides weight it by the schedule). 8 more bytes
+  // (round * 2 + scheduled) only when round >= 0.
+  std::int64_t round = -1;
+  bool scheduled = false;
 };
 struct IdMsg {  // Busy, Valid
   std::uint64_t exchange_id = 0;
@@ -89,6 +99,8 @@ struct ChunkView {
 inline constexpr std::uint8_t kExchangeWireVersion = 3;
 constexpr std::size_t kRequestBytes = 51;
 constexpr std::size_t kAcceptBytes = 33;
+constexpr std::size_t kScheduleRequestBytes = kRequestBytes + 16;
+constexpr std::size_t kScheduleAcceptBytes = kAcceptBytes + 8;
 constexpr std::size_t kIdBytes = 9;
 constexpr std::size_t kCodeBytes = 10;
 constexpr std::size_t kValidClipBytes = 25;

@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "gossip/exchange/exchange_protocol_detail.hpp"
+#include "gossip/exchange/partner_schedule.hpp"
 
 namespace gossiptrain::gossip {
 
@@ -61,7 +62,113 @@ void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
   e.n_self = samples;
   e.started = port_.now();
   ex_ = std::move(e);
+  if (cfg_.choice.scheduled()) {
+    const Millis now = port_.now();
+    if (last_start_ >= Millis(0)) {
+      const double gap = double((now - last_start_).count());
+      start_gap_ms_ = start_gap_ms_ < 0 ? gap : 0.8 * start_gap_ms_ + 0.2 * gap;
+    }
+    last_start_ = now;
+    plan(*ex_);
+  }
   try_next_peer();
+}
+
+// ------------------------------------------------------------------------------------------------
+// The partner schedule (--partner-choice hypercube; partner_schedule.hpp, docs/ARCHITECTURE.md,
+// "Partner schedule"). Each peer counts the schedule rounds it has served or skipped (round_); the
+// round's step comes from the sorted live members, which both sides must hold alike (the request
+// carries their hash). A round is served by one exchange between its two partners at the same
+// round count, whoever asks first; a partner behind on the schedule answers BUSY and is asked again
+// at the next exchange; after schedule_wait_ms the round is skipped and that exchange goes to a
+// drawn partner at the plain weight (which keeps the sum), as does any exchange the two sides do
+// not agree is the scheduled one.
+
+const ScheduleView& ExchangeProtocol::view() {
+  const Millis now = port_.now();
+  const std::size_t count = peers_.live_count();
+  if (!view_ || count != view_count_ || now - view_at_ >= Millis(5000)) {
+    view_peers_ = peers_.live_peers();
+    std::vector<std::string> ids;
+    ids.reserve(view_peers_.size());
+    for (const auto& p : view_peers_) ids.push_back(p.id);
+    view_ = make_view(std::move(ids), local_id_);
+    view_count_ = count;
+    view_at_ = now;
+  }
+  return *view_;
+}
+
+void ExchangeProtocol::next_round(std::int64_t r) {
+  if (r + 1 > round_) {
+    round_ = r + 1;
+    round_since_ = Millis(-1);  // the wait starts when the round is first asked for
+  }
+}
+
+void ExchangeProtocol::plan(Exchange& e) {
+  e.round = -1;
+  const ScheduleView& v = view();
+  const int len = schedule_length(v.n());
+  if (len == 0 || v.rank < 0) return;
+  const Millis now = port_.now();
+  for (int skips = 0; skips <= len; ++skips) {
+    const ScheduleStep st = schedule_step(v.n(), v.rank, static_cast<int>(round_ % len));
+    const std::string* partner = st.partner >= 0 ? &v.ids[std::size_t(st.partner)] : nullptr;
+    // No partner this round, or one we would not ask: the round is skipped at once.
+    if (!partner || banned(*partner) || choice_.backed_off(*partner, now)) {
+      next_round(round_);
+      continue;
+    }
+    if (round_since_ < Millis(0)) round_since_ = now;
+    const double wait = std::max(cfg_.choice.schedule_wait_ms, 4 * start_gap_ms_);
+    if (now - round_since_ > Millis(static_cast<Millis::rep>(std::llround(wait)))) {
+      spdlog::debug("averager: schedule round {} skipped: {} did not take part in time", round_,
+                    short_id(*partner));
+      next_round(round_);
+      return;  // this exchange: a drawn partner
+    }
+    auto it = std::find_if(view_peers_.begin(), view_peers_.end(),
+                           [&](const PeerRef& p) { return p.id == *partner; });
+    if (it == view_peers_.end()) return;
+    e.round = round_;
+    e.sched = *it;
+    e.view = v.hash;
+    e.sched_w = st.w;
+    return;
+  }
+}
+
+std::optional<double> ExchangeProtocol::scheduled(const RequestMsg& m, const std::string& from,
+                                                  bool& ahead) {
+  ahead = false;
+  if (!cfg_.choice.scheduled() || m.round < 0) return std::nullopt;
+  const ScheduleView& v = view();
+  const int len = schedule_length(v.n());
+  if (len == 0 || v.rank < 0 || v.hash != m.view) return std::nullopt;
+  // A requester a whole schedule or more ahead (we restarted, or were cut off): catch up with it.
+  if (m.round >= round_ + len) next_round(m.round - 1);
+  if (m.round > round_) {
+    ahead = true;  // we still have rounds to serve first: it asks again soon
+    return std::nullopt;
+  }
+  if (m.round < round_) return std::nullopt;  // it is behind: plain, and it catches up from our ACCEPT
+  const ScheduleStep st = schedule_step(v.n(), v.rank, static_cast<int>(round_ % len));
+  if (st.partner < 0 || v.ids[std::size_t(st.partner)] != from) return std::nullopt;
+  return st.w;
+}
+
+// The responder's side of an exchange: the schedule's weight when both agree it is the scheduled
+// one, else the plain weight; the ACCEPT tells the initiator which.
+void ExchangeProtocol::take_round(Exchange& e, const RequestMsg& m, std::optional<double> sw) {
+  e.round = sw ? m.round : -1;
+  e.w = sw ? static_cast<float>(*sw) : weight(e.n_self, e.n_other);
+  AcceptMsg a{m.exchange_id, e.n_self, port_.own_progress(), port_.own_step()};
+  if (cfg_.choice.scheduled()) {
+    a.round = round_;
+    a.scheduled = sw.has_value();
+  }
+  e.out.control(kAcc, encode_accept(a));
 }
 
 // Every live peer not excluded from this exchange nor banned; in a swarm larger than
@@ -103,7 +210,11 @@ void ExchangeProtocol::try_next_peer() {
     port_.release(seq, true);
     return;
   }
-  const PeerRef p = cands[choice_.pick(cands, rng_)];
+  PeerRef p;
+  if (e.round >= 0 && e.tries == 0 && !e.excluded.count(e.sched.id))
+    p = e.sched;
+  else
+    p = cands[choice_.pick(cands, rng_)];
   ++e.tries;
   e.partner = p.id;
   use_wire(e, link_.wire_for(p.id, port_.now()));
@@ -156,6 +267,10 @@ void ExchangeProtocol::ask(const net::ConnectionPtr& c) {
   m.samples = e.n_self;
   m.progress = port_.own_progress();
   m.step = port_.own_step();
+  if (e.round >= 0 && e.partner == e.sched.id) {
+    m.round = e.round;
+    m.view = e.view;
+  }
   e.requested = port_.now();
   arm_deadline(deadlines_.answer(), ExchangeFailure::TimeoutAnswer);
   queue_control(kReq, encode_request(m));
@@ -178,6 +293,9 @@ void ExchangeProtocol::try_failed(FailureReason reason, bool close_conn) {
     e.conn->close(net::CloseReason::Failed, "exchange: " + to_string(reason));
   }
   e.conn = nullptr;
+  // The scheduled partner did not take part (busy, behind, gone): it is asked again at our next
+  // exchange, until the round's wait runs out (plan).
+  if (e.round >= 0 && e.partner == e.sched.id) return fail(reason, {});
   try_next_peer();
 }
 
@@ -192,7 +310,14 @@ void ExchangeProtocol::on_accept(const net::ConnectionPtr& c, const net::Bytes& 
   e.partner_progress = m.progress;
   e.partner_step = m.step;
   port_.heard_step(e.partner, m.step);
-  e.w = weight(e.n_self, e.n_other);
+  if (e.round >= 0 && e.partner == e.sched.id && m.scheduled && m.round == e.round) {
+    e.w = static_cast<float>(e.sched_w);
+  } else {
+    // Not the scheduled exchange: plain. A partner ahead of us on the schedule: we catch up.
+    e.round = -1;
+    e.w = weight(e.n_self, e.n_other);
+    if (cfg_.choice.scheduled() && m.round > round_) next_round(m.round - 1);
+  }
   e.phase = Phase::Transferring;
   spdlog::trace("averager: #{} accepted by {}", e.seq, short_id(e.partner));
   begin_transfer();
@@ -292,13 +417,16 @@ void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes&
   }
   if (!bad && banned(c->peer_id())) return refuse(c, m, ExchangeCode::Banned);
   if (bad) return refuse(c, m, *bad);
-  if (ex_ && should_yield(c, m)) return yield_to(c, m);
+  bool ahead = false;
+  const std::optional<double> sw = scheduled(m, c->peer_id(), ahead);
+  if (ahead) return send_busy(c, m.exchange_id);
+  if (ex_ && should_yield(c, m)) return yield_to(c, m, sw);
   ChunkSetPtr own;
   // Before our first step boundary we have no parameters to offer: as good as busy.
   std::optional<std::uint64_t> seq;
   if (port_.n_params() != 0) seq = port_.claim(own, m.wire);
   if (!seq) return send_busy(c, m.exchange_id);
-  respond(c, m, *seq, std::move(own));
+  respond(c, m, *seq, std::move(own), sw);
 }
 
 void ExchangeProtocol::send_busy(const net::ConnectionPtr& c, std::uint64_t exchange_id) {
@@ -307,7 +435,7 @@ void ExchangeProtocol::send_busy(const net::ConnectionPtr& c, std::uint64_t exch
 }
 
 void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m, std::uint64_t seq,
-                               ChunkSetPtr own) {
+                               ChunkSetPtr own, std::optional<double> sw) {
   if (!own) port_.request_boundary();  // the snapshot waits for a step boundary
   GT_ASSERT(!ex_);
   Exchange e;
@@ -323,12 +451,10 @@ void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m,
   e.partner_progress = m.progress;
   e.partner_step = m.step;
   port_.heard_step(e.partner, m.step);
-  e.w = weight(e.n_self, e.n_other);
   e.wire = m.wire;
   e.out.set_own(std::move(own));
   ex_ = std::move(e);
-  ex_->out.control(
-      kAcc, encode_accept({m.exchange_id, ex_->n_self, port_.own_progress(), port_.own_step()}));
+  take_round(*ex_, m, sw);
   begin_transfer();
 }
 
@@ -342,7 +468,8 @@ bool ExchangeProtocol::should_yield(const net::ConnectionPtr& c, const RequestMs
   return ex_->phase == Phase::Requested && ex_->partner == c->peer_id() && m.exchange_id < ex_->id;
 }
 
-void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m) {
+void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m,
+                                std::optional<double> sw) {
   Exchange& e = *ex_;
   port_.cancel(Timer::Deadline);
   // The partner answers our withdrawn request with BUSY (it applies the same rule): ignore it.
@@ -359,14 +486,12 @@ void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m
   e.partner_progress = m.progress;
   e.partner_step = m.step;
   port_.heard_step(e.partner, m.step);
-  e.w = weight(e.n_self, e.n_other);
   use_wire(e, m.wire);
   e.tries = 0;
   e.excluded.clear();
   e.last_reason.reset();
   e.out.clear_control();
-  e.out.control(kAcc,
-                encode_accept({m.exchange_id, e.n_self, port_.own_progress(), port_.own_step()}));
+  take_round(e, m, sw);
   begin_transfer();
 }
 

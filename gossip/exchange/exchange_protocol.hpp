@@ -29,6 +29,7 @@
 #include "gossip/exchange/exchange_messages.hpp"
 #include "gossip/exchange/link_wire.hpp"
 #include "gossip/exchange/partner_choice.hpp"
+#include "gossip/exchange/partner_schedule.hpp"
 #include "gossip/membership/peer_directory.hpp"
 #include "gossip/exchange/send_pump.hpp"
 #include "gossip/exchange/wire_check.hpp"
@@ -64,6 +65,8 @@ struct ExchangeEvent {
   double partner_progress = -1;    // its fraction of training done, as it said (-1: not known)
   std::int64_t partner_step = -1;  // its optimizer steps, as it said (-1: not known)
   kernels::Wire wire = kernels::Wire::Fp32;  // the wire it ran in (link_wire.hpp)
+  // --partner-choice hypercube: the schedule round this exchange served (-1: a plain exchange).
+  std::int64_t round = -1;
 };
 
 // The training thread's (or the fast path's) verdict on the partner's vector.
@@ -235,6 +238,12 @@ class ExchangeProtocol {
     float w = 0.5f;
     std::uint64_t bytes_received = 0;
     int tries = 0;
+    // The schedule (--partner-choice hypercube): the round this exchange serves (-1: plain, at
+    // weight w), the partner it is scheduled with, the member list's hash, the step's weight.
+    std::int64_t round = -1;
+    PeerRef sched;
+    std::uint64_t view = 0;
+    double sched_w = 0.5;
     std::set<std::string> excluded;  // asked this round: busy, refused or unreachable
     std::optional<FailureReason> last_reason;
   };
@@ -255,9 +264,9 @@ class ExchangeProtocol {
   void refuse(const net::ConnectionPtr& c, const RequestMsg& m, ExchangeCode code);
   void send_busy(const net::ConnectionPtr& c, std::uint64_t exchange_id);
   bool should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const;
-  void yield_to(const net::ConnectionPtr& c, const RequestMsg& m);
+  void yield_to(const net::ConnectionPtr& c, const RequestMsg& m, std::optional<double> sw);
   void respond(const net::ConnectionPtr& c, const RequestMsg& m, std::uint64_t seq,
-               ChunkSetPtr own);
+               ChunkSetPtr own, std::optional<double> sw);
   // Both.
   void begin_transfer();
   void queue_control(std::uint8_t type, net::SharedBytes msg);
@@ -282,6 +291,15 @@ class ExchangeProtocol {
   // The transfer of e (bytes both ways so far) measures its partner's link.
   void measure_link(const Exchange& e);
   float weight(std::int64_t n_self, std::int64_t n_other) const;
+  // The schedule (partner_schedule.hpp). plan: the initiator's partner for round_ (rounds without
+  // one are skipped; a round waited on past the bound too, then e is left plain). scheduled: the
+  // responder's answer to m (the weight when it is the scheduled exchange, else nullopt) and
+  // whether m's sender is ahead of us (then we answer BUSY). next_round: round r was served or
+  // skipped.
+  void plan(Exchange& e);
+  std::optional<double> scheduled(const RequestMsg& m, const std::string& from, bool& ahead);
+  void next_round(std::int64_t r);
+  void take_round(Exchange& e, const RequestMsg& m, std::optional<double> sw);
 
   ExchangeConfig cfg_;
   const kernels::Wire first_wire_;  // cfg_.wire until set_wire
@@ -300,6 +318,20 @@ class ExchangeProtocol {
   LinkWire link_;         // the wire of each partner
   AnswerDeadline deadlines_;  // the dial and answer deadlines, fitted to the answers measured
   BanList bans_;
+  // The schedule's member list (with the members' addresses), re-derived when the live count
+  // changes and at least every 5 s: copying and sorting thousands of members at every exchange
+  // is what made the sim slow before (docs/results/sim.md).
+  const ScheduleView& view();
+  std::optional<ScheduleView> view_;
+  std::vector<PeerRef> view_peers_;
+  std::size_t view_count_ = 0;
+  net::Millis view_at_{0};
+  std::int64_t round_ = 0;      // schedule rounds served or skipped
+  net::Millis round_since_{-1};  // when round_ was first asked for (-1: not yet)
+  // The time between the starts of our exchanges (a moving average, ms; -1: none yet): the wait
+  // for a round's partner is at least 4 of them (a partner behind needs a few exchange times).
+  double start_gap_ms_ = -1;
+  net::Millis last_start_{-1};
   struct Withdrawn {
     net::ConnectionPtr conn;
     std::uint64_t id = 0;

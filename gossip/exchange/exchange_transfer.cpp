@@ -200,6 +200,7 @@ void ExchangeProtocol::maybe_commit() {
     throw std::logic_error("averager: a second exchange committed before the first was applied");
   agree_clip(e);
   measure_link(e);
+  if (e.round >= 0) next_round(e.round);  // the schedule's round served, on both sides
   port_.commit(e.seq, {static_cast<float>(e.w * e.clip), e.diff_norm, e.partner, e.wire});
   spdlog::trace("averager: #{} committed", e.seq);
   committed_ = std::move(ex_);
@@ -304,6 +305,7 @@ void ExchangeProtocol::report(Exchange& e, bool ok, const std::string& reason) {
   ev.partner_progress = e.partner_progress;
   ev.partner_step = e.partner_step;
   ev.wire = e.wire;
+  ev.round = ok ? e.round : -1;
   if (e.role == ExchangeRole::Initiator && !e.partner.empty()) port_.idle_close_pooled(e.partner);
   if (ok)
     spdlog::debug("averager: exchange with {} done as {} in {} ms, w={}", short_id(ev.partner),

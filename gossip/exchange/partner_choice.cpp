@@ -13,7 +13,8 @@ constexpr std::size_t kMaxPartners = 4096;
 PartnerChoice::PartnerChoice(PartnerChoiceConfig cfg) : cfg_(cfg) {
   if (!(cfg_.alpha > 0 && cfg_.alpha <= 1) || !(cfg_.slack >= 1) || !std::isfinite(cfg_.slack) ||
       !(cfg_.min_weight > 0 && cfg_.min_weight <= 1) || !(cfg_.backoff_min_ms >= 0) ||
-      !(cfg_.backoff_max_ms >= cfg_.backoff_min_ms) || !std::isfinite(cfg_.backoff_max_ms))
+      !(cfg_.backoff_max_ms >= cfg_.backoff_min_ms) || !std::isfinite(cfg_.backoff_max_ms) ||
+      !(cfg_.schedule_wait_ms >= 0) || !std::isfinite(cfg_.schedule_wait_ms))
     throw std::invalid_argument("partner choice: bad parameters");
 }
 
@@ -67,7 +68,7 @@ double PartnerChoice::weight(const std::string& partner, double ref) const {
 
 std::size_t PartnerChoice::pick(const std::vector<PeerRef>& cands, base::ProtocolRng& rng) const {
   if (cands.empty()) throw std::logic_error("partner choice: no candidate");
-  if (!cfg_.weighted || cands.size() == 1) return std::size_t(rng.below(cands.size()));
+  if (!cfg_.weighted() || cands.size() == 1) return std::size_t(rng.below(cands.size()));
   std::vector<double> known;
   for (const auto& p : cands)
     if (double c = cost(p.id); c > 0) known.push_back(c);

@@ -19,8 +19,20 @@
 
 namespace gossiptrain::gossip {
 
+// weighted: the draw below; uniform: every candidate alike; hypercube: the partner schedule of
+// partner_schedule.hpp (a quiet swarm reaches the exact average in a bounded number of rounds),
+// falling back to a weighted draw when the scheduled partner does not take part in time.
+enum class PartnerMode { Weighted, Uniform, Hypercube };
+
 struct PartnerChoiceConfig {
-  bool weighted = true;  // false: uniform
+  PartnerMode mode = PartnerMode::Weighted;
+  bool weighted() const { return mode != PartnerMode::Uniform; }
+  bool scheduled() const { return mode == PartnerMode::Hypercube; }
+  // hypercube: how long a peer waits at least (4 times the mean time between its exchanges when
+  // that is longer) for its round's partner (asking it at each of its exchange
+  // times; it is busy, or behind on the schedule) before it skips the round and averages with a
+  // drawn partner instead.
+  double schedule_wait_ms = 2000;
   // A partner's cost is an exponential moving average of its exchange durations (ms), the newest
   // weighted alpha. Its weight is 1 up to slack times the median cost of the candidates, then
   // falls as (slack * median / cost)^2, never below min_weight.
