@@ -166,7 +166,7 @@ TEST_CASE("max-ahead and max-lag-share: a value out of range is a usage error", 
     CHECK_THAT(peer_error({"--max-ahead", bad}), Contains("--max-ahead"));
 }
 
-TEST_CASE("slow-link-wire: off, a wire, the int8 default; anything else is a usage error naming it",
+TEST_CASE("slow-link-wire: off, a wire, the int8 default, and anything else is a usage error naming it",
           "[apps]") {
   bool help = false;
   CHECK(parse_peer_args({}, &help).slow_link_wire == gossiptrain::kernels::Wire::Int8);
@@ -178,7 +178,7 @@ TEST_CASE("slow-link-wire: off, a wire, the int8 default; anything else is a usa
   CHECK_THAT(peer_error({"--slow-link-wire"}), Contains("--slow-link-wire"));  // no value
 }
 
-TEST_CASE("linger-settle: a distance, 0 for off, 0.01 by default; a negative one is refused",
+TEST_CASE("linger-settle: a distance, 0 for off, 0.01 by default, and a negative one is refused",
           "[apps]") {
   bool help = false;
   CHECK(parse_peer_args({}, &help).linger_settle == 0.01);
