@@ -34,9 +34,14 @@ struct Lookup {
 
 std::atomic<int> g_lookups_in_flight{0};
 
+// nullptr when kMaxNameLookups are in flight already (the slot is taken in one atomic step, so
+// transports on several threads cannot pass the bound together).
 std::shared_ptr<Lookup> start_lookup(const std::string& host, std::uint16_t port) {
+  if (g_lookups_in_flight.fetch_add(1) >= kMaxNameLookups) {
+    g_lookups_in_flight.fetch_sub(1);
+    return nullptr;
+  }
   auto lk = std::make_shared<Lookup>();
-  g_lookups_in_flight.fetch_add(1);
   std::thread([lk, host, port] {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -79,8 +84,6 @@ struct DialState {
 
 }  // namespace
 
-int name_lookups_in_flight() { return g_lookups_in_flight.load(); }
-
 asio::awaitable<DialOutcome> connect_within(asio::io_context& io, std::string host,
                                             std::uint16_t port,
                                             std::chrono::steady_clock::time_point deadline,
@@ -101,12 +104,11 @@ asio::awaitable<DialOutcome> connect_within(asio::io_context& io, std::string ho
   const auto addr = asio::ip::make_address(host, aec);
   if (!aec) {
     eps.emplace_back(addr, port);  // an address: nothing to look up
-  } else if (name_lookups_in_flight() >= kMaxNameLookups) {
+  } else if (const auto lk = start_lookup(host, port); !lk) {
     resolve_error = "too many name lookups in flight (" + std::to_string(kMaxNameLookups) +
                     "): is DNS answering?";
   } else {
     // Polled: the lookup's thread never touches the io_context, which may be gone when it ends.
-    const auto lk = start_lookup(host, port);
     for (;;) {
       {
         std::lock_guard<std::mutex> g(lk->mu);

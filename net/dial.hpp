@@ -24,7 +24,6 @@ struct DialOutcome {
 // at once: a lookup that hangs (a departed pod's name, DNS down) is left behind at the deadline
 // and never delays another dial or the io_context's destruction (docs/protocol.md, "Dialing").
 inline constexpr int kMaxNameLookups = 32;
-int name_lookups_in_flight();
 
 // Resolves host, connects to the first address that answers and writes `first` (when not empty),
 // all before `deadline`; past it, whatever is in flight is cut and the outcome is a timeout.

@@ -407,7 +407,7 @@ void apply_advertise_interface(PeerConfig& c, int port) {
                      ": no such interface with an address that is up (interfaces with one: " +
                      (have.empty() ? std::string("none") : have) + ")");
   }
-  c.advertise = addr + ":" + std::to_string(port);
+  c.advertise = host_port(addr, port);
 }
 
 void check_cluster_key(const std::string& path) {

@@ -63,9 +63,9 @@ struct AveragerConfig {
   // A finished peer (training done, lingering) starts exchanges only while it is not settled
   // with the swarm (docs/ARCHITECTURE.md, "Lingering"): settled once, since it last moved (a mix
   // that moved it over half of settle_distance), it has met min(settle_partners, live members)
-  // partners and none of them that was not known to be training was over settle_distance (||r - s||) away. Unsettled, it
-  // starts one exchange at most every settle_gap; settled, one every settle_probe (which finds a
-  // partner reachable again, after a heal). 0: a finished peer only serves (the library default;
+  // partners and none of them that was not known to be training was over settle_distance
+  // (||r - s||) away. Unsettled, it starts one exchange at most every settle_gap; settled, one
+  // every settle_probe (which finds a partner reachable again, after a heal). 0: a finished peer only serves (the library default;
   // gossip-peer's --linger-settle).
   double settle_distance = 0;
   int settle_partners = 7;
