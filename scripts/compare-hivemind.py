@@ -96,6 +96,7 @@ def worker(a):
     else:
         import hivemind
         from hivemind.averaging import DecentralizedAverager
+        from hivemind.utils import get_dht_time
         dht = hivemind.DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/%d" % a.port],
                            initial_peers=[s for s in a.seeds.split(",") if s])
         if a.shard == 0:
@@ -110,7 +111,7 @@ def worker(a):
         # A barrier through the DHT: each worker stores a subkey of one key and waits until it
         # holds all of them.
         dht.store("compare_ready", subkey=a.shard, value=True,
-                  expiration_time=hivemind.get_dht_time() + 600)
+                  expiration_time=get_dht_time() + 600)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             found = dht.get("compare_ready", latest=True)
