@@ -103,4 +103,5 @@ def test_gossip_launch_runs_the_numpy_example_as_its_peers(tmp_path):
         last = [json.loads(l) for l in open(run_dir / ("peer%d" % i) / "log.txt")
                 if l.startswith("{")][-1]
         assert last["exchanges"]["averaging"] > 0, last  # they averaged with each other
-        assert (run_dir / ("peer%d" % i) / "ckpt").is_dir()  # checkpoint_dir reached the Peer
+        # checkpoint_dir reached the Peer, which wrote its checkpoint at close()
+        assert (run_dir / ("peer%d" % i) / "ckpt" / "checkpoint.bin").exists()
