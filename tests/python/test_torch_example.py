@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed in this venv (CTest: cmake -DGT_TORCH_VENV=A_VENV_WITH_TORCH, docs/python.md)")
 
 import gossiptrain.torch  # noqa: E402
 
