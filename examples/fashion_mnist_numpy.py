@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Softmax regression on Fashion-MNIST in pure NumPy, as one gossiptrain peer of several.
 
     # four peers on one machine, each training on a quarter of the data:
@@ -71,7 +72,15 @@ def main():
     ap.add_argument("--min-peers", type=int, default=1)
     ap.add_argument("--linger", type=float, default=3.0,
                     help="seconds to keep averaging after the last step, for slower peers")
-    a = ap.parse_args()
+    # gossip-peer's other flags, as `gossip-launch --peer-bin examples/fashion_mnist_numpy.py`
+    # passes them (network_key, identity, checkpoint_dir, ...): for the Peer (docs/python.md).
+    a, extra = ap.parse_known_args()
+    peer_flags = {}
+    if extra:
+        import gossiptrain
+        peer_flags, unknown = gossiptrain.split_peer_args(extra)
+        if unknown:
+            ap.error("unknown flags: %s" % ", ".join("--" + k.replace("_", "-") for k in unknown))
     if a.alone:
         a.shard, a.num_shards = 0, 1
     x, y, xt, yt = load(a.data, a.shard, a.num_shards, a.seed)
@@ -88,8 +97,8 @@ def main():
     peer = None
     if not a.alone:
         import gossiptrain
-        opts = dict(listen=a.listen, catch_up=a.catch_up, min_peers=a.min_peers, log_level="warn",
-                    shard=a.shard, num_shards=a.num_shards)
+        opts = dict(peer_flags, listen=a.listen, catch_up=a.catch_up, min_peers=a.min_peers,
+                    log_level="warn", shard=a.shard, num_shards=a.num_shards)
         if a.seeds:
             opts["seeds"] = a.seeds
         if a.metrics:

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """A small transformer language model in PyTorch, as one gossiptrain peer of several.
 
 The text is generated: sequences of a fixed random bigram language (each token's successor drawn
@@ -60,14 +61,18 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--seed", type=int, default=1, help="this peer's init and sample seed")
+    ap.add_argument("--seed", type=int, default=1, help="this peer's sample seed")
+    ap.add_argument("--init-seed", type=int, default=0,
+                    help="the initial model's seed: the same in every peer of a swarm (robust "
+                         "mixing refuses a partner's vector far from its own, as two models "
+                         "initialized apart are)")
     ap.add_argument("--listen", default="127.0.0.1:0")
     ap.add_argument("--seeds", default="")
     ap.add_argument("--min-peers", type=int, default=1)
     ap.add_argument("--linger", type=float, default=3.0)
     a = ap.parse_args()
     torch.set_num_threads(1)
-    torch.manual_seed(a.seed)
+    torch.manual_seed(a.init_seed)
     succ, prob, entropy = language()
     model = TinyLM()
     flat = gossiptrain.torch.flatten_parameters(model)  # before the optimizer makes its state
@@ -89,7 +94,7 @@ def main():
                 group["lr"] = a.lr * 0.5 * (1 + math.cos(math.pi * step / a.steps))
             opt.step()
             peer.step()  # mixes into flat, which every parameter is a view of
-            losses.append(float(loss))
+            losses.append(loss.item())
         end = time.monotonic() + a.linger
         while time.monotonic() < end:
             peer.step()

@@ -169,7 +169,10 @@ const OptionTable<LaunchOptions>& launch_options() {
               "evaluate it once and report it in summary.json (swarm_model)",
               &LaunchOptions::export_model, true),
       O::flag("no-plots", "skip scripts/plot_run.py", &LaunchOptions::plots, false),
-      O::text("peer-bin", "PATH", "the gossip-peer to run", &LaunchOptions::peer_bin)
+      O::text("peer-bin", "PATH",
+              "the gossip-peer to run, or an executable script that takes gossip-peer's flags "
+              "(a Python peer: docs/python.md)",
+              &LaunchOptions::peer_bin)
           .unset_means("next to gossip-launch"),
       Option<LaunchOptions>{"peer-flags", "I:--name=value",
        "a peer flag for peer I only, after the forwarded ones (repeatable; e.g. --peer-flags "

@@ -19,7 +19,8 @@ import weakref
 
 from . import _core
 
-__all__ = ["Peer", "UsageError", "ConfigError", "CheckpointError", "peer_options"]
+__all__ = ["Peer", "UsageError", "ConfigError", "CheckpointError", "peer_options",
+           "split_peer_args"]
 
 UsageError = _core.UsageError  # a ValueError: a bad option or value, gossip-peer's message
 ConfigError = _core.ConfigError  # a ValueError: a key file or address that cannot be used
@@ -29,6 +30,46 @@ CheckpointError = _core.CheckpointError  # a ValueError: checkpoint_dir holds so
 def peer_options():
     """The gossip-peer flags a Peer takes, as keyword names, with their help text."""
     return {f.replace("-", "_"): _core.flag_help(f) for f in _core.peer_flags()}
+
+
+# Flags gossip-launch gives every gossip-peer to share one machine's cores (priorities, pinning,
+# the OpenBLAS core, the GPU, its exporters): they place a process, and a Python peer's caller
+# places itself, so split_peer_args drops them.
+_PLACEMENT_FLAGS = {"train-nice", "net-cores", "blas-core", "device", "prometheus", "tensorboard"}
+
+
+def split_peer_args(argv):
+    """Splits a gossip-peer command line (the words after the program name, as gossip-launch
+    --peer-bin SCRIPT passes them to SCRIPT: docs/python.md) into (options, rest).
+
+    options: the flags a Peer takes, as keyword arguments for Peer(buffer, **options) (listen,
+    seeds, network_key, identity, metrics, checkpoint_dir, min_peers, shard, num_shards, ...),
+    values as strings, checked when the Peer is made. rest: every other flag, mostly gossip-peer's
+    training flags (epochs, lr, batch, data, seed, ...), name (with '_') -> value string, True for
+    a switch; the script uses those it knows and should refuse the others. gossip-launch's
+    placement flags (train_nice, net_cores, blas_core, device, prometheus, tensorboard) are
+    dropped. Accepts --name=value and --name value; a flag followed by another flag or nothing is
+    a switch. Raises UsageError on a word that is not a flag."""
+    takes = set(_core.peer_flags())
+    options, rest = {}, {}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if not word.startswith("--") or len(word) == 2:
+            raise UsageError("gossiptrain.split_peer_args: expected a flag (--name), got %r"
+                             % word)
+        name, eq, value = word[2:].partition("=")
+        if not eq:
+            if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                value = argv[i + 1]
+                i += 1
+            else:
+                value = True
+        i += 1
+        if name in _PLACEMENT_FLAGS:
+            continue
+        (options if name in takes else rest)[name.replace("-", "_")] = value
+    return options, rest
 
 
 def _flag_args(options):

@@ -181,3 +181,19 @@ def test_ctrl_c_leaves_the_swarm_cleanly(tmp_path):
         assert "dead" not in states and "suspect" not in states, states
     finally:
         observer.close()
+
+
+def test_split_peer_args_parts_gossip_launchs_words():
+    """What gossip-launch --peer-bin SCRIPT passes a script, split into Peer options, the rest
+    (training flags, for the script) and the dropped placement flags."""
+    argv = ["--net-nice", "0", "--train-nice", "5", "--net-cores", "0", "--min-peers", "3",
+            "--epochs", "2", "--lr=0.5", "--network-key", "run/network.key", "--num-shards", "3",
+            "--shard", "1", "--metrics", "run/peer1/metrics.jsonl", "--listen", "127.0.0.1:7001",
+            "--seeds", "127.0.0.1:7000,127.0.0.1:7002", "--some-switch"]
+    options, rest = gossiptrain.split_peer_args(argv)
+    assert options == {"net_nice": "0", "min_peers": "3", "network_key": "run/network.key",
+                       "num_shards": "3", "shard": "1", "metrics": "run/peer1/metrics.jsonl",
+                       "listen": "127.0.0.1:7001", "seeds": "127.0.0.1:7000,127.0.0.1:7002"}
+    assert rest == {"epochs": "2", "lr": "0.5", "some_switch": True}
+    with pytest.raises(gossiptrain.UsageError, match="expected a flag"):
+        gossiptrain.split_peer_args(["epochs", "2"])
