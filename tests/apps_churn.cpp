@@ -16,7 +16,7 @@
 #include "apps/launch/churn.hpp"
 #include "apps/launch/netns.hpp"
 #include "apps/launch/options.hpp"
-#include "core/churn_scenario.hpp"
+#include "core/churn/scenario.hpp"
 #include "tests/test_util.hpp"
 
 using namespace gossiptrain::apps;

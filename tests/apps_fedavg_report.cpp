@@ -9,7 +9,7 @@
 #include "apps/launch/churn.hpp"
 #include "apps/launch/fedavg_report.hpp"
 #include "apps/launch/options.hpp"
-#include "core/churn_scenario.hpp"
+#include "core/churn/scenario.hpp"
 
 using namespace gossiptrain::apps;
 using gossiptrain::core::ChurnKind;

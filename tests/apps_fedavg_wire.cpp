@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/common/fedavg_math.hpp"
-#include "apps/common/fedavg_wire.hpp"
+#include "apps/fedavg/math.hpp"
+#include "apps/fedavg/wire.hpp"
 
 using namespace gossiptrain::apps::fedavg;
 

@@ -19,7 +19,7 @@
 
 #include "apps/sim/options.hpp"
 #include "apps/sim/world.hpp"
-#include "core/churn_scenario.hpp"
+#include "core/churn/scenario.hpp"
 #include "gossip/membership/membership.hpp"
 #include "kernels/backend.hpp"
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/churn_scenario.hpp"
+#include "core/churn/scenario.hpp"
 
 using namespace gossiptrain::core;
 using Catch::Contains;

@@ -7,9 +7,9 @@
 
 #include "core/metrics.hpp"
 #include "core/model.hpp"
-#include "core/prometheus_registry.hpp"
+#include "core/observe/prometheus.hpp"
 #include "core/safetensors.hpp"
-#include "core/tensorboard_writer.hpp"
+#include "core/observe/tensorboard.hpp"
 #include "tests/test_util.hpp"
 
 using namespace gossiptrain;

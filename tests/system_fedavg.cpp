@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/common/fedavg_wire.hpp"
+#include "apps/fedavg/wire.hpp"
 #include "core/checkpoint.hpp"
 #include "tests/system_process.hpp"
 #include "tests/test_util.hpp"

@@ -22,7 +22,7 @@
 #include "base/rng.hpp"
 #include "core/metrics.hpp"
 #include "core/model.hpp"
-#include "core/prometheus_registry.hpp"
+#include "core/observe/prometheus.hpp"
 #include "kernels/backend.hpp"
 #include "net/http_server.hpp"
 

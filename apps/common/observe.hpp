@@ -8,8 +8,8 @@
 #include "apps/common/options.hpp"
 #include "core/metrics.hpp"
 #include "core/watchdog.hpp"
-#include "core/prometheus_registry.hpp"
-#include "core/tensorboard_writer.hpp"
+#include "core/observe/prometheus.hpp"
+#include "core/observe/tensorboard.hpp"
 #include "net/http_server.hpp"
 
 namespace gossiptrain::apps {

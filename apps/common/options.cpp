@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/common/blas.hpp"
-#include "apps/common/fedavg.hpp"
 #include "core/partition.hpp"
 #include "gossip/exchange/averager.hpp"
 #include "kernels/backend.hpp"

@@ -30,7 +30,7 @@ inline gossip::RobustConfig peer_robust_defaults() {
   return r;
 }
 
-// FedAvg's flags (apps/common/fedavg.hpp): a server, or a client of one, instead of gossip.
+// FedAvg's flags (apps/fedavg/fedavg.hpp): a server, or a client of one, instead of gossip.
 struct FedAvgOptions {
   bool server = false;          // --fedavg-server
   std::string server_addr;      // --fedavg-server-addr: run as a client of this server
@@ -135,6 +135,10 @@ std::string peer_usage();
 // The table behind parse_peer_args, the --config keys and peer_usage, and peer_usage's headings.
 const OptionTable<PeerConfig>& peer_options();
 const std::vector<HelpGroup>& peer_help_groups();
+// The FedAvg flags (options_fedavg.cpp), appended to gossip-peer's table, and their cross-checks
+// against the rest (UsageError). The protocol they start is in apps/fedavg/.
+void add_fedavg_options(std::vector<Option<PeerConfig>>& options);
+void check_fedavg_options(const PeerConfig& c);
 
 // An exchange send-rate cap in MB/s: 0 (none) or at least 20, the rate partners size their
 // transfer deadlines on (gossip::AveragerConfig::min_rate_bytes_per_s); UsageError otherwise.

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/churn_scenario.hpp"
+#include "core/churn/scenario.hpp"
 #include "core/metrics.hpp"
 #include "core/step_hook.hpp"
 

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/churn_scenario.hpp"
+#include "core/churn/scenario.hpp"
 
 namespace gossiptrain::apps {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "apps/common/options.hpp"
-#include "core/churn_scenario.hpp"
+#include "core/churn/scenario.hpp"
 
 namespace gossiptrain::apps {
 

@@ -17,7 +17,7 @@
 #include "apps/launch/metrics.hpp"
 #include "apps/launch/summary.hpp"
 #include "apps/common/option_table.hpp"
-#include "core/churn_scenario.hpp"
+#include "core/churn/scenario.hpp"
 
 namespace gossiptrain::apps {
 

@@ -22,7 +22,7 @@
 
 #include "apps/common/blas.hpp"
 #include "apps/common/export.hpp"
-#include "apps/common/fedavg.hpp"
+#include "apps/fedavg/fedavg.hpp"
 #include "apps/common/peer_node.hpp"
 #include "apps/common/observe.hpp"
 #include "apps/common/peer_churn.hpp"

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/common/options.hpp"
-#include "core/churn_scenario.hpp"
+#include "core/churn/scenario.hpp"
 #include "core/dataset.hpp"
 #include "gossip/exchange/averager.hpp"
 #include "gossip/catch_up/catch_up.hpp"

@@ -1,6 +1,6 @@
 // Metric lines -> Prometheus counters, gauges and a histogram (names after the Prometheus
 // conventions: gossiptrain_ prefix, base units in the name, _total on counters).
-#include "core/prometheus_registry.hpp"
+#include "core/observe/prometheus.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-// FedAvg's aggregation (common_fedavg_math.hpp).
-#include "apps/common/fedavg_math.hpp"
+// FedAvg's aggregation (math.hpp).
+#include "apps/fedavg/math.hpp"
 
 #include <stdexcept>
 

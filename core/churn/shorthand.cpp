@@ -1,10 +1,10 @@
 // The --churn shorthand (random:crash,uptime=30,downtime=5 or crash:3@20,restart:3@35): its
-// items turned into the JSON form that churn_scenario.cpp parses, and its help text.
+// items turned into the JSON form that scenario.cpp parses, and its help text.
 #include <string>
 #include <string_view>
 
-#include "core/churn_detail.hpp"
-#include "core/churn_scenario.hpp"
+#include "core/churn/detail.hpp"
+#include "core/churn/scenario.hpp"
 #include "core/parse_number.hpp"
 
 namespace gossiptrain::core {
@@ -128,7 +128,7 @@ bool churn_detail::looks_like_shorthand(std::string_view arg) {
 
 const char* const kChurnShorthandHelp =
     "--churn FILE.json | SHORTHAND\n"
-    "  FILE.json: {\"seed\": N, \"events\": [...], \"random\": {...}} (core/churn_scenario.hpp)\n"
+    "  FILE.json: {\"seed\": N, \"events\": [...], \"random\": {...}} (core/churn/scenario.hpp)\n"
     "  SHORTHAND: comma-separated items, e.g.\n"
     "    random:crash,uptime=30,downtime=5,dist=weibull:0.6,restart=0,max_down=0.25,seed=3\n"
     "    crash:3@20,restart:3@35,join:1@50%\n"

@@ -13,8 +13,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "apps/common/fedavg.hpp"
-#include "apps/common/fedavg_wire.hpp"
+#include "apps/fedavg/fedavg.hpp"
+#include "apps/fedavg/wire.hpp"
 #include "apps/common/node_config.hpp"
 #include "core/trainer.hpp"
 #include "net/identity.hpp"

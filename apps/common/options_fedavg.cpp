@@ -1,7 +1,7 @@
 // gossip-peer's FedAvg flags: one table appended to the peer's, and their cross-checks.
 #include <string>
 
-#include "apps/common/fedavg.hpp"
+#include "apps/common/options.hpp"
 
 namespace gossiptrain::apps {
 

@@ -1,8 +1,8 @@
-// Churn scenarios: JSON parsing (the shorthand is churn_shorthand.cpp), static validation (indices, disjoint groups, lifecycle
+// Churn scenarios: JSON parsing (the shorthand is shorthand.cpp), static validation (indices, disjoint groups, lifecycle
 // order) and expansion of the random model. All randomness is our own inverse-CDF sampling on
 // base::Xoshiro256, so a seed gives the same schedule with every standard library.
-#include "core/churn_scenario.hpp"
-#include "core/churn_detail.hpp"
+#include "core/churn/scenario.hpp"
+#include "core/churn/detail.hpp"
 
 #include "base/rng.hpp"
 #include "core/parse_number.hpp"

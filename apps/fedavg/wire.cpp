@@ -1,5 +1,5 @@
 // FedAvg's message encoding: little-endian fixed fields, then the model as raw float32 values.
-#include "apps/common/fedavg_wire.hpp"
+#include "apps/fedavg/wire.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
-// TensorBoard event-file writer (see tensorboard_writer.hpp). Protobuf field numbers from
+// TensorBoard event-file writer (see tensorboard.hpp). Protobuf field numbers from
 // tensorflow/core/util/event.proto (Event: wall_time 1, step 2, file_version 3, summary 5) and
 // summary.proto (Summary.value 1; Value: tag 1, simple_value 2).
-#include "core/tensorboard_writer.hpp"
+#include "core/observe/tensorboard.hpp"
 
 #include <unistd.h>
 #include <array>

@@ -15,9 +15,9 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "apps/common/fedavg.hpp"
-#include "apps/common/fedavg_math.hpp"
-#include "apps/common/fedavg_wire.hpp"
+#include "apps/fedavg/fedavg.hpp"
+#include "apps/fedavg/math.hpp"
+#include "apps/fedavg/wire.hpp"
 #include "apps/common/node_config.hpp"
 #include "base/rng.hpp"
 #include "core/checkpoint.hpp"

@@ -7,17 +7,11 @@
 #include <vector>
 
 #include "apps/common/options.hpp"
-#include "apps/common/option_table.hpp"
 #include "core/dataset.hpp"
 #include "core/metrics.hpp"
 #include "kernels/backend.hpp"
 
 namespace gossiptrain::apps {
-
-// The FedAvg flags, appended to gossip-peer's table.
-void add_fedavg_options(std::vector<Option<PeerConfig>>& options);
-// Checks the FedAvg flags against the rest (UsageError).
-void check_fedavg_options(const PeerConfig& c);
 
 // The server: waits for --min-clients, then runs rounds until --rounds are done (resuming from
 // its checkpoint in --checkpoint-dir), and tells the clients to exit. Returns the exit code.

@@ -1,10 +1,10 @@
-// What the churn scenario's two files share (churn_scenario.cpp, churn_shorthand.cpp).
+// What the churn scenario's two files share (scenario.cpp, shorthand.cpp).
 #pragma once
 
 #include <string>
 #include <string_view>
 
-#include "core/churn_scenario.hpp"
+#include "core/churn/scenario.hpp"
 
 namespace gossiptrain::core::churn_detail {
 
