@@ -254,6 +254,37 @@ TEST_CASE(
   CHECK(j.tau / 3.0 >= kAveragingClip);
 }
 
+TEST_CASE("robust bound: in the warm-up, far from every partner met, we may be the odd one out: "
+          "clipped, not refused",
+          "[gossip]") {
+  // Three NumPy peers from zero weights trained alone for hundreds of steps before their first
+  // exchange: the one with the smallest norm found both others beyond it, refused and banned them
+  // (docs/python.md). The first far partner is refused, as before; once a second is as far and
+  // none was near, the distance says more about us than about them.
+  auto own = [] { return 4.0; };
+  Millis now{0};
+  RobustBound alone(robust_defaults());
+  CHECK(alone.judge("a", 6.0, own, now).why == "warm-up");
+  RobustBound::Judgement j = alone.judge("b", 6.5, own, now);
+  CHECK(j.why.empty());
+  CHECK(j.suspect);
+  CHECK(j.odd);
+  CHECK(j.tau == Approx(1.0));  // the warm-up's quarter of our norm, first of its streak
+  j = alone.judge("a", 6.0, own, now);
+  CHECK(j.why.empty());
+  CHECK(j.odd);
+  // Beyond refuse_mult times our norm it is refused whatever else was met.
+  CHECK(alone.judge("c", 41.0, own, now).why == "warm-up");
+
+  // A partner near us first: the far ones are the odd ones, and each is refused.
+  RobustBound met(robust_defaults());
+  CHECK(met.judge("h", 0.5, own, now).why.empty());
+  CHECK(met.judge("a", 6.0, own, now).why == "warm-up");
+  j = met.judge("b", 6.5, own, now);
+  CHECK(j.why == "warm-up");
+  CHECK_FALSE(j.odd);
+}
+
 TEST_CASE("robust bound: in a swarm of three a persistently far partner keeps a clip of "
           "suspect_min_clip, with more partners to compare it fades as before",
           "[gossip]") {

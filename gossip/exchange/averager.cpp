@@ -231,7 +231,11 @@ Verdict Averager::judge_at(const std::string& partner, double norm,
   if (j.suspect)
     spdlog::info(
         "averager: ||r - s|| = {:.4g} from {} is far {} ({} in a row): clipped to {:.4g}{}", norm,
-        short_id(partner), j.gap ? "with a progress gap" : "persistently", j.streak, j.tau,
+        short_id(partner),
+        j.gap ? "with a progress gap"
+              : j.odd ? "as every partner so far (the warm-up; we may be the odd one out)"
+                      : "persistently",
+        j.streak, j.tau,
         j.floored ? " (the floor)" : "");
   if (!j.why.empty() && !fault_.active()) {
     if (!v.refused) v.refused = ExchangeFailure::Anomalous;

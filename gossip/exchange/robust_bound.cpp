@@ -114,7 +114,8 @@ void RobustBound::forget_stale(Millis now) {
 
 // Warm-up (no B yet): tau is a quarter of our own norm, and a difference beyond our own norm is
 // refused: early in training honest peers differ by a few percent of ||s|| (same initial weights),
-// while a sign-flipped vector is about 2 ||s|| away. After it, three refusal rules:
+// while a sign-flipped vector is about 2 ||s|| away. Unless every partner so far was that far
+// (odd_one_out_locked): then, within refuse_mult * ||s||, it is clipped as a suspect, floored. After it, three refusal rules:
 // - far: beyond refuse_mult * tau and beyond ||s|| (scale:K, random, divergence);
 // - persistent: this partner's typical ||r - s|| is suspect_mult times that of the partners we
 //   meet (and of B), and ||r - s|| is beyond suspect_floor * ||s||. An attacker that stays just
@@ -140,10 +141,15 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
   if (!b) {
     j.tau = std::max(cfg_.warmup_frac * get_own(), 1e-12);  // never 0: that would refuse all
     if (!(norm <= get_own())) {
+      p.warm_far = true;
       if (gap) suspect(j, p, j.tau, norm, true, get_own, true);
-      else j.why = "warm-up";
+      else if (odd_one_out_locked() && norm <= cfg_.refuse_mult * get_own()) {
+        j.odd = true;
+        suspect(j, p, j.tau, norm, false, get_own, true);
+      } else j.why = "warm-up";
       return j;
     }
+    warm_near_ = true;
     p.suspect_streak = 0;
     return j;
   }
@@ -199,6 +205,18 @@ void RobustBound::suspect(Judgement& j, Partner& p, double base, double norm, bo
     j.floored = true;
   }
   j.tau = std::max(t, 1e-12);
+}
+
+// In the warm-up, every partner we met was beyond our own norm, and there were two or more: the
+// odd one out is more likely us (started late, from zero weights, or the first exchange came
+// after many steps alone) than all of them. Refusing them banned both partners of a three-peer
+// swarm whose peers trained alone for hundreds of steps first (docs/python.md). One partner
+// far, or any partner near, says nothing of the kind: the warm-up's refusal stands.
+bool RobustBound::odd_one_out_locked() const {
+  if (warm_near_) return false;
+  int far = 0;
+  for (const auto& [id, q] : partners_) far += q.warm_far ? 1 : 0;
+  return far >= 2;
 }
 
 bool RobustBound::progress_gap(const Partner& p) const {

@@ -99,6 +99,7 @@ class RobustBound {
     int streak = 0;        // with suspect: exchanges in a row this partner was judged suspect
     bool gap = false;      // with suspect: a progress gap explains the distance (not refused)
     bool floored = false;  // with suspect: tau is the honest-drift floor, not B * decay^k
+    bool odd = false;      // with suspect: in the warm-up every partner was far; we may be the odd one
   };
   // ||r - s|| = norm measured against our snapshot, from partner, at now. own_norm() gives our
   // snapshot's ||s|| (a pass over it): asked for only in the warm-up or when a rule needs it.
@@ -122,7 +123,9 @@ class RobustBound {
     int suspect_streak = 0;  // judged suspect in a row (suspect_clip)
     double streak_norm = 0;  // ||r - s|| at the start of the streak (recover_frac)
     std::int64_t step = -1;  // its step count as it last told us; -1: not known
+    bool warm_far = false;   // judged beyond our own norm in the warm-up
   };
+  bool odd_one_out_locked() const;
   bool progress_gap(const Partner& p) const;
   // Clips partner p as suspect, from base (B, or the warm-up tau) decaying with its streak.
   // floor_on: keep the clip at suspect_min_clip (a progress gap, or too few partners to compare).
@@ -144,6 +147,7 @@ class RobustBound {
   std::deque<std::pair<std::string, double>> hist_;  // (partner, ||r - s||) per applied exchange
   std::uint64_t accepted_ = 0;
   std::int64_t own_step_ = -1;
+  bool warm_near_ = false;  // a partner within our own norm in the warm-up
   std::unordered_map<std::string, Partner> partners_;  // bounded: see forget_stale
 };
 

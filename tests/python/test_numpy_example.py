@@ -90,13 +90,12 @@ def test_gossip_launch_runs_the_numpy_example_as_its_peers(tmp_path):
     run_dir = tmp_path / "run"
     # The script's `#!/usr/bin/env python3` finds this venv's Python first.
     env = dict(ENV, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    # --mix plain (a gossip-peer flag the launcher forwards to the scripts' Peers): a NumPy step
-    # takes under a millisecond, so a peer that leaves the --min-peers hold 0.1 s after the others
-    # is hundreds of steps behind, still near its zero start, and robust mixing made it refuse
-    # and ban both others (`vector ... refused: anomalous`) in 1 of 2 runs of this test with the
-    # default, 1 of 8 with --clip-warmup 0 (docs/python.md, "Not done").
+    # Robust mixing as by default: a NumPy step takes under a millisecond, so the peers train
+    # alone for hundreds of steps from zero weights before their first exchange and find each
+    # other beyond their own norms; before the warm-up's odd-one-out rule (docs/robustness.md) the
+    # one with the smallest norm refused and banned both others in about 1 run of 4.
     r = subprocess.run([launch, "--peers", "3", "--out", str(run_dir), "--peer-bin", EXAMPLE,
-                        "--no-plots", "--epochs", "2", "--lr", "0.5", "--mix", "plain"],
+                        "--no-plots", "--epochs", "2", "--lr", "0.5"],
                        capture_output=True, text=True, env=env, timeout=600)
     logs = "".join(open(run_dir / ("peer%d" % i) / "log.txt").read() for i in range(3)
                    if (run_dir / ("peer%d" % i) / "log.txt").exists())
