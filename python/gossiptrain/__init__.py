@@ -96,10 +96,6 @@ def _check_torch(t):
 
     if t.dtype != torch.float32:
         raise TypeError("gossiptrain.Peer: the tensor must be torch.float32, not %s" % t.dtype)
-    if t.device.type != "cpu":
-        raise ValueError(
-            "gossiptrain.Peer: the tensor is on %s; this build averages host memory only "
-            "(keep a CPU copy of the parameters and copy it back after step())" % t.device)
     if t.dim() != 1:
         raise ValueError("gossiptrain.Peer: the tensor must be one-dimensional, not of shape %s "
                          "(gossiptrain.torch.flatten_parameters gives one)" % (tuple(t.shape),))
@@ -135,7 +131,12 @@ def _check_array(buffer):
 
 
 class Peer:
-    """A gossiptrain peer averaging `buffer` (1-D, float32, contiguous, in host memory) in place.
+    """A gossiptrain peer averaging `buffer` (1-D, float32, contiguous) in place.
+
+    The buffer: a NumPy array or any writable float32 buffer (the buffer protocol), or a torch
+    tensor. Host memory is averaged where it lies, with no copy. A tensor on a GPU is staged: it is
+    copied into a host copy before each step() and back after it (2 x 4 bytes per value per step
+    over the bus; staged=True does the same for a CPU tensor, staged=False refuses a GPU one).
 
     Options are gossip-peer's flags with '_' for '-' (gossiptrain.peer_options() lists them):
     listen, advertise, seeds (a list or "a:1,b:2"), network_key, identity, gossip_every, wire,
@@ -148,12 +149,31 @@ class Peer:
     that it averages with gossip-peer processes training it.
     """
 
-    def __init__(self, buffer, *, listen="127.0.0.1:0", identity=None, catch_up="off", **options):
+    def __init__(self, buffer, *, listen="127.0.0.1:0", identity=None, catch_up="off",
+                 staged=None, **options):
+        self._host = None
         if _is_torch(buffer):
             self._tensor = _check_torch(buffer)
             self._ptr = (self._tensor.data_ptr(), self._tensor.numel())
             array = self._tensor
+            if staged is None:
+                staged = self._tensor.device.type != "cpu"
+            elif not staged and self._tensor.device.type != "cpu":
+                raise ValueError("gossiptrain.Peer: the tensor is on %s and staged=False: the peer "
+                                 "averages host memory in place; leave staged to its default to "
+                                 "average it through a host copy" % self._tensor.device)
+            if staged:
+                import torch
+
+                pin = self._tensor.device.type == "cuda"
+                self._host = torch.empty(self._tensor.numel(), dtype=torch.float32,
+                                         pin_memory=pin)
+                self._host.copy_(self._tensor)
+                array = self._host
         else:
+            if staged:
+                raise ValueError("gossiptrain.Peer: staged=True is for torch tensors; a NumPy "
+                                 "array is averaged in place")
             self._tensor = None
             array = _check_array(buffer)
         self.buffer = buffer
@@ -171,6 +191,7 @@ class Peer:
         self._finalizer = weakref.finalize(self, self._core.close)
         self._joined = False
         self.caught_up = None
+        self._stage_out()  # resumed from checkpoint_dir into the host copy
 
     def join(self):
         """Waits for min_peers live members, then (catch_up="auto", with seeds, not resumed from
@@ -179,8 +200,22 @@ class Peer:
         None when there was no catch-up) and self.steps before training. Ctrl-C interrupts it."""
         if not self._joined:
             self._joined = True
+            self._stage_in()
             self.caught_up = self._core.join()
+            self._stage_out()
         return self.caught_up
+
+    # A staged tensor (on a GPU, or staged=True) is averaged through a host copy: the tensor is
+    # copied into it before the peer reads it (a step, a checkpoint) and back after the peer may
+    # have written it (a step's mix, a catch-up, a resumed checkpoint). torch's copy_ between a
+    # device and host memory waits for the device's pending work.
+    def _stage_in(self):
+        if self._host is not None:
+            self._host.copy_(self._tensor)
+
+    def _stage_out(self):
+        if self._host is not None:
+            self._tensor.copy_(self._host)
 
     @property
     def address(self):
@@ -220,7 +255,9 @@ class Peer:
                 "was made; the pending mix is not applied. Close this peer and make a new one")
         if not self._joined:
             self.join()
+        self._stage_in()
         self._core.step()
+        self._stage_out()
 
     def stats(self):
         """Exchanges so far: ok, averaging, failed, bytes_sent, bytes_received, lag waits."""
@@ -236,10 +273,13 @@ class Peer:
     def save_checkpoint(self):
         """Writes checkpoint_dir/checkpoint.bin now (it is also written every checkpoint_every
         seconds from step(), and at close())."""
+        self._stage_in()
         self._core.save_checkpoint()
 
     def close(self):
         """Leaves the swarm (others learn it at once) and stops the network threads."""
+        if self._finalizer.alive and not self._core.closed:
+            self._stage_in()  # the last checkpoint holds the tensor as it is now
         self._finalizer()
 
     def __enter__(self):
