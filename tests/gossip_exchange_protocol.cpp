@@ -435,6 +435,19 @@ TEST_CASE("exchange protocol: deadlines", "[gossip][protocol]") {
     REQUIRE(f.conn->of(Type::Abort).size() == 1);
     CHECK(decode_code(f.conn->of(Type::Abort)[0]).code == ExchangeCode::Timeout);
   }
+  SECTION("the partner declared gone mid-transfer: partner-lost now, not at the deadline") {
+    const std::uint64_t id = f.asked();
+    f.msg(Type::Accept, encode_accept({id, 300}));
+    f.p.partner_lost("peer-c");  // another peer: nothing happens
+    CHECK(f.port.events.empty());
+    f.p.partner_lost("peer-b");
+    REQUIRE(f.port.events.size() == 1);
+    CHECK(f.port.events[0].reason == "partner-lost");
+    CHECK_FALSE(f.port.events[0].ok);
+    REQUIRE(f.conn->of(Type::Abort).size() == 1);
+    CHECK_FALSE(f.conn->is_open());
+    CHECK(f.port.commits.empty());
+  }
   SECTION("back-pressure: a retry is armed and resumes the send") {
     const std::uint64_t id = f.asked();
     f.p.snapshot_ready(1, snapshot(1.0f));
@@ -456,6 +469,7 @@ TEST_CASE("exchange failure tokens are the metrics' strings", "[gossip][protocol
   CHECK(to_string(ExchangeFailure::TimeoutConnect) == "timeout:connect");
   CHECK(to_string(ExchangeFailure::TimeoutAnswer) == "timeout:answer");
   CHECK(to_string(ExchangeFailure::TimeoutTransfer) == "timeout:transfer");
+  CHECK(to_string(ExchangeFailure::PartnerLost) == "partner-lost");
   CHECK(to_string({ExchangeFailure::Refused, ExchangeCode::Fingerprint}) == "refused:fingerprint");
   CHECK(to_string({ExchangeFailure::Refused, ExchangeCode::Banned}) == "refused:banned");
   CHECK(to_string(ExchangeFailure::InvalidNonFinite) == "invalid:non-finite");

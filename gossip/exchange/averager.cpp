@@ -123,6 +123,10 @@ Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDire
 
 Averager::~Averager() { alive_.reset(); }
 
+void Averager::partner_lost(const std::string& peer) {
+  post([this, peer] { protocol_.partner_lost(peer); });
+}
+
 void Averager::set_max_rate(double bytes_per_s) {
   const bool ok = bytes_per_s == 0 || bytes_per_s >= cfg_.min_rate_bytes_per_s;
   if (!std::isfinite(bytes_per_s) || !ok)

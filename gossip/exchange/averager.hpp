@@ -148,6 +148,8 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
 
   AveragerStats stats() const;
+  // Membership declared peer dead or gone (any thread): an exchange with it in flight fails now.
+  void partner_lost(const std::string& peer);
   // Changes max_rate_bytes_per_s (any thread; the next chunk sent obeys it). Throws
   // std::invalid_argument for a rate under min_rate_bytes_per_s other than 0.
   void set_max_rate(double bytes_per_s);

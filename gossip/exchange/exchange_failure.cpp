@@ -20,6 +20,7 @@ std::string_view failure_name(ExchangeFailure f) {
     case ExchangeFailure::Anomalous: return "anomalous";
     case ExchangeFailure::PeerAbort: return "peer-abort";
     case ExchangeFailure::Backend: return "backend";
+    case ExchangeFailure::PartnerLost: return "partner-lost";
   }
   return "unknown";
 }
@@ -38,7 +39,8 @@ bool is_timeout(ExchangeFailure f) {
 
 bool is_unanswered(ExchangeFailure f) {
   return f == ExchangeFailure::Connect || f == ExchangeFailure::TimeoutConnect ||
-         f == ExchangeFailure::TimeoutAnswer || f == ExchangeFailure::Closed;
+         f == ExchangeFailure::TimeoutAnswer || f == ExchangeFailure::Closed ||
+         f == ExchangeFailure::PartnerLost;
 }
 
 bool is_vector_refusal(ExchangeFailure f) {

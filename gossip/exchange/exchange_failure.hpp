@@ -24,6 +24,7 @@ enum class ExchangeFailure {
   Anomalous,         // "anomalous"
   PeerAbort,         // "peer-abort:<code>"
   Backend,           // "backend"
+  PartnerLost,       // "partner-lost": membership declared the partner dead or gone mid-exchange
 };
 
 // A failure with the code a Refuse or Abort carried (the others ignore it).

@@ -193,6 +193,10 @@ class ExchangeProtocol {
   void chunks_ready(std::uint64_t seq);
   void validated(std::uint64_t seq, const Verdict& v);
   void applied(std::uint64_t seq);
+  // Membership declared peer dead or gone: an exchange with it in flight fails now instead of at
+  // its deadline (a partition held a transfer for its whole 10 s floor while the peer trained
+  // without averaging and drifted from its side; docs/robustness.md).
+  void partner_lost(const std::string& peer);
   // The training thread failed during exchange seq (a backend error).
   void backend_failed(std::uint64_t seq);
   // From now on exchanges run in wire w (the finish wire; no exchange is in flight).

@@ -245,6 +245,15 @@ void ExchangeProtocol::on_abort(const net::ConnectionPtr& c, const net::Bytes& b
   violation(c, "abort before accept");
 }
 
+void ExchangeProtocol::partner_lost(const std::string& peer) {
+  if (!ex_ || ex_->partner != peer) return;
+  spdlog::info("averager: exchange with {} given up: membership declared it gone",
+               short_id(peer));
+  if (ex_->phase == Phase::Transferring)
+    return fail({ExchangeFailure::PartnerLost}, ExchangeCode::Timeout);
+  try_failed({ExchangeFailure::PartnerLost}, true);
+}
+
 void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> notify) {
   if (!ex_) return;
   Exchange& e = *ex_;
@@ -262,7 +271,8 @@ void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> no
   port_.release(seq, false);
   // The transfer stalled (a partition, a host gone): the next exchanges ask others first. Or the
   // link is too slow for this wire: what it moved meanwhile measures it.
-  if (reason.kind == ExchangeFailure::TimeoutTransfer) {
+  if (reason.kind == ExchangeFailure::TimeoutTransfer ||
+      reason.kind == ExchangeFailure::PartnerLost) {
     choice_.unreachable(partner, port_.now());
     measure_link(e);
   }

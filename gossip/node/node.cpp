@@ -73,6 +73,10 @@ void Node::build_protocols(const NodeConfig& cfg, kernels::Backend& backend) {
                              {"addr", m.addr},
                              {"state", to_string(m.state)},
                              {"incarnation", m.incarnation}});
+    // Dead or left, not merely suspect: a suspicion can come from probes delayed behind a
+    // saturated slow link, whose long transfer an abort would waste.
+    if ((m.state == MemberState::Dead || m.state == MemberState::Left) && averager_)
+      averager_->partner_lost(m.id);
   });
   dispatcher_.add(kMembershipTypeFirst, kMembershipTypeLast, membership_.get());
 
