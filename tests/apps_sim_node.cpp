@@ -6,6 +6,7 @@
 // served by the caller), on the transport scheduler's clock in both.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -159,6 +160,11 @@ TEST_CASE("one peer runtime: gossip-sim takes gossip-peer's flags from its table
   for (const auto& name : apps::peer_options().names(apps::kGossipSim))
     CHECK(usage.find("--" + name + " ") != std::string::npos);
   CHECK(usage.find("--listen ") == std::string::npos);
+  // The Python binding's peer takes its flags from the same tags: the network ones, not training.
+  const auto py = apps::peer_options().names(apps::kPythonPeer);
+  CHECK(std::find(py.begin(), py.end(), "listen") != py.end());
+  CHECK(std::find(py.begin(), py.end(), "max-ahead") == py.end());
+  CHECK(std::find(py.begin(), py.end(), "epochs") == py.end());
   CHECK_THROWS_WITH(apps::sim::parse_sim_options({"--workload", "train", "--peers", "2",
                                                   "--data", "synthetic", "--listen",
                                                   "127.0.0.1:0"}),

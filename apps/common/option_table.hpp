@@ -95,9 +95,9 @@ enum class Arity {
 // tags each argument with the examples that take it): gossip-peer's table holds every peer flag,
 // and gossip-sim and the Python binding take the ones tagged for them from that one table.
 enum Program : unsigned {
-  kGossipPeer = 1u,   // gossip-peer (and gossip-launch, which passes them through)
-  kGossipSim = 2u,    // gossip-sim --workload train: a simulated peer's flags
-  kPythonPeer = 4u,   // gossiptrain.Peer(args): the binding's peer, which does not train
+  kGossipPeer = 1u,  // gossip-peer (and gossip-launch, which passes them through)
+  kGossipSim = 2u,   // gossip-sim --workload train: a simulated peer's flags
+  kPythonPeer = 4u,  // gossiptrain.Peer(args): the binding's peer, which does not train
 };
 
 template <class Config>

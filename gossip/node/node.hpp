@@ -17,11 +17,11 @@
 #include "gossip/catch_up/catch_up.hpp"
 #include "gossip/dispatcher.hpp"
 #include "gossip/exchange/averager.hpp"
-#include "gossip/exchange/comm_state.hpp"
-#include "gossip/exchange/exchange_health.hpp"
-#include "gossip/exchange/lag_bound.hpp"
-#include "gossip/exchange/outer_step.hpp"
-#include "gossip/exchange/pace.hpp"
+#include "gossip/node/comm_state.hpp"
+#include "gossip/node/exchange_health.hpp"
+#include "gossip/node/lag_bound.hpp"
+#include "gossip/node/outer_step.hpp"
+#include "gossip/node/pace.hpp"
 #include "gossip/membership/membership.hpp"
 #include "kernels/backend.hpp"
 #include "net/transport.hpp"
@@ -127,7 +127,7 @@ class Node final : private core::StepHook {
   void watch_health(const ExchangeEvent& e);
   // Bounded staleness: after max_lag_ steps without an exchange that averaged, keeps serving the
   // protocol between steps (no training) until one completes or kMaxLagWait passes; backs off
-  // when the waits find none (gossip/exchange/lag_bound.hpp). Returns whether a wait opened.
+  // when the waits find none (gossip/node/lag_bound.hpp). Returns whether a wait opened.
   bool bound_lag(core::StepContext& ctx);
   // --max-ahead: while more than that ahead of the slowest recent partner, serves the protocol
   // between steps (no training), at most kPaceWait at a time. Returns whether a wait opened.
