@@ -65,6 +65,11 @@ void Node::require_separate(const char* what) const {
                            " blocks: not with NodeThreads::Shared");
 }
 
+void Node::post_or_run(std::function<void()> fn) {
+  if (threads_ == NodeThreads::Shared) fn();  // the caller is the protocol thread
+  else sched_.post(std::move(fn));
+}
+
 void Node::on_protocol_thread(std::function<void()> fn) {
   if (threads_ == NodeThreads::Shared) {  // the caller is the protocol thread
     fn();
@@ -435,7 +440,7 @@ std::optional<std::string> Node::join_refused() const {
 
 void Node::start(std::atomic<bool>* give_up) {
   give_up_ = give_up;
-  on_protocol_thread([this] {
+  post_or_run([this] {
     membership_->set_join_refused_handler([this](const std::string& why) {
       {
         std::lock_guard<std::mutex> lock(refused_mu_);
@@ -451,7 +456,7 @@ void Node::start(std::atomic<bool>* give_up) {
 
 void Node::withdraw() {
   if (!started_) return;
-  on_protocol_thread([this] {
+  post_or_run([this] {
     if (membership_) membership_->leave();
   });
 }

@@ -153,8 +153,11 @@ class Node final : private core::StepHook {
   void serve_once(core::StepContext& ctx);  // one pass of the hooks, no training
   void end_hold();                       // counts the wait; the hold is closed
   void require_separate(const char* what) const;
-  // Runs fn on the protocol thread and waits for it (its exception is rethrown here).
+  // Runs fn on the protocol thread and waits for it (its exception is rethrown here); with
+  // shared threads, here and now.
   void on_protocol_thread(std::function<void()> fn);
+  // Posts fn to the protocol thread without waiting; with shared threads, runs it here and now.
+  void post_or_run(std::function<void()> fn);
 
   net::Transport& transport_;
   net::Scheduler& sched_;
