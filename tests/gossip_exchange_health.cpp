@@ -2,7 +2,7 @@
 // common reason and address; a success ends it.
 #include <catch2/catch.hpp>
 
-#include "gossip/exchange/exchange_health.hpp"
+#include "gossip/node/exchange_health.hpp"
 
 using namespace gossiptrain;
 using gossip::ExchangeHealth;

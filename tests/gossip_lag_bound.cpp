@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "gossip/exchange/lag_bound.hpp"
+#include "gossip/node/lag_bound.hpp"
 
 using namespace gossiptrain::gossip;
 

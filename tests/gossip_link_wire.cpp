@@ -7,7 +7,7 @@
 #include <map>
 #include <tuple>
 
-#include "gossip/exchange/comm_state.hpp"
+#include "gossip/node/comm_state.hpp"
 #include "gossip/exchange/link_wire.hpp"
 #include "tests/gossip_averager_harness.hpp"
 #include "tests/test_util.hpp"

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <random>
 
-#include "gossip/exchange/comm_state.hpp"
-#include "gossip/exchange/outer_step.hpp"
+#include "gossip/node/comm_state.hpp"
+#include "gossip/node/outer_step.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "tests/gossip_averager_harness.hpp"
 #include "tests/test_util.hpp"

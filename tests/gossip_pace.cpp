@@ -2,7 +2,7 @@
 // ignored (finished, far behind, unknown, forgotten partners).
 #include <catch2/catch.hpp>
 
-#include "gossip/exchange/pace.hpp"
+#include "gossip/node/pace.hpp"
 
 using gossiptrain::gossip::PaceConfig;
 using gossiptrain::gossip::PaceKeeper;

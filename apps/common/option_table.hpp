@@ -91,6 +91,15 @@ enum class Arity {
   Many,  // --name V1 V2 ...: the following arguments up to the next "--flag", one set() each
 };
 
+// The programs that take an option of a shared table, a bit set (as llama.cpp's common/arg.cpp
+// tags each argument with the examples that take it): gossip-peer's table holds every peer flag,
+// and gossip-sim and the Python binding take the ones tagged for them from that one table.
+enum Program : unsigned {
+  kGossipPeer = 1u,  // gossip-peer (and gossip-launch, which passes them through)
+  kGossipSim = 2u,   // gossip-sim --workload train: a simulated peer's flags
+  kPythonPeer = 4u,  // gossiptrain.Peer(args): the binding's peer, which does not train
+};
+
 template <class Config>
 struct Option {
   std::string name;  // without the leading dashes
@@ -103,6 +112,7 @@ struct Option {
   std::function<std::string(Config&)> show;
   std::string unset;
   ValueKind kind = ValueKind::Any;
+  unsigned programs = kGossipPeer;  // Program bits: who takes it
 
   // For a table row: the default shown by `f`, what an unset option means, the --config type.
   Option shows(std::function<std::string(Config&)> f) && {
@@ -117,6 +127,11 @@ struct Option {
     kind = k;
     return std::move(*this);
   }
+  Option for_programs(unsigned p) && {
+    programs = p;
+    return std::move(*this);
+  }
+  bool for_program(Program p) const { return (programs & p) != 0; }
   // What --help prints after the help text: "default: 10", or "" for a switch.
   std::string default_text(Config& defaults) const {
     if (arity == Arity::None) return "";
@@ -314,6 +329,13 @@ class OptionTable {
     for (const auto& o : options_) out.push_back(o.name);
     return out;
   }
+  // The names of the options tagged for `program`, in the table's order.
+  std::vector<std::string> names(Program program) const {
+    std::vector<std::string> out;
+    for (const auto& o : options_)
+      if (o.for_program(program)) out.push_back(o.name);
+    return out;
+  }
 
   // One help_line per option, in the table's order, its default at the end of its help.
   std::string help(std::size_t column) const {
@@ -343,6 +365,22 @@ class OptionTable {
       for (const auto& o : options_)
         if (std::find(seen.begin(), seen.end(), o.name) == seen.end())
           throw std::logic_error("--help: --" + o.name + " is in no group");
+    return s;
+  }
+  // The same for the options tagged for `program` only (another program's --help): a group with
+  // none of them is left out.
+  std::string help(std::size_t column, const std::vector<HelpGroup>& groups,
+                   Program program) const {
+    std::string s;
+    Config defaults{};
+    for (const auto& g : groups) {
+      std::string lines;
+      for (const auto& n : g.names) {
+        const Option<Config>* o = find(n);
+        if (o && o->for_program(program)) lines += help_of(*o, defaults, column);
+      }
+      if (!lines.empty()) s += (s.empty() ? "" : "\n") + g.heading + ":\n" + lines;
+    }
     return s;
   }
 

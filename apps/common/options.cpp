@@ -91,28 +91,31 @@ const OptionTable<PeerConfig>& peer_options() {
          check_host_port(v, "listen", AddrUse::Listen);
          c.listen = v;
          c.listen_given = true;
-       }}.shows(show_field<PeerConfig>(&PeerConfig::listen)).of_kind(ValueKind::Text),
+       }}.shows(show_field<PeerConfig>(&PeerConfig::listen)).of_kind(ValueKind::Text)
+          .for_programs(kGossipPeer | kPythonPeer),
       PeerOption{"advertise", "HOST:PORT",
        "address other peers dial, the one membership announces (required when --listen is a "
        "wildcard such as 0.0.0.0)",
        [](PeerConfig& c, const std::string& v) {
          check_host_port(v, "advertise", AddrUse::Dial);
          c.advertise = v;
-       }}.unset_means("the listen address").of_kind(ValueKind::Text),
+       }}.unset_means("the listen address").of_kind(ValueKind::Text)
+          .for_programs(kGossipPeer | kPythonPeer),
       PeerOption{"seeds", "HOST:PORT,...", "peers to join through",
-       [](PeerConfig& c, const std::string& v) { c.seeds = parse_addr_list(v, "seeds"); }}.unset_means("none: train alone").of_kind(ValueKind::Text),
+       [](PeerConfig& c, const std::string& v) { c.seeds = parse_addr_list(v, "seeds"); }}.unset_means("none: train alone").of_kind(ValueKind::Text)
+          .for_programs(kGossipPeer | kPythonPeer),
       O::text("identity", "FILE", "Ed25519 identity key file, created (mode 0600) if missing",
-              &PeerConfig::identity),
+              &PeerConfig::identity).for_programs(kGossipPeer | kPythonPeer),
       O::text("network-key", "FILE", "32-byte pre-shared network key; peers without it are refused",
-              &PeerConfig::network_key),
+              &PeerConfig::network_key).for_programs(kGossipPeer | kPythonPeer),
       O::text("allowlist", "FILE", "hex public keys, one per line: admit only these peers",
-              &PeerConfig::allowlist),
+              &PeerConfig::allowlist).for_programs(kGossipPeer | kPythonPeer),
       O::text("data", "DIR|npy:DIR|npy:XTR,YTR,XTE,YTE|synthetic",
               "IDX folder (Fashion-MNIST, MNIST, EMNIST: train-/t10k-images-idx3-ubyte[.gz], "
               "...); npy:DIR (x_train.npy, y_train.npy, x_test.npy, y_test.npy) or four .npy "
               "files (inputs float32|uint8 N x D or N x H x W x C, integer labels N); or "
               "'synthetic' for generated data",
-              &PeerConfig::data),
+              &PeerConfig::data).for_programs(kGossipPeer | kGossipSim),
       PeerOption{"partition", "iid|dirichlet:ALPHA|shards:K|classes:K",
        "how the training set is split over shards (classes:K: NIID-Bench's #C=K, K labels per "
        "shard)",
@@ -123,46 +126,55 @@ const OptionTable<PeerConfig>& peer_options() {
            throw UsageError(std::string("--partition: ") + e.what());
          }
          c.partition = v;
-       }}.shows(show_field<PeerConfig>(&PeerConfig::partition)).of_kind(ValueKind::Text),
+       }}.shows(show_field<PeerConfig>(&PeerConfig::partition)).of_kind(ValueKind::Text)
+          .for_programs(kGossipPeer | kGossipSim),
       O::number("num-shards", "N", "number of shards the training set is split into",
-                &PeerConfig::num_shards, 1, 100000),
+                &PeerConfig::num_shards, 1, 100000).for_programs(kGossipPeer | kPythonPeer),
       O::number("shard", "I", "which shard this peer trains on (0-based)", &PeerConfig::shard, 0,
-                99999),
+                99999).for_programs(kGossipPeer | kPythonPeer),
       O::number("seed", "S", "seed of the partition, the initial weights and the batch order",
                 train(&core::TrainConfig::seed), 0, 1ll << 53),
       O::text("model", "SPEC", std::string("model: ") + core::kModelSpecHelp,
-              train(&core::TrainConfig::model)),
+              train(&core::TrainConfig::model))
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::choice("backend", {"auto", "cpu", "cuda"},
-                "compute backend (auto: cuda when a GPU is present)", &PeerConfig::backend),
+                "compute backend (auto: cuda when a GPU is present)", &PeerConfig::backend)
+          .for_programs(kGossipPeer | kGossipSim),
       O::number("device", "N", "CUDA device of this peer (0-based; with --backend cuda or auto)",
-                &PeerConfig::device, 0, 1023),
+                &PeerConfig::device, 0, 1023).for_programs(kGossipPeer | kGossipSim),
       O::named<kernels::Precision>(
           "precision", precision_values(),
           "arithmetic of the matrix products: fp32 (exact), tf32 or bf16 tensor cores "
           "(fp32 accumulation and fp32 weights; cuda only)",
-          &PeerConfig::precision),
+          &PeerConfig::precision).for_programs(kGossipPeer | kGossipSim),
       O::number("epochs", "E", "epochs; with --num-shards N an epoch is 1/N of the training set",
-                train(&core::TrainConfig::epochs), 1, 100000),
-      O::number("batch", "B", "minibatch size", train(&core::TrainConfig::batch), 1, 65536),
+                train(&core::TrainConfig::epochs), 1, 100000)
+          .for_programs(kGossipPeer | kGossipSim),
+      O::number("batch", "B", "minibatch size", train(&core::TrainConfig::batch), 1, 65536)
+          .for_programs(kGossipPeer | kGossipSim),
       O::number("progress-every", "S",
                 "a progress line within an epoch at most every S seconds (0: only the epoch lines)",
                 train(&core::TrainConfig::progress_every_s), 0, 86400),
       PeerOption{"lr", "LR", "peak learning rate",
-       [](PeerConfig& c, const std::string& v) { c.train.lr = float(to_number("lr", v)); }}.shows([](PeerConfig& c) { return show_value(c.train.lr); }).of_kind(ValueKind::Number),
+       [](PeerConfig& c, const std::string& v) { c.train.lr = float(to_number("lr", v)); }}.shows([](PeerConfig& c) { return show_value(c.train.lr); }).of_kind(ValueKind::Number)
+          .for_programs(kGossipPeer | kGossipSim),
       O::number("momentum", "M", "SGD momentum (qgm: its beta and mu)",
-                train(&core::TrainConfig::momentum), 0, 0.999999),
+                train(&core::TrainConfig::momentum), 0, 0.999999)
+          .for_programs(kGossipPeer | kGossipSim),
       O::number("weight-decay", "WD", "L2 weight decay",
-                train(&core::TrainConfig::weight_decay), 0, 0.999999),
+                train(&core::TrainConfig::weight_decay), 0, 0.999999)
+          .for_programs(kGossipPeer | kGossipSim),
       O::choice(
           "optimizer", {"sgd", "adam", "qgm"},
           "optimizer (sgd = SGD with momentum; qgm = quasi-global momentum, Lin et al. 2021: the "
           "momentum is built from the model's change across steps, averaging included)",
-          train(&core::TrainConfig::optimizer)),
+          train(&core::TrainConfig::optimizer)).for_programs(kGossipPeer | kGossipSim),
       O::choice("schedule", {"cosine", "constant"},
                 "learning-rate schedule (cosine decays to 0 at the end)",
-                train(&core::TrainConfig::schedule)),
+                train(&core::TrainConfig::schedule)).for_programs(kGossipPeer | kGossipSim),
       O::number("gossip-every", "STEPS", "start an averaging exchange every STEPS training steps",
-                &PeerConfig::gossip_every, 1, 1000000),
+                &PeerConfig::gossip_every, 1, 1000000)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"max-lag", "STEPS|auto|off",
        "after STEPS training steps without an exchange that averaged, stop training and serve "
        "the protocol until one does (at most 2 s), so a fast backend keeps averaging; after 3 "
@@ -173,7 +185,7 @@ const OptionTable<PeerConfig>& peer_options() {
          c.max_lag = v == "off" ? 0 : int(to_int_or("max-lag", v, "auto", -1, 1, 1000000));
        }}.shows([](PeerConfig& c) {
          return c.max_lag < 0 ? "auto" : c.max_lag == 0 ? "off" : show_value(c.max_lag);
-       }).of_kind(ValueKind::NumberOrWord),
+       }).of_kind(ValueKind::NumberOrWord).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"max-lag-share", "F|off",
        "--max-lag's time budget: training waits for exchanges at most F seconds per second it "
        "trains (burst 0.5 s); where an exchange takes longer than --max-lag steps, the waits then "
@@ -183,7 +195,8 @@ const OptionTable<PeerConfig>& peer_options() {
          c.max_lag_share = v == "off" ? 0.0 : to_number("max-lag-share", v);
          if (!(c.max_lag_share > 0.0 && c.max_lag_share <= 100.0) && v != "off")
            throw bad_value("max-lag-share", v, "a number in (0, 100] or off");
-       }}.shows(show_off(&PeerConfig::max_lag_share)).of_kind(ValueKind::NumberOrWord),
+       }}.shows(show_off(&PeerConfig::max_lag_share)).of_kind(ValueKind::NumberOrWord)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"max-ahead", "F|off",
        "keep pace: a peer more than F of its run ahead of the slowest partner it heard from in "
        "the last 10 s (each exchange tells both sides the other's progress) stops training and "
@@ -193,9 +206,11 @@ const OptionTable<PeerConfig>& peer_options() {
          c.max_ahead = v == "off" ? 0.0 : to_number("max-ahead", v);
          if (!(c.max_ahead > 0.0 && c.max_ahead < 1.0) && v != "off")
            throw bad_value("max-ahead", v, "a number in (0, 1) or off");
-       }}.shows(show_off(&PeerConfig::max_ahead)).of_kind(ValueKind::NumberOrWord),
+       }}.shows(show_off(&PeerConfig::max_ahead)).of_kind(ValueKind::NumberOrWord)
+          .for_programs(kGossipPeer | kGossipSim),
       O::named<kernels::Wire>("wire", wire_values(), "encoding of parameters on the wire (docs/communication.md)",
-                              &PeerConfig::wire),
+                              &PeerConfig::wire)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"error-feedback", "on|off",
        "with a lossy --wire (fp16, bf16, int8, int4, int2, int4-rel): send the encoding of x + e and keep in e what it "
        "rounded off, for the next exchange (docs/communication.md)",
@@ -203,14 +218,15 @@ const OptionTable<PeerConfig>& peer_options() {
          if (v != "on" && v != "off") throw bad_value("error-feedback", v, "on or off");
          c.error_feedback = v == "on";
        }}.shows([](PeerConfig& c) { return show_value(c.error_feedback); })
-          .of_kind(ValueKind::Text),
+          .of_kind(ValueKind::Text).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       wire_or_off("finish-wire",
                   "from --finish-from of training on, exchange in this wire instead of --wire "
                   "(both partners switch; a peer switches too when a partner is on it): a coarse "
                   "wire early, a finer one where the final accuracy is made "
                   "(docs/communication.md)",
                   &PeerConfig::finish_wire, [](kernels::Wire) { return true; },
-                  "off or a --wire value", ValueKind::NumberOrWord),
+                  "off or a --wire value", ValueKind::NumberOrWord)
+          .for_programs(kGossipPeer | kGossipSim),
       wire_or_off("slow-link-wire",
                   "with --wire fp32 and no --finish-wire: exchange in this wire, with error "
                   "feedback, with each partner whose link is measured slow (under 4 MB/s both "
@@ -218,19 +234,23 @@ const OptionTable<PeerConfig>& peer_options() {
                   "with the others (docs/communication.md; off: fp32 with every partner)",
                   &PeerConfig::slow_link_wire,
                   [](kernels::Wire w) { return w != kernels::Wire::Fp32 && w != kernels::Wire::Int2; },
-                  "off or a --wire value other than fp32 and int2", ValueKind::Text),
+                  "off or a --wire value other than fp32 and int2", ValueKind::Text)
+          .for_programs(kGossipPeer | kGossipSim),
       O::number("finish-from", "P",
                 "the fraction of training after which --finish-wire takes over",
-                &PeerConfig::finish_from, 0.01, 1),
+                &PeerConfig::finish_from, 0.01, 1).for_programs(kGossipPeer | kGossipSim),
       O::number("outer-every", "H",
                 "outer optimizer (DiLoCo/NoLoCo style, docs/communication.md): every H steps, one "
                 "Nesterov step on the pseudo-gradient since the last one, averaging included "
                 "(0: off)",
-                &PeerConfig::outer_every, 0, 1000000),
+                &PeerConfig::outer_every, 0, 1000000)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("outer-lr", "LR", "the outer step's learning rate (1 with momentum 0: the outer "
-                "step changes nothing)", &PeerConfig::outer_lr, 0.01, 10),
+                "step changes nothing)", &PeerConfig::outer_lr, 0.01, 10)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("outer-momentum", "MU", "the outer step's Nesterov momentum",
-                &PeerConfig::outer_momentum, 0, 0.99),
+                &PeerConfig::outer_momentum, 0, 0.99)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"comm-preset", "low|default",
        "low: the best-measured low-communication settings (docs/communication.md), --wire "
        "int4-rel --error-feedback on --gossip-every 10 --finish-wire off --max-lag 10 "
@@ -248,57 +268,66 @@ const OptionTable<PeerConfig>& peer_options() {
          c.max_lag = low ? 10 : -1;
          c.max_lag_share = low ? 0.0 : 0.25;
          c.outer_every = 0;
-       }}.unset_means("none: each flag's own default").of_kind(ValueKind::Text),
+       }}.unset_means("none: each flag's own default").of_kind(ValueKind::Text)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::named<bool>("weighting", {{"uniform", false}, {"samples", true}},
                      "mix weight: 1/2 (uniform), or by the two shards' sample counts",
-                     &PeerConfig::weight_by_samples),
+                     &PeerConfig::weight_by_samples).for_programs(kGossipPeer | kGossipSim),
       O::number("max-diff-norm", "X", "refuse a partner whose ||r - s|| exceeds X (0: no bound)",
-                &PeerConfig::max_diff_norm, 0, 1e30),
+                &PeerConfig::max_diff_norm, 0, 1e30)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::named<gossip::MixMode>(
           "mix", {{"plain", gossip::MixMode::Plain}, {"clipped", gossip::MixMode::Clipped}},
           "how a partner's vector is mixed in: plain x += w (r - s), or clipped: the difference "
           "scaled down to at most tau, an adaptive bound",
-          robust(&R::mix)),
+          robust(&R::mix)).for_programs(kGossipPeer | kPythonPeer),
       O::number("clip-mult", "K",
                 "clipped: tau = K times the median over the partners of the last --clip-window "
                 "applied exchanges of each one's latest ||r - s||",
-                robust(&R::clip_mult), 0.1, 1e6),
+                robust(&R::clip_mult), 0.1, 1e6)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("clip-window", "N",
                 "clipped: applied exchanges whose partners the median is taken over",
-                robust(&R::clip_window), 1, 100000),
+                robust(&R::clip_window), 1, 100000)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("clip-warmup", "N",
                 "clipped: for the first N accepted exchanges tau is --clip-warmup-frac times our "
                 "parameters' norm, and a difference beyond that norm is refused",
-                robust(&R::clip_warmup), 0, 100000),
+                robust(&R::clip_warmup), 0, 100000)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("clip-warmup-frac", "F", "clipped: see --clip-warmup",
-                robust(&R::warmup_frac), 1e-6, 1),
+                robust(&R::warmup_frac), 1e-6, 1)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("suspect-mult", "K",
                 "clipped: refuse a partner whose typical ||r - s|| (median of its last 5, over the "
                 "median of all accepted) is K times that of the partners we meet (0: off)...",
-                robust(&R::suspect_mult), 0, 1e6),
+                robust(&R::suspect_mult), 0, 1e6)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("suspect-floor", "F",
                 "...once its ||r - s|| is also beyond F times our parameters' norm",
-                robust(&R::suspect_floor), 0, 1e6),
+                robust(&R::suspect_floor), 0, 1e6)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::named<bool>(
           "suspect-action", {{"refuse", false}, {"clip", true}},
           "what happens to a partner far persistently (--suspect-mult): refused, counting towards "
           "a ban, or clipped to a third of tau (less with each further such exchange: "
           "--suspect-decay) and mixed (refuse also bans honest peers that restart far behind, see "
           "README)",
-          robust(&R::suspect_clip)),
+          robust(&R::suspect_clip)).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number(
           "suspect-decay", "F",
           "with --suspect-action clip: each further exchange in a row with a partner judged far "
           "persistently multiplies its clip by F (B, B*F, B*F^2, ...), so one that never comes "
           "closer (stale) fades out, down to --suspect-min-clip; one that came closer by a tenth "
           "since its streak began starts at B again; in (0, 1], 1 = always B",
-          robust(&R::suspect_decay), 1e-6, 1),
+          robust(&R::suspect_decay), 1e-6, 1).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("suspect-min-clip", "F",
                 "the honest-drift floor: an exchange in which both sides clipped the other (each "
                 "found the other far, as after a partition), or with a partner far behind or "
                 "ahead in steps, mixes at least F of the plain weight, so drifted peers come back; "
                 "a partner that alone is far (stale) still fades out; 0: no floor",
-                robust(&R::suspect_min_clip), 0, 1),
+                robust(&R::suspect_min_clip), 0, 1)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::named<gossip::PartnerMode>(
           "partner-choice",
           {{"weighted", gossip::PartnerMode::Weighted},
@@ -309,20 +338,24 @@ const OptionTable<PeerConfig>& peer_options() {
           "per round from the sorted member list, so that a quiet swarm of n holds the exact "
           "average after floor(log2 n) + 2 rounds (log2 n for a power of two; a partner that "
           "does not take part within 2 s, or 4 exchange times when longer: a weighted draw)",
-          [](PeerConfig& c) -> gossip::PartnerMode& { return c.partner_choice.mode; }),
+          [](PeerConfig& c) -> gossip::PartnerMode& { return c.partner_choice.mode; })
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number(
           "refuse-mult", "K",
           "clipped: refuse an exchange whose ||r - s|| exceeds K tau and our parameters' own norm, "
           "reason anomalous",
-          robust(&R::refuse_mult), 1, 1e6),
+          robust(&R::refuse_mult), 1, 1e6).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("ban-after", "N",
                 "ban a partner whose vector was refused N times within --ban-window (0: never)",
-                robust(&R::ban_after), 0, 1000),
-      O::seconds("ban-window", "window for --ban-after", robust(&R::ban_window), 0),
+                robust(&R::ban_after), 0, 1000)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
+      O::seconds("ban-window", "window for --ban-after", robust(&R::ban_window), 0)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::seconds("ban",
                  "first ban's length, doubled for each later ban of the same partner, at most an "
                  "hour",
-                 robust(&R::ban_base), 0, 3600),
+                 robust(&R::ban_base), 0, 3600)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"fault", "MODE",
        "experiments only, refused unless GOSSIPTRAIN_ALLOW_FAULTS=1: send a corrupted vector, "
        "scale:K|random|signflip|stale|nan, and mix nothing in",
@@ -338,13 +371,14 @@ const OptionTable<PeerConfig>& peer_options() {
            throw UsageError(std::string("--") + e.what());
          }
          c.fault_spec = v;
-       }}.unset_means("none: an honest peer").of_kind(ValueKind::Text),
+       }}.unset_means("none: an honest peer").of_kind(ValueKind::Text)
+          .for_programs(kGossipPeer | kPythonPeer),
       O::number(
           "net-nice", "N",
           "run the network thread N nice levels below training, so that exchanges take mostly the "
           "CPU training leaves; membership shares that thread, so keep it 0 on a busy machine "
           "(0-19; only with gossip)",
-          &PeerConfig::net_nice, 0, 19),
+          &PeerConfig::net_nice, 0, 19).for_programs(kGossipPeer | kPythonPeer),
       O::number_or(
           "net-cores", "K", "auto", -1,
           "keep K cores for the network threads and pin training (and its BLAS threads) to the "
@@ -362,7 +396,8 @@ const OptionTable<PeerConfig>& peer_options() {
       PeerOption{"max-rate", "MB_PER_S",
        "send an exchange's snapshot at most this fast, spreading its CPU over more training steps "
        "(0: no cap; else at least 20, the rate partners' deadlines assume)",
-       [](PeerConfig& c, const std::string& v) { c.max_rate_mb = to_max_rate_mb("max-rate", v); }}.shows(show_field<PeerConfig>(&PeerConfig::max_rate_mb)).of_kind(ValueKind::Number),
+       [](PeerConfig& c, const std::string& v) { c.max_rate_mb = to_max_rate_mb("max-rate", v); }}.shows(show_field<PeerConfig>(&PeerConfig::max_rate_mb)).of_kind(ValueKind::Number)
+          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number(
           "train-nice", "N",
           "run training N nice levels below the other threads, so that exchanges and membership "
@@ -377,17 +412,17 @@ const OptionTable<PeerConfig>& peer_options() {
           .shows([](PeerConfig& c) {
             return c.crypto_threads < 0 ? "min(cores - 1, 4), 1 on 2 cores or fewer"
                                         : show_value(c.crypto_threads);
-          }),
+          }).for_programs(kGossipPeer | kPythonPeer),
       O::seconds("linger", "keep serving exchanges after training", &PeerConfig::linger_s, 0)
           .shows([](PeerConfig& c) {
             return c.linger_s >= 0 ? show_value(c.linger_s)
                                    : show_value(kDefaultLingerS) + " with --seeds or --listen, else 0";
-          }),
+          }).for_programs(kGossipPeer | kGossipSim),
       O::number("linger-settle", "D",
                 "while lingering, start exchanges until every partner met since this peer last "
                 "moved is within D (||r - s||) of it, then only one every 2 s; a heal that comes "
                 "after training is crossed so (0: a lingering peer only serves)",
-                &PeerConfig::linger_settle, 0, 1e30),
+                &PeerConfig::linger_settle, 0, 1e30).for_programs(kGossipPeer | kGossipSim),
       O::seconds("stall-timeout",
                  "the training thread counts as hung after this long with no step, evaluation "
                  "batch or wait (or 50 times its slowest gap, if longer): it says so at error "
@@ -403,20 +438,20 @@ const OptionTable<PeerConfig>& peer_options() {
           "auto: a peer with no checkpoint to resume from that finds live members fetches one's "
           "state (parameters, optimizer state, step) before its first step, unless it starts with "
           "a cohort (--min-peers above 1)",
-          &PeerConfig::catch_up),
+          &PeerConfig::catch_up).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::seconds("catch-up-timeout",
                  "give up catching up after this and start from our own weights",
-                 &PeerConfig::catch_up_timeout_s, 1),
+                 &PeerConfig::catch_up_timeout_s, 1).for_programs(kGossipPeer | kPythonPeer),
       O::number("min-peers", "N",
                 "wait before the first step until N live members, this peer included, are known "
                 "(1: do not wait)",
-                &PeerConfig::min_peers, 1, 100000),
+                &PeerConfig::min_peers, 1, 100000).for_programs(kGossipPeer | kPythonPeer),
       O::seconds(
           "min-peers-timeout",
           "stop waiting for --min-peers after this and start anyway, with a warning",
-          &PeerConfig::min_peers_timeout_s, 0),
+          &PeerConfig::min_peers_timeout_s, 0).for_programs(kGossipPeer | kPythonPeer),
       O::text("metrics", "FILE.jsonl", "append metrics as JSON lines to FILE",
-              &PeerConfig::metrics),
+              &PeerConfig::metrics).for_programs(kGossipPeer | kPythonPeer),
       PeerOption{"prometheus", "HOST:PORT",
        "serve /metrics (Prometheus text format), /healthz and /readyz on HOST:PORT, e.g. 127.0.0.1:9100 "
        "(the host must be given)",
@@ -437,13 +472,14 @@ const OptionTable<PeerConfig>& peer_options() {
               "with --export: the checkpoint folder to export (its model spec is used)",
               &PeerConfig::from_checkpoint),
       O::text("checkpoint-dir", "DIR", "write checkpoints to DIR and resume from it on restart",
-              train(&core::TrainConfig::checkpoint_dir)),
+              train(&core::TrainConfig::checkpoint_dir)).for_programs(kGossipPeer | kPythonPeer),
       O::number("checkpoint-every", "SECONDS",
                 "also checkpoint every SECONDS of training, besides every epoch end and on stop; a "
                 "killed peer loses at most this much",
-                train(&core::TrainConfig::checkpoint_every_s), 1, 86400),
+                train(&core::TrainConfig::checkpoint_every_s), 1, 86400)
+          .for_programs(kGossipPeer | kPythonPeer),
       O::choice("log-level", {"trace", "debug", "info", "warn", "error"}, "log level",
-                &PeerConfig::log_level),
+                &PeerConfig::log_level).for_programs(kGossipPeer | kPythonPeer),
       // Applied before the other flags (parse_peer_args); not a key of the file itself.
       PeerOption{"config", "FILE.json", "the same keys as the flags, without '--'",
        [](PeerConfig&, const std::string&) {}}.unset_means("none").of_kind(ValueKind::Text),

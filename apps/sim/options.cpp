@@ -183,53 +183,20 @@ const OptionTable<SimArgs>& sim_options() {
   return table;
 }
 
-// gossip-peer flags the train workload takes (any other flag is unknown): the data and its split,
-// the model and its training, and how a peer averages. --seed is gossip-sim's own.
-constexpr const char* kPeerFlags[] = {"data",
-                                      "partition",
-                                      "model",
-                                      "epochs",
-                                      "batch",
-                                      "lr",
-                                      "momentum",
-                                      "weight-decay",
-                                      "optimizer",
-                                      "schedule",
-                                      "gossip-every",
-                                      "wire",
-                                      "weighting",
-                                      "max-diff-norm",
-                                      "clip-mult",
-                                      "clip-window",
-                                      "clip-warmup",
-                                      "clip-warmup-frac",
-                                      "suspect-mult",
-                                      "suspect-floor",
-                                      "suspect-action",
-                                      "suspect-decay",
-                                      "suspect-min-clip",
-                                      "partner-choice",
-                                      "refuse-mult",
-                                      "ban-after",
-                                      "ban-window",
-                                      "ban",
-                                      "max-rate",
-                                      "linger",
-                                      "catch-up",
-                                      "backend",
-                                      "device",
-                                      "precision"};
-
+// A flag not in gossip-sim's own table: a gossip-peer flag tagged for gossip-sim (kGossipSim in
+// apps/common/options.cpp: the data and its split, the model and its training, how a peer
+// averages and waits) goes to the simulated peers; --seed is gossip-sim's own.
 void unknown_flag(SimArgs& a, const std::string& name, const std::string& value) {
-  for (const char* f : kPeerFlags)
-    if (name == f) {
-      a.peer_args.push_back("--" + name + "=" + value);
-      return;
-    }
-  if (peer_options().find(name))
+  const auto* o = peer_options().find(name);
+  if (o && o->for_program(kGossipSim)) {
+    a.peer_args.push_back("--" + name + "=" + value);
+    return;
+  }
+  if (o)
     throw UsageError("--" + name + " is a gossip-peer flag that gossip-sim does not take (see --help)");
   std::vector<std::string> known = sim_options().names();
-  known.insert(known.end(), std::begin(kPeerFlags), std::end(kPeerFlags));
+  const auto peer = peer_options().names(kGossipSim);
+  known.insert(known.end(), peer.begin(), peer.end());
   throw apps::unknown_flag(name, known);
 }
 
@@ -306,22 +273,21 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
 }
 
 std::string sim_usage() {
-  return "gossip-sim: N peers in one process, running gossip/'s real membership and averaging "
-         "code\nover the seeded in-memory network on a virtual clock.\n\n"
+  return "gossip-sim: N peers in one process, each running gossip-peer's gossip node (membership,\n"
+         "averaging, catch-up, --max-lag and --max-ahead) over the seeded in-memory network on a\n"
+         "virtual clock.\n\n"
          "  gossip-sim --peers N --workload consensus --sim-seconds S --seed X --out DIR "
          "[options]\n"
          "  gossip-sim --peers N --workload train [--sim-seconds S] --seed X --out DIR [options]\n"
          "             [training flags]\n\n" +
          sim_options().help(25) +
-         "\nTraining flags (--workload train; as gossip-peer --help describes them): --data, "
-         "--partition,\n--model, --epochs, --batch, --lr, --optimizer, --schedule, --momentum, "
-         "--weight-decay,\n--gossip-every, --wire, --weighting, --max-diff-norm, the --clip-*, "
-         "--suspect-*, --refuse-mult,\n--ban* and --partner-choice flags, --max-rate, --linger, "
-         "--catch-up,\n--backend, --device, --precision. Peer i trains shard i of every peer "
-         "slot (joiners included).\n--partner-choice is taken by the consensus workload too "
-         "(weighted, uniform or hypercube).\n--backend cpu (the default here, where gossip-peer's is auto) "
-         "or cuda:\nevery peer on the one backend of the process, one after another (one GPU, one "
-         "stream); the\nsimulated step time is --step-ms or measured on that backend.\n";
+         "\ngossip-peer's flags a simulated peer takes (--workload train; --partner-choice with\n"
+         "consensus too), from gossip-peer's own table. Peer i trains shard i of every peer slot\n"
+         "(joiners included). --backend cpu is the default here (gossip-peer's is auto): cuda\n"
+         "runs every peer on the one backend of the process, one after another (one GPU, one\n"
+         "stream); the simulated step time is --step-ms or measured on that backend. --max-lag\n"
+         "and --max-ahead waits run on the virtual clock.\n\n" +
+         peer_options().help(40, peer_help_groups(), kGossipSim);
 }
 
 }  // namespace gossiptrain::apps::sim

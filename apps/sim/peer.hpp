@@ -1,5 +1,5 @@
-// gossip-sim's per-peer state, shared by the world (sim_world.cpp) and its train workload
-// (sim_train.cpp). Private to gt_sim.
+// gossip-sim's per-peer state, shared by the world (world.cpp) and its train workload
+// (train.cpp). Private to gt_sim.
 #pragma once
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "core/checkpoint.hpp"
 #include "core/metrics.hpp"
 #include "core/trainer.hpp"
+#include "gossip/node/node.hpp"
 
 namespace gossiptrain::apps::sim {
 
@@ -27,27 +28,15 @@ inline net::Millis ms_of(double s) {
   return net::Millis(static_cast<net::Millis::rep>(std::llround(s * 1000.0)));
 }
 
-// The training loop's one step hook in the sim: the averager, then the catch-up server, as
-// gossip-peer's gossip::Node (gossip/node/node.cpp).
-class World::TrainHook final : public core::StepHook {
- public:
-  TrainHook(World& w, int i) : w_(w), i_(i) {}
-  void between_steps(core::StepContext& ctx) override { w_.train_boundary(i_, ctx); }
-
- private:
-  World& w_;
-  int i_;
-};
-
 struct World::Peer {
   int index = 0;
   std::string id, addr;
   net::SimTransport* t = nullptr;
-  std::unique_ptr<gossip::Dispatcher> disp;
-  std::unique_ptr<gossip::Membership> mem;
-  std::unique_ptr<gossip::Averager> avg;
-  std::unique_ptr<gossip::CatchUpServer> serve;
-  std::unique_ptr<gossip::CatchUpClient> fetch;
+  // Its node's metric lines (no file: the sim writes events.jsonl), then gossip-peer's node over
+  // its simulated transport (NodeThreads::Shared): membership, averaging, catch-up, --max-lag and
+  // --max-ahead. Null while the peer is down.
+  std::unique_ptr<core::Metrics> metrics;
+  std::unique_ptr<gossip::Node> node;
   bool catching_up = false;        // a joiner fetching a live peer's vector: no exchange yet
   kernels::DeviceBuffer<float> x;  // kept over a crash: the restarted peer resumes from it
   std::int64_t step = 0;
@@ -63,13 +52,14 @@ struct World::Peer {
   std::vector<std::int8_t> view;  // what this peer holds of each member (kUnseen or MemberState)
   int known_alive = 0;            // members it holds alive (not itself)
   std::uint64_t ok = 0, failed = 0, bytes = 0;
+  // Its nodes' --max-lag and --max-ahead waits, over all its lives.
+  std::uint64_t lag_waits = 0, pace_waits = 0;
+  double lag_wait_s = 0, pace_wait_s = 0;
 
-  // The train workload: the trainer over this peer's shard (gone while the peer is down), its
-  // hook, and its last checkpoint, kept in memory over a crash as gossip-peer keeps its own on
-  // disk.
-  std::unique_ptr<core::Metrics> metrics;  // no file: the sim writes events.jsonl
+  // The train workload: the trainer over this peer's shard (gone while the peer is down; its
+  // step hook is the node), and its last checkpoint, kept in memory over a crash as gossip-peer
+  // keeps its own on disk.
   std::unique_ptr<core::Trainer> trainer;
-  std::unique_ptr<TrainHook> hook;
   std::optional<core::Checkpoint> ckpt;
   double ckpt_at = 0;
   core::TrainResult res;

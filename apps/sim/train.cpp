@@ -21,7 +21,15 @@ constexpr double kChurnCheckpointS = 5.0;
 // gossip-peer's --min-peers-timeout default: the first peers wait this long at most for the others.
 constexpr double kCohortTimeoutS = 120.0;
 constexpr int kMeasureSteps = 40, kMeasureWarmup = 5;
+// How often a peer in a --max-lag or --max-ahead wait makes a serve pass (gossip-peer's training
+// thread makes one every 200 us; the virtual clock counts whole ms). The averager's boundary
+// requests make one at once besides.
+constexpr Millis kHoldTick{1};
 }  // namespace
+
+Millis World::step_time() const {
+  return Millis(std::max<Millis::rep>(1, std::llround(cfg_.step_ms)));
+}
 
 // The data once for all peers: the whole training set split into one shard per peer slot (as
 // gossip-launch does: --num-shards is every slot, joiners included) and one shared test set.
@@ -80,10 +88,8 @@ double World::measure_step_ms() {
 // --min-peers N); a restarted peer without a checkpoint and a joiner catch up first.
 void World::start_training(Peer& p, bool joiner) {
   const int i = p.index;
-  p.metrics = std::make_unique<core::Metrics>("", p.id);
-  p.hook = std::make_unique<TrainHook>(*this, i);
   p.trainer = std::make_unique<core::Trainer>(*train_be_, cfg_.peer.train, shards_[std::size_t(i)],
-                                              data_.test, *p.metrics, p.hook.get());
+                                              data_.test, *p.metrics, &p.node->hook());
   p.trainer->on_epoch = [this, i](int epoch, std::optional<double> loss, const core::EvalResult& ev,
                                   std::optional<double>) {
     ++evaluations_;
@@ -106,7 +112,7 @@ void World::start_training(Peer& p, bool joiner) {
   const bool restarted = p.life > 1;
   p.catching_up = joiner || (restarted && !resumed && cfg_.peer.catch_up == "auto");
   p.trainer->call_hook(/*done=*/true);  // the averager learns the vector's size
-  p.mem->start();
+  p.node->start();
   const std::uint64_t life = p.life;
   if (p.catching_up) {
     p.t->post([this, i, life] { catch_up(i, life); });
@@ -122,13 +128,13 @@ void World::start_training(Peer& p, bool joiner) {
 void World::wait_for_cohort(int i, std::uint64_t life, double since_s, int checks) {
   Peer& p = *peers_[i];
   if (!p.up || p.life != life) return;
-  const int have = int(p.mem->live_count()) + 1;
+  const int have = int(p.node->live_count()) + 1;
   if (have >= cfg_.peers || now_s() - since_s >= kCohortTimeoutS) {
     train_tick(i, life);
     return;
   }
   p.trainer->call_hook(/*done=*/true);  // answers exchanges meanwhile
-  if (++checks % 10 == 0) p.mem->sync_now();
+  if (++checks % 10 == 0) p.node->membership().sync_now();
   p.t->schedule(Millis(100), [this, i, life, since_s, checks] {
     wait_for_cohort(i, life, since_s, checks);
   });
@@ -149,8 +155,11 @@ void World::train_tick(int i, std::uint64_t life) {
     p.ckpt_at = now_s();
   }
   if (more) {
-    const auto step = Millis(std::max<Millis::rep>(1, std::llround(cfg_.step_ms)));
-    p.t->schedule(step, [this, i, life] { train_tick(i, life); });
+    if (p.node->holding()) {  // --max-lag or --max-ahead: training waits, the node serves
+      p.t->schedule(kHoldTick, [this, i, life] { hold_tick(i, life); });
+      return;
+    }
+    p.t->schedule(step_time(), [this, i, life] { train_tick(i, life); });
     return;
   }
   // Done: gossip-peer lingers to serve exchanges (10 s with seeds), evaluates, and leaves.
@@ -161,11 +170,15 @@ void World::train_tick(int i, std::uint64_t life) {
   });
 }
 
-void World::train_boundary(int i, core::StepContext& ctx) {
+void World::hold_tick(int i, std::uint64_t life) {
   Peer& p = *peers_[i];
-  if (!p.avg) return;
-  p.avg->between_steps(ctx);
-  p.serve->between_steps(ctx);
+  if (!p.up || p.life != life || !p.trainer || p.finished) return;
+  if (p.node->holding()) p.trainer->call_hook(/*done=*/false);  // one serve pass
+  if (p.node->holding()) {
+    p.t->schedule(kHoldTick, [this, i, life] { hold_tick(i, life); });
+    return;
+  }
+  p.t->schedule(step_time(), [this, i, life] { train_tick(i, life); });
 }
 
 void World::finish_training(int i) {
@@ -181,9 +194,9 @@ void World::finish_training(int i) {
         {"steps", p.res.steps},
         {"epochs", p.res.epochs_done}});
   // gossip-peer's clean stop: announce "left", linger, then the process ends.
-  p.mem->leave();
+  p.node->leave();
   const std::uint64_t life = p.life;
-  p.t->schedule(p.mem->config().leave_linger + Millis(100), [this, i, life] {
+  p.t->schedule(p.node->membership().config().leave_linger + Millis(100), [this, i, life] {
     Peer& q = *peers_[i];
     if (!q.up || q.life != life) return;
     net_.kill(q.addr, true);
@@ -204,6 +217,15 @@ bool World::training_over() const {
 json World::train_summary() const {
   json per_peer = json::array();
   std::vector<double> accs;
+  // --max-lag and --max-ahead waits of every peer (the ones of a node still up included).
+  std::uint64_t lag_waits = 0, pace_waits = 0;
+  double lag_wait_s = 0, pace_wait_s = 0;
+  for (const auto& p : peers_) {
+    lag_waits += p->lag_waits + (p->node ? p->node->lag_waits() : 0);
+    lag_wait_s += p->lag_wait_s + (p->node ? p->node->lag_wait_s() : 0);
+    pace_waits += p->pace_waits + (p->node ? p->node->pace_waits() : 0);
+    pace_wait_s += p->pace_wait_s + (p->node ? p->node->pace_wait_s() : 0);
+  }
   for (const auto& p : peers_) {
     if (!p->ever_started) continue;
     per_peer.push_back(p->final_acc ? json(*p->final_acc) : json(nullptr));
@@ -220,6 +242,14 @@ json World::train_summary() const {
           {"lr", tc.lr},
           {"optimizer", std::string(core::to_string(tc.optimizer))},
           {"gossip_every", cfg_.peer.gossip_every},
+          {"max_lag", cfg_.peer.max_lag},
+          {"max_ahead", cfg_.peer.max_ahead},
+          {"outer_every", cfg_.peer.outer_every},
+          {"wire", std::string(kernels::wire_name(cfg_.peer.wire))},
+          {"lag_waits", lag_waits},
+          {"lag_wait_s", lag_wait_s},
+          {"pace_waits", pace_waits},
+          {"pace_wait_s", pace_wait_s},
           {"steps_per_epoch", steps_per_epoch_},
           {"step_ms", cfg_.step_ms},
           {"step_ms_source", step_ms_source_},

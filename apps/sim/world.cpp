@@ -1,4 +1,4 @@
-// gossip-sim's world: the real membership and averaging code of every peer over one SimNetwork.
+// gossip-sim's world: gossip-peer's gossip::Node for every peer over one SimNetwork.
 // Building the peers, their protocols and events, and the run; the churn is world_churn.cpp, the
 // samples and the summary world_summary.cpp.
 #include "apps/sim/world.hpp"
@@ -232,10 +232,27 @@ double World::detection_bound_s() const {
 // ------------------------------------------------------------------------------------------------
 // Peers: start, protocols, ticks
 
+// Peer p's gossip::Node, as gossip-peer builds it from the same flags (apps/common/node_config),
+// on its simulated transport with NodeThreads::Shared; what only the sim sets: the seeds, the
+// seeded draws, the virtual clock's incarnation and the churn's fault.
 void World::build_protocols(Peer& p) {
   const int i = p.index;
-  p.disp = std::make_unique<gossip::Dispatcher>();
-  gossip::MembershipConfig mc;
+  gossip::NodeConfig nc;
+  if (cfg_.train()) {
+    // Training peers average, wait (--max-lag, --max-ahead) and step the outer optimizer as
+    // gossip-peer does with the same flags.
+    nc = node_config(cfg_.peer, fingerprint_);
+  } else {
+    // Consensus peers average at every tick; no training to hold back or to pace.
+    nc.fingerprint = kSimFingerprint;
+    nc.averager.gossip_every = 1;
+    nc.averager.robust.mix = cfg_.mix;
+    nc.averager.choice = cfg_.peer.partner_choice;  // --partner-choice: gossip-peer's code
+    nc.max_lag = 0;
+    nc.max_ahead = 0;
+  }
+  nc.threads = gossip::NodeThreads::Shared;
+  gossip::MembershipConfig& mc = nc.membership;
   mc.seeds = seed_addrs_;
   mc.names = names_;  // one interned copy of each id and address for all the peers' tables
   mc.idle_connection_timeout = ms_of(cfg_.idle_timeout_s);
@@ -243,24 +260,16 @@ void World::build_protocols(Peer& p) {
   // starts above anything its previous life announced.
   mc.initial_incarnation = static_cast<std::uint64_t>(net_.now().count()) + 1;
   mc.rng_seed = mix64(cfg_.seed, 2 * static_cast<std::uint64_t>(i) + 1 + 0x10000 * p.life);
-  p.mem = std::make_unique<gossip::Membership>(*p.t, mc);
-  p.disp->add(gossip::kMembershipTypeFirst, gossip::kMembershipTypeLast, p.mem.get());
-  // Training peers average as gossip-peer does with the same flags; consensus peers at every tick.
-  gossip::AveragerConfig ac;
-  if (cfg_.train()) {
-    ac = averager_config(cfg_.peer, fingerprint_);
-  } else {
-    ac.gossip_every = 1;
-    ac.robust.mix = cfg_.mix;
-    ac.choice = cfg_.peer.partner_choice;  // --partner-choice: the same code as gossip-peer's
-  }
+  gossip::AveragerConfig& ac = nc.averager;
   ac.yield_between_steps = false;
   ac.fault = p.fault;
   ac.seed = mix64(cfg_.seed, 2 * static_cast<std::uint64_t>(i) + 2 + 0x10000 * p.life);
-  p.avg = std::make_unique<gossip::Averager>(ac, *p.t, *p.disp, *p.mem,
-                                             train_be_ ? *train_be_ : be_);
-  p.avg->set_event_callback([this, i](const gossip::ExchangeEvent& e) { on_exchange(i, e); });
-  p.avg->set_boundary_request([this, i] {
+  p.metrics = std::make_unique<core::Metrics>("", p.id);
+  p.node = std::make_unique<gossip::Node>(*p.t, nc, train_be_ ? *train_be_ : be_, *p.metrics,
+                                          [] {});
+  p.node->set_exchange_observer([this, i](const gossip::ExchangeEvent& e) { on_exchange(i, e); });
+  p.node->set_member_observer([this, i](const gossip::MemberInfo& m) { on_member(i, m); });
+  p.node->averager().set_boundary_request([this, i] {
     Peer& q = *peers_[i];
     if (q.boundary_pending) return;
     q.boundary_pending = true;
@@ -269,12 +278,6 @@ void World::build_protocols(Peer& p) {
       boundary(i, false);
     });
   });
-  gossip::CatchUpServerConfig sc;
-  sc.fingerprint = cfg_.train() ? ac.fingerprint : kSimFingerprint;
-  p.serve = std::make_unique<gossip::CatchUpServer>(sc, *p.t, *p.disp);
-  p.fetch = std::make_unique<gossip::CatchUpClient>(*p.t, *p.disp, *p.mem);
-  p.mem->set_listener([this, i](const gossip::MemberInfo& m) { on_member(i, m); });
-  p.t->set_handler(p.disp.get());
 }
 
 // A joiner takes a live peer's vector before it averages, as gossip-peer does (gossip/catch_up):
@@ -283,7 +286,7 @@ void World::build_protocols(Peer& p) {
 void World::catch_up(int i, std::uint64_t life) {
   Peer& p = *peers_[i];
   if (!p.up || p.life != life || !p.catching_up) return;
-  if (!p.mem->joined()) {
+  if (!p.node->membership().joined()) {
     p.t->schedule(Millis(100), [this, i, life] { catch_up(i, life); });
     return;
   }
@@ -296,7 +299,7 @@ void World::catch_up(int i, std::uint64_t life) {
   }
   cc.seed = mix64(cfg_.seed, 0xCA7C00 + static_cast<std::uint64_t>(i) + 0x10000 * p.life);
   const double started = now_s();
-  p.fetch->start(cc, [this, i, life, started](gossip::CatchUpResult r) {
+  p.node->catch_up_client().start(cc, [this, i, life, started](gossip::CatchUpResult r) {
     Peer& q = *peers_[i];
     if (!q.up || q.life != life) return;
     q.catching_up = false;
@@ -346,7 +349,7 @@ void World::start_peer(int i, bool joiner) {
     return;
   }
   boundary(i, false);  // the averager learns the vector's size and keeps a snapshot ready
-  p.mem->start();
+  p.node->start();
   if (joiner) {
     const std::uint64_t l = p.life;
     p.t->post([this, i, l] { catch_up(i, l); });
@@ -362,13 +365,15 @@ void World::tear_down(Peer& p) {
   // The node vanished from the network first (kill): nothing of it runs any more. Its trainer
   // goes too: a restart resumes from the last checkpoint (p.ckpt).
   p.training = false;
-  p.trainer.reset();
-  p.hook.reset();
-  p.avg.reset();
-  p.fetch.reset();
-  p.serve.reset();
-  p.mem.reset();
-  p.disp.reset();
+  p.trainer.reset();  // before the node, its step hook
+  if (p.node) {
+    p.lag_waits += p.node->lag_waits();
+    p.lag_wait_s += p.node->lag_wait_s();
+    p.pace_waits += p.node->pace_waits();
+    p.pace_wait_s += p.node->pace_wait_s();
+  }
+  p.node.reset();
+  p.metrics.reset();
 }
 
 void World::tick(int i, std::uint64_t life) {
@@ -382,20 +387,19 @@ void World::tick(int i, std::uint64_t life) {
 // A step boundary of peer i: the averager's training-thread side (a new exchange when initiate).
 void World::boundary(int i, bool initiate) {
   Peer& p = *peers_[i];
-  if (!p.up || !p.avg || p.catching_up) return;
+  if (!p.up || !p.node || p.catching_up) return;
   if (p.trainer) {
     // A training peer answers the averager at its next step, as gossip-peer does; between steps
-    // only while it waits for its cohort or lingers after its last step.
-    if (!p.training) p.trainer->call_hook(/*done=*/true);
+    // while it waits for its cohort or lingers after its last step, and in a --max-lag or
+    // --max-ahead wait (a serve pass, as gossip-peer's waiting training thread makes).
+    if (p.training && p.node->holding()) p.trainer->call_hook(/*done=*/false);
+    else if (!p.training) p.trainer->call_hook(/*done=*/true);
     return;
   }
   core::StepContext ctx{be_, p.x.data(), p.x.size(), p.step, p.step, 1, 0, !initiate};
-  p.avg->between_steps(ctx);
-  if (p.step > 0) {  // a catch-up server serves only a state that has taken a step
-    VectorState state(*this, p);
-    ctx.state = &state;
-    p.serve->between_steps(ctx);
-  }
+  VectorState state(*this, p);
+  if (p.step > 0) ctx.state = &state;  // a catch-up server serves only a state that took a step
+  p.node->hook().between_steps(ctx);
 }
 
 // ------------------------------------------------------------------------------------------------

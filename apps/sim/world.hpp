@@ -1,8 +1,8 @@
-// gossip-sim's world: N peers in one process, each running the real gossip/ membership and
-// averaging code (Membership, Averager, Dispatcher) over the seeded in-memory network
-// (net/memory_transport) on its virtual clock. One thread drives everything; the averager's
-// "training thread" side is called at each peer's exchange ticks and whenever the averager asks
-// for a step boundary (Averager::set_boundary_request). See docs/ARCHITECTURE.md, "gossip-sim".
+// gossip-sim's world: N peers in one process, each running gossip-peer's gossip::Node (membership,
+// averaging, catch-up, --max-lag and --max-ahead: gossip/node) over the seeded in-memory network
+// (net/memory_transport) on its virtual clock. One thread drives everything (NodeThreads::Shared);
+// the node's step hook is called at each peer's exchange ticks or training steps, and whenever
+// the averager asks for a step boundary (Averager::set_boundary_request). See docs/ARCHITECTURE.md, "gossip-sim".
 #pragma once
 
 #include <chrono>
@@ -21,8 +21,6 @@
 #include "core/churn/scenario.hpp"
 #include "core/dataset.hpp"
 #include "gossip/exchange/averager.hpp"
-#include "gossip/catch_up/catch_up.hpp"
-#include "gossip/dispatcher.hpp"
 #include "gossip/membership/membership.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "net/memory_transport.hpp"
@@ -102,7 +100,6 @@ class World {
  private:
   struct Peer;
   class VectorState;
-  class TrainHook;
   struct Crash;
   void start_peer(int i, bool joiner = false);
   void catch_up(int i, std::uint64_t life);
@@ -150,7 +147,10 @@ class World {
   void start_training(Peer& p, bool joiner);
   void wait_for_cohort(int i, std::uint64_t life, double since_s, int checks);
   void train_tick(int i, std::uint64_t life);
-  void train_boundary(int i, core::StepContext& ctx);
+  // A --max-lag or --max-ahead wait of peer i's node: a serve pass every kHoldTick, then the next
+  // step a step time after the wait ends.
+  void hold_tick(int i, std::uint64_t life);
+  net::Millis step_time() const;  // the simulated time of one step, at least 1 ms
   void finish_training(int i);
   bool training_over() const;
   nlohmann::json train_summary() const;

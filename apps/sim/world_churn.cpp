@@ -47,8 +47,8 @@ void World::crash(int i, const std::string& source, bool graceful) {
   p.paused = false;
   if (graceful) {
     // gossip-peer's clean stop: announce "left", linger, then the process ends.
-    p.mem->leave();
-    const auto linger = p.mem->config().leave_linger + Millis(100);
+    p.node->leave();
+    const auto linger = p.node->membership().config().leave_linger + Millis(100);
     p.t->schedule(linger, [this, i] {
       Peer& q = *peers_[i];
       net_.kill(q.addr, true);
@@ -143,7 +143,7 @@ void World::churn_fault(const core::ChurnEvent& e) {
   for (int i : existing(e.peers)) {
     Peer& p = *peers_[i];
     p.fault = e.mode.empty() ? gossip::FaultConfig{} : gossip::parse_fault(e.mode);
-    if (p.up && p.avg) p.avg->set_fault(p.fault);
+    if (p.up && p.node) p.node->averager().set_fault(p.fault);
   }
 }
 

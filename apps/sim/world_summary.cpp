@@ -144,7 +144,7 @@ json World::finish() {
   ticking_ = false;
   auto busy = [this] {
     for (const auto& p : peers_)
-      if (p->up && p->avg && p->avg->in_exchange()) return true;
+      if (p->up && p->node && p->node->averager().in_exchange()) return true;
     return false;
   };
   const Millis drain_end = net_.now() + Millis(30000);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <stdexcept>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -18,7 +19,10 @@ namespace gossiptrain::gossip {
 
 Node::Node(net::Transport& transport, const NodeConfig& cfg, kernels::Backend& backend,
            core::Metrics& metrics, const std::function<void()>& start_transport)
-    : transport_(transport), sched_(transport.scheduler()), metrics_(metrics) {
+    : transport_(transport),
+      sched_(transport.scheduler()),
+      threads_(cfg.threads),
+      metrics_(metrics) {
   // One metric line per closed connection, with its typed reason (never the free text): the
   // Prometheus registry counts them as gossiptrain_connections_closed_total{reason}.
   dispatcher_.set_close_observer([this](const net::ConnectionPtr& c, const std::string& reason) {
@@ -31,6 +35,7 @@ Node::Node(net::Transport& transport, const NodeConfig& cfg, kernels::Backend& b
   // transport listens; on its protocol thread, so no event can reach the dispatcher
   // half-registered.
   start_transport();
+  t0_ = sched_.now();
   started_ = true;
   cfg.membership.validate();
   // auto: one exchange per --gossip-every steps on a GPU, whose steps outrun any exchange (8 peers
@@ -52,7 +57,24 @@ Node::Node(net::Transport& transport, const NodeConfig& cfg, kernels::Backend& b
   }
 }
 
+double Node::now_s() const { return double((sched_.now() - t0_).count()) / 1000.0; }
+
+void Node::require_separate(const char* what) const {
+  if (threads_ == NodeThreads::Shared)
+    throw std::logic_error(std::string("gossip::Node::") + what +
+                           " blocks: not with NodeThreads::Shared");
+}
+
+void Node::post_or_run(std::function<void()> fn) {
+  if (threads_ == NodeThreads::Shared) fn();  // the caller is the protocol thread
+  else sched_.post(std::move(fn));
+}
+
 void Node::on_protocol_thread(std::function<void()> fn) {
+  if (threads_ == NodeThreads::Shared) {  // the caller is the protocol thread
+    fn();
+    return;
+  }
   auto done = std::make_shared<std::promise<void>>();
   auto ready = done->get_future();
   sched_.post([fn = std::move(fn), done] {
@@ -77,6 +99,7 @@ void Node::build_protocols(const NodeConfig& cfg, kernels::Backend& backend) {
     // saturated slow link, whose long transfer an abort would waste.
     if ((m.state == MemberState::Dead || m.state == MemberState::Left) && averager_)
       averager_->partner_lost(m.id);
+    if (member_observer_) member_observer_(m);
   });
   dispatcher_.add(kMembershipTypeFirst, kMembershipTypeLast, membership_.get());
 
@@ -107,7 +130,7 @@ void Node::build_protocols(const NodeConfig& cfg, kernels::Backend& backend) {
 }
 
 void Node::on_exchange(const ExchangeEvent& e) {
-  if (pace_ && same_run_length(e)) pace_->heard(e.partner, e.partner_progress, metrics_.seconds());
+  if (pace_ && same_run_length(e)) pace_->heard(e.partner, e.partner_progress, now_s());
   metrics_.emit("exchange", {{"partner", e.partner},
                              {"role", role_name(e.role)},
                              {"ok", e.ok},
@@ -126,19 +149,33 @@ void Node::on_exchange(const ExchangeEvent& e) {
                              {"averaging", e.ok && e.clip >= kAveragingClip}});
   if (!e.ok) spdlog::debug("exchange with {} failed: {}", e.partner, e.reason);
   watch_health(e);
+  if (exchange_observer_) exchange_observer_(e);
 }
 
 void Node::between_steps(core::StepContext& ctx) {
+  if (hold_) {  // shared threads: a wait is open, and this call is one pass of it
+    serve_once(ctx);
+    if (!hold_over()) return;
+    const Stage next = hold_->kind == Stage::Lag ? Stage::Pace : Stage::Waits;
+    end_hold();
+    after_hooks(ctx, next);
+    return;
+  }
   total_steps_.store(ctx.total_steps);
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();  // work done, not a decision: the wall clock
   if (comm_) comm_->before_averager(ctx);
   averager_->between_steps(ctx);
   if (comm_) comm_->between_steps(ctx);
   catch_up_server_->between_steps(ctx);
   hook_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (max_lag_ > 0 && !ctx.training_done) bound_lag(ctx);
-  if (pace_ && !ctx.training_done) keep_pace(ctx);
-  if (ctx.epoch != waits_epoch_ && !ctx.training_done) say_waits(ctx.epoch);
+  after_hooks(ctx, Stage::Lag);
+}
+
+void Node::after_hooks(core::StepContext& ctx, Stage stage) {
+  if (ctx.training_done) return;
+  if (stage == Stage::Lag && max_lag_ > 0 && bound_lag(ctx) && !wait_here(ctx)) return;
+  if (stage != Stage::Waits && pace_ && keep_pace(ctx) && !wait_here(ctx)) return;
+  if (ctx.epoch != waits_epoch_) say_waits(ctx.epoch);
 }
 
 // One `waits` line per epoch: the waits so far (cumulative), and the time the exchange's own work
@@ -155,20 +192,52 @@ void Node::say_waits(int epoch) {
                           {"pace_wait_s", pace_wait_s_}});
 }
 
-template <class Done>
-double Node::serve_until(core::StepContext& ctx, double max_s, Done done) {
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  const auto end =
-      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(max_s));
-  while (!done() && Clock::now() < end) {
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-    if (comm_) comm_->before_averager(ctx);
-    averager_->between_steps(ctx);  // applies a committed mix, answers requests, may start one
-    if (comm_) comm_->between_steps(ctx);  // the mix into the outer anchor (no second outer step)
-    catch_up_server_->between_steps(ctx);
+void Node::serve_once(core::StepContext& ctx) {
+  if (comm_) comm_->before_averager(ctx);
+  averager_->between_steps(ctx);  // applies a committed mix, answers requests, may start one
+  if (comm_) comm_->between_steps(ctx);  // the mix into the outer anchor (no second outer step)
+  catch_up_server_->between_steps(ctx);
+}
+
+bool Node::hold_over() {
+  Hold& h = *hold_;
+  if (h.kind == Stage::Lag) {
+    h.completed = averager_->stats().averaging != h.before;
+    if (h.completed || membership_->live_count() == 0) return true;
+  } else if (!pace_->should_wait(h.own, now_s())) {
+    return true;
   }
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+  return sched_.now() >= h.end;
+}
+
+bool Node::wait_here(core::StepContext& ctx) {
+  if (threads_ == NodeThreads::Shared) return false;
+  while (!hold_over()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    serve_once(ctx);
+  }
+  end_hold();
+  return true;
+}
+
+void Node::end_hold() {
+  constexpr double kMaxLagWait = 2.0;  // for the warning; the hold's deadline is set by bound_lag
+  const Hold h = *hold_;
+  hold_.reset();
+  const double waited_s = double((sched_.now() - h.start).count()) / 1000.0;
+  if (h.kind == Stage::Pace) {
+    pace_wait_s_ += waited_s;
+    pace_->resumed(h.own, now_s());
+    return;
+  }
+  averager_->set_eager(false);
+  lag_wait_s_ += waited_s;
+  if (lag_->waited(h.completed, waited_s))
+    spdlog::warn(
+        "--max-lag: {} waits of {:.0f} s in a row saw no exchange average (refused, banned or "
+        "failing partners): training now waits only every {} steps, at most {}, until one does",
+        lag_->config().fruitless_before_backoff, kMaxLagWait, lag_->lag(),
+        std::int64_t(max_lag_) * lag_->config().max_backoff);
 }
 
 // Fractions of runs of different lengths do not compare (a joiner with --epochs 1 beside a run of
@@ -182,30 +251,30 @@ bool Node::same_run_length(const ExchangeEvent& e) const {
   return std::abs(theirs - double(own)) <= 0.1 * double(own);
 }
 
-void Node::keep_pace(core::StepContext& ctx) {
-  constexpr double kPaceWait = 2.0;  // seconds at a time; the partners' word is re-read meanwhile
-  auto now_s = [this] { return metrics_.seconds(); };
+bool Node::keep_pace(core::StepContext& ctx) {
+  constexpr net::Millis kPaceWait{2000};  // at a time; the partners' word is re-read meanwhile
   const double own = core::progress_of(ctx);
-  if (own < 0) return;
+  if (own < 0) return false;
   pace_->trained(own, now_s());
-  if (!pace_->should_wait(own, now_s())) return;
+  if (!pace_->should_wait(own, now_s())) return false;
   ++pace_waits_;
-  pace_wait_s_ += serve_until(ctx, kPaceWait, [&] { return !pace_->should_wait(own, now_s()); });
-  pace_->resumed(own, now_s());
+  const net::Millis now = sched_.now();
+  hold_ = Hold{Stage::Pace, now, now + kPaceWait, 0, own, false};
+  return true;
 }
 
-void Node::bound_lag(core::StepContext& ctx) {
+bool Node::bound_lag(core::StepContext& ctx) {
   // A fast backend (a GPU step takes a fraction of a millisecond) runs many steps while one
   // exchange is in flight: without a bound it trains alone, and a swarm of such peers averages a
   // few times per hundred steps. Waiting here keeps at least one exchange per max_lag_ steps.
-  constexpr double kMaxLagWait = 2.0;  // seconds; a partner that cannot answer by then is dead
+  constexpr net::Millis kMaxLagWait{2000};  // a partner that cannot answer by then is dead
   // Only exchanges that averaged count: one clipped to nearly nothing did not bound the lag.
   const std::uint64_t before = averager_->stats().averaging;
   if (lag_->take_recovered())
     spdlog::info("--max-lag: an exchange averaged again; training waits for one every {} steps",
                  max_lag_);
   // The budget's clock: training time, without the waits here and for --max-ahead.
-  const double train_s = metrics_.seconds() - lag_wait_s_ - pace_wait_s_;
+  const double train_s = now_s() - lag_wait_s_ - pace_wait_s_;
   const bool wait = lag_->should_wait(ctx.step, before, train_s);
   if (lag_->take_first_deferral())
     spdlog::info(
@@ -213,27 +282,17 @@ void Node::bound_lag(core::StepContext& ctx) {
         "{:.2f} s per second it trains (--max-lag-share), so it waits less often than every {} "
         "steps",
         max_lag_, lag_->config().share, max_lag_);
-  if (!wait) return;
-  if (membership_->live_count() == 0) return;  // alone: nobody to wait for
+  if (!wait) return false;
+  if (membership_->live_count() == 0) return false;  // alone: nobody to wait for
   ++lag_waits_;
-  bool completed = false;
   // The wait also ends when the last member leaves: a partner that said goodbye at the start of
   // a wait kept training waiting its full 2 s (issue 27's joiner, at the end of its linger).
   // Meanwhile an exchange that fails (partners BUSY) is started again, not left until the next
   // --gossip-every steps: with slow exchanges, most partners are busy when asked.
   averager_->set_eager(true);
-  const double waited_s = serve_until(ctx, kMaxLagWait, [&] {
-    completed = averager_->stats().averaging != before;
-    return completed || membership_->live_count() == 0;
-  });
-  averager_->set_eager(false);
-  lag_wait_s_ += waited_s;
-  if (lag_->waited(completed, waited_s))
-    spdlog::warn(
-        "--max-lag: {} waits of {:.0f} s in a row saw no exchange average (refused, banned or "
-        "failing partners): training now waits only every {} steps, at most {}, until one does",
-        lag_->config().fruitless_before_backoff, kMaxLagWait, lag_->lag(),
-        std::int64_t(max_lag_) * lag_->config().max_backoff);
+  const net::Millis now = sched_.now();
+  hold_ = Hold{Stage::Lag, now, now + kMaxLagWait, before, 0, false};
+  return true;
 }
 
 bool Node::joined() {
@@ -244,13 +303,13 @@ bool Node::joined() {
 }
 
 bool Node::wait_for_members(int n, double timeout_s, const std::atomic<bool>& stop) {
-  using Clock = std::chrono::steady_clock;
+  require_separate("wait_for_members");
   auto count = [this] { return int(membership_->live_count()) + 1; };
   int have = count();
   if (n <= 1 || have >= n) return true;
-  const auto t0 = Clock::now();
+  const auto t0 = sched_.now();
   const auto end =
-      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+      t0 + std::chrono::duration_cast<net::Millis>(std::chrono::duration<double>(timeout_s));
   spdlog::info(
       "training on hold: waiting for {} live members before the first step ({} so far, "
       "at most {} s, --min-peers-timeout)",
@@ -259,9 +318,9 @@ bool Node::wait_for_members(int n, double timeout_s, const std::atomic<bool>& st
   // Once a second, a full-state sync with a random member: members that joined right after us
   // may have gossiped their arrival before they knew us, and the periodic sync is 30 s away.
   auto next_sync = t0 + std::chrono::seconds(1);
-  while (have < n && !stop.load() && Clock::now() < end) {
+  while (have < n && !stop.load() && sched_.now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (Clock::now() >= next_sync) {
+    if (sched_.now() >= next_sync) {
       sched_.post([this] { membership_->sync_now(); });
       next_sync += std::chrono::seconds(1);
     }
@@ -269,7 +328,7 @@ bool Node::wait_for_members(int n, double timeout_s, const std::atomic<bool>& st
     if (now != have) spdlog::info("{} of {} live members", now, n);
     have = now;
   }
-  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double waited = std::chrono::duration<double>(sched_.now() - t0).count();
   const bool ok = have >= n;
   metrics_.emit("min_peers", {{"want", n}, {"have", have}, {"ok", ok}, {"s", waited}});
   if (ok) spdlog::info("{} live members after {:.1f} s: starting", have, waited);
@@ -281,17 +340,17 @@ bool Node::wait_for_members(int n, double timeout_s, const std::atomic<bool>& st
 
 std::optional<CatchUpResult> Node::catch_up(CatchUpClientConfig cfg,
                                             const std::atomic<bool>& stop) {
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
+  require_separate("catch_up");
+  const auto t0 = sched_.now();
   const auto end = t0 + cfg.deadline;
   // The member list arrives with the join's sync reply: before it, "no live member" means nothing.
   // Training waits meanwhile: say so, and for how long at most, then every kHoldNoteS.
   constexpr double kHoldNoteS = 10.0;
-  auto left_s = [&] { return std::chrono::duration<double>(end - Clock::now()).count(); };
+  auto left_s = [&] { return std::chrono::duration<double>(end - sched_.now()).count(); };
   auto next_note = t0;
   while (!joined()) {
     if (stop.load()) return std::nullopt;
-    if (Clock::now() >= next_note && Clock::now() < end) {
+    if (sched_.now() >= next_note && sched_.now() < end) {
       const bool first = next_note == t0;
       spdlog::info(
           "training on hold: {} the seeds to catch up from the swarm ({:.0f} s left of "
@@ -301,12 +360,12 @@ std::optional<CatchUpResult> Node::catch_up(CatchUpClientConfig cfg,
       metrics_.emit("hold", {{"reason", first ? "catch-up: joining" : "catch-up: seeds silent"},
                              {"left_s", left_s()}});
       next_note +=
-          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kHoldNoteS));
+          std::chrono::duration_cast<net::Millis>(std::chrono::duration<double>(kHoldNoteS));
     }
-    if (Clock::now() >= end) {
+    if (sched_.now() >= end) {
       CatchUpResult r;
       r.reason = "not-joined";
-      r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      r.ms = std::chrono::duration<double, std::milli>(sched_.now() - t0).count();
       return r;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -322,7 +381,7 @@ std::optional<CatchUpResult> Node::catch_up(CatchUpClientConfig cfg,
       live, left_s());
   metrics_.emit("hold", {{"reason", "catch-up: fetching"}, {"left_s", left_s()}});
   cfg.deadline =
-      std::max(net::Millis(1), std::chrono::duration_cast<net::Millis>(end - Clock::now()));
+      std::max(net::Millis(1), std::chrono::duration_cast<net::Millis>(end - sched_.now()));
   auto p = std::make_shared<std::promise<CatchUpResult>>();
   auto f = p->get_future();
   sched_.post([this, cfg, p] {
@@ -334,7 +393,7 @@ std::optional<CatchUpResult> Node::catch_up(CatchUpClientConfig cfg,
   });
   // The client's own deadline ends the fetch; the margin only guards against a stuck thread.
   while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-    if (stop.load() || Clock::now() > end + std::chrono::seconds(5)) {
+    if (stop.load() || sched_.now() > end + std::chrono::seconds(5)) {
       sched_.post([this] { catch_up_client_->cancel(); });
       if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
         CatchUpResult r;
@@ -345,7 +404,7 @@ std::optional<CatchUpResult> Node::catch_up(CatchUpClientConfig cfg,
     }
   }
   auto r = f.get();
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  const double ms = std::chrono::duration<double, std::milli>(sched_.now() - t0).count();
   r.ms = ms;  // with the wait for the join
   return r;
 }
@@ -385,7 +444,7 @@ std::optional<std::string> Node::join_refused() const {
 
 void Node::start(std::atomic<bool>* give_up) {
   give_up_ = give_up;
-  sched_.post([this] {
+  post_or_run([this] {
     membership_->set_join_refused_handler([this](const std::string& why) {
       {
         std::lock_guard<std::mutex> lock(refused_mu_);
@@ -401,13 +460,17 @@ void Node::start(std::atomic<bool>* give_up) {
 
 void Node::withdraw() {
   if (!started_) return;
-  sched_.post([this] {
+  post_or_run([this] {
     if (membership_) membership_->leave();
   });
 }
 
 void Node::leave() {
   if (!started_.exchange(false)) return;
+  if (threads_ == NodeThreads::Shared) {  // the owner lets the linger pass on its clock
+    membership_->leave();
+    return;
+  }
   // Leave gracefully and give the leave time to go out; the owner then closes everything.
   auto left = std::make_shared<std::promise<void>>();
   auto done = left->get_future();

@@ -17,19 +17,34 @@
 #include "gossip/catch_up/catch_up.hpp"
 #include "gossip/dispatcher.hpp"
 #include "gossip/exchange/averager.hpp"
-#include "gossip/exchange/comm_state.hpp"
-#include "gossip/exchange/exchange_health.hpp"
-#include "gossip/exchange/lag_bound.hpp"
-#include "gossip/exchange/outer_step.hpp"
-#include "gossip/exchange/pace.hpp"
+#include "gossip/node/comm_state.hpp"
+#include "gossip/node/exchange_health.hpp"
+#include "gossip/node/lag_bound.hpp"
+#include "gossip/node/outer_step.hpp"
+#include "gossip/node/pace.hpp"
 #include "gossip/membership/membership.hpp"
 #include "kernels/backend.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::gossip {
 
+// Who drives the node's waits, and on which clock they run.
+enum class NodeThreads {
+  // gossip-peer: the transport runs its own protocol thread; the training thread calls the hook,
+  // and a --max-lag or --max-ahead wait blocks it there (sleeping between serve passes) until the
+  // wait ends on the transport scheduler's clock (real time for a TCP transport).
+  Separate,
+  // gossip-sim: one thread runs the protocol and training of every peer on a virtual clock
+  // (net::SimNetwork). Nothing blocks: the hook returns with the wait open (holding()), and the
+  // owner calls the hook again (each call one serve pass) until holding() is false. The owner
+  // calls everything on the protocol thread; the blocking helpers (wait_for_members, catch_up,
+  // leave's linger) are gossip-peer's and refuse to run here (std::logic_error).
+  Shared,
+};
+
 // Everything the node needs, typed (apps::node_config builds it from gossip-peer's flags).
 struct NodeConfig {
+  NodeThreads threads = NodeThreads::Separate;
   std::uint64_t fingerprint = 0;  // the model's; fetchers and partners with another are refused
   MembershipConfig membership;    // seeds and timings
   AveragerConfig averager;        // gossip_every, wire, robust, fault, error feedback, rate, ...
@@ -51,6 +66,26 @@ class Node final : private core::StepHook {
   // stopped, after leave(), before the node is destroyed.
   Node(net::Transport& transport, const NodeConfig& cfg, kernels::Backend& backend,
        core::Metrics& metrics, const std::function<void()>& start_transport);
+
+  // Shared threads: the exchange's and the membership's events, after the node's own metric
+  // lines (the simulator's bookkeeping). Set before start(); called on the protocol thread.
+  void set_exchange_observer(std::function<void(const ExchangeEvent&)> fn) {
+    exchange_observer_ = std::move(fn);
+  }
+  void set_member_observer(std::function<void(const MemberInfo&)> fn) {
+    member_observer_ = std::move(fn);
+  }
+  // The protocols, for an owner on the protocol thread (the simulator: joined(), sync_now(), the
+  // averager's boundary requests, catch-up as a callback).
+  Membership& membership() { return *membership_; }
+  Averager& averager() { return *averager_; }
+  CatchUpClient& catch_up_client() { return *catch_up_client_; }
+  // Shared threads: a --max-lag or --max-ahead wait is open; the next hook calls serve the
+  // protocol (no training) until it ends. Always false with separate threads (the hook waits).
+  bool holding() const { return hold_.has_value(); }
+  // Seconds on the transport scheduler's clock since the node was built: the clock of every
+  // decision (--max-lag's budget, --max-ahead's partners, the waits' deadlines).
+  double now_s() const;
 
   // Joins through the seeds. If every seed refuses this peer in the handshake
   // (MembershipConfig::join_refused_limit), join_refused() says why from then on and *give_up is
@@ -92,21 +127,45 @@ class Node final : private core::StepHook {
   void watch_health(const ExchangeEvent& e);
   // Bounded staleness: after max_lag_ steps without an exchange that averaged, keeps serving the
   // protocol between steps (no training) until one completes or kMaxLagWait passes; backs off
-  // when the waits find none (gossip/exchange/lag_bound.hpp).
-  void bound_lag(core::StepContext& ctx);
+  // when the waits find none (gossip/node/lag_bound.hpp). Returns whether a wait opened.
+  bool bound_lag(core::StepContext& ctx);
   // --max-ahead: while more than that ahead of the slowest recent partner, serves the protocol
-  // between steps (no training), at most kPaceWait at a time.
-  void keep_pace(core::StepContext& ctx);
+  // between steps (no training), at most kPaceWait at a time. Returns whether a wait opened.
+  bool keep_pace(core::StepContext& ctx);
   bool same_run_length(const ExchangeEvent& e) const;  // protocol thread
   void say_waits(int epoch);                           // the `waits` metric line
-  // Serves the protocol (no training) until done() or max_s pass; returns the seconds waited.
-  template <class Done>
-  double serve_until(core::StepContext& ctx, double max_s, Done done);
-  // Runs fn on the protocol thread and waits for it (its exception is rethrown here).
+  // A wait training is in (--max-lag or --max-ahead): when it began, its deadline, and what ends
+  // it early.
+  enum class Stage { Lag, Pace, Waits };
+  struct Hold {
+    Stage kind;
+    net::Millis start, end;
+    std::uint64_t before = 0;  // Lag: averaging exchanges when it began
+    double own = 0;            // Pace: our progress
+    bool completed = false;    // Lag: an exchange averaged
+  };
+  // The checks after the step's hooks, from `stage` on: a wait may open (then, with shared
+  // threads, the rest runs when it ends).
+  void after_hooks(core::StepContext& ctx, Stage stage);
+  // Separate threads: serves until the hold ends, and ends it; returns true. Shared: false (open).
+  bool wait_here(core::StepContext& ctx);
+  bool hold_over();                      // the hold's end condition, or its deadline passed
+  void serve_once(core::StepContext& ctx);  // one pass of the hooks, no training
+  void end_hold();                       // counts the wait; the hold is closed
+  void require_separate(const char* what) const;
+  // Runs fn on the protocol thread and waits for it (its exception is rethrown here); with
+  // shared threads, here and now.
   void on_protocol_thread(std::function<void()> fn);
+  // Posts fn to the protocol thread without waiting; with shared threads, runs it here and now.
+  void post_or_run(std::function<void()> fn);
 
   net::Transport& transport_;
   net::Scheduler& sched_;
+  NodeThreads threads_;
+  net::Millis t0_{0};  // sched_.now() when built
+  std::function<void(const ExchangeEvent&)> exchange_observer_;
+  std::function<void(const MemberInfo&)> member_observer_;
+  std::optional<Hold> hold_;  // training thread only
   core::Metrics& metrics_;
   Dispatcher dispatcher_;
   std::unique_ptr<Membership> membership_;

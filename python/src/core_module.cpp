@@ -39,54 +39,13 @@ using namespace gossiptrain;
 namespace {
 
 // The gossip-peer flags a Python peer takes: the network, averaging and robust mixing, catch-up,
-// metrics and checkpoints. Not the training ones: the caller trains.
+// metrics and checkpoints, tagged kPythonPeer in gossip-peer's table (apps/common/options.cpp).
+// Not the training ones: the caller trains.
 const std::set<std::string>& python_flags() {
-  static const std::set<std::string> flags = {"listen",
-                                              "advertise",
-                                              "seeds",
-                                              "identity",
-                                              "network-key",
-                                              "allowlist",
-                                              "model",
-                                              "gossip-every",
-                                              "max-lag",
-                                              "max-lag-share",
-                                              "wire",
-                                              "error-feedback",
-                                              "comm-preset",
-                                              "outer-every",
-                                              "outer-lr",
-                                              "outer-momentum",
-                                              "max-diff-norm",
-                                              "mix",
-                                              "clip-mult",
-                                              "clip-window",
-                                              "clip-warmup",
-                                              "clip-warmup-frac",
-                                              "suspect-mult",
-                                              "suspect-floor",
-                                              "suspect-action",
-                                              "suspect-decay",
-                                              "suspect-min-clip",
-                                              "partner-choice",
-                                              "refuse-mult",
-                                              "ban-after",
-                                              "ban-window",
-                                              "ban",
-                                              "fault",
-                                              "net-nice",
-                                              "crypto-threads",
-                                              "max-rate",
-                                              "catch-up",
-                                              "catch-up-timeout",
-                                              "min-peers",
-                                              "min-peers-timeout",
-                                              "metrics",
-                                              "shard",
-                                              "num-shards",
-                                              "checkpoint-dir",
-                                              "checkpoint-every",
-                                              "log-level"};
+  static const std::set<std::string> flags = [] {
+    const std::vector<std::string> names = apps::peer_options().names(apps::kPythonPeer);
+    return std::set<std::string>(names.begin(), names.end());
+  }();
   return flags;
 }
 

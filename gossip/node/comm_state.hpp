@@ -12,7 +12,7 @@
 
 #include "core/step_hook.hpp"
 #include "gossip/exchange/averager.hpp"
-#include "gossip/exchange/outer_step.hpp"
+#include "gossip/node/outer_step.hpp"
 
 namespace gossiptrain::gossip {
 

@@ -1,5 +1,5 @@
 // The outer optimizer over gossip (see outer_step.hpp), through the backend's ops only.
-#include "gossip/exchange/outer_step.hpp"
+#include "gossip/node/outer_step.hpp"
 
 #include <stdexcept>
 

@@ -1,4 +1,4 @@
-#include "gossip/exchange/exchange_health.hpp"
+#include "gossip/node/exchange_health.hpp"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // A peer's communication state across restarts (see comm_state.hpp).
-#include "gossip/exchange/comm_state.hpp"
+#include "gossip/node/comm_state.hpp"
 
 #include <spdlog/spdlog.h>
 

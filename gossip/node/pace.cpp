@@ -1,4 +1,4 @@
-#include "gossip/exchange/pace.hpp"
+#include "gossip/node/pace.hpp"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // --max-lag's policy: see lag_bound.hpp.
-#include "gossip/exchange/lag_bound.hpp"
+#include "gossip/node/lag_bound.hpp"
 
 #include <algorithm>
 #include <cmath>
