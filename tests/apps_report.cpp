@@ -204,3 +204,55 @@ TEST_CASE("report: a crash a peer played, its detection by the others and its re
   CHECK(r.summary["peers"][1]["state"] == "done");
   CHECK(r.summary["num_peers"] == 3);
 }
+
+TEST_CASE("report: deaths nobody scripted (kill -9 from outside, with and without a restart) are "
+          "in the churn section",
+          "[apps]") {
+  gt_test::TempDir dir("gt-report-unscripted");
+  auto clock = [](double u, int shard) {
+    return line(0, "local", "clock", {{"unix_s", u}, {"shard", shard}, {"num_shards", 3}});
+  };
+  // Peer 1 is killed after its line at t = 10 and restarted by the engine at launch time 14;
+  // peer 2 is killed after its line at t = 16 and never comes back. No --churn anywhere.
+  write(dir.path / "peer1" / "metrics.jsonl",
+        clock(1000.0, 1) + line(5, "bbbb", "eval", {{"test_acc", 0.5}}) +
+            line(10, "bbbb", "exchange", {{"partner", "aaaa"}, {"ok", true}, {"bytes", 100}}) +
+            clock(1014.0, 1) + line(3, "bbbb", "eval", {{"test_acc", 0.6}}) +
+            line(6, "bbbb", "done", {{"final_test_acc", 0.6}}));
+  write(dir.path / "peer2" / "metrics.jsonl",
+        clock(1000.0, 2) + line(5, "cccc", "eval", {{"test_acc", 0.5}}) +
+            line(16, "cccc", "exchange", {{"partner", "aaaa"}, {"ok", true}, {"bytes", 100}}));
+  write(dir.path / "peer0" / "metrics.jsonl",
+        clock(1000.0, 0) + line(5, "aaaa", "eval", {{"test_acc", 0.5}}) +
+            line(12.5, "aaaa", "member", {{"member", "bbbb"}, {"state", "dead"}}) +
+            line(15, "aaaa", "member", {{"member", "bbbb"}, {"state", "alive"}}) +
+            line(19, "aaaa", "member", {{"member", "cccc"}, {"state", "dead"}}) +
+            line(20, "aaaa", "done", {{"final_test_acc", 0.62}}));
+  const Report r = build_report(scan_report_dir(dir.str()), LaunchOptions{}, dir.str());
+  REQUIRE(r.summary.contains("churn"));
+  const json& c = r.summary["churn"];
+  INFO(c.dump());
+  REQUIRE(c.is_object());
+  CHECK(c["scenario"].get<std::string>().find("not scripted") != std::string::npos);
+  CHECK(c["applied"]["crash"] == 2);
+  CHECK(c["applied"]["restart"] == 1);
+  REQUIRE(c["events"].size() == 2);
+  for (const json& e : c["events"]) {
+    if (e["peer"] == 1) {
+      CHECK(e["t"].get<double>() == Approx(10.0));
+      CHECK(e["detected_by_s"]["0"].get<double>() == Approx(2.5));
+      CHECK(e["back_after_s"].get<double>() == Approx(4.0));
+    } else {
+      CHECK(e["peer"] == 2);
+      CHECK(e["t"].get<double>() == Approx(16.0));
+      CHECK(e["detected_by_s"]["0"].get<double>() == Approx(3.0));
+    }
+  }
+  // A run with every peer done in one life has no churn section.
+  gt_test::TempDir calm("gt-report-calm");
+  for (int p : {0, 1})
+    write(calm.path / ("peer" + std::to_string(p)) / "metrics.jsonl",
+          clock(1000.0, p) + line(5, p ? "bbbb" : "aaaa", "done", {{"final_test_acc", 0.6}}));
+  const Report q = build_report(scan_report_dir(calm.str()), LaunchOptions{}, calm.str());
+  CHECK((!q.summary.contains("churn") || q.summary["churn"].is_null()));
+}

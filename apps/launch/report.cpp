@@ -405,8 +405,22 @@ class EventsOnOneClock {
 
   void collect() {
     for (std::size_t i = 0; i < scan_.peers.size(); ++i)
-      for (std::size_t k = 0; k < f_.lives[i].size(); ++k)
-        add_life(scan_.peers[i].index, f_.lives[i][k], k > 0);
+      for (std::size_t k = 0; k < f_.lives[i].size(); ++k) {
+        const Life& life = f_.lives[i][k];
+        add_life(scan_.peers[i].index, life, k > 0);
+        // A process that ended without its done line and without a crash or stop it played
+        // itself died from outside (kill -9, OOM, a node lost): a death the report counts, at its
+        // last line, whether the engine restarted it or not.
+        if (!ended_cleanly(life)) {
+          events.push_back({{"t", life.offset + life.end_t},
+                            {"event", "churn"},
+                            {"kind", "crash"},
+                            {"source", "unscripted"},
+                            {"applied_to", json::array({scan_.peers[i].index})}});
+          churn = true;
+          unscripted = true;
+        }
+      }
     std::stable_sort(events.begin(), events.end(), [](const json& a, const json& b) {
       return a["t"].get<double>() < b["t"].get<double>();
     });
@@ -415,16 +429,36 @@ class EventsOnOneClock {
   std::vector<json> events;
   json scenario_events = json::array();
   bool churn = false;
+  bool scripted = false;    // the peers played churn events of a scenario
+  bool unscripted = false;  // a process died from outside, or the engine restarted one
 
  private:
+  // The process wrote its done line, or its last churn line is one it played on itself (a
+  // scripted crash or stop, reported from that line).
+  static bool ended_cleanly(const Life& life) {
+    for (auto it = life.lines.rbegin(); it != life.lines.rend(); ++it) {
+      const std::string& l = **it;
+      if (l.find("\"event\":\"done\"") != std::string::npos) return true;
+      if (l.find("\"event\":\"churn\"") != std::string::npos) {
+        const json j = json::parse(l, nullptr, false);
+        const std::string kind = j.is_object() ? j.value("kind", "") : "";
+        if (kind == "crash" || kind == "stop") return true;
+      }
+    }
+    return false;
+  }
+
   // A process's start and exit (a restart of the engine before all but the first) and its lines.
   void add_life(int idx, const Life& life, bool restarted) {
-    if (restarted)
+    if (restarted) {
       events.push_back({{"t", life.offset},
                         {"event", "churn"},
                         {"kind", "restart"},
                         {"source", "engine"},
                         {"applied_to", json::array({idx})}});
+      churn = true;
+      unscripted = true;
+    }
     events.push_back({{"t", life.offset}, {"event", "start"}, {"peer", idx}});
     for (const std::string* l : life.lines) {
       if (l->find("\"event\":\"churn\"") != std::string::npos)
@@ -444,6 +478,7 @@ class EventsOnOneClock {
                       {"source", "peer"},
                       {"applied_to", json::array({idx})}});
     churn = true;
+    scripted = true;
     if (j.contains("scenario") && j["scenario"].is_object())
       scenario_events.push_back(j["scenario"]);
   }
@@ -468,16 +503,22 @@ class EventsOnOneClock {
   const Folded& f_;
 };
 
-// summary.json's churn section, from the events the peers played.
-json played_churn_report(const std::vector<json>& events, const json& scenario_events, int n) {
+// summary.json's churn section, from the events the peers played and the deaths and restarts
+// nobody scripted.
+json played_churn_report(const std::vector<json>& events, const json& scenario_events, int n,
+                         bool scripted, bool unscripted) {
   core::ChurnScenario sc;
   sc.initial_peers = std::max(1, n);
   try {
-    sc = core::parse_churn_scenario({{"events", scenario_events}}, std::max(1, n));
+    if (scripted) sc = core::parse_churn_scenario({{"events", scenario_events}}, std::max(1, n));
   } catch (const core::ScenarioError&) {
     // The peers' own events name shards beyond the peers found: the section still stands.
   }
-  return churn_report(events, sc, "gossip-peer --churn (played by the peers)");
+  std::string what = scripted ? "gossip-peer --churn (played by the peers)" : "";
+  if (unscripted)
+    what += std::string(scripted ? "; " : "") +
+            "deaths from outside and restarts by the engine (not scripted)";
+  return churn_report(events, sc, what);
 }
 
 std::string report_table(const ReportScan& scan, const Folded& f, int epochs,
@@ -515,7 +556,8 @@ Report build_report(const ReportScan& scan, const LaunchOptions& o_in, const std
   for (const auto& p : scan.peers) files.push_back({{"peer", p.index}, {"file", p.path}});
   r.summary["report"] = {{"source_dir", dir}, {"files", files}, {"skipped", scan.notes}};
   if (ev.churn)
-    r.summary["churn"] = played_churn_report(ev.events, ev.scenario_events, int(scan.peers.size()));
+    r.summary["churn"] = played_churn_report(ev.events, ev.scenario_events, int(scan.peers.size()),
+                                             ev.scripted, ev.unscripted);
   r.events = std::move(ev.events);
   for (const auto& l : f.lives) {
     r.life_offsets.emplace_back();
