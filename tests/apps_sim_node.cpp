@@ -21,6 +21,7 @@
 #include "gossip/node/node.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "net/memory_transport.hpp"
+#include "tests/sim_pump.hpp"
 
 using namespace gossiptrain;
 
@@ -35,22 +36,9 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
   return a;
 }
 
-// Runs the simulated network on its own thread, as the TCP transport runs its io thread: 50
-// simulated ms per pass, so that a 2 s wait on the virtual clock takes a fraction of a second.
-struct Pump {
-  explicit Pump(net::SimNetwork& net)
-      : thread([this, &net] {
-          while (!stop.load()) {
-            net.run_for(net::Millis(50));
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          }
-        }) {}
-  ~Pump() {
-    stop = true;
-    thread.join();
-  }
-  std::atomic<bool> stop{false};
-  std::thread thread;
+// 50 simulated ms a pass, so that a 2 s wait on the virtual clock takes a fraction of a second.
+struct Pump : gt_test::SimPump {
+  explicit Pump(net::SimNetwork& net) : SimPump(net, net::Millis(50)) {}
 };
 
 struct Decisions {

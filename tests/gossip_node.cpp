@@ -13,6 +13,7 @@
 #include "gossip/node/node.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "net/memory_transport.hpp"
+#include "tests/sim_pump.hpp"
 
 using namespace gossiptrain;
 
@@ -37,22 +38,9 @@ struct Lines : core::MetricSink {
   std::vector<nlohmann::json> fields;
 };
 
-// Runs the simulated network on its own thread, as the TCP transport runs its io thread: the node
-// posts to it and waits from the caller's thread.
-struct Pump {
-  explicit Pump(net::SimNetwork& net)
-      : thread([this, &net] {
-          while (!stop.load()) {
-            net.run_for(net::Millis(5));
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          }
-        }) {}
-  ~Pump() {
-    stop = true;
-    thread.join();
-  }
-  std::atomic<bool> stop{false};
-  std::thread thread;
+// The simulated network on its own thread, 5 simulated ms a pass.
+struct Pump : gt_test::SimPump {
+  explicit Pump(net::SimNetwork& net) : SimPump(net, net::Millis(5)) {}
 };
 
 }  // namespace
