@@ -310,8 +310,28 @@ void Model::ensure_deltas(int batch) {
   delta_batch_ = batch;
 }
 
-float Model::forward_backward(const float* x, const std::int32_t* y, int batch) {
+void Model::set_train_logit_offset(const std::vector<float>& offset) {
+  if (offset.empty()) {
+    logit_offset_ = kernels::DeviceBuffer<float>();
+    return;
+  }
+  if (offset.size() != std::size_t(num_classes()))
+    throw std::invalid_argument("logit offset: " + std::to_string(offset.size()) +
+                                " values for " + std::to_string(num_classes()) + " classes");
+  logit_offset_ = kernels::DeviceBuffer<float>(be_, offset.size());
+  be_.upload(logit_offset_.data(), offset.data(), offset.size() * sizeof(float));
+}
+
+const float* Model::train_logits(const float* x, int batch) {
   const float* logits = forward(x, batch);
+  if (logit_offset_.size() != 0)  // the last layer's output buffer: z += offset, row by row
+    be_.bias_act_forward(acts_.back().data(), logit_offset_.data(), batch, num_classes(),
+                         kernels::Act::None);
+  return logits;
+}
+
+float Model::forward_backward(const float* x, const std::int32_t* y, int batch) {
+  const float* logits = train_logits(x, batch);
   // dlogits overwrite the logits in place: the last layer's activation is no longer needed.
   const float loss = be_.softmax_xent(logits, y, acts_.back().data(), batch, num_classes());
   backward(x, batch);
@@ -320,7 +340,7 @@ float Model::forward_backward(const float* x, const std::int32_t* y, int batch) 
 
 void Model::forward_backward_acc(const float* x, const std::int32_t* y, int batch,
                                  double* loss_acc) {
-  const float* logits = forward(x, batch);
+  const float* logits = train_logits(x, batch);
   be_.softmax_xent_acc(logits, y, acts_.back().data(), batch, num_classes(), loss_acc);
   backward(x, batch);
 }

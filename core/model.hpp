@@ -85,6 +85,11 @@ class Model {
   // double), so a training loop reads the loss back only when it needs it.
   void forward_backward_acc(const float* x, const std::int32_t* y, int batch, double* loss_acc);
 
+  // A per-class offset added to the logits in training only (forward_backward*), never in
+  // forward(): training takes softmax(z + offset), evaluation softmax(z). num_classes() values
+  // (host); empty clears it. See Trainer, TrainConfig::logit_adjust.
+  void set_train_logit_offset(const std::vector<float>& offset);
+
   // Images per im2col pass of a convolution layer (its column buffer is bounded).
   int conv_chunk(const Layer& l, int batch) const;
   // At most this many images per im2col pass (tests use it to exercise the chunking); 0: no limit.
@@ -114,6 +119,9 @@ class Model {
   int delta_batch_ = 0;                                        // batch the deltas hold
   std::vector<kernels::DeviceBuffer<std::int32_t>> pool_idx_;  // per layer (empty unless pool)
   kernels::DeviceBuffer<float> col_;                           // im2col buffer, shared by layers
+  kernels::DeviceBuffer<float> logit_offset_;                  // training only; empty: none
+  // The logits of the last forward() with the training offset added (forward_backward*).
+  const float* train_logits(const float* x, int batch);
 };
 
 using Mlp = Model;  // the name before convolutions; the trainer and apps still use it

@@ -77,6 +77,18 @@ void validate(const TrainConfig& c) {
   if (c.steps_per_epoch < 0) throw std::invalid_argument("steps per epoch must be >= 0");
 }
 
+std::vector<float> logit_prior(const std::vector<std::int32_t>& labels, int classes) {
+  std::vector<float> out(std::size_t(std::max(classes, 0)), 0.0f);
+  if (labels.empty() || classes < 1) return out;
+  std::vector<double> count(out.size(), 0.0);
+  for (std::int32_t y : labels)
+    if (y >= 0 && y < classes) count[std::size_t(y)] += 1.0;
+  const double uniform = 1.0 / double(classes);
+  for (std::size_t k = 0; k < count.size(); ++k)
+    out[k] = float(std::log(std::max(count[k] / double(labels.size()), uniform)));
+  return out;
+}
+
 std::int64_t share_steps_per_epoch(std::size_t train_rows, int peers, int batch) {
   const std::size_t share = (train_rows + std::size_t(peers) - 1) / std::size_t(peers);
   return std::int64_t((share + std::size_t(batch) - 1) / std::size_t(batch));
@@ -120,6 +132,7 @@ Trainer::Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, co
         cfg_.model, model_.num_classes(), shard_.classes, hint);
   }
   model_.init(cfg_.seed);
+  if (cfg_.logit_adjust) model_.set_train_logit_offset(logit_prior(shard_.y, model_.num_classes()));
   const std::size_t n = model_.num_params();
   opt_a_ = kernels::DeviceBuffer<float>(be_, n);
   if (optimizer_state_count() == 2) opt_b_ = kernels::DeviceBuffer<float>(be_, n);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include <string_view>
+#include <vector>
 
 #include "core/dataset.hpp"
 #include "core/metrics.hpp"
@@ -35,6 +36,9 @@ struct TrainConfig {
   float lr = 0.05f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;  // L2; 0 measured best for gossip (README, Results)
+  // --logit-adjust: train on softmax(z + log p), p the shard's label frequencies (logit_prior()),
+  // evaluate on softmax(z).
+  bool logit_adjust = false;
   int epochs = 10;
   int batch = 32;
   std::uint64_t seed = 1;
@@ -71,6 +75,10 @@ void check_input_features(const std::string& model, int features);
 // Steps in one epoch of a swarm's peer: an equal share of the whole training set (train_rows over
 // peers, rounded up), whatever its own shard's size, so that skewed splits do not leave the peers
 // with big shards training alone at the end.
+// The training offset of --logit-adjust: log max(p_k, 1/classes) for each class k, p_k its
+// frequency in labels. Only the labels more frequent than a uniform share stand out (by up to
+// log(classes)); on an IID shard every offset is about the same, which softmax ignores.
+std::vector<float> logit_prior(const std::vector<std::int32_t>& labels, int classes);
 std::int64_t share_steps_per_epoch(std::size_t train_rows, int peers, int batch);
 
 struct TrainResult {

@@ -439,3 +439,58 @@ TEST_CASE("optimizer and schedule names read and write through one table", "[cor
                        gt_test::WhatContains("--schedule must be cosine or constant"));
   CHECK(o == core::Optimizer::Qgm);  // unchanged by the refusal
 }
+
+TEST_CASE("logit prior: log max(p, 1/C), one value per class, nothing for an IID shard to move",
+          "[core]") {
+  const std::vector<float> skew = core::logit_prior({0, 0, 0, 1, 7, -1}, 4);  // 7, -1: no class
+  REQUIRE(skew.size() == 4);
+  CHECK(skew[0] == Approx(std::log(3.0 / 6.0)));
+  CHECK(skew[1] == Approx(std::log(0.25)));  // 1/6 is under a uniform share: floored
+  CHECK(skew[2] == Approx(std::log(0.25)));  // absent
+  CHECK(skew[3] == Approx(std::log(0.25)));
+  const std::vector<float> iid = core::logit_prior({0, 1, 2, 3, 3, 2, 1, 0}, 4);
+  for (float v : iid) CHECK(v == Approx(std::log(0.25)));
+  CHECK(core::logit_prior({}, 3) == std::vector<float>(3, 0.0f));
+}
+
+TEST_CASE("a training logit offset changes the training loss and its gradient, not forward()",
+          "[core]") {
+  auto be = kernels::make_backend("cpu");
+  const int B = 5, C = 4;
+  Mlp m(*be, "mlp:7-6-4", B);
+  m.init(3);
+  const auto xh = random_vec(std::size_t(B) * 7, 5, -1.f, 1.f);
+  const std::vector<std::int32_t> yh = {0, 0, 1, 3, 0};
+  kernels::DeviceBuffer<float> x(*be, xh.size());
+  kernels::DeviceBuffer<std::int32_t> y(*be, B);
+  be->upload(x.data(), xh.data(), xh.size() * 4);
+  be->upload(y.data(), yh.data(), yh.size() * 4);
+  std::vector<float> z(std::size_t(B) * C);
+  be->download(z.data(), m.forward(x.data(), B), z.size() * 4);
+  const std::vector<float> off = {-0.2f, -1.5f, -1.5f, -3.0f};
+  m.set_train_logit_offset(off);
+  const float loss = m.forward_backward(x.data(), y.data(), B);
+  // The loss and the last layer's bias gradient of softmax(z + off), in double.
+  double want = 0;
+  std::vector<double> db(C, 0.0);
+  for (int r = 0; r < B; ++r) {
+    double mx = -1e30, s = 0;
+    for (int c = 0; c < C; ++c) mx = std::max(mx, double(z[r * C + c] + off[c]));
+    for (int c = 0; c < C; ++c) s += std::exp(z[r * C + c] + off[c] - mx);
+    want += std::log(s) + mx - (z[r * C + yh[r]] + off[yh[r]]);
+    for (int c = 0; c < C; ++c)
+      db[c] += (std::exp(z[r * C + c] + off[c] - mx) / s - (c == yh[r] ? 1.0 : 0.0)) / B;
+  }
+  CHECK(loss == Approx(want / B).epsilon(1e-5));
+  const core::Layer& last = m.layers().back();
+  std::vector<float> g(C);
+  be->download(g.data(), m.grads() + last.b_offset, C * 4);
+  for (int c = 0; c < C; ++c) CHECK(g[c] == Approx(db[c]).margin(1e-5));
+  // forward() (evaluation) still gives z itself.
+  std::vector<float> z2(z.size());
+  be->download(z2.data(), m.forward(x.data(), B), z2.size() * 4);
+  CHECK(z2 == z);
+  CHECK_THROWS_AS(m.set_train_logit_offset({1.0f, 2.0f}), std::invalid_argument);
+  m.set_train_logit_offset({});
+  CHECK(m.forward_backward(x.data(), y.data(), B) != Approx(loss));
+}

@@ -172,6 +172,12 @@ const OptionTable<PeerConfig>& peer_options() {
       O::choice("schedule", {"cosine", "constant"},
                 "learning-rate schedule (cosine decays to 0 at the end)",
                 train(&core::TrainConfig::schedule)).for_programs(kGossipPeer | kGossipSim),
+      O::named<bool>("logit-adjust", {{"off", false}, {"on", true}},
+                     "on: train on softmax(z + log max(p, 1/C)), p the label frequencies of this "
+                     "peer's shard, C the classes, and evaluate on softmax(z), so a peer does "
+                     "not learn its own label skew into the shared model; about nothing changes "
+                     "on an IID shard (docs/ARCHITECTURE.md, \"Skewed labels\")",
+                     train(&core::TrainConfig::logit_adjust)).for_programs(kGossipPeer | kGossipSim),
       O::number("gossip-every", "STEPS", "start an averaging exchange every STEPS training steps",
                 &PeerConfig::gossip_every, 1, 1000000)
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
@@ -644,7 +650,7 @@ const std::vector<HelpGroup>& peer_help_groups() {
                        "checkpoint-dir", "config"}},
       {"Data", {"partition", "num-shards", "shard", "seed"}},
       {"Model and training",
-       {"optimizer", "momentum", "weight-decay", "schedule", "backend", "device", "precision",
+       {"optimizer", "momentum", "weight-decay", "schedule", "logit-adjust", "backend", "device", "precision",
         "compute-threads", "blas-core", "train-nice", "progress-every", "checkpoint-every",
         "stall-timeout", "stop-grace"}},
       {"Gossip",
