@@ -134,7 +134,7 @@ void Node::on_exchange(const ExchangeEvent& e) {
   metrics_.emit("exchange", {{"partner", e.partner},
                              {"role", role_name(e.role)},
                              {"ok", e.ok},
-                             {"reason", e.reason},
+                             {"reason", e.reason()},
                              {"bytes", e.bytes_sent + e.bytes_received},
                              {"bytes_sent", e.bytes_sent},
                              {"bytes_received", e.bytes_received},
@@ -147,7 +147,7 @@ void Node::on_exchange(const ExchangeEvent& e) {
                              {"clip", e.clip},
                              {"w_eff", e.effective_w()},
                              {"averaging", e.ok && e.clip >= kAveragingClip}});
-  if (!e.ok) spdlog::debug("exchange with {} failed: {}", e.partner, e.reason);
+  if (!e.ok) spdlog::debug("exchange with {} failed: {}", e.partner, e.reason());
   watch_health(e);
   if (exchange_observer_) exchange_observer_(e);
 }
@@ -417,7 +417,7 @@ void Node::watch_health(const ExchangeEvent& e) {
   // An exchange clipped to almost nothing did not average: it counts as a failure ("clipped").
   const bool averaged = e.ok && e.clip >= kAveragingClip;
   const auto change =
-      health_.on_result(averaged, e.ok ? std::string("clipped") : e.reason, addr, sched_.now());
+      health_.on_result(averaged, e.ok ? std::string("clipped") : e.reason(), addr, sched_.now());
   if (change == ExchangeHealth::Change::None) return;
   const ExchangeAlert a = health_.alert();
   const bool failing = change == ExchangeHealth::Change::Failing;
