@@ -62,7 +62,7 @@ struct PeerConfig {
   core::PartitionSpec partition_spec;  // the same, parsed once by the flag table
   int num_shards = 1;
   int shard = 0;
-  std::string backend = "auto";
+  kernels::BackendKind backend = kernels::BackendKind::Auto;
   int device = 0;                  // CUDA device number
   int net_cores = -1;              // cores kept for the network (core::plan_cpus); -1: auto
   int compute_threads = 0;         // BLAS threads; 0: auto

@@ -56,7 +56,7 @@ double model_copies(core::Optimizer optimizer) {
 PeerMemory peer_memory(const PeerConfig& c, std::size_t largest_shard, std::size_t test_rows,
                        int features) {
   PeerMemory m;
-  m.base_mb = kPeerBaseMb + (c.backend == "cpu" ? 0.0 : kCudaLibsMb);
+  m.base_mb = kPeerBaseMb + (c.backend == kernels::BackendKind::Cpu ? 0.0 : kCudaLibsMb);
   const double row = double(features) * 4 + 4;  // float32 image and int32 label
   m.shard_mb = double(largest_shard) * row / kMB;
   m.test_mb = double(test_rows) * row / kMB;
