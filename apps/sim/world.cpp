@@ -248,7 +248,7 @@ void World::build_protocols(Peer& p) {
     nc.averager.gossip_every = 1;
     nc.averager.robust.mix = cfg_.mix;
     nc.averager.choice = cfg_.peer.partner_choice;  // --partner-choice: gossip-peer's code
-    nc.max_lag = 0;
+    nc.max_lag = gossip::MaxLag::off();
     nc.max_ahead = 0;
   }
   nc.threads = gossip::NodeThreads::Shared;
