@@ -172,6 +172,17 @@ std::vector<int> parse_model_spec(std::string_view spec) {
   return dims;
 }
 
+std::size_t param_count(const std::vector<Layer>& layers) {
+  std::size_t n = 0;
+  for (const auto& l : layers)
+    if (l.has_params()) n = std::max(n, l.b_offset + std::size_t(l.out));
+  return n;
+}
+
+std::size_t model_param_count(std::string_view spec) {
+  return param_count(parse_model_layers(spec));
+}
+
 Model::Model(kernels::Backend& be, std::string_view spec, int max_batch)
     : be_(be), spec_(spec), max_batch_(max_batch) {
   if (max_batch < 1) throw std::invalid_argument("max_batch must be >= 1");
@@ -198,8 +209,7 @@ Model::Model(kernels::Backend& be, std::string_view spec, int max_batch)
     }
   }
   fingerprint_ = h;
-  for (const auto& l : layers_)
-    if (l.has_params()) num_params_ = l.b_offset + l.out;
+  num_params_ = param_count(layers_);
   params_ = kernels::DeviceBuffer<float>(be, num_params_);
   grads_ = kernels::DeviceBuffer<float>(be, num_params_);
   std::size_t col = 0;

@@ -54,6 +54,11 @@ std::vector<Layer> parse_model_layers(std::string_view spec);
 // The size of the input and of each layer's output, e.g. {784, 256, 256, 10} for
 // "mlp:784-256-256-10"; {784, 25088, 6272, ...} for a cnn.
 std::vector<int> parse_model_spec(std::string_view spec);
+// The parameters (weights and biases) of layers from parse_model_layers: the model's arena.
+std::size_t param_count(const std::vector<Layer>& layers);
+// The parameters of the model a spec builds (Model::num_params of it, without building it): the
+// one count for anything sized from a spec.
+std::size_t model_param_count(std::string_view spec);
 
 class Model {
  public:

@@ -27,7 +27,22 @@ static_assert(std::size(kPrecisionNames) == base::enum_count(Precision::Fp32, Pr
 constexpr std::string_view kWireNames[] = {"fp32", "fp16", "bf16", "int8",
                                            "int4", "int2", "int4-rel"};
 static_assert(std::size(kWireNames) == base::enum_count(Wire::Fp32, Wire::Int4Rel));
+constexpr std::string_view kBackendNames[] = {"auto", "cpu", "cuda"};
+static_assert(std::size(kBackendNames) == base::enum_count(BackendKind::Auto, BackendKind::Cuda));
 }  // namespace
+
+std::string_view to_string(BackendKind k) {
+  return base::enum_name(k, BackendKind::Auto, kBackendNames);
+}
+
+void from_string(std::string_view text, BackendKind& out) {
+  if (auto k = base::enum_from_name(text, BackendKind::Auto, kBackendNames)) {
+    out = *k;
+    return;
+  }
+  throw std::invalid_argument("unknown backend '" + std::string(text) +
+                              "' (expected auto, cpu or cuda)");
+}
 
 Precision parse_precision(std::string_view s) {
   if (auto p = base::enum_from_name(s, Precision::Fp32, kPrecisionNames)) return *p;
@@ -164,9 +179,15 @@ int cuda_devices() {
 bool cuda_available() { return cuda_devices() > 0; }
 
 std::unique_ptr<Backend> make_backend(std::string_view name, int device) {
+  BackendKind kind{};
+  from_string(name, kind);
+  return make_backend(kind, device);
+}
+
+std::unique_ptr<Backend> make_backend(BackendKind kind, int device) {
   if (device < 0) throw BackendError("device number must be >= 0, got " + std::to_string(device));
-  if (name == "cpu") return std::make_unique<CpuBackend>();
-  if (name == "cuda") {
+  if (kind == BackendKind::Cpu) return std::make_unique<CpuBackend>();
+  if (kind == BackendKind::Cuda) {
 #if defined(GT_HAVE_CUDA)
     const int n = cuda_device_count();
     if (n <= 0) {
@@ -185,7 +206,7 @@ std::unique_ptr<Backend> make_backend(std::string_view name, int device) {
         "(configure with nvcc available and GT_CUDA=ON)");
 #endif
   }
-  if (name == "auto") {
+  if (kind == BackendKind::Auto) {
     std::unique_ptr<Backend> be;
 #if defined(GT_HAVE_CUDA)
     if (cuda_device_count() > device) {
@@ -202,8 +223,7 @@ std::unique_ptr<Backend> make_backend(std::string_view name, int device) {
     spdlog::info("backend auto -> {} ({})", be->name(), be->device());
     return be;
   }
-  throw std::invalid_argument("unknown backend '" + std::string(name) +
-                              "' (expected auto, cpu or cuda)");
+  throw std::invalid_argument("unknown backend kind " + std::to_string(int(kind)));
 }
 
 }  // namespace gossiptrain::kernels

@@ -57,6 +57,14 @@ constexpr std::size_t wire_value_bytes(Wire w) {
   return w == Wire::Fp32 ? 4 : (w == Wire::Fp16 || w == Wire::Bf16) ? 2 : 1;
 }
 
+// The --backend setting: the backend make_backend builds (auto: cuda when a device is present,
+// else cpu), and the kind of a built one (cpu or cuda).
+enum class BackendKind { Auto, Cpu, Cuda };
+// The flag spellings "auto", "cpu", "cuda".
+std::string_view to_string(BackendKind k);
+// Reads a flag spelling; std::invalid_argument for any other text.
+void from_string(std::string_view text, BackendKind& out);
+
 // All pointers passed to a Backend method are "device" pointers obtained from alloc() of that same
 // backend (host memory for cpu), unless the name says host. Matrices are row-major.
 // Methods may run asynchronously on the backend's stream; methods returning a value from the device
@@ -64,7 +72,8 @@ constexpr std::size_t wire_value_bytes(Wire w) {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string name() const = 0;    // "cpu" or "cuda"
+  virtual BackendKind kind() const = 0;                                // Cpu or Cuda
+  std::string name() const { return std::string(to_string(kind())); }  // "cpu" or "cuda"
   virtual std::string device() const = 0;  // human-readable, e.g. "NVIDIA H100 80GB HBM3"
   // True when device pointers are host pointers (cpu): host memory may then be passed to any
   // method, which lets callers skip upload/download copies.
@@ -170,7 +179,8 @@ constexpr int conv_out(int size, int k, int stride, int pad) {
 // for an unknown name.
 // device: the CUDA device number (cuda and auto); a number past the last device throws
 // BackendError naming how many there are.
-std::unique_ptr<Backend> make_backend(std::string_view name, int device = 0);
+std::unique_ptr<Backend> make_backend(BackendKind kind, int device = 0);
+std::unique_ptr<Backend> make_backend(std::string_view name, int device = 0);  // by its spelling
 bool cuda_available();  // built with CUDA and at least one device visible
 int cuda_devices();     // devices visible (0 without CUDA)
 

@@ -35,7 +35,7 @@ TEST_CASE("the low communication preset sets the int4-rel wire, error feedback, 
   CHECK_FALSE(d.error_feedback);
   CHECK(d.gossip_every == 4);
   CHECK(d.outer_every == 0);
-  CHECK(d.max_lag == -1);
+  CHECK(d.max_lag == gossiptrain::gossip::MaxLag());
   CHECK(d.max_lag_share == 0.25);
   const PeerConfig low = parse({"--comm-preset", "low"});
   CHECK(low.wire == kernels::Wire::Int4Rel);
@@ -43,7 +43,7 @@ TEST_CASE("the low communication preset sets the int4-rel wire, error feedback, 
   CHECK(low.gossip_every == 10);
   CHECK_FALSE(low.finish_wire);
   // measured: on a 10 Mbit/s link, training that does not wait for exchanges trains alone
-  CHECK(low.max_lag == 10);
+  CHECK(low.max_lag == gossiptrain::gossip::MaxLag::steps(10));
   CHECK(low.max_lag_share == 0.0);
   CHECK_FALSE(d.finish_wire);
   CHECK(low.outer_every == 0);  // measured: it did not help (docs/communication.md)
@@ -56,7 +56,7 @@ TEST_CASE("the low communication preset sets the int4-rel wire, error feedback, 
   CHECK_FALSE(back.error_feedback);
   CHECK(back.gossip_every == 4);
   CHECK_FALSE(back.finish_wire);
-  CHECK(back.max_lag == -1);
+  CHECK(back.max_lag == gossiptrain::gossip::MaxLag());
   CHECK(back.max_lag_share == 0.25);
   CHECK(parse({"--comm-preset", "low", "--max-lag-share", "0.5"}).max_lag_share == 0.5);
   CHECK(parse({"--comm-preset", "low", "--finish-wire", "fp32"}).finish_wire == kernels::Wire::Fp32);

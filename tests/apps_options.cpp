@@ -434,7 +434,7 @@ TEST_CASE("config files: a key takes the JSON type of its flag: a string where a
   const PeerConfig c = parse_peer_args({"--config", path, "--listen", "127.0.0.1:0"}, &help);
   std::remove(path.c_str());
   CHECK(c.train.epochs == 3);
-  CHECK(c.max_lag == -1);
+  CHECK(c.max_lag == gossiptrain::gossip::MaxLag());
   CHECK(c.fedavg.server);
 }
 

@@ -30,6 +30,10 @@ TEST_CASE("peer node: the received-buffer pool is sized from the model's own par
     // The partner's vector as fp32, twice, and 2 MiB for the largest wire.
     CHECK(node.transport().buffers().stats().limit_bytes ==
           2 * 4 * model.num_params() + (2u << 20));
+    // The one count per spec (core::model_param_count) is the one the pool sees: for the CNN its
+    // layers' 1.66 M, not its layer sizes read as an MLP's.
+    CHECK(node.transport().buffers().stats().limit_bytes ==
+          2 * 4 * core::model_param_count(spec) + (2u << 20));
     node.stop();
   }
 }

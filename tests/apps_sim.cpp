@@ -385,7 +385,7 @@ TEST_CASE("gossip-sim train: --backend cuda trains every peer on the one GPU as 
     return;
   }
   SimConfig gpu = small_train(5);
-  gpu.peer.backend = "cuda";
+  gpu.peer.backend = kernels::BackendKind::Cuda;
   const Run c = simulate(small_train(5)), g = simulate(gpu);
   INFO(g.summary.dump());
   const json& t = g.summary["train"];
@@ -461,10 +461,10 @@ TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refus
   CHECK(train.world.peer.train.seed == 7);
   CHECK(train.world.peer.linger_s == 10.0);  // a gossiping peer's default
   CHECK(train.world.step_ms == 3.0);
-  CHECK(train.world.peer.backend == "cpu");  // not gossip-peer's auto
+  CHECK(train.world.peer.backend == kernels::BackendKind::Cpu);  // not gossip-peer's auto
   const auto on_gpu = parse({"--peers", "8", "--workload", "train", "--backend", "cuda",
                              "--device", "1", "--precision", "tf32"});
-  CHECK(on_gpu.world.peer.backend == "cuda");
+  CHECK(on_gpu.world.peer.backend == kernels::BackendKind::Cuda);
   CHECK(on_gpu.world.peer.device == 1);
   CHECK(on_gpu.world.peer.precision == gossiptrain::kernels::Precision::Tf32);
   const auto ok = parse({"--peers", "8", "--sim-seconds", "5", "--latency", "uniform:2:7"});

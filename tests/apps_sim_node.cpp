@@ -118,7 +118,7 @@ TEST_CASE("one peer runtime: gossip-sim takes gossip-peer's flags from its table
            kFlags));
   const gossip::NodeConfig a = apps::node_config(peer, 7), b = apps::node_config(sim.world.peer, 7);
   // What the flags set, the preset's included: the simulated peer has every value.
-  CHECK(a.max_lag == 10);
+  CHECK(a.max_lag == gossip::MaxLag::steps(10));
   CHECK(a.max_ahead == Approx(0.1));
   CHECK(a.outer.every == 8);
   CHECK(a.averager.wire == kernels::Wire::Int4Rel);

@@ -94,7 +94,7 @@ TEST_CASE("typed flags: the gossip node's config carries the lag, pace, outer an
   CHECK(d.fingerprint == 7);
   CHECK(d.averager.fingerprint == 7);
   CHECK(d.membership.seeds.empty());
-  CHECK(d.max_lag == -1);  // auto: the node picks by backend
+  CHECK(d.max_lag == gossip::MaxLag());  // auto: the node picks by backend
   CHECK(d.max_lag_share == Approx(0.25));
   CHECK(d.max_ahead == Approx(0.02));
   CHECK(d.outer.every == 0);
@@ -107,7 +107,7 @@ TEST_CASE("typed flags: the gossip node's config carries the lag, pace, outer an
       9);
   CHECK(c.membership.seeds == std::vector<std::string>{"127.0.0.1:7001", "127.0.0.1:7002"});
   CHECK(c.averager.gossip_every == 3);
-  CHECK(c.max_lag == 12);
+  CHECK(c.max_lag == gossip::MaxLag::steps(12));
   CHECK(c.max_lag_share == 0.0);
   CHECK(c.max_ahead == 0.0);
   CHECK(c.outer.every == 20);
@@ -116,5 +116,5 @@ TEST_CASE("typed flags: the gossip node's config carries the lag, pace, outer an
   CHECK(c.averager.wire == kernels::Wire::Int8);
   CHECK(c.averager.error_feedback);
   CHECK(c.checkpoint_dir == "/tmp/ckpt-node-test");
-  CHECK(node_config(parse({"--max-lag", "off"}), 9).max_lag == 0);
+  CHECK(node_config(parse({"--max-lag", "off"}), 9).max_lag == gossip::MaxLag::off());
 }

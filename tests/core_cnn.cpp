@@ -53,6 +53,21 @@ TEST_CASE("cnn spec parsing: the FedAvg CNN and its sizes", "[core][cnn]") {
   }
 }
 
+// One count per spec: what the launcher and the buffer pool size from is the trainer's model's.
+TEST_CASE("model_param_count of a spec is the built model's parameter count", "[core][cnn]") {
+  auto be = kernels::make_backend("cpu");
+  for (const char* spec : {"cnn:28x28x1-c32k5-p2-c64k5-p2-f512-10", "cnn:8x8x3-c4k3-p2-10",
+                           "cnn:4x4x1-10", "mlp:784-256-256-10", "mlp:3-2"}) {
+    INFO(spec);
+    const Model m(*be, spec, 1);
+    CHECK(core::model_param_count(spec) == m.num_params());
+    CHECK(core::param_count(core::parse_model_layers(spec)) == m.num_params());
+  }
+  // The CNN's count is its layers', far below what its layer sizes read as an MLP's would give.
+  CHECK(core::model_param_count("cnn:28x28x1-c32k5-p2-c64k5-p2-f512-10") == 1663370);
+  CHECK_THROWS_AS(core::model_param_count("cnn:28x28x1"), std::invalid_argument);
+}
+
 TEST_CASE("cnn fingerprints differ by shape, the mlp fingerprint is the one of older builds",
           "[core][cnn]") {
   auto be = kernels::make_backend("cpu");

@@ -183,7 +183,7 @@ TEST_CASE("two peers meet at the midpoint and both report the exchange", "[gossi
   const ExchangeEvent& b = c[1].events.at(0);
   CHECK(a.ok);
   CHECK(b.ok);
-  CHECK(a.reason.empty());
+  CHECK(a.reason().empty());
   CHECK(a.role == ExchangeRole::Initiator);
   CHECK(b.role == ExchangeRole::Responder);
   CHECK(a.partner == c[1].id);
@@ -295,7 +295,7 @@ TEST_CASE("sample weighting mixes with w = n_other / (n_self + n_other)", "[goss
     d[0].step_hook(d.be);
     REQUIRE(d.run_until([&] { return has_event(d[0]); }, Millis(1000)));
     CHECK_FALSE(d[0].events[0].ok);
-    CHECK(d[0].events[0].reason == "refused:weighting");
+    CHECK(d[0].events[0].reason() == "refused:weighting");
     CHECK(d[0].values(d.be) == z0);
   }
 }
@@ -313,7 +313,7 @@ TEST_CASE("a busy peer answers BUSY and the initiator asks another one", "[gossi
     a.step_hook(c.be);
     REQUIRE(c.run_until([&] { return has_event(a); }, Millis(1000)));
     CHECK_FALSE(a.events[0].ok);
-    CHECK(a.events[0].reason == "busy");
+    CHECK(a.events[0].reason() == "busy");
     CHECK(b.avg->stats().busy_sent == 1);
     CHECK(a.values(c.be) == xa);
     CHECK_FALSE(a.avg->in_exchange());
@@ -397,14 +397,15 @@ TEST_CASE("a partner lost mid-exchange: all or nothing on each side", "[gossip]"
       if (ok0 && applied1) ++both_ok;
       if (ok0 != applied1) ++split;
       // Before the connection is up the dial fails; after, the reset closes it.
-      if (!ok0) CHECK((c[0].events[0].reason == "closed" || c[0].events[0].reason == "connect"));
+      if (!ok0)
+        CHECK((c[0].events[0].reason() == "closed" || c[0].events[0].reason() == "connect"));
     } else if (!c[1].events.empty()) {
       const bool ok1 = check_side(c[1], x1);
       if (!ok0 && !ok1 && c[0].events[0].bytes_received + c[1].events[0].bytes_received > 0)
         ++both_failed_mid_transfer;
       if (ok0 && ok1) ++both_ok;
       if (ok0 != ok1) ++split;
-      if (!ok0) CHECK(c[0].events[0].reason.rfind("timeout", 0) == 0);
+      if (!ok0) CHECK(c[0].events[0].reason().rfind("timeout", 0) == 0);
     }
   }
   INFO("crash=" << crash << " both failed mid-transfer " << both_failed_mid_transfer
@@ -455,7 +456,7 @@ TEST_CASE("bad payloads and bad requests are refused and change nothing", "[goss
   auto expect_failure = [&](const std::string& reason) {
     REQUIRE(c.run_until([&] { return has_event(a); }, Millis(5000)));
     CHECK_FALSE(a.events[0].ok);
-    CHECK(a.events[0].reason == reason);
+    CHECK(a.events[0].reason() == reason);
     CHECK(a.events[0].role == ExchangeRole::Responder);
     c.run_until([] { return false; }, Millis(50));  // more step boundaries: still nothing applied
     CHECK(a.values(c.be) == xa);
@@ -571,7 +572,7 @@ TEST_CASE("a fingerprint mismatch between two averagers changes nothing", "[goss
   c[0].step_hook(c.be);
   REQUIRE(c.run_until([&] { return has_event(c[0]); }, Millis(1000)));
   CHECK_FALSE(c[0].events[0].ok);
-  CHECK(c[0].events[0].reason == "refused:fingerprint");
+  CHECK(c[0].events[0].reason() == "refused:fingerprint");
   CHECK(c[1].avg->stats().refused_sent == 1);
   c.run_until([] { return false; }, Millis(50));
   CHECK(c[0].values(c.be) == x0);
@@ -658,8 +659,8 @@ TEST_CASE("int4-rel: its rounding shrinks with the spread, the sum is kept", "[g
   std::size_t range = 0, peer_range = 0;
   for (auto& p : c.peers) {
     for (const auto& e : p->events) {
-      range += e.reason == "invalid:range";
-      peer_range += e.reason == "peer-abort:range";
+      range += e.reason() == "invalid:range";
+      peer_range += e.reason() == "peer-abort:range";
     }
   }
   std::printf("int4-rel%s: %zu exchanges, %zu invalid:range, %zu peer-abort:range, msd ratio %.3e, "
@@ -819,7 +820,7 @@ TEST_CASE("a peer waiting for an exchange asks again after BUSY without a step (
   a.dir.peers = {{b.id, b.addr}};
   a.step_hook(c.be);
   REQUIRE(c.run_until([&] { return has_event(a); }, Millis(1000)));
-  REQUIRE(a.events[0].reason == "busy");
+  REQUIRE(a.events[0].reason() == "busy");
   const std::int64_t step = a.step;
   // Not waiting: boundaries at the same step start nothing.
   c.run_until([] { return false; }, Millis(100), [&] { a.hook(c.be, false); });
@@ -831,7 +832,7 @@ TEST_CASE("a peer waiting for an exchange asks again after BUSY without a step (
   const auto retries = a.events.size() - 1;
   CHECK(retries >= 7);   // at most 25 ms apart
   CHECK(retries <= 41);  // at least 5 ms apart
-  for (const auto& e : a.events) CHECK(e.reason == "busy");
+  for (const auto& e : a.events) CHECK(e.reason() == "busy");
   // B's loop resumes and its exchange with C ends: A's next try is taken, still at the same step.
   b.paused = false;
   REQUIRE(c.run_until([&] { return a.events.back().ok; }, Millis(1000), [&] {

@@ -501,3 +501,32 @@ TEST_CASE("catch-up messages: exact sizes, impossible values refused", "[gossip]
   const auto req = decode_catch_up_request(*encode_catch_up_request({3, kFp, 1000}));
   CHECK(req.n_params == 1000);
 }
+
+// The client decides on typed failures (busy: ask again; refused:not-ready: no trained state); the
+// tokens are what the catch_up metric line and CatchUpResult::reason carry: they stay as they were.
+TEST_CASE("catch-up failure reasons: one stable token per kind", "[gossip][catchup]") {
+  using F = CatchUpFailure;
+  const std::vector<std::pair<CatchUpFailureReason, std::string>> want = {
+      {{F::Connect}, "connect"},
+      {{F::Closed}, "closed"},
+      {{F::Busy}, "busy"},
+      {{F::Refused, CatchUpCode::NotReady}, "refused:not-ready"},
+      {{F::Refused, CatchUpCode::Fingerprint}, "refused:fingerprint"},
+      {{F::Protocol}, "protocol"},
+      {{F::PeerAbort, CatchUpCode::Shutdown}, "peer-abort:shutdown"},
+      {{F::TimeoutConnect}, "timeout:connect"},
+      {{F::TimeoutAnswer}, "timeout:answer"},
+      {{F::TimeoutState}, "timeout:state"},
+      {{F::TimeoutTransfer}, "timeout:transfer"},
+      {{F::InvalidFingerprint}, "invalid:fingerprint"},
+      {{F::InvalidLength}, "invalid:length"},
+      {{F::InvalidChecksum}, "invalid:checksum"},
+      {{F::InvalidDecode}, "invalid:decode"},
+      {{F::InvalidSize}, "invalid:size"},
+      {{F::InvalidCounters}, "invalid:counters"},
+      {{F::InvalidNonFinite}, "invalid:non-finite"},
+  };
+  for (const auto& [r, token] : want) CHECK(to_string(r) == token);
+  // Only refused and peer-abort carry their code.
+  CHECK(to_string({F::Busy, CatchUpCode::NotReady}) == "busy");
+}

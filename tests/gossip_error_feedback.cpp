@@ -223,7 +223,7 @@ TEST_CASE("a swarm moves to the finish wire together: one peer reaches --finish-
     for (const auto& e : c[i].events) {
       if (e.ok && e.bytes_sent < fp32_bytes / 2) ++int4_ok;
       else if (e.ok && e.bytes_sent >= fp32_bytes) ++fp32_ok;
-      else if (e.ok || (e.reason != "busy" && e.reason != "refused:wire")) ++other;
+      else if (e.ok || (e.reason() != "busy" && e.reason() != "refused:wire")) ++other;
     }
     CHECK(int4_ok >= 5);  // before the switch
     CHECK(fp32_ok >= 5);  // after it

@@ -315,7 +315,10 @@ TEST_CASE("exchange protocol: busy and refused requests", "[gossip][protocol]") 
       else g.msg(Type::Busy, encode_id(id));
       REQUIRE(g.port.events.size() == 1);
       CHECK_FALSE(g.port.events[0].ok);
-      CHECK(g.port.events[0].reason == (refuse ? "refused:weighting" : "busy"));
+      CHECK(g.port.events[0].reason() == (refuse ? "refused:weighting" : "busy"));
+      CHECK(g.port.events[0].failure.kind ==
+            (refuse ? ExchangeFailure::Refused : ExchangeFailure::Busy));
+      if (refuse) CHECK(g.port.events[0].failure.code == ExchangeCode::Weighting);
       CHECK(g.port.releases == std::vector<std::pair<std::uint64_t, bool>>{{1, false}});
       CHECK(g.conn->is_open());  // a clean answer: the connection stays for the next exchange
     }
@@ -351,7 +354,7 @@ TEST_CASE("exchange protocol: malformed and out-of-order messages", "[gossip][pr
     f.msg(Type::Accept, encode_accept({id, 300}));  // no snapshot yet: nothing sent
     f.msg(Type::Valid, encode_id(id));
     REQUIRE(f.port.events.size() == 1);
-    CHECK(f.port.events[0].reason == "protocol");
+    CHECK(f.port.events[0].reason() == "protocol");
     REQUIRE(f.conn->of(Type::Abort).size() == 1);
     CHECK(decode_code(f.conn->of(Type::Abort)[0]).code == ExchangeCode::Protocol);
     CHECK_FALSE(f.conn->is_open());
@@ -363,7 +366,7 @@ TEST_CASE("exchange protocol: malformed and out-of-order messages", "[gossip][pr
     std::vector<float> v(kN, 1.0f);
     f.msg(Type::Chunk, encode_chunk(id, 4, reinterpret_cast<const std::uint8_t*>(v.data()), 4));
     REQUIRE(f.port.events.size() == 1);
-    CHECK(f.port.events[0].reason == "invalid:length");
+    CHECK(f.port.events[0].reason() == "invalid:length");
   }
   SECTION("a non-finite value is invalid:non-finite and counts towards a ban") {
     ExchangeConfig cfg = config();
@@ -373,7 +376,7 @@ TEST_CASE("exchange protocol: malformed and out-of-order messages", "[gossip][pr
     g.msg(Type::Accept, encode_accept({id, 300}));
     g.msg(Type::Chunk, partner_chunk(id, std::numeric_limits<float>::quiet_NaN()));
     REQUIRE(g.port.events.size() == 1);
-    CHECK(g.port.events[0].reason == "invalid:non-finite");
+    CHECK(g.port.events[0].reason() == "invalid:non-finite");
     REQUIRE(g.port.bans.size() == 1);
     CHECK(g.port.bans[0].partner == "peer-b");
     CHECK(g.p.banned("peer-b"));
@@ -400,7 +403,7 @@ TEST_CASE("exchange protocol: an int4 vector of any other size than the wire's i
     f.msg(Type::Chunk, encode_chunk(id, 5, v.data(), 2));
   }
   REQUIRE(f.port.events.size() == 1);
-  CHECK(f.port.events[0].reason == "invalid:length");
+  CHECK(f.port.events[0].reason() == "invalid:length");
   CHECK(f.port.commits.empty());
 }
 
@@ -414,14 +417,15 @@ TEST_CASE("exchange protocol: deadlines", "[gossip][protocol]") {
     CHECK(f.port.events.empty());
     f.p.on_timer(Timer::Deadline, 1);
     REQUIRE(f.port.events.size() == 1);
-    CHECK(f.port.events[0].reason == "timeout:answer");
+    CHECK(f.port.events[0].reason() == "timeout:answer");
+    CHECK(f.port.events[0].failure.kind == ExchangeFailure::TimeoutAnswer);  // typed in the event
     CHECK_FALSE(f.conn->is_open());
   }
   SECTION("no dial result: timeout:connect") {
     f.p.start(1, 100);
     f.p.on_timer(Timer::Deadline, 1);
     REQUIRE(f.port.events.size() == 1);
-    CHECK(f.port.events[0].reason == "timeout:connect");
+    CHECK(f.port.events[0].reason() == "timeout:connect");
     // A late connection is kept for later exchanges.
     f.p.on_dialled(1, "peer-b", f.conn, "");
     CHECK(f.port.pool_.count("peer-b"));
@@ -431,7 +435,7 @@ TEST_CASE("exchange protocol: deadlines", "[gossip][protocol]") {
     f.msg(Type::Accept, encode_accept({id, 300}));
     f.p.on_timer(Timer::Deadline, 1);
     REQUIRE(f.port.events.size() == 1);
-    CHECK(f.port.events[0].reason == "timeout:transfer");
+    CHECK(f.port.events[0].reason() == "timeout:transfer");
     REQUIRE(f.conn->of(Type::Abort).size() == 1);
     CHECK(decode_code(f.conn->of(Type::Abort)[0]).code == ExchangeCode::Timeout);
   }
@@ -442,7 +446,8 @@ TEST_CASE("exchange protocol: deadlines", "[gossip][protocol]") {
     CHECK(f.port.events.empty());
     f.p.partner_lost("peer-b");
     REQUIRE(f.port.events.size() == 1);
-    CHECK(f.port.events[0].reason == "partner-lost");
+    CHECK(f.port.events[0].reason() == "partner-lost");
+    CHECK(f.port.events[0].failure.kind == ExchangeFailure::PartnerLost);
     CHECK_FALSE(f.port.events[0].ok);
     REQUIRE(f.conn->of(Type::Abort).size() == 1);
     CHECK_FALSE(f.conn->is_open());
@@ -508,7 +513,7 @@ TEST_CASE("exchange protocol: deadlines fitted to the answers and a silent partn
   f.port.t += Millis(2000);
   f.p.on_timer(Timer::Deadline, 1);
   REQUIRE(f.port.events.size() == 1);
-  CHECK(f.port.events[0].reason == "timeout:connect");
+  CHECK(f.port.events[0].reason() == "timeout:connect");
   // Exchanges 2 to 11, within Y's 2 s backoff: X is asked first every time (on its pooled
   // connection, with the fitted 1 s answer deadline); Y only once X said BUSY.
   for (std::uint64_t seq = 2; seq <= 11; ++seq) {

@@ -69,6 +69,24 @@ TEST_CASE("lag bound: off with max_lag 0, and bad settings refused", "[gossip]")
   CHECK_THROWS_AS(LagBound({4, 3, 64, 0.25, 0.0}), std::invalid_argument);
 }
 
+// --max-lag as a type: auto is resolved in one place (MaxLag::resolve), off is 0 steps, a number
+// is itself whatever the backend; the spellings are the flag's.
+TEST_CASE("max-lag setting: auto, off or N, resolved in one place", "[gossip]") {
+  const MaxLag automatic, off = MaxLag::off(), twelve = MaxLag::steps(12);
+  CHECK(automatic.resolve(4, true) == 16);  // the CPU: 4 x --gossip-every
+  CHECK(automatic.resolve(4, false) == 4);  // a GPU: 1 x
+  CHECK(off.resolve(4, true) == 0);
+  CHECK(off.resolve(4, false) == 0);
+  CHECK(twelve.resolve(4, true) == 12);
+  CHECK(twelve.resolve(4, false) == 12);
+  CHECK(to_string(automatic) == "auto");
+  CHECK(to_string(off) == "off");
+  CHECK(to_string(twelve) == "12");
+  CHECK(automatic == MaxLag());
+  CHECK_FALSE(off == automatic);
+  CHECK_THROWS_AS(MaxLag::steps(0), std::invalid_argument);
+}
+
 // Issue 27, scenario 1: a peer whose steps take 0.25 ms beside exchanges of 10 ms waited for one
 // every 16 steps (4 ms of training), so it ran at a fraction of its speed once a partner came.
 TEST_CASE("lag bound: waits for slow exchanges cost at most the budget's share of training",

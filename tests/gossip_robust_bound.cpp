@@ -463,7 +463,7 @@ FaultRun run_with_fault(const std::string& mode) {
   c.run_until([] { return false; }, Millis(3000), tick);
   for (int i = 0; i < 3; ++i)
     for (const auto& e : c[std::size_t(i)].events) {
-      if (e.reason == "anomalous") r.refused_by_partner[e.partner]++;
+      if (e.reason() == "anomalous") r.refused_by_partner[e.partner]++;
       if (e.ok && e.partner == c[3].id) r.honest_mixed_faulty++;
     }
   return r;

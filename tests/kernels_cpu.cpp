@@ -493,6 +493,17 @@ TEST_CASE("backend selection", "[kernels]") {
   auto chosen = make_backend("auto");
   REQUIRE(chosen->name() == (cuda_available() ? "cuda" : "cpu"));
   if (!cuda_available()) REQUIRE_THROWS_AS(make_backend("cuda"), BackendError);
+  // The --backend setting as a type: the flag's spellings both ways, and a built backend's kind.
+  for (const char* name : {"auto", "cpu", "cuda"}) {
+    BackendKind k{};
+    from_string(name, k);
+    CHECK(to_string(k) == name);
+  }
+  BackendKind k = BackendKind::Auto;
+  CHECK_THROWS_AS(from_string("tpu", k), std::invalid_argument);
+  CHECK(k == BackendKind::Auto);
+  CHECK(make_backend(BackendKind::Cpu)->kind() == BackendKind::Cpu);
+  CHECK(chosen->kind() == (cuda_available() ? BackendKind::Cuda : BackendKind::Cpu));
 }
 
 TEST_CASE("precision names, and the cpu backend computes in fp32 only", "[kernels]") {

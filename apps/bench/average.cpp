@@ -399,14 +399,14 @@ class AverageBench {
       run_exchange_steps(ea, eb, t0);
       const double ms = ms_since(t0);
       const gossip::ExchangeEvent ev = a_last();
-      if (!ev.ok && ev.reason == "busy" && attempt < 20) {
+      if (!ev.ok && ev.failure.kind == gossip::ExchangeFailure::Busy && attempt < 20) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         continue;
       }
       std::lock_guard<std::mutex> la(a_.mu), lb(b_.mu);
       if (!a_.events.back().ok || b_.events.size() == eb || !b_.events.back().ok)
-        throw std::runtime_error("exchange failed: " + a_.events.back().reason + " / " +
-                                 (b_.events.size() > eb ? b_.events.back().reason : "no event"));
+        throw std::runtime_error("exchange failed: " + a_.events.back().reason() + " / " +
+                                 (b_.events.size() > eb ? b_.events.back().reason() : "no event"));
       return ms;
     }
   }

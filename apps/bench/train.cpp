@@ -260,7 +260,7 @@ nlohmann::json report(const kernels::Backend& be, const TrainBenchOptions& o,
           {"timing", "interleaved rounds, fastest of each"},
           {"loss_first_window", bench.first_loss()},
           {"last_loss", bench.last_loss()}};
-  if (be.name() == "cpu") j.update(blas_fields(blas));
+  if (be.kind() == kernels::BackendKind::Cpu) j.update(blas_fields(blas));
   return j;
 }
 

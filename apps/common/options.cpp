@@ -188,10 +188,11 @@ const OptionTable<PeerConfig>& peer_options() {
        "most 64 x STEPS, a warning says so) until an exchange averages again; auto: "
        "--gossip-every on a GPU, 4 x --gossip-every on the CPU; off: never wait",
        [](PeerConfig& c, const std::string& v) {
-         c.max_lag = v == "off" ? 0 : int(to_int_or("max-lag", v, "auto", -1, 1, 1000000));
-       }}.shows([](PeerConfig& c) {
-         return c.max_lag < 0 ? "auto" : c.max_lag == 0 ? "off" : show_value(c.max_lag);
-       }).of_kind(ValueKind::NumberOrWord).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
+         c.max_lag = v == "off"    ? gossip::MaxLag::off()
+                     : v == "auto" ? gossip::MaxLag()
+                                   : gossip::MaxLag::steps(int(to_int("max-lag", v, 1, 1000000)));
+       }}.shows([](PeerConfig& c) { return to_string(c.max_lag); })
+          .of_kind(ValueKind::NumberOrWord).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"max-lag-share", "F|off",
        "--max-lag's time budget: training waits for exchanges at most F seconds per second it "
        "trains (burst 0.5 s); where an exchange takes longer than --max-lag steps, the waits then "
@@ -271,7 +272,7 @@ const OptionTable<PeerConfig>& peer_options() {
          c.gossip_every = low ? 10 : 4;
          c.finish_wire.reset();
          c.finish_from = 0.9;
-         c.max_lag = low ? 10 : -1;
+         c.max_lag = low ? gossip::MaxLag::steps(10) : gossip::MaxLag();
          c.max_lag_share = low ? 0.0 : 0.25;
          c.outer_every = 0;
        }}.unset_means("none: each flag's own default").of_kind(ValueKind::Text)

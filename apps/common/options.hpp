@@ -14,6 +14,7 @@
 #include "gossip/exchange/fault.hpp"
 #include "gossip/exchange/partner_choice.hpp"
 #include "gossip/exchange/robust_bound.hpp"
+#include "gossip/node/lag_bound.hpp"
 #include "kernels/backend.hpp"
 
 namespace gossiptrain::apps {
@@ -62,15 +63,14 @@ struct PeerConfig {
   core::PartitionSpec partition_spec;  // the same, parsed once by the flag table
   int num_shards = 1;
   int shard = 0;
-  std::string backend = "auto";
+  kernels::BackendKind backend = kernels::BackendKind::Auto;
   int device = 0;                  // CUDA device number
   int net_cores = -1;              // cores kept for the network (core::plan_cpus); -1: auto
   int compute_threads = 0;         // BLAS threads; 0: auto
   std::string blas_core = "auto";  // --blas-core: auto | keep | an OpenBLAS core (apps/common_blas)
   kernels::Precision precision = kernels::Precision::Fp32;  // --precision
   int gossip_every = 4;
-  int max_lag =
-      -1;  // steps without a completed exchange before training waits; -1: 4 x gossip_every, 0: off
+  gossip::MaxLag max_lag;  // steps without a completed exchange before training waits: auto|off|N
   double max_lag_share = 0.25;  // --max-lag's time budget: wait s per training s; 0: none
   double max_ahead = 0.02;  // --max-ahead: fraction of the run; 0: off
   kernels::Wire wire = kernels::Wire::Fp32;  // --wire

@@ -49,9 +49,10 @@ nlohmann::json export_swarm_model(const std::string& run_dir, const std::vector<
     return {{"error", e.what()}};
   }
   const std::string out = dir + "/model.safetensors", log = dir + "/export.log";
+  const std::string backend(kernels::to_string(cfg.backend));
   std::vector<std::string> args = {peer_bin,      "--export",    out,      "--from-checkpoint",
                                    dir + "/ckpt", "--data",      cfg.data, "--backend",
-                                   cfg.backend,   "--log-level", "warn"};
+                                   backend,       "--log-level", "warn"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

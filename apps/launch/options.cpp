@@ -249,7 +249,7 @@ void read_forwarded(LaunchOptions& o) {
   o.network_key = base.network_key;
   o.blas_core = base.blas_core;
   if (!o.gpus.empty()) {
-    if (base.backend == "cpu")
+    if (base.backend == kernels::BackendKind::Cpu)
       throw UsageError("--gpus places peers on CUDA devices; it does not go with --backend cpu");
     for (const auto& f : o.forward)
       if (f == "--device")

@@ -56,7 +56,7 @@ double model_copies(core::Optimizer optimizer) {
 PeerMemory peer_memory(const PeerConfig& c, std::size_t largest_shard, std::size_t test_rows,
                        int features) {
   PeerMemory m;
-  m.base_mb = kPeerBaseMb + (c.backend == "cpu" ? 0.0 : kCudaLibsMb);
+  m.base_mb = kPeerBaseMb + (c.backend == kernels::BackendKind::Cpu ? 0.0 : kCudaLibsMb);
   const double row = double(features) * 4 + 4;  // float32 image and int32 label
   m.shard_mb = double(largest_shard) * row / kMB;
   m.test_mb = double(test_rows) * row / kMB;
@@ -64,9 +64,9 @@ PeerMemory peer_memory(const PeerConfig& c, std::size_t largest_shard, std::size
   // in_c values per output position, within core::kIm2colBudget). Parameters: the layers' own (a
   // CNN's are far fewer than its layer sizes would make a dense net's).
   const std::vector<core::Layer> layers = core::parse_model_layers(c.train.model);
-  double params = 0, acts = double(layers.front().in_size()), cols = 0;
+  const double params = double(core::param_count(layers));
+  double acts = double(layers.front().in_size()), cols = 0;
   for (const core::Layer& l : layers) {
-    if (l.has_params()) params += double(l.in) * l.out + l.out;
     acts += 2.0 * double(l.out_size());
     if (l.kind == core::LayerKind::Conv) cols = std::max(cols, double(l.in) * l.positions());
   }

@@ -485,7 +485,7 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
   }
   const auto stall_fault = wire_hooks(trainer, node.get(), churn.get());
   // Outermost: it times the steps alone, not the hooks inside it.
-  const auto tuned = apps::tune_threads(r.backend->name() == std::string("cpu"),
+  const auto tuned = apps::tune_threads(r.backend->kind() == kernels::BackendKind::Cpu,
                                         cfg.compute_threads, trainer.hook());
   if (tuned) trainer.set_hook(tuned.get());
   log_training(trainer, cfg.train.epochs);

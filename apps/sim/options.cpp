@@ -234,8 +234,9 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
       };
       // gossip-peer's --backend default is auto; the sim's is cpu, so that a run does not change
       // with the machine it runs on.
-      if (!given("--backend")) o.world.peer.backend = "cpu";
-      if (o.world.peer.backend == "cpu") {  // the backend's own rule, before any run folder
+      if (!given("--backend")) o.world.peer.backend = kernels::BackendKind::Cpu;
+      // The backend's own rule, before any run folder.
+      if (o.world.peer.backend == kernels::BackendKind::Cpu) {
         try {
           kernels::CpuBackend().set_precision(o.world.peer.precision);
         } catch (const kernels::BackendError& e) {

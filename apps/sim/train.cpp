@@ -16,6 +16,12 @@ using net::Millis;
 using nlohmann::json;
 
 namespace {
+
+// The summary keeps its max_lag field as it has always been written: -1 auto, 0 off, else the
+// steps.
+int max_lag_field(const gossip::MaxLag& m) {
+  return m.mode() == gossip::MaxLag::Mode::Auto ? -1 : m.steps();
+}
 // gossip-launch under churn passes --checkpoint-every 5: a crashed peer loses at most that much.
 constexpr double kChurnCheckpointS = 5.0;
 // gossip-peer's --min-peers-timeout default: the first peers wait this long at most for the others.
@@ -242,7 +248,7 @@ json World::train_summary() const {
           {"lr", tc.lr},
           {"optimizer", std::string(core::to_string(tc.optimizer))},
           {"gossip_every", cfg_.peer.gossip_every},
-          {"max_lag", cfg_.peer.max_lag},
+          {"max_lag", max_lag_field(cfg_.peer.max_lag)},
           {"max_ahead", cfg_.peer.max_ahead},
           {"outer_every", cfg_.peer.outer_every},
           {"wire", std::string(kernels::wire_name(cfg_.peer.wire))},

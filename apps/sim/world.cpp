@@ -248,7 +248,7 @@ void World::build_protocols(Peer& p) {
     nc.averager.gossip_every = 1;
     nc.averager.robust.mix = cfg_.mix;
     nc.averager.choice = cfg_.peer.partner_choice;  // --partner-choice: gossip-peer's code
-    nc.max_lag = 0;
+    nc.max_lag = gossip::MaxLag::off();
     nc.max_ahead = 0;
   }
   nc.threads = gossip::NodeThreads::Shared;
@@ -448,7 +448,7 @@ void World::on_exchange(int i, const gossip::ExchangeEvent& e) {
   } else {
     ++failed_sides_;
     ++p.failed;
-    ++failed_by_reason_[e.reason];
+    ++failed_by_reason_[e.reason()];
   }
   if (cfg_.trace_exchanges)
     emit({{"t", now_s()},
@@ -457,7 +457,7 @@ void World::on_exchange(int i, const gossip::ExchangeEvent& e) {
           {"partner", index_of(e.partner)},
           {"role", std::string(gossip::role_name(e.role))},
           {"ok", e.ok},
-          {"reason", e.reason},
+          {"reason", e.reason()},
           {"ms", e.ms}});
   // Round boundaries (n/2 exchanges = n ok sides) for the rate check, before churn changes n.
   if (e.ok && rounds_sampled_ < cfg_.rate_rounds && ok_sides_ >= next_round_sides_) {

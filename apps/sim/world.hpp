@@ -67,7 +67,7 @@ struct SimConfig {
   // machine).
   PeerConfig peer = [] {
     PeerConfig p;
-    p.backend = "cpu";
+    p.backend = kernels::BackendKind::Cpu;
     return p;
   }();
   double step_ms = 0;

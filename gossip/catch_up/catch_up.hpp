@@ -127,6 +127,34 @@ struct CatchUpClientConfig {
   std::uint64_t seed = 0;       // peer choice and fetch ids; 0 = from random_device
 };
 
+// Why one fetch attempt failed; to_string gives its token in CatchUpResult::reason.
+enum class CatchUpFailure {
+  Connect,             // "connect"
+  Closed,              // "closed"
+  Busy,                // "busy": asked again in a later round
+  Refused,             // "refused:<code>"
+  Protocol,            // "protocol"
+  PeerAbort,           // "peer-abort:<code>"
+  TimeoutConnect,      // "timeout:connect"
+  TimeoutAnswer,       // "timeout:answer"
+  TimeoutState,        // "timeout:state"
+  TimeoutTransfer,     // "timeout:transfer"
+  InvalidFingerprint,  // "invalid:fingerprint"
+  InvalidLength,       // "invalid:length"
+  InvalidChecksum,     // "invalid:checksum"
+  InvalidDecode,       // "invalid:decode"
+  InvalidSize,         // "invalid:size"
+  InvalidCounters,     // "invalid:counters"
+  InvalidNonFinite,    // "invalid:non-finite"
+};
+// A failure with the code a Refuse or Abort carried (the others ignore it).
+struct CatchUpFailureReason {
+  CatchUpFailure kind = CatchUpFailure::Closed;
+  CatchUpCode code = CatchUpCode::Protocol;
+};
+// The token, e.g. "timeout:state", "refused:not-ready".
+std::string to_string(const CatchUpFailureReason& r);
+
 struct CatchUpResult {
   bool ok = false;
   // "" when ok; else why the last attempt failed, or why there was none: no-peer, not-ready,
@@ -182,11 +210,11 @@ class CatchUpClient final : public net::TransportHandler {
   void try_next();
   void ask(const net::ConnectionPtr& c);
   // The attempt in flight failed; busy peers are asked again later, the others not at all.
-  void attempt_failed(const std::string& reason, std::optional<CatchUpCode> notify);
+  void attempt_failed(CatchUpFailureReason reason, std::optional<CatchUpCode> notify);
   // Ends the attempt in flight: its timer, its connection.
   void end_attempt(const std::string& reason);
   void finish(bool ok, std::string reason, core::Checkpoint state = {});
-  void arm_timer(net::Millis d, const std::string& reason);
+  void arm_timer(net::Millis d, CatchUpFailure reason);
   bool is_current(const net::ConnectionPtr& c, std::uint64_t id) const;
   void violation(const net::ConnectionPtr& c, const std::string& what);
   void on_answer(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& b);
@@ -195,7 +223,7 @@ class CatchUpClient final : public net::TransportHandler {
   void on_end(const net::ConnectionPtr& c, const net::Bytes& b);
   void on_abort(const net::ConnectionPtr& c, const net::Bytes& b);
   // Decodes and checks the received state; nullopt with *reason set when it is refused.
-  std::optional<core::Checkpoint> validate(std::string* reason) const;
+  std::optional<core::Checkpoint> validate(CatchUpFailure* reason) const;
   std::uint64_t min_bytes() const;
   std::uint64_t max_bytes() const;
 
@@ -213,7 +241,7 @@ class CatchUpClient final : public net::TransportHandler {
   net::Scheduler::TimerId deadline_ = 0, retry_ = 0;
   std::set<std::string> excluded_;  // failed or refused: not asked again in this fetch
   std::set<std::string> busy_;      // busy this round: asked again after busy_retry
-  std::string last_reason_;
+  std::string last_reason_;         // the token of the last attempt's failure ("" none yet)
   int attempts_ = 0;
 };
 

@@ -19,6 +19,29 @@ using net::Millis;
 // ------------------------------------------------------------------------------------------------
 // Fetching side
 
+std::string to_string(const CatchUpFailureReason& r) {
+  switch (r.kind) {
+    case CatchUpFailure::Connect: return "connect";
+    case CatchUpFailure::Closed: return "closed";
+    case CatchUpFailure::Busy: return "busy";
+    case CatchUpFailure::Refused: return "refused:" + std::string(catch_up_code_name(r.code));
+    case CatchUpFailure::Protocol: return "protocol";
+    case CatchUpFailure::PeerAbort: return "peer-abort:" + std::string(catch_up_code_name(r.code));
+    case CatchUpFailure::TimeoutConnect: return "timeout:connect";
+    case CatchUpFailure::TimeoutAnswer: return "timeout:answer";
+    case CatchUpFailure::TimeoutState: return "timeout:state";
+    case CatchUpFailure::TimeoutTransfer: return "timeout:transfer";
+    case CatchUpFailure::InvalidFingerprint: return "invalid:fingerprint";
+    case CatchUpFailure::InvalidLength: return "invalid:length";
+    case CatchUpFailure::InvalidChecksum: return "invalid:checksum";
+    case CatchUpFailure::InvalidDecode: return "invalid:decode";
+    case CatchUpFailure::InvalidSize: return "invalid:size";
+    case CatchUpFailure::InvalidCounters: return "invalid:counters";
+    case CatchUpFailure::InvalidNonFinite: return "invalid:non-finite";
+  }
+  return "unknown";
+}
+
 CatchUpClient::CatchUpClient(net::Transport& transport, Dispatcher& dispatcher,
                              const PeerDirectory& peers)
     : CatchUpClient(transport, peers) {
@@ -98,7 +121,7 @@ void CatchUpClient::try_next() {
   a.seq = ++seq_;
   a.peer = p.id;
   at_ = std::move(a);
-  arm_timer(cfg_.answer_timeout, "timeout:connect");
+  arm_timer(cfg_.answer_timeout, CatchUpFailure::TimeoutConnect);
   std::weak_ptr<bool> alive = alive_;
   const std::uint64_t seq = at_->seq;
   transport_.connect(p.addr, [this, alive, seq, id = p.id](net::ConnectionPtr c,
@@ -110,11 +133,11 @@ void CatchUpClient::try_next() {
     }
     if (!c) {
       spdlog::info("catch-up: cannot reach {}: {}", short_id(id), err);
-      return attempt_failed("connect", std::nullopt);
+      return attempt_failed({CatchUpFailure::Connect}, std::nullopt);
     }
     if (c->peer_id() != id) {
       c->close(net::CloseReason::UnexpectedPeer, "catch-up");
-      return attempt_failed("connect", std::nullopt);
+      return attempt_failed({CatchUpFailure::Connect}, std::nullopt);
     }
     ask(c);
   });
@@ -125,27 +148,30 @@ void CatchUpClient::ask(const net::ConnectionPtr& c) {
   a.id = rng_.nonzero();
   a.conn = c;
   a.phase = Phase::Requested;
-  arm_timer(cfg_.answer_timeout, "timeout:answer");
+  arm_timer(cfg_.answer_timeout, CatchUpFailure::TimeoutAnswer);
   if (!c->send(wire(CatchUpType::Request),
                encode_catch_up_request({a.id, cfg_.fingerprint, cfg_.n_params})))
-    attempt_failed("closed", std::nullopt);
+    attempt_failed({CatchUpFailure::Closed}, std::nullopt);
 }
 
 // Busy peers are asked again in a later round; any other failure rules the peer out for this
 // fetch. The attempt's connection is closed, after a Cancel when the server is still sending.
-void CatchUpClient::attempt_failed(const std::string& reason, std::optional<CatchUpCode> notify) {
+void CatchUpClient::attempt_failed(CatchUpFailureReason failure,
+                                   std::optional<CatchUpCode> notify) {
   const std::string peer = at_->peer;
-  if (reason == "busy") {
+  const std::string reason = to_string(failure);
+  const bool not_ready =
+      failure.kind == CatchUpFailure::Refused && failure.code == CatchUpCode::NotReady;
+  if (failure.kind == CatchUpFailure::Busy) {
     busy_.insert(peer);
     spdlog::debug("catch-up: {} is busy", short_id(peer));
   } else {
     excluded_.insert(peer);
-    if (reason == "refused:not-ready")
-      spdlog::info("catch-up: {} has no trained state yet", short_id(peer));
+    if (not_ready) spdlog::info("catch-up: {} has no trained state yet", short_id(peer));
     else
       spdlog::warn("catch-up: fetching from {} failed: {}", short_id(peer), reason);
   }
-  last_reason_ = reason == "refused:not-ready" ? "not-ready" : reason;
+  last_reason_ = not_ready ? "not-ready" : reason;
   if (notify && at_->conn && at_->conn->is_open())
     at_->conn->send(wire(CatchUpType::CancelFetch), encode_catch_up_code(at_->id, *notify));
   end_attempt(reason);
@@ -179,12 +205,12 @@ void CatchUpClient::finish(bool ok, std::string reason, core::Checkpoint state) 
   done(std::move(r));
 }
 
-void CatchUpClient::arm_timer(Millis d, const std::string& reason) {
+void CatchUpClient::arm_timer(Millis d, CatchUpFailure reason) {
   const std::uint64_t seq = at_->seq;
   rearm(sched_, at_->timer, d, alive_, [this, seq, reason] {
     if (!at_ || at_->seq != seq) return;
     at_->timer = 0;
-    attempt_failed(reason, CatchUpCode::Timeout);
+    attempt_failed({reason}, CatchUpCode::Timeout);
   });
 }
 
@@ -196,7 +222,8 @@ bool CatchUpClient::is_current(const net::ConnectionPtr& c, std::uint64_t id) co
 // it was this connection's) fails.
 void CatchUpClient::violation(const net::ConnectionPtr& c, const std::string& what) {
   spdlog::warn("catch-up: protocol violation from {}: {}", short_id(c->peer_id()), what);
-  if (at_ && at_->conn == c) return attempt_failed("protocol", CatchUpCode::Protocol);
+  if (at_ && at_->conn == c)
+    return attempt_failed({CatchUpFailure::Protocol}, CatchUpCode::Protocol);
   c->close(net::CloseReason::ProtocolViolation, "catch-up: " + what);
 }
 
@@ -227,10 +254,10 @@ void CatchUpClient::on_answer(const net::ConnectionPtr& c, std::uint8_t type, co
     id = m->exchange_id;
   }
   if (!is_current(c, id) || at_->phase != Phase::Requested) return violation(c, "unexpected answer");
-  if (type == wire(CatchUpType::Busy)) return attempt_failed("busy", std::nullopt);
-  if (code) return attempt_failed("refused:" + std::string(catch_up_code_name(*code)), std::nullopt);
+  if (type == wire(CatchUpType::Busy)) return attempt_failed({CatchUpFailure::Busy}, std::nullopt);
+  if (code) return attempt_failed({CatchUpFailure::Refused, *code}, std::nullopt);
   at_->phase = Phase::Accepted;
-  arm_timer(cfg_.state_timeout, "timeout:state");
+  arm_timer(cfg_.state_timeout, CatchUpFailure::TimeoutState);
 }
 
 std::uint64_t CatchUpClient::min_bytes() const {
@@ -250,19 +277,19 @@ void CatchUpClient::on_header(const net::ConnectionPtr& c, const net::Bytes& b) 
   if (!is_current(c, m->id) || at_->phase != Phase::Accepted) return violation(c, "unexpected header");
   if (m->fingerprint != cfg_.fingerprint) {
     spdlog::warn("catch-up: {} offers the state of another model", short_id(at_->peer));
-    return attempt_failed("invalid:fingerprint", CatchUpCode::Fingerprint);
+    return attempt_failed({CatchUpFailure::InvalidFingerprint}, CatchUpCode::Fingerprint);
   }
   if (m->total_bytes < min_bytes() || m->total_bytes > max_bytes()) {
     spdlog::warn("catch-up: {} announces {} bytes; our model's state takes {} to {}",
                  short_id(at_->peer), m->total_bytes, min_bytes(), max_bytes());
-    return attempt_failed("invalid:length", CatchUpCode::Invalid);
+    return attempt_failed({CatchUpFailure::InvalidLength}, CatchUpCode::Invalid);
   }
   at_->header = *m;
   at_->phase = Phase::Receiving;
   at_->data.reserve(static_cast<std::size_t>(m->total_bytes));
-  arm_timer(transfer_deadline(cfg_.transfer_timeout_floor, cfg_.min_rate_bytes_per_s,
-                              m->total_bytes),
-            "timeout:transfer");
+  arm_timer(
+      transfer_deadline(cfg_.transfer_timeout_floor, cfg_.min_rate_bytes_per_s, m->total_bytes),
+      CatchUpFailure::TimeoutTransfer);
   spdlog::info("catch-up: receiving the state at step {} ({} bytes) from {}", m->step,
                m->total_bytes, short_id(at_->peer));
 }
@@ -277,7 +304,7 @@ void CatchUpClient::on_chunk(const net::ConnectionPtr& c, const net::Bytes& b) {
   if (v->offset != have || v->size > a.header.total_bytes - have) {
     spdlog::warn("catch-up: chunk from {} at offset {} (+{}) does not fit {} bytes",
                  short_id(a.peer), v->offset, v->size, a.header.total_bytes);
-    return attempt_failed("invalid:length", CatchUpCode::Invalid);
+    return attempt_failed({CatchUpFailure::InvalidLength}, CatchUpCode::Invalid);
   }
   const std::uint8_t* p = b.data() + kChunkHeaderBytes;
   a.crc = core::crc32_update(a.crc, p, v->size);
@@ -291,12 +318,13 @@ void CatchUpClient::on_end(const net::ConnectionPtr& c, const net::Bytes& b) {
   if (at_->data.size() != at_->header.total_bytes) {
     spdlog::warn("catch-up: {} ended after {} of {} bytes", short_id(at_->peer),
                  at_->data.size(), at_->header.total_bytes);
-    return attempt_failed("invalid:length", CatchUpCode::Invalid);
+    return attempt_failed({CatchUpFailure::InvalidLength}, CatchUpCode::Invalid);
   }
-  if (m->crc32 != at_->crc) return attempt_failed("invalid:checksum", CatchUpCode::Invalid);
-  std::string reason;
+  if (m->crc32 != at_->crc)
+    return attempt_failed({CatchUpFailure::InvalidChecksum}, CatchUpCode::Invalid);
+  CatchUpFailure reason{};
   auto state = validate(&reason);
-  if (!state) return attempt_failed(reason, CatchUpCode::Invalid);
+  if (!state) return attempt_failed({reason}, CatchUpCode::Invalid);
   spdlog::info("catch-up: got the state at step {} from {}", state->step, short_id(at_->peer));
   finish(true, "", std::move(*state));
 }
@@ -306,36 +334,40 @@ void CatchUpClient::on_abort(const net::ConnectionPtr& c, const net::Bytes& b) {
   if (!m) return violation(c, "malformed abort");
   if (!is_current(c, m->id) || at_->phase == Phase::Requested)
     return violation(c, "unexpected abort");
-  attempt_failed("peer-abort:" + std::string(catch_up_code_name(m->code)), std::nullopt);
+  attempt_failed({CatchUpFailure::PeerAbort, m->code}, std::nullopt);
 }
 
 void CatchUpClient::on_closed(const net::ConnectionPtr& c, const std::string& reason) {
   if (!at_ || at_->conn != c) return;
   spdlog::debug("catch-up: connection to {} closed: {}", short_id(at_->peer), reason);
-  attempt_failed("closed", std::nullopt);
+  attempt_failed({CatchUpFailure::Closed}, std::nullopt);
 }
 
 // The decoder checks the layout, every size against the bytes present, and the embedded
 // checksum; then the state must be our model's, with the counters the header announced, and
 // every value finite (a NaN would poison the swarm at our first exchange).
-std::optional<core::Checkpoint> CatchUpClient::validate(std::string* reason) const {
+std::optional<core::Checkpoint> CatchUpClient::validate(CatchUpFailure* reason) const {
   const Attempt& a = *at_;
   core::Checkpoint st;
   try {
     st = core::decode_checkpoint(a.data.data(), a.data.size(), "state from " + short_id(a.peer));
   } catch (const core::CheckpointError& e) {
     spdlog::warn("catch-up: {}", e.what());
-    *reason = "invalid:decode";
+    *reason = CatchUpFailure::InvalidDecode;
     return std::nullopt;
   }
   bool sizes = st.params.size() == cfg_.n_params && st.opt_state.size() == cfg_.n_opt_state;
   for (const auto& v : st.opt_state) sizes = sizes && v.size() == cfg_.n_params;
   const auto& h = a.header;
-  if (st.fingerprint != cfg_.fingerprint) *reason = "invalid:fingerprint";
-  else if (!sizes) *reason = "invalid:size";
+  std::optional<CatchUpFailure> bad;
+  if (st.fingerprint != cfg_.fingerprint) bad = CatchUpFailure::InvalidFingerprint;
+  else if (!sizes) bad = CatchUpFailure::InvalidSize;
   else if (st.step != h.step || st.epoch != h.epoch || st.samples != h.samples)
-    *reason = "invalid:counters";
-  if (!reason->empty()) return std::nullopt;
+    bad = CatchUpFailure::InvalidCounters;
+  if (bad) {
+    *reason = *bad;
+    return std::nullopt;
+  }
   auto finite = [](const std::vector<float>& v) {
     bool ok = true;
     for (float x : v) ok &= std::isfinite(x);  // no early exit: the loop vectorizes
@@ -344,7 +376,7 @@ std::optional<core::Checkpoint> CatchUpClient::validate(std::string* reason) con
   bool ok = finite(st.params);
   for (const auto& v : st.opt_state) ok = ok && finite(v);
   if (!ok) {
-    *reason = "invalid:non-finite";
+    *reason = CatchUpFailure::InvalidNonFinite;
     return std::nullopt;
   }
   return st;

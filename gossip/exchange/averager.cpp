@@ -529,10 +529,10 @@ void Averager::finished(const ExchangeEvent& ev) {
       stats_.weight_sum += ev.effective_w();
     } else {
       ++stats_.failed;
-      ++stats_.failed_by_reason[ev.reason];
-      static const std::string kRange =
-          to_string(FailureReason{ExchangeFailure::PeerAbort, ExchangeCode::Range});
-      if (ev.reason == kRange) widen_.store(true);
+      ++stats_.failed_by_reason[ev.reason()];
+      // The partner could not decode our int4-rel vector: widen the range.
+      if (ev.failure.kind == ExchangeFailure::PeerAbort && ev.failure.code == ExchangeCode::Range)
+        widen_.store(true);
     }
     stats_.bytes_sent += ev.bytes_sent;
     stats_.bytes_received += ev.bytes_received;

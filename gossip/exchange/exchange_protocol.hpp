@@ -48,7 +48,9 @@ struct ExchangeEvent {
   std::string partner;  // peer id of the other side
   ExchangeRole role = ExchangeRole::Initiator;
   bool ok = false;
-  std::string reason;  // "" when ok; else to_string(FailureReason), see exchange_failure.hpp
+  FailureReason failure;  // why it failed (meaningful only when !ok)
+  // The metrics token: "" when ok; else to_string(failure), see exchange_failure.hpp.
+  std::string reason() const { return ok ? std::string() : to_string(failure); }
   std::uint64_t exchange_id = 0;
   std::uint64_t bytes_sent = 0;      // payload chunk bytes (headers included) sent
   std::uint64_t bytes_received = 0;  // and received
@@ -285,7 +287,7 @@ class ExchangeProtocol {
   // Ends the exchange in flight without applying anything; sends Abort(code) when notify.
   void fail(FailureReason reason, std::optional<ExchangeCode> notify);
   void note_refusal(const std::string& partner, const std::string& reason);
-  void report(Exchange& e, bool ok, const std::string& reason);
+  void report(Exchange& e, std::optional<FailureReason> failure);  // none: a success
   // A message that does not fit the protocol state: the connection is closed with a reason.
   void violation(const net::ConnectionPtr& c, const std::string& what);
   bool is_current(const net::ConnectionPtr& c, std::uint64_t id) const;

@@ -223,7 +223,7 @@ void ExchangeProtocol::measure_link(const Exchange& e) {
 
 void ExchangeProtocol::applied(std::uint64_t seq) {
   if (!committed_ || committed_->seq != seq) return;
-  report(*committed_, true, "");
+  report(*committed_, std::nullopt);
   committed_.reset();
 }
 
@@ -276,7 +276,7 @@ void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> no
     choice_.unreachable(partner, port_.now());
     measure_link(e);
   }
-  report(e, false, why);
+  report(e, reason);
   ex_.reset();
   // We refused the partner's vector: counts towards banning it.
   if (is_vector_refusal(reason.kind)) note_refusal(partner, why);
@@ -294,12 +294,13 @@ void ExchangeProtocol::note_refusal(const std::string& partner, const std::strin
   port_.ban_started(*ban);
 }
 
-void ExchangeProtocol::report(Exchange& e, bool ok, const std::string& reason) {
+void ExchangeProtocol::report(Exchange& e, std::optional<FailureReason> failure) {
+  const bool ok = !failure;
   ExchangeEvent ev;
   ev.partner = e.partner;
   ev.role = e.role;
   ev.ok = ok;
-  ev.reason = reason;
+  if (failure) ev.failure = *failure;
   ev.exchange_id = e.id;
   ev.bytes_sent = e.out.bytes_sent();
   ev.bytes_received = e.bytes_received;
@@ -320,11 +321,11 @@ void ExchangeProtocol::report(Exchange& e, bool ok, const std::string& reason) {
   if (ok)
     spdlog::debug("averager: exchange with {} done as {} in {} ms, w={}", short_id(ev.partner),
                   role_name(ev.role), ev.ms, ev.w);
-  else if (reason == "busy")  // routine when many peers gossip at once
+  else if (failure->kind == ExchangeFailure::Busy)  // routine when many peers gossip at once
     spdlog::debug("averager: every peer asked was busy (last {})", short_id(ev.partner));
   else
     spdlog::info("averager: exchange with {} failed as {}: {}", short_id(ev.partner),
-                 role_name(ev.role), reason);
+                 role_name(ev.role), ev.reason());
   port_.finished(ev);
 }
 

@@ -8,6 +8,29 @@
 
 namespace gossiptrain::gossip {
 
+MaxLag MaxLag::steps(int n) {
+  if (n < 1) throw std::invalid_argument("max-lag: a number of steps is at least 1");
+  return MaxLag(Mode::Steps, n);
+}
+
+int MaxLag::resolve(int gossip_every, bool host_memory) const {
+  switch (mode_) {
+    case Mode::Off: return 0;
+    case Mode::Steps: return steps_;
+    case Mode::Auto: break;
+  }
+  return host_memory ? 4 * gossip_every : gossip_every;
+}
+
+std::string to_string(const MaxLag& m) {
+  switch (m.mode()) {
+    case MaxLag::Mode::Off: return "off";
+    case MaxLag::Mode::Steps: return std::to_string(m.steps());
+    case MaxLag::Mode::Auto: break;
+  }
+  return "auto";
+}
+
 LagBound::LagBound(LagBoundConfig cfg) : cfg_(cfg), lag_(cfg.max_lag), tokens_s_(cfg.burst_s) {
   if (cfg_.max_lag < 0 || cfg_.fruitless_before_backoff < 1 || cfg_.max_backoff < 1 ||
       !(cfg_.share >= 0) || !std::isfinite(cfg_.share) || !(cfg_.burst_s > 0) ||

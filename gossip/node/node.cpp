@@ -38,13 +38,9 @@ Node::Node(net::Transport& transport, const NodeConfig& cfg, kernels::Backend& b
   t0_ = sched_.now();
   started_ = true;
   cfg.membership.validate();
-  // auto: one exchange per --gossip-every steps on a GPU, whose steps outrun any exchange (8 peers
-  // on one H100, 10 epochs: 86.51% mean with 4 x, 87.64% with 1 x); 4 x on the CPU, where
-  // exchanges keep up and a tighter bound would only make peers wait for each other.
-  const int every = cfg.averager.gossip_every;
-  max_lag_ = cfg.max_lag >= 0 ? cfg.max_lag : backend.host_memory() ? 4 * every : every;
+  max_lag_ = cfg.max_lag.resolve(cfg.averager.gossip_every, backend.host_memory());
   LagBoundConfig lc;
-  lc.max_lag = std::max(max_lag_, 0);
+  lc.max_lag = max_lag_;
   lc.share = cfg.max_lag_share;
   lag_ = std::make_unique<LagBound>(lc);
   if (cfg.max_ahead > 0) pace_ = std::make_unique<PaceKeeper>(PaceConfig{cfg.max_ahead});
@@ -134,7 +130,7 @@ void Node::on_exchange(const ExchangeEvent& e) {
   metrics_.emit("exchange", {{"partner", e.partner},
                              {"role", role_name(e.role)},
                              {"ok", e.ok},
-                             {"reason", e.reason},
+                             {"reason", e.reason()},
                              {"bytes", e.bytes_sent + e.bytes_received},
                              {"bytes_sent", e.bytes_sent},
                              {"bytes_received", e.bytes_received},
@@ -147,7 +143,7 @@ void Node::on_exchange(const ExchangeEvent& e) {
                              {"clip", e.clip},
                              {"w_eff", e.effective_w()},
                              {"averaging", e.ok && e.clip >= kAveragingClip}});
-  if (!e.ok) spdlog::debug("exchange with {} failed: {}", e.partner, e.reason);
+  if (!e.ok) spdlog::debug("exchange with {} failed: {}", e.partner, e.reason());
   watch_health(e);
   if (exchange_observer_) exchange_observer_(e);
 }
@@ -417,7 +413,7 @@ void Node::watch_health(const ExchangeEvent& e) {
   // An exchange clipped to almost nothing did not average: it counts as a failure ("clipped").
   const bool averaged = e.ok && e.clip >= kAveragingClip;
   const auto change =
-      health_.on_result(averaged, e.ok ? std::string("clipped") : e.reason, addr, sched_.now());
+      health_.on_result(averaged, e.ok ? std::string("clipped") : e.reason(), addr, sched_.now());
   if (change == ExchangeHealth::Change::None) return;
   const ExchangeAlert a = health_.alert();
   const bool failing = change == ExchangeHealth::Change::Failing;

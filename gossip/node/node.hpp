@@ -48,9 +48,9 @@ struct NodeConfig {
   std::uint64_t fingerprint = 0;  // the model's; fetchers and partners with another are refused
   MembershipConfig membership;    // seeds and timings
   AveragerConfig averager;        // gossip_every, wire, robust, fault, error feedback, rate, ...
-  // --max-lag: steps without an exchange that averaged before training waits; -1: auto (4 x
-  // gossip_every on the CPU, 1 x on a GPU), 0: off. max_lag_share: its time budget.
-  int max_lag = -1;
+  // --max-lag: steps without an exchange that averaged before training waits (auto: see
+  // MaxLag::resolve). max_lag_share: its time budget.
+  MaxLag max_lag;
   double max_lag_share = 0.25;
   double max_ahead = 0.02;     // --max-ahead: fraction of the run; 0: off
   OuterConfig outer;           // --outer-every (every 0: off)

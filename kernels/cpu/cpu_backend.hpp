@@ -18,7 +18,7 @@ int blas_threads();  // 0 when unknown
 class CpuBackend final : public Backend {
  public:
   CpuBackend();
-  std::string name() const override { return "cpu"; }
+  BackendKind kind() const override { return BackendKind::Cpu; }
   std::string device() const override { return device_; }
   bool host_memory() const override { return true; }
   void set_precision(Precision p) override;

@@ -26,7 +26,7 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  std::string name() const override { return "cuda"; }
+  BackendKind kind() const override { return BackendKind::Cuda; }
   std::string device() const override { return device_name_; }
   void set_precision(Precision p) override { precision_ = p; }
   Precision precision() const override { return precision_; }
