@@ -57,11 +57,12 @@ void PeerStats::restarted() {
 void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
   ++lines;
   const double t = j["t"].get<double>();
-  // A process's t never decreases (Metrics), so a smaller one is a restarted peer's new process.
-  if (lines > 1 && t < last_t) restarted();
+  const std::string ev = j["event"].get<std::string>();
+  // A process's t never decreases (Metrics), so a smaller one is a restarted peer's new process;
+  // so is a `clock` line after others (gossip-peer writes it first, in each process).
+  if (lines > 1 && (t < last_t || ev == "clock")) restarted();
   last_t = t;
   if (j["peer"].is_string()) id = j["peer"].get<std::string>();
-  const std::string ev = j["event"].get<std::string>();
   const std::int64_t bytes_before = bytes;
   fold(j, ev, t, target_acc);
   // A FedAvg client's bytes over time. Bounded: past the cap, the last mark moves.
