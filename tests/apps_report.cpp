@@ -270,9 +270,17 @@ TEST_CASE("report: a restarted peer's state, restarts and time over all its live
             line(10, "bbbb", "checkpoint", {{"step", 50}, {"epoch", 1}}) + clock(1014.0, 1) +
             line(11, "bbbb", "eval", {{"test_acc", 0.6}}) +
             line(12.9, "bbbb", "done", {{"final_test_acc", 0.6}, {"seconds", 12.9}}));
+  // Peer 0 (the Python Peer's order) writes a line of its node before its clock line: one life.
   write(dir.path / "peer0" / "metrics.jsonl",
-        clock(1000.0, 0) + line(5, "aaaa", "eval", {{"test_acc", 0.5}}) +
+        line(0, "aaaa", "listen", {{"addr", "127.0.0.1:7000"}}) + clock(1000.0, 0) +
+            line(5, "aaaa", "eval", {{"test_acc", 0.5}}) +
             line(20, "aaaa", "done", {{"final_test_acc", 0.62}, {"seconds", 20.0}}));
+  // Peer 2's second process was killed so soon after its first that its t did not go back: its
+  // second clock line starts it.
+  write(dir.path / "peer2" / "metrics.jsonl",
+        clock(1000.0, 2) + line(0.5, "cccc", "eval", {{"test_acc", 0.4}}) +
+            line(0.6, "local", "clock", {{"unix_s", 1001.0}, {"shard", 2}, {"num_shards", 2}}) +
+            line(7, "cccc", "done", {{"final_test_acc", 0.6}, {"seconds", 6.0}}));
   LaunchOptions o;
   o.report = dir.str();
   o.plots = false;
@@ -286,10 +294,13 @@ TEST_CASE("report: a restarted peer's state, restarts and time over all its live
   CHECK(p1["seconds"].get<double>() == Approx(10.0 + 12.9));
   CHECK(r.summary["peers"][0]["restarts"] == 0);
   CHECK(r.summary["peers"][0]["seconds"].get<double>() == Approx(20.0));
+  CHECK(r.summary["peers"][2]["restarts"] == 1);
+  CHECK(r.summary["peers"][2]["seconds"].get<double>() == Approx(0.5 + 7.0));
+  CHECK(r.summary["peers"][2]["state"] == "done");
   CHECK(r.summary["failed_peers"].empty());
   CHECK(r.summary["ended_by"].is_null());
   CHECK(r.table.find("done (1 restart) 22.9 s") != std::string::npos);
-  CHECK(r.summary["churn"]["applied"]["restart"] == 1);
+  CHECK(r.summary["churn"]["applied"]["restart"] == 2);  // peers 1 and 2
   CHECK(run_report(o) == 0);
 }
 

@@ -46,6 +46,7 @@ std::optional<double> PeerStats::add_line(const std::string& line, double target
 
 void PeerStats::restarted() {
   ++life;
+  clock_in_life = false;
   done = false;
   stopped = false;
   final_test_acc.reset();
@@ -59,8 +60,9 @@ void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
   const double t = j["t"].get<double>();
   const std::string ev = j["event"].get<std::string>();
   // A process's t never decreases (Metrics), so a smaller one is a restarted peer's new process;
-  // so is a `clock` line after others (gossip-peer writes it first, in each process).
-  if (lines > 1 && (t < last_t || ev == "clock")) restarted();
+  // so is a second `clock` line (each process writes one, near its start).
+  if (lines > 1 && (t < last_t || (ev == "clock" && clock_in_life))) restarted();
+  if (ev == "clock") clock_in_life = true;
   last_t = t;
   if (j["peer"].is_string()) id = j["peer"].get<std::string>();
   const std::int64_t bytes_before = bytes;

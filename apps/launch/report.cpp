@@ -127,12 +127,14 @@ std::string iso_utc(double unix_s) {
 }
 
 // One peer's lines split into its processes, each with the launch time its clock started at. A
-// process writes its `clock` line first (gossip-peer), so a clock line after other lines starts
-// the next process; so does a smaller t (a peer without clock lines: its t starts again at 0).
+// process's t starts again at 0, so a smaller t starts the next process; so does a second clock
+// line (each process writes one near its start: gossip-peer first, the Python Peer after its
+// node's first lines).
 struct Life {
   double offset = 0.0;  // launch time of this process's t = 0
   double end_t = 0.0;   // its last t: how long the process ran, to its last line
   std::vector<const std::string*> lines;
+  bool clock = false;  // its clock line was seen
 };
 
 std::vector<Life> lives_of(const ReportPeer& p, double t0) {
@@ -143,10 +145,10 @@ std::vector<Life> lives_of(const ReportPeer& p, double t0) {
     const json j = json::parse(l, nullptr, false);
     const double t = j["t"].get<double>();
     const bool is_clock = j["event"] == "clock";
-    if (lives.empty() || t < last || (is_clock && !lives.back().lines.empty()))
-      lives.emplace_back();
+    if (lives.empty() || t < last || (is_clock && lives.back().clock)) lives.emplace_back();
     last = t;
     Life& life = lives.back();
+    life.clock = life.clock || is_clock;
     if (is_clock && clock < p.clocks.size()) {
       const double u = unix_of(p.clocks[clock++]);
       if (u > 0) life.offset = u - t0;
