@@ -447,7 +447,7 @@ Folded fold_peers(const ReportScan& scan, double target_acc, double t0) {
     out.failed = false;
     if (end == "done") {
       out.state = "done";
-    } else if (end == "stopped" && played_stop(lives.back())) {
+    } else if (end == "stop" || (end == "stopped" && played_stop(lives.back()))) {
       out.state = "stopped";
       f.note[i] = "stopped by its --churn scenario";
     } else if (end == "stopped") {
@@ -455,7 +455,7 @@ Folded fold_peers(const ReportScan& scan, double target_acc, double t0) {
       out.failed = true;
       f.note[i] = "stopped before it finished (SIGTERM or SIGINT from outside, not its --churn "
                   "scenario)";
-    } else if (end == "crash" || end == "stop") {
+    } else if (end == "crash") {
       out.state = "crashed";
       out.alive_at_end = false;
       f.note[i] = "crashed by its --churn scenario, not restarted";
