@@ -256,3 +256,104 @@ TEST_CASE("report: deaths nobody scripted (kill -9 from outside, with and withou
   const Report q = build_report(scan_report_dir(calm.str()), LaunchOptions{}, calm.str());
   CHECK((!q.summary.contains("churn") || q.summary["churn"].is_null()));
 }
+
+TEST_CASE("report: a restarted peer's state, restarts and time over all its lives", "[apps]") {
+  gt_test::TempDir dir("gt-report-lives");
+  auto clock = [](double u, int shard) {
+    return line(0, "local", "clock", {{"unix_s", u}, {"shard", shard}, {"num_shards", 2}});
+  };
+  // Peer 1 is killed -9 after 10 s, restarted by the engine at launch time 14, done 2.9 s later
+  // (its done line's seconds are its last life's: the table and summary add the first life's 10 s;
+  // the 4 s it was down are not the peer's time).
+  write(dir.path / "peer1" / "metrics.jsonl",
+        clock(1000.0, 1) + line(5, "bbbb", "eval", {{"test_acc", 0.5}}) +
+            line(10, "bbbb", "checkpoint", {{"step", 50}, {"epoch", 1}}) + clock(1014.0, 1) +
+            line(11, "bbbb", "eval", {{"test_acc", 0.6}}) +
+            line(12.9, "bbbb", "done", {{"final_test_acc", 0.6}, {"seconds", 12.9}}));
+  // Peer 0 (the Python Peer's order) writes a line of its node before its clock line: one life.
+  write(dir.path / "peer0" / "metrics.jsonl",
+        line(0, "aaaa", "listen", {{"addr", "127.0.0.1:7000"}}) + clock(1000.0, 0) +
+            line(5, "aaaa", "eval", {{"test_acc", 0.5}}) +
+            line(20, "aaaa", "done", {{"final_test_acc", 0.62}, {"seconds", 20.0}}));
+  // Peer 2's second process was killed so soon after its first that its t did not go back: its
+  // second clock line starts it.
+  write(dir.path / "peer2" / "metrics.jsonl",
+        clock(1000.0, 2) + line(0.5, "cccc", "eval", {{"test_acc", 0.4}}) +
+            line(0.6, "local", "clock", {{"unix_s", 1001.0}, {"shard", 2}, {"num_shards", 2}}) +
+            line(7, "cccc", "done", {{"final_test_acc", 0.6}, {"seconds", 6.0}}));
+  LaunchOptions o;
+  o.report = dir.str();
+  o.plots = false;
+  const Report r = build_report(scan_report_dir(dir.str()), o, dir.str());
+  INFO(r.summary.dump());
+  const json& p1 = r.summary["peers"][1];
+  CHECK(p1["state"] == "done");
+  CHECK(p1["restarts"] == 1);
+  CHECK(p1["failed"] == false);
+  REQUIRE(p1["life_seconds"].size() == 2);
+  CHECK(p1["seconds"].get<double>() == Approx(10.0 + 12.9));
+  CHECK(r.summary["peers"][0]["restarts"] == 0);
+  CHECK(r.summary["peers"][0]["seconds"].get<double>() == Approx(20.0));
+  CHECK(r.summary["peers"][2]["restarts"] == 1);
+  CHECK(r.summary["peers"][2]["seconds"].get<double>() == Approx(0.5 + 7.0));
+  CHECK(r.summary["peers"][2]["state"] == "done");
+  CHECK(r.summary["failed_peers"].empty());
+  CHECK(r.summary["ended_by"].is_null());
+  CHECK(r.table.find("done (1 restart) 22.9 s") != std::string::npos);
+  CHECK(r.summary["churn"]["applied"]["restart"] == 2);  // peers 1 and 2
+  CHECK(run_report(o) == 0);
+}
+
+TEST_CASE("report: a peer stopped from outside before it finished fails the report; a scripted "
+          "stop does not",
+          "[apps]") {
+  auto clock = [](double u, int shard) {
+    return line(0, "local", "clock", {{"unix_s", u}, {"shard", shard}, {"num_shards", 2}});
+  };
+  const std::string done0 = clock(1000.0, 0) + line(5, "aaaa", "eval", {{"test_acc", 0.5}}) +
+                            line(9, "aaaa", "done", {{"final_test_acc", 0.6}});
+  // SIGTERM from outside (scancel): the peer writes its checkpoint and done with stopped = true.
+  gt_test::TempDir outside("gt-report-stopped");
+  write(outside.path / "peer0" / "metrics.jsonl", done0);
+  write(outside.path / "peer1" / "metrics.jsonl",
+        clock(1000.0, 1) + line(4, "bbbb", "eval", {{"test_acc", 0.5}}) +
+            line(6, "bbbb", "done", {{"final_test_acc", 0.5}, {"stopped", true}}));
+  LaunchOptions o;
+  o.report = outside.str();
+  o.plots = false;
+  o.ended_by = "SIGTERM";
+  CHECK(run_report(o) == 1);
+  {
+    std::ifstream in(outside.path / "summary.json");
+    const json s = json::parse(in);
+    INFO(s.dump());
+    CHECK(s["ended_by"] == "SIGTERM");
+    REQUIRE(s["failed_peers"].size() == 1);
+    CHECK(s["failed_peers"][0]["peer"] == 1);
+    CHECK(s["peers"][1]["state"] == "stopped");
+    CHECK(s["peers"][1]["failed"] == true);
+    CHECK(s["peers"][1]["end"].get<std::string>().find("from outside") != std::string::npos);
+    CHECK(s["peers"][0]["failed"] == false);
+  }
+  // The same stop played from the peer's --churn scenario: the run did what it was told.
+  gt_test::TempDir scripted("gt-report-stop-played");
+  write(scripted.path / "peer0" / "metrics.jsonl", done0);
+  write(scripted.path / "peer1" / "metrics.jsonl",
+        clock(1000.0, 1) + line(4, "bbbb", "eval", {{"test_acc", 0.5}}) +
+            line(5, "bbbb", "churn",
+                 {{"kind", "stop"},
+                  {"scenario", {{"at_progress", 0.5}, {"event", "stop"}, {"peers", {1}}}}}) +
+            line(6, "bbbb", "done", {{"final_test_acc", 0.5}, {"stopped", true}}));
+  o.report = scripted.str();
+  o.ended_by.clear();
+  CHECK(run_report(o) == 0);
+  std::ifstream in(scripted.path / "summary.json");
+  const json s = json::parse(in);
+  INFO(s.dump());
+  CHECK(s["failed_peers"].empty());
+  CHECK(s["peers"][1]["state"] == "stopped");
+  CHECK(s["peers"][1]["failed"] == false);
+  CHECK(s["peers"][1]["end"] == "stopped by its --churn scenario");
+  // --ended-by belongs to --report.
+  CHECK_THROWS_AS(parse_launch_args({"--peers", "2", "--ended-by", "SIGTERM"}), UsageError);
+}

@@ -7,7 +7,10 @@
 # SLURM is not installed or does not start.
 #   usage: slurm_check.sh BIN_DIR SOURCE_DIR [gossip-peer flags instead of the quick run's...]
 # GT_SLURM_KEEP=1 keeps the temporary folder. GT_SLURM_CHURN=FILE runs the churn check instead
-# (scripts/slurm-churn.sh uses it).
+# (scripts/slurm-churn.sh uses it). GT_SLURM_SCANCEL=1 (ctest scripts:slurm_scancel) submits a
+# long run, kills peer 1 with kill -9 (the peer loop restarts it), cancels the job with scancel
+# once every peer has trained and checkpointed, and checks that the job's trap still ran the
+# report: ended_by SIGTERM, each peer stopped with its checkpoint, peer 1 with one restart.
 set -uo pipefail
 BIN=$(realpath "$1") SRC=$(realpath "$2")
 shift 2
@@ -77,6 +80,7 @@ SlurmdPidFile=$TMP/d.pid
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
+KillWait=30
 NodeName=$NODE CPUs=$(nproc) RealMemory=8000 State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 CONF
@@ -105,6 +109,85 @@ fi
 # Extra flags replace the test's quick synthetic run (scripts/slurm-churn.sh trains Fashion-MNIST).
 FLAGS=(--data synthetic --epochs 3 --checkpoint-every 5)
 (($# > 0)) && FLAGS=()
+if [[ ${GT_SLURM_SCANCEL:-0} == 1 ]]; then
+  # A run far longer than the test: cancelled once every peer has written two checkpoints.
+  export GT_RESTART_DELAY=1
+  jid=$(sbatch --parsable --ntasks 4 --overcommit --output="$TMP/job.out" \
+    "$SRC/deploy/slurm/gossip.sbatch" --data synthetic --epochs 500 --checkpoint-every 1) ||
+    fail "sbatch refused the job"
+  echo "job $jid submitted"
+  ready=0
+  for _ in $(seq 240); do
+    n=0
+    for i in 0 1 2 3; do
+      steps=$(grep -c '"event":"checkpoint"' "$RUN/peer$i/metrics.jsonl" 2>/dev/null)
+      [[ -n $(ls -A "$RUN/peer$i/ckpt" 2>/dev/null) ]] && ((${steps:-0} >= 2)) && n=$((n + 1))
+    done
+    ((n == 4)) && { ready=1; break; }
+    sleep 0.5
+  done
+  ((ready)) || { tail -20 "$TMP/job.out" "$RUN"/peer*.log 2>/dev/null; fail "the peers did not train and checkpoint within 120 s"; }
+  # First a death nobody scripted: peer 1's process killed -9 (found by its SLURM_PROCID and run
+  # folder), which the peer loop restarts from its checkpoint after GT_RESTART_DELAY (1 s here).
+  victim=
+  for p in $(pgrep -x gossip-peer); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx SLURM_PROCID=1 &&
+      grep -q "$RUN" "/proc/$p/cmdline" 2>/dev/null && victim=$p
+  done
+  [[ -n $victim ]] || fail "peer 1's process not found"
+  kill -9 "$victim"
+  echo "peer 1 (pid $victim) killed -9"
+  back=0
+  for _ in $(seq 120); do
+    lives=$(grep -c '"event":"clock"' "$RUN/peer1/metrics.jsonl")
+    ckpts=$(sed -n '/"event":"clock"/h; /"event":"clock"/!H; ${x;p}' "$RUN/peer1/metrics.jsonl" | grep -c '"event":"checkpoint"')
+    ((lives >= 2 && ${ckpts:-0} >= 2)) && { back=1; break; }
+    sleep 0.5
+  done
+  ((back)) || { tail -20 "$TMP/job.out" "$RUN"/peer1.log; fail "peer 1 was not restarted and checkpointing within 60 s"; }
+  echo "every peer trained and checkpointed, peer 1 restarted: scancel $jid"
+  scancel "$jid" || fail "scancel $jid"
+  for _ in $(seq 120); do
+    squeue -h -j "$jid" 2>/dev/null | grep -q . || break
+    sleep 0.5
+  done
+  squeue -h -j "$jid" 2>/dev/null | grep -q . && fail "job $jid still in the queue 60 s after scancel"
+  echo "--- job output"; tail -30 "$TMP/job.out"
+  for f in "$RUN"/peer*.log; do echo "--- $f"; tail -3 "$f"; done
+  grep -q "gossip.sbatch: SIGTERM" "$TMP/job.out" || fail "the job script did not trap SIGTERM"
+  grep -q "FAILED: peer" "$TMP/job.out" || fail "the report did not name the stopped peers"
+  "$PY" - "$RUN" <<'PYCANCEL' || fail "the cancelled run's checks"
+import json, os, sys
+run = sys.argv[1]
+s = json.load(open(os.path.join(run, "summary.json")))
+assert s["ended_by"] == "SIGTERM", s.get("ended_by")
+assert s["num_peers"] == 4, s["num_peers"]
+assert len(s["failed_peers"]) == 4, s["failed_peers"]
+for p in s["peers"]:
+    assert p["state"] == "stopped", f"peer {p['peer']}: {p['state']}"
+    assert (p["steps"] or 0) > 0, f"peer {p['peer']}: no step"
+    assert "from outside" in p["end"], p["end"]
+    # Peer 1 was killed -9 and restarted: one restart, its time the sum of its two lives.
+    assert p["restarts"] == (1 if p["peer"] == 1 else 0), (p["peer"], p["restarts"])
+    assert len(p["life_seconds"]) == p["restarts"] + 1, p["life_seconds"]
+    assert abs(p["seconds"] - sum(p["life_seconds"])) < 1e-6, p
+    ckpt = os.path.join(run, f"peer{p['peer']}", "ckpt")
+    assert os.listdir(ckpt), f"peer {p['peer']}: no checkpoint"
+    lines = [json.loads(l) for l in open(os.path.join(run, f"peer{p['peer']}", "metrics.jsonl"))]
+    done = [l for l in lines if l["event"] == "done"]
+    assert done and done[-1].get("stopped") is True, f"peer {p['peer']}: no stopped done line"
+    print(f"peer {p['peer']}: stopped at step {p['steps']}, {p['seconds']:.1f} s, ckpt {sorted(os.listdir(ckpt))}")
+c = s["churn"]
+assert c["applied"]["crash"] == 1 and c["applied"]["restart"] == 1, c["applied"]
+table = open(os.path.join(run, "table.txt")).read()
+assert "stopped (1 restart)" in table, table
+print(table)
+print("slurm scancel check: report ended_by", s["ended_by"], "; failed peers", len(s["failed_peers"]),
+      "; peer 1 life_seconds", s["peers"][1]["life_seconds"])
+PYCANCEL
+  echo "slurm check: passed"
+  exit 0
+fi
 timeout 600 sbatch --wait --ntasks 4 --overcommit --output="$TMP/job.out" \
   "$SRC/deploy/slurm/gossip.sbatch" "${FLAGS[@]}" "$@"
 rc=$?
@@ -119,9 +202,11 @@ import json, os, sys
 run, churn = sys.argv[1], sys.argv[2]
 s = json.load(open(os.path.join(run, "summary.json")))
 assert s["num_peers"] == 4, f"{s['num_peers']} peers in summary.json"
+assert s["failed_peers"] == [] and s["ended_by"] is None, (s["failed_peers"], s["ended_by"])
 assert s["report"]["skipped"] == [] or churn, s["report"]["skipped"]
 for p in s["peers"]:
     assert p["state"] == "done", f"peer {p['peer']}: {p['state']}"
+    assert p["restarts"] == 0 or churn, f"peer {p['peer']}: {p['restarts']} restarts"
     assert (p.get("exchanges_ok") or 0) > 0, f"peer {p['peer']}: no exchange"
 # With the others: each peer's exchanges name at least two partners (a swarm, not a pair).
 for i in range(4):

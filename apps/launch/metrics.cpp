@@ -46,6 +46,7 @@ std::optional<double> PeerStats::add_line(const std::string& line, double target
 
 void PeerStats::restarted() {
   ++life;
+  clock_in_life = false;
   done = false;
   stopped = false;
   final_test_acc.reset();
@@ -57,11 +58,13 @@ void PeerStats::restarted() {
 void PeerStats::add_event(const nlohmann::json& j, double target_acc) {
   ++lines;
   const double t = j["t"].get<double>();
-  // A process's t never decreases (Metrics), so a smaller one is a restarted peer's new process.
-  if (lines > 1 && t < last_t) restarted();
+  const std::string ev = j["event"].get<std::string>();
+  // A process's t never decreases (Metrics), so a smaller one is a restarted peer's new process;
+  // so is a second `clock` line (each process writes one, near its start).
+  if (lines > 1 && (t < last_t || (ev == "clock" && clock_in_life))) restarted();
+  if (ev == "clock") clock_in_life = true;
   last_t = t;
   if (j["peer"].is_string()) id = j["peer"].get<std::string>();
-  const std::string ev = j["event"].get<std::string>();
   const std::int64_t bytes_before = bytes;
   fold(j, ev, t, target_acc);
   // A FedAvg client's bytes over time. Bounded: past the cap, the last mark moves.

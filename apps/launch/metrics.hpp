@@ -76,6 +76,7 @@ struct PeerStats {
   std::optional<int> target_exchanges;   // exchanges_initiated then
   std::string hold;     // why training is on hold, and for how long at most (empty: it is not)
   int life = 0;         // processes of the peer seen before the latest (restarts)
+  bool clock_in_life = false;  // the latest process wrote its `clock` line
   int target_life = 0;  // the process whose clock time_to_target is on
   std::optional<double> samples_per_s;
   std::optional<std::int64_t> done_steps;

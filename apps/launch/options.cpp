@@ -210,6 +210,10 @@ const OptionTable<LaunchOptions>& launch_options() {
               "containers, copies from several machines) and write summary.json, table.txt and "
               "the plots, as a local launch does, into --out (DIR itself unless given)",
               &LaunchOptions::report),
+      O::text("ended-by", "SIGNAL",
+              "with --report: what ended the run (the sbatch script passes the signal it trapped, "
+              "SIGTERM on scancel or the time limit); summary.json \"ended_by\"",
+              &LaunchOptions::ended_by),
       O::text("resume", "DIR",
               "resume an interrupted run: its command (DIR/command.txt) again in DIR, each peer "
               "restarting from its checkpoint with the same identity, network key and shard "
@@ -328,6 +332,8 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
       throw UsageError("--resume DIR takes no other flag: the run's own come from DIR/command.txt");
     return resume_options(o.resume);
   }
+  if (!o.ended_by.empty() && o.report.empty())
+    throw UsageError("--ended-by needs --report (it names what ended the run being reported)");
   if (!o.compare.empty() || o.cleanup || !o.report.empty()) return o;
   o.peers_requested = o.peers;
   if (o.netns && o.mode != LaunchMode::Gossip)
@@ -443,7 +449,8 @@ std::string launch_usage() {
   std::string u =
       R"(usage: gossip-launch --peers N [--out DIR] [--mode gossip|local|central|fedavg] [flags...]
        gossip-launch --compare RUN_DIR... [--markdown]
-       gossip-launch --report DIR [--out OUT] [--target-acc A] (peers' metrics from anywhere)
+       gossip-launch --report DIR [--out OUT] [--target-acc A] [--ended-by SIGNAL]
+                                               (peers' metrics from anywhere)
        gossip-launch --resume RUN_DIR          (an interrupted run, from its checkpoints)
 
 Starts N gossip-peer processes on this machine, shows their progress live on stderr, and

@@ -60,6 +60,9 @@ struct LaunchOptions {
   // --report DIR: the summary, table and plots of the peers' metrics files found under DIR
   // (apps/launch/report.hpp), written to --out (default DIR).
   std::string report;
+  // --ended-by SIGNAL (with --report): what ended the run, as the engine's script saw it (the
+  // sbatch script's trap: SIGTERM on scancel or the time limit); summary.json "ended_by".
+  std::string ended_by;
   // --compare mode.
   std::vector<std::string> compare;
   bool markdown = false;

@@ -126,12 +126,15 @@ std::string iso_utc(double unix_s) {
   return buf;
 }
 
-// One peer's lines split into its processes (a smaller t starts the next), each with the launch
-// time its clock started at.
+// One peer's lines split into its processes, each with the launch time its clock started at. A
+// process's t starts again at 0, so a smaller t starts the next process; so does a second clock
+// line (each process writes one near its start: gossip-peer first, the Python Peer after its
+// node's first lines).
 struct Life {
   double offset = 0.0;  // launch time of this process's t = 0
-  double end_t = 0.0;   // its last t
+  double end_t = 0.0;   // its last t: how long the process ran, to its last line
   std::vector<const std::string*> lines;
+  bool clock = false;  // its clock line was seen
 };
 
 std::vector<Life> lives_of(const ReportPeer& p, double t0) {
@@ -141,10 +144,12 @@ std::vector<Life> lives_of(const ReportPeer& p, double t0) {
   for (const auto& l : p.lines) {
     const json j = json::parse(l, nullptr, false);
     const double t = j["t"].get<double>();
-    if (lives.empty() || t < last) lives.emplace_back();
+    const bool is_clock = j["event"] == "clock";
+    if (lives.empty() || t < last || (is_clock && lives.back().clock)) lives.emplace_back();
     last = t;
     Life& life = lives.back();
-    if (j["event"] == "clock" && clock < p.clocks.size()) {
+    life.clock = life.clock || is_clock;
+    if (is_clock && clock < p.clocks.size()) {
       const double u = unix_of(p.clocks[clock++]);
       if (u > 0) life.offset = u - t0;
     }
@@ -152,6 +157,35 @@ std::vector<Life> lives_of(const ReportPeer& p, double t0) {
     life.lines.push_back(&l);
   }
   return lives;
+}
+
+// How a process ended, from its own lines: "done" (its done line, stopped = false), "stopped"
+// (done with stopped = true), "crash" or "stop" (the last churn event it played on itself, when
+// that came after its last done line), or "" (neither: it died from outside or still runs).
+std::string life_end(const Life& life) {
+  for (auto it = life.lines.rbegin(); it != life.lines.rend(); ++it) {
+    const std::string& l = **it;
+    const bool done = l.find("\"event\":\"done\"") != std::string::npos;
+    const bool churn = l.find("\"event\":\"churn\"") != std::string::npos;
+    if (!done && !churn) continue;
+    const json j = json::parse(l, nullptr, false);
+    if (!j.is_object()) continue;
+    if (done) return j.value("stopped", false) ? "stopped" : "done";
+    const std::string kind = j.value("kind", "");
+    if (kind == "crash" || kind == "stop") return kind;
+  }
+  return "";
+}
+
+// Whether the process played a stop of its --churn scenario (a scripted stop writes its churn
+// line, then its done line with stopped = true).
+bool played_stop(const Life& life) {
+  for (const std::string* l : life.lines)
+    if (l->find("\"event\":\"churn\"") != std::string::npos) {
+      const json j = json::parse(*l, nullptr, false);
+      if (j.is_object() && j.value("kind", "") == "stop") return true;
+    }
+  return false;
 }
 
 std::string title_of(const json& summary) {
@@ -373,12 +407,26 @@ struct Folded {
   std::vector<std::vector<Life>> lives;
   std::map<std::string, std::size_t> by_id;  // a peer's id -> its place in scan.peers
   double end = 0.0;                          // launch time of the last line of any peer
+  // Per peer: its processes after the first (restarts by the engine or a --churn crash), how
+  // long each process ran (to its last line) and their sum, and why it failed or how it ended
+  // when that is not plain "done".
+  std::vector<int> restarts;
+  std::vector<std::vector<double>> life_seconds;
+  std::vector<double> seconds;
+  std::vector<std::string> note;
 };
 
 Folded fold_peers(const ReportScan& scan, double target_acc, double t0) {
   const std::size_t n = scan.peers.size();
-  Folded f{std::vector<PeerStats>(n), std::vector<PeerOutcome>(n),
-           std::vector<std::vector<Life>>(n), {}, 0.0};
+  Folded f{std::vector<PeerStats>(n),
+           std::vector<PeerOutcome>(n),
+           std::vector<std::vector<Life>>(n),
+           {},
+           0.0,
+           std::vector<int>(n, 0),
+           std::vector<std::vector<double>>(n),
+           std::vector<double>(n, 0.0),
+           std::vector<std::string>(n)};
   for (std::size_t i = 0; i < n; ++i) {
     const ReportPeer& p = scan.peers[i];
     PeerStats& st = f.stats[i];
@@ -389,9 +437,34 @@ Folded fold_peers(const ReportScan& scan, double target_acc, double t0) {
     PeerOutcome& out = f.outcomes[i];
     out.start_offset_s = lives.front().offset;
     for (const auto& life : lives) out.life_offsets_s.push_back(life.offset);
-    out.state = st.done ? (st.stopped ? "stopped" : "done")
-                        : "no done line (crashed, killed or still running)";
-    out.failed = !st.done;
+    f.restarts[i] = int(lives.size()) - 1;
+    for (const auto& life : lives) {
+      f.life_seconds[i].push_back(life.end_t);
+      f.seconds[i] += life.end_t;
+    }
+    // How the peer ended is how its last process ended.
+    const std::string end = life_end(lives.back());
+    out.failed = false;
+    if (end == "done") {
+      out.state = "done";
+    } else if (end == "stop" || (end == "stopped" && played_stop(lives.back()))) {
+      out.state = "stopped";
+      f.note[i] = "stopped by its --churn scenario";
+    } else if (end == "stopped") {
+      out.state = "stopped";
+      out.failed = true;
+      f.note[i] = "stopped before it finished (SIGTERM or SIGINT from outside, not its --churn "
+                  "scenario)";
+    } else if (end == "crash") {
+      out.state = "crashed";
+      out.alive_at_end = false;
+      f.note[i] = "crashed by its --churn scenario, not restarted";
+    } else {
+      out.state = "no done line (crashed, killed or still running)";
+      out.failed = true;
+      f.note[i] = "its last process ended without a done line (killed from outside, crashed, or "
+                  "still running)";
+    }
     f.end = std::max(f.end, lives.back().offset + lives.back().end_t);
   }
   return f;
@@ -433,20 +506,7 @@ class EventsOnOneClock {
   bool unscripted = false;  // a process died from outside, or the engine restarted one
 
  private:
-  // The process wrote its done line, or its last churn line is one it played on itself (a
-  // scripted crash or stop, reported from that line).
-  static bool ended_cleanly(const Life& life) {
-    for (auto it = life.lines.rbegin(); it != life.lines.rend(); ++it) {
-      const std::string& l = **it;
-      if (l.find("\"event\":\"done\"") != std::string::npos) return true;
-      if (l.find("\"event\":\"churn\"") != std::string::npos) {
-        const json j = json::parse(l, nullptr, false);
-        const std::string kind = j.is_object() ? j.value("kind", "") : "";
-        if (kind == "crash" || kind == "stop") return true;
-      }
-    }
-    return false;
-  }
+  static bool ended_cleanly(const Life& life) { return !life_end(life).empty(); }
 
   // A process's start and exit (a restart of the engine before all but the first) and its lines.
   void add_life(int idx, const Life& life, bool restarted) {
@@ -521,6 +581,22 @@ json played_churn_report(const std::vector<json>& events, const json& scenario_e
   return churn_report(events, sc, what);
 }
 
+// The table's state: the peer's, its restarts and the time its processes ran, e.g.
+// "done (1 restart) 23.4 s", "stopped, FAILED: stopped before it finished (...)".
+std::string table_state(const Folded& f, std::size_t i) {
+  std::string s = f.outcomes[i].state;
+  if (f.restarts[i] > 0)
+    s += " (" + std::to_string(f.restarts[i]) + (f.restarts[i] == 1 ? " restart)" : " restarts)");
+  char secs[32];
+  std::snprintf(secs, sizeof secs, " %.1f s", f.seconds[i]);
+  s += secs;
+  if (f.outcomes[i].failed)
+    s += ", FAILED: " + f.note[i];
+  else if (!f.note[i].empty())
+    s += ": " + f.note[i];
+  return s;
+}
+
 std::string report_table(const ReportScan& scan, const Folded& f, int epochs,
                          const std::string& dir) {
   std::string table = "gossip-launch --report " + dir + "  " + std::to_string(scan.peers.size()) +
@@ -528,7 +604,7 @@ std::string report_table(const ReportScan& scan, const Folded& f, int epochs,
                       "\n";
   for (std::size_t i = 0; i < scan.peers.size(); ++i)
     table += peer_table_row(std::size_t(scan.peers[i].index), f.stats[i], epochs,
-                            f.outcomes[i].state) +
+                            table_state(f, i)) +
              "\n";
   return table;
 }
@@ -552,6 +628,20 @@ Report build_report(const ReportScan& scan, const LaunchOptions& o_in, const std
 
   Report r;
   r.summary = make_summary(facts, f.stats, f.outcomes);
+  // A peer's time is the sum of its processes' (a restarted one's earlier lives count, the time
+  // it was down does not); its restarts and how it ended, and the peers that failed.
+  json failed = json::array();
+  for (std::size_t i = 0; i < scan.peers.size() && i < r.summary["peers"].size(); ++i) {
+    json& p = r.summary["peers"][i];
+    p["seconds"] = f.seconds[i];
+    p["life_seconds"] = f.life_seconds[i];
+    p["restarts"] = f.restarts[i];
+    p["end"] = f.note[i].empty() ? json(nullptr) : json(f.note[i]);
+    if (f.outcomes[i].failed)
+      failed.push_back({{"peer", scan.peers[i].index}, {"why", f.note[i]}});
+  }
+  r.summary["failed_peers"] = failed;
+  r.summary["ended_by"] = o.ended_by.empty() ? json(nullptr) : json(o.ended_by);
   json files = json::array();
   for (const auto& p : scan.peers) files.push_back({{"peer", p.index}, {"file", p.path}});
   r.summary["report"] = {{"source_dir", dir}, {"files", files}, {"skipped", scan.notes}};
@@ -637,7 +727,14 @@ int run_report(const LaunchOptions& o) {
                        : std::nullopt)
                    .c_str(),
                out.c_str());
-  return 0;
+  if (!o.ended_by.empty())
+    std::fprintf(stderr, "gossip-launch --report: the run was ended by %s\n", o.ended_by.c_str());
+  // Exit 1 when a peer failed: it never finished and neither its --churn scenario nor a
+  // restart explains it (a peer stopped from outside, one killed and not restarted).
+  for (const auto& p : r.summary["failed_peers"])
+    std::fprintf(stderr, "gossip-launch --report: FAILED: peer %d: %s\n", p["peer"].get<int>(),
+                 p["why"].get<std::string>().c_str());
+  return r.summary["failed_peers"].empty() ? 0 : 1;
 }
 
 }  // namespace gossiptrain::apps
