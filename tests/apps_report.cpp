@@ -304,7 +304,7 @@ TEST_CASE("report: a restarted peer's state, restarts and time over all its live
   CHECK(run_report(o) == 0);
 }
 
-TEST_CASE("report: a peer stopped from outside before it finished fails the report; a scripted "
+TEST_CASE("report: a peer stopped from outside before it finished fails the report, a scripted "
           "stop does not",
           "[apps]") {
   auto clock = [](double u, int shard) {
