@@ -26,6 +26,11 @@ std::string line(double t, const std::string& peer, const std::string& event, js
   return j.dump() + "\n";
 }
 
+// A process's first line: its start at unix time u, as shard of num_shards.
+std::string clock_line(double u, int shard, int num_shards) {
+  return line(0, "local", "clock", {{"unix_s", u}, {"shard", shard}, {"num_shards", num_shards}});
+}
+
 // A peer that trained 2 epochs to acc, started at unix time u.
 std::string peer_file(int shard, const std::string& id, double u, double acc) {
   return line(0, "local", "clock",
@@ -164,22 +169,19 @@ TEST_CASE("report: a launch's own summary is not overwritten", "[apps]") {
 
 TEST_CASE("report: a crash a peer played, its detection by the others and its restart", "[apps]") {
   gt_test::TempDir dir("gt-report-churn");
-  auto clock = [](double u, int shard) {
-    return line(0, "local", "clock", {{"unix_s", u}, {"shard", shard}, {"num_shards", 3}});
-  };
   // Peer 1 crashes at its t = 10 (launch time 10), restarts at launch time 14 from its checkpoint;
   // peers 0 and 2 mark it dead 2.5 and 3.5 s after the crash.
   write(dir.path / "peer1" / "metrics.jsonl",
-        clock(1000.0, 1) + line(5, "bbbb", "eval", {{"test_acc", 0.5}}) +
+        clock_line(1000.0, 1, 3) + line(5, "bbbb", "eval", {{"test_acc", 0.5}}) +
             line(10, "bbbb", "churn",
                  {{"kind", "crash"},
                   {"scenario", {{"at_progress", 0.3}, {"event", "crash"}, {"peers", {1}}}}}) +
-            clock(1014.0, 1) + line(3, "bbbb", "eval", {{"test_acc", 0.6}}) +
+            clock_line(1014.0, 1, 3) + line(3, "bbbb", "eval", {{"test_acc", 0.6}}) +
             line(6, "bbbb", "done", {{"final_test_acc", 0.6}}));
   for (int p : {0, 2}) {
     const std::string id = p == 0 ? "aaaa" : "cccc";
     write(dir.path / ("peer" + std::to_string(p)) / "metrics.jsonl",
-          clock(1000.0, p) + line(5, id, "eval", {{"test_acc", 0.5}}) +
+          clock_line(1000.0, p, 3) + line(5, id, "eval", {{"test_acc", 0.5}}) +
               line(12.5 + 0.5 * p, id, "member", {{"member", "bbbb"}, {"state", "dead"}}) +
               line(15, id, "member", {{"member", "bbbb"}, {"state", "alive"}}) +
               line(19, id, "eval", {{"test_acc", 0.62}}) +
@@ -209,21 +211,18 @@ TEST_CASE("report: deaths nobody scripted (kill -9 from outside, with and withou
           "in the churn section",
           "[apps]") {
   gt_test::TempDir dir("gt-report-unscripted");
-  auto clock = [](double u, int shard) {
-    return line(0, "local", "clock", {{"unix_s", u}, {"shard", shard}, {"num_shards", 3}});
-  };
   // Peer 1 is killed after its line at t = 10 and restarted by the engine at launch time 14;
   // peer 2 is killed after its line at t = 16 and never comes back. No --churn anywhere.
   write(dir.path / "peer1" / "metrics.jsonl",
-        clock(1000.0, 1) + line(5, "bbbb", "eval", {{"test_acc", 0.5}}) +
+        clock_line(1000.0, 1, 3) + line(5, "bbbb", "eval", {{"test_acc", 0.5}}) +
             line(10, "bbbb", "exchange", {{"partner", "aaaa"}, {"ok", true}, {"bytes", 100}}) +
-            clock(1014.0, 1) + line(3, "bbbb", "eval", {{"test_acc", 0.6}}) +
+            clock_line(1014.0, 1, 3) + line(3, "bbbb", "eval", {{"test_acc", 0.6}}) +
             line(6, "bbbb", "done", {{"final_test_acc", 0.6}}));
   write(dir.path / "peer2" / "metrics.jsonl",
-        clock(1000.0, 2) + line(5, "cccc", "eval", {{"test_acc", 0.5}}) +
+        clock_line(1000.0, 2, 3) + line(5, "cccc", "eval", {{"test_acc", 0.5}}) +
             line(16, "cccc", "exchange", {{"partner", "aaaa"}, {"ok", true}, {"bytes", 100}}));
   write(dir.path / "peer0" / "metrics.jsonl",
-        clock(1000.0, 0) + line(5, "aaaa", "eval", {{"test_acc", 0.5}}) +
+        clock_line(1000.0, 0, 3) + line(5, "aaaa", "eval", {{"test_acc", 0.5}}) +
             line(12.5, "aaaa", "member", {{"member", "bbbb"}, {"state", "dead"}}) +
             line(15, "aaaa", "member", {{"member", "bbbb"}, {"state", "alive"}}) +
             line(19, "aaaa", "member", {{"member", "cccc"}, {"state", "dead"}}) +
@@ -251,34 +250,32 @@ TEST_CASE("report: deaths nobody scripted (kill -9 from outside, with and withou
   // A run with every peer done in one life has no churn section.
   gt_test::TempDir calm("gt-report-calm");
   for (int p : {0, 1})
-    write(calm.path / ("peer" + std::to_string(p)) / "metrics.jsonl",
-          clock(1000.0, p) + line(5, p ? "bbbb" : "aaaa", "done", {{"final_test_acc", 0.6}}));
+    write(
+        calm.path / ("peer" + std::to_string(p)) / "metrics.jsonl",
+        clock_line(1000.0, p, 3) + line(5, p ? "bbbb" : "aaaa", "done", {{"final_test_acc", 0.6}}));
   const Report q = build_report(scan_report_dir(calm.str()), LaunchOptions{}, calm.str());
   CHECK((!q.summary.contains("churn") || q.summary["churn"].is_null()));
 }
 
 TEST_CASE("report: a restarted peer's state, restarts and time over all its lives", "[apps]") {
   gt_test::TempDir dir("gt-report-lives");
-  auto clock = [](double u, int shard) {
-    return line(0, "local", "clock", {{"unix_s", u}, {"shard", shard}, {"num_shards", 2}});
-  };
   // Peer 1 is killed -9 after 10 s, restarted by the engine at launch time 14, done 2.9 s later
   // (its done line's seconds are its last life's: the table and summary add the first life's 10 s;
   // the 4 s it was down are not the peer's time).
   write(dir.path / "peer1" / "metrics.jsonl",
-        clock(1000.0, 1) + line(5, "bbbb", "eval", {{"test_acc", 0.5}}) +
-            line(10, "bbbb", "checkpoint", {{"step", 50}, {"epoch", 1}}) + clock(1014.0, 1) +
-            line(11, "bbbb", "eval", {{"test_acc", 0.6}}) +
+        clock_line(1000.0, 1, 2) + line(5, "bbbb", "eval", {{"test_acc", 0.5}}) +
+            line(10, "bbbb", "checkpoint", {{"step", 50}, {"epoch", 1}}) +
+            clock_line(1014.0, 1, 2) + line(11, "bbbb", "eval", {{"test_acc", 0.6}}) +
             line(12.9, "bbbb", "done", {{"final_test_acc", 0.6}, {"seconds", 12.9}}));
   // Peer 0 (the Python Peer's order) writes a line of its node before its clock line: one life.
   write(dir.path / "peer0" / "metrics.jsonl",
-        line(0, "aaaa", "listen", {{"addr", "127.0.0.1:7000"}}) + clock(1000.0, 0) +
+        line(0, "aaaa", "listen", {{"addr", "127.0.0.1:7000"}}) + clock_line(1000.0, 0, 2) +
             line(5, "aaaa", "eval", {{"test_acc", 0.5}}) +
             line(20, "aaaa", "done", {{"final_test_acc", 0.62}, {"seconds", 20.0}}));
   // Peer 2's second process was killed so soon after its first that its t did not go back: its
   // second clock line starts it.
   write(dir.path / "peer2" / "metrics.jsonl",
-        clock(1000.0, 2) + line(0.5, "cccc", "eval", {{"test_acc", 0.4}}) +
+        clock_line(1000.0, 2, 2) + line(0.5, "cccc", "eval", {{"test_acc", 0.4}}) +
             line(0.6, "local", "clock", {{"unix_s", 1001.0}, {"shard", 2}, {"num_shards", 2}}) +
             line(7, "cccc", "done", {{"final_test_acc", 0.6}, {"seconds", 6.0}}));
   LaunchOptions o;
@@ -307,16 +304,14 @@ TEST_CASE("report: a restarted peer's state, restarts and time over all its live
 TEST_CASE("report: a peer stopped from outside before it finished fails the report, a scripted "
           "stop does not",
           "[apps]") {
-  auto clock = [](double u, int shard) {
-    return line(0, "local", "clock", {{"unix_s", u}, {"shard", shard}, {"num_shards", 2}});
-  };
-  const std::string done0 = clock(1000.0, 0) + line(5, "aaaa", "eval", {{"test_acc", 0.5}}) +
+  const std::string done0 = clock_line(1000.0, 0, 2) +
+                            line(5, "aaaa", "eval", {{"test_acc", 0.5}}) +
                             line(9, "aaaa", "done", {{"final_test_acc", 0.6}});
   // SIGTERM from outside (scancel): the peer writes its checkpoint and done with stopped = true.
   gt_test::TempDir outside("gt-report-stopped");
   write(outside.path / "peer0" / "metrics.jsonl", done0);
   write(outside.path / "peer1" / "metrics.jsonl",
-        clock(1000.0, 1) + line(4, "bbbb", "eval", {{"test_acc", 0.5}}) +
+        clock_line(1000.0, 1, 2) + line(4, "bbbb", "eval", {{"test_acc", 0.5}}) +
             line(6, "bbbb", "done", {{"final_test_acc", 0.5}, {"stopped", true}}));
   LaunchOptions o;
   o.report = outside.str();
@@ -339,7 +334,7 @@ TEST_CASE("report: a peer stopped from outside before it finished fails the repo
   gt_test::TempDir scripted("gt-report-stop-played");
   write(scripted.path / "peer0" / "metrics.jsonl", done0);
   write(scripted.path / "peer1" / "metrics.jsonl",
-        clock(1000.0, 1) + line(4, "bbbb", "eval", {{"test_acc", 0.5}}) +
+        clock_line(1000.0, 1, 2) + line(4, "bbbb", "eval", {{"test_acc", 0.5}}) +
             line(5, "bbbb", "churn",
                  {{"kind", "stop"},
                   {"scenario", {{"at_progress", 0.5}, {"event", "stop"}, {"peers", {1}}}}}) +
