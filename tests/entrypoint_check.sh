@@ -21,12 +21,13 @@ args() { tr '\n' ' ' < "$T/args"; }
 
 run HOSTNAME=gossip-2
 check '[ $? -eq 0 ] && args | grep -q -- "--metrics $T/state/metrics.jsonl " &&
-       args | grep -q -- "--checkpoint-dir $T/state/checkpoint "' \
+       args | grep -q -- "--checkpoint-dir $T/state/checkpoint " && args | grep -q -- "--run-dir $T/state "' \
   "a StatefulSet's pod: its state in GT_STATE_DIR itself"
 run HOSTNAME=gossip-run-2 JOB_COMPLETION_INDEX=2
 check '[ $? -eq 0 ] && args | grep -q -- "--metrics $T/state/peer2/metrics.jsonl " &&
        args | grep -q -- "--identity $T/state/peer2/identity.key " &&
        args | grep -q -- "--checkpoint-dir $T/state/peer2/checkpoint " && [ -d "$T/state/peer2/checkpoint" ] &&
+       args | grep -q -- "--run-dir $T/state " &&
        args | grep -q -- "--cluster k8s" && args | grep -q -- "--data synthetic"' \
   "an indexed Job's pod: its state in GT_STATE_DIR/peerINDEX of the shared volume"
 run HOSTNAME=gossip-run-12 JOB_COMPLETION_INDEX=12
