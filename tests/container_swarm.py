@@ -40,7 +40,7 @@ RUN = ["--runtime", "runc", "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4
 BASE_BUILD_LIMIT_S = int(os.environ.get("GT_IMAGE_BUILD_TIMEOUT", "900"))
 N = 4
 VICTIM = 2
-EPOCHS = 45
+EPOCHS = 120  # long enough that the kill at 30% lands before the victim has finished
 failures = []
 
 

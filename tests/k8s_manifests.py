@@ -56,8 +56,9 @@ for name, d in docs:
         except kubernetes_validate.ValidationError as e:
             check(False, f"{name}: {d['kind']} against {v}: {e.message} at {list(e.path)}")
 
-by_kind = {d["kind"]: d for _, d in docs}
-sts, svc, secret = by_kind["StatefulSet"], by_kind["Service"], by_kind["Secret"]
+by_kind = {(name, d["kind"]): d for name, d in docs}
+sts, svc = by_kind[("statefulset.yaml", "StatefulSet")], by_kind[("service.yaml", "Service")]
+secret = by_kind[("make-secret.sh", "Secret")]
 pod = sts["spec"]["template"]["spec"]
 c = pod["containers"][0]
 env = {e["name"]: e.get("value") for e in c.get("env", [])}
@@ -95,6 +96,60 @@ check(len(key) == 64 and all(ch in "0123456789abcdef" for ch in key),
 check(key != yaml.safe_load(subprocess.run([os.path.join(k8s, "make-secret.sh")], check=True,
                                             capture_output=True, text=True).stdout)
       ["stringData"]["network.key"], "make-secret.sh makes a fresh key each time")
+
+# The StatefulSet and the Job set a CPU limit: the peer sizes its BLAS pool to it (cgroup quota).
+check(c.get("resources", {}).get("limits", {}).get("cpu") is not None,
+      "statefulset.yaml: the container has a CPU limit")
+
+# The indexed Job (job.yaml): a run that ends, each pod's shard from JOB_COMPLETION_INDEX.
+job = by_kind[("job.yaml", "Job")]
+jsvc, jpvc = by_kind[("job.yaml", "Service")], by_kind[("job.yaml", "PersistentVolumeClaim")]
+js, jpod = job["spec"], job["spec"]["template"]["spec"]
+jc = jpod["containers"][0]
+jenv = {e["name"]: e.get("value") for e in jc.get("env", [])}
+jports = {p["name"]: p["containerPort"] for p in jc["ports"]}
+check(js.get("completionMode") == "Indexed" and
+      str(js.get("completions")) == str(js.get("parallelism")) == jenv.get("GT_K8S_REPLICAS"),
+      "job.yaml: Indexed, completions = parallelism = GT_K8S_REPLICAS")
+check(jsvc["spec"].get("clusterIP") == "None" and jsvc["spec"].get("publishNotReadyAddresses"),
+      "job.yaml: the Service is headless and publishes pods while they start")
+check(jpod.get("subdomain") == jsvc["metadata"]["name"] == jenv.get("GT_K8S_SERVICE") and
+      "hostname" not in jpod,
+      "job.yaml: the pods' subdomain is the Service and GT_K8S_SERVICE (hostnames JOB-INDEX.SERVICE)")
+jlabels = job["spec"]["template"]["metadata"]["labels"]
+check(all(jlabels.get(k) == v for k, v in jsvc["spec"]["selector"].items()) and
+      not all(jlabels.get(k) == v for k, v in sel.items()),
+      "job.yaml: its Service selects the Job's pods, the StatefulSet's Service does not")
+# Kubernetes refuses (beyond the schema) backoffLimitPerIndex and podFailurePolicy unless the pods'
+# restartPolicy is Never, and backoffLimitPerIndex outside Indexed.
+check(jpod.get("restartPolicy") == "Never" and js.get("backoffLimitPerIndex", 0) >= 1,
+      "job.yaml: restartPolicy Never with backoffLimitPerIndex: a crashed pod is replaced")
+rules = js.get("podFailurePolicy", {}).get("rules", [])
+check(any(r["action"] == "FailIndex" and r.get("onExitCodes", {}).get("values") == [2] and
+          r["onExitCodes"].get("containerName") == jc["name"] for r in rules),
+      "job.yaml: exit code 2 (bad input) fails its index without retries")
+jargs = jc["args"]
+check("--linger" in jargs and 0 < int(jargs[jargs.index("--linger") + 1]) <= 600,
+      "job.yaml: a finished peer lingers a bounded time, then exits 0 (the index completes)")
+jmounts = {m["name"]: m["mountPath"] for m in jc["volumeMounts"]}
+jvols = {v["name"]: v for v in jpod["volumes"]}
+check(jmounts.get("state") == mounts.get("state") and
+      jvols["state"].get("persistentVolumeClaim", {}).get("claimName") == jpvc["metadata"]["name"],
+      "job.yaml: the shared claim holds the state folder (the entrypoint adds peerINDEX)")
+check(jvols["network-key"] == vols["network-key"] and jenv.get("GT_NETWORK_KEY_FILE") == key_path,
+      "job.yaml: the same network key Secret and path as the StatefulSet")
+check(jports == ports and jenv.get("GT_PORT") == env.get("GT_PORT") and
+      jenv.get("GT_METRICS_PORT") == env.get("GT_METRICS_PORT"),
+      "job.yaml: the StatefulSet's ports")
+check(jc.get("resources", {}).get("limits", {}).get("cpu") is not None,
+      "job.yaml: the container has a CPU limit")
+rep = by_kind[("report-job.yaml", "Job")]
+rpod = rep["spec"]["template"]["spec"]
+rc = rpod["containers"][0]
+rmount = {m["name"]: m["mountPath"] for m in rc["volumeMounts"]}["state"]
+check(rpod["volumes"][0]["persistentVolumeClaim"]["claimName"] == jpvc["metadata"]["name"] and
+      f"gossip-launch --report {rmount} " in rc["command"][-1],
+      "report-job.yaml: gossip-launch --report over the Job's claim")
 
 # A manifest with a mistake is refused: the validation can fail.
 bad = yaml.safe_load(yaml.safe_dump(sts))

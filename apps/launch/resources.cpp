@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "apps/common/options.hpp"
+#include "core/cpu_plan.hpp"
 #include "core/dataset.hpp"
 #include "core/model.hpp"
 #include "core/partition.hpp"
@@ -140,9 +141,12 @@ std::string mb(double v) {
 unsigned usable_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
+  unsigned n = std::max(1u, std::thread::hardware_concurrency());
   if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-    return unsigned(CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
+    n = unsigned(CPU_COUNT(&set));
+  if (const core::CpuQuota q = core::cgroup_cpu_quota(); q.cpus > 0 && unsigned(q.cpus) < n)
+    n = unsigned(q.cpus);
+  return n;
 }
 
 unsigned blas_threads_per_peer(int n) {

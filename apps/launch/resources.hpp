@@ -42,7 +42,8 @@ struct ResourcePlan {
 };
 
 // OPENBLAS_NUM_THREADS for each of n peers on this machine: an equal share of the cores, at
-// least 1 (the cores this process may run on, sched_getaffinity).
+// least 1 (the cores this process may run on, sched_getaffinity, or fewer: the cgroup's CPU
+// quota in whole CPUs, core::cgroup_cpu_quota, as in a container with a CPU limit).
 unsigned blas_threads_per_peer(int n);
 unsigned usable_cores();
 

@@ -233,9 +233,12 @@ struct Resources {
 Resources prepare(apps::PeerConfig& cfg) {
   Resources r;
   // Without gossip there is no network to keep cores for.
+  // A container's CPU limit (a cgroup quota) sizes the BLAS pool as its affinity does.
   const std::vector<int> allowed = core::allowed_cpus();
-  r.cpus = core::plan_cpus(allowed, cfg.gossip_enabled() ? cfg.net_cores : 0, cfg.compute_threads,
-                           core::physical_cores(allowed));
+  const bool blas_fixed = std::getenv("OPENBLAS_NUM_THREADS") || std::getenv("OMP_NUM_THREADS");
+  r.cpus = core::plan_cpus_within(allowed, core::cgroup_cpu_quota(),
+                                  cfg.gossip_enabled() ? cfg.net_cores : 0, cfg.compute_threads,
+                                  blas_fixed, core::physical_cores(allowed));
   const core::PartitionSpec& spec = cfg.partition_spec;
   // Only this peer's shard of the training set is read into memory (and the test set): the
   // partition needs the labels alone, and the images are streamed past.
@@ -259,7 +262,10 @@ void apply_cpu_plan(const core::CpuPlan& cpus) {
   std::string pin_err;
   if (!cpus.compute.empty() && base::pin_all_threads(cpus.compute, &pin_err) == 0)
     spdlog::warn("could not pin the training threads: {}", pin_err);
-  spdlog::info("cpu plan: {}", cpus.describe());
+  spdlog::info("cpu plan: {}{}", cpus.describe(),
+               cpus.blas_threads > 0 ? std::string()
+                                     : "; BLAS pool: " + std::to_string(kernels::blas_threads()) +
+                                           " threads, the library's choice");
 }
 
 // Joins the swarm and hangs the averaging on the trainer's step hook. Throws net::ConfigError.
