@@ -111,6 +111,58 @@ TEST_CASE("robust bound: a partner identical to us does not collapse the bound",
   CHECK(j.tau >= 1.5);  // not clipped
 }
 
+TEST_CASE("robust bound: readings taken just after a pair averaged do not drop B", "[gossip]") {
+  // Late in training a pair that has just averaged reads ||r - s|| ~ 0 at its next exchange.
+  // With each partner's latest reading as its figure, three such readings out of four partners
+  // made B their ~0, and the fourth partner, at its usual distance, was clipped under 0.5
+  // (docs/robustness.md, "A transfer held across the split"). Each partner's figure is now the
+  // larger of its latest reading and its median in the window.
+  RobustBound b(robust_defaults());
+  Millis now{0};
+  warm(b, 32, 1.0, 4, now);
+  const double b0 = *b.baseline();
+  auto own = [] { return 30.0; };
+  for (int k = 0; k < 3; ++k) {
+    const std::string partner = "h" + std::to_string(k);
+    REQUIRE(b.judge(partner, 1e-4, own, now).why.empty());
+    b.accepted(partner, 1e-4);
+    now += Millis(100);
+  }
+  // B, which the refusal rules compare with, is the latest readings' (unchanged, so an attacker
+  // is judged as before); tau is taken from the steadier figures.
+  CHECK(*b.baseline() < 0.01 * b0);
+  const auto j = b.judge("h3", 1.5, own, now);
+  CHECK(j.why.empty());
+  CHECK(j.tau >= 1.5);  // not clipped
+}
+
+TEST_CASE("robust bound: a partner that fills the window does not become B", "[gossip]") {
+  // A partner that floods us with requests while the honest peers are busy: all of the last 32
+  // applied exchanges were with it (suspect, clipped, but applied). With B the median over the
+  // window's partners, B was its own distance, tau three times that, and its next vector was
+  // mixed at full weight. The window now reaches back for three partners.
+  RobustConfig rc = robust_defaults();
+  rc.suspect_clip = true;  // gossip-peer's default (--suspect-action clip): mixed, not refused
+  RobustBound b(rc);
+  Millis now{0};
+  warm(b, 32, 1.0, 4, now);
+  const double b0 = *b.baseline();
+  auto own = [] { return 30.0; };
+  const double far = 12.6;
+  int suspect = 0;
+  for (int k = 0; k < 40; ++k) {
+    const auto j = b.judge("stale", far, own, now);
+    suspect += j.suspect ? 1 : 0;
+    if (j.why.empty()) b.accepted("stale", far);
+    now += Millis(50);
+  }
+  CHECK(suspect > 30);
+  // The window reaches back to two honest partners: B is theirs.
+  CHECK(*b.baseline() <= 1.25 * b0);
+  const auto j = b.judge("stale", far, own, now);
+  CHECK(j.tau <= 4.0 * b0);  // mixed with a clip of at most 0.32, not 1
+}
+
 TEST_CASE("robust bound: a partner far every time is refused, an honest one far once is not",
           "[gossip]") {
   RobustBound b(robust_defaults());

@@ -290,7 +290,8 @@ const OptionTable<PeerConfig>& peer_options() {
           robust(&R::mix)).for_programs(kGossipPeer | kPythonPeer),
       O::number("clip-mult", "K",
                 "clipped: tau = K times the median over the partners of the last --clip-window "
-                "applied exchanges of each one's latest ||r - s||",
+                "applied exchanges of each one's ||r - s|| (the larger of its latest and its "
+                "median there; the refusal rules use the latest)",
                 robust(&R::clip_mult), 0.1, 1e6)
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("clip-window", "N",

@@ -44,13 +44,35 @@ void validate(const RobustConfig& rc) {
 
 RobustBound::RobustBound(RobustConfig cfg) : cfg_(std::move(cfg)) { validate(cfg_); }
 
-// Newest first, so each partner's first appearance is its latest figure. O(clip_window^2) string
-// compares at the default window of 32: cheaper than the vectors an exchange measures.
-std::vector<std::pair<const std::string*, double>> RobustBound::window_partners() const {
+// Newest first, so each partner's first appearance is its latest figure; its other figures in
+// the window follow. The window is the last clip_window applied exchanges; where it holds fewer
+// than three partners (one partner that floods us with requests fills it), it reaches back at
+// most one more clip_window for more, so that one partner's figure is not B by itself. Not
+// further back: the partners we met before a partition are not the ones we can reach now (the
+// 2|2 heal of tests/gossip_partition.cpp fails with 512 exchanges of reach).
+// O(window^2) string compares: cheaper than the vectors an exchange measures.
+std::vector<std::pair<const std::string*, double>> RobustBound::window_partners(bool smooth) const {
+  struct Seen {
+    const std::string* id;
+    std::vector<double> norms;  // newest first: the latest, then the others within the window
+  };
+  std::vector<Seen> seen;
+  auto add = [&](const std::pair<std::string, double>& h, bool in_window) {
+    auto e = std::find_if(seen.begin(), seen.end(), [&](const Seen& x) { return *x.id == h.first; });
+    if (e == seen.end()) seen.push_back({&h.first, {h.second}});
+    else if (in_window) e->norms.push_back(h.second);
+  };
+  const std::size_t window = std::min(hist_.size(), std::size_t(cfg_.clip_window));
+  auto it = hist_.rbegin();
+  for (std::size_t k = 0; k < window; ++it, ++k) add(*it, true);
+  // Fewer than three partners in the window: reach back (at most one more window) for more.
+  for (; it != hist_.rend() && seen.size() < 3; ++it) add(*it, false);  // hist_: 2 windows
   std::vector<std::pair<const std::string*, double>> out;
-  for (auto it = hist_.rbegin(); it != hist_.rend(); ++it)
-    if (std::none_of(out.begin(), out.end(), [&](const auto& e) { return *e.first == it->first; }))
-      out.emplace_back(&it->first, it->second);
+  out.reserve(seen.size());
+  for (auto& x : seen) {
+    const double latest = x.norms.front();
+    out.emplace_back(x.id, smooth ? std::max(latest, median(std::move(x.norms))) : latest);
+  }
   return out;
 }
 
@@ -59,11 +81,15 @@ std::vector<std::pair<const std::string*, double>> RobustBound::window_partners(
 // training; with a figure per exchange their zeros filled the window and B collapsed, and the
 // partners of the last exchanges are the ones we can reach: after a partition heals, the other
 // side's figures replace the ones from before it as soon as we meet them (docs/robustness.md,
-// "Cliques at the end of a partition").
-std::optional<double> RobustBound::baseline_locked() const {
+// "Cliques at the end of a partition"). The figure is the larger of the partner's latest
+// ||r - s|| and its median in the window: a distance that jumps (a heal) raises it at once, and
+// one reading taken just after the pair averaged (~0) does not drop it, which clipped single
+// honest exchanges to 0.43-0.49 late in training (docs/robustness.md, "A transfer held across
+// the split").
+std::optional<double> RobustBound::baseline_locked(bool smooth) const {
   if (accepted_ < std::uint64_t(cfg_.clip_warmup) || hist_.empty()) return std::nullopt;
   std::vector<double> norms;
-  for (const auto& [partner, norm] : window_partners()) norms.push_back(norm);
+  for (const auto& [partner, norm] : window_partners(smooth)) norms.push_back(norm);
   return std::max(median(std::move(norms)), 1e-30);
 }
 
@@ -153,11 +179,11 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
     p.suspect_streak = 0;
     return j;
   }
-  j.tau = std::max(cfg_.clip_mult * *b, 1e-12);
+  j.tau = std::max(cfg_.clip_mult * *baseline_locked(true), 1e-12);
   j.ratio = norm / *b;
   p.norms.emplace_back(now, std::isfinite(norm) ? norm : 1e300);
   while (p.norms.size() > std::size_t(cfg_.suspect_window)) p.norms.pop_front();
-  if (!(norm <= cfg_.refuse_mult * j.tau) && !(norm <= get_own())) {
+  if (!(norm <= cfg_.refuse_mult * cfg_.clip_mult * *b) && !(norm <= get_own())) {
     if (gap) suspect(j, p, *b, norm, true, get_own, true);
     else j.why = "far";
     return j;
@@ -242,7 +268,7 @@ void RobustBound::accepted(const std::string& partner, double norm) {
   if (!(norm >= 0)) return;
   std::lock_guard<std::mutex> lk(mu_);
   hist_.emplace_back(partner, norm);
-  while (hist_.size() > std::size_t(cfg_.clip_window)) hist_.pop_front();
+  while (hist_.size() > 2 * std::size_t(cfg_.clip_window)) hist_.pop_front();
   ++accepted_;
 }
 

@@ -23,10 +23,12 @@ enum class MixMode { Plain, Clipped };
 
 struct RobustConfig {
   MixMode mix = MixMode::Plain;  // the library's default; gossip-peer defaults to clipped
-  // tau = clip_mult * B, B the median over the partners of the last clip_window applied
-  // exchanges of each one's latest ||r - s||: one figure per partner, so a pair that exchanges
-  // many times does not fill the window with its own distance, and a minority of far partners
-  // cannot move it, however far they are. For the first clip_warmup applied exchanges,
+  // B is the median over the partners of the last clip_window applied exchanges of each one's
+  // latest ||r - s||: one figure per partner, so a pair that exchanges many times does not fill
+  // the window with its own distance, and a minority of far partners cannot move it, however far
+  // they are (a window of fewer than three partners reaches one window further back). tau =
+  // clip_mult times the same median over a steadier figure per partner, the larger of its latest
+  // ||r - s|| and its median in the window. For the first clip_warmup applied exchanges,
   // tau = warmup_frac * ||s|| (our own snapshot's norm), and a difference beyond ||s|| itself is
   // refused.
   double clip_mult = 3.0;
@@ -131,20 +133,22 @@ class RobustBound {
   // floor_on: keep the clip at suspect_min_clip (a progress gap, or too few partners to compare).
   void suspect(Judgement& j, Partner& p, double base, double norm, bool gap,
                const std::function<double()>& own, bool floor_on);
-  std::optional<double> baseline_locked() const;
+  // B (smooth: the figure tau is taken from); none during the warm-up.
+  std::optional<double> baseline_locked(bool smooth = false) const;
   // The partner's median ||r - s|| over its recent records; none with fewer than suspect_min.
   std::optional<double> typical(const Partner& p, Millis now) const;
   // The median of the typical figures of the partners in B's window; none with fewer than three
   // partners that have one (then a partner is compared with B, and nothing says it is the odd
   // one out).
   std::optional<double> typical_over_partners(Millis now) const;
-  // The partners of the last clip_window applied exchanges, each with its latest ||r - s||.
-  std::vector<std::pair<const std::string*, double>> window_partners() const;
+  // The partners of the last clip_window applied exchanges, each with its figure: the larger of
+  // its latest ||r - s|| and its median over those exchanges.
+  std::vector<std::pair<const std::string*, double>> window_partners(bool smooth = false) const;
   void forget_stale(Millis now);
 
   RobustConfig cfg_;
   mutable std::mutex mu_;
-  std::deque<std::pair<std::string, double>> hist_;  // (partner, ||r - s||) per applied exchange
+  std::deque<std::pair<std::string, double>> hist_;  // (partner, ||r - s||): the last 2 clip_window applied
   std::uint64_t accepted_ = 0;
   std::int64_t own_step_ = -1;
   bool warm_near_ = false;  // a partner within our own norm in the warm-up
