@@ -13,6 +13,11 @@ namespace gossiptrain::core {
 struct CheckpointError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// A sound checkpoint of this model that belongs to another run (its run id or --epochs): the
+// message is one line that names both and the ways out.
+struct CheckpointRunError : CheckpointError {
+  using CheckpointError::CheckpointError;
+};
 
 struct Checkpoint {
   std::uint64_t fingerprint = 0;  // model fingerprint; load refuses a mismatch when caller checks

@@ -75,6 +75,26 @@ void validate(const TrainConfig& c) {
   if (c.epochs < 1 || c.epochs > 100000) throw std::invalid_argument("--epochs must be 1..100000");
   if (c.batch < 1 || c.batch > 65536) throw std::invalid_argument("--batch must be 1..65536");
   if (c.steps_per_epoch < 0) throw std::invalid_argument("steps per epoch must be >= 0");
+  if (!c.run_id.empty()) check_run_id(c.run_id);
+}
+
+void check_run_id(const std::string& id, const std::string& what) {
+  const bool ok = !id.empty() && id.size() <= 64 &&
+                  std::all_of(id.begin(), id.end(), [](char ch) {
+                    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                           (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+                  });
+  if (!ok)
+    throw std::invalid_argument(what + " must be 1-64 characters of A-Z a-z 0-9 . _ -, got '" +
+                                id.substr(0, 80) + "'");
+}
+
+std::int64_t map_step(std::int64_t step, std::int64_t epoch, std::int64_t old_spe,
+                      std::int64_t new_spe) {
+  if (old_spe <= 0 || new_spe <= 0) return step;
+  const std::int64_t within = std::clamp<std::int64_t>(step - epoch * old_spe, 0, old_spe);
+  // within <= old_spe and new_spe are below 2^31 in any run that fits in memory: no overflow.
+  return epoch * new_spe + within * new_spe / old_spe;
 }
 
 std::vector<float> logit_prior(const std::vector<std::int32_t>& labels, int classes) {
@@ -110,7 +130,8 @@ Trainer::Trainer(kernels::Backend& be, TrainConfig cfg, const Dataset& shard, co
       test_(test),
       metrics_(metrics),
       hook_(hook),
-      model_(be, cfg_.model, std::max(cfg_.batch, kEvalBatch)) {
+      model_(be, cfg_.model, std::max(cfg_.batch, kEvalBatch)),
+      run_id_(cfg_.run_id) {
   validate(cfg_);
   if (shard_.size() == 0) throw std::invalid_argument("the training shard is empty");
   check_input_features(cfg_.model, shard_.features);
@@ -240,6 +261,15 @@ bool Trainer::resume() {
   return true;
 }
 
+namespace {
+// meta[key] as an integer, if it is one.
+std::optional<std::int64_t> meta_int(const nlohmann::json& meta, const char* key) {
+  if (!meta.is_object() || !meta.contains(key) || !meta[key].is_number_integer())
+    return std::nullopt;
+  return meta[key].get<std::int64_t>();
+}
+}  // namespace
+
 bool Trainer::restore(const Checkpoint& c, const std::string& where, bool own) {
   if (c.fingerprint != model_.fingerprint() || c.params.size() != model_.num_params())
     throw CheckpointError(where + " belongs to another model than " + cfg_.model);
@@ -252,26 +282,72 @@ bool Trainer::restore(const Checkpoint& c, const std::string& where, bool own) {
                           std::string(to_string(cfg_.optimizer)));
   for (const auto& s : c.opt_state)
     if (s.size() != model_.num_params()) throw CheckpointError(where + ": optimizer state size");
-  const bool fits = c.step >= 0 && c.epoch >= 0 && c.samples >= 0 && c.epoch <= cfg_.epochs &&
-                    c.step <= total_steps_ && c.step >= c.epoch * steps_per_epoch_ &&
-                    c.step <= (c.epoch + 1) * steps_per_epoch_;
+  // The run it belongs to: its id (both given and different: another run), its --epochs.
+  std::string their_id;
+  if (meta.is_object() && meta.contains("run_id") && meta["run_id"].is_string())
+    their_id = meta["run_id"].get<std::string>();
+  const auto their_epochs = meta_int(meta, "epochs");
+  if (own && !their_id.empty() && !cfg_.run_id.empty() && their_id != cfg_.run_id)
+    throw CheckpointRunError(
+        where + " belongs to run '" + their_id + "', not to this run '" + cfg_.run_id +
+        "': to continue run '" + their_id + "' pass --run-id " + their_id +
+        "; to start run '" + cfg_.run_id +
+        "' fresh use an empty --checkpoint-dir (or remove that folder)");
+  if (own && their_epochs && *their_epochs != cfg_.epochs)
+    throw CheckpointRunError(
+        where + " was written by a run of --epochs " + std::to_string(*their_epochs) +
+        ", this one has --epochs " + std::to_string(cfg_.epochs) + ": to continue it pass --epochs " +
+        std::to_string(*their_epochs) +
+        "; to start a new run use an empty --checkpoint-dir (or remove that folder)");
+  // Written with another number of steps per epoch (the swarm restarted with another size, or
+  // another --batch): the same completed epochs and the same fraction of the open one. A state of
+  // a run with other --epochs keeps its counters as they are (they will not fit, below).
+  std::int64_t step = c.step;
+  const auto their_spe = meta_int(meta, "steps_per_epoch");
+  const bool same_epochs = !their_epochs || *their_epochs == cfg_.epochs;
+  const bool remap = their_spe && *their_spe > 0 && *their_spe != steps_per_epoch_ && same_epochs &&
+                     c.epoch >= 0 && c.epoch <= cfg_.epochs && c.step >= 0;
+  if (remap) step = map_step(c.step, c.epoch, *their_spe, steps_per_epoch_);
+  const bool fits = step >= 0 && c.epoch >= 0 && c.samples >= 0 && c.epoch <= cfg_.epochs &&
+                    step <= total_steps_ && step >= c.epoch * steps_per_epoch_ &&
+                    step <= (c.epoch + 1) * steps_per_epoch_;
   // Our own checkpoint from another run is a configuration error; a neighbour's state from a run
   // of another length (a joiner with fewer --epochs, another --batch) still carries the swarm's
   // model, which beats our random initial weights: we take it and keep our own schedule.
   if (!fits && own)
-    throw CheckpointError(where + " has counters outside this run (step " + std::to_string(c.step) +
-                          ", epoch " + std::to_string(c.epoch) + ")");
+    throw CheckpointError(
+        where + " has counters outside this run (step " + std::to_string(c.step) + ", epoch " +
+        std::to_string(c.epoch) + "; this run has " + std::to_string(steps_per_epoch_) +
+        " steps per epoch" +
+        (their_spe ? std::string()
+                   : ", and the checkpoint, written by an older build, does not say its own") +
+        ")");
   be_.upload(model_.params(), c.params.data(), c.params.size() * sizeof(float));
   be_.upload(opt_a_.data(), c.opt_state[0].data(), opt_a_.bytes());
   if (want_state == 2) be_.upload(opt_b_.data(), c.opt_state[1].data(), opt_b_.bytes());
   if (fits) {
-    step_ = c.step;
+    step_ = step;
     epoch_ = int(c.epoch);
     samples_ = c.samples;
     ep_.open = false;  // the next step opens the restored epoch (its sample order)
+    if (remap && own) {
+      const auto their_shards = meta_int(meta, "num_shards");
+      spdlog::info(
+          "{} was written with {} shard(s), {} steps per epoch; this run has {} shard(s), {} "
+          "steps per epoch: it continues at epoch {}, step {} (was {}), the same fraction of the "
+          "epoch",
+          where, their_shards ? std::to_string(*their_shards) : std::string("?"), *their_spe,
+          cfg_.num_shards, steps_per_epoch_, c.epoch, step, c.step);
+    }
   }
   if (own) {
     restore_best(c.meta);
+    // No --run-id: the checkpoint's id, if any, stays with the run it continues.
+    if (cfg_.run_id.empty()) run_id_ = their_id;
+    else if (their_id.empty())
+      spdlog::info("{} has no run id (an older build, or a run without --run-id): it continues "
+                   "as run '{}'",
+                   where, cfg_.run_id);
   } else {
     best_known_ = true;  // this peer has not evaluated anything yet
     best_acc_.reset();
@@ -307,7 +383,12 @@ Checkpoint Trainer::state() {
     c.opt_state.emplace_back(model_.num_params());
     be_.download(c.opt_state[1].data(), opt_b_.data(), opt_b_.bytes());
   }
-  nlohmann::json meta{{"model", cfg_.model}, {"optimizer", to_string(cfg_.optimizer)}};
+  nlohmann::json meta{{"model", cfg_.model},
+                      {"optimizer", to_string(cfg_.optimizer)},
+                      {"epochs", cfg_.epochs},
+                      {"steps_per_epoch", steps_per_epoch_},
+                      {"num_shards", cfg_.num_shards}};
+  if (!run_id_.empty()) meta["run_id"] = run_id_;
   if (best_known_)
     meta["best_test_acc"] = best_acc_ ? nlohmann::json(*best_acc_) : nlohmann::json();
   c.meta = meta.dump();

@@ -43,6 +43,13 @@ struct TrainConfig {
   int batch = 32;
   std::uint64_t seed = 1;
   std::string checkpoint_dir;  // empty: no checkpoints
+  // --run-id: written in every checkpoint; resume() refuses a checkpoint of another run id. Empty:
+  // none given (any checkpoint of this model continues, as before run ids; one it finds keeps its
+  // id). 1-64 characters of [A-Za-z0-9._-] (check_run_id).
+  std::string run_id;
+  // The swarm's shard count, written in checkpoints beside steps_per_epoch (what a resumed peer
+  // maps its step from when the run restarts with another size).
+  int num_shards = 1;
   // Steps in one epoch; 0: one pass over the shard. Peers of a swarm use an equal share of the
   // whole training set, so every peer takes the same number of steps whatever its shard's size.
   std::int64_t steps_per_epoch = 0;
@@ -69,6 +76,13 @@ struct EpochStepProgress {
 
 // Validates ranges and names; throws std::invalid_argument with a message naming the flag.
 void validate(const TrainConfig& c);
+// Throws std::invalid_argument naming `what` unless id is 1-64 characters of [A-Za-z0-9._-].
+void check_run_id(const std::string& id, const std::string& what = "--run-id");
+// A checkpoint's step in a run of new_spe steps per epoch when it was written with old_spe: the
+// same completed epochs and the same fraction through the open one, floor(within * new / old)
+// (docs/cluster.md, "Another size").
+std::int64_t map_step(std::int64_t step, std::int64_t epoch, std::int64_t old_spe,
+                      std::int64_t new_spe);
 // Throws std::invalid_argument unless the model takes rows of `features` values (what the trainer
 // checks first; a caller may check a data set's header before loading it).
 void check_input_features(const std::string& model, int features);
@@ -112,14 +126,18 @@ class Trainer final : public StateSource {
   // outlive the trainer's use of it.
   void set_heartbeat(Heartbeat* hb) { heartbeat_ = hb; }
   // Restores from cfg.checkpoint_dir when a checkpoint is there; throws CheckpointError when it is
-  // corrupt or belongs to another model. Returns true when something was restored.
+  // corrupt or belongs to another model, and CheckpointRunError when it belongs to another run
+  // (its run id) or another --epochs. Returns true when something was restored.
   bool resume();
   // The current state: parameters, optimizer state, step, epoch, samples (StateSource).
   Checkpoint state() override;
   // Continues from c (a checkpoint, or a neighbour's state fetched at start) as if it had trained
   // to there: the learning-rate schedule goes on from c.step. Checks everything first and changes
   // nothing on failure; throws CheckpointError naming `where` (another model or optimizer, sizes,
-  // and for our own checkpoint counters outside this run).
+  // and for our own checkpoint counters outside this run; CheckpointRunError for our own
+  // checkpoint of another run id or --epochs). Our own checkpoint written with another number of
+  // steps per epoch (the swarm restarted with another size) continues at the same completed
+  // epochs and fraction of the open epoch (map_step).
   // own: c is this peer's own earlier state (its checkpoint), so its best accuracy carries over;
   // false for another peer's state (catch-up), whose history is not this peer's. Another peer's
   // state whose counters do not fit this run (a run with more epochs, another batch size) gives
@@ -217,6 +235,7 @@ class Trainer final : public StateSource {
   std::size_t epoch_samples_ = 0;  // samples drawn per epoch
   std::int64_t total_steps_ = 0;
   std::optional<double> best_acc_;
+  std::string run_id_;  // cfg.run_id, or the one of the checkpoint resumed when none was given
   bool best_known_ = true;  // false: resumed from a checkpoint without it
   // The epoch train_step is in: its loss sums (now, and at the last `step` line) and speed.
   struct EpochProgress {

@@ -344,3 +344,37 @@ TEST_CASE("advertise-interface: the interface's address is announced, under --cl
              }),
              Contains("port other than 0"));
 }
+
+TEST_CASE("under --cluster GT_RUN_ID gives the run id, --run-id wins, a bad one is refused",
+          "[apps]") {
+  gt_test::TempDir dir("gt-cluster-run-id");
+  auto e = slurm_env(0, 0);
+  e["GT_RUN_ID"] = "exp-3.resumed_2";
+  PeerConfig c;
+  c.cluster.kind = "slurm";
+  c.cluster.run_dir = dir.path.string();
+  apply_cluster(c, {}, env_of(e));
+  CHECK(c.train.run_id == "exp-3.resumed_2");
+
+  PeerConfig given;
+  given.cluster.kind = "slurm";
+  given.cluster.run_dir = dir.path.string();
+  given.train.run_id = "mine";
+  apply_cluster(given, {"run-id"}, env_of(e));
+  CHECK(given.train.run_id == "mine");
+
+  e["GT_RUN_ID"] = "has space";
+  PeerConfig bad;
+  bad.cluster.kind = "slurm";
+  bad.cluster.run_dir = dir.path.string();
+  CHECK_THAT(usage_error_of([&] { apply_cluster(bad, {}, env_of(e)); }),
+             Contains("GT_RUN_ID") && Contains("has space"));
+
+  bool help = false;
+  CHECK(parse_peer_args({"--run-id", "a.b-c_9"}, &help).train.run_id == "a.b-c_9");
+  CHECK(parse_peer_args({}, &help).train.run_id.empty());
+  CHECK_THAT(usage_error_of([&] { parse_peer_args({"--run-id", "x/y"}, &help); }),
+             Contains("--run-id") && Contains("x/y"));
+  CHECK_THAT(usage_error_of([&] { parse_peer_args({"--run-id", std::string(65, 'r')}, &help); }),
+             Contains("--run-id"));
+}

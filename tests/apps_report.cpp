@@ -352,3 +352,42 @@ TEST_CASE("report: a peer stopped from outside before it finished fails the repo
   // --ended-by belongs to --report.
   CHECK_THROWS_AS(parse_launch_args({"--peers", "2", "--ended-by", "SIGTERM"}), UsageError);
 }
+
+TEST_CASE("report: a run resubmitted with fewer shards ends with that many peers, the one left "
+          "over is no failure",
+          "[apps]") {
+  gt_test::TempDir dir("gt-report-resized");
+  // First job: 3 shards, stopped by scancel (done with stopped). Second job: 2 shards, done.
+  auto first = [](int shard, const std::string& id) {
+    return clock_line(1000.0, shard, 3) + line(4, id, "eval", {{"epoch", 1}, {"test_acc", 0.5}}) +
+           line(6, id, "done", {{"final_test_acc", 0.5}, {"stopped", true}});
+  };
+  auto second = [](int shard, const std::string& id) {
+    return clock_line(2000.0, shard, 2) + line(3, id, "eval", {{"epoch", 2}, {"test_acc", 0.7}}) +
+           line(5, id, "done", {{"final_test_acc", 0.7}, {"stopped", false}});
+  };
+  write(dir.path / "peer0" / "metrics.jsonl", first(0, "aaaa") + second(0, "aaaa"));
+  write(dir.path / "peer1" / "metrics.jsonl", first(1, "bbbb") + second(1, "bbbb"));
+  write(dir.path / "peer2" / "metrics.jsonl", first(2, "cccc"));
+  LaunchOptions o;
+  o.report = dir.str();
+  o.plots = false;
+  CHECK(run_report(o) == 0);
+  std::ifstream in(dir.path / "summary.json");
+  const json s = json::parse(in);
+  INFO(s.dump());
+  CHECK(s["failed_peers"].empty());
+  CHECK(s["peers"][0]["state"] == "done");
+  CHECK(s["peers"][1]["state"] == "done");
+  CHECK(s["peers"][2]["state"] == "left (resized)");
+  CHECK(s["peers"][2]["failed"] == false);
+  CHECK(s["final_test_acc_mean"].get<double>() == Approx(0.7));  // the two of the last start
+
+  // Without the second job peer 2 stopped from outside like the others: a failure, as before.
+  gt_test::TempDir stopped("gt-report-resized-not");
+  write(stopped.path / "peer0" / "metrics.jsonl", first(0, "aaaa"));
+  write(stopped.path / "peer1" / "metrics.jsonl", first(1, "bbbb"));
+  write(stopped.path / "peer2" / "metrics.jsonl", first(2, "cccc"));
+  o.report = stopped.str();
+  CHECK(run_report(o) == 1);
+}

@@ -11,6 +11,13 @@
 # long run, kills peer 1 with kill -9 (the peer loop restarts it), cancels the job with scancel
 # once every peer has trained and checkpointed, and checks that the job's trap still ran the
 # report: ended_by SIGTERM, each peer stopped with its checkpoint, peer 1 with one restart.
+# GT_SLURM_RESIZE=1 (scripts:slurm_resize): a 4-task job cancelled after every peer's second epoch,
+# resubmitted with 3 tasks on the same GT_RUN_DIR and GT_RUN_ID: the three go on from their epochs
+# and finish, the report is OK (peer 3 "left (resized)"); then another GT_RUN_ID is refused.
+# GT_SLURM_RESIZE_TO=N resubmits with N tasks instead of 3 (scripts:slurm_resize_up: 5, the new
+# peer 4 starts at epoch 1 and finishes with the others).
+# GT_SLURM_TWO_JOBS=1 (scripts:slurm_two_jobs): two 2-task jobs on the node at once, ports from
+# their job ids: both finish.
 set -uo pipefail
 BIN=$(realpath "$1") SRC=$(realpath "$2")
 shift 2
@@ -185,6 +192,119 @@ print(table)
 print("slurm scancel check: report ended_by", s["ended_by"], "; failed peers", len(s["failed_peers"]),
       "; peer 1 life_seconds", s["peers"][1]["life_seconds"])
 PYCANCEL
+  echo "slurm check: passed"
+  exit 0
+fi
+if [[ ${GT_SLURM_RESIZE:-0} == 1 ]]; then
+  # One run on 4 tasks cancelled part-way, resubmitted on the same GT_RUN_DIR and GT_RUN_ID with
+  # GT_SLURM_RESIZE_TO tasks (default 3): the peers with a checkpoint go on from their epochs at
+  # the new size, new ones start at epoch 0, all finish; the report is OK.
+  TO=${GT_SLURM_RESIZE_TO:-3}
+  export GT_RUN_ID=resize-check GT_RESTART_DELAY=1
+  RFLAGS=(--data synthetic --model mlp:784-64-10 --epochs 6 --checkpoint-every 1)
+  jid=$(sbatch --parsable --ntasks 4 --overcommit --output="$TMP/job1.out" \
+    "$SRC/deploy/slurm/gossip.sbatch" "${RFLAGS[@]}") || fail "sbatch refused the first job"
+  echo "job $jid submitted (4 tasks)"
+  ready=0
+  for _ in $(seq 240); do
+    n=0
+    for i in 0 1 2 3; do
+      e=$("$PY" -c '
+import json, sys
+e = 0
+try:
+    for l in open(sys.argv[1]):
+        j = json.loads(l)
+        if j.get("event") == "eval": e = max(e, j.get("epoch", 0))
+except Exception: pass
+print(e)' "$RUN/peer$i/metrics.jsonl")
+      ((e >= 2)) && n=$((n + 1))
+    done
+    ((n == 4)) && { ready=1; break; }
+    sleep 0.5
+  done
+  ((ready)) || { tail -20 "$TMP/job1.out" "$RUN"/peer*.log 2>/dev/null; fail "the 4 peers did not reach epoch 2 within 120 s"; }
+  scancel "$jid" || fail "scancel $jid"
+  for _ in $(seq 120); do
+    squeue -h -j "$jid" 2>/dev/null | grep -q . || break
+    sleep 0.5
+  done
+  squeue -h -j "$jid" 2>/dev/null | grep -q . && fail "job $jid still in the queue 60 s after scancel"
+  echo "job $jid cancelled after every peer's second epoch; resubmitting with $TO tasks"
+  timeout 600 sbatch --wait --ntasks "$TO" --overcommit --output="$TMP/job2.out" \
+    "$SRC/deploy/slurm/gossip.sbatch" "${RFLAGS[@]}"
+  rc=$?
+  echo "--- second job output"; tail -30 "$TMP/job2.out"
+  for f in "$RUN"/peer*.log; do echo "--- $f"; tail -4 "$f"; done
+  ((rc == 0)) || fail "the resubmitted job's exit code $rc (its report)"
+  grep -q "gossip.sbatch: run resize-check in $RUN, $TO task(s)" "$TMP/job2.out" || fail "the second job did not say its run and size"
+  for ((i = 0; i < (TO < 4 ? TO : 4); i++)); do
+    grep -q "was written with 4 shard(s)" "$RUN/peer$i.log" || fail "peer $i did not map its checkpoint from 4 shards"
+  done
+  "$PY" - "$RUN" "$TO" <<'PYRESIZE' || fail "the resized run's checks"
+import json, os, sys
+run, to = sys.argv[1], int(sys.argv[2])
+s = json.load(open(os.path.join(run, "summary.json")))
+assert s["failed_peers"] == [], s["failed_peers"]
+assert len(s["peers"]) == max(4, to), len(s["peers"])
+for p in s["peers"]:
+    want = "left (resized)" if p["peer"] >= to else "done"
+    assert p["state"] == want, (p["peer"], p["state"])
+for i in range(4, to):  # new peers: one start, from epoch 1
+    lines = [json.loads(l) for l in open(os.path.join(run, f"peer{i}", "metrics.jsonl"))]
+    evals = [l["epoch"] for l in lines if l["event"] == "eval" and not l.get("final")]
+    assert [l["num_shards"] for l in lines if l["event"] == "clock"] == [to]
+    assert evals and evals[0] == 1 and evals[-1] == 6, (i, evals)
+    print(f"peer {i}: new with {to} shards, epochs {evals[0]} to {evals[-1]}")
+for i in range(min(4, to)):
+    lines = [json.loads(l) for l in open(os.path.join(run, f"peer{i}", "metrics.jsonl"))]
+    clocks = [k for k, l in enumerate(lines) if l["event"] == "clock"]
+    assert len(clocks) == 2, f"peer {i}: {len(clocks)} starts"
+    assert lines[clocks[0]]["num_shards"] == 4 and lines[clocks[1]]["num_shards"] == to
+    assert lines[clocks[1]]["run_id"] == "resize-check", lines[clocks[1]]
+    before = [l["epoch"] for l in lines[:clocks[1]] if l["event"] == "checkpoint"][-1]
+    evals = [l["epoch"] for l in lines[clocks[1]:] if l["event"] == "eval" and not l.get("final")]
+    assert evals and evals[0] == before + 1 and evals[-1] == 6, (i, before, evals)
+    print(f"peer {i}: stopped at epoch {before} of 4 shards, went on with {to} from epoch {evals[0]} to {evals[-1]}")
+print(f"slurm resize check: 4 -> {to} tasks, report ok; peer 3:", s["peers"][3]["end"] or s["peers"][3]["state"])
+PYRESIZE
+  # Another run id on the same folder: every peer refuses, naming both ids.
+  GT_RUN_ID=another timeout 300 sbatch --wait --ntasks "$TO" --overcommit --output="$TMP/job3.out" \
+    "$SRC/deploy/slurm/gossip.sbatch" "${RFLAGS[@]}" && fail "a job of another run id on the folder succeeded"
+  grep -q "belongs to run 'resize-check', not to this run 'another'" "$RUN/peer0.log" || fail "no refusal naming both run ids"
+  echo "slurm check: passed"
+  exit 0
+fi
+if [[ ${GT_SLURM_TWO_JOBS:-0} == 1 ]]; then
+  # Two jobs on the one node at once, ports from their job ids (no GT_BASE_PORT): both finish.
+  unset GT_BASE_PORT
+  TFLAGS=(--data synthetic --model mlp:784-64-10 --epochs 3)
+  GT_RUN_DIR=$TMP/runA timeout 600 sbatch --wait --ntasks 2 --overcommit --output="$TMP/jobA.out" \
+    "$SRC/deploy/slurm/gossip.sbatch" "${TFLAGS[@]}" &
+  a=$!
+  GT_RUN_DIR=$TMP/runB timeout 600 sbatch --wait --ntasks 2 --overcommit --output="$TMP/jobB.out" \
+    "$SRC/deploy/slurm/gossip.sbatch" "${TFLAGS[@]}" &
+  b=$!
+  wait $a; rca=$?
+  wait $b; rcb=$?
+  for f in "$TMP"/job[AB].out "$TMP"/run[AB]/peer*.log; do echo "--- $f"; tail -4 "$f"; done
+  ((rca == 0 && rcb == 0)) || fail "the two jobs' exit codes: $rca $rcb"
+  "$PY" - "$TMP/runA" "$TMP/runB" <<'PYTWO' || fail "the two jobs' checks"
+import json, os, sys, re
+spans, ports = [], []
+for run in sys.argv[1:]:
+    s = json.load(open(os.path.join(run, "summary.json")))
+    assert s["failed_peers"] == [] and [p["state"] for p in s["peers"]] == ["done", "done"], s["peers"]
+    assert all((p.get("exchanges_ok") or 0) > 0 for p in s["peers"]), "a peer did not average"
+    u = [json.loads(l) for l in open(os.path.join(run, "peer0", "metrics.jsonl"))]
+    start = u[0]["unix_s"]
+    spans.append((start, start + u[-1]["t"]))
+    ports.append(re.search(r"listening on \S*:(\d+)", open(os.path.join(run, "peer0.log")).read()))
+assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], f"the jobs did not overlap: {spans}"
+p = [m.group(1) if m else None for m in ports]
+print("slurm two jobs: both done, overlapping in time", spans, "; peer 0 ports", p)
+assert p[0] is None or p[0] != p[1], p
+PYTWO
   echo "slurm check: passed"
   exit 0
 fi

@@ -14,6 +14,7 @@
 
 #include "apps/common/options.hpp"
 #include "apps/common/option_table.hpp"
+#include "core/trainer.hpp"
 #include "net/address.hpp"
 
 namespace gossiptrain::apps {
@@ -387,6 +388,15 @@ void apply_cluster(PeerConfig& c, const std::set<std::string>& given, const EnvL
   if (unset("metrics")) c.metrics = p.peer_dir + "/metrics.jsonl";
   if (unset("checkpoint-dir")) c.train.checkpoint_dir = p.peer_dir + "/ckpt";
   if (unset("identity")) c.identity = p.peer_dir + "/identity.key";
+  if (unset("run-id"))
+    if (auto id = env("GT_RUN_ID"); id && !id->empty()) {
+      try {
+        core::check_run_id(*id, "--cluster: GT_RUN_ID");
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
+      c.train.run_id = *id;
+    }
   if (c.shard >= c.num_shards)
     throw UsageError("--cluster: shard " + std::to_string(c.shard) +
                      " is out of range for --num-shards " + std::to_string(c.num_shards));

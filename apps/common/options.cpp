@@ -481,6 +481,20 @@ const OptionTable<PeerConfig>& peer_options() {
               &PeerConfig::from_checkpoint),
       O::text("checkpoint-dir", "DIR", "write checkpoints to DIR and resume from it on restart",
               train(&core::TrainConfig::checkpoint_dir)).for_programs(kGossipPeer | kPythonPeer),
+      PeerOption{"run-id", "ID",
+       "the run this peer belongs to, written in every checkpoint: a checkpoint of another run id "
+       "is refused (exit 2), and one written with another number of shards continues at the same "
+       "epoch and fraction of it (docs/cluster.md, \"One run\"); 1-64 characters of A-Z a-z 0-9 "
+       ". _ -",
+       [](PeerConfig& c, const std::string& v) {
+         try {
+           core::check_run_id(v);
+         } catch (const std::invalid_argument& e) {
+           throw UsageError(e.what());
+         }
+         c.train.run_id = v;
+       }}.unset_means("GT_RUN_ID under --cluster, else none: any checkpoint of this model "
+                      "continues").of_kind(ValueKind::Text).for_programs(kGossipPeer),
       O::number("checkpoint-every", "SECONDS",
                 "also checkpoint every SECONDS of training, besides every epoch end and on stop; a "
                 "killed peer loses at most this much",
@@ -649,7 +663,7 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
 const std::vector<HelpGroup>& peer_help_groups() {
   static const std::vector<HelpGroup> groups = {
       {"A first run", {"data", "model", "epochs", "batch", "lr", "listen", "seeds", "metrics",
-                       "checkpoint-dir", "config"}},
+                       "checkpoint-dir", "run-id", "config"}},
       {"Data", {"partition", "num-shards", "shard", "seed"}},
       {"Model and training",
        {"optimizer", "momentum", "weight-decay", "schedule", "logit-adjust", "backend", "device", "precision",

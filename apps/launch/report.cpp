@@ -416,8 +416,33 @@ struct Folded {
   std::vector<std::string> note;
 };
 
+// The run's size as it last started: num_shards of the latest clock line of any peer (0: none
+// says). A run restarted at another size (docs/cluster.md, "One run") ends with that many peers.
+int last_size(const ReportScan& scan) {
+  double latest = -1.0;
+  int size = 0;
+  for (const auto& p : scan.peers)
+    for (const auto& c : p.clocks)
+      if (const double u = unix_of(c);
+          u > latest && c.contains("num_shards") && c["num_shards"].is_number_integer()) {
+        latest = u;
+        size = int(std::clamp<long long>(c["num_shards"].get<long long>(), 0, 1000000));
+      }
+  return size;
+}
+
+// A peer past the run's last size whose last process belongs to a larger size: it left when the
+// run restarted with fewer shards, which is no failure.
+bool left_by_resize(const ReportPeer& p, int size) {
+  if (size <= 0 || p.index < size || p.clocks.empty()) return false;
+  const json& c = p.clocks.back();
+  return c.contains("num_shards") && c["num_shards"].is_number_integer() &&
+         c["num_shards"].get<long long>() > size;
+}
+
 Folded fold_peers(const ReportScan& scan, double target_acc, double t0) {
   const std::size_t n = scan.peers.size();
+  const int size = last_size(scan);
   Folded f{std::vector<PeerStats>(n),
            std::vector<PeerOutcome>(n),
            std::vector<std::vector<Life>>(n),
@@ -464,6 +489,13 @@ Folded fold_peers(const ReportScan& scan, double target_acc, double t0) {
       out.failed = true;
       f.note[i] = "its last process ended without a done line (killed from outside, crashed, or "
                   "still running)";
+    }
+    if (out.state != "done" && left_by_resize(p, size)) {
+      out.state = "left (resized)";
+      out.failed = false;
+      out.alive_at_end = false;
+      f.note[i] = "not in the run's last start, with " + std::to_string(size) +
+                  " shards: it left when the run restarted at that size";
     }
     f.end = std::max(f.end, lives.back().offset + lives.back().end_t);
   }

@@ -246,6 +246,7 @@ Resources prepare(apps::PeerConfig& cfg) {
     auto parts = core::partition(y, classes, cfg.num_shards, spec, cfg.train.seed);
     return std::move(parts[std::size_t(cfg.shard)]);
   });
+  cfg.train.num_shards = cfg.num_shards;
   if (cfg.num_shards > 1)
     cfg.train.steps_per_epoch =
         core::share_steps_per_epoch(r.data.train_size, cfg.num_shards, cfg.train.batch);
@@ -363,6 +364,7 @@ void emit_clock_line(const apps::PeerConfig& cfg, core::Metrics& metrics) {
                          {"shard", cfg.shard},
                          {"num_shards", cfg.num_shards},
                          {"cluster", cfg.cluster.kind},
+                         {"run_id", cfg.train.run_id},
                          {"model", cfg.train.model},
                          {"epochs", cfg.train.epochs},
                          {"batch", cfg.train.batch},
@@ -477,6 +479,8 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
   bool resumed = false;
   try {
     resumed = trainer.resume();
+  } catch (const core::CheckpointRunError& e) {
+    return config_error(e.what());  // names the ways out itself
   } catch (const core::CheckpointError& e) {
     return usage_error(std::string(e.what()) +
                        " (move the checkpoint away or pass another --checkpoint-dir)");

@@ -11,6 +11,9 @@
 # --replicas N      containers, = shards (default 4)
 # --image NAME      (default localhost/gossiptrain:latest)
 # --key FILE        the network key (64 hex chars, mode 0600); made if missing (default NAME.key)
+# --run-id ID       the run id (GT_RUN_ID) written in every checkpoint: up again on the same
+#                   volumes with the same id (and any --replicas) continues the run, with another
+#                   id each peer exits 2 (default: none, any checkpoint on the volume continues)
 # --data-dir DIR    mounted read-only at /data in every container (then give --data /data)
 # --restart POLICY  podman's restart policy (default on-failure:5: a peer that crashes is started
 #                   again by podman; one stopped by podman stop or podman kill is not)
@@ -21,7 +24,7 @@ set -euo pipefail
 cmd=${1:-}
 [[ $cmd == up || $cmd == down ]] || { echo "podman-swarm: first argument: up or down" >&2; exit 2; }
 shift
-NAME=gt SERVICE=gossip REPLICAS=4 IMAGE=localhost/gossiptrain:latest KEY="" DATA=() RESTART=on-failure:5
+NAME=gt SERVICE=gossip REPLICAS=4 IMAGE=localhost/gossiptrain:latest KEY="" DATA=() RESTART=on-failure:5 RUN_ID=()
 while (($#)); do
   case $1 in
     --name) NAME=${2:?}; shift 2 ;;
@@ -30,6 +33,7 @@ while (($#)); do
     --image) IMAGE=${2:?}; shift 2 ;;
     --key) KEY=${2:?}; shift 2 ;;
     --restart) RESTART=${2:?}; shift 2 ;;
+    --run-id) RUN_ID=(-e GT_RUN_ID="${2:?}"); shift 2 ;;
     --data-dir) DATA=(-v "$(realpath "${2:?}"):/data:ro"); shift 2 ;;
     --) shift; break ;;
     *) echo "podman-swarm: unknown argument '$1'" >&2; exit 2 ;;
@@ -56,6 +60,6 @@ for ((i = 0; i < REPLICAS; i++)); do
   podman run -d "${RUN[@]}" --restart "$RESTART" --name "$NAME-$i" --hostname "$NAME-$i" --network "$NAME-net" \
     --network-alias "$NAME-$i.$SERVICE" -v "$NAME-state-$i:/var/lib/gossiptrain" \
     -v "$KEY:/etc/gossiptrain/network.key:ro" "${DATA[@]}" \
-    -e GT_K8S_SERVICE="$SERVICE" -e GT_K8S_REPLICAS="$REPLICAS" "$IMAGE" "$@" >/dev/null
+    -e GT_K8S_SERVICE="$SERVICE" -e GT_K8S_REPLICAS="$REPLICAS" "${RUN_ID[@]}" "$IMAGE" "$@" >/dev/null
   echo "podman-swarm: started $NAME-$i ($NAME-$i.$SERVICE)"
 done
