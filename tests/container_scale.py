@@ -1,0 +1,230 @@
+"""One run of a podman swarm resized 4 -> 6 -> 3, as an operator resizes a StatefulSet: the
+containers are stopped (SIGTERM: each peer checkpoints on its volume) and started again by
+deploy/container/podman-swarm.sh with another --replicas and the same --run-id. The peers that
+have a volume go on from their checkpoints at the new size (the epoch they had, not 0), the new
+ones start, every peer of the last size exits 0, and gossip-launch --report over the six volumes
+reports one run: peers 3-5 `left (resized)`, none failed.
+
+    python3 tests/container_scale.py REPO_ROOT BUILD_DIR
+
+The image is built from BUILD_DIR under a name of this run and removed at the end; the base image
+is kept and reused. Every container, network and volume is named gt-scale-<pid>-... and removed.
+Exit 77: skipped, with the reason."""
+import functools
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "scripts"))
+import container_lib  # noqa: E402
+from container_lib import last_step  # noqa: E402
+from run_metrics import read_jsonl as lines  # noqa: E402
+
+ROOT, BUILD = sys.argv[1], sys.argv[2]
+TAG = f"gt-scale-{os.getpid()}"
+IMAGE = f"localhost/{TAG}:test"
+BASE = os.environ.get("GT_IMAGE_BASE", "localhost/gossiptrain-base:bookworm")
+BASE_BUILD_LIMIT_S = int(os.environ.get("GT_IMAGE_BUILD_TIMEOUT", "900"))
+SWARM = os.path.join(ROOT, "deploy", "container", "podman-swarm.sh")
+SIZES = (4, 6, 3)
+EPOCHS = 400
+RUN_ID = "scale-test"
+ARGS = ["--data", "synthetic", "--model", "mlp:784-256-256-10", "--epochs", str(EPOCHS),
+        "--checkpoint-every", "1", "--linger", "5"]
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def skip(why):
+    print(f"SKIP: {why}", flush=True)
+    sys.exit(77)
+
+
+podman = functools.partial(container_lib.podman, check_rc=True)
+
+if os.geteuid() != 0:
+    skip("needs root (podman's bridge networks and volumes)")
+for tool in ("podman", "runc"):
+    if not shutil.which(tool):
+        skip(f"{tool} is not installed (scripts/setup.sh)")
+for prog in ("gossip-peer", "gossip-launch"):
+    if not os.access(os.path.join(BUILD, "apps", prog), os.X_OK):
+        skip(f"{BUILD}/apps/{prog} is not built")
+if (shutil.which("netavark") or os.path.exists("/usr/lib/podman/netavark")) and \
+        not shutil.which("iptables"):
+    skip("podman's netavark needs iptables, which is not installed (scripts/setup.sh installs it)")
+base_present = podman("image", "exists", BASE, check_rc=False).returncode == 0
+if not base_present and not shutil.which("mmdebstrap"):
+    skip(f"no base image {BASE} and no mmdebstrap to make one (scripts/setup.sh)")
+
+tmp = tempfile.mkdtemp(prefix=f"{TAG}-")
+built = False
+MAX = max(SIZES)
+
+
+def cleanup():
+    subprocess.run([SWARM, "down", "--name", TAG, "--replicas", str(MAX)], timeout=180)
+    if built:
+        podman("rmi", "-f", IMAGE, check_rc=False)
+    shutil.rmtree(tmp, ignore_errors=True)
+    left = podman("ps", "-a", "--filter", f"name={TAG}", "--format", "{{.Names}}", check_rc=False)
+    if left.stdout.strip():
+        print(f"FAIL left behind: {left.stdout.strip()}")
+
+
+def build_image():
+    global built
+    limit = 300 if base_present else BASE_BUILD_LIMIT_S
+    cmd = [os.path.join(ROOT, "deploy", "container", "build-image.sh"), "--build", BUILD,
+           "--image", IMAGE, "--base", BASE]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    built = True
+    try:
+        out, _ = p.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.communicate()
+        skip(f"building the image took over {limit} s (GT_IMAGE_BUILD_TIMEOUT)")
+    if p.returncode != 0:
+        if "cgroups" in out or "setrlimit" in out or "OCI runtime" in out:
+            skip(f"podman cannot run containers here: {out.strip()[-400:]}")
+        if "netavark" in out or "iptables" in out:
+            skip(f"podman cannot network here: {out.strip()[-400:]}")
+        raise RuntimeError(f"build-image.sh exit {p.returncode}: {out.strip()[-800:]}")
+
+
+def up(n, key):
+    r = subprocess.run([SWARM, "up", "--name", TAG, "--replicas", str(n), "--image", IMAGE,
+                        "--key", key, "--run-id", RUN_ID, "--", *ARGS],
+                       capture_output=True, text=True, timeout=300)
+    if not check(r.returncode == 0, f"podman-swarm.sh up --replicas {n}: {r.stderr.strip()[-300:]}"):
+        raise SystemExit(1)
+
+
+def stop(n):
+    """SIGTERM to every container at once (each peer checkpoints and exits; `podman stop`, not
+    `podman kill --signal TERM`, which the restart policy answers with a restart, since a
+    stopped peer exits 130), then remove the containers; the volumes stay."""
+    names = [f"{TAG}-{i}" for i in range(n)]
+    r = podman("stop", "-t", "60", *names, timeout=120, check_rc=False)
+    if not check(r.returncode == 0, f"podman stop of {n} containers: {r.stderr.strip()[-300:]}"):
+        raise SystemExit(1)
+    for c in names:
+        podman("rm", "-f", "-t", "0", c, timeout=60)
+
+
+def tail_log(i, n=6):
+    r = podman("logs", f"{TAG}-{i}", check_rc=False)
+    return "\n".join((r.stdout + r.stderr).strip().splitlines()[-n:])
+
+
+def progress(i):
+    """The peer's last step line's share of its run (its epoch plus the share of it)."""
+    st = last_step(mfile(i))
+    return st["step"] / st["steps_total"] if st and st.get("steps_total") else 0.0
+
+
+def mfile(i):
+    return os.path.join(container_lib.volume_dir(f"{TAG}-state-{i}"), "metrics.jsonl")
+
+
+def wait_all(n, share, timeout_s):
+    ok = container_lib.poll(lambda: all(progress(i) >= share for i in range(n)), timeout_s, 0.5)
+    return check(bool(ok), f"all {n} peers past {share:.0%} of the run within {timeout_s} s "
+                           f"({[round(progress(i), 2) for i in range(n)]})")
+
+
+def resumed_at(i, offset):
+    """The first step line after the metric file's first `offset` lines: (step, steps_total)."""
+    for e in lines(mfile(i))[offset:]:
+        if e.get("event") == "step":
+            return e["step"], e["steps_total"]
+    return None
+
+
+try:
+    t0 = time.monotonic()
+    build_image()
+    print(f"image built in {time.monotonic() - t0:.0f} s", flush=True)
+    key = os.path.join(tmp, "network.key")
+    with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+
+    # 4 peers, to 15% of the run.
+    up(SIZES[0], key)
+    if not wait_all(SIZES[0], 0.15, 240):
+        raise SystemExit(1)
+    stop(SIZES[0])
+    before = {i: progress(i) for i in range(SIZES[0])}
+    offsets = {i: len(lines(mfile(i))) for i in range(SIZES[0])}
+    print(f"stopped 4 peers at {before}", flush=True)
+
+    # 6 peers: 0-3 go on from their checkpoints (the epoch they had, on 4 shards -> 6), 4-5 start.
+    up(SIZES[1], key)
+    if not wait_all(SIZES[1], 0.4, 300):
+        raise SystemExit(1)
+    for i in range(SIZES[0]):
+        r = resumed_at(i, offsets[i])
+        if not check(r is not None and r[0] / r[1] >= before[i] - 1.0 / EPOCHS,
+                     f"peer {i} went on at 6 shards from {before[i]:.3f} of the run: first step {r}"):
+            print(tail_log(i))
+    for i in range(SIZES[0], SIZES[1]):
+        check(progress(i) > 0, f"new peer {i} trained ({progress(i):.2f} of the run)")
+    stop(SIZES[1])
+    before = {i: progress(i) for i in range(SIZES[1])}
+    offsets = {i: len(lines(mfile(i))) for i in range(SIZES[1])}
+    print(f"stopped 6 peers at {before}", flush=True)
+
+    # 3 peers to the end: 0-2 go on from their checkpoints; 3-5 have left.
+    t_last = time.monotonic()
+    up(SIZES[2], key)
+    for i in range(SIZES[2]):
+        r = podman("wait", f"{TAG}-{i}", timeout=600)
+        check(r.stdout.strip() == "0", f"{TAG}-{i} finished with exit code 0 (got {r.stdout.strip()})")
+    print(f"the last size ran {time.monotonic() - t_last:.0f} s", flush=True)
+    for i in range(SIZES[2]):
+        r = resumed_at(i, offsets[i])
+        check(r is not None and r[0] / r[1] >= before[i] - 1.0 / EPOCHS,
+              f"peer {i} went on at 3 shards from {before[i]:.3f} of the run: first step {r}")
+        evs = lines(mfile(i))
+        ends = [bool(e.get("stopped")) for e in evs if e.get("event") == "done"]
+        ok_after = [e for e in evs[offsets[i]:] if e.get("event") == "exchange" and e.get("ok")]
+        check(ends == [True, True, False] and ok_after,
+              f"peer {i}: stopped twice, then done ({ends}), {len(ok_after)} good exchanges at "
+              f"the last size")
+
+    # One report over the six volumes' metrics, as an operator gathers them.
+    rep = os.path.join(tmp, "run")
+    for i in range(MAX):
+        os.makedirs(os.path.join(rep, f"peer{i}"))
+        shutil.copy(mfile(i), os.path.join(rep, f"peer{i}", "metrics.jsonl"))
+    r = subprocess.run([os.path.join(BUILD, "apps", "gossip-launch"), "--report", rep, "--no-plots"],
+                       capture_output=True, text=True, timeout=120)
+    print(r.stdout.strip()[-1500:])
+    check(r.returncode == 0, f"gossip-launch --report exit 0 (got {r.returncode}: {r.stderr.strip()[-300:]})")
+    with open(os.path.join(rep, "summary.json")) as f:
+        summary = json.load(f)
+    states = [p.get("state") for p in summary["peers"]]
+    check(len(states) == MAX and states[:3] == ["done"] * 3 and
+          states[3:] == ["left (resized)"] * 3,
+          f"the report's peers: {states}")
+    check(summary["failed_peers"] == [], f"no failed peer: {summary['failed_peers']}")
+finally:
+    cleanup()
+
+print("container_scale: " + ("all checks passed" if not failures else f"{len(failures)} FAILED"))
+sys.exit(1 if failures else 0)
