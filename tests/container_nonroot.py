@@ -67,7 +67,7 @@ built = False
 def cleanup():
     left = podman("ps", "-a", "--filter", f"name={TAG}", "--format", "{{.Names}}", check_rc=False)
     for c in left.stdout.split():
-        podman("rm", "-f", "-t", "0", c, check_rc=False)
+        podman("rm", "-f", "-v", "-t", "0", c, check_rc=False)
     if built:
         podman("rmi", "-f", IMAGE, check_rc=False)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -129,7 +129,7 @@ def peer(name, keydir, ro):
     args += [IMAGE, "--data", "synthetic", "--epochs", "1", "--model", "mlp:784-64-10",
              "--linger", "0"]
     r = container_lib.podman(*args, timeout=180)
-    podman("rm", "-f", "-t", "0", f"{TAG}-{name}", check_rc=False)
+    podman("rm", "-f", "-v", "-t", "0", f"{TAG}-{name}", check_rc=False)
     return r.returncode, (r.stdout + r.stderr), st
 
 
