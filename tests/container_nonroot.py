@@ -11,11 +11,8 @@ removed at the end; the base image is kept and reused. Exit 77: skipped, with th
 import functools
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "scripts"))
@@ -25,8 +22,7 @@ ROOT, BUILD = sys.argv[1], sys.argv[2]
 TAG = f"gt-nonroot-{os.getpid()}"
 IMAGE = f"localhost/{TAG}:test"
 BASE = os.environ.get("GT_IMAGE_BASE", "localhost/gossiptrain-base:bookworm")
-RUN = ["--runtime", "runc", "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
-BASE_BUILD_LIMIT_S = int(os.environ.get("GT_IMAGE_BUILD_TIMEOUT", "900"))
+RUN = container_lib.RUN
 UID = GID = 1000
 failures = []
 
@@ -38,26 +34,12 @@ def check(ok, what):
     return ok
 
 
-def skip(why):
-    print(f"SKIP: {why}", flush=True)
-    sys.exit(77)
+skip = container_lib.skip
 
 
 podman = functools.partial(container_lib.podman, check_rc=True)
 
-if os.geteuid() != 0:
-    skip("needs root (chown of the key and state folders to the container's user)")
-for tool in ("podman", "runc"):
-    if not shutil.which(tool):
-        skip(f"{tool} is not installed (scripts/setup.sh)")
-if not os.access(os.path.join(BUILD, "apps", "gossip-peer"), os.X_OK):
-    skip(f"{BUILD}/apps/gossip-peer is not built")
-if (shutil.which("netavark") or os.path.exists("/usr/lib/podman/netavark")) and \
-        not shutil.which("iptables"):
-    skip("podman's netavark needs iptables, which is not installed (scripts/setup.sh installs it)")
-base_present = podman("image", "exists", BASE, check_rc=False).returncode == 0
-if not base_present and not shutil.which("mmdebstrap"):
-    skip(f"no base image {BASE} and no mmdebstrap to make one (scripts/setup.sh)")
+base_present = container_lib.preflight(BUILD, BASE, ("gossip-peer",))
 
 tmp = tempfile.mkdtemp(prefix=f"{TAG}-")
 os.chmod(tmp, 0o755)
@@ -75,22 +57,11 @@ def cleanup():
 
 def build_image():
     global built
-    limit = 300 if base_present else BASE_BUILD_LIMIT_S
-    cmd = [os.path.join(ROOT, "deploy", "container", "build-image.sh"), "--build", BUILD,
-           "--image", IMAGE, "--base", BASE]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
     built = True
-    try:
-        out, _ = p.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGTERM)
-        p.communicate()
-        skip(f"building the image took over {limit} s (GT_IMAGE_BUILD_TIMEOUT)")
-    if p.returncode != 0:
-        if "cgroups" in out or "setrlimit" in out or "OCI runtime" in out:
-            skip(f"podman cannot run containers here: {out.strip()[-400:]}")
-        raise RuntimeError(f"build-image.sh exit {p.returncode}: {out.strip()[-800:]}")
+    failed = container_lib.build_image(ROOT, BUILD, IMAGE, BASE, base_present)
+    if failed:
+        check(False, failed)
+        raise SystemExit(1)
 
 
 def key_file(name, mode, gid):
@@ -139,9 +110,7 @@ def last(out):
 
 
 try:
-    t0 = time.monotonic()
     build_image()
-    print(f"image {IMAGE} built in {time.monotonic() - t0:.1f} s", flush=True)
 
     code, out, st = peer("group-ro", key_file("k640", 0o640, GID), ro=True)
     print(last(out))

@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,6 @@ ROOT, BUILD = sys.argv[1], sys.argv[2]
 TAG = f"gt-scale-{os.getpid()}"
 IMAGE = f"localhost/{TAG}:test"
 BASE = os.environ.get("GT_IMAGE_BASE", "localhost/gossiptrain-base:bookworm")
-BASE_BUILD_LIMIT_S = int(os.environ.get("GT_IMAGE_BUILD_TIMEOUT", "900"))
 SWARM = os.path.join(ROOT, "deploy", "container", "podman-swarm.sh")
 SIZES = (4, 6, 3)
 EPOCHS = 400
@@ -48,27 +46,12 @@ def check(ok, what):
     return ok
 
 
-def skip(why):
-    print(f"SKIP: {why}", flush=True)
-    sys.exit(77)
+skip = container_lib.skip
 
 
 podman = functools.partial(container_lib.podman, check_rc=True)
 
-if os.geteuid() != 0:
-    skip("needs root (podman's bridge networks and volumes)")
-for tool in ("podman", "runc"):
-    if not shutil.which(tool):
-        skip(f"{tool} is not installed (scripts/setup.sh)")
-for prog in ("gossip-peer", "gossip-launch"):
-    if not os.access(os.path.join(BUILD, "apps", prog), os.X_OK):
-        skip(f"{BUILD}/apps/{prog} is not built")
-if (shutil.which("netavark") or os.path.exists("/usr/lib/podman/netavark")) and \
-        not shutil.which("iptables"):
-    skip("podman's netavark needs iptables, which is not installed (scripts/setup.sh installs it)")
-base_present = podman("image", "exists", BASE, check_rc=False).returncode == 0
-if not base_present and not shutil.which("mmdebstrap"):
-    skip(f"no base image {BASE} and no mmdebstrap to make one (scripts/setup.sh)")
+base_present = container_lib.preflight(BUILD, BASE)
 
 tmp = tempfile.mkdtemp(prefix=f"{TAG}-")
 built = False
@@ -87,24 +70,11 @@ def cleanup():
 
 def build_image():
     global built
-    limit = 300 if base_present else BASE_BUILD_LIMIT_S
-    cmd = [os.path.join(ROOT, "deploy", "container", "build-image.sh"), "--build", BUILD,
-           "--image", IMAGE, "--base", BASE]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
     built = True
-    try:
-        out, _ = p.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGTERM)
-        p.communicate()
-        skip(f"building the image took over {limit} s (GT_IMAGE_BUILD_TIMEOUT)")
-    if p.returncode != 0:
-        if "cgroups" in out or "setrlimit" in out or "OCI runtime" in out:
-            skip(f"podman cannot run containers here: {out.strip()[-400:]}")
-        if "netavark" in out or "iptables" in out:
-            skip(f"podman cannot network here: {out.strip()[-400:]}")
-        raise RuntimeError(f"build-image.sh exit {p.returncode}: {out.strip()[-800:]}")
+    failed = container_lib.build_image(ROOT, BUILD, IMAGE, BASE, base_present)
+    if failed:
+        check(False, failed)
+        raise SystemExit(1)
 
 
 def up(n, key):
@@ -157,9 +127,7 @@ def resumed_at(i, offset):
 
 
 try:
-    t0 = time.monotonic()
     build_image()
-    print(f"image built in {time.monotonic() - t0:.0f} s", flush=True)
     key = os.path.join(tmp, "network.key")
     with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
         f.write(secrets.token_hex(32) + "\n")

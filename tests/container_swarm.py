@@ -12,7 +12,6 @@ import functools
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,9 +34,7 @@ ROOT, BUILD = sys.argv[1], sys.argv[2]
 TAG = f"gt-pods-{os.getpid()}"
 IMAGE = f"localhost/{TAG}:test"
 BASE = os.environ.get("GT_IMAGE_BASE", "localhost/gossiptrain-base:bookworm")
-# podman on these machines: runc (crun refuses hybrid cgroups) and explicit limits.
-RUN = ["--runtime", "runc", "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
-BASE_BUILD_LIMIT_S = int(os.environ.get("GT_IMAGE_BUILD_TIMEOUT", "900"))
+RUN = container_lib.RUN
 N = 4
 VICTIM = 2
 EPOCHS = 120  # long enough that the kill at 30% lands before the victim has finished
@@ -51,9 +48,7 @@ def check(ok, what):
     return ok
 
 
-def skip(why):
-    print(f"SKIP: {why}", flush=True)
-    sys.exit(77)
+skip = container_lib.skip
 
 
 # Here a failed podman call raises, unless the call says check_rc=False.
@@ -68,22 +63,7 @@ def poll(what, pred, timeout_s, every_s=0.5):
 
 
 # --- What can run here ------------------------------------------------------------------------
-if os.geteuid() != 0:
-    skip("needs root (podman's bridge networks and volumes)")
-for tool in ("podman", "runc"):
-    if not shutil.which(tool):
-        skip(f"{tool} is not installed (scripts/setup.sh)")
-for prog in ("gossip-peer", "gossip-launch"):
-    if not os.access(os.path.join(BUILD, "apps", prog), os.X_OK):
-        skip(f"{BUILD}/apps/{prog} is not built")
-# Debian 12's netavark drives the firewall through iptables, which podman only suggests: without it
-# every build step and every container on a network fails with "netavark: No such file or directory".
-if shutil.which("netavark") or os.path.exists("/usr/lib/podman/netavark"):
-    if not shutil.which("iptables"):
-        skip("podman's netavark needs iptables, which is not installed (scripts/setup.sh installs it)")
-base_present = podman("image", "exists", BASE, check_rc=False).returncode == 0
-if not base_present and not shutil.which("mmdebstrap"):
-    skip(f"no base image {BASE} and no mmdebstrap to make one (scripts/setup.sh)")
+base_present = container_lib.preflight(BUILD, BASE)
 
 with open(os.path.join(ROOT, "deploy", "k8s", "statefulset.yaml")) as f:
     sts = yaml.safe_load(f)
@@ -118,30 +98,11 @@ def cleanup():
 
 
 def build_image():
-    t0 = time.monotonic()
-    limit = 300 if base_present else BASE_BUILD_LIMIT_S
-    cmd = [os.path.join(ROOT, "deploy", "container", "build-image.sh"), "--build", BUILD,
-           "--image", IMAGE, "--base", BASE]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
     created["images"].append(IMAGE)
-    try:
-        out, _ = p.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGTERM)
-        p.communicate()
-        skip(f"building the image took over {limit} s ({'base present' if base_present else 'making the base with mmdebstrap'}; GT_IMAGE_BUILD_TIMEOUT)")
-    for ln in out.splitlines():
-        if ln.startswith("build-image:") or "missing" in ln:
-            print(ln)
-    if p.returncode != 0:
-        if "cgroups" in out or "setrlimit" in out or "OCI runtime" in out:
-            skip(f"podman cannot run containers here: {out.strip()[-400:]}")
-        if "netavark" in out or "iptables" in out:
-            skip(f"podman cannot network here: {out.strip()[-400:]}")
-        check(False, f"build-image.sh exit {p.returncode}: {out.strip()[-1500:]}")
+    failed = container_lib.build_image(ROOT, BUILD, IMAGE, BASE, base_present)
+    if failed:
+        check(False, failed)
         raise SystemExit(1)
-    print(f"image built in {time.monotonic() - t0:.0f} s")
 
 
 def bad_environment(extra_env, hostname, names):
