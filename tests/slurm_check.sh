@@ -23,6 +23,15 @@ BIN=$(realpath "$1") SRC=$(realpath "$2")
 shift 2
 skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAILED: $*"; exit 1; }
+# scancel JOB, then wait (at most 60 s) until it has left the queue.
+cancel_and_wait() {
+  scancel "$1" || fail "scancel $1"
+  for _ in $(seq 120); do
+    squeue -h -j "$1" 2>/dev/null | grep -q . || break
+    sleep 0.5
+  done
+  squeue -h -j "$1" 2>/dev/null | grep -q . && fail "job $1 still in the queue 60 s after scancel"
+}
 [[ $(id -u) == 0 ]] || skip "needs root (munged, slurmd)"
 for b in munged slurmctld slurmd sbatch sinfo; do
   command -v $b >/dev/null || skip "$b is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)"
@@ -153,12 +162,7 @@ if [[ ${GT_SLURM_SCANCEL:-0} == 1 ]]; then
   done
   ((back)) || { tail -20 "$TMP/job.out" "$RUN"/peer1.log; fail "peer 1 was not restarted and checkpointing within 60 s"; }
   echo "every peer trained and checkpointed, peer 1 restarted: scancel $jid"
-  scancel "$jid" || fail "scancel $jid"
-  for _ in $(seq 120); do
-    squeue -h -j "$jid" 2>/dev/null | grep -q . || break
-    sleep 0.5
-  done
-  squeue -h -j "$jid" 2>/dev/null | grep -q . && fail "job $jid still in the queue 60 s after scancel"
+  cancel_and_wait "$jid"
   echo "--- job output"; tail -30 "$TMP/job.out"
   for f in "$RUN"/peer*.log; do echo "--- $f"; tail -3 "$f"; done
   grep -q "gossip.sbatch: SIGTERM" "$TMP/job.out" || fail "the job script did not trap SIGTERM"
@@ -224,12 +228,7 @@ print(e)' "$RUN/peer$i/metrics.jsonl")
     sleep 0.5
   done
   ((ready)) || { tail -20 "$TMP/job1.out" "$RUN"/peer*.log 2>/dev/null; fail "the 4 peers did not reach epoch 2 within 120 s"; }
-  scancel "$jid" || fail "scancel $jid"
-  for _ in $(seq 120); do
-    squeue -h -j "$jid" 2>/dev/null | grep -q . || break
-    sleep 0.5
-  done
-  squeue -h -j "$jid" 2>/dev/null | grep -q . && fail "job $jid still in the queue 60 s after scancel"
+  cancel_and_wait "$jid"
   echo "job $jid cancelled after every peer's second epoch; resubmitting with $TO tasks"
   timeout 600 sbatch --wait --ntasks "$TO" --overcommit --output="$TMP/job2.out" \
     "$SRC/deploy/slurm/gossip.sbatch" "${RFLAGS[@]}"
