@@ -51,7 +51,7 @@ RobustBound::RobustBound(RobustConfig cfg) : cfg_(std::move(cfg)) { validate(cfg
 // further back: the partners we met before a partition are not the ones we can reach now (the
 // 2|2 heal of tests/gossip_partition.cpp fails with 512 exchanges of reach).
 // O(window^2) string compares: cheaper than the vectors an exchange measures.
-std::vector<std::pair<const std::string*, double>> RobustBound::window_partners(bool smooth) const {
+std::vector<RobustBound::WindowFigure> RobustBound::window_partners() const {
   struct Seen {
     const std::string* id;
     std::vector<double> norms;  // newest first: the latest, then the others within the window
@@ -67,11 +67,11 @@ std::vector<std::pair<const std::string*, double>> RobustBound::window_partners(
   for (std::size_t k = 0; k < window; ++it, ++k) add(*it, true);
   // Fewer than three partners in the window: reach back (at most one more window) for more.
   for (; it != hist_.rend() && seen.size() < 3; ++it) add(*it, false);  // hist_: 2 windows
-  std::vector<std::pair<const std::string*, double>> out;
+  std::vector<WindowFigure> out;
   out.reserve(seen.size());
   for (auto& x : seen) {
     const double latest = x.norms.front();
-    out.emplace_back(x.id, smooth ? std::max(latest, median(std::move(x.norms))) : latest);
+    out.push_back({x.id, latest, std::max(latest, median(std::move(x.norms)))});
   }
   return out;
 }
@@ -86,16 +86,21 @@ std::vector<std::pair<const std::string*, double>> RobustBound::window_partners(
 // one reading taken just after the pair averaged (~0) does not drop it, which clipped single
 // honest exchanges to 0.43-0.49 late in training (docs/robustness.md, "A transfer held across
 // the split").
-std::optional<double> RobustBound::baseline_locked(bool smooth) const {
+std::optional<RobustBound::Baselines> RobustBound::baseline_locked() const {
   if (accepted_ < std::uint64_t(cfg_.clip_warmup) || hist_.empty()) return std::nullopt;
-  std::vector<double> norms;
-  for (const auto& [partner, norm] : window_partners(smooth)) norms.push_back(norm);
-  return std::max(median(std::move(norms)), 1e-30);
+  std::vector<double> latest, steady;
+  for (const WindowFigure& f : window_partners()) {
+    latest.push_back(f.latest);
+    steady.push_back(f.steady);
+  }
+  return Baselines{std::max(median(std::move(latest)), 1e-30),
+                   std::max(median(std::move(steady)), 1e-30)};
 }
 
 std::optional<double> RobustBound::baseline() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return baseline_locked();
+  const auto b = baseline_locked();
+  return b ? std::optional<double>(b->b) : std::nullopt;
 }
 
 std::size_t RobustBound::partners() const {
@@ -116,8 +121,8 @@ std::optional<double> RobustBound::typical(const Partner& p, Millis now) const {
 // out).
 std::optional<double> RobustBound::typical_over_partners(Millis now) const {
   std::vector<double> all;
-  for (const auto& [id, norm] : window_partners()) {
-    const auto it = partners_.find(*id);
+  for (const WindowFigure& f : window_partners()) {
+    const auto it = partners_.find(*f.id);
     if (it == partners_.end()) continue;
     if (auto t = typical(it->second, now)) all.push_back(*t);
   }
@@ -163,7 +168,8 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
   p.last = now;
   // A gap explains a distance of a few ||s|| (random weights against trained ones), not more.
   const bool gap = progress_gap(p) && norm <= cfg_.refuse_mult * get_own();
-  const std::optional<double> b = baseline_locked();
+  const std::optional<Baselines> bs = baseline_locked();
+  const std::optional<double> b = bs ? std::optional<double>(bs->b) : std::nullopt;
   if (!b) {
     j.tau = std::max(cfg_.warmup_frac * get_own(), 1e-12);  // never 0: that would refuse all
     if (!(norm <= get_own())) {
@@ -179,7 +185,7 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
     p.suspect_streak = 0;
     return j;
   }
-  j.tau = std::max(cfg_.clip_mult * *baseline_locked(true), 1e-12);
+  j.tau = std::max(cfg_.clip_mult * bs->steady, 1e-12);
   j.ratio = norm / *b;
   p.norms.emplace_back(now, std::isfinite(norm) ? norm : 1e300);
   while (p.norms.size() > std::size_t(cfg_.suspect_window)) p.norms.pop_front();

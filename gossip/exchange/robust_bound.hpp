@@ -133,17 +133,26 @@ class RobustBound {
   // floor_on: keep the clip at suspect_min_clip (a progress gap, or too few partners to compare).
   void suspect(Judgement& j, Partner& p, double base, double norm, bool gap,
                const std::function<double()>& own, bool floor_on);
-  // B (smooth: the figure tau is taken from); none during the warm-up.
-  std::optional<double> baseline_locked(bool smooth = false) const;
+  // B of the latest readings, and the median of the steadier figures that tau is taken from.
+  struct Baselines {
+    double b = 0, steady = 0;
+  };
+  // None during the warm-up.
+  std::optional<Baselines> baseline_locked() const;
   // The partner's median ||r - s|| over its recent records; none with fewer than suspect_min.
   std::optional<double> typical(const Partner& p, Millis now) const;
   // The median of the typical figures of the partners in B's window; none with fewer than three
   // partners that have one (then a partner is compared with B, and nothing says it is the odd
   // one out).
   std::optional<double> typical_over_partners(Millis now) const;
-  // The partners of the last clip_window applied exchanges, each with its figure: the larger of
-  // its latest ||r - s|| and its median over those exchanges.
-  std::vector<std::pair<const std::string*, double>> window_partners(bool smooth = false) const;
+  // The partners of the last clip_window applied exchanges (reaching one window further back
+  // for three), each with its figures.
+  struct WindowFigure {
+    const std::string* id;
+    double latest;  // its latest ||r - s||
+    double steady;  // the larger of that and its median in the window
+  };
+  std::vector<WindowFigure> window_partners() const;
   void forget_stale(Millis now);
 
   RobustConfig cfg_;
