@@ -103,6 +103,10 @@ class FakePort final : public ExchangePort {
   std::int64_t own_step() const override { return 40; }
   void heard_step(const std::string& partner, std::int64_t step) override { heard[partner] = step; }
   std::map<std::string, std::int64_t> heard;
+  void heard_payload(const std::string& partner, std::uint64_t hash) override {
+    payloads[partner].push_back(hash);
+  }
+  std::map<std::string, std::vector<std::uint64_t>> payloads;
   double max_rate() const override { return 0; }
   std::optional<std::uint64_t> claim(ChunkSetPtr& own, kernels::Wire) override {
     if (claim_seq) own = standing;
@@ -214,6 +218,11 @@ TEST_CASE("exchange protocol: initiator happy path, request to commit and event"
   CHECK(cv.size == kN * 4);
   f.msg(Type::Chunk, partner_chunk(id));
   CHECK(f.port.delivered.size() == 1);
+  // The sample of its whole payload, once, before the vote (a replay test for robust mixing).
+  const net::Bytes& got = f.port.delivered[0];
+  REQUIRE(f.port.payloads["peer-b"].size() == 1);
+  CHECK(f.port.payloads["peer-b"][0] ==
+        payload_sample(got.data() + kChunkHeaderBytes, 0, kN * 4) + std::uint64_t(kernels::Wire::Fp32));
   REQUIRE(f.conn->of(Type::Valid).size() == 1);  // every value checked: our vote
   CHECK(f.port.commits.empty());                 // theirs is still missing
   f.msg(Type::Valid, encode_id(id));
@@ -464,6 +473,28 @@ TEST_CASE("exchange protocol: deadlines", "[gossip][protocol]") {
     f.p.on_timer(Timer::Retry, 1);
     CHECK(f.conn->of(Type::Chunk).size() == 1);
   }
+}
+
+TEST_CASE("payload sample: the same vector in other chunks gives the same sample, a moved one another",
+          "[gossip][protocol]") {
+  std::vector<float> v(1000);
+  for (std::size_t k = 0; k < v.size(); ++k) v[k] = 0.01f * float(k);
+  auto bytes = [](const std::vector<float>& x) { return reinterpret_cast<const std::uint8_t*>(x.data()); };
+  const std::size_t size = v.size() * 4;
+  const std::uint64_t whole = payload_sample(bytes(v), 0, size);
+  // Chunks cut at 64-byte multiples (as the sender's chunks are), in any order.
+  CHECK(payload_sample(bytes(v) + 2048, 2048, size - 2048) + payload_sample(bytes(v), 0, 2048) == whole);
+  // One averaging or training step moves nearly every value; a sampled one is enough.
+  std::vector<float> moved = v;
+  moved[16] += 1e-6f;  // byte 64: sampled
+  CHECK(payload_sample(bytes(moved), 0, size) != whole);
+  std::vector<float> step = v;
+  for (float& x : step) x *= 0.999f;
+  CHECK(payload_sample(bytes(step), 0, size) != whole);
+  // A sample, not a checksum (the AEAD authenticates the bytes): a value between samples is not seen.
+  std::vector<float> between = v;
+  between[1] += 1.0f;
+  CHECK(payload_sample(bytes(between), 0, size) == whole);
 }
 
 TEST_CASE("exchange failure tokens are the metrics' strings", "[gossip][protocol]") {

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <random>
 
@@ -161,6 +162,87 @@ TEST_CASE("robust bound: a partner that fills the window does not become B", "[g
   CHECK(*b.baseline() <= 1.25 * b0);
   const auto j = b.judge("stale", far, own, now);
   CHECK(j.tau <= 4.0 * b0);  // mixed with a clip of at most 0.32, not 1
+}
+
+TEST_CASE("robust bound: a replayed vector stays clipped once the honest peers settle and the "
+          "window holds two partners, a far one that moves does not",
+          "[gossip]") {
+  // 8 peers, one replaying its first snapshot (--fault stale), docs/robustness.md "A stale peer
+  // at the end of training". During training the honest partners are many and near, and the
+  // stale vector is clipped to nothing. Once they finish they settle (distance 0) and start an
+  // exchange every 2 s, while the stale peer, far from everyone, starts one every 100 ms: the
+  // window holds two partners, B was the upper of the two (the stale one's own 12.9), and its next
+  // vector was mixed at full weight.
+  RobustConfig rc = robust_defaults();
+  rc.suspect_clip = true;  // gossip-peer's default (--suspect-action clip)
+  RobustBound b(rc);
+  Millis now{0};
+  auto own = [] { return 30.0; };
+  auto stale = [&](double norm) {
+    b.heard_payload("stale", 42);  // the same bytes every time
+    const auto j = b.judge("stale", norm, own, now);
+    if (j.why.empty()) b.accepted("stale", norm);
+    return j;
+  };
+  warm(b, 32, 1.0, 6, now);  // training: six honest partners near each other
+  for (int k = 0; k < 20; ++k) {  // the stale peer among them
+    CHECK(stale(12.6).tau / 12.6 < 0.3);
+    const auto h = "h" + std::to_string(k % 6);
+    b.heard_payload(h, 1000 + std::uint64_t(k));
+    REQUIRE(b.judge(h, 1.0, own, now).why.empty());
+    b.accepted(h, 1.0);
+    now += Millis(100);
+  }
+  // Training ends: one honest partner at distance 0 every 2 s, the stale one every 100 ms, for
+  // 30 s. Its clip stays under the floor it would have had alone, and fades.
+  double worst = 0, last = 1;
+  for (int k = 0; k < 300; ++k) {
+    if (k % 20 == 0) {
+      b.heard_payload("h0", 2000 + std::uint64_t(k));
+      REQUIRE(b.judge("h0", 0.0, own, now).why.empty());
+      b.accepted("h0", 0.0);
+    }
+    const auto j = stale(12.9);
+    if (j.why.empty()) {
+      last = std::min(1.0, j.tau / 12.9);
+      if (k >= 10) worst = std::max(worst, last);
+    }
+    now += Millis(100);
+  }
+  CHECK(worst < rc.suspect_min_clip);
+  CHECK(last < 1e-6);
+  // The same distances from a partner whose vector moves (an honest peer left far from its
+  // settled side-mate, the odd one of a partition that healed) keep B the upper figure: it is
+  // not suspect, and comes closer at full weight.
+  RobustBound moving(rc);
+  Millis m{0};
+  warm(moving, 32, 1.0, 6, m);
+  for (int k = 0; k < 300; ++k) {
+    if (k % 20 == 0) {
+      moving.heard_payload("h0", 2000 + std::uint64_t(k));
+      REQUIRE(moving.judge("h0", 0.0, own, m).why.empty());
+      moving.accepted("h0", 0.0);
+    }
+    moving.heard_payload("far", std::uint64_t(k));
+    const auto j = moving.judge("far", 12.9, own, m);
+    if (j.why.empty()) moving.accepted("far", 12.9);
+    m += Millis(100);
+  }
+  CHECK(moving.judge("far", 12.9, own, m).tau >= 12.9);
+  // A partner met for the first time far away (the other side of a partition that healed) is
+  // not that: with one near partner, B is its figure and it is mixed at full weight.
+  RobustBound heal(rc);
+  Millis t{0};
+  warm(heal, 32, 1.0, 3, t);
+  for (int k = 0; k < 64; ++k) {  // the side settles: one side-mate at distance 0
+    REQUIRE(heal.judge("h0", 0.0, own, t).why.empty());
+    heal.accepted("h0", 0.0);
+    t += Millis(100);
+  }
+  const auto j = heal.judge("other", 3.8, own, t);
+  REQUIRE(j.why.empty());
+  heal.accepted("other", 3.8);
+  CHECK(heal.judge("other", 1.9, own, t).tau >= 1.9);
 }
 
 TEST_CASE("robust bound: a partner far every time is refused, an honest one far once is not",

@@ -236,9 +236,10 @@ Verdict Averager::judge_at(const std::string& partner, double norm,
     spdlog::info(
         "averager: ||r - s|| = {:.4g} from {} is far {} ({} in a row): clipped to {:.4g}{}", norm,
         short_id(partner),
-        j.gap ? "with a progress gap"
-              : j.odd ? "as every partner so far (the warm-up; we may be the odd one out)"
-                      : "persistently",
+        j.gap      ? "with a progress gap"
+        : j.odd    ? "as every partner so far (the warm-up; we may be the odd one out)"
+        : j.replay ? "persistently, sending the same vector again (a replay)"
+                   : "persistently",
         j.streak, j.tau,
         j.floored ? " (the floor)" : "");
   if (!j.why.empty() && !fault_.active()) {

@@ -247,6 +247,9 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   void heard_step(const std::string& partner, std::int64_t step) override {
     bound_.heard_step(partner, step, sched_.now());
   }
+  void heard_payload(const std::string& partner, std::uint64_t hash) override {
+    bound_.heard_payload(partner, hash);
+  }
   double max_rate() const override { return max_rate_.load(); }
   std::optional<std::uint64_t> claim(ChunkSetPtr& own, kernels::Wire w) override;
   void want_snapshot(std::uint64_t seq, kernels::Wire w) override;

@@ -12,6 +12,21 @@
 
 namespace gossiptrain::gossip {
 
+std::uint64_t payload_sample(const std::uint8_t* data, std::uint64_t offset, std::size_t size) {
+  constexpr std::uint64_t kStride = 64;
+  std::uint64_t h = 0;
+  for (std::uint64_t p = (offset + kStride - 1) / kStride * kStride; p + 4 <= offset + size;
+       p += kStride) {
+    std::uint32_t word;
+    std::memcpy(&word, data + (p - offset), 4);
+    std::uint64_t z = (std::uint64_t(word) ^ (p << 32)) + 0x9E3779B97F4A7C15ULL;  // splitmix64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    h += z ^ (z >> 31);
+  }
+  return h;
+}
+
 using base::ByteReader;
 using base::DecodeError;
 using codec::counter;

@@ -107,6 +107,13 @@ constexpr std::size_t kValidClipBytes = 25;
 // Chunk header: version, 7 zero bytes, exchange id, offset (the data stays 8-byte aligned).
 constexpr std::size_t kChunkHeaderBytes = 24;
 
+// A sample of an encoded vector's bytes, added up chunk by chunk in any order: the 4-byte word at
+// every 64th byte of the vector (where a chunk holds it whole), mixed with its position. Equal for
+// the same vector sent again in the same wire and chunking; an honest vector that moved by a
+// training step or an averaging differs in nearly every word. A replay test, not a checksum: the
+// AEAD already authenticates the bytes.
+std::uint64_t payload_sample(const std::uint8_t* data, std::uint64_t offset, std::size_t size);
+
 // "request", "accept", "busy", "refuse", "chunk", "valid", "abort"; "unknown" else.
 std::string_view exchange_type_name(std::uint8_t type);
 

@@ -167,6 +167,10 @@ class ExchangePort {
   virtual bool add_sq_diff(const ChunkSet* own, const std::uint8_t* r, std::size_t offset,
                            std::size_t size, double& sq) = 0;
   virtual double own_sq_norm(const ChunkSet& own) = 0;
+  // The partner's whole payload was received; hash: payload_sample over it (with its wire).
+  virtual void heard_payload(const std::string& partner, std::uint64_t hash) {
+    (void)partner, (void)hash;
+  }
   // Results.
   virtual void finished(const ExchangeEvent& ev) = 0;
   virtual void ban_started(const BanEvent& b) = 0;
@@ -238,6 +242,9 @@ class ExchangeProtocol {
     // snapshot covered it.
     bool fast_norm = false;
     double sq = 0;
+    // A sample of the partner's payload bytes (payload_sample): the same sample as its last
+    // vector's says it sent that vector again (RobustBound::heard_payload).
+    std::uint64_t payload_hash = 0;
     std::int64_t n_self = 0, n_other = 0;
     double partner_progress = -1;  // from its REQUEST or ACCEPT
     std::int64_t partner_step = -1;

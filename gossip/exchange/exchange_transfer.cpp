@@ -112,9 +112,12 @@ void ExchangeProtocol::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
         port_.add_sq_diff(e.out.own().get(), b.data() + kChunkHeaderBytes, v.offset, v.size, e.sq);
   e.received += v.size;
   e.bytes_received += b.size();
+  e.payload_hash += payload_sample(b.data() + kChunkHeaderBytes, v.offset, v.size);
   if (e.received == encoded_size(e.wire, port_.n_params())) {
     spdlog::trace("averager: #{} payload received", e.seq);
     e.recv_done = true;
+    // Before the vote, which judges the vector (RobustBound::heard_payload).
+    port_.heard_payload(e.partner, e.payload_hash + std::uint64_t(e.wire));
   }
   // Handed over as received (no copy here); the training thread uploads the pieces in order at
   // its next step boundary.

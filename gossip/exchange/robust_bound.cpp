@@ -36,6 +36,7 @@ void validate(const RobustConfig& rc) {
   if (!(rc.suspect_decay > 0 && rc.suspect_decay <= 1)) bad("suspect_decay");
   if (!(rc.suspect_min_clip >= 0 && rc.suspect_min_clip <= 1)) bad("suspect_min_clip");
   if (!(rc.recover_frac >= 0 && rc.recover_frac <= 1)) bad("recover_frac");
+  if (rc.replay_repeats < 0) bad("replay_repeats");
   if (!(rc.gap_ratio >= 0 && rc.gap_ratio <= 1) || rc.gap_min_steps < 0) bad("gap parameters");
   if (rc.ban_after < 0 || rc.ban_window.count() < 0 || rc.ban_base.count() < 0 ||
       rc.ban_max < rc.ban_base)
@@ -57,16 +58,24 @@ std::vector<RobustBound::WindowFigure> RobustBound::window_partners() const {
     std::vector<double> norms;  // newest first: the latest, then the others within the window
   };
   std::vector<Seen> seen;
+  std::size_t moving = 0;  // partners seen that are not replaying
   auto add = [&](const std::pair<std::string, double>& h, bool in_window) {
     auto e = std::find_if(seen.begin(), seen.end(), [&](const Seen& x) { return *x.id == h.first; });
-    if (e == seen.end()) seen.push_back({&h.first, {h.second}});
-    else if (in_window) e->norms.push_back(h.second);
+    if (e == seen.end()) {
+      seen.push_back({&h.first, {h.second}});
+      moving += replaying(h.first) ? 0 : 1;
+    } else if (in_window) e->norms.push_back(h.second);
   };
   const std::size_t window = std::min(hist_.size(), std::size_t(cfg_.clip_window));
   auto it = hist_.rbegin();
   for (std::size_t k = 0; k < window; ++it, ++k) add(*it, true);
   // Fewer than three partners in the window: reach back (at most one more window) for more.
-  for (; it != hist_.rend() && seen.size() < 3; ++it) add(*it, false);  // hist_: 2 windows
+  for (; it != hist_.rend() && moving < 3; ++it) add(*it, false);  // hist_: 2 windows
+  // A replayed vector says nothing of how far honest peers are (replay_repeats).
+  if (moving > 0)
+    seen.erase(std::remove_if(seen.begin(), seen.end(),
+                              [&](const Seen& x) { return replaying(*x.id); }),
+               seen.end());
   std::vector<WindowFigure> out;
   out.reserve(seen.size());
   for (auto& x : seen) {
@@ -204,8 +213,11 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
     const std::optional<double> over = typical_over_partners(now);
     if (cfg_.suspect_mult > 0 && *t > cfg_.suspect_mult * std::max(*b, over.value_or(*b)) &&
         !(norm <= cfg_.suspect_floor * get_own())) {
+      // The floor is for a partner we cannot compare with enough others (a swarm of three, the
+      // odd one of a partition that healed), which moves as we mix with it; a replay does not.
+      j.replay = replaying(partner);
       if (!cfg_.suspect_clip && !gap) j.why = "persistent";
-      else suspect(j, p, *b, norm, gap, get_own, gap || !over);
+      else suspect(j, p, *b, norm, gap, get_own, gap || (!over && !j.replay));
       return j;
     }
   }
@@ -255,6 +267,20 @@ bool RobustBound::progress_gap(const Partner& p) const {
   if (p.step < 0 || own_step_ < 0) return false;
   const std::int64_t lo = std::min(p.step, own_step_), hi = std::max(p.step, own_step_);
   return hi - lo >= cfg_.gap_min_steps && double(lo) < cfg_.gap_ratio * double(hi);
+}
+
+bool RobustBound::replaying(const std::string& id) const {
+  if (cfg_.replay_repeats <= 0) return false;
+  const auto it = partners_.find(id);
+  return it != partners_.end() && it->second.repeats >= cfg_.replay_repeats;
+}
+
+void RobustBound::heard_payload(const std::string& partner, std::uint64_t hash) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Partner& p = partners_[partner];  // bounded: judge's forget_stale runs next
+  p.repeats = p.has_payload && p.payload == hash ? p.repeats + 1 : 0;
+  p.payload = hash;
+  p.has_payload = true;
 }
 
 void RobustBound::set_own_step(std::int64_t step) {

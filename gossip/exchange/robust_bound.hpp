@@ -63,6 +63,14 @@ struct RobustConfig {
   // streak came closer: the streak starts again (clip back to B).
   double suspect_min_clip = 0.02;
   double recover_frac = 0.9;
+  // A replay: a partner whose payload was the same as its last one replay_repeats times in a row
+  // (heard_payload) sends a vector that does not move, however we mix with it; an honest peer's
+  // moves with every training step and every averaging (a stale vector, --fault stale). It gives
+  // no figure to B while another partner does, and its clip as a suspect has no floor (it
+  // fades): honest peers that settled and exchange once every 2 s left a window of two
+  // partners, B was the upper figure, the replayed one, and every honest peer mixed it at full
+  // weight. 0: off.
+  int replay_repeats = 2;
   // Progress gap: the partner's step count (told in its REQUEST or ACCEPT, heard_step) and ours
   // differ by at least gap_min_steps, and the smaller is below gap_ratio times the larger (a
   // joiner from scratch, a peer restarted from an old checkpoint, a much slower peer). Its
@@ -102,6 +110,7 @@ class RobustBound {
     bool gap = false;      // with suspect: a progress gap explains the distance (not refused)
     bool floored = false;  // with suspect: tau is the honest-drift floor, not B * decay^k
     bool odd = false;      // with suspect: in the warm-up every partner was far; we may be the odd one
+    bool replay = false;   // with suspect: its vector is the same as its last ones (replay_repeats)
   };
   // ||r - s|| = norm measured against our snapshot, from partner, at now. own_norm() gives our
   // snapshot's ||s|| (a pass over it): asked for only in the warm-up or when a rule needs it.
@@ -113,6 +122,9 @@ class RobustBound {
   // Progress, in optimizer steps: ours (training thread, every step boundary) and a partner's as
   // it told us (protocol thread, before its vector is judged).
   void set_own_step(std::int64_t step);
+  // A sample of the partner's payload bytes (payload_sample with its wire), before its vector
+  // is judged.
+  void heard_payload(const std::string& partner, std::uint64_t hash);
   void heard_step(const std::string& partner, std::int64_t step, Millis now);
   // B (none during the warm-up).
   std::optional<double> baseline() const;
@@ -126,9 +138,13 @@ class RobustBound {
     double streak_norm = 0;  // ||r - s|| at the start of the streak (recover_frac)
     std::int64_t step = -1;  // its step count as it last told us; -1: not known
     bool warm_far = false;   // judged beyond our own norm in the warm-up
+    std::uint64_t payload = 0;  // its last payload's sample (heard_payload)
+    bool has_payload = false;
+    int repeats = 0;            // payloads in a row equal to the one before
   };
   bool odd_one_out_locked() const;
   bool progress_gap(const Partner& p) const;
+  bool replaying(const std::string& id) const;
   // Clips partner p as suspect, from base (B, or the warm-up tau) decaying with its streak.
   // floor_on: keep the clip at suspect_min_clip (a progress gap, or too few partners to compare).
   void suspect(Judgement& j, Partner& p, double base, double norm, bool gap,
