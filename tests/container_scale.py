@@ -2,7 +2,7 @@
 containers are stopped (SIGTERM: each peer checkpoints on its volume) and started again by
 deploy/container/podman-swarm.sh with another --replicas and the same --run-id. The peers that
 have a volume go on from their checkpoints at the new size (the epoch they had, not 0), the new
-ones start, every peer of the last size exits 0, and gossip-launch --report over the six volumes
+ones catch up with them, every peer of the last size exits 0, and gossip-launch --report over the six volumes
 reports one run: peers 3-5 `left (resized)`, none failed.
 
     python3 tests/container_scale.py REPO_ROOT BUILD_DIR
@@ -141,7 +141,8 @@ try:
     offsets = {i: len(lines(mfile(i))) for i in range(SIZES[0])}
     print(f"stopped 4 peers at {before}", flush=True)
 
-    # 6 peers: 0-3 go on from their checkpoints (the epoch they had, on 4 shards -> 6), 4-5 start.
+    # 6 peers: 0-3 go on from their checkpoints (the epoch they had, on 4 shards -> 6), 4-5 catch
+    # up with them.
     up(SIZES[1], key)
     if not wait_all(SIZES[1], 0.4, 300):
         raise SystemExit(1)
@@ -152,6 +153,12 @@ try:
             print(tail_log(i))
     for i in range(SIZES[0], SIZES[1]):
         check(progress(i) > 0, f"new peer {i} trained ({progress(i):.2f} of the run)")
+        # It took the state of a peer that went on from its checkpoint, not the initial weights.
+        caught = [e for e in lines(mfile(i)) if e.get("event") == "catch_up"]
+        r = resumed_at(i, 0)
+        check(bool(caught) and caught[0].get("ok") and r is not None and
+              r[0] / r[1] >= min(before.values()) - 1.0 / EPOCHS,
+              f"new peer {i} caught up: {caught[:1]}, first step {r}")
     stop(SIZES[1])
     before = {i: progress(i) for i in range(SIZES[1])}
     offsets = {i: len(lines(mfile(i))) for i in range(SIZES[1])}

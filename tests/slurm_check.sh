@@ -249,12 +249,15 @@ assert len(s["peers"]) == max(4, to), len(s["peers"])
 for p in s["peers"]:
     want = "left (resized)" if p["peer"] >= to else "done"
     assert p["state"] == want, (p["peer"], p["state"])
-for i in range(4, to):  # new peers: one start, from epoch 1
+for i in range(4, to):  # new peers: one start, caught up with a peer that went on (not epoch 1)
     lines = [json.loads(l) for l in open(os.path.join(run, f"peer{i}", "metrics.jsonl"))]
     evals = [l["epoch"] for l in lines if l["event"] == "eval" and not l.get("final")]
+    caught = [l for l in lines if l["event"] == "catch_up"]
     assert [l["num_shards"] for l in lines if l["event"] == "clock"] == [to]
-    assert evals and evals[0] == 1 and evals[-1] == 6, (i, evals)
-    print(f"peer {i}: new with {to} shards, epochs {evals[0]} to {evals[-1]}")
+    assert caught and caught[0]["ok"] and caught[0]["counters"], (i, caught)
+    assert evals and evals[0] > 1 and evals[-1] == 6, (i, evals)
+    print(f"peer {i}: new with {to} shards, caught up at step {caught[0]['step']}, "
+          f"epochs {evals[0]} to {evals[-1]}")
 for i in range(min(4, to)):
     lines = [json.loads(l) for l in open(os.path.join(run, f"peer{i}", "metrics.jsonl"))]
     clocks = [k for k, l in enumerate(lines) if l["event"] == "clock"]

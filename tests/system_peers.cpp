@@ -926,3 +926,83 @@ TEST_CASE("a peer whose seed's name lookup hangs exits right after done", "[syst
         std::string::npos);
   CHECK(after_done < 3.0);
 }
+
+// A run resized up (docs/cluster.md, "One run"): the cohort's peers with a checkpoint go on from
+// it, and the peer added has none. It used to start at step 0 from the run's initial weights
+// (a cohort, --min-peers above 1, never caught up); now it takes the state of a peer further along
+// than a fresh start, while a cohort where everybody starts fresh still does not catch up.
+TEST_CASE("a peer added by a resize catches up with the cohort's resumed peers, a fresh cohort "
+          "does not catch up",
+          "[system][gossip]") {
+  Swarm s("gt-resize-catch-up", 3,
+          {"--data", "synthetic", "--model", "mlp:784-16-10", "--epochs", "1000", "--run-id",
+           "grow", "--backend", "cpu", "--min-peers-timeout", "30", "--log-level", "info",
+           "--progress-every", "0"});
+  auto args = [&](int i, int shards) {
+    auto a = s.argv(i, true);
+    for (std::size_t k = 0; k + 1 < a.size(); ++k)
+      if (a[k] == "--num-shards") a[k + 1] = std::to_string(shards);
+    a.insert(a.end(), {"--min-peers", std::to_string(shards)});
+    return a;
+  };
+  auto events = [&](int i, const std::string& name) {
+    std::vector<nlohmann::json> v;
+    for (const auto& j : gt_test::read_metrics(s.metrics(i)))
+      if (j.value("event", "") == name) v.push_back(j);
+    return v;
+  };
+  auto last_epoch = [&](int i) {
+    const auto ev = events(i, "eval");
+    return ev.empty() ? 0 : ev.back().value("epoch", 0);
+  };
+  auto start = [&](int i, int shards) {
+    std::filesystem::create_directories(s.peer_dir(i));
+    s.procs.at(std::size_t(i)) = std::make_unique<Process>(args(i, shards), s.log(i));
+  };
+  auto stop_all = [&] {
+    for (auto& p : s.procs)
+      if (p && p->running()) p->signal(SIGTERM);
+    for (auto& p : s.procs)
+      if (p) REQUIRE(p->wait_for(30s));
+  };
+  s.procs.resize(3);
+  // Two shards, a fresh cohort: 94 steps an epoch; two epochs are past the 64 steps from which a
+  // state counts as further along.
+  start(0, 2);
+  REQUIRE(gt_test::eventually(30s, [&] { return gt_test::port_open(s.ports[0]); }));
+  start(1, 2);
+  const bool trained = gt_test::eventually(90s, [&] { return last_epoch(0) >= 2 && last_epoch(1) >= 2; });
+  INFO(gt_test::read_file(s.log(0)) << gt_test::read_file(s.log(1)));
+  REQUIRE(trained);
+  CHECK(events(0, "catch_up").empty());
+  CHECK(events(1, "catch_up").empty());
+  stop_all();
+  const std::int64_t resumed_step = std::min(gossiptrain::core::load_checkpoint(s.peer_dir(0) + "/ckpt").step,
+                                             gossiptrain::core::load_checkpoint(s.peer_dir(1) + "/ckpt").step);
+  REQUIRE(resumed_step >= 2 * 94);
+
+  // The same run with three shards: peers 0 and 1 go on from their checkpoints, peer 2 is new.
+  start(0, 3);
+  REQUIRE(gt_test::eventually(30s, [&] { return gt_test::port_open(s.ports[0]); }));
+  start(1, 3);
+  start(2, 3);
+  const bool caught = gt_test::eventually(90s, [&] { return !events(2, "catch_up").empty(); });
+  INFO(gt_test::read_file(s.log(2)));
+  REQUIRE(caught);
+  const auto c = events(2, "catch_up").front();
+  CHECK(c["ok"] == true);
+  CHECK(c["counters"] == true);
+  // At least where the checkpoints were, mapped to three shards' 63 steps an epoch.
+  CHECK(c["step"].get<std::int64_t>() >= resumed_step * 63 / 94 - 63);
+  CHECK_THAT(gt_test::read_file(s.log(2)), Catch::Contains("caught up with"));
+  // Its first evaluation is of an epoch after those the run had done, not epoch 1.
+  REQUIRE(gt_test::eventually(60s, [&] { return last_epoch(2) > 0; }));
+  std::printf("resize 2 -> 3: checkpoints at step >= %lld of 2 shards; peer 2 caught up at step %lld "
+              "(epoch %lld) from %.8s, first evaluation epoch %d\n",
+              static_cast<long long>(resumed_step), static_cast<long long>(c["step"].get<std::int64_t>()),
+              static_cast<long long>(c["epoch"].get<std::int64_t>()),
+              c["from"].get<std::string>().c_str(), events(2, "eval").front().value("epoch", 0));
+  CHECK(events(2, "eval").front().value("epoch", 0) > 2);
+  CHECK(events(0, "catch_up").empty());  // a resumed peer does not catch up
+  stop_all();
+}

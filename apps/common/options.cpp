@@ -444,8 +444,10 @@ const OptionTable<PeerConfig>& peer_options() {
       O::choice(
           "catch-up", {"auto", "off"},
           "auto: a peer with no checkpoint to resume from that finds live members fetches one's "
-          "state (parameters, optimizer state, step) before its first step, unless it starts with "
-          "a cohort (--min-peers above 1)",
+          "state (parameters, optimizer state, step) before its first step; one that starts with "
+          "a cohort (--min-peers above 1) takes only a state at step 64 or later (a run resized "
+          "up: the peers that went on from their checkpoints; gossip-peer only, the Python peer "
+          "and gossip-sim's cohorts do not catch up)",
           &PeerConfig::catch_up).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::seconds("catch-up-timeout",
                  "give up catching up after this and start from our own weights",

@@ -74,6 +74,10 @@ void emit_data_line(core::Metrics& metrics, const core::ShardData& d,
 }
 
 std::atomic<bool> g_stop{false};
+
+// A cohort member without a checkpoint takes a state from this step on (robust mixing's progress
+// gap starts at 64 steps too): below it, the state is a fresh start that took a few steps first.
+constexpr std::int64_t kCohortCatchUpMinStep = 64;
 // The first SIGINT or SIGTERM asks for a clean stop (the watchdog bounds how long it may take);
 // a second one exits at once.
 extern "C" void on_signal(int) {
@@ -120,15 +124,23 @@ int config_error(const std::string& msg) {
 // A fresh peer joining a running swarm takes a live member's state (weights, optimizer state,
 // position in the schedule) instead of starting from random weights at the top of the schedule.
 // Any failure leaves the trainer as it was: it starts from its own initial state.
+// cohort: a peer of a cohort (--min-peers above 1) without a checkpoint takes only a state further
+// along than a fresh start (a run resized up: the others went on from their checkpoints); where
+// every member starts fresh, nobody is, and it starts from its own initial weights without a word.
 void catch_up(core::Trainer& trainer, apps::PeerNode& node, const apps::PeerConfig& cfg,
-              core::Metrics& metrics) {
+              core::Metrics& metrics, bool cohort) {
   gossip::CatchUpClientConfig cc;
+  if (cohort) cc.min_step = kCohortCatchUpMinStep;
   cc.fingerprint = trainer.model().fingerprint();
   cc.n_params = trainer.model().num_params();
   cc.n_opt_state = trainer.optimizer_state_count();
   cc.deadline = std::chrono::milliseconds(std::int64_t(cfg.catch_up_timeout_s * 1000));
   auto r = node.gossip().catch_up(cc, g_stop);
   if (!r) return;
+  if (cohort && !r->ok && (r->reason == "not-ready" || r->reason == "no-peer")) {
+    spdlog::debug("catch-up: no member further along than a fresh start ({} asked)", r->attempts);
+    return;
+  }
   bool counters = true;
   if (r->ok) {
     try {
@@ -278,13 +290,16 @@ std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::
   node->gossip().start(&g_stop);  // seeds that all refuse us end the run (exit code 2, below)
   // Start together, then catch up: a swarm launched at once finds nobody with a trained state
   // and every peer starts from step 0; a late joiner finds the others training.
+  // A peer resumed from its checkpoint serves its state from its first step boundary: a peer
+  // added by a resize, waiting with the cohort, fetches it.
+  if (resumed) node->gossip().catch_up_server().trained_state_ready(trainer.model().num_params());
   node->gossip().wait_for_members(cfg.min_peers, cfg.min_peers_timeout_s, g_stop);
   // Without seeds this is the swarm's first peer: nobody to catch up with.
-  // A peer of a cohort that starts together (--min-peers > 1) starts with the others from its
-  // own first step: the state it could fetch is no further along than its own.
-  if (!resumed && cfg.catch_up == "auto" && cfg.min_peers <= 1 && !cfg.seeds.empty() &&
-      !g_stop.load())
-    catch_up(trainer, *node, cfg, metrics);
+  // A peer of a cohort that starts together (--min-peers > 1) takes only a state further along
+  // than a fresh start: that of peers that went on from their checkpoints after a resize
+  // (docs/cluster.md, "One run"); at a fresh start every member answers not-ready.
+  if (!resumed && cfg.catch_up == "auto" && !cfg.seeds.empty() && !g_stop.load())
+    catch_up(trainer, *node, cfg, metrics, cfg.min_peers > 1);
   trainer.set_hook(&node->gossip().hook());
   // This thread trains (the network thread, started before, keeps its own priority).
   std::string err;

@@ -65,6 +65,11 @@ class CatchUpServer final : public core::StepHook, public net::TransportHandler 
 
   // Training thread: takes the state a request is waiting for. Never waits on the network.
   void between_steps(core::StepContext& ctx) override;
+  // A peer resumed from its checkpoint has a trained state before its first step: requests are
+  // accepted (not not-ready), and the state is taken at its first step boundary. A cohort that
+  // starts together (gossip-peer --min-peers) waits for every member first, so a peer added by a
+  // resize can fetch the state of the peers that went on from their checkpoints.
+  void trained_state_ready(std::size_t n_params) { n_params_.store(n_params); }
 
   void on_connection(const net::ConnectionPtr&, bool) override {}
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) override;
@@ -125,6 +130,10 @@ struct CatchUpClientConfig {
   double min_rate_bytes_per_s = 20e6;
   net::Millis busy_retry{500};  // every peer left to ask was busy: ask again after this
   std::uint64_t seed = 0;       // peer choice and fetch ids; 0 = from random_device
+  // A state at a lower step is not taken (CatchUpFailure::Behind): a peer of a cohort that starts
+  // together takes the state of a peer further along (a run resized up), not one of a fresh start
+  // that took a few steps first. 0: any.
+  std::int64_t min_step = 0;
 };
 
 // Why one fetch attempt failed; to_string gives its token in CatchUpResult::reason.
@@ -146,6 +155,7 @@ enum class CatchUpFailure {
   InvalidSize,         // "invalid:size"
   InvalidCounters,     // "invalid:counters"
   InvalidNonFinite,    // "invalid:non-finite"
+  Behind,              // "behind": its step is under CatchUpClientConfig::min_step
 };
 // A failure with the code a Refuse or Abort carried (the others ignore it).
 struct CatchUpFailureReason {

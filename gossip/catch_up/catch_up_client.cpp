@@ -38,6 +38,7 @@ std::string to_string(const CatchUpFailureReason& r) {
     case CatchUpFailure::InvalidSize: return "invalid:size";
     case CatchUpFailure::InvalidCounters: return "invalid:counters";
     case CatchUpFailure::InvalidNonFinite: return "invalid:non-finite";
+    case CatchUpFailure::Behind: return "behind";
   }
   return "unknown";
 }
@@ -161,13 +162,18 @@ void CatchUpClient::attempt_failed(CatchUpFailureReason failure,
   const std::string peer = at_->peer;
   const std::string reason = to_string(failure);
   const bool not_ready =
-      failure.kind == CatchUpFailure::Refused && failure.code == CatchUpCode::NotReady;
+      (failure.kind == CatchUpFailure::Refused && failure.code == CatchUpCode::NotReady) ||
+      failure.kind == CatchUpFailure::Behind;
   if (failure.kind == CatchUpFailure::Busy) {
     busy_.insert(peer);
     spdlog::debug("catch-up: {} is busy", short_id(peer));
   } else {
     excluded_.insert(peer);
-    if (not_ready) spdlog::info("catch-up: {} has no trained state yet", short_id(peer));
+    // A cohort's fresh start asks every member and hears this from each: not worth a line each.
+    if (not_ready)
+      spdlog::log(cfg_.min_step > 0 ? spdlog::level::debug : spdlog::level::info,
+                  "catch-up: {} has no trained state yet{}", short_id(peer),
+                  failure.kind == CatchUpFailure::Behind ? " further along than a fresh start" : "");
     else
       spdlog::warn("catch-up: fetching from {} failed: {}", short_id(peer), reason);
   }
@@ -284,6 +290,8 @@ void CatchUpClient::on_header(const net::ConnectionPtr& c, const net::Bytes& b) 
                  short_id(at_->peer), m->total_bytes, min_bytes(), max_bytes());
     return attempt_failed({CatchUpFailure::InvalidLength}, CatchUpCode::Invalid);
   }
+  if (m->step < cfg_.min_step)
+    return attempt_failed({CatchUpFailure::Behind}, CatchUpCode::Shutdown);
   at_->header = *m;
   at_->phase = Phase::Receiving;
   at_->data.reserve(static_cast<std::size_t>(m->total_bytes));

@@ -80,6 +80,7 @@ class Node final : private core::StepHook {
   Membership& membership() { return *membership_; }
   Averager& averager() { return *averager_; }
   CatchUpClient& catch_up_client() { return *catch_up_client_; }
+  CatchUpServer& catch_up_server() { return *catch_up_server_; }
   // Shared threads: a --max-lag or --max-ahead wait is open; the next hook calls serve the
   // protocol (no training) until it ends. Always false with separate threads (the hook waits).
   bool holding() const { return hold_.has_value(); }
