@@ -4,7 +4,7 @@
 // a core each while an exchange is in flight). On a machine with enough cores the plan keeps a few
 // of them for the network and pins each kind to its own, so that an exchange never stalls a
 // product; on a small machine nothing is pinned and thread priorities (--train-nice, --net-nice)
-// decide. docs/ARCHITECTURE.md, "Threads and cores", gives the measurements behind the defaults.
+// decide. docs/tuning.md, "Threads and cores", gives the measurements behind the defaults.
 #pragma once
 
 #include "base/thread.hpp"

@@ -1,4 +1,4 @@
-// Metrics as JSON lines (docs/ARCHITECTURE.md, "Metric lines"): one object per line, always with t
+// Metrics as JSON lines (docs/peer.md, "Metric lines"): one object per line, always with t
 // (seconds since start), peer and event. Thread-safe: the training loop and the network thread
 // both write.
 #pragma once

@@ -19,7 +19,7 @@ struct BackendError : std::runtime_error {
 
 enum class Act { None, Relu };
 
-// Wire encodings for parameter vectors (docs/ARCHITECTURE.md, "Wire encodings").
+// Wire encodings for parameter vectors (docs/exchange.md, "Wire encodings").
 // Int4Rel: int4 relative to the receiver's own parameters, encoded by the averager on the host
 // (gossip/exchange/relative_wire.hpp), never by a backend.
 enum class Wire { Fp32, Fp16, Bf16, Int8, Int4, Int2, Int4Rel };

@@ -1,5 +1,5 @@
 // A small persistent pool of worker threads that seal and open the frames of large messages in
-// parallel (docs/ARCHITECTURE.md, "The channel", "Crypto threads"). One pool per TcpTransport,
+// parallel (docs/channel.md, "The channel", "Crypto threads"). One pool per TcpTransport,
 // shared by its channels; nothing process-wide.
 //
 // The pool only runs work: which frame gets which nonce is decided by the caller, in order, before

@@ -6,7 +6,7 @@
 # events (crash, restart, join, partition, heal...) are marked on every plot over time.
 """usage: plot_sim.py RUN_DIR
 
-Reads RUN_DIR/events.jsonl and RUN_DIR/summary.json (docs/ARCHITECTURE.md, "gossip-sim") and
+Reads RUN_DIR/events.jsonl and RUN_DIR/summary.json (docs/sim.md, "gossip-sim") and
 writes the PNGs into RUN_DIR. Needs matplotlib (Debian: python3-matplotlib, through
 /usr/bin/python3).
 """

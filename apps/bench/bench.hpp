@@ -1,6 +1,6 @@
 // gossip-bench subjects. Each subject lives in its own bench_<subject>.cpp and registers itself with
 // GT_BENCH_SUBJECT. A subject takes the arguments after its name, prints one JSON object (the
-// measured figure, the reference measured in the same run, and their ratio: docs/ARCHITECTURE.md,
+// measured figure, the reference measured in the same run, and their ratio: docs/bench.md,
 // "gossip-bench") and returns the process exit code (2 for bad arguments).
 #pragma once
 

@@ -176,7 +176,7 @@ const OptionTable<PeerConfig>& peer_options() {
                      "on: train on softmax(z + log max(p, 1/C)), p the label frequencies of this "
                      "peer's shard, C the classes, and evaluate on softmax(z), so a peer does "
                      "not learn its own label skew into the shared model; about nothing changes "
-                     "on an IID shard (docs/ARCHITECTURE.md, \"Skewed labels\")",
+                     "on an IID shard (docs/models.md, \"Skewed labels\")",
                      train(&core::TrainConfig::logit_adjust)).for_programs(kGossipPeer | kGossipSim),
       O::number("gossip-every", "STEPS", "start an averaging exchange every STEPS training steps",
                 &PeerConfig::gossip_every, 1, 1000000)

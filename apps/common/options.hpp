@@ -1,4 +1,4 @@
-// The peer's configuration: every gossip-peer flag (docs/ARCHITECTURE.md, "gossip-peer"), the
+// The peer's configuration: every gossip-peer flag (docs/peer.md, "gossip-peer"), the
 // same keys in a --config JSON file, validation with messages that name the flag, and --help.
 #pragma once
 
@@ -116,7 +116,7 @@ struct PeerConfig {
   // net::default_crypto_threads(); 0 or 1: the network thread alone.
   int crypto_threads = -1;
   std::string metrics;
-  // Observability and the model out (docs/ARCHITECTURE.md, "Watching a run").
+  // Observability and the model out (docs/peer.md, "Watching a run").
   std::string prometheus;       // HOST:PORT of /metrics and /healthz; empty: off
   std::string tensorboard;      // folder of TensorBoard event files; empty: off
   std::string export_path;      // FILE.safetensors: the model at the end of training

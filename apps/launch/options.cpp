@@ -81,7 +81,7 @@ std::string gpu_plan_note(const LaunchOptions& o) {
     s += "; WARNING: up to " + std::to_string(most) +
          " peers share one GPU. Separate processes time-share a GPU: measured on an H100, 8 peers "
          "of mlp:784-256-256-10 on one GPU took about 3 ms per step each, against 0.19 ms "
-         "for one peer alone (docs/ARCHITECTURE.md, GPUs)";
+         "for one peer alone (docs/cuda.md, GPUs)";
   }
   return s;
 }

@@ -48,7 +48,7 @@ struct LaunchOptions {
   // --gpus 0,1,...: peer i runs on CUDA device gpus[i % size] (--device); empty: each peer's own
   // --device (default 0).
   std::vector<int> gpus;
-  // Observability (docs/ARCHITECTURE.md, "Watching a run"): peer i serves /metrics on
+  // Observability (docs/peer.md, "Watching a run"): peer i serves /metrics on
   // 127.0.0.1:prometheus_base_port + i (0: off) and the run folder gets prometheus.yml; every peer
   // writes TensorBoard event files under run/tensorboard/peerI; the swarm's model (the average of
   // the peers that finished) is exported to run/swarm/model.safetensors and evaluated once.

@@ -27,7 +27,7 @@ namespace {
 
 constexpr double kMB = 1e6;
 
-// Measured on this machine (docs/ARCHITECTURE.md, "A hundred peers on one machine"): the resident
+// Measured on this machine (docs/tuning.md, "A hundred peers on one machine"): the resident
 // memory of a gossiping peer that is not its data or its model's buffers, over the run (code and
 // libraries, heap, the network thread's stack, spdlog, the membership view of 128 peers).
 constexpr double kPeerBaseMb = 24.0;

@@ -12,7 +12,7 @@
 
 namespace gossiptrain::apps {
 
-// The memory of one peer, in MB, from measured components (docs/ARCHITECTURE.md, "A hundred
+// The memory of one peer, in MB, from measured components (docs/tuning.md, "A hundred
 // peers on one machine"): the process itself (code, libraries, heap, stacks), the shard and the
 // test set as float32, and the model's buffers (parameters, optimizer state, gradients,
 // activations, snapshot and received messages, checkpoint copies).

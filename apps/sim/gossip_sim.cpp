@@ -1,5 +1,5 @@
 // gossip-sim: thousands of peers in one process on a virtual clock, running the real protocol code
-// of gossip/ (README, "Simulating large swarms"; docs/ARCHITECTURE.md, "gossip-sim").
+// of gossip/ (README, "Simulating large swarms"; docs/sim.md, "gossip-sim").
 #include <chrono>
 #include <cstdio>
 #include <ctime>

@@ -1,4 +1,4 @@
-// gossip-sim's command line (docs/ARCHITECTURE.md, "gossip-sim"): parsed and checked whole before
+// gossip-sim's command line (docs/sim.md, "gossip-sim"): parsed and checked whole before
 // anything runs; every bad value is an apps::UsageError (exit code 2).
 #pragma once
 

@@ -1,6 +1,6 @@
 // gossip-sim's train workload: every peer trains the real model (core::Trainer) on its shard, one
 // step per simulated step time, and averages through the real gossip/ code at its step
-// boundaries, as gossip-peer does with the same flags. docs/ARCHITECTURE.md, "gossip-sim".
+// boundaries, as gossip-peer does with the same flags. docs/sim.md, "gossip-sim".
 #include <algorithm>
 #include <atomic>
 #include <chrono>

@@ -2,7 +2,7 @@
 // averaging, catch-up, --max-lag and --max-ahead: gossip/node) over the seeded in-memory network
 // (net/memory_transport) on its virtual clock. One thread drives everything (NodeThreads::Shared);
 // the node's step hook is called at each peer's exchange ticks or training steps, and whenever
-// the averager asks for a step boundary (Averager::set_boundary_request). See docs/ARCHITECTURE.md, "gossip-sim".
+// the averager asks for a step boundary (Averager::set_boundary_request). See docs/sim.md, "gossip-sim".
 #pragma once
 
 #include <chrono>

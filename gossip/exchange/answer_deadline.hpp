@@ -1,4 +1,4 @@
-// How long an initiator waits for a dial and for the answer to its REQUEST (docs/ARCHITECTURE.md,
+// How long an initiator waits for a dial and for the answer to its REQUEST (docs/exchange.md,
 // "Deadlines and the rate cap"): fitted to the answers this peer has had, the way TCP fits its
 // retransmission timeout to the round trips it measures, instead of a fixed 5 s. A responder
 // answers a REQUEST at once (ACCEPT, BUSY or REFUSE; its snapshot comes later), so the answer

@@ -559,7 +559,7 @@ void Averager::finished(const ExchangeEvent& ev) {
 
 // Lingering, this peer does not ask a partner that still trains: the finished models are averaged
 // with each other, and a peer that trains on (on its own labels, with skewed shards) pulls only
-// those it asks itself (docs/ARCHITECTURE.md, "Lingering").
+// those it asks itself (docs/lifecycle.md, "Lingering").
 bool Averager::avoid(const std::string& partner) const {
   if (!lingering_.load()) return false;
   const auto it = heard_.find(partner);

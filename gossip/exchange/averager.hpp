@@ -1,4 +1,4 @@
-// The pairwise push-pull averaging exchange (docs/ARCHITECTURE.md, "The averaging exchange"): a
+// The pairwise push-pull averaging exchange (docs/exchange.md, "The averaging exchange, in detail"): a
 // StepHook on the training thread plus a TransportHandler on the protocol thread, meeting through a
 // small mutex-guarded handoff so training never waits for the network. The protocol itself is
 // ExchangeProtocol (exchange_protocol.hpp); the averager is its port: timers, dialling, the
@@ -61,7 +61,7 @@ struct AveragerConfig {
   int max_tries = 3;                // peers asked per exchange (BUSY, refused, unreachable)
   PartnerChoiceConfig choice;       // which peer is asked: slow links asked much less often
   // A finished peer (training done, lingering) starts exchanges only while it is not settled
-  // with the swarm (docs/ARCHITECTURE.md, "Lingering"): settled once, since it last moved (a mix
+  // with the swarm (docs/lifecycle.md, "Lingering"): settled once, since it last moved (a mix
   // that moved it over half of settle_distance), it has met min(settle_partners, live members)
   // partners and none of them that was not known to be training was over settle_distance
   // (||r - s||) away. Unsettled, it starts one exchange at most every settle_gap; settled, one

@@ -75,7 +75,7 @@ void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// The partner schedule (--partner-choice hypercube; partner_schedule.hpp, docs/ARCHITECTURE.md,
+// The partner schedule (--partner-choice hypercube; partner_schedule.hpp, docs/exchange.md,
 // "Partner schedule"). Each peer counts the schedule rounds it has served or skipped (round_); the
 // round's step comes from the sorted live members, which both sides must hold alike (the request
 // carries their hash). A round is served by one exchange between its two partners at the same

@@ -1,4 +1,4 @@
-// Which live member an initiator asks (docs/ARCHITECTURE.md, "Partner choice"): uniformly at
+// Which live member an initiator asks (docs/exchange.md, "Partner choice"): uniformly at
 // random, except that a partner whose recent exchanges took far longer than the others' (a slow
 // or lossy link) is asked much less often, so that it does not keep this peer busy (and answering
 // BUSY to everyone) for seconds at a time. Such a partner is still asked now and then, and it

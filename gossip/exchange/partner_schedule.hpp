@@ -1,4 +1,4 @@
-// The hypercube partner schedule (--partner-choice hypercube; docs/ARCHITECTURE.md, "Partner
+// The hypercube partner schedule (--partner-choice hypercube; docs/exchange.md, "Partner
 // schedule"): every member, ranked by its place in the sorted list of live members, has ONE
 // partner per round, and after schedule_length(n) rounds of pairwise averaging every member holds
 // the exact average of what they held at the start:

@@ -1,4 +1,4 @@
-// The adaptive bound of robust mixing (docs/ARCHITECTURE.md, "Robust mixing, refusals and bans"):
+// The adaptive bound of robust mixing (docs/robustness.md, "Robust mixing, refusals and bans"):
 // which tau a measured ||r - s|| is clipped to, and whether the exchange is refused as anomalous.
 // Pure bookkeeping, no network and no vectors: the averager measures the norms and asks.
 #pragma once

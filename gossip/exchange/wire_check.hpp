@@ -1,6 +1,6 @@
 // Validation of a partner's encoded vector on the host, as its chunks stream in on the protocol
 // thread: every value it decodes to must be finite. Checking the wire bytes themselves means the
-// commit vote needs no step boundary of the training thread (docs/ARCHITECTURE.md, "Commit vote,
+// commit vote needs no step boundary of the training thread (docs/exchange.md, "Commit vote,
 // all or nothing").
 #pragma once
 

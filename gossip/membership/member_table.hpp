@@ -5,7 +5,7 @@
 // Peer ids and addresses are interned (NameTable): a row holds two 32-bit names, not two strings.
 // gossip-sim runs thousands of peers in one process, each with a table of every other, so the
 // table is n^2 rows there: the interned names are shared by all of them, and a row with its queue
-// entry costs about 80 bytes (docs/ARCHITECTURE.md, "gossip-sim", "Scale").
+// entry costs about 80 bytes (docs/sim.md, "gossip-sim", "Scale").
 #pragma once
 
 #include <chrono>

@@ -1,7 +1,7 @@
 // Ties membership, the averager and catch-up of one peer to its training loop over any
 // net::Transport, and logs their events as `member`, `exchange`, `exchange_alert`, `ban`,
 // `catch_up_served`, `connection_closed`, `waits`, `hold` and `min_peers` metric lines
-// (docs/ARCHITECTURE.md, "Metric lines").
+// (docs/peer.md, "Metric lines").
 #include "gossip/node/node.hpp"
 
 #include <algorithm>
