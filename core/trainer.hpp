@@ -145,6 +145,9 @@ class Trainer final : public StateSource {
   // its schedule and its epoch count are its own (returns false then; true when the counters were
   // taken too).
   bool restore(const Checkpoint& c, const std::string& where, bool own = true);
+  // Steps taken in this run so far (a resumed or caught-up state's included). Training thread, or
+  // before run().
+  std::int64_t step() const { return step_; }
   // Optimizer state vectors of n_params values each (sgd: velocity; adam: m, v; qgm: the
   // momentum and the parameters before the last step's update).
   std::size_t optimizer_state_count() const { return cfg_.optimizer == Optimizer::Sgd ? 1 : 2; }

@@ -448,6 +448,85 @@ TEST_CASE("no partner to fetch from: the joiner gives up at once or at the deadl
   }
 }
 
+// Issue 44: a cohort's peer (--min-peers above 1) without a checkpoint catches up only from a
+// member whose state carries the run on (resumed from its checkpoint: the run was resized), and
+// not at all when every member started fresh with it (the run's first start).
+TEST_CASE("a cohort's fetcher takes a state only from a member that carries the run on",
+          "[gossip][catchup]") {
+  Net n;
+  Node& a = n.add("peer-a");
+  Node& b = n.add("peer-b");
+  Node& c = n.add("peer-c");
+  b.dir.peers = {Net::ref(a), Net::ref(c)};
+  c.stepping = false;
+  n.run_until([] { return false; }, Millis(5));  // a has taken steps: it could serve
+  auto cfg = Net::client_cfg();
+  cfg.resumed_only = true;
+  auto c_steps = [&] {
+    c.stepping = true;
+    n.run_until([] { return false; }, Millis(5));
+  };
+
+  SECTION("everybody fresh (a first start): no state taken, at once") {
+    c_steps();
+    const auto r = n.fetch(b, cfg);
+    REQUIRE(r);
+    CHECK_FALSE(r->ok);
+    CHECK(r->reason == "fresh");
+    CHECK(r->attempts == 2);
+    CHECK(r->ms < 100);
+    CHECK(a.state.taken + c.state.taken == 0);
+  }
+  SECTION("one member resumed: its state, whichever is asked first") {
+    c_steps();
+    c.server->set_carries_run(true);
+    const auto r = n.fetch(b, cfg);
+    REQUIRE(r);
+    INFO(r->reason);
+    REQUIRE(r->ok);
+    CHECK(r->from == "peer-c");
+    check_state(*r, c.state.cp);
+    CHECK(a.state.taken == 0);
+  }
+  SECTION("the resumed member has not taken its first step yet: asked again until it has") {
+    c.server->set_carries_run(true);
+    std::optional<CatchUpResult> r;
+    n.start(b, &r, cfg);
+    n.run_until([&] { return r.has_value(); }, Millis(1200));
+    CHECK_FALSE(r.has_value());  // still asking c
+    c.stepping = true;
+    REQUIRE(n.run_until([&] { return r.has_value(); }, Millis(5000)));
+    INFO(r->reason);
+    CHECK(r->ok);
+    CHECK(r->from == "peer-c");
+    CHECK(r->attempts >= 3);
+  }
+  SECTION("a plain request (a late joiner) is served by a fresh member as before") {
+    const auto r = n.fetch(b);
+    REQUIRE(r);
+    CHECK(r->ok);
+  }
+}
+
+TEST_CASE("a cohort's fetcher stops after max_fresh members said they started fresh",
+          "[gossip][catchup]") {
+  Net n;
+  Node& b = n.add("peer-b");
+  for (int i = 0; i < 6; ++i) {
+    Node& p = n.add("peer-" + std::to_string(i));
+    b.dir.peers.push_back(Net::ref(p));
+  }
+  n.run_until([] { return false; }, Millis(5));
+  auto cfg = Net::client_cfg();
+  cfg.resumed_only = true;
+  cfg.max_fresh = 3;
+  const auto r = n.fetch(b, cfg);
+  REQUIRE(r);
+  CHECK_FALSE(r->ok);
+  CHECK(r->reason == "fresh");
+  CHECK(r->attempts == 3);
+}
+
 TEST_CASE("a fetcher of another model is refused", "[gossip][catchup]") {
   Net n;
   Node& a = n.add("peer-a");
@@ -500,6 +579,28 @@ TEST_CASE("catch-up messages: exact sizes, impossible values refused", "[gossip]
   CHECK_THROWS_AS(decode_catch_up_request(net::Bytes(24)), DecodeError);
   const auto req = decode_catch_up_request(*encode_catch_up_request({3, kFp, 1000}));
   CHECK(req.n_params == 1000);
+  CHECK_FALSE(req.resumed_only);
+  // Without the flag the request keeps its first layout (servers built before it read it); with
+  // it, one flags byte more, whose other bits must be clear.
+  CHECK(encode_catch_up_request({3, kFp, 1000})->size() == kCatchUpRequestBytes);
+  auto flagged = encode_catch_up_request({3, kFp, 1000, true});
+  REQUIRE(flagged->size() == kCatchUpRequestFlagsBytes);
+  const auto fr = decode_catch_up_request(*flagged);
+  CHECK(fr.resumed_only);
+  CHECK(fr.id == 3);
+  CHECK(fr.n_params == 1000);
+  net::Bytes zero_flags = *flagged;
+  zero_flags.back() = 0;
+  CHECK_FALSE(decode_catch_up_request(zero_flags).resumed_only);
+  net::Bytes odd_flags = *flagged;
+  odd_flags.back() = 2;
+  CHECK_THROWS_AS(decode_catch_up_request(odd_flags), DecodeError);
+  net::Bytes too_long = *flagged;
+  too_long.push_back(0);
+  CHECK_THROWS_AS(decode_catch_up_request(too_long), DecodeError);
+  auto fresh = encode_catch_up_code(9, CatchUpCode::Fresh);
+  CHECK(decode_catch_up_code(*fresh).code == CatchUpCode::Fresh);
+  CHECK(catch_up_code_name(CatchUpCode::Fresh) == "fresh");
 }
 
 // The client decides on typed failures (busy: ask again; refused:not-ready: no trained state); the

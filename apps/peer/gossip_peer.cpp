@@ -75,9 +75,6 @@ void emit_data_line(core::Metrics& metrics, const core::ShardData& d,
 
 std::atomic<bool> g_stop{false};
 
-// A cohort member without a checkpoint takes a state from this step on (robust mixing's progress
-// gap starts at 64 steps too): below it, the state is a fresh start that took a few steps first.
-constexpr std::int64_t kCohortCatchUpMinStep = 64;
 // The first SIGINT or SIGTERM asks for a clean stop (the watchdog bounds how long it may take);
 // a second one exits at once.
 extern "C" void on_signal(int) {
@@ -124,21 +121,23 @@ int config_error(const std::string& msg) {
 // A fresh peer joining a running swarm takes a live member's state (weights, optimizer state,
 // position in the schedule) instead of starting from random weights at the top of the schedule.
 // Any failure leaves the trainer as it was: it starts from its own initial state.
-// cohort: a peer of a cohort (--min-peers above 1) without a checkpoint takes only a state further
-// along than a fresh start (a run resized up: the others went on from their checkpoints); where
-// every member starts fresh, nobody is, and it starts from its own initial weights without a word.
+// A peer of a cohort (cohort: --min-peers above 1) asks only members whose state carries the run
+// on (resumed from their checkpoints: a run resized with the same --run-id); when every member it
+// asks started from its own initial weights as well (a first start), it starts with them.
 void catch_up(core::Trainer& trainer, apps::PeerNode& node, const apps::PeerConfig& cfg,
               core::Metrics& metrics, bool cohort) {
   gossip::CatchUpClientConfig cc;
-  if (cohort) cc.min_step = kCohortCatchUpMinStep;
+  cc.resumed_only = cohort;
   cc.fingerprint = trainer.model().fingerprint();
   cc.n_params = trainer.model().num_params();
   cc.n_opt_state = trainer.optimizer_state_count();
   cc.deadline = std::chrono::milliseconds(std::int64_t(cfg.catch_up_timeout_s * 1000));
   auto r = node.gossip().catch_up(cc, g_stop);
   if (!r) return;
-  if (cohort && !r->ok && (r->reason == "not-ready" || r->reason == "no-peer")) {
-    spdlog::debug("catch-up: no member further along than a fresh start ({} asked)", r->attempts);
+  if (cohort && !r->ok && r->reason == "fresh") {
+    spdlog::info("catch-up: the members asked start from their own initial weights too (a first "
+                 "start of the run): training from ours from step 0 ({:.0f} ms)",
+                 r->ms);
     return;
   }
   bool counters = true;
@@ -287,6 +286,8 @@ std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::
   auto node = std::make_unique<apps::PeerNode>(cfg, trainer.model(), *r.backend, metrics,
                                                  r.cpus.net);
   metrics.set_peer(node->peer_id());
+  // Before the node starts: a cohort's new peer may ask us as soon as it knows us.
+  node->gossip().set_carries_run(trainer.step() > 0);
   node->gossip().start(&g_stop);  // seeds that all refuse us end the run (exit code 2, below)
   // Start together, then catch up: a swarm launched at once finds nobody with a trained state
   // and every peer starts from step 0; a late joiner finds the others training.
@@ -295,11 +296,13 @@ std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::
   if (resumed) node->gossip().catch_up_server().trained_state_ready(trainer.model().num_params());
   node->gossip().wait_for_members(cfg.min_peers, cfg.min_peers_timeout_s, g_stop);
   // Without seeds this is the swarm's first peer: nobody to catch up with.
-  // A peer of a cohort that starts together (--min-peers > 1) takes only a state further along
-  // than a fresh start: that of peers that went on from their checkpoints after a resize
-  // (docs/cluster.md, "One run"); at a fresh start every member answers not-ready.
-  if (!resumed && cfg.catch_up == "auto" && !cfg.seeds.empty() && !g_stop.load())
+  // A peer of a cohort that starts together (--min-peers > 1) starts with the others from its
+  // own first step when they all start fresh; when some carry the run on from their checkpoints
+  // (the run resumed at another size: this peer is a new ordinal), it catches up from one.
+  if (!resumed && cfg.catch_up == "auto" && !cfg.seeds.empty() && !g_stop.load()) {
     catch_up(trainer, *node, cfg, metrics, cfg.min_peers > 1);
+    if (trainer.step() > 0) node->gossip().set_carries_run(true);
+  }
   trainer.set_hook(&node->gossip().hook());
   // This thread trains (the network thread, started before, keeps its own priority).
   std::string err;

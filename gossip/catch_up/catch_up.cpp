@@ -106,10 +106,13 @@ void CatchUpServer::on_request(const net::ConnectionPtr& c, const net::Bytes& b)
   const std::size_t n = n_params_.load();
   std::optional<CatchUpCode> refuse;
   if (m->fingerprint != cfg_.fingerprint) refuse = CatchUpCode::Fingerprint;
+  else if (m->resumed_only && !carries_run_.load()) refuse = CatchUpCode::Fresh;
   else if (n == 0) refuse = CatchUpCode::NotReady;
   else if (m->n_params != n) refuse = CatchUpCode::Size;
   if (refuse) {
-    const auto level = *refuse == CatchUpCode::NotReady ? spdlog::level::debug : spdlog::level::warn;
+    const auto level = *refuse == CatchUpCode::NotReady || *refuse == CatchUpCode::Fresh
+                           ? spdlog::level::debug
+                           : spdlog::level::warn;
     spdlog::log(level, "catch-up: refusing {}: {}", short_id(c->peer_id()),
                 catch_up_code_name(*refuse));
     c->send(wire(CatchUpType::Refuse), encode_catch_up_code(m->id, *refuse));

@@ -76,6 +76,11 @@ class CatchUpServer final : public core::StepHook, public net::TransportHandler 
   void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
 
   std::uint64_t served_ok() const { return served_ok_.load(); }
+  // Whether our state carries a run on (resumed from a checkpoint, or caught up from a peer)
+  // rather than starting from our own initial weights: a request with resumed_only is refused
+  // (Fresh) while this is false. Any thread; set it before the node starts, so that no request
+  // of a cohort finds it unset.
+  void set_carries_run(bool yes) { carries_run_.store(yes); }
 
  private:
   struct Serve {
@@ -116,6 +121,7 @@ class CatchUpServer final : public core::StepHook, public net::TransportHandler 
   std::uint64_t want_seq_ = 0;  // non-zero: the next step boundary takes the state for it
   std::atomic<std::size_t> n_params_{0};  // known once a step boundary passed with a state
   std::atomic<std::uint64_t> served_ok_{0};
+  std::atomic<bool> carries_run_{false};
 };
 
 struct CatchUpClientConfig {
@@ -129,11 +135,14 @@ struct CatchUpClientConfig {
   net::Millis transfer_timeout_floor{10000};  // Header -> End, plus bytes / rate
   double min_rate_bytes_per_s = 20e6;
   net::Millis busy_retry{500};  // every peer left to ask was busy: ask again after this
+  // A cohort's peer (--min-peers above 1): ask only for a state that carries the run on
+  // (CatchUpRequestMsg::resumed_only). A peer that says it started fresh is not asked again, and
+  // after max_fresh such answers the fetch ends with reason "fresh": the cohort is a first start.
+  // One that carries the run on but has not taken its first step yet (not-ready) is asked again
+  // after busy_retry, as a busy one.
+  bool resumed_only = false;
+  int max_fresh = 4;
   std::uint64_t seed = 0;       // peer choice and fetch ids; 0 = from random_device
-  // A state at a lower step is not taken (CatchUpFailure::Behind): a peer of a cohort that starts
-  // together takes the state of a peer further along (a run resized up), not one of a fresh start
-  // that took a few steps first. 0: any.
-  std::int64_t min_step = 0;
 };
 
 // Why one fetch attempt failed; to_string gives its token in CatchUpResult::reason.
@@ -155,7 +164,6 @@ enum class CatchUpFailure {
   InvalidSize,         // "invalid:size"
   InvalidCounters,     // "invalid:counters"
   InvalidNonFinite,    // "invalid:non-finite"
-  Behind,              // "behind": its step is under CatchUpClientConfig::min_step
 };
 // A failure with the code a Refuse or Abort carried (the others ignore it).
 struct CatchUpFailureReason {
@@ -167,7 +175,7 @@ std::string to_string(const CatchUpFailureReason& r);
 
 struct CatchUpResult {
   bool ok = false;
-  // "" when ok; else why the last attempt failed, or why there was none: no-peer, not-ready,
+  // "" when ok; else why the last attempt failed, or why there was none: no-peer, not-ready, fresh,
   // busy, closed, connect, protocol, refused:<code>, peer-abort:<code>,
   // timeout:connect|answer|state|transfer, invalid:length|checksum|decode|fingerprint|size|
   // counters|non-finite, deadline:<the last attempt's reason>, cancelled.
@@ -253,6 +261,7 @@ class CatchUpClient final : public net::TransportHandler {
   std::set<std::string> busy_;      // busy this round: asked again after busy_retry
   std::string last_reason_;         // the token of the last attempt's failure ("" none yet)
   int attempts_ = 0;
+  int fresh_ = 0;  // resumed_only: peers that said they started fresh
 };
 
 }  // namespace gossiptrain::gossip

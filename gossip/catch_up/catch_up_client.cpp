@@ -38,7 +38,6 @@ std::string to_string(const CatchUpFailureReason& r) {
     case CatchUpFailure::InvalidSize: return "invalid:size";
     case CatchUpFailure::InvalidCounters: return "invalid:counters";
     case CatchUpFailure::InvalidNonFinite: return "invalid:non-finite";
-    case CatchUpFailure::Behind: return "behind";
   }
   return "unknown";
 }
@@ -72,6 +71,7 @@ void CatchUpClient::start(CatchUpClientConfig cfg, DoneFn done) {
   busy_.clear();
   last_reason_.clear();
   attempts_ = 0;
+  fresh_ = 0;
   std::weak_ptr<bool> alive = alive_;
   deadline_ = sched_.schedule(cfg_.deadline, [this, alive] {
     if (!alive.lock() || !done_) return;
@@ -151,7 +151,8 @@ void CatchUpClient::ask(const net::ConnectionPtr& c) {
   a.phase = Phase::Requested;
   arm_timer(cfg_.answer_timeout, CatchUpFailure::TimeoutAnswer);
   if (!c->send(wire(CatchUpType::Request),
-               encode_catch_up_request({a.id, cfg_.fingerprint, cfg_.n_params})))
+               encode_catch_up_request(
+                   {a.id, cfg_.fingerprint, cfg_.n_params, cfg_.resumed_only})))
     attempt_failed({CatchUpFailure::Closed}, std::nullopt);
 }
 
@@ -161,23 +162,30 @@ void CatchUpClient::attempt_failed(CatchUpFailureReason failure,
                                    std::optional<CatchUpCode> notify) {
   const std::string peer = at_->peer;
   const std::string reason = to_string(failure);
-  const bool not_ready =
-      (failure.kind == CatchUpFailure::Refused && failure.code == CatchUpCode::NotReady) ||
-      failure.kind == CatchUpFailure::Behind;
+  const bool refused = failure.kind == CatchUpFailure::Refused;
+  const bool not_ready = refused && failure.code == CatchUpCode::NotReady;
+  const bool fresh = refused && failure.code == CatchUpCode::Fresh;
   if (failure.kind == CatchUpFailure::Busy) {
     busy_.insert(peer);
     spdlog::debug("catch-up: {} is busy", short_id(peer));
+  } else if (not_ready && cfg_.resumed_only) {
+    // It carries the run on (it did not say fresh) and is about to take its first step.
+    busy_.insert(peer);
+    spdlog::debug("catch-up: {} carries the run on but has not taken a step yet", short_id(peer));
   } else {
     excluded_.insert(peer);
-    // A cohort's fresh start asks every member and hears this from each: not worth a line each.
-    if (not_ready)
-      spdlog::log(cfg_.min_step > 0 ? spdlog::level::debug : spdlog::level::info,
-                  "catch-up: {} has no trained state yet{}", short_id(peer),
-                  failure.kind == CatchUpFailure::Behind ? " further along than a fresh start" : "");
+    if (not_ready) spdlog::info("catch-up: {} has no trained state yet", short_id(peer));
+    else if (fresh)  // a first start of a cohort hears this from up to max_fresh members
+      spdlog::debug("catch-up: {} started from its own initial weights too", short_id(peer));
     else
       spdlog::warn("catch-up: fetching from {} failed: {}", short_id(peer), reason);
   }
-  last_reason_ = not_ready ? "not-ready" : reason;
+  last_reason_ = not_ready ? "not-ready" : fresh ? "fresh" : reason;
+  if (fresh && ++fresh_ >= cfg_.max_fresh) {
+    end_attempt(reason);
+    finish(false, "fresh");
+    return;
+  }
   if (notify && at_->conn && at_->conn->is_open())
     at_->conn->send(wire(CatchUpType::CancelFetch), encode_catch_up_code(at_->id, *notify));
   end_attempt(reason);
@@ -290,8 +298,6 @@ void CatchUpClient::on_header(const net::ConnectionPtr& c, const net::Bytes& b) 
                  short_id(at_->peer), m->total_bytes, min_bytes(), max_bytes());
     return attempt_failed({CatchUpFailure::InvalidLength}, CatchUpCode::Invalid);
   }
-  if (m->step < cfg_.min_step)
-    return attempt_failed({CatchUpFailure::Behind}, CatchUpCode::Shutdown);
   at_->header = *m;
   at_->phase = Phase::Receiving;
   at_->data.reserve(static_cast<std::size_t>(m->total_bytes));

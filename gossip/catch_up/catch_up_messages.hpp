@@ -41,6 +41,8 @@ enum class CatchUpCode : std::uint8_t {
   Invalid = 5,  // the state failed validation
   Protocol = 6,
   Shutdown = 7,
+  Fresh = 8,  // asked for a state carried over from earlier (CatchUpRequestMsg::resumed_only):
+              // this peer started from its own initial weights, with the asker's cohort
 };
 // Stable lowercase token for logs and reasons; "unknown" for other values.
 std::string_view catch_up_code_name(CatchUpCode c);
@@ -49,6 +51,12 @@ struct CatchUpRequestMsg {
   std::uint64_t id = 0;  // fetch id, echoed by every answer
   std::uint64_t fingerprint = 0;
   std::uint64_t n_params = 0;
+  // A peer of a cohort that starts together (--min-peers above 1) asks only for a state that
+  // carries a run on (the server resumed it from a checkpoint, or caught up itself): a server
+  // that started from its own initial weights refuses (Fresh). Sent as a flags byte after
+  // n_params (26 bytes); without it the request keeps its first layout (25 bytes), which every
+  // server reads.
+  bool resumed_only = false;
 };
 struct CatchUpHeaderMsg {
   std::uint64_t id = 0;
@@ -68,6 +76,7 @@ struct CatchUpCodeMsg {  // CancelFetch, Refuse, Abort
 // Every message starts with the wire version byte (kCatchUpWireVersion).
 inline constexpr std::uint8_t kCatchUpWireVersion = 1;
 constexpr std::size_t kCatchUpRequestBytes = 25;
+constexpr std::size_t kCatchUpRequestFlagsBytes = 26;  // with the flags byte (bit 0: resumed_only)
 constexpr std::size_t kCatchUpHeaderBytes = 49;
 constexpr std::size_t kCatchUpEndBytes = 13;
 constexpr std::size_t kCatchUpCodeBytes = 10;

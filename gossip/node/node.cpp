@@ -371,10 +371,16 @@ std::optional<CatchUpResult> Node::catch_up(CatchUpClientConfig cfg,
     spdlog::info("catch-up: no live member to fetch a state from: starting from our own weights");
     return std::nullopt;
   }
-  spdlog::info(
-      "training on hold: catch-up fetching the state of one of {} live members (at most "
-      "{:.0f} s)",
-      live, left_s());
+  if (cfg.resumed_only)
+    spdlog::info(
+        "training on hold: asking the {} live members whether one carries the run on from a "
+        "checkpoint, to catch up from it (at most {:.0f} s)",
+        live, left_s());
+  else
+    spdlog::info(
+        "training on hold: catch-up fetching the state of one of {} live members (at most "
+        "{:.0f} s)",
+        live, left_s());
   metrics_.emit("hold", {{"reason", "catch-up: fetching"}, {"left_s", left_s()}});
   cfg.deadline =
       std::max(net::Millis(1), std::chrono::duration_cast<net::Millis>(end - sched_.now()));

@@ -113,6 +113,10 @@ class Node final : private core::StepHook {
   // Start together: waits (polling membership) until n live members, this peer included, are
   // known, or timeout_s pass (a warning; returns false), or stop is set. Before the first step.
   bool wait_for_members(int n, double timeout_s, const std::atomic<bool>& stop);
+  // Whether this peer's state carries a run on (resumed from its checkpoint, or caught up): a
+  // cohort's fresh peer asks only such a peer for its state (CatchUpServer::set_carries_run).
+  // Any thread; before start() for a resumed peer.
+  void set_carries_run(bool yes) { catch_up_server_->set_carries_run(yes); }
   // Catch-up: waits for the join through the seeds, then fetches a live member's state, all within
   // cfg.deadline. nullopt when there was nobody to fetch from (no live member after joining) or
   // stop was set; else the fetch's result (the state in it when ok). Before the first step.
