@@ -288,12 +288,12 @@ std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::
   metrics.set_peer(node->peer_id());
   // Before the node starts: a cohort's new peer may ask us as soon as it knows us.
   node->gossip().set_carries_run(trainer.step() > 0);
-  node->gossip().start(&g_stop);  // seeds that all refuse us end the run (exit code 2, below)
-  // Start together, then catch up: a swarm launched at once finds nobody with a trained state
-  // and every peer starts from step 0; a late joiner finds the others training.
   // A peer resumed from its checkpoint serves its state from its first step boundary: a peer
   // added by a resize, waiting with the cohort, fetches it.
   if (resumed) node->gossip().catch_up_server().trained_state_ready(trainer.model().num_params());
+  node->gossip().start(&g_stop);  // seeds that all refuse us end the run (exit code 2, below)
+  // Start together, then catch up: a swarm launched at once finds nobody with a trained state
+  // and every peer starts from step 0; a late joiner finds the others training.
   node->gossip().wait_for_members(cfg.min_peers, cfg.min_peers_timeout_s, g_stop);
   // Without seeds this is the swarm's first peer: nobody to catch up with.
   // A peer of a cohort that starts together (--min-peers > 1) starts with the others from its
