@@ -202,7 +202,8 @@ fi
 if [[ ${GT_SLURM_RESIZE:-0} == 1 ]]; then
   # One run on 4 tasks cancelled part-way, resubmitted on the same GT_RUN_DIR and GT_RUN_ID with
   # GT_SLURM_RESIZE_TO tasks (default 3): the peers with a checkpoint go on from their epochs at
-  # the new size, new ones start at epoch 0, all finish; the report is OK.
+  # the new size, new ones catch up from one of them (its epoch, not 0), all finish; the report
+  # is OK.
   TO=${GT_SLURM_RESIZE_TO:-3}
   export GT_RUN_ID=resize-check GT_RESTART_DELAY=1
   RFLAGS=(--data synthetic --model mlp:784-64-10 --epochs 6 --checkpoint-every 1)

@@ -45,6 +45,7 @@ struct Swarm {
   std::vector<int> ports;
   std::vector<std::unique_ptr<Process>> procs;
   std::vector<std::string> extra;  // flags for every peer
+  int shards = 0;  // --num-shards; 0: n (a swarm of fewer peers than ports: a run resized)
   bool pin = false;  // peer i on CPU i (modulo the CPUs): the cores of separate machines
 
   Swarm(const std::string& name, int n_peers, std::vector<std::string> flags)
@@ -67,7 +68,7 @@ struct Swarm {
       const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
       a = {"/usr/bin/taskset", "-c", std::to_string(unsigned(i) % cpus)};  // util-linux
     }
-    a.insert(a.end(), {gt_test::peer_bin(), "--num-shards",     std::to_string(n),
+    a.insert(a.end(), {gt_test::peer_bin(), "--num-shards",     std::to_string(shards > 0 ? shards : n),
                                   "--shard",           std::to_string(i),  "--metrics",
                                   metrics(i),          "--checkpoint-dir", peer_dir(i) + "/ckpt"});
     if (gossip) {
@@ -391,6 +392,118 @@ TEST_CASE("a peer joining a running one catches up: its step, its state, its acc
     REQUIRE(s.procs[i]->wait_for(30s));
     CHECK(s.procs[i]->exit_code() == 130);
   }
+}
+
+namespace {
+// The step of the first `step` metric line (one every 50 steps) after metrics line `from`; -1 none.
+std::int64_t first_step_line(const std::string& metrics, std::size_t from = 0) {
+  const auto lines = gt_test::read_metrics(metrics);
+  for (std::size_t k = from; k < lines.size(); ++k)
+    if (lines[k]["event"] == "step") return lines[k]["step"].get<std::int64_t>();
+  return -1;
+}
+// The step a peer resumed its checkpoint at, from its log ("resumed from ...: epoch E, step S");
+// -1 none.
+std::int64_t resumed_step(const std::string& log) {
+  static const std::regex re("resumed from .*: epoch [0-9]+, step ([0-9]+)");
+  std::smatch m;
+  const std::string text = gt_test::read_file(log);
+  return std::regex_search(text, m, re) ? std::stoll(m[1]) : -1;
+}
+}  // namespace
+
+// Issue 44: a run (--run-id, a cohort waiting with --min-peers as --cluster sets it) of 3 peers,
+// stopped with checkpoints and started again with 5: peers 0-2 resume from their checkpoints,
+// peers 3 and 4 (new ordinals, no checkpoint) catch up from one of them instead of starting from
+// the run's initial weights at step 0. The first start of the cohort catches up from nobody.
+TEST_CASE("a run resumed with more peers: the new ones catch up, a first start does not",
+          "[system][catchup]") {
+  auto base = kTrainFlags;
+  base.insert(base.end(), {"--epochs", "100000", "--lr", "0.01", "--run-id", "grow-1",
+                           "--catch-up", "auto", "--progress-every", "0"});
+  auto with = [&](int min_peers) {
+    auto f = base;
+    f.insert(f.end(), {"--min-peers", std::to_string(min_peers)});
+    return f;
+  };
+  Swarm s("gt-swarm-grow", 5, with(3));
+  s.shards = 3;
+  s.procs.resize(5);
+  auto start_cohort = [&](int peers) {
+    s.start(0, true);
+    REQUIRE(gt_test::eventually(30s, [&] { return gt_test::port_open(s.ports[0]); }));
+    for (int i = 1; i < peers; ++i) s.start(i, true);
+  };
+  auto stop = [&](int peers) {
+    for (int i = 0; i < peers; ++i) s.procs[i]->signal(SIGTERM);
+    for (int i = 0; i < peers; ++i) {
+      REQUIRE(s.procs[i]->wait_for(30s));
+      CHECK(s.procs[i]->exit_code() == 130);
+    }
+  };
+
+  // The first start: 3 fresh peers, nobody ahead.
+  start_cohort(3);
+  for (int i = 0; i < 3; ++i) {
+    INFO("peer " << i << " log:\n" << gt_test::read_file(s.log(i)));
+    REQUIRE(gt_test::eventually(90s, [&] { return events(s.metrics(i), "eval").size() >= 3; }));
+  }
+  stop(3);
+  std::vector<std::size_t> lines_before(3);
+  for (int i = 0; i < 3; ++i) {
+    INFO("peer " << i << " log:\n" << gt_test::read_file(s.log(i)));
+    CHECK(events(s.metrics(i), "catch_up").empty());
+    CHECK(events(s.metrics(i), "catch_up_served").empty());
+    CHECK(first_step_line(s.metrics(i)) == 50);  // from step 0
+    CHECK(events(s.metrics(i), "eval").front()["epoch"] == 1);
+    if (i > 0)  // peer 0 has no seeds: it asks nobody
+      CHECK_THAT(gt_test::read_file(s.log(i)),
+                 Catch::Contains("start from their own initial weights too"));
+    lines_before[std::size_t(i)] = gt_test::read_metrics(s.metrics(i)).size();
+  }
+
+  // The same run with 5 peers.
+  s.shards = 5;
+  s.extra = with(5);
+  start_cohort(5);
+  for (int i = 0; i < 5; ++i) {
+    INFO("peer " << i << " log:\n" << gt_test::read_file(s.log(i)));
+    REQUIRE(gt_test::eventually(90s, [&] { return first_step_line(s.metrics(i),
+                                                                  i < 3 ? lines_before[std::size_t(i)] : 0) >= 0; }));
+  }
+  std::set<std::string> old_ids;
+  std::int64_t min_resumed = -1;
+  std::string figures;
+  for (int i = 0; i < 3; ++i) {
+    old_ids.insert(s.peer_id(i));
+    const std::int64_t r = resumed_step(s.log(i));
+    CHECK(r > 0);
+    min_resumed = min_resumed < 0 ? r : std::min(min_resumed, r);
+    figures += "peer" + std::to_string(i) + " resumed at step " + std::to_string(r) +
+               ", first step line " +
+               std::to_string(first_step_line(s.metrics(i), lines_before[std::size_t(i)])) + "; ";
+  }
+  for (int i = 3; i < 5; ++i) {
+    INFO("peer " << i << " log:\n" << gt_test::read_file(s.log(i)));
+    const auto cu = events(s.metrics(i), "catch_up");
+    REQUIRE(cu.size() == 1);
+    CHECK(cu[0]["ok"] == true);
+    // From a resumed peer, or from the other new one once it had caught up (it carries the run
+    // on then too).
+    const std::string from = cu[0]["from"];
+    CHECK((old_ids.count(from) == 1 || (from == s.peer_id(7 - i) && from != s.peer_id(i))));
+    const std::int64_t step = cu[0]["step"];
+    CHECK(step >= min_resumed);
+    CHECK(cu[0]["counters"] == true);
+    CHECK_THAT(gt_test::read_file(s.log(i)), Catch::Contains("caught up with"));
+    const std::int64_t first = first_step_line(s.metrics(i));
+    CHECK(first > step);
+    CHECK(first <= step + 50);
+    figures += "peer" + std::to_string(i) + " caught up at step " + std::to_string(step) +
+               ", first step line " + std::to_string(first) + "; ";
+  }
+  WARN("resized 3 -> 5: " << figures);
+  stop(5);
 }
 
 namespace {

@@ -444,10 +444,9 @@ const OptionTable<PeerConfig>& peer_options() {
       O::choice(
           "catch-up", {"auto", "off"},
           "auto: a peer with no checkpoint to resume from that finds live members fetches one's "
-          "state (parameters, optimizer state, step) before its first step; one that starts with "
-          "a cohort (--min-peers above 1) takes only a state at step 64 or later (a run resized "
-          "up: the peers that went on from their checkpoints; gossip-peer only, the Python peer "
-          "and gossip-sim's cohorts do not catch up)",
+          "state (parameters, optimizer state, step) before its first step; in a cohort "
+          "(--min-peers above 1) only from a member that resumed its checkpoint (a run resized "
+          "with the same --run-id), none when all start fresh (gossip-sim's cohorts do not catch up)",
           &PeerConfig::catch_up).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::seconds("catch-up-timeout",
                  "give up catching up after this and start from our own weights",

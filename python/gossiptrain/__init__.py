@@ -195,7 +195,9 @@ class Peer:
 
     def join(self):
         """Waits for min_peers live members, then (catch_up="auto", with seeds, not resumed from
-        a checkpoint) takes a live member's vector and step count into the buffer. The first
+        a checkpoint) takes a live member's vector and step count into the buffer; with
+        min_peers above 1 only a member's that resumed its checkpoint (none when all start
+        fresh). The first
         step() calls it; call it before to know self.caught_up (a dict: ok, from, step, ms; or
         None when there was no catch-up) and self.steps before training. Ctrl-C interrupts it."""
         if not self._joined:

@@ -152,6 +152,8 @@ class BufferPeer final : public core::StateSource {
                                      {"fingerprint", std::to_string(fingerprint_)},
                                      {"resumed", resumed_},
                                      {"step", step_}});
+      // Before the node starts: a cohort's new peer may ask us as soon as it knows us.
+      node_->gossip().set_carries_run(resumed_ && step_ > 0);
       node_->gossip().start(&give_up_);
     }
     last_save_ = std::chrono::steady_clock::now();
@@ -165,23 +167,31 @@ class BufferPeer final : public core::StateSource {
     }
   }
 
-  // Start together (--min-peers), then catch up (--catch-up auto, with seeds, not resumed).
-  // Returns the catch-up's outcome as a dict, or None when there was none.
+  // Start together (--min-peers), then catch up (--catch-up auto, with seeds, not resumed; in a
+  // cohort, --min-peers above 1, only from a member that resumed its checkpoint: a run resized).
+  // Returns the catch-up's outcome as a dict, or None when there was none (or, in a cohort,
+  // every member asked started fresh too).
   nb::object join() {
     check_open();
     interruptible(stop_, [&] {
       node_->gossip().wait_for_members(cfg_.min_peers, cfg_.min_peers_timeout_s, stop_);
     });
-    if (resumed_ || cfg_.catch_up != "auto" || cfg_.min_peers > 1 || cfg_.seeds.empty())
-      return nb::none();
+    if (resumed_ || cfg_.catch_up != "auto" || cfg_.seeds.empty()) return nb::none();
+    const bool cohort = cfg_.min_peers > 1;
     std::optional<gossip::CatchUpResult> r;
     gossip::CatchUpClientConfig cc;
     cc.fingerprint = fingerprint_;
     cc.n_params = n_;
     cc.n_opt_state = 0;
+    cc.resumed_only = cohort;
     cc.deadline = std::chrono::milliseconds(std::int64_t(cfg_.catch_up_timeout_s * 1000));
     interruptible(stop_, [&] { r = node_->gossip().catch_up(cc, stop_); });
     if (!r) return nb::none();
+    if (cohort && !r->ok && r->reason == "fresh") {
+      spdlog::info("catch-up: the members asked start from their own initial weights too (a "
+                   "first start): keeping the buffer as it is");
+      return nb::none();
+    }
     nb::dict d;
     d["ok"] = r->ok;
     d["ms"] = r->ms;
@@ -203,6 +213,7 @@ class BufferPeer final : public core::StateSource {
                                   {"attempts", r->attempts}});
       d["from"] = r->from;
       d["step"] = r->state.step;
+      node_->gossip().set_carries_run(step_ > 0);
     } else {
       spdlog::warn("catch-up failed ({}) after {:.0f} ms: keeping the buffer as it is", r->reason,
                    r->ms);
