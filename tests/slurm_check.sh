@@ -11,7 +11,7 @@
 # long run, kills peer 1 with kill -9 (the peer loop restarts it), cancels the job with scancel
 # once every peer has trained and checkpointed, and checks that the job's trap still ran the
 # report: ended_by SIGTERM, each peer stopped with its checkpoint, peer 1 with one restart.
-# GT_SLURM_RESIZE=1 (scripts:slurm_resize): a 4-task job cancelled after every peer's second epoch,
+# GT_SLURM_RESIZE=1 (scripts:slurm_resize): a 4-task job cancelled after every peer's first epoch,
 # resubmitted with 3 tasks on the same GT_RUN_DIR and GT_RUN_ID: the three go on from their epochs
 # and finish, the report is OK (peer 3 "left (resized)"); then another GT_RUN_ID is refused.
 # GT_SLURM_RESIZE_TO=N resubmits with N tasks instead of 3 (scripts:slurm_resize_up: 5, the new
@@ -206,31 +206,36 @@ if [[ ${GT_SLURM_RESIZE:-0} == 1 ]]; then
   # is OK.
   TO=${GT_SLURM_RESIZE_TO:-3}
   export GT_RUN_ID=resize-check GT_RESTART_DELAY=1
-  RFLAGS=(--data synthetic --model mlp:784-64-10 --epochs 6 --checkpoint-every 1)
+  # A model big enough that an epoch takes a second or more (with mlp:784-64-10 a peer ran all six
+  # epochs in 0.4 s on the 2-core machine under load, before the cancel reached it).
+  RFLAGS=(--data synthetic --model mlp:784-1024-1024-10 --epochs 6 --checkpoint-every 1)
   jid=$(sbatch --parsable --ntasks 4 --overcommit --output="$TMP/job1.out" \
     "$SRC/deploy/slurm/gossip.sbatch" "${RFLAGS[@]}") || fail "sbatch refused the first job"
   echo "job $jid submitted (4 tasks)"
-  ready=0
-  for _ in $(seq 240); do
-    n=0
-    for i in 0 1 2 3; do
-      e=$("$PY" -c '
-import json, sys
-e = 0
-try:
-    for l in open(sys.argv[1]):
-        j = json.loads(l)
-        if j.get("event") == "eval": e = max(e, j.get("epoch", 0))
-except Exception: pass
-print(e)' "$RUN/peer$i/metrics.jsonl")
-      ((e >= 2)) && n=$((n + 1))
-    done
-    ((n == 4)) && { ready=1; break; }
-    sleep 0.5
-  done
-  ((ready)) || { tail -20 "$TMP/job1.out" "$RUN"/peer*.log 2>/dev/null; fail "the 4 peers did not reach epoch 2 within 120 s"; }
+  # One poller, every 0.1 s for at most 120 s: the cancel must come soon after the slowest peer's
+  # first epoch, while the others are still short of the last one.
+  "$PY" - "$RUN" <<'PYWAIT' || { tail -20 "$TMP/job1.out" "$RUN"/peer*.log 2>/dev/null; fail "the 4 peers did not finish epoch 1 within 120 s"; }
+import json, os, sys, time
+run, deadline = sys.argv[1], time.monotonic() + 120
+def epoch(i):
+    e = 0
+    try:
+        for l in open(os.path.join(run, f"peer{i}", "metrics.jsonl")):
+            try:
+                j = json.loads(l)
+            except ValueError:
+                continue  # a line being written
+            if j.get("event") == "eval": e = max(e, j.get("epoch", 0))
+    except OSError:
+        pass
+    return e
+while time.monotonic() < deadline:
+    if all(epoch(i) >= 1 for i in range(4)): sys.exit(0)
+    time.sleep(0.1)
+sys.exit(1)
+PYWAIT
   cancel_and_wait "$jid"
-  echo "job $jid cancelled after every peer's second epoch; resubmitting with $TO tasks"
+  echo "job $jid cancelled after every peer's first epoch; resubmitting with $TO tasks"
   timeout 600 sbatch --wait --ntasks "$TO" --overcommit --output="$TMP/job2.out" \
     "$SRC/deploy/slurm/gossip.sbatch" "${RFLAGS[@]}"
   rc=$?
@@ -266,6 +271,7 @@ for i in range(min(4, to)):
     assert lines[clocks[0]]["num_shards"] == 4 and lines[clocks[1]]["num_shards"] == to
     assert lines[clocks[1]]["run_id"] == "resize-check", lines[clocks[1]]
     before = [l["epoch"] for l in lines[:clocks[1]] if l["event"] == "checkpoint"][-1]
+    assert before < 6, f"peer {i} finished all 6 epochs before the cancel reached it: the test was too slow"
     evals = [l["epoch"] for l in lines[clocks[1]:] if l["event"] == "eval" and not l.get("final")]
     assert evals and evals[0] == before + 1 and evals[-1] == 6, (i, before, evals)
     print(f"peer {i}: stopped at epoch {before} of 4 shards, went on with {to} from epoch {evals[0]} to {evals[-1]}")

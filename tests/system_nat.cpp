@@ -71,7 +71,7 @@ TEST_CASE("six peers, four of them behind two NAT routers, all average with the 
                              std::to_string(n), "--shard", std::to_string(i), "--data",
                              "synthetic", "--model", "mlp:784-32-10", "--epochs", "24",
                              "--backend", "cpu", "--metrics", "m.jsonl", "--min-peers",
-                             std::to_string(n), "--min-peers-timeout", "20", "--linger", "10"});
+                             std::to_string(n), "--min-peers-timeout", "20", "--linger", "300"});
     if (i > 0) argv.insert(argv.end(), {"--seeds", lab.ip(0) + ":7000"});
     peers.push_back(std::make_unique<Process>(argv, home + "/log.txt", home));
   }
@@ -129,10 +129,26 @@ TEST_CASE("six peers, four of them behind two NAT routers, all average with the 
     if (detected.count(i)) WARN("peer " << i << " marked the killed peer dead after " << detected[i] << " s");
   }
 
+  // The peers linger (serving exchanges) until the test ends them: with 10 s, a peer that trained
+  // fast left before the checks above (its linger over before the victim was killed, so it could
+  // not see the crash). Once every survivor has trained its 24 epochs, SIGTERM ends each linger;
+  // a peer stopped after its training exits 0.
+  auto trained = [&](int i) {
+    for (const auto& j : gt_test::read_metrics(metrics[std::size_t(i)]))
+      if (j["event"] == "eval" && j.value("epoch", 0) >= 24) return true;
+    return false;
+  };
   for (int i = 0; i < n; ++i) {
     if (i == victim) continue;
     INFO("peer " << i << " log:\n" << log_of(i));
-    REQUIRE(peers[std::size_t(i)]->wait_for(120s));
+    REQUIRE(gt_test::eventually(120s, [&] { return trained(i); }));
+  }
+  for (int i = 0; i < n; ++i)
+    if (i != victim) peers[std::size_t(i)]->signal(SIGTERM);
+  for (int i = 0; i < n; ++i) {
+    if (i == victim) continue;
+    INFO("peer " << i << " log:\n" << log_of(i));
+    REQUIRE(peers[std::size_t(i)]->wait_for(60s));
     CHECK(peers[std::size_t(i)]->exit_code() == 0);
   }
   ::unsetenv("OPENBLAS_NUM_THREADS");
