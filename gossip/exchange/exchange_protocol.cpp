@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include "base/assert.hpp"
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -26,6 +27,16 @@ namespace gossiptrain::gossip {
 
 using namespace exchange_detail;
 
+
+double ExchangePort::clock_us() const {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void ExchangeProtocol::stamp(Exchange& e, double ExchangeTimes::*field) const {
+  if (e.times.*field < 0) e.times.*field = port_.clock_us() - e.t0_us;
+}
 
 std::string_view role_name(ExchangeRole r) {
   return r == ExchangeRole::Initiator ? "initiator" : "responder";
@@ -61,6 +72,7 @@ void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
   e.wire = cfg_.wire;  // the snapshot the training thread is taking
   e.n_self = samples;
   e.started = port_.now();
+  e.t0_us = port_.clock_us();
   ex_ = std::move(e);
   if (cfg_.choice.scheduled()) {
     const Millis now = port_.now();
@@ -216,6 +228,7 @@ void ExchangeProtocol::try_next_peer() {
   else
     p = cands[choice_.pick(cands, rng_)];
   ++e.tries;
+  e.times.tries = e.tries;
   e.partner = p.id;
   use_wire(e, link_.wire_for(p.id, port_.now()));
   e.asked = port_.now();
@@ -272,6 +285,7 @@ void ExchangeProtocol::ask(const net::ConnectionPtr& c) {
     m.view = e.view;
   }
   e.requested = port_.now();
+  e.times.requested = port_.clock_us() - e.t0_us;
   arm_deadline(deadlines_.answer(), ExchangeFailure::TimeoutAnswer);
   queue_control(kReq, encode_request(m));
 }
@@ -306,6 +320,7 @@ void ExchangeProtocol::on_accept(const net::ConnectionPtr& c, const net::Bytes& 
     return violation(c, "unexpected accept");
   Exchange& e = *ex_;
   answered(e);
+  stamp(e, &ExchangeTimes::accepted);
   e.n_other = m.samples;
   e.partner_progress = m.progress;
   e.partner_step = m.step;
@@ -341,6 +356,7 @@ void ExchangeProtocol::on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8
   if (!is_current(c, id) || ex_->role != ExchangeRole::Initiator || ex_->phase != Phase::Requested)
     return violation(c, "unexpected busy/refuse");
   answered(*ex_);
+  if (type == kBusy) ++ex_->times.busy;
   if (type == kRef && reason.code == ExchangeCode::Wire && cfg_.finish_wire &&
       cfg_.wire != *cfg_.finish_wire) {
     // The partner is on the finish wire already (in_transition): so should we be.
@@ -446,6 +462,8 @@ void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m,
   e.partner = c->peer_id();
   e.conn = c;
   e.started = e.asked = port_.now();
+  e.t0_us = port_.clock_us();
+  e.times.accepted = 0;
   e.n_self = port_.own_samples();
   e.n_other = m.samples;
   e.partner_progress = m.progress;
@@ -482,6 +500,9 @@ void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m
   e.partner = c->peer_id();
   e.conn = c;
   e.started = e.asked = port_.now();
+  e.t0_us = port_.clock_us();
+  e.times = {};
+  e.times.accepted = 0;
   e.n_other = m.samples;
   e.partner_progress = m.progress;
   e.partner_step = m.step;

@@ -44,6 +44,23 @@ std::string_view role_name(ExchangeRole r);  // "initiator" | "responder"
 // weight): the summary, the live table and the exchange health count it apart from ok.
 inline constexpr double kAveragingClip = 0.01;
 
+// Where an exchange's time went, for gossip-bench rate (wall clock, not the scheduler's: an
+// exchange of a small model takes well under the millisecond the scheduler's clock counts).
+// Microseconds from the exchange's start (initiator: the training thread's request reached the
+// protocol thread; responder: the REQUEST came in); -1: not reached.
+struct ExchangeTimes {
+  double requested = -1;   // initiator: its last REQUEST was queued
+  double accepted = -1;    // initiator: ACCEPT in (after every dial, BUSY answer and round trip)
+  double own_sent = -1;    // our last chunk handed to the transport
+  double received = -1;    // the partner's last chunk in (and checked)
+  double voted = -1;       // our VALID queued (after the norm vote, when one applies)
+  double peer_voted = -1;  // the partner's VALID in
+  double committed = -1;   // both votes in: the mix handed to the training thread
+  double applied = -1;     // the mix applied at a step boundary (the event's end)
+  int busy = 0;            // BUSY answers to this exchange's requests (initiator)
+  int tries = 0;           // partners asked (initiator)
+};
+
 struct ExchangeEvent {
   std::string partner;  // peer id of the other side
   ExchangeRole role = ExchangeRole::Initiator;
@@ -69,6 +86,7 @@ struct ExchangeEvent {
   kernels::Wire wire = kernels::Wire::Fp32;  // the wire it ran in (link_wire.hpp)
   // --partner-choice hypercube: the schedule round this exchange served (-1: a plain exchange).
   std::int64_t round = -1;
+  ExchangeTimes times;  // where its time went (gossip-bench rate)
 };
 
 // The training thread's (or the fast path's) verdict on the partner's vector.
@@ -112,6 +130,8 @@ class ExchangePort {
   enum class Timer { Deadline, Retry };
   virtual ~ExchangePort() = default;
   virtual net::Millis now() const = 0;
+  // A fine clock for ExchangeTimes only (never for a decision): microseconds, any origin.
+  virtual double clock_us() const;
   // A live peer not to ask now (a lingering peer does not ask partners known to be training).
   virtual bool avoid(const std::string&) const { return false; }
   // Calls on_timer(seq, t) after d unless cancelled or armed again (one of each kind at a time).
@@ -259,7 +279,11 @@ class ExchangeProtocol {
     double sched_w = 0.5;
     std::set<std::string> excluded;  // asked this round: busy, refused or unreachable
     std::optional<FailureReason> last_reason;
+    double t0_us = 0;     // port_.clock_us() at started
+    ExchangeTimes times;  // from t0_us
   };
+  // Sets a phase's time (the first time it is reached).
+  void stamp(Exchange& e, double ExchangeTimes::*field) const;
 
   // Initiator.
   static constexpr std::size_t kMaxCandidates = 32;

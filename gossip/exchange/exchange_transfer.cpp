@@ -72,7 +72,9 @@ void ExchangeProtocol::pump_send() {
   o.rate = port_.max_rate();
   o.chunk_bytes = cfg_.chunk_bytes;
   o.send_retry = cfg_.send_retry;
-  if (const auto wait = e.out.pump(*e.conn, o, port_.now())) {
+  const auto wait = e.out.pump(*e.conn, o, port_.now());
+  if (e.out.all_sent()) stamp(e, &ExchangeTimes::own_sent);
+  if (wait) {
     if (!e.conn->is_open()) return;  // on_closed ends the exchange
     retry_armed_ = true;
     return port_.arm(Timer::Retry, e.seq, *wait);
@@ -116,6 +118,7 @@ void ExchangeProtocol::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
   if (e.received == encoded_size(e.wire, port_.n_params())) {
     spdlog::trace("averager: #{} payload received", e.seq);
     e.recv_done = true;
+    stamp(e, &ExchangeTimes::received);
     // Before the vote, which judges the vector (RobustBound::heard_payload).
     port_.heard_payload(e.partner, e.payload_hash + std::uint64_t(e.wire));
   }
@@ -146,6 +149,7 @@ void ExchangeProtocol::validated(std::uint64_t seq, const Verdict& v) {
     return fail({*v.refused}, code);
   }
   ex_->local_valid = true;
+  stamp(*ex_, &ExchangeTimes::voted);
   ex_->local_tau = v.tau;
   ex_->local_norm = v.norm;
   // Then maybe commits.
@@ -159,6 +163,7 @@ void ExchangeProtocol::on_valid(const net::ConnectionPtr& c, const net::Bytes& b
   // The partner cannot have validated a vector we have not finished sending.
   if (!ex_->out.all_sent()) return violation(c, "valid before our payload");
   ex_->peer_valid = true;
+  stamp(*ex_, &ExchangeTimes::peer_voted);
   ex_->peer_tau = m.tau;
   ex_->peer_norm = m.norm;
   spdlog::trace("averager: #{} partner's vote received", ex_->seq);
@@ -201,6 +206,7 @@ void ExchangeProtocol::maybe_commit() {
   retry_armed_ = false;
   if (committed_)  // the boundary that applies a mix comes before any later snapshot
     throw std::logic_error("averager: a second exchange committed before the first was applied");
+  stamp(e, &ExchangeTimes::committed);
   agree_clip(e);
   measure_link(e);
   if (e.round >= 0) next_round(e.round);  // the schedule's round served, on both sides
@@ -226,6 +232,7 @@ void ExchangeProtocol::measure_link(const Exchange& e) {
 
 void ExchangeProtocol::applied(std::uint64_t seq) {
   if (!committed_ || committed_->seq != seq) return;
+  stamp(*committed_, &ExchangeTimes::applied);
   report(*committed_, std::nullopt);
   committed_.reset();
 }
@@ -320,6 +327,7 @@ void ExchangeProtocol::report(Exchange& e, std::optional<FailureReason> failure)
   ev.partner_step = e.partner_step;
   ev.wire = e.wire;
   ev.round = ok ? e.round : -1;
+  ev.times = e.times;
   if (e.role == ExchangeRole::Initiator && !e.partner.empty()) port_.idle_close_pooled(e.partner);
   if (ok)
     spdlog::debug("averager: exchange with {} done as {} in {} ms, w={}", short_id(ev.partner),
