@@ -35,7 +35,7 @@ std::optional<kernels::Wire> slow_link_wire(const AveragerConfig& c) {
   return c.slow_link_wire;
 }
 
-ExchangeConfig exchange_config(const AveragerConfig& c, bool direct) {
+ExchangeConfig exchange_config(const AveragerConfig& c) {
   ExchangeConfig e;
   e.fingerprint = c.fingerprint;
   e.wire = c.wire;
@@ -50,7 +50,10 @@ ExchangeConfig exchange_config(const AveragerConfig& c, bool direct) {
   const bool relative =
       c.wire == kernels::Wire::Int4Rel || c.finish_wire == kernels::Wire::Int4Rel;
   e.needs_norm = c.max_diff_norm > 0 || c.robust.mix == MixMode::Clipped || relative;
-  e.fast_norm = direct && c.wire == kernels::Wire::Fp32;
+  // Our fp32 chunk messages hold exactly the floats we sent, on either path and any backend: the
+  // protocol thread measures ||r - s|| as the chunks arrive, and the vote waits for no step
+  // boundary (on a GPU one per exchange saved, with steps well under a millisecond).
+  e.fast_norm = c.wire == kernels::Wire::Fp32;
   e.answer_timeout = c.answer_timeout;
   e.transfer_timeout_floor = c.transfer_timeout_floor;
   e.min_rate_bytes_per_s = c.min_rate_bytes_per_s;
@@ -101,7 +104,7 @@ Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDire
       sched_(transport.scheduler()),
       be_(backend),
       direct_(direct_mode(cfg_, backend)),
-      protocol_(exchange_config(cfg_, direct_), *this, peers, transport.local_id()),
+      protocol_(exchange_config(cfg_), *this, peers, transport.local_id()),
       conns_(sched_, cfg_.idle_close,
              [this](const net::ConnectionPtr& c) { return protocol_.in_flight_on(c); }),
       bound_(cfg_.robust),

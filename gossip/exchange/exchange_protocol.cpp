@@ -6,7 +6,7 @@
 // Validation: every value of the partner's vector is checked on the wire bytes as each chunk
 // arrives (WireChecker), and we vote as soon as the last one is in, so an exchange waits on the
 // training thread only twice: for the responder's snapshot and for the mix. Only the optional norm
-// bound, which needs our snapshot on the device, is checked at a step boundary (direct fp32: here).
+// bound, which needs our snapshot on the device, is checked at a step boundary (fp32: here).
 // This file: the initiator and the responder; exchange_transfer.cpp: the transfer, the vote,
 // the commit and the failures, on both sides.
 #include "gossip/exchange/exchange_protocol.hpp"

@@ -109,7 +109,7 @@ struct ExchangeConfig {
   PartnerChoiceConfig choice;
   RobustConfig robust;      // the ban settings
   bool needs_norm = false;  // a norm bound applies: the vote waits for ||r - s||
-  bool fast_norm = false;   // ||r - s|| summed here as the chunks arrive (direct fp32)
+  bool fast_norm = false;   // ||r - s|| summed here as the chunks arrive (fp32)
   // (An exchange in int4-rel, the slow link's wire, always waits for the training thread's vote:
   // its vector decodes against our snapshot.)
   // The dial and answer deadlines: fitted to the answers measured (answer_deadline.hpp), never
@@ -257,7 +257,7 @@ class ExchangeProtocol {
     bool recv_done = false, local_valid = false, peer_valid = false;
     double local_tau = 0, local_norm = 0, peer_tau = 0, peer_norm = 0;  // from the votes
     double diff_norm = -1, tau = 0, clip = 1;  // agreed at commit
-    // Direct fp32: ||r - s||^2 summed here as the chunks arrive, so the vote needs no step
+    // fp32: ||r - s||^2 summed here as the chunks arrive, so the vote needs no step
     // boundary; false (the training thread measures) once a chunk came in before our own
     // snapshot covered it.
     bool fast_norm = false;

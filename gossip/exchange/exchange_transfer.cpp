@@ -42,7 +42,8 @@ void ExchangeProtocol::begin_transfer() {
   // int4-rel decodes against our snapshot, at a step boundary (the slow link's wire, when it is
   // not the configured one).
   e.needs_norm = cfg_.needs_norm || e.wire == kernels::Wire::Int4Rel;
-  e.fast_norm = e.needs_norm && cfg_.fast_norm && e.wire == cfg_.wire;
+  e.fast_norm = e.needs_norm && cfg_.fast_norm && e.wire == cfg_.wire &&
+                e.wire == kernels::Wire::Fp32;
   e.transfer = port_.now();
   ex_->sq = 0;
   const double both_ways =
