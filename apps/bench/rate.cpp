@@ -132,7 +132,7 @@ struct Peer {
 struct Counts {
   std::int64_t steps = 0;
   double hook_s = 0, lag_wait_s = 0;
-  std::uint64_t ok = 0, averaging = 0, failed = 0, busy = 0, busy_sent = 0, lag_waits = 0,
+  std::uint64_t ok = 0, averaging = 0, failed = 0, busy = 0, busy_sent = 0, held = 0, lag_waits = 0,
                 deferred = 0;
   std::size_t events = 0;
 };
@@ -148,6 +148,7 @@ Counts counts(Peer& p) {
   const auto it = s.failed_by_reason.find("busy");
   c.busy = it == s.failed_by_reason.end() ? 0 : it->second;
   c.busy_sent = s.busy_sent;
+  c.held = s.held;
   // Written by the training thread: read between its steps is good enough for a count.
   c.lag_waits = p.node->lag_waits();
   c.lag_wait_s = p.node->lag_wait_s();
@@ -355,7 +356,7 @@ class RateBench {
 
   void figures(nlohmann::json& j, const std::vector<Counts>& b, const std::vector<Counts>& a,
                double s) {
-    double steps = 0, ok = 0, averaging = 0, failed = 0, busy = 0, busy_sent = 0, waits = 0,
+    double steps = 0, ok = 0, averaging = 0, failed = 0, busy = 0, busy_sent = 0, held = 0, waits = 0,
            wait_s = 0, deferred = 0, hook_s = 0;
     std::vector<gossip::ExchangeEvent> evs;
     for (std::size_t i = 0; i < peers_.size(); ++i) {
@@ -365,6 +366,7 @@ class RateBench {
       failed += double(a[i].failed - b[i].failed);
       busy += double(a[i].busy - b[i].busy);
       busy_sent += double(a[i].busy_sent - b[i].busy_sent);
+      held += double(a[i].held - b[i].held);
       waits += double(a[i].lag_waits - b[i].lag_waits);
       wait_s += a[i].lag_wait_s - b[i].lag_wait_s;
       deferred += double(a[i].deferred - b[i].deferred);
@@ -384,6 +386,7 @@ class RateBench {
     j["failed_per_s"] = failed / n / s;
     j["busy_failures_per_s"] = busy / n / s;  // every partner asked answered BUSY
     j["busy_sent_per_s"] = busy_sent / n / s;
+    j["held_per_s"] = held / n / s;  // requests held behind a transfer, then answered
     j["lag_waits_per_s"] = waits / n / s;
     j["lag_wait_share"] = wait_s / n / s;
     j["lag_deferred_per_s"] = deferred / n / s;

@@ -59,6 +59,7 @@ ExchangeConfig exchange_config(const AveragerConfig& c) {
   e.min_rate_bytes_per_s = c.min_rate_bytes_per_s;
   e.chunk_bytes = c.chunk_bytes;
   e.send_retry = c.send_retry;
+  e.hold_max = c.hold_max;
   e.seed = c.seed ? c.seed : base::random_seed();
   return e;
 }
@@ -446,9 +447,9 @@ void Averager::between_steps(core::StepContext& ctx) {
 
 void Averager::arm(Timer t, std::uint64_t seq, net::Millis d) {
   std::weak_ptr<bool> alive = alive_;
-  (t == Timer::Deadline ? deadline_ : retry_).arm(sched_, d, [this, alive, t, seq] {
+  timer(t).arm(sched_, d, [this, alive, t, seq] {
     if (!alive.lock()) return;
-    (t == Timer::Deadline ? deadline_ : retry_).fired();
+    timer(t).fired();
     protocol_.on_timer(t, seq);
   });
 }
@@ -591,6 +592,7 @@ void Averager::count(Counter c) {
   std::lock_guard<std::mutex> lk(mu_);
   if (c == Counter::BusySent) ++stats_.busy_sent;
   else if (c == Counter::RefusedSent) ++stats_.refused_sent;
+  else if (c == Counter::Held) ++stats_.held;
   else ++stats_.bans;
 }
 

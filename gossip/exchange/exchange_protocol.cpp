@@ -423,6 +423,11 @@ void ExchangeProtocol::refuse(const net::ConnectionPtr& c, const RequestMsg& m, 
 void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
   const RequestMsg m = decode_request(b);
   choice_.answered(c->peer_id());  // it reaches us: no reason to back off from it
+  answer_request(c, m, true);
+}
+
+void ExchangeProtocol::answer_request(const net::ConnectionPtr& c, const RequestMsg& m,
+                                      bool may_hold) {
   const std::optional<ExchangeCode> bad = incompatible(m);
   if (bad == ExchangeCode::Wire && in_transition(m.wire) && m.wire == cfg_.finish_wire) {
     // A requester already on the finish wire: we switch at our next idle step boundary, and
@@ -441,8 +446,38 @@ void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes&
   // Before our first step boundary we have no parameters to offer: as good as busy.
   std::optional<std::uint64_t> seq;
   if (port_.n_params() != 0) seq = port_.claim(own, m.wire);
+  if (!seq && may_hold && can_hold(c)) {
+    held_ = Held{c, m};
+    port_.count(ExchangePort::Counter::Held);
+    port_.arm(Timer::Hold, 0, cfg_.hold_max);
+    return;
+  }
   if (!seq) return send_busy(c, m.exchange_id);
   respond(c, m, *seq, std::move(own), sw);
+}
+
+// Held only behind an exchange in its transfer: that one ends without waiting for any other
+// peer's answer, so holds never wait on each other in a circle. And only where transfers are
+// short: a requester held for a 100 MB transfer had better ask someone else.
+bool ExchangeProtocol::can_hold(const net::ConnectionPtr& c) const {
+  return cfg_.hold_max > Millis(0) && !held_ && ex_ && ex_->phase == Phase::Transferring &&
+         ex_->conn != c && transfer_ms_ >= 0 &&
+         transfer_ms_ <= 0.5 * static_cast<double>(cfg_.hold_max.count()) && port_.n_params() != 0;
+}
+
+void ExchangeProtocol::serve_held() {
+  if (!held_ || ex_) return;
+  const Held h = std::move(*held_);
+  held_.reset();
+  port_.cancel(Timer::Hold);
+  if (h.conn->is_open()) answer_request(h.conn, h.m, false);
+}
+
+void ExchangeProtocol::drop_held(bool busy) {
+  if (!held_) return;
+  if (busy && held_->conn->is_open()) send_busy(held_->conn, held_->m.exchange_id);
+  held_.reset();
+  port_.cancel(Timer::Hold);
 }
 
 void ExchangeProtocol::send_busy(const net::ConnectionPtr& c, std::uint64_t exchange_id) {

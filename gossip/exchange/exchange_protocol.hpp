@@ -120,6 +120,13 @@ struct ExchangeConfig {
   double min_rate_bytes_per_s = 20e6;
   std::size_t chunk_bytes = (1u << 20) - kChunkHeaderBytes;
   net::Millis send_retry{1};
+  // A request that finds us busy in the transfer of another exchange is held (one at a time) and
+  // answered when that exchange ends, instead of BUSY at once, as long as our transfers take at
+  // most half of this (their moving average); BUSY when it has not ended within hold_max. A
+  // requester answered BUSY tries another partner or waits for its next --gossip-every steps;
+  // with steps well under a millisecond that is many steps, and with many peers most partners
+  // are busy. 0: never held.
+  net::Millis hold_max{20};
   std::uint64_t seed = 1;
 };
 
@@ -127,7 +134,7 @@ struct ExchangeConfig {
 // handoff). Every call is on the protocol thread.
 class ExchangePort {
  public:
-  enum class Timer { Deadline, Retry };
+  enum class Timer { Deadline, Retry, Hold };
   virtual ~ExchangePort() = default;
   virtual net::Millis now() const = 0;
   // A fine clock for ExchangeTimes only (never for a decision): microseconds, any origin.
@@ -194,7 +201,7 @@ class ExchangePort {
   // Results.
   virtual void finished(const ExchangeEvent& ev) = 0;
   virtual void ban_started(const BanEvent& b) = 0;
-  enum class Counter { BusySent, RefusedSent, Bans };
+  enum class Counter { BusySent, RefusedSent, Bans, Held };
   virtual void count(Counter c) = 0;
   // A partner exchanges in the finish wire while we still use the first one: switch soon.
   virtual void finish_wire_seen() {}
@@ -296,6 +303,12 @@ class ExchangeProtocol {
   void on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& b);
   // Responder.
   void on_request(const net::ConnectionPtr& c, const net::Bytes& b);
+  // The answer to a request (may_hold: a busy answer may be held instead, see hold_max).
+  void answer_request(const net::ConnectionPtr& c, const RequestMsg& m, bool may_hold);
+  bool can_hold(const net::ConnectionPtr& c) const;
+  // The exchange in flight ended: the held request is answered now (BUSY or ACCEPT).
+  void serve_held();
+  void drop_held(bool busy);
   std::optional<ExchangeCode> incompatible(const RequestMsg& m) const;
   bool in_transition(kernels::Wire theirs) const;
   void refuse(const net::ConnectionPtr& c, const RequestMsg& m, ExchangeCode code);
@@ -373,6 +386,14 @@ class ExchangeProtocol {
     net::ConnectionPtr conn;
     std::uint64_t id = 0;
   } withdrawn_;  // our request given up for a crossing one; its BUSY answer is expected
+  // A request held while our exchange transfers (hold_max), and the moving average of our
+  // transfers' durations, ms (ACCEPT to commit; -1: none yet).
+  struct Held {
+    net::ConnectionPtr conn;
+    RequestMsg m;
+  };
+  std::optional<Held> held_;
+  double transfer_ms_ = -1;
 };
 
 }  // namespace gossiptrain::gossip

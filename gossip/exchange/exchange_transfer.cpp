@@ -25,6 +25,7 @@ void ExchangeProtocol::arm_deadline(Millis d, ExchangeFailure what) {
 }
 
 void ExchangeProtocol::on_timer(Timer t, std::uint64_t seq) {
+  if (t == Timer::Hold) return drop_held(true);  // our exchange took too long: BUSY after all
   if (!ex_ || ex_->seq != seq) return;
   if (t == Timer::Retry) {
     retry_armed_ = false;
@@ -208,6 +209,8 @@ void ExchangeProtocol::maybe_commit() {
   if (committed_)  // the boundary that applies a mix comes before any later snapshot
     throw std::logic_error("averager: a second exchange committed before the first was applied");
   stamp(e, &ExchangeTimes::committed);
+  const double ms = static_cast<double>((port_.now() - e.transfer).count());
+  transfer_ms_ = transfer_ms_ < 0 ? ms : 0.8 * transfer_ms_ + 0.2 * ms;
   agree_clip(e);
   measure_link(e);
   if (e.round >= 0) next_round(e.round);  // the schedule's round served, on both sides
@@ -219,6 +222,7 @@ void ExchangeProtocol::maybe_commit() {
   // Every chunk of ours has reached the partner (it voted): let go of them, so that the snapshot
   // taken right after the mix can reuse their buffers instead of allocating fresh ones.
   committed_->out.release_own();
+  serve_held();  // a request held meanwhile is ours now (its snapshot follows the mix)
 }
 
 void ExchangeProtocol::measure_link(const Exchange& e) {
@@ -291,6 +295,7 @@ void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> no
   ex_.reset();
   // We refused the partner's vector: counts towards banning it.
   if (is_vector_refusal(reason.kind)) note_refusal(partner, why);
+  serve_held();
 }
 
 // A ban: we neither ask the partner nor answer it, and our exchange connection to it is closed.
@@ -378,6 +383,7 @@ void ExchangeProtocol::on_message(const net::ConnectionPtr& c, std::uint8_t type
 
 void ExchangeProtocol::on_closed(const net::ConnectionPtr& c, const std::string& reason) {
   port_.forget_pooled(c);
+  if (held_ && held_->conn == c) drop_held(false);
   if (!ex_ || ex_->conn != c) return;
   spdlog::debug("averager: exchange connection to {} closed: {}", short_id(ex_->partner), reason);
   if (ex_->phase == Phase::Requested || ex_->phase == Phase::Connecting)
