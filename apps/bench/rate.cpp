@@ -61,31 +61,29 @@ const OptionTable<RateBenchOptions>& rate_options() {
   static const auto table = bench_table<T>(
       "one line of JSON (default: indented)",
       {
-          O::text("model", "SPEC", std::string("the model whose parameters are exchanged (default ") +
-                                       kNiidCnn + ", NIID-Bench's CNN)",
+          O::text("model", "SPEC", "the model whose parameters are exchanged (the default: NIID-Bench's CNN)",
                   &T::model),
-          O::number("peers", "N", "peers on loopback (default 2)", &T::peers, 2, 64),
-          O::number("step-us", "US", "one training step, simulated (default 200 microseconds)",
+          O::number("peers", "N", "peers on loopback", &T::peers, 2, 64),
+          O::number("step-us", "US", "one training step, simulated, in microseconds",
                     &T::step_us, 0, 1e6),
           O::choice("step", {"sleep", "spin"},
-                    "a step sleeps (the CPU free, as while a GPU computes) or spins (default sleep)",
+                    "a step sleeps (the CPU free, as while a GPU computes) or spins",
                     &T::step),
-          O::number("seconds", "S", "measured time (default 10)", &T::seconds, 0.5, 3600),
-          O::number("warmup", "S", "time before the measurement (default 2)", &T::warmup_s, 0, 600),
-          O::number("gossip-every", "K", "gossip-peer's --gossip-every (default 4)",
+          O::number("seconds", "S", "measured time", &T::seconds, 0.5, 3600),
+          O::number("warmup", "S", "time before the measurement", &T::warmup_s, 0, 600),
+          O::number("gossip-every", "K", "gossip-peer's --gossip-every",
                     &T::gossip_every, 1, 100000),
           O::number_or("max-lag", "N", "gpu", -1,
-                       "gossip-peer's --max-lag in steps, 0: off (default gpu: --gossip-every, "
-                       "its auto on a GPU)",
+                       "gossip-peer's --max-lag in steps, 0: off (gpu: --gossip-every, its auto on "
+                       "a GPU)",
                        &T::max_lag, 0, 1000000),
-          O::number("max-lag-share", "X", "gossip-peer's --max-lag-share (default 0.25)",
+          O::number("max-lag-share", "X", "gossip-peer's --max-lag-share",
                     &T::max_lag_share, 0, 1000),
           O::choice("path", {"copy", "direct"},
-                    "the averager's buffers: copy, as on a GPU (the norm vote and the partner's "
-                    "chunks wait for a step boundary), or direct, the CPU backend's (default copy)",
+                    "the averager's buffers: copy, as on a GPU (s and r copied, the partner's "
+                    "chunks taken in at step boundaries), or direct, the CPU backend's",
                     &T::path),
-          O::choice("mix", {"plain", "clipped"}, "the averager's mixing (default clipped, as "
-                                                  "gossip-peer's)",
+          O::choice("mix", {"plain", "clipped"}, "the averager's mixing (clipped: gossip-peer's)",
                     &T::mix),
       });
   return table;
