@@ -813,7 +813,9 @@ TEST_CASE("a hand-driven partner completes an exchange, and its vector is checke
 
 TEST_CASE("a peer waiting for an exchange asks again after BUSY without a step (eager)",
           "[gossip]") {
-  Cluster c(3, 300, base_config(), 41);
+  AveragerConfig cfg = base_config();
+  cfg.hold_max = Millis(0);  // BUSY at once (a held request: below)
+  Cluster c(3, 300, cfg, 41);
   SimPeer &a = c[0], &b = c[1], &cc = c[2];
   c.serve_all();
   stall_in_exchange(c, b, cc);

@@ -299,6 +299,95 @@ TEST_CASE("exchange protocol: responder happy path with a standing snapshot",
   CHECK(f.port.events[0].role == ExchangeRole::Responder);
 }
 
+// A responder in the transfer of another exchange holds one request (ExchangeConfig::hold_max)
+// and answers it when that exchange ends, instead of BUSY at once (issue 47: with steps well under
+// a millisecond, a requester told BUSY lost many steps before it asked again).
+TEST_CASE("exchange protocol: a request held behind a transfer is answered when it ends",
+          "[gossip][protocol]") {
+  Fixture f;
+  auto other = std::make_shared<FakeConnection>("peer-c");
+  auto request_from_c = [&](std::uint64_t id) {
+    RequestMsg m{id, kFp, kN, kernels::Wire::Fp32, false, 10};
+    f.p.on_message(other, static_cast<std::uint8_t>(Type::Request), net::Bytes(*encode_request(m)));
+  };
+  // A first exchange as responder: its transfer time is what a hold is sized against.
+  f.port.claim_seq = 7;
+  f.port.standing = snapshot(2.0f);
+  f.request(55);
+  f.msg(Type::Chunk, partner_chunk(55));
+  f.msg(Type::Valid, encode_id(55));
+  REQUIRE(f.port.commits.size() == 1);
+  f.p.applied(7);
+  // The second one is in its transfer (ACCEPT sent, the partner's vector not in yet).
+  f.port.claim_seq = 8;
+  f.request(56);
+  REQUIRE(f.conn->of(Type::Accept).size() == 2);
+  f.port.claim_seq.reset();  // the averager is busy with it
+  SECTION("held, then accepted once the exchange in flight commits") {
+    request_from_c(77);
+    CHECK(other->sent.empty());  // neither BUSY nor ACCEPT yet
+    CHECK(f.port.counters[ExchangePort::Counter::Held] == 1);
+    CHECK(f.port.armed.at(ExchangePort::Timer::Hold).second == ExchangeConfig{}.hold_max);
+    request_from_c(78);  // one held at a time: the next is BUSY at once
+    REQUIRE(other->of(Type::Busy).size() == 1);
+    CHECK(decode_id(other->of(Type::Busy)[0]).exchange_id == 78);
+    f.port.claim_seq = 9;  // free again once committed
+    f.port.standing = nullptr;
+    f.msg(Type::Chunk, partner_chunk(56));
+    f.msg(Type::Valid, encode_id(56));
+    REQUIRE(f.port.commits.size() == 2);
+    REQUIRE(other->of(Type::Accept).size() == 1);
+    CHECK(decode_accept(other->of(Type::Accept)[0]).exchange_id == 77);
+    CHECK(f.port.armed.count(ExchangePort::Timer::Hold) == 0);
+    CHECK(f.p.in_flight());
+    // Its snapshot follows the mix of the one before (a step boundary): asked for, not sent.
+    CHECK(other->of(Type::Chunk).empty());
+    CHECK(f.port.counters[ExchangePort::Counter::BusySent] == 1);
+  }
+  SECTION("BUSY after all when the exchange in flight outlasts the hold") {
+    request_from_c(77);
+    f.p.on_timer(ExchangePort::Timer::Hold, 0);
+    REQUIRE(other->of(Type::Busy).size() == 1);
+    CHECK(decode_id(other->of(Type::Busy)[0]).exchange_id == 77);
+    f.port.claim_seq = 9;
+    f.msg(Type::Chunk, partner_chunk(56));
+    f.msg(Type::Valid, encode_id(56));
+    CHECK(other->of(Type::Accept).empty());  // nothing held any more
+  }
+  SECTION("dropped when its connection closes; answered when the exchange fails") {
+    request_from_c(77);
+    other->close("gone");
+    f.p.on_closed(other, "gone");
+    CHECK(f.port.armed.count(ExchangePort::Timer::Hold) == 0);
+    auto third = std::make_shared<FakeConnection>("peer-d");
+    RequestMsg m{79, kFp, kN, kernels::Wire::Fp32, false, 10};
+    f.p.on_message(third, static_cast<std::uint8_t>(Type::Request), net::Bytes(*encode_request(m)));
+    CHECK(third->sent.empty());  // held in its place
+    f.port.claim_seq = 9;
+    f.msg(Type::Abort, encode_code(56, ExchangeCode::Timeout));  // the exchange in flight fails
+    REQUIRE(third->of(Type::Accept).size() == 1);
+    CHECK(decode_accept(third->of(Type::Accept)[0]).exchange_id == 79);
+  }
+  SECTION("no hold with hold_max 0") {
+    ExchangeConfig cfg = config();
+    cfg.hold_max = Millis(0);
+    Fixture g(cfg);
+    g.port.claim_seq = 7;
+    g.port.standing = snapshot(2.0f);
+    g.request(55);
+    g.msg(Type::Chunk, partner_chunk(55));
+    g.msg(Type::Valid, encode_id(55));
+    g.p.applied(7);
+    g.port.claim_seq = 8;
+    g.request(56);
+    g.port.claim_seq.reset();
+    auto c2 = std::make_shared<FakeConnection>("peer-c");
+    RequestMsg m{77, kFp, kN, kernels::Wire::Fp32, false, 10};
+    g.p.on_message(c2, static_cast<std::uint8_t>(Type::Request), net::Bytes(*encode_request(m)));
+    CHECK(c2->of(Type::Busy).size() == 1);
+  }
+}
+
 TEST_CASE("exchange protocol: busy and refused requests", "[gossip][protocol]") {
   Fixture f;
   SECTION("busy: answered BUSY, nothing started") {

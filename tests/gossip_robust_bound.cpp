@@ -562,6 +562,7 @@ struct FaultRun {
   std::map<std::string, int> refused_by_partner;  // honest peers' anomalous refusals
   int bans_of_faulty = 0, bans_of_honest = 0;
   int honest_mixed_faulty = 0;  // exchanges of honest peers with peer 3 that went through
+  int honest_ok = 0;            // all the exchanges of honest peers that went through
 };
 
 FaultRun run_with_fault(const std::string& mode) {
@@ -599,6 +600,7 @@ FaultRun run_with_fault(const std::string& mode) {
     for (const auto& e : c[std::size_t(i)].events) {
       if (e.reason() == "anomalous") r.refused_by_partner[e.partner]++;
       if (e.ok && e.partner == c[3].id) r.honest_mixed_faulty++;
+      if (e.ok) r.honest_ok++;
     }
   return r;
 }
@@ -627,9 +629,14 @@ TEST_CASE("a signflip or stale partner is refused and banned, no honest one is b
   CHECK(honest_refusals < 6);
   // signflip is refused from its first exchange (twice our norm away); a stale snapshot once it
   // has fallen behind (11 exchanges went through in the run this was written against, most of
-  // them in the warm-up, whose tau is a quarter of our norm).
+  // them in the warm-up, whose tau is a quarter of our norm). Since requests are held behind a
+  // transfer instead of answered BUSY (ExchangeConfig::hold_max) this run averages more often
+  // (494 exchanges of honest peers against 379 with hold_max 0) and 17 went through against 13:
+  // the same share, about 3.4%. It falls behind in steps, not in exchanges.
+  INFO("honest exchanges that went through: " << r.honest_ok);
   if (mode == "signflip") CHECK(r.honest_mixed_faulty == 0);
-  else CHECK(r.honest_mixed_faulty <= 16);
+  else CHECK(r.honest_mixed_faulty <= 22);
+  CHECK(r.honest_mixed_faulty <= r.honest_ok / 20);
 }
 
 TEST_CASE("partner choice: a slow partner is asked rarely but not never, deterministically",

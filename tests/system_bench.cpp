@@ -45,6 +45,10 @@ TEST_CASE("gossip-bench refuses bad values with exit code 2 and a message", "[sy
       {{"average", "--wire", "int3"}, "--wire"},
       {{"transport", "--runs", "0"}, "--runs"},
       {{"transport", "--frame-kb", "100000"}, "--frame-kb"},
+      {{"rate", "--peers", "1"}, "--peers"},
+      {{"rate", "--step", "nap"}, "--step"},
+      {{"rate", "--path", "gpu"}, "--path"},
+      {{"rate", "--max-lag", "soon"}, "--max-lag"},
       {{"nosuchsubject"}, "nosuchsubject"},
   };
   for (const auto& [args, needle] : cases) {
@@ -70,4 +74,35 @@ TEST_CASE("gossip-bench average prints its figures as one JSON object", "[system
   CHECK(j["efficiency"].get<double>() ==
         Approx(j["channel_ms"].get<double>() / j["exchange_ms"].get<double>()));
   CHECK(j["train"]["slowdown"].get<double>() > 0);
+}
+
+TEST_CASE("gossip-bench rate prints exchanges against steps and where an exchange's time goes",
+          "[system]") {
+  gt_test::TempDir tmp("gt-bench-rate");
+  std::string out;
+  const int rc = run_bench({"rate", "--seconds", "1.5", "--warmup", "0.5", "--json"},
+                           tmp / "rate.log", &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const auto j = json_line(out);
+  CHECK(j["subject"] == "rate");
+  CHECK(j["params"] == 107786);  // NIID-Bench's CNN, as docs/fedavg.md runs it
+  CHECK(j["payload_bytes_each_way"] == 4 * 107786);
+  const double steps = j["steps_per_s"].get<double>(), ex = j["exchanges_per_s"].get<double>();
+  CHECK(steps > 0);
+  REQUIRE(ex > 0);
+  CHECK(j["steps_per_exchange"].get<double>() == Approx(steps / ex));
+  CHECK(j["aead_seal_us"].get<double>() > 0);
+  for (const char* role : {"initiator_us", "responder_us"}) {
+    INFO(role);
+    const auto& r = j[role];
+    REQUIRE(r["exchanges"].get<int>() > 0);
+    // Each exchange's phases come in order, so their medians do too.
+    CHECK(r["accept_to_received"].get<double>() >= 0);
+    CHECK(r["accept_to_commit"].get<double>() >= r["accept_to_received"].get<double>());
+    CHECK(r["accept_to_commit"].get<double>() >= r["accept_to_voted"].get<double>());
+    CHECK(r["total"].get<double>() >= r["accept_to_commit"].get<double>());
+  }
+  CHECK(j["initiator_us"]["start_to_accept"].get<double>() >=
+        j["initiator_us"]["request_to_accept"].get<double>());
 }

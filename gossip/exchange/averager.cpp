@@ -35,7 +35,7 @@ std::optional<kernels::Wire> slow_link_wire(const AveragerConfig& c) {
   return c.slow_link_wire;
 }
 
-ExchangeConfig exchange_config(const AveragerConfig& c, bool direct) {
+ExchangeConfig exchange_config(const AveragerConfig& c) {
   ExchangeConfig e;
   e.fingerprint = c.fingerprint;
   e.wire = c.wire;
@@ -50,12 +50,16 @@ ExchangeConfig exchange_config(const AveragerConfig& c, bool direct) {
   const bool relative =
       c.wire == kernels::Wire::Int4Rel || c.finish_wire == kernels::Wire::Int4Rel;
   e.needs_norm = c.max_diff_norm > 0 || c.robust.mix == MixMode::Clipped || relative;
-  e.fast_norm = direct && c.wire == kernels::Wire::Fp32;
+  // Our fp32 chunk messages hold exactly the floats we sent, on either path and any backend: the
+  // protocol thread measures ||r - s|| as the chunks arrive, and the vote waits for no step
+  // boundary (on a GPU one per exchange saved, with steps well under a millisecond).
+  e.fast_norm = c.wire == kernels::Wire::Fp32;
   e.answer_timeout = c.answer_timeout;
   e.transfer_timeout_floor = c.transfer_timeout_floor;
   e.min_rate_bytes_per_s = c.min_rate_bytes_per_s;
   e.chunk_bytes = c.chunk_bytes;
   e.send_retry = c.send_retry;
+  e.hold_max = c.hold_max;
   e.seed = c.seed ? c.seed : base::random_seed();
   return e;
 }
@@ -101,7 +105,7 @@ Averager::Averager(AveragerConfig cfg, net::Transport& transport, const PeerDire
       sched_(transport.scheduler()),
       be_(backend),
       direct_(direct_mode(cfg_, backend)),
-      protocol_(exchange_config(cfg_, direct_), *this, peers, transport.local_id()),
+      protocol_(exchange_config(cfg_), *this, peers, transport.local_id()),
       conns_(sched_, cfg_.idle_close,
              [this](const net::ConnectionPtr& c) { return protocol_.in_flight_on(c); }),
       bound_(cfg_.robust),
@@ -443,9 +447,9 @@ void Averager::between_steps(core::StepContext& ctx) {
 
 void Averager::arm(Timer t, std::uint64_t seq, net::Millis d) {
   std::weak_ptr<bool> alive = alive_;
-  (t == Timer::Deadline ? deadline_ : retry_).arm(sched_, d, [this, alive, t, seq] {
+  timer(t).arm(sched_, d, [this, alive, t, seq] {
     if (!alive.lock()) return;
-    (t == Timer::Deadline ? deadline_ : retry_).fired();
+    timer(t).fired();
     protocol_.on_timer(t, seq);
   });
 }
@@ -588,6 +592,7 @@ void Averager::count(Counter c) {
   std::lock_guard<std::mutex> lk(mu_);
   if (c == Counter::BusySent) ++stats_.busy_sent;
   else if (c == Counter::RefusedSent) ++stats_.refused_sent;
+  else if (c == Counter::Held) ++stats_.held;
   else ++stats_.bans;
 }
 

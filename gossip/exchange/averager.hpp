@@ -86,6 +86,9 @@ struct AveragerConfig {
   // Payload bytes per Chunk message: with its header, one chunk is exactly one 1 MiB channel frame.
   std::size_t chunk_bytes = (1u << 20) - kChunkHeaderBytes;
   net::Millis send_retry{1};      // wait before retrying a send refused by back-pressure
+  // A request that finds us in another exchange's transfer is held up to this long and answered
+  // when that exchange ends (ExchangeConfig::hold_max); 0: BUSY at once.
+  net::Millis hold_max{20};
   net::Millis idle_close{30000};  // close our dedicated exchange connection after this idle
   std::uint64_t seed = 0;         // peer choice and exchange ids; 0 = from random_device
 };
@@ -102,6 +105,7 @@ struct AveragerStats {
   std::uint64_t bytes_received = 0;
   std::uint64_t no_peer = 0;       // exchanges not started: no live peer to ask
   std::uint64_t busy_sent = 0;     // requests we answered BUSY
+  std::uint64_t held = 0;          // requests held until our exchange ended (then answered)
   std::uint64_t refused_sent = 0;  // requests we refused (incompatible or banned)
   std::uint64_t bans = 0;          // partners banned (each ban counted)
 };
@@ -228,7 +232,10 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   void finish_wire_seen() override { finish_seen_.store(true); }
   net::Millis now() const override { return sched_.now(); }
   void arm(Timer t, std::uint64_t seq, net::Millis d) override;
-  void cancel(Timer t) override { (t == Timer::Deadline ? deadline_ : retry_).cancel(); }
+  void cancel(Timer t) override { timer(t).cancel(); }
+  Deadline& timer(Timer t) {
+    return t == Timer::Deadline ? deadline_ : t == Timer::Retry ? retry_ : hold_;
+  }
   void dial(std::uint64_t seq, const PeerRef& p) override;
   net::ConnectionPtr pooled(const std::string& peer) override { return conns_.open(peer); }
   bool has_pooled(const std::string& peer) override { return conns_.has(peer); }
@@ -287,7 +294,7 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   // Protocol thread only.
   ExchangeProtocol protocol_;
   ConnectionPool conns_;
-  Deadline deadline_, retry_;      // the protocol's two timers
+  Deadline deadline_, retry_, hold_;  // the protocol's timers
   std::vector<float> zeros_host_;  // fast norm scratch
 
   // Training thread <-> protocol thread handoff.

@@ -6,13 +6,14 @@
 // Validation: every value of the partner's vector is checked on the wire bytes as each chunk
 // arrives (WireChecker), and we vote as soon as the last one is in, so an exchange waits on the
 // training thread only twice: for the responder's snapshot and for the mix. Only the optional norm
-// bound, which needs our snapshot on the device, is checked at a step boundary (direct fp32: here).
+// bound, which needs our snapshot on the device, is checked at a step boundary (fp32: here).
 // This file: the initiator and the responder; exchange_transfer.cpp: the transfer, the vote,
 // the commit and the failures, on both sides.
 #include "gossip/exchange/exchange_protocol.hpp"
 
 #include <algorithm>
 #include "base/assert.hpp"
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -26,6 +27,16 @@ namespace gossiptrain::gossip {
 
 using namespace exchange_detail;
 
+
+double ExchangePort::clock_us() const {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void ExchangeProtocol::stamp(Exchange& e, double ExchangeTimes::*field) const {
+  if (e.times.*field < 0) e.times.*field = port_.clock_us() - e.t0_us;
+}
 
 std::string_view role_name(ExchangeRole r) {
   return r == ExchangeRole::Initiator ? "initiator" : "responder";
@@ -61,6 +72,7 @@ void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
   e.wire = cfg_.wire;  // the snapshot the training thread is taking
   e.n_self = samples;
   e.started = port_.now();
+  e.t0_us = port_.clock_us();
   ex_ = std::move(e);
   if (cfg_.choice.scheduled()) {
     const Millis now = port_.now();
@@ -216,6 +228,7 @@ void ExchangeProtocol::try_next_peer() {
   else
     p = cands[choice_.pick(cands, rng_)];
   ++e.tries;
+  e.times.tries = e.tries;
   e.partner = p.id;
   use_wire(e, link_.wire_for(p.id, port_.now()));
   e.asked = port_.now();
@@ -272,6 +285,7 @@ void ExchangeProtocol::ask(const net::ConnectionPtr& c) {
     m.view = e.view;
   }
   e.requested = port_.now();
+  e.times.requested = port_.clock_us() - e.t0_us;
   arm_deadline(deadlines_.answer(), ExchangeFailure::TimeoutAnswer);
   queue_control(kReq, encode_request(m));
 }
@@ -306,6 +320,7 @@ void ExchangeProtocol::on_accept(const net::ConnectionPtr& c, const net::Bytes& 
     return violation(c, "unexpected accept");
   Exchange& e = *ex_;
   answered(e);
+  stamp(e, &ExchangeTimes::accepted);
   e.n_other = m.samples;
   e.partner_progress = m.progress;
   e.partner_step = m.step;
@@ -341,6 +356,7 @@ void ExchangeProtocol::on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8
   if (!is_current(c, id) || ex_->role != ExchangeRole::Initiator || ex_->phase != Phase::Requested)
     return violation(c, "unexpected busy/refuse");
   answered(*ex_);
+  if (type == kBusy) ++ex_->times.busy;
   if (type == kRef && reason.code == ExchangeCode::Wire && cfg_.finish_wire &&
       cfg_.wire != *cfg_.finish_wire) {
     // The partner is on the finish wire already (in_transition): so should we be.
@@ -407,6 +423,11 @@ void ExchangeProtocol::refuse(const net::ConnectionPtr& c, const RequestMsg& m, 
 void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
   const RequestMsg m = decode_request(b);
   choice_.answered(c->peer_id());  // it reaches us: no reason to back off from it
+  answer_request(c, m, true);
+}
+
+void ExchangeProtocol::answer_request(const net::ConnectionPtr& c, const RequestMsg& m,
+                                      bool may_hold) {
   const std::optional<ExchangeCode> bad = incompatible(m);
   if (bad == ExchangeCode::Wire && in_transition(m.wire) && m.wire == cfg_.finish_wire) {
     // A requester already on the finish wire: we switch at our next idle step boundary, and
@@ -425,8 +446,38 @@ void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes&
   // Before our first step boundary we have no parameters to offer: as good as busy.
   std::optional<std::uint64_t> seq;
   if (port_.n_params() != 0) seq = port_.claim(own, m.wire);
+  if (!seq && may_hold && can_hold(c)) {
+    held_ = Held{c, m};
+    port_.count(ExchangePort::Counter::Held);
+    port_.arm(Timer::Hold, 0, cfg_.hold_max);
+    return;
+  }
   if (!seq) return send_busy(c, m.exchange_id);
   respond(c, m, *seq, std::move(own), sw);
+}
+
+// Held only behind an exchange in its transfer: that one ends without waiting for any other
+// peer's answer, so holds never wait on each other in a circle. And only where transfers are
+// short: a requester held for a 100 MB transfer had better ask someone else.
+bool ExchangeProtocol::can_hold(const net::ConnectionPtr& c) const {
+  return cfg_.hold_max > Millis(0) && !held_ && ex_ && ex_->phase == Phase::Transferring &&
+         ex_->conn != c && transfer_ms_ >= 0 &&
+         transfer_ms_ <= 0.5 * static_cast<double>(cfg_.hold_max.count()) && port_.n_params() != 0;
+}
+
+void ExchangeProtocol::serve_held() {
+  if (!held_ || ex_) return;
+  const Held h = std::move(*held_);
+  held_.reset();
+  port_.cancel(Timer::Hold);
+  if (h.conn->is_open()) answer_request(h.conn, h.m, false);
+}
+
+void ExchangeProtocol::drop_held(bool busy) {
+  if (!held_) return;
+  if (busy && held_->conn->is_open()) send_busy(held_->conn, held_->m.exchange_id);
+  held_.reset();
+  port_.cancel(Timer::Hold);
 }
 
 void ExchangeProtocol::send_busy(const net::ConnectionPtr& c, std::uint64_t exchange_id) {
@@ -446,6 +497,8 @@ void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m,
   e.partner = c->peer_id();
   e.conn = c;
   e.started = e.asked = port_.now();
+  e.t0_us = port_.clock_us();
+  e.times.accepted = 0;
   e.n_self = port_.own_samples();
   e.n_other = m.samples;
   e.partner_progress = m.progress;
@@ -482,6 +535,9 @@ void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m
   e.partner = c->peer_id();
   e.conn = c;
   e.started = e.asked = port_.now();
+  e.t0_us = port_.clock_us();
+  e.times = {};
+  e.times.accepted = 0;
   e.n_other = m.samples;
   e.partner_progress = m.progress;
   e.partner_step = m.step;

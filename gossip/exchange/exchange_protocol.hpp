@@ -44,6 +44,23 @@ std::string_view role_name(ExchangeRole r);  // "initiator" | "responder"
 // weight): the summary, the live table and the exchange health count it apart from ok.
 inline constexpr double kAveragingClip = 0.01;
 
+// Where an exchange's time went, for gossip-bench rate (wall clock, not the scheduler's: an
+// exchange of a small model takes well under the millisecond the scheduler's clock counts).
+// Microseconds from the exchange's start (initiator: the training thread's request reached the
+// protocol thread; responder: the REQUEST came in); -1: not reached.
+struct ExchangeTimes {
+  double requested = -1;   // initiator: its last REQUEST was queued
+  double accepted = -1;    // initiator: ACCEPT in (after every dial, BUSY answer and round trip)
+  double own_sent = -1;    // our last chunk handed to the transport
+  double received = -1;    // the partner's last chunk in (and checked)
+  double voted = -1;       // our VALID queued (after the norm vote, when one applies)
+  double peer_voted = -1;  // the partner's VALID in
+  double committed = -1;   // both votes in: the mix handed to the training thread
+  double applied = -1;     // the mix applied at a step boundary (the event's end)
+  int busy = 0;            // BUSY answers to this exchange's requests (initiator)
+  int tries = 0;           // partners asked (initiator)
+};
+
 struct ExchangeEvent {
   std::string partner;  // peer id of the other side
   ExchangeRole role = ExchangeRole::Initiator;
@@ -69,6 +86,7 @@ struct ExchangeEvent {
   kernels::Wire wire = kernels::Wire::Fp32;  // the wire it ran in (link_wire.hpp)
   // --partner-choice hypercube: the schedule round this exchange served (-1: a plain exchange).
   std::int64_t round = -1;
+  ExchangeTimes times;  // where its time went (gossip-bench rate)
 };
 
 // The training thread's (or the fast path's) verdict on the partner's vector.
@@ -91,7 +109,7 @@ struct ExchangeConfig {
   PartnerChoiceConfig choice;
   RobustConfig robust;      // the ban settings
   bool needs_norm = false;  // a norm bound applies: the vote waits for ||r - s||
-  bool fast_norm = false;   // ||r - s|| summed here as the chunks arrive (direct fp32)
+  bool fast_norm = false;   // ||r - s|| summed here as the chunks arrive (fp32)
   // (An exchange in int4-rel, the slow link's wire, always waits for the training thread's vote:
   // its vector decodes against our snapshot.)
   // The dial and answer deadlines: fitted to the answers measured (answer_deadline.hpp), never
@@ -102,6 +120,13 @@ struct ExchangeConfig {
   double min_rate_bytes_per_s = 20e6;
   std::size_t chunk_bytes = (1u << 20) - kChunkHeaderBytes;
   net::Millis send_retry{1};
+  // A request that finds us busy in the transfer of another exchange is held (one at a time) and
+  // answered when that exchange ends, instead of BUSY at once, as long as our transfers take at
+  // most half of this (their moving average); BUSY when it has not ended within hold_max. A
+  // requester answered BUSY tries another partner or waits for its next --gossip-every steps;
+  // with steps well under a millisecond that is many steps, and with many peers most partners
+  // are busy. 0: never held.
+  net::Millis hold_max{20};
   std::uint64_t seed = 1;
 };
 
@@ -109,9 +134,11 @@ struct ExchangeConfig {
 // handoff). Every call is on the protocol thread.
 class ExchangePort {
  public:
-  enum class Timer { Deadline, Retry };
+  enum class Timer { Deadline, Retry, Hold };
   virtual ~ExchangePort() = default;
   virtual net::Millis now() const = 0;
+  // A fine clock for ExchangeTimes only (never for a decision): microseconds, any origin.
+  virtual double clock_us() const;
   // A live peer not to ask now (a lingering peer does not ask partners known to be training).
   virtual bool avoid(const std::string&) const { return false; }
   // Calls on_timer(seq, t) after d unless cancelled or armed again (one of each kind at a time).
@@ -174,7 +201,7 @@ class ExchangePort {
   // Results.
   virtual void finished(const ExchangeEvent& ev) = 0;
   virtual void ban_started(const BanEvent& b) = 0;
-  enum class Counter { BusySent, RefusedSent, Bans };
+  enum class Counter { BusySent, RefusedSent, Bans, Held };
   virtual void count(Counter c) = 0;
   // A partner exchanges in the finish wire while we still use the first one: switch soon.
   virtual void finish_wire_seen() {}
@@ -237,7 +264,7 @@ class ExchangeProtocol {
     bool recv_done = false, local_valid = false, peer_valid = false;
     double local_tau = 0, local_norm = 0, peer_tau = 0, peer_norm = 0;  // from the votes
     double diff_norm = -1, tau = 0, clip = 1;  // agreed at commit
-    // Direct fp32: ||r - s||^2 summed here as the chunks arrive, so the vote needs no step
+    // fp32: ||r - s||^2 summed here as the chunks arrive, so the vote needs no step
     // boundary; false (the training thread measures) once a chunk came in before our own
     // snapshot covered it.
     bool fast_norm = false;
@@ -259,7 +286,11 @@ class ExchangeProtocol {
     double sched_w = 0.5;
     std::set<std::string> excluded;  // asked this round: busy, refused or unreachable
     std::optional<FailureReason> last_reason;
+    double t0_us = 0;     // port_.clock_us() at started
+    ExchangeTimes times;  // from t0_us
   };
+  // Sets a phase's time (the first time it is reached).
+  void stamp(Exchange& e, double ExchangeTimes::*field) const;
 
   // Initiator.
   static constexpr std::size_t kMaxCandidates = 32;
@@ -272,6 +303,12 @@ class ExchangeProtocol {
   void on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8_t type, const net::Bytes& b);
   // Responder.
   void on_request(const net::ConnectionPtr& c, const net::Bytes& b);
+  // The answer to a request (may_hold: a busy answer may be held instead, see hold_max).
+  void answer_request(const net::ConnectionPtr& c, const RequestMsg& m, bool may_hold);
+  bool can_hold(const net::ConnectionPtr& c) const;
+  // The exchange in flight ended: the held request is answered now (BUSY or ACCEPT).
+  void serve_held();
+  void drop_held(bool busy);
   std::optional<ExchangeCode> incompatible(const RequestMsg& m) const;
   bool in_transition(kernels::Wire theirs) const;
   void refuse(const net::ConnectionPtr& c, const RequestMsg& m, ExchangeCode code);
@@ -349,6 +386,14 @@ class ExchangeProtocol {
     net::ConnectionPtr conn;
     std::uint64_t id = 0;
   } withdrawn_;  // our request given up for a crossing one; its BUSY answer is expected
+  // A request held while our exchange transfers (hold_max), and the moving average of our
+  // transfers' durations, ms (ACCEPT to commit; -1: none yet).
+  struct Held {
+    net::ConnectionPtr conn;
+    RequestMsg m;
+  };
+  std::optional<Held> held_;
+  double transfer_ms_ = -1;
 };
 
 }  // namespace gossiptrain::gossip

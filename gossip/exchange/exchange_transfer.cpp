@@ -25,6 +25,7 @@ void ExchangeProtocol::arm_deadline(Millis d, ExchangeFailure what) {
 }
 
 void ExchangeProtocol::on_timer(Timer t, std::uint64_t seq) {
+  if (t == Timer::Hold) return drop_held(true);  // our exchange took too long: BUSY after all
   if (!ex_ || ex_->seq != seq) return;
   if (t == Timer::Retry) {
     retry_armed_ = false;
@@ -42,7 +43,8 @@ void ExchangeProtocol::begin_transfer() {
   // int4-rel decodes against our snapshot, at a step boundary (the slow link's wire, when it is
   // not the configured one).
   e.needs_norm = cfg_.needs_norm || e.wire == kernels::Wire::Int4Rel;
-  e.fast_norm = e.needs_norm && cfg_.fast_norm && e.wire == cfg_.wire;
+  e.fast_norm = e.needs_norm && cfg_.fast_norm && e.wire == cfg_.wire &&
+                e.wire == kernels::Wire::Fp32;
   e.transfer = port_.now();
   ex_->sq = 0;
   const double both_ways =
@@ -72,7 +74,9 @@ void ExchangeProtocol::pump_send() {
   o.rate = port_.max_rate();
   o.chunk_bytes = cfg_.chunk_bytes;
   o.send_retry = cfg_.send_retry;
-  if (const auto wait = e.out.pump(*e.conn, o, port_.now())) {
+  const auto wait = e.out.pump(*e.conn, o, port_.now());
+  if (e.out.all_sent()) stamp(e, &ExchangeTimes::own_sent);
+  if (wait) {
     if (!e.conn->is_open()) return;  // on_closed ends the exchange
     retry_armed_ = true;
     return port_.arm(Timer::Retry, e.seq, *wait);
@@ -116,6 +120,7 @@ void ExchangeProtocol::on_chunk(const net::ConnectionPtr& c, net::Bytes&& b) {
   if (e.received == encoded_size(e.wire, port_.n_params())) {
     spdlog::trace("averager: #{} payload received", e.seq);
     e.recv_done = true;
+    stamp(e, &ExchangeTimes::received);
     // Before the vote, which judges the vector (RobustBound::heard_payload).
     port_.heard_payload(e.partner, e.payload_hash + std::uint64_t(e.wire));
   }
@@ -146,6 +151,7 @@ void ExchangeProtocol::validated(std::uint64_t seq, const Verdict& v) {
     return fail({*v.refused}, code);
   }
   ex_->local_valid = true;
+  stamp(*ex_, &ExchangeTimes::voted);
   ex_->local_tau = v.tau;
   ex_->local_norm = v.norm;
   // Then maybe commits.
@@ -159,6 +165,7 @@ void ExchangeProtocol::on_valid(const net::ConnectionPtr& c, const net::Bytes& b
   // The partner cannot have validated a vector we have not finished sending.
   if (!ex_->out.all_sent()) return violation(c, "valid before our payload");
   ex_->peer_valid = true;
+  stamp(*ex_, &ExchangeTimes::peer_voted);
   ex_->peer_tau = m.tau;
   ex_->peer_norm = m.norm;
   spdlog::trace("averager: #{} partner's vote received", ex_->seq);
@@ -201,6 +208,9 @@ void ExchangeProtocol::maybe_commit() {
   retry_armed_ = false;
   if (committed_)  // the boundary that applies a mix comes before any later snapshot
     throw std::logic_error("averager: a second exchange committed before the first was applied");
+  stamp(e, &ExchangeTimes::committed);
+  const double ms = static_cast<double>((port_.now() - e.transfer).count());
+  transfer_ms_ = transfer_ms_ < 0 ? ms : 0.8 * transfer_ms_ + 0.2 * ms;
   agree_clip(e);
   measure_link(e);
   if (e.round >= 0) next_round(e.round);  // the schedule's round served, on both sides
@@ -212,6 +222,7 @@ void ExchangeProtocol::maybe_commit() {
   // Every chunk of ours has reached the partner (it voted): let go of them, so that the snapshot
   // taken right after the mix can reuse their buffers instead of allocating fresh ones.
   committed_->out.release_own();
+  serve_held();  // a request held meanwhile is ours now (its snapshot follows the mix)
 }
 
 void ExchangeProtocol::measure_link(const Exchange& e) {
@@ -226,6 +237,7 @@ void ExchangeProtocol::measure_link(const Exchange& e) {
 
 void ExchangeProtocol::applied(std::uint64_t seq) {
   if (!committed_ || committed_->seq != seq) return;
+  stamp(*committed_, &ExchangeTimes::applied);
   report(*committed_, std::nullopt);
   committed_.reset();
 }
@@ -283,6 +295,7 @@ void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> no
   ex_.reset();
   // We refused the partner's vector: counts towards banning it.
   if (is_vector_refusal(reason.kind)) note_refusal(partner, why);
+  serve_held();
 }
 
 // A ban: we neither ask the partner nor answer it, and our exchange connection to it is closed.
@@ -320,6 +333,7 @@ void ExchangeProtocol::report(Exchange& e, std::optional<FailureReason> failure)
   ev.partner_step = e.partner_step;
   ev.wire = e.wire;
   ev.round = ok ? e.round : -1;
+  ev.times = e.times;
   if (e.role == ExchangeRole::Initiator && !e.partner.empty()) port_.idle_close_pooled(e.partner);
   if (ok)
     spdlog::debug("averager: exchange with {} done as {} in {} ms, w={}", short_id(ev.partner),
@@ -369,6 +383,7 @@ void ExchangeProtocol::on_message(const net::ConnectionPtr& c, std::uint8_t type
 
 void ExchangeProtocol::on_closed(const net::ConnectionPtr& c, const std::string& reason) {
   port_.forget_pooled(c);
+  if (held_ && held_->conn == c) drop_held(false);
   if (!ex_ || ex_->conn != c) return;
   spdlog::debug("averager: exchange connection to {} closed: {}", short_id(ex_->partner), reason);
   if (ex_->phase == Phase::Requested || ex_->phase == Phase::Connecting)

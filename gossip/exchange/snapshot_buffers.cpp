@@ -8,6 +8,7 @@
 
 #include "gossip/exchange/exchange_messages.hpp"
 #include "gossip/exchange/relative_wire.hpp"
+#include "gossip/exchange/wire_check.hpp"
 
 namespace gossiptrain::gossip {
 
@@ -334,9 +335,10 @@ bool add_sq_diff(kernels::Backend& be, const ChunkSet* own, std::size_t chunk_by
     const std::size_t k = offset / chunk_bytes, within = offset % chunk_bytes;
     const net::Bytes& c = *own->chunks[k];
     const std::size_t m = std::min(size, c.size() - kChunkHeaderBytes - within);
-    sq += be.sq_diff_norm(reinterpret_cast<const float*>(r),
-                          reinterpret_cast<const float*>(c.data() + kChunkHeaderBytes + within),
-                          m / sizeof(float));
+    const auto* a = reinterpret_cast<const float*>(r);
+    const auto* b = reinterpret_cast<const float*>(c.data() + kChunkHeaderBytes + within);
+    sq += be.host_memory() ? be.sq_diff_norm(a, b, m / sizeof(float))
+                           : host_sq_diff_norm(a, b, m / sizeof(float));
     r += m;
     offset += m;
     size -= m;
@@ -352,7 +354,8 @@ double own_sq_norm(kernels::Backend& be, const ChunkSet& own, std::vector<float>
     const float* x = reinterpret_cast<const float*>(c->data() + kChunkHeaderBytes);
     const std::size_t n = (c->size() - kChunkHeaderBytes) / sizeof(float);
     for (std::size_t k = 0; k < n; k += kBlock)
-      sq += be.sq_diff_norm(x + k, zeros.data(), std::min(kBlock, n - k));
+      sq += be.host_memory() ? be.sq_diff_norm(x + k, zeros.data(), std::min(kBlock, n - k))
+                             : host_sq_diff_norm(x + k, zeros.data(), std::min(kBlock, n - k));
   }
   return sq;
 }

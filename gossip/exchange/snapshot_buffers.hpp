@@ -100,12 +100,13 @@ class SnapshotBuffers {
   kernels::DeviceBuffer<float> zeros_;  // kScratchValues zeros, for own_sq_norm
 };
 
-// Protocol thread, direct fp32: adds ||r - s||^2 of the partner's chunk data r, bytes
+// Protocol thread, fp32 (either path: our chunk messages hold exactly the floats we sent): adds ||r - s||^2 of the partner's chunk data r, bytes
 // [offset, offset + size) of the vector, to sq; false (nothing added) when our snapshot has not
 // been cut that far yet.
 bool add_sq_diff(kernels::Backend& be, const ChunkSet* own, std::size_t chunk_bytes,
                  const std::uint8_t* r, std::size_t offset, std::size_t size, double& sq);
-// ||s||^2 of our whole snapshot (protocol thread, direct fp32, every chunk cut); zeros is scratch.
+// ||s||^2 of our whole snapshot (protocol thread, fp32, every chunk cut); zeros is scratch. Both
+// sum on the backend where its memory is host memory, else on this thread (host_sq_diff_norm).
 double own_sq_norm(kernels::Backend& be, const ChunkSet& own, std::vector<float>& zeros);
 
 }  // namespace gossiptrain::gossip

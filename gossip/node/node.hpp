@@ -106,6 +106,8 @@ class Node final : private core::StepHook {
   // --max-lag: how often, and for how long in all, training waited for an exchange to complete.
   std::uint64_t lag_waits() const { return lag_waits_; }
   double lag_wait_s() const { return lag_wait_s_; }
+  // Waits due by steps that --max-lag-share's time budget put off (LagBound::deferred).
+  std::uint64_t lag_deferred() const { return lag_->deferred(); }
   // --max-ahead: how often, and for how long in all, training waited for slower partners.
   std::uint64_t pace_waits() const { return pace_waits_; }
   double pace_wait_s() const { return pace_wait_s_; }
