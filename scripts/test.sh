@@ -3,7 +3,7 @@
 # present), runs every test with CTest ([cuda] tests skip with a message when there is no GPU), then
 # builds the layers that parse what the network sends (net/ and gossip/) with AddressSanitizer + UBSan
 # (CMake preset "asan") and runs their tests, the loop pool's tests and the parser fuzz smoke test
-# there, then builds the libFuzzer targets with clang (preset "fuzz") and runs each 60 s from its
+# there, then builds the libFuzzer targets with clang (preset "fuzz") and runs each 30 s from its
 # corpus (scripts/fuzz.sh). GT_SKIP_ASAN=1 skips those two sanitizer stages. After the main suite, the install test runs once more with the build
 # tree moved away (scripts/install-check.sh).
 #   scripts/test.sh --quick   the unit tests only (CTest label "unit", not "slow"), no install
@@ -63,7 +63,11 @@ asan_stage() {
   cmake --preset asan >/dev/null &&
     cmake --build build-asan -j "$JOBS" --target test_net test_gossip test_kernels fuzz_net_driver fuzz_gossip_driver &&
     # The loop pool's many-callers stress test too: the training and network threads share it.
-    (cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 -R '^(net|gossip)|^kernels:loop pool')
+    # Less two simulations that run their exchanges hundreds of times over (2 x 40 losses, 12 wire
+    # cases of 8 peers): 149 s and 128 s of this stage's tests at -O0, the same code paths as the
+    # shorter wire and failure tests it keeps; the main suite runs them.
+    (cd build-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 -R '^(net|gossip)|^kernels:loop pool' \
+      -E 'a partner lost mid-exchange: all or nothing on each side|lossy wire encodings also reach consensus')
 }
 
 if stage "build ($BUILD)" build_main; then
@@ -84,13 +88,13 @@ if [[ "${GT_SKIP_ASAN:-0}" != 1 ]]; then
 else
   skipped "AddressSanitizer + UBSan" "GT_SKIP_ASAN=1"
 fi
-# The libFuzzer targets (clang, preset "fuzz": only they and what they link are built), 60 s each,
+# The libFuzzer targets (clang, preset "fuzz": only they and what they link are built), 30 s each,
 # both at once, from their corpus in tests/fuzz/corpus/ (scripts/fuzz.sh). GT_SKIP_ASAN=1 skips it.
 fuzz_stage() {
-  cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$JOBS" && bash scripts/fuzz.sh --time 60
+  cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$JOBS" && bash scripts/fuzz.sh --time 30
 }
 if [[ "${GT_SKIP_ASAN:-0}" != 1 ]]; then
-  stage "fuzzers, 60 s each (build-fuzz)" fuzz_stage
+  stage "fuzzers, 30 s each (build-fuzz)" fuzz_stage
 else
   skipped "fuzzers" "GT_SKIP_ASAN=1"
 fi
