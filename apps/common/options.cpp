@@ -495,7 +495,7 @@ const OptionTable<PeerConfig>& peer_options() {
          }
          c.train.run_id = v;
        }}.unset_means("GT_RUN_ID under --cluster, else none: any checkpoint of this model "
-                      "continues").of_kind(ValueKind::Text).for_programs(kGossipPeer),
+                      "continues").of_kind(ValueKind::Text).for_programs(kGossipPeer | kPythonPeer),
       O::number("checkpoint-every", "SECONDS",
                 "also checkpoint every SECONDS of training, besides every epoch end and on stop; a "
                 "killed peer loses at most this much",

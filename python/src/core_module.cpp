@@ -118,6 +118,7 @@ class BufferPeer final : public core::StateSource {
     cfg_ = parse_python_args(args, &model_given);
     spdlog::set_level(spdlog::level::from_str(cfg_.log_level));
     spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
+    run_id_ = cfg_.train.run_id;
     data_ = buf_.data();
     n_ = buf_.shape(0);
     if (n_ == 0) throw apps::UsageError("the buffer is empty: a peer averages at least one value");
@@ -151,6 +152,7 @@ class BufferPeer final : public core::StateSource {
       metrics_->emit("python_peer", {{"n_params", n_},
                                      {"fingerprint", std::to_string(fingerprint_)},
                                      {"resumed", resumed_},
+                                     {"run_id", run_id_},
                                      {"step", step_}});
       // Before the node starts: a cohort's new peer may ask us as soon as it knows us.
       node_->gossip().set_carries_run(resumed_ && step_ > 0);
@@ -319,7 +321,9 @@ class BufferPeer final : public core::StateSource {
     c.step = step_;
     c.samples = samples_;
     c.params.assign(data_, data_ + n_);
-    c.meta = R"({"python":true})";
+    nlohmann::json meta{{"python", true}};
+    if (!run_id_.empty()) meta["run_id"] = run_id_;
+    c.meta = meta.dump();
     return c;
   }
 
@@ -337,6 +341,18 @@ class BufferPeer final : public core::StateSource {
       throw core::CheckpointError("checkpoint in " + dir + " holds another vector (" +
                                   std::to_string(c.params.size()) + " values, not " +
                                   std::to_string(n_) + ")");
+    // The run it belongs to, as gossip-peer judges it (core::Trainer): both ids given and
+    // different is another run's checkpoint; without run_id the checkpoint's id carries on.
+    const nlohmann::json meta = nlohmann::json::parse(c.meta, nullptr, false);
+    std::string theirs;
+    if (meta.is_object() && meta.contains("run_id") && meta["run_id"].is_string())
+      theirs = meta["run_id"].get<std::string>();
+    if (!theirs.empty() && !run_id_.empty() && theirs != run_id_)
+      throw core::CheckpointRunError(
+          "checkpoint in " + dir + " belongs to run '" + theirs + "', not to this run '" +
+          run_id_ + "': to continue run '" + theirs + "' pass run_id=\"" + theirs +
+          "\"; to start run '" + run_id_ + "' fresh use an empty checkpoint_dir");
+    if (run_id_.empty()) run_id_ = theirs;
     std::memcpy(data_, c.params.data(), n_ * sizeof(float));
     step_ = c.step;
     samples_ = c.samples;
@@ -368,6 +384,7 @@ class BufferPeer final : public core::StateSource {
   std::int64_t step_ = 0;
   std::int64_t samples_ = 0;
   bool resumed_ = false;
+  std::string run_id_;  // run_id=, or the resumed checkpoint's when none was given
   std::chrono::steady_clock::time_point last_save_;
 };
 

@@ -231,3 +231,32 @@ def test_split_peer_args_parts_gossip_launchs_words():
     assert rest == {"epochs": "2", "lr": "0.5", "some_switch": True}
     with pytest.raises(gossiptrain.UsageError, match="expected a flag"):
         gossiptrain.split_peer_args(["epochs", "2"])
+
+
+def test_a_checkpoint_of_another_run_is_refused_and_the_run_id_carries_on(tmp_path):
+    # run_id as gossip-peer's --run-id: written in every checkpoint; a checkpoint of another run id
+    # is refused before anything is loaded; without run_id the checkpoint's id carries on into
+    # the checkpoints this peer writes.
+    ckpt = str(tmp_path / "ckpt")
+    first = numpy.full(100, 3.0, numpy.float32)
+    with gossiptrain.Peer(first, log_level="warn", checkpoint_dir=ckpt, run_id="first") as p:
+        p.step()
+        p.save_checkpoint()
+    other = numpy.zeros(100, numpy.float32)
+    with pytest.raises(gossiptrain.CheckpointError,
+                       match="belongs to run 'first', not to this run 'second'"):
+        gossiptrain.Peer(other, log_level="warn", checkpoint_dir=ckpt, run_id="second")
+    assert other.max() == 0.0  # refused before the buffer was touched
+    same = numpy.zeros(100, numpy.float32)
+    with gossiptrain.Peer(same, log_level="warn", checkpoint_dir=ckpt, run_id="first") as p:
+        assert p.resumed and same.min() == 3.0
+    unnamed = numpy.zeros(100, numpy.float32)
+    with gossiptrain.Peer(unnamed, log_level="warn", checkpoint_dir=ckpt) as p:
+        assert p.resumed and unnamed.min() == 3.0
+        p.step()
+        p.save_checkpoint()  # still run 'first'
+    with pytest.raises(gossiptrain.CheckpointError, match="belongs to run 'first'"):
+        gossiptrain.Peer(numpy.zeros(100, numpy.float32), log_level="warn", checkpoint_dir=ckpt,
+                         run_id="second")
+    with pytest.raises(ValueError, match="run-id"):
+        gossiptrain.Peer(numpy.zeros(100, numpy.float32), log_level="warn", run_id="no spaces")
