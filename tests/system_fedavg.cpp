@@ -237,3 +237,48 @@ TEST_CASE("gossip-launch --mode fedavg: a server and N clients, summarized like 
   CHECK(cfg["peer_list"][3]["shard"] == 2);
   CHECK(cfg["peer_list"][3]["num_shards"] == 3);
 }
+
+TEST_CASE("fedavg: a server's checkpoint names its run: another --run-id is refused, no --run-id "
+          "carries the checkpoint's on",
+          "[system]") {
+  ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  gt_test::TempDir d("gt-fedavg-runid");
+  const int port = gt_test::free_port();
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  auto server_args = [&](int rounds, const std::vector<std::string>& extra) {
+    return cat(cat(common(1, 0), {"--fedavg-server", "--listen", addr, "--rounds",
+                                  std::to_string(rounds), "--min-clients", "1",
+                                  "--checkpoint-dir", d / "ckpt"}),
+               extra);
+  };
+  auto run_rounds = [&](const std::string& name, int rounds, const std::vector<std::string>& extra) {
+    auto server = spawn(d, name, server_args(rounds, extra));
+    auto client = spawn(d, name + "-client",
+                        cat(common(1, 0), {"--fedavg-server-addr", addr, "--fedavg-wait", "30",
+                                           "--local-steps", "5"}));
+    REQUIRE(server->wait_for(60s));
+    CHECK(server->exit_code() == 0);
+    REQUIRE(client->wait_for(30s));
+  };
+  run_rounds("first", 2, {"--run-id", "run-a"});
+  auto meta = json::parse(gossiptrain::core::load_checkpoint(d / "ckpt").meta);
+  CHECK(meta["run_id"] == "run-a");
+  CHECK(meta["fedavg_round"] == 2);
+
+  // Another run id on that folder: refused before anything listens, naming both ids.
+  auto other = spawn(d, "other", server_args(4, {"--run-id", "run-b"}));
+  REQUIRE(other->wait_for(30s));
+  CHECK(other->exit_code() == 2);
+  const std::string log = gt_test::read_file(d / "other.log");
+  INFO(log);
+  CHECK(log.find("belongs to run 'run-a', not to this run 'run-b'") != std::string::npos);
+  CHECK(gossiptrain::core::load_checkpoint(d / "ckpt").step == 2);  // untouched
+
+  // No --run-id: it resumes (rounds 3 and 4) and its checkpoints stay run-a's.
+  run_rounds("again", 4, {});
+  const auto ck = gossiptrain::core::load_checkpoint(d / "ckpt");
+  CHECK(ck.step == 4);
+  CHECK(json::parse(ck.meta)["run_id"] == "run-a");
+  REQUIRE(lines(d, "again", "resume").size() == 1);
+  CHECK(lines(d, "again", "resume")[0]["round"] == 2);
+}

@@ -185,6 +185,7 @@ std::vector<Client> sample_clients(ServerState& st, const FedAvgOptions& o, std:
 struct Global {
   std::uint64_t round = 0;  // rounds applied
   std::vector<float> params, velocity;
+  std::string run_id;  // --run-id, or the resumed checkpoint's when none was given
 };
 
 void save(const std::string& dir, const Global& g, std::uint64_t fingerprint) {
@@ -193,7 +194,9 @@ void save(const std::string& dir, const Global& g, std::uint64_t fingerprint) {
   c.step = c.epoch = std::int64_t(g.round);
   c.params = g.params;
   c.opt_state = {g.velocity};
-  c.meta = nlohmann::json{{"fedavg_round", g.round}}.dump();
+  nlohmann::json meta{{"fedavg_round", g.round}};
+  if (!g.run_id.empty()) meta["run_id"] = g.run_id;
+  c.meta = meta.dump();
   core::save_checkpoint(dir, c);
 }
 
@@ -205,6 +208,7 @@ Global load_global(const PeerConfig& cfg, const core::Checkpoint& tmpl, std::uin
   Global g;
   g.params = tmpl.params;
   g.velocity.assign(n, 0.0f);
+  g.run_id = cfg.train.run_id;
   const std::string& dir = cfg.train.checkpoint_dir;
   if (dir.empty() || !core::checkpoint_exists(dir)) return g;
   core::Checkpoint c = core::load_checkpoint(dir);  // CheckpointError: the caller says it
@@ -212,6 +216,17 @@ Global load_global(const PeerConfig& cfg, const core::Checkpoint& tmpl, std::uin
       c.opt_state[0].size() != n || c.step < 0)
     throw core::CheckpointError("checkpoint in " + dir + " is not a FedAvg server's of model " +
                                 cfg.train.model);
+  // The run it belongs to, judged as a gossip peer's checkpoint is (core::Trainer).
+  const auto meta = nlohmann::json::parse(c.meta, nullptr, false);
+  std::string theirs;
+  if (meta.is_object() && meta.contains("run_id") && meta["run_id"].is_string())
+    theirs = meta["run_id"].get<std::string>();
+  if (!theirs.empty() && !g.run_id.empty() && theirs != g.run_id)
+    throw core::CheckpointRunError(
+        "checkpoint in " + dir + " belongs to run '" + theirs + "', not to this run '" + g.run_id +
+        "': to continue run '" + theirs + "' pass --run-id " + theirs + "; to start run '" +
+        g.run_id + "' fresh use an empty --checkpoint-dir (or remove that folder)");
+  if (g.run_id.empty()) g.run_id = theirs;
   g.round = std::uint64_t(c.step);
   g.params = std::move(c.params);
   g.velocity = std::move(c.opt_state[0]);

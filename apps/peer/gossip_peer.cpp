@@ -484,6 +484,8 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
     try {
       return cfg.fedavg.server ? apps::run_fedavg_server(cfg, *r.backend, r.data, metrics, g_stop)
                                : apps::run_fedavg_client(cfg, *r.backend, r.data, metrics, g_stop);
+    } catch (const core::CheckpointRunError& e) {
+      return config_error(e.what());  // names the ways out itself
     } catch (const core::CheckpointError& e) {
       return usage_error(std::string(e.what()) +
                          " (move it away or pass another --checkpoint-dir)");
