@@ -32,6 +32,9 @@ struct Event {
   net::Bytes payload;
   std::string reason;
   net::ConnectionPtr conn;
+  // When the network thread queued it: the main thread may be training a round meanwhile, and
+  // the server's outage is counted from when its connection closed, not from when we looked.
+  std::chrono::steady_clock::time_point at{};
 };
 
 // The transport's events, queued for the main thread.
@@ -47,6 +50,7 @@ class ClientState final : public net::TransportHandler {
     push({Event::Closed, 0, {}, reason, c});
   }
   void push(Event e) {
+    e.at = std::chrono::steady_clock::now();
     std::lock_guard lk(mu_);
     q_.push_back(std::move(e));
     cv_.notify_all();
@@ -203,7 +207,7 @@ class FedAvgClient {
       } else if (e->kind == Event::Connected) {
         on_connected(e->conn);
       } else if (e->kind == Event::Closed) {
-        if (e->conn == conn_) next = on_closed(e->reason);
+        if (e->conn == conn_) next = on_closed(e->reason, e->at);
       } else if (e->conn == conn_) {
         last_contact_ = Clock::now();
         if (e->type == std::uint8_t(MsgType::Done)) return on_done();
@@ -252,12 +256,14 @@ class FedAvgClient {
                  data_.shard.size());
   }
 
-  Next on_closed(const std::string& reason) {
-    spdlog::warn("fedavg: lost the server ({}); redialling with backoff for up to {:.0f} s",
-                 reason, o_.client_wait_s);
-    metrics_.emit("server_lost", {{"reason", reason}});
-    last_contact_ = Clock::now();
-    lost_at_ = Clock::now();
+  Next on_closed(const std::string& reason, Clock::time_point at) {
+    const double late = std::chrono::duration<double>(Clock::now() - at).count();
+    spdlog::warn("fedavg: lost the server ({}{}); redialling with backoff for up to {:.0f} s",
+                 reason, late >= 0.1 ? fmt::format(", {:.1f} s ago, while training", late) : "",
+                 o_.client_wait_s);
+    metrics_.emit("server_lost", {{"reason", reason}, {"ago_s", late}});
+    last_contact_ = at;
+    lost_at_ = at;
     return Next::Redial;
   }
 
