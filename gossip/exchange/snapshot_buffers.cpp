@@ -8,7 +8,7 @@
 
 #include "gossip/exchange/exchange_messages.hpp"
 #include "gossip/exchange/relative_wire.hpp"
-#include "gossip/exchange/wire_check.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
 
 namespace gossiptrain::gossip {
 
@@ -338,7 +338,7 @@ bool add_sq_diff(kernels::Backend& be, const ChunkSet* own, std::size_t chunk_by
     const auto* a = reinterpret_cast<const float*>(r);
     const auto* b = reinterpret_cast<const float*>(c.data() + kChunkHeaderBytes + within);
     sq += be.host_memory() ? be.sq_diff_norm(a, b, m / sizeof(float))
-                           : host_sq_diff_norm(a, b, m / sizeof(float));
+                           : kernels::host_sq_diff_norm(a, b, m / sizeof(float));
     r += m;
     offset += m;
     size -= m;
@@ -355,7 +355,7 @@ double own_sq_norm(kernels::Backend& be, const ChunkSet& own, std::vector<float>
     const std::size_t n = (c->size() - kChunkHeaderBytes) / sizeof(float);
     for (std::size_t k = 0; k < n; k += kBlock)
       sq += be.host_memory() ? be.sq_diff_norm(x + k, zeros.data(), std::min(kBlock, n - k))
-                             : host_sq_diff_norm(x + k, zeros.data(), std::min(kBlock, n - k));
+                             : kernels::host_sq_diff_norm(x + k, zeros.data(), std::min(kBlock, n - k));
   }
   return sq;
 }

@@ -106,7 +106,7 @@ class SnapshotBuffers {
 bool add_sq_diff(kernels::Backend& be, const ChunkSet* own, std::size_t chunk_bytes,
                  const std::uint8_t* r, std::size_t offset, std::size_t size, double& sq);
 // ||s||^2 of our whole snapshot (protocol thread, fp32, every chunk cut); zeros is scratch. Both
-// sum on the backend where its memory is host memory, else on this thread (host_sq_diff_norm).
+// sum on the backend where its memory is host memory, else on this thread (kernels::host_sq_diff_norm).
 double own_sq_norm(kernels::Backend& be, const ChunkSet& own, std::vector<float>& zeros);
 
 }  // namespace gossiptrain::gossip

@@ -92,24 +92,4 @@ bool WireChecker::feed(const std::uint8_t* data, std::size_t len) {
   return true;
 }
 
-double host_sq_diff_norm(const float* a, const float* b, std::size_t n) {
-  // Independent double accumulators: vectorizes (at -O3, see CMakeLists.txt) without
-  // reassociating a single sum.
-  constexpr std::size_t kLanes = 8;
-  double acc[kLanes] = {};
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (std::size_t j = 0; j < kLanes; ++j) {
-      const double d = double(a[i + j]) - double(b[i + j]);
-      acc[j] += d * d;
-    }
-  double total = 0.0;
-  for (; i < n; ++i) {
-    const double d = double(a[i]) - double(b[i]);
-    total += d * d;
-  }
-  for (double v : acc) total += v;
-  return total;
-}
-
 }  // namespace gossiptrain::gossip

@@ -38,8 +38,4 @@ class WireChecker {
   bool ok_ = true;
 };
 
-// ||a - b||^2 of n floats in host memory, on the calling thread (the protocol thread's norm of the
-// partner's fp32 vector against our snapshot's chunk messages, whatever the backend).
-double host_sq_diff_norm(const float* a, const float* b, std::size_t n);
-
 }  // namespace gossiptrain::gossip

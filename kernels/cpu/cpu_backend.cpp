@@ -410,7 +410,7 @@ double CpuBackend::sq_diff_norm(const float* a, const float* b, std::size_t n) {
   parallel(
       n,
       [&](std::size_t i, std::size_t lo, std::size_t hi) {
-        part[i] = sq_diff_norm_range(a + lo, b + lo, hi - lo);
+        part[i] = host_sq_diff_norm(a + lo, b + lo, hi - lo);
       },
       workers);
   double total = 0.0;
@@ -418,7 +418,7 @@ double CpuBackend::sq_diff_norm(const float* a, const float* b, std::size_t n) {
   return total;
 }
 
-double CpuBackend::sq_diff_norm_range(const float* a, const float* b, std::size_t n) {
+double host_sq_diff_norm(const float* a, const float* b, std::size_t n) {
   // kLanes independent double accumulators: vectorizes without reassociating a single sum.
   double acc[kLanes] = {};
   std::size_t i = 0;

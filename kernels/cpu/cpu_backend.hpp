@@ -15,6 +15,12 @@ namespace gossiptrain::kernels {
 bool set_blas_threads(int n);
 int blas_threads();  // 0 when unknown
 
+// ||a - b||^2 of n floats in host memory, on the calling thread, in independent double
+// accumulators (vectorized without reassociating a single sum): each range of
+// CpuBackend::sq_diff_norm, and the gossip layer's norm of a partner's fp32 vector against our
+// snapshot's chunk messages where the backend's memory is not host memory (a GPU's).
+double host_sq_diff_norm(const float* a, const float* b, std::size_t n);
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend();
@@ -76,7 +82,6 @@ class CpuBackend final : public Backend {
   void parallel(std::size_t n, const std::function<void(std::size_t, std::size_t, std::size_t)>& fn,
                 unsigned workers = helpers());
   static unsigned helpers();
-  static double sq_diff_norm_range(const float* a, const float* b, std::size_t n);
 
   std::string device_;
   LoopPool pool_;
