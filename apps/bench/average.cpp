@@ -218,15 +218,6 @@ bool wait_for(Pred&& pred, double limit_ms) {
   return true;
 }
 
-double loadavg() {
-  double l = -1;
-  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
-    std::fclose(f);
-  }
-  return l;
-}
-
 // The two peers, A measured and B its partner, their model, and the figures.
 class AverageBench {
  public:

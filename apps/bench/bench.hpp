@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <optional>
@@ -38,6 +39,13 @@ struct BenchRegistrar {
 
 // The median of the figures of a subject's rounds (the upper one of an even count); 0 for none.
 using base::median;
+
+// The 1-minute load average (-1 where it cannot be read): the subjects print it beside their
+// figures, since the machine is often shared.
+inline double loadavg() {
+  double l[1] = {0};
+  return getloadavg(l, 1) == 1 ? l[0] : -1.0;
+}
 
 // A subject's option table: its rows, then --json, which sets Config::json.
 template <class Config>

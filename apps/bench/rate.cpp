@@ -100,15 +100,6 @@ constexpr const char* kAbout =
     "time goes (microseconds from its start, medians over the measured exchanges, by role; the\n"
     "AEAD's part: the same bytes sealed and opened alone).\n";
 
-double loadavg() {
-  double l = -1;
-  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
-    std::fclose(f);
-  }
-  return l;
-}
-
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }

@@ -256,11 +256,6 @@ class Sink : public net::TransportHandler {
   void on_closed(const net::ConnectionPtr&, const std::string&) override {}
 };
 
-double load_average() {
-  double l[1] = {0};
-  return getloadavg(l, 1) == 1 ? l[0] : -1.0;
-}
-
 net::TcpTransportConfig transport_config(const TransportBenchOptions& o, std::size_t size) {
   net::TcpTransportConfig c;
   c.identity = std::make_shared<net::Identity>(net::Identity::generate());
@@ -454,7 +449,7 @@ nlohmann::json report(const TransportBenchOptions& o, const Pair& p, const Runs&
   j["aead_decrypt_runs_mbps"] = r.dec;
   j["receiver_alone_runs_mbps"] = r.rx_alone;
   j["cpu_time_based"] = cpu_time_figures(r, threads_used);
-  j["load_average_1min"] = load_average();
+  j["load_average_1min"] = loadavg();
   j["handshakes"] = o.handshakes;
   j["handshake_median_ms"] = median(h.ms);
   j["handshakes_per_s"] = o.handshakes / h.total_s;
