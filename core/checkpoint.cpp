@@ -12,6 +12,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -397,6 +399,23 @@ Checkpoint decode_checkpoint(const std::uint8_t* data, std::size_t size, const s
 bool checkpoint_exists(const std::string& dir) {
   std::error_code ec;
   return std::filesystem::is_regular_file(path_in(dir, kFileName), ec);
+}
+
+std::string checkpoint_run_id(const nlohmann::json& meta) {
+  if (meta.is_object() && meta.contains("run_id") && meta["run_id"].is_string())
+    return meta["run_id"].get<std::string>();
+  return "";
+}
+
+std::string resumed_run_id(const std::string& where, const std::string& theirs,
+                           const std::string& ours, const std::string& id_option,
+                           const std::string& dir_option) {
+  if (!theirs.empty() && !ours.empty() && theirs != ours)
+    throw CheckpointRunError(where + " belongs to run '" + theirs + "', not to this run '" + ours +
+                             "': to continue run '" + theirs + "' pass " + id_option + theirs +
+                             "; to start run '" + ours + "' fresh use an empty " + dir_option +
+                             " (or remove that folder)");
+  return ours.empty() ? theirs : ours;
 }
 
 }  // namespace gossiptrain::core

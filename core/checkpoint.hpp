@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace gossiptrain::core {
 
 struct CheckpointError : std::runtime_error {
@@ -35,6 +37,17 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c);
 // truncated, bad magic/version, checksum mismatch, sizes out of bounds).
 Checkpoint load_checkpoint(const std::string& dir);
 bool checkpoint_exists(const std::string& dir);
+
+// The run id a checkpoint's metadata (parsed) names; "" for none.
+std::string checkpoint_run_id(const nlohmann::json& meta);
+// The run a checkpoint being resumed belongs to, judged alike by gossip-peer's trainer, the FedAvg
+// server and the Python peer: both ids given and different is another run's checkpoint
+// (CheckpointRunError naming both and the ways out, the options spelled as the caller takes them:
+// `id_option` "--run-id " or "run_id=", `dir_option`). Returns the id that carries on: ours, or
+// theirs when we have none.
+std::string resumed_run_id(const std::string& where, const std::string& theirs,
+                           const std::string& ours, const std::string& id_option = "--run-id ",
+                           const std::string& dir_option = "--checkpoint-dir");
 
 // The file's bytes in memory, for sending a peer's state over the network; the same encoder and
 // decoder as the file, so the checksum and every bounds check are the same.

@@ -283,16 +283,9 @@ bool Trainer::restore(const Checkpoint& c, const std::string& where, bool own) {
   for (const auto& s : c.opt_state)
     if (s.size() != model_.num_params()) throw CheckpointError(where + ": optimizer state size");
   // The run it belongs to: its id (both given and different: another run), its --epochs.
-  std::string their_id;
-  if (meta.is_object() && meta.contains("run_id") && meta["run_id"].is_string())
-    their_id = meta["run_id"].get<std::string>();
+  const std::string their_id = checkpoint_run_id(meta);
   const auto their_epochs = meta_int(meta, "epochs");
-  if (own && !their_id.empty() && !cfg_.run_id.empty() && their_id != cfg_.run_id)
-    throw CheckpointRunError(
-        where + " belongs to run '" + their_id + "', not to this run '" + cfg_.run_id +
-        "': to continue run '" + their_id + "' pass --run-id " + their_id +
-        "; to start run '" + cfg_.run_id +
-        "' fresh use an empty --checkpoint-dir (or remove that folder)");
+  if (own) resumed_run_id(where, their_id, cfg_.run_id);  // throws for another run's
   if (own && their_epochs && *their_epochs != cfg_.epochs)
     throw CheckpointRunError(
         where + " was written by a run of --epochs " + std::to_string(*their_epochs) +

@@ -216,17 +216,10 @@ Global load_global(const PeerConfig& cfg, const core::Checkpoint& tmpl, std::uin
       c.opt_state[0].size() != n || c.step < 0)
     throw core::CheckpointError("checkpoint in " + dir + " is not a FedAvg server's of model " +
                                 cfg.train.model);
-  // The run it belongs to, judged as a gossip peer's checkpoint is (core::Trainer).
-  const auto meta = nlohmann::json::parse(c.meta, nullptr, false);
-  std::string theirs;
-  if (meta.is_object() && meta.contains("run_id") && meta["run_id"].is_string())
-    theirs = meta["run_id"].get<std::string>();
-  if (!theirs.empty() && !g.run_id.empty() && theirs != g.run_id)
-    throw core::CheckpointRunError(
-        "checkpoint in " + dir + " belongs to run '" + theirs + "', not to this run '" + g.run_id +
-        "': to continue run '" + theirs + "' pass --run-id " + theirs + "; to start run '" +
-        g.run_id + "' fresh use an empty --checkpoint-dir (or remove that folder)");
-  if (g.run_id.empty()) g.run_id = theirs;
+  // The run it belongs to, judged as a gossip peer's checkpoint is.
+  g.run_id = core::resumed_run_id(
+      "checkpoint in " + dir,
+      core::checkpoint_run_id(nlohmann::json::parse(c.meta, nullptr, false)), g.run_id);
   g.round = std::uint64_t(c.step);
   g.params = std::move(c.params);
   g.velocity = std::move(c.opt_state[0]);

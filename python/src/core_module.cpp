@@ -341,18 +341,11 @@ class BufferPeer final : public core::StateSource {
       throw core::CheckpointError("checkpoint in " + dir + " holds another vector (" +
                                   std::to_string(c.params.size()) + " values, not " +
                                   std::to_string(n_) + ")");
-    // The run it belongs to, as gossip-peer judges it (core::Trainer): both ids given and
-    // different is another run's checkpoint; without run_id the checkpoint's id carries on.
-    const nlohmann::json meta = nlohmann::json::parse(c.meta, nullptr, false);
-    std::string theirs;
-    if (meta.is_object() && meta.contains("run_id") && meta["run_id"].is_string())
-      theirs = meta["run_id"].get<std::string>();
-    if (!theirs.empty() && !run_id_.empty() && theirs != run_id_)
-      throw core::CheckpointRunError(
-          "checkpoint in " + dir + " belongs to run '" + theirs + "', not to this run '" +
-          run_id_ + "': to continue run '" + theirs + "' pass run_id=\"" + theirs +
-          "\"; to start run '" + run_id_ + "' fresh use an empty checkpoint_dir");
-    if (run_id_.empty()) run_id_ = theirs;
+    // The run it belongs to, as gossip-peer judges it: without run_id the checkpoint's carries on.
+    run_id_ = core::resumed_run_id(
+        "checkpoint in " + dir,
+        core::checkpoint_run_id(nlohmann::json::parse(c.meta, nullptr, false)), run_id_,
+        "run_id=", "checkpoint_dir");
     std::memcpy(data_, c.params.data(), n_ * sizeof(float));
     step_ = c.step;
     samples_ = c.samples;
