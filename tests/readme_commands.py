@@ -26,6 +26,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import doc_commands  # noqa: E402  (tests/: the docs' command blocks, one parser)
+
 SRC = os.path.abspath(sys.argv[1])
 BUILD = os.path.abspath(sys.argv[2])
 DATA = '/usr/share/datasets/fashion-mnist'
@@ -33,26 +36,8 @@ failures = []
 
 
 def commands():
-    """(line number, command) for each program line of the README's bash blocks, continuations
-    joined."""
-    out, block, pending, start = [], False, '', 0
-    for n, line in enumerate(open(os.path.join(SRC, 'README.md'), encoding='utf-8'), 1):
-        if line.startswith('```'):
-            block = line.strip() in ('```sh', '```bash') if not block else False
-            continue
-        if not block:
-            continue
-        text = line.split('#', 1)[0].rstrip() if not pending else line.rstrip()
-        if not pending:
-            start = n
-        if text.endswith('\\'):
-            pending += text[:-1] + ' '
-            continue
-        cmd = (pending + text).strip()
-        pending = ''
-        if cmd:
-            out.append((start, cmd))
-    return out
+    """(line number, command) for each line of the README's bash blocks, continuations joined."""
+    return doc_commands.commands(os.path.join(SRC, 'README.md'))
 
 
 def ours(cmd):

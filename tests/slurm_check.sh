@@ -1,13 +1,19 @@
 #!/bin/bash
 # The SLURM system test (ctest scripts:slurm): a one-node SLURM cluster of our own (munged,
-# slurmctld, slurmd from Debian's packages, config in a temporary folder), the swarm job
-# deploy/slurm/gossip.sbatch with 4 tasks as docs/cluster.md runs it, then checks that every peer
-# averaged with the others and finished, and that the job's gossip-launch --report wrote
-# summary.json and the plots. Every daemon it started is stopped by PID. Exit 77 (skip) where
-# SLURM is not installed or does not start.
-#   usage: slurm_check.sh BIN_DIR SOURCE_DIR [gossip-peer flags instead of the quick run's...]
-# GT_SLURM_KEEP=1 keeps the temporary folder. GT_SLURM_CHURN=FILE runs the churn check instead
-# (scripts/slurm-churn.sh uses it). GT_SLURM_SCANCEL=1 (ctest scripts:slurm_scancel) submits a
+# slurmctld, slurmd from Debian's packages, config in a temporary folder), then docs/cluster.md's
+# commands as the page writes them (read from the page by tests/doc_commands.py): the 8-task
+# Fashion-MNIST job, then the churn example (its crash.json, a crash at 30% that the sbatch loop
+# restarts). Changed only as a 2-core node needs: sbatch --wait --overcommit --output, and
+# --epochs 2. For each it checks that every peer averaged with the others and finished,
+# and that the job's gossip-launch --report wrote summary.json and the plots (and, for the churn
+# job, the crash detected and the peer back). Beside them runs a 1-task job with a time limit of
+# one minute that trains for ever: SLURM's time limit ends it, and the script's trap must still
+# stop the peer with its checkpoint and write the report (ended_by SIGTERM). Every daemon it
+# started is stopped by PID. Exit 77 (skip) where SLURM is not installed or does not start, or
+# without Fashion-MNIST.
+#   usage: slurm_check.sh BIN_DIR SOURCE_DIR [gossip-peer flags: one 4-task job of these instead]
+# GT_SLURM_KEEP=1 keeps the temporary folder. GT_SLURM_CHURN=FILE checks the churn section of the
+# flags' job (scripts/slurm-churn.sh uses it). GT_SLURM_SCANCEL=1 (ctest scripts:slurm_scancel) submits a
 # long run, kills peer 1 with kill -9 (the peer loop restarts it), cancels the job with scancel
 # once every peer has trained and checkpointed, and checks that the job's trap still ran the
 # report: ended_by SIGTERM, each peer stopped with its checkpoint, peer 1 with one restart.
@@ -122,9 +128,6 @@ export GT_RUN_DIR=$RUN GT_SCRIPTS_DIR=$SRC/scripts GT_BASE_PORT=$((PORT0 + 10))
 if [[ $(cd "$BIN" && pwd) != "$(cd "$SRC" && pwd)/build/apps" ]] || command -v gossip-peer >/dev/null; then
   export GT_BIN_DIR=$BIN
 fi
-# Extra flags replace the test's quick synthetic run (scripts/slurm-churn.sh trains Fashion-MNIST).
-FLAGS=(--data synthetic --epochs 3 --checkpoint-every 5)
-(($# > 0)) && FLAGS=()
 if [[ ${GT_SLURM_SCANCEL:-0} == 1 ]]; then
   # A run far longer than the test: cancelled once every peer has written two checkpoints.
   export GT_RESTART_DELAY=1
@@ -317,20 +320,14 @@ PYTWO
   echo "slurm check: passed"
   exit 0
 fi
-timeout 600 sbatch --wait --ntasks 4 --overcommit --output="$TMP/job.out" \
-  "$SRC/deploy/slurm/gossip.sbatch" "${FLAGS[@]}" "$@"
-rc=$?
-echo "--- job output"; tail -30 "$TMP/job.out"
-for f in "$RUN"/peer*.log; do echo "--- $f"; tail -4 "$f"; done
-((rc == 0)) || fail "sbatch --wait exit code $rc"
-grep -q "gossip.sbatch: programs from $(cd "$BIN" && pwd)" "$TMP/job.out" || fail "the job did not run the programs of $BIN"
-
-# Every peer finished and averaged with the others; the report wrote the summary and the plots.
-"$PY" - "$RUN" "${GT_SLURM_CHURN:-}" <<'PYCHECK' || fail "the run's checks"
+# check_run RUN_DIR TASKS [CHURN]: every peer finished and averaged with the others; the report
+# wrote the summary and the plots; with CHURN, the crash was detected and the peer came back.
+check_run() {
+  "$PY" - "$1" "$2" "${3:-}" <<'PYCHECK' || fail "the checks of the run in $1"
 import json, os, sys
-run, churn = sys.argv[1], sys.argv[2]
+run, n, churn = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 s = json.load(open(os.path.join(run, "summary.json")))
-assert s["num_peers"] == 4, f"{s['num_peers']} peers in summary.json"
+assert s["num_peers"] == n, f"{s['num_peers']} peers in summary.json, not {n}"
 assert s["failed_peers"] == [] and s["ended_by"] is None, (s["failed_peers"], s["ended_by"])
 assert s["report"]["skipped"] == [] or churn, s["report"]["skipped"]
 for p in s["peers"]:
@@ -338,7 +335,7 @@ for p in s["peers"]:
     assert p["restarts"] == 0 or churn, f"peer {p['peer']}: {p['restarts']} restarts"
     assert (p.get("exchanges_ok") or 0) > 0, f"peer {p['peer']}: no exchange"
 # With the others: each peer's exchanges name at least two partners (a swarm, not a pair).
-for i in range(4):
+for i in range(n):
     partners = set()
     for line in open(os.path.join(run, f"peer{i}", "metrics.jsonl")):
         j = json.loads(line)
@@ -348,7 +345,7 @@ for i in range(4):
 assert s["plots"]["ok"], s["plots"]
 for png in ("accuracy.png", "loss.png", "bytes.png"):
     assert os.path.getsize(os.path.join(run, png)) > 1000, png
-print("slurm check: 4 peers done, each averaged with >= 2 partners; final acc mean",
+print(f"slurm check: {n} peers done, each averaged with >= 2 partners; final acc mean",
       s["final_test_acc_mean"], "; plots:", s["plots"]["message"])
 if churn:
     c = s.get("churn")
@@ -358,9 +355,105 @@ if churn:
     for e in crashes:
         assert e["detected_by_s"], f"crash of peer {e['peer']} detected by nobody"
         assert e["back_after_s"] is not None, f"peer {e['peer']} never came back"
-    print(json.dumps(c, indent=1)[:4000])
+        print(f"crash of peer {e['peer']}: detected by {e['detected_by_s']}, back after {e['back_after_s']} s")
 print("RESULT " + json.dumps({"final_test_acc_mean": s["final_test_acc_mean"],
                               "final_test_acc_min": s["final_test_acc_min"],
                               "seconds": s["seconds"], "churn": s.get("churn")}))
 PYCHECK
+}
+# show_job OUT RUN_DIR: the job's output and the end of each task's log.
+show_job() {
+  echo "--- $1"; tail -30 "$1"
+  for f in "$2"/peer*.log; do echo "--- $f"; tail -4 "$f"; done
+}
+
+if (($# > 0)); then
+  # scripts/slurm-churn.sh: one 4-task job of the given flags.
+  timeout 600 sbatch --wait --ntasks 4 --overcommit --output="$TMP/job.out" \
+    "$SRC/deploy/slurm/gossip.sbatch" "$@"
+  rc=$?
+  show_job "$TMP/job.out" "$RUN"
+  ((rc == 0)) || fail "sbatch --wait exit code $rc"
+  grep -q "gossip.sbatch: programs from $(cd "$BIN" && pwd)" "$TMP/job.out" || fail "the job did not run the programs of $BIN"
+  check_run "$RUN" 4 "${GT_SLURM_CHURN:-}"
+  echo "slurm check: passed"
+  exit 0
+fi
+
+[[ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] ||
+  skip "no Fashion-MNIST in /usr/share/datasets/fashion-mnist (scripts/setup.sh installs dataset-fashion-mnist): docs/cluster.md's job trains on it"
+
+# The time limit, beside the page's jobs: one task that would train for ever, a limit of one
+# minute. SLURM ends it at the limit (slurmctld checks limits every 30 s or so) with SIGTERM to
+# every process of the job, as scancel does: the trap must stop the peer with its checkpoint and
+# write the report, ended_by SIGTERM.
+# Its own ports (the test's GT_BASE_PORT is the page's jobs'; two jobs on one port range: the
+# second's peers exit 2, "port in use").
+tl_jid=$(GT_RUN_DIR=$TMP/run-tl GT_BASE_PORT=$((GT_BASE_PORT + 40)) sbatch --parsable --ntasks 1 --time 1 --output="$TMP/job-tl.out" \
+  "$SRC/deploy/slurm/gossip.sbatch" --data synthetic --model mlp:784-64-10 --epochs 100000 \
+  --checkpoint-every 50) || fail "sbatch refused the time-limit job"
+tl_t0=$SECONDS
+echo "time-limit job $tl_jid submitted (--time 1)"
+
+# docs/cluster.md's commands, from the page, run from a submit folder that holds the checkout's
+# deploy/ and build/ (as at the repository's root, where the page's relative paths start), so the
+# script finds the build tree next to itself as it does for a user after the README's commands.
+DOC=$SRC/docs/cluster.md
+ln -s "$SRC/deploy" "$TMP/deploy"
+[[ -e $TMP/build ]] || ln -s "$(dirname "$BIN")" "$TMP/build"
+doc_cmd() { "$PY" "$SRC/tests/doc_commands.py" get "$DOC" "$1" || fail "docs/cluster.md: no single command starting with '$1'"; }
+# The page's command -> what this node runs: sbatch waits (--wait) and may overcommit the 2 cores
+# (the page says so for a node with fewer CPUs than tasks), and the epochs are cut to 2.
+adapt() { sed -E "s|^sbatch |timeout 600 sbatch --wait --overcommit --output=$2 |; s/--epochs +[0-9]+/--epochs 2/" <<<"$1"; }
+run_doc() {  # run_doc PREFIX OUT RUN_DIR [env...]: one command of the page
+  local typed
+  typed=$(adapt "$(doc_cmd "$1")" "$2") || exit 1
+  echo "docs/cluster.md: $typed"
+  (cd "$TMP" && env GT_RUN_DIR="$3" "${@:4}" bash -c "$typed")
+}
+run_doc "sbatch --ntasks 8 deploy/slurm/gossip.sbatch" "$TMP/job.out" "$RUN"
+rc=$?
+show_job "$TMP/job.out" "$RUN"
+((rc == 0)) || fail "docs/cluster.md's sbatch job: exit code $rc"
+from=$(sed -n 's/^gossip.sbatch: programs from //p' "$TMP/job.out" | head -1)
+[[ -n $from && $(realpath "$from") == "$(realpath "$BIN")" ]] || fail "the job ran the programs of '$from', not of $BIN"
+check_run "$RUN" 8
+
+crash_line=$(doc_cmd "echo '{\"events\"") || exit 1
+echo "docs/cluster.md: $crash_line"
+(cd "$TMP" && bash -c "$crash_line") || fail "the page's echo line"
+[[ -s $TMP/crash.json ]] || fail "the page's echo line made no crash.json"
+run_doc "sbatch --ntasks 4 deploy/slurm/gossip.sbatch --churn" "$TMP/job-churn.out" "$TMP/run-churn"
+rc=$?
+show_job "$TMP/job-churn.out" "$TMP/run-churn"
+((rc == 0)) || fail "docs/cluster.md's churn job: exit code $rc"
+check_run "$TMP/run-churn" 4 "$TMP/crash.json"
+
+# The time-limit job: it ends by itself, at its limit.
+for _ in $(seq 360); do
+  squeue -h -j "$tl_jid" 2>/dev/null | grep -q . || break
+  sleep 0.5
+done
+squeue -h -j "$tl_jid" 2>/dev/null | grep -q . && { cancel_and_wait "$tl_jid"; fail "the time-limit job was still in the queue $((SECONDS - tl_t0)) s after its submission"; }
+show_job "$TMP/job-tl.out" "$TMP/run-tl"
+echo "time-limit job left the queue $((SECONDS - tl_t0)) s after its submission"
+grep -E "JobId=$tl_jid .*(time limit|TimeLimit)|[Tt]ime limit.*JobId=$tl_jid" "$TMP/ctld.log" | tail -2
+grep -qiE "time limit.*JobId=$tl_jid|JobId=$tl_jid.*time limit" "$TMP/ctld.log" || fail "slurmctld's log does not say job $tl_jid reached its time limit"
+grep -q "gossip.sbatch: SIGTERM" "$TMP/job-tl.out" || fail "the time-limit job's script did not trap SIGTERM"
+"$PY" - "$TMP/run-tl" <<'PYTL' || fail "the time-limited run's checks"
+import json, os, sys
+run = sys.argv[1]
+s = json.load(open(os.path.join(run, "summary.json")))
+assert s["ended_by"] == "SIGTERM", s.get("ended_by")
+p = s["peers"][0]
+assert p["state"] == "stopped" and p["steps"] > 0, p
+assert p["seconds"] > 50, f"the peer ran {p['seconds']} s: stopped before the one-minute limit?"
+lines = [json.loads(l) for l in open(os.path.join(run, "peer0", "metrics.jsonl"))]
+done = [l for l in lines if l["event"] == "done"]
+assert done and done[-1].get("stopped") is True, "no stopped done line"
+ckpts = [l for l in lines if l["event"] == "checkpoint"]
+assert ckpts and os.listdir(os.path.join(run, "peer0", "ckpt")), "no checkpoint"
+print(f"time limit: peer 0 stopped at step {p['steps']} after {p['seconds']:.1f} s, "
+      f"last checkpoint at step {ckpts[-1].get('step')}, ended_by {s['ended_by']}")
+PYTL
 echo "slurm check: passed"

@@ -75,13 +75,20 @@ void emit_data_line(core::Metrics& metrics, const core::ShardData& d,
 
 std::atomic<bool> g_stop{false};
 
-// The first SIGINT or SIGTERM asks for a clean stop (the watchdog bounds how long it may take);
-// a second one exits at once.
-extern "C" void on_signal(int) {
+// The first SIGINT or SIGTERM asks for a clean stop (the watchdog bounds how long it may take,
+// --stop-grace). A second SIGINT (a user's second Ctrl-C) exits at once. A repeated SIGTERM does
+// not: a resource manager's stop often arrives twice within milliseconds (SLURM's time limit
+// signals the step's tasks, and srun passes its own SIGTERM on to them too), and it would cut the
+// checkpoint short; SIGKILL after the manager's grace, or --stop-grace, bounds the stop instead.
+extern "C" void on_signal(int sig) {
   if (g_stop.exchange(true)) {
-    static const char msg[] = "gossip-peer: second signal: exiting now\n";
+    if (sig == SIGINT) {
+      static const char msg[] = "gossip-peer: second signal: exiting now\n";
+      [[maybe_unused]] const auto n = ::write(2, msg, sizeof msg - 1);
+      ::_exit(130);
+    }
+    static const char msg[] = "gossip-peer: SIGTERM again: still stopping (SIGINT ends it now)\n";
     [[maybe_unused]] const auto n = ::write(2, msg, sizeof msg - 1);
-    ::_exit(130);
   }
 }
 
