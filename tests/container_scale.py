@@ -13,7 +13,9 @@ Exit 77: skipped, with the reason."""
 import functools
 import json
 import os
+import re
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,6 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import container_lib  # noqa: E402
 from container_lib import last_step  # noqa: E402
 from run_metrics import read_jsonl as lines  # noqa: E402
+import doc_commands  # noqa: E402  (tests/: docs/containers.md's commands, which this test runs)
 
 ROOT, BUILD = sys.argv[1], sys.argv[2]
 TAG = f"gt-scale-{os.getpid()}"
@@ -33,9 +36,15 @@ BASE = os.environ.get("GT_IMAGE_BASE", "localhost/gossiptrain-base:bookworm")
 SWARM = os.path.join(ROOT, "deploy", "container", "podman-swarm.sh")
 SIZES = (4, 6, 3)
 EPOCHS = 400
-RUN_ID = "scale-test"
-ARGS = ["--data", "synthetic", "--model", "mlp:784-256-256-10", "--epochs", str(EPOCHS),
-        "--checkpoint-every", "1", "--linger", "5"]
+# docs/containers.md's resize commands, run with this test's name, image and key, and these
+# training flags after the page's (`--data synthetic --epochs 400`): the model, a checkpoint every
+# epoch and a short linger.
+PAGE = os.path.join(ROOT, "docs", "containers.md")
+PAGE_UP = {4: "deploy/container/podman-swarm.sh up --name gt --replicas 4 --run-id r1",
+           6: "deploy/container/podman-swarm.sh up --name gt --replicas 6 --run-id r1"}
+PAGE_STOP = "podman stop -t 60 gt-0 gt-1 gt-2 gt-3"
+PAGE_RM = "podman rm gt-0 gt-1 gt-2 gt-3"
+FLAGS = ["--model", "mlp:784-256-256-10", "--checkpoint-every", "1", "--linger", "5"]
 failures = []
 
 
@@ -77,10 +86,26 @@ def build_image():
         raise SystemExit(1)
 
 
+def page(prefix, n, options=(), flags=()):
+    """The page's command that starts with prefix, for this test's name and n containers (the
+    page's up for 6 serves the last size, 3, too; its stop and rm name the 4 of the first)."""
+    cmd = doc_commands.with_name(doc_commands.get(PAGE, prefix), TAG,
+                                 [shlex.quote(o) for o in options], [shlex.quote(f) for f in flags])
+    cmd = re.sub(r"--replicas \d+", f"--replicas {n}", cmd)
+    names = " ".join(f"{TAG}-{i}" for i in range(4))
+    cmd = cmd.replace(names, " ".join(f"{TAG}-{i}" for i in range(n)))
+    print(f"docs/containers.md: {cmd}", flush=True)
+    return cmd
+
+
+def sh(cmd, timeout):
+    """A page's command line through bash, from the repository root (its paths are relative)."""
+    return subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def up(n, key):
-    r = subprocess.run([SWARM, "up", "--name", TAG, "--replicas", str(n), "--image", IMAGE,
-                        "--key", key, "--run-id", RUN_ID, "--", *ARGS],
-                       capture_output=True, text=True, timeout=300)
+    r = sh(page(PAGE_UP[4 if n == 4 else 6], n, ["--image", IMAGE, "--key", key], FLAGS), 300)
     if not check(r.returncode == 0, f"podman-swarm.sh up --replicas {n}: {r.stderr.strip()[-300:]}"):
         raise SystemExit(1)
 
@@ -89,12 +114,11 @@ def stop(n):
     """SIGTERM to every container at once (each peer checkpoints and exits; `podman stop`, not
     `podman kill --signal TERM`, which the restart policy answers with a restart, since a
     stopped peer exits 130), then remove the containers; the volumes stay."""
-    names = [f"{TAG}-{i}" for i in range(n)]
-    r = podman("stop", "-t", "60", *names, timeout=120, check_rc=False)
+    r = sh(page(PAGE_STOP, n), 120)
     if not check(r.returncode == 0, f"podman stop of {n} containers: {r.stderr.strip()[-300:]}"):
         raise SystemExit(1)
-    for c in names:
-        podman("rm", "-f", "-t", "0", c, timeout=60)
+    r = sh(page(PAGE_RM, n), 60)
+    check(r.returncode == 0, f"podman rm of {n} containers: {r.stderr.strip()[-300:]}")
 
 
 def tail_log(i, n=6):

@@ -11,6 +11,7 @@ network and volume is named gt-pods-<pid>-... and removed. Exit 77: skipped, wit
 import functools
 import os
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import container_lib  # noqa: E402  (scripts/, shared with scripts/container_churn.py)
 from container_lib import averaged_since, noticed, trained_share  # noqa: E402
 from run_metrics import read_jsonl as lines  # noqa: E402
+import doc_commands  # noqa: E402  (tests/: docs/containers.md's commands, which this test runs)
 
 try:
     import yaml
@@ -76,6 +78,26 @@ SERVICE = env["GT_K8S_SERVICE"]
 metrics_port = int(env["GT_METRICS_PORT"])
 state_in_pod = next(m["mountPath"] for m in spec["volumeMounts"] if m["name"] == "state")
 SWARM = os.path.join(ROOT, "deploy", "container", "podman-swarm.sh")
+# docs/containers.md's podman commands, which this test runs with its own name, image, key,
+# service and training flags (the manifest's, then its size).
+PAGE = os.path.join(ROOT, "docs", "containers.md")
+PAGE_UP = "deploy/container/podman-swarm.sh up --name gt --replicas 4 -- "
+PAGE_KILL = "podman kill gt-2; podman start gt-2"
+PAGE_DOWN = "deploy/container/podman-swarm.sh down --name gt --replicas 4"
+
+
+def page(prefix, options=(), flags=()):
+    """The page's command that starts with prefix, as this test runs it."""
+    cmd = doc_commands.with_name(doc_commands.get(PAGE, prefix), TAG,
+                                 [shlex.quote(o) for o in options], [shlex.quote(f) for f in flags])
+    print(f"docs/containers.md: {cmd}", flush=True)
+    return cmd
+
+
+def sh(cmd, timeout):
+    """A page's command line through bash, from the repository root (its paths are relative)."""
+    return subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
 # The manifest's training flags, then this test's size (the last of a repeated flag wins).
 args = list(spec["args"]) + ["--model", MODEL, "--epochs", str(EPOCHS),
                              "--checkpoint-every", "1", "--linger", "10", "--min-peers", str(N)]
@@ -85,7 +107,10 @@ tmp = tempfile.mkdtemp(prefix=f"{TAG}-")
 
 
 def cleanup():
-    subprocess.run([SWARM, "down", "--name", TAG, "--replicas", str(N)], timeout=120)
+    r = sh(page(PAGE_DOWN), 120)
+    if r.returncode != 0:
+        print(f"FAIL the page's down: exit {r.returncode}: {r.stderr.strip()[-300:]}")
+        failures.append("podman-swarm.sh down")
     for c in created["containers"]:
         podman("rm", "-f", "-t", "0", c, check_rc=False)
     for v in created["volumes"]:
@@ -141,9 +166,7 @@ try:
     created["volumes"] += [f"{TAG}-state-{i}" for i in range(N)]
     created["containers"] += [f"{TAG}-{i}" for i in range(N)]
     t_start = time.monotonic()
-    r = subprocess.run([SWARM, "up", "--name", TAG, "--service", SERVICE, "--replicas", str(N),
-                        "--image", IMAGE, "--key", key, "--", *args], capture_output=True,
-                       text=True, timeout=300)
+    r = sh(page(PAGE_UP, ["--service", SERVICE, "--image", IMAGE, "--key", key], args), 300)
     if not check(r.returncode == 0, f"podman-swarm.sh up: {r.stdout.strip()} {r.stderr.strip()}"):
         raise SystemExit(1)
     vol = [container_lib.volume_dir(f"{TAG}-state-{i}") for i in range(N)]
@@ -177,7 +200,11 @@ try:
     step_at_kill = max(e["step"] for e in before if e.get("event") == "step")
     exchanges_ok_before = sum(1 for e in before if e.get("event") == "exchange" and e.get("ok"))
     seen = [len(lines(mfile[i])) for i in range(N)]
-    podman("kill", f"{TAG}-{VICTIM}")
+    # The page's line is `podman kill gt-2; podman start gt-2`: the kill now, the start once the
+    # others have noticed the death.
+    kill_cmd, start_cmd = page(PAGE_KILL).split("; ")
+    assert kill_cmd.endswith(f"{TAG}-{VICTIM}"), kill_cmd
+    check(sh(kill_cmd, 60).returncode == 0, kill_cmd)
     t_kill = time.monotonic()
     podman("wait", f"{TAG}-{VICTIM}", timeout=60)
     offset = len(lines(mfile[VICTIM]))  # its last line before the restart
@@ -192,7 +219,7 @@ try:
     found = poll("the others detect the killed peer",
                  lambda: noticed(mfile, seen, victim_addr, VICTIM), 60)
     print(f"detected by peers {found} after {time.monotonic() - t_kill:.1f} s")
-    podman("start", f"{TAG}-{VICTIM}")
+    check(sh(start_cmd, 60).returncode == 0, start_cmd)
 
     check(bool(poll("the restarted peer averages again",
                     lambda: averaged_since(mfile[VICTIM], offset), 120)),

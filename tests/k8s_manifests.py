@@ -85,6 +85,11 @@ vols = {v["name"]: v for v in pod["volumes"]}
 claims = [t["metadata"]["name"] for t in sts["spec"].get("volumeClaimTemplates", [])]
 check(mounts.get("state") == "/var/lib/gossiptrain" and "state" in claims,
       "a volume claim per pod holds the state folder (identity, checkpoints, metrics)")
+# The scale rule: a scale-down or a deleted StatefulSet keeps the claims, so the run goes on from
+# its checkpoints at the next size or apply (GT_RUN_ID, not deletion, keeps old runs out).
+check(sts["spec"].get("persistentVolumeClaimRetentionPolicy") ==
+      {"whenScaled": "Retain", "whenDeleted": "Retain"},
+      "the claims outlive a scale-down and the StatefulSet (persistentVolumeClaimRetentionPolicy)")
 key_vol = vols.get("network-key", {}).get("secret", {})
 key_path = os.path.join(mounts.get("network-key", "?"), "network.key")
 check(key_vol.get("secretName") == secret["metadata"]["name"] and key_vol.get("defaultMode") == 0o600,
