@@ -77,6 +77,26 @@ TEST_CASE("pace: finished, far behind, unknown and forgotten partners are not wa
   CHECK(k.ahead(0.5, 12.0) == Approx(0.01));
 }
 
+// A partition run (docs/robustness.md): one peer trained 35% faster than its side, got more than
+// ignore_behind ahead of all three side-mates, so none of them held it any more; it finished and
+// left before the heal. Two or more partners far behind and none near: we ran away.
+TEST_CASE("pace: ahead of two or more partners by more than ignore_behind, none near, a peer waits "
+          "for the front of them",
+          "[gossip]") {
+  PaceKeeper k(PaceConfig{.max_ahead = 0.02, .ignore_behind = 0.10, .window_s = 10.0});
+  set_rate(k);
+  k.heard("a", 0.30, 1.0);
+  CHECK_FALSE(k.should_wait(0.5, 1.0));  // one far behind: a straggler
+  k.heard("b", 0.36, 1.0);
+  k.heard("c", 0.33, 1.0);
+  CHECK(k.should_wait(0.5, 1.0));
+  CHECK(k.ahead(0.5, 1.0) == Approx(0.14));  // the front of them, b
+  k.heard("d", 0.45, 1.0);                   // one near: the far ones are stragglers again
+  CHECK(k.ahead(0.5, 1.0) == Approx(0.05));
+  k.heard("e", 1.0, 1.0);  // a finished partner changes nothing
+  CHECK(k.ahead(0.5, 1.0) == Approx(0.05));
+}
+
 TEST_CASE("pace: the rate ignores waiting and restarts from a restored step", "[gossip]") {
   PaceKeeper k(PaceConfig{});
   set_rate(k);

@@ -44,14 +44,25 @@ void PaceKeeper::resumed(double progress, double now_s) {
 double PaceKeeper::ahead(double own, double now_s) const {
   std::lock_guard<std::mutex> lk(mu_);
   const double ours = std::max(0.0, own_.rate);  // 0 until measured
-  double most = 0;
+  double most = 0, front = -1;
+  int near = 0, far = 0;
   for (const auto& [id, h] : partners_) {
     if (h.spent || now_s - h.at_s > cfg_.window_s || h.progress >= 1.0) continue;
     const double rate = h.rate.rate >= 0 ? std::min(ours, h.rate.rate) : ours;
     const double now_at = std::min(1.0, h.progress + rate * std::max(0.0, now_s - h.at_s));
     const double gap = own - now_at;
-    if (gap <= cfg_.ignore_behind) most = std::max(most, gap);
+    if (gap <= cfg_.ignore_behind) {
+      most = std::max(most, gap);
+      ++near;
+    } else {
+      front = std::max(front, now_at);
+      ++far;
+    }
   }
+  // Far behind us, one partner is a straggler (restarted, catching up) not to be waited for. But
+  // when two or more are and none is near, we are the one that ran away (a burst, a partition
+  // side of slower peers): keep pace with the front of them.
+  if (near == 0 && far >= 2) return own - front;
   return most;
 }
 

@@ -16,8 +16,9 @@ namespace gossiptrain::gossip {
 
 struct PaceConfig {
   double max_ahead = 0.02;  // fraction of the run a peer may be ahead of the slowest partner
-  double ignore_behind =
-      0.10;                // partners further behind (restarted, catching up) are not waited for
+  // Partners further behind (restarted, catching up) are not waited for, unless two or more
+  // are and none is nearer: then this peer is the one that ran ahead, and waits for their front.
+  double ignore_behind = 0.10;
   double window_s = 10.0;  // what a partner said is forgotten after this long
 };
 
@@ -35,7 +36,8 @@ class PaceKeeper {
   void resumed(double progress, double now_s);
   // How far we are ahead of the slowest partner heard within the window, not spent by a wait, not
   // finished and at most ignore_behind behind: its last word, moved on since at its own rate
-  // (measured from its words) or ours, whichever is lower. 0 when none is behind.
+  // (measured from its words) or ours, whichever is lower. 0 when none is behind. Where none is
+  // that near but two or more are further behind, how far we are ahead of the front of those.
   double ahead(double own, double now_s) const;
   bool should_wait(double own, double now_s) const { return ahead(own, now_s) > cfg_.max_ahead; }
   double rate() const;  // our progress per second while training (0 until measured)
