@@ -7,7 +7,7 @@
 # SLURM is not installed or does not start.
 #   usage: slurm_check.sh BIN_DIR SOURCE_DIR [gossip-peer flags instead of the quick run's...]
 # GT_SLURM_KEEP=1 keeps the temporary folder. GT_SLURM_CHURN=FILE runs the churn check instead
-# (scripts/slurm-churn.sh uses it). GT_SLURM_SCANCEL=1 (ctest scripts:slurm_scancel) submits a
+# (scripts/experiments/slurm-churn.sh uses it). GT_SLURM_SCANCEL=1 (ctest scripts:slurm_scancel) submits a
 # long run, kills peer 1 with kill -9 (the peer loop restarts it), cancels the job with scancel
 # once every peer has trained and checkpointed, and checks that the job's trap still ran the
 # report: ended_by SIGTERM, each peer stopped with its checkpoint, peer 1 with one restart.
@@ -116,13 +116,13 @@ echo "slurm: node $NODE idle (slurmctld, slurmd and munged of this test; config 
 # The job, as docs/cluster.md runs it.
 cd "$TMP"
 RUN=$TMP/run
-export GT_RUN_DIR=$RUN GT_SCRIPTS_DIR=$SRC/scripts GT_BASE_PORT=$((PORT0 + 10))
+export GT_RUN_DIR=$RUN GT_SCRIPTS_DIR=$SRC/scripts/plot GT_BASE_PORT=$((PORT0 + 10))
 # As a user submits it after the README's two commands: no GT_BIN_DIR and no program on PATH, the
 # script finds the checkout's build tree (where BIN is that tree; another build folder is named).
 if [[ $(cd "$BIN" && pwd) != "$(cd "$SRC" && pwd)/build/apps" ]] || command -v gossip-peer >/dev/null; then
   export GT_BIN_DIR=$BIN
 fi
-# Extra flags replace the test's quick synthetic run (scripts/slurm-churn.sh trains Fashion-MNIST).
+# Extra flags replace the test's quick synthetic run (scripts/experiments/slurm-churn.sh trains Fashion-MNIST).
 FLAGS=(--data synthetic --epochs 3 --checkpoint-every 5)
 (($# > 0)) && FLAGS=()
 if [[ ${GT_SLURM_SCANCEL:-0} == 1 ]]; then
