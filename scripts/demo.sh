@@ -13,7 +13,7 @@ OUT=${OUT:-runs/demo-$(date +%Y%m%d-%H%M%S)}
   --data /usr/share/datasets/fashion-mnist --partition iid --out "$OUT" "$@"
 echo
 "$BUILD/apps/gossip-launch" --compare "$OUT"
-# Every plot the run folder holds (scripts/plot_run.py's), or where to look when there is none.
+# Every plot the run folder holds (scripts/plot/plot_run.py's), or where to look when there is none.
 shopt -s nullglob
 plots=("$OUT"/*.png)
 if ((${#plots[@]})); then

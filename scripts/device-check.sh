@@ -145,11 +145,11 @@ if has table; then
       read -r prec extra <<< "$mode"
       name="torch_${prec}${extra:+_gpu}_${batch}"
       # shellcheck disable=SC2086
-      step "$name" python3 scripts/bench_torch_mlp.py --model "$model" --batch "$batch" \
-        --precision "$prec" $extra && grep '^{' "$out/$name.log" >> "$out/table.jsonl"
+      step "$name" python3 scripts/experiments/bench_torch_mlp.py --model "$model" \
+        --batch "$batch" --precision "$prec" $extra && grep '^{' "$out/$name.log" >> "$out/table.jsonl"
     done
   done
-  python3 scripts/device_table.py "$out/table.jsonl" | tee "$out/table.json"
+  python3 scripts/experiments/device_table.py "$out/table.jsonl" | tee "$out/table.json"
 fi
 
 # Fashion-MNIST, one peer, 10 epochs in each precision; 8 peers of one launch on the GPU.

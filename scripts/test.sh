@@ -4,8 +4,8 @@
 # builds the layers that parse what the network sends (net/ and gossip/) with AddressSanitizer + UBSan
 # (CMake preset "asan") and runs their tests, the loop pool's tests and the parser fuzz smoke test
 # there, then builds the libFuzzer targets with clang (preset "fuzz") and runs each 30 s from its
-# corpus (scripts/fuzz.sh). GT_SKIP_ASAN=1 skips those two sanitizer stages. After the main suite, the install test runs once more with the build
-# tree moved away (scripts/install-check.sh).
+# corpus (scripts/test/fuzz.sh). GT_SKIP_ASAN=1 skips those two sanitizer stages. After the main suite, the install test runs once more with the build
+# tree moved away (scripts/test/install-check.sh).
 #   scripts/test.sh --quick   the unit tests only (CTest label "unit", not "slow"), no install
 #                             test, no AddressSanitizer stage: a few minutes.
 #   scripts/test.sh [ctest args...]   everything (what CI runs).
@@ -56,7 +56,7 @@ build_main() {
 main_suite() {
   # TensorBoard's reader and the safetensors package for the observability tests (they skip,
   # saying so, without it).
-  bash scripts/obs-venv.sh "$BUILD/obs-venv" || echo "test.sh: no obs venv; its tests will skip"
+  bash scripts/test/obs-venv.sh "$BUILD/obs-venv" || echo "test.sh: no obs venv; its tests will skip"
   (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600 "$@")
 }
 asan_stage() {
@@ -76,7 +76,7 @@ if stage "build ($BUILD)" build_main; then
     echo "test.sh: --quick: unit tests only; the full run is scripts/test.sh without --quick"
     report
   fi
-  stage "install check" bash scripts/install-check.sh "$BUILD" --move
+  stage "install check" bash scripts/test/install-check.sh "$BUILD" --move
 else
   skipped "main suite (ctest)" "the build failed"
   ((quick)) && report
@@ -89,9 +89,9 @@ else
   skipped "AddressSanitizer + UBSan" "GT_SKIP_ASAN=1"
 fi
 # The libFuzzer targets (clang, preset "fuzz": only they and what they link are built), 30 s each,
-# both at once, from their corpus in tests/fuzz/corpus/ (scripts/fuzz.sh). GT_SKIP_ASAN=1 skips it.
+# both at once, from their corpus in tests/fuzz/corpus/ (scripts/test/fuzz.sh). GT_SKIP_ASAN=1 skips it.
 fuzz_stage() {
-  cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$JOBS" && bash scripts/fuzz.sh --time 30
+  cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$JOBS" && bash scripts/test/fuzz.sh --time 30
 }
 if [[ "${GT_SKIP_ASAN:-0}" != 1 ]]; then
   stage "fuzzers, 30 s each (build-fuzz)" fuzz_stage

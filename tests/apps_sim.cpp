@@ -489,7 +489,7 @@ TEST_CASE("gossip-sim: bad flags and scenarios and unmodelled features are refus
   CHECK(exit_code_of(base + " --peers x") == 2);
   CHECK(exit_code_of(base) == 0);
   CHECK(fs::exists(dir / "run" / "summary.json"));
-  // The plots (scripts/plot_sim.py, matplotlib: installed by scripts/setup.sh).
+  // The plots (scripts/plot/plot_sim.py, matplotlib: installed by scripts/setup.sh).
   std::ifstream sum(dir / "run" / "summary.json");
   const json j = json::parse(sum);
   INFO(j["plots"].dump());

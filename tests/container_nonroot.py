@@ -14,8 +14,8 @@ import shutil
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "scripts"))
+sys.path[:0] = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "scripts", d) for d in ("test", "plot")]  # container_lib, run_metrics
 import container_lib  # noqa: E402
 
 ROOT, BUILD = sys.argv[1], sys.argv[2]

@@ -22,8 +22,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "scripts"))
+sys.path[:0] = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "scripts", d) for d in ("test", "plot")]  # container_lib, run_metrics
 import container_lib  # noqa: E402
 from container_lib import last_step  # noqa: E402
 from run_metrics import read_jsonl as lines  # noqa: E402

@@ -19,9 +19,9 @@ import tempfile
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "scripts"))
-import container_lib  # noqa: E402  (scripts/, shared with scripts/container_churn.py)
+sys.path[:0] = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "scripts", d) for d in ("test", "plot")]  # container_lib, run_metrics
+import container_lib  # noqa: E402  (scripts/test/, shared with scripts/experiments/container_churn.py)
 from container_lib import averaged_since, noticed, trained_share  # noqa: E402
 from run_metrics import read_jsonl as lines  # noqa: E402
 import doc_commands  # noqa: E402  (tests/: docs/containers.md's commands, which this test runs)

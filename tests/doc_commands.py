@@ -36,7 +36,7 @@ RUN_BY = [
     ('docs/containers.md', 'cmake -S . -B build',
      'scripts/test.sh builds the same way (Ninja, Release)'),
     ('docs/containers.md', 'deploy/container/build-image.sh',
-     'every deploy:* container test (scripts/container_lib.py build_image), with --build and '
+     'every deploy:* container test (scripts/test/container_lib.py build_image), with --build and '
      '--image of the test'),
     ('docs/containers.md', 'deploy/container/podman-swarm.sh up --name gt --replicas 4 -- ',
      'deploy:four_containers_find_each_other_by_name_and_a_killed_one_resumes '

@@ -1,7 +1,8 @@
 """The Kubernetes manifests in deploy/k8s validate against the Kubernetes schemas (offline, with
-kubernetes-validate from scripts/k8s-venv.sh) and agree with each other and with the image's
+kubernetes-validate from scripts/test/k8s-venv.sh) and agree with each other and with the image's
 entrypoint. Run as  python3 tests/k8s_manifests.py REPO_ROOT VENV : without kubernetes-validate it
-makes VENV with scripts/k8s-venv.sh (needs PyPI once) and runs itself there. Exit 77: skipped."""
+makes VENV with scripts/test/k8s-venv.sh (needs PyPI once) and runs itself there. Exit 77:
+skipped."""
 import os
 import subprocess
 import sys
@@ -16,10 +17,10 @@ except ImportError as e:
         print(f"SKIP: kubernetes-validate cannot be imported in {venv} ({e})")
         sys.exit(77)
     try:
-        r = subprocess.run([os.path.join(root, "scripts", "k8s-venv.sh"), venv], timeout=600,
-                           capture_output=True, text=True)
+        r = subprocess.run([os.path.join(root, "scripts", "test", "k8s-venv.sh"), venv],
+                           timeout=600, capture_output=True, text=True)
     except subprocess.TimeoutExpired:
-        print("SKIP: scripts/k8s-venv.sh took over 600 s (no PyPI?)")
+        print("SKIP: scripts/test/k8s-venv.sh took over 600 s (no PyPI?)")
         sys.exit(77)
     if r.returncode != 0:
         print(f"SKIP: kubernetes-validate could not be installed: {r.stderr.strip()[-500:]}")

@@ -13,7 +13,7 @@
 # without Fashion-MNIST.
 #   usage: slurm_check.sh BIN_DIR SOURCE_DIR [gossip-peer flags: one 4-task job of these instead]
 # GT_SLURM_KEEP=1 keeps the temporary folder. GT_SLURM_CHURN=FILE checks the churn section of the
-# flags' job (scripts/slurm-churn.sh uses it). GT_SLURM_SCANCEL=1 (ctest scripts:slurm_scancel) submits a
+# flags' job (scripts/experiments/slurm-churn.sh uses it). GT_SLURM_SCANCEL=1 (ctest scripts:slurm_scancel) submits a
 # long run, kills peer 1 with kill -9 (the peer loop restarts it), cancels the job with scancel
 # once every peer has trained and checkpointed, and checks that the job's trap still ran the
 # report: ended_by SIGTERM, each peer stopped with its checkpoint, peer 1 with one restart.
@@ -122,7 +122,7 @@ echo "slurm: node $NODE idle (slurmctld, slurmd and munged of this test; config 
 # The job, as docs/cluster.md runs it.
 cd "$TMP"
 RUN=$TMP/run
-export GT_RUN_DIR=$RUN GT_SCRIPTS_DIR=$SRC/scripts GT_BASE_PORT=$((PORT0 + 10))
+export GT_RUN_DIR=$RUN GT_SCRIPTS_DIR=$SRC/scripts/plot GT_BASE_PORT=$((PORT0 + 10))
 # As a user submits it after the README's two commands: no GT_BIN_DIR and no program on PATH, the
 # script finds the checkout's build tree (where BIN is that tree; another build folder is named).
 if [[ $(cd "$BIN" && pwd) != "$(cd "$SRC" && pwd)/build/apps" ]] || command -v gossip-peer >/dev/null; then
@@ -368,7 +368,7 @@ show_job() {
 }
 
 if (($# > 0)); then
-  # scripts/slurm-churn.sh: one 4-task job of the given flags.
+  # scripts/experiments/slurm-churn.sh: one 4-task job of the given flags.
   timeout 600 sbatch --wait --ntasks 4 --overcommit --output="$TMP/job.out" \
     "$SRC/deploy/slurm/gossip.sbatch" "$@"
   rc=$?

@@ -33,12 +33,12 @@ namespace {
 const std::string kFashion = "/usr/share/datasets/fashion-mnist";
 
 std::string venv_python() { return std::string(GT_OBS_VENV) + "/bin/python"; }
-std::string obs_script() { return std::string(GT_SOURCE_DIR) + "/scripts/obs_check.py"; }
+std::string obs_script() { return std::string(GT_SOURCE_DIR) + "/scripts/test/obs_check.py"; }
 
-// The venv of scripts/obs-venv.sh with the packages, or an empty string and a warning.
+// The venv of scripts/test/obs-venv.sh with the packages, or an empty string and a warning.
 bool have_venv() {
   if (::access(venv_python().c_str(), X_OK) == 0) return true;
-  WARN("skipped: no " << venv_python() << " (run scripts/obs-venv.sh " << GT_OBS_VENV << ")");
+  WARN("skipped: no " << venv_python() << " (run scripts/test/obs-venv.sh " << GT_OBS_VENV << ")");
   return false;
 }
 

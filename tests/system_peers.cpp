@@ -554,9 +554,9 @@ TEST_CASE("a joiner with a shorter run than the swarm's ends with its model, ban
   // Swarm runs one BLAS thread per peer; users do not, and neither does this test.
   ::unsetenv("OPENBLAS_NUM_THREADS");
   // A core each, as on the two machines of the scenario: on one machine's shared cores, B's
-  // training alone (no gossip) slows A 2.3x (scripts/join_scenario.py without --pin), which says
-  // nothing of the protocol. Each peer then runs one BLAS thread, as OpenBLAS sizes its pool to
-  // the process's CPUs.
+  // training alone (no gossip) slows A 2.3x (scripts/experiments/join_scenario.py without --pin),
+  // which says nothing of the protocol. Each peer then runs one BLAS thread, as OpenBLAS sizes its
+  // pool to the process's CPUs.
   s.pin = true;
   s.procs.resize(2);
   using Clock = std::chrono::steady_clock;
@@ -662,7 +662,8 @@ TEST_CASE("a joiner with a shorter run than the swarm's ends with its model, ban
   // with the load of B's training the same in both. Reported, not checked: the synthetic set's
   // epochs are 40 ms, so B's joined run covers two or three of A's, its handshake and catch-up
   // included, and other tests share the cores (1.1 to 2.0 here at load 9). Issue 27's 1.5 x is
-  // measured on Fashion-MNIST by scripts/join_scenario.py --pin (docs/results/robust.md).
+  // measured on Fashion-MNIST by scripts/experiments/join_scenario.py --pin
+  // (docs/results/robust.md).
   // (B alone beside A may end within one of A's epochs: then there is no baseline to report.)
   if (a_beside.size() >= 3 && !a_with_b.empty())
     WARN("A's epochs with B / beside B alone: " << a_with_b_epoch / median_of(a_beside));

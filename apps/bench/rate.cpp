@@ -38,7 +38,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace crypto = net::crypto;
 
-// NIID-Bench's CNN as docs/fedavg.md and scripts/niid-device.sh run it.
+// NIID-Bench's CNN as docs/fedavg.md and scripts/experiments/niid-device.sh run it.
 constexpr const char* kNiidCnn = "cnn:28x28x1-c6k5-p2-c16k5-p2-f120-f84-10";
 
 struct RateBenchOptions {

@@ -1,5 +1,5 @@
-// The plots of a run folder, shared by gossip-launch (scripts/plot_run.py) and gossip-sim
-// (scripts/plot_sim.py): the script found and run with a time limit, and what came of it for
+// The plots of a run folder, shared by gossip-launch (scripts/plot/plot_run.py) and gossip-sim
+// (scripts/plot/plot_sim.py): the script found and run with a time limit, and what came of it for
 // summary.json ("plots").
 #pragma once
 

@@ -460,7 +460,7 @@ void Launch::finish_plots(nlohmann::json& summary) {
     plots["message"] = "skipped (--no-plots)";
   } else if (!script) {
     plots["message"] =
-        "scripts/plot_run.py not found (set GT_SCRIPTS_DIR to the folder that holds it)";
+        "scripts/plot/plot_run.py not found (set GT_SCRIPTS_DIR to the folder that holds it)";
   } else {
     plots = run_plot_script(*script, run_dir_, kPlotTimeoutS, kTickMs);
   }

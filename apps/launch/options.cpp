@@ -168,7 +168,7 @@ const OptionTable<LaunchOptions>& launch_options() {
               "at the end, average the finished peers' models into RUN/swarm/model.safetensors, "
               "evaluate it once and report it in summary.json (swarm_model)",
               &LaunchOptions::export_model, true),
-      O::flag("no-plots", "skip scripts/plot_run.py", &LaunchOptions::plots, false),
+      O::flag("no-plots", "skip scripts/plot/plot_run.py", &LaunchOptions::plots, false),
       O::text("peer-bin", "PATH",
               "the gossip-peer to run, or an executable script that takes gossip-peer's flags "
               "(a Python peer: docs/python.md)",

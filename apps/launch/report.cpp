@@ -740,7 +740,7 @@ int run_report(const LaunchOptions& o) {
     plots = run_plot_script(*script, out, kPlotTimeoutS, kPlotPollMs);
   } else {
     plots["message"] =
-        "scripts/plot_run.py not found (set GT_SCRIPTS_DIR to the folder that holds it)";
+        "scripts/plot/plot_run.py not found (set GT_SCRIPTS_DIR to the folder that holds it)";
   }
   r.summary["plots"] = plots;
   write_text(out / "summary.json", r.summary.dump(2) + "\n");

@@ -47,15 +47,15 @@ void prepare_out(const std::string& out) {
   if (ec) throw UsageError("--out: cannot create '" + out + "': " + ec.message());
 }
 
-// scripts/plot_sim.py on the run folder (it reads summary.json, written first), then summary.json
-// again with what came of it ("plots").
+// scripts/plot/plot_sim.py on the run folder (it reads summary.json, written first), then
+// summary.json again with what came of it ("plots").
 void plot(const apps::sim::SimOptions& o, const std::string& out, nlohmann::json& s) {
   nlohmann::json plots = {{"ok", false}};
   const auto script = apps::find_script(apps::self_dir(), "plot_sim.py");
   if (!o.plots) plots["message"] = "skipped (--no-plots)";
   else if (!script)
     plots["message"] =
-        "scripts/plot_sim.py not found (set GT_SCRIPTS_DIR to the folder that holds it)";
+        "scripts/plot/plot_sim.py not found (set GT_SCRIPTS_DIR to the folder that holds it)";
   else plots = apps::run_plot_script(*script, out, kPlotTimeoutS, 100);
   s["plots"] = plots;
   std::ofstream(out + "/summary.json") << s.dump(2) << '\n';

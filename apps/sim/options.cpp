@@ -175,7 +175,7 @@ const OptionTable<SimArgs>& sim_options() {
       O::flag("trace-exchanges", "one events.jsonl line per exchange side",
               world(&SimConfig::trace_exchanges)),
       O::flag(
-          "no-plots", "do not run scripts/plot_sim.py on the run folder at the end",
+          "no-plots", "do not run scripts/plot/plot_sim.py on the run folder at the end",
           [](SimArgs& a) -> bool& { return a.o.plots; }, false),
       O::text("log-level", "L", "spdlog level of the protocol code",
               [](SimArgs& a) -> std::string& { return a.o.log_level; }),

@@ -15,7 +15,7 @@ struct SimOptions {
   std::string out;  // run folder; empty: runs/sim-<N>p-<UTC time>
   std::string log_level = "warn";
   bool help = false;
-  bool plots = true;  // scripts/plot_sim.py on the run folder at the end
+  bool plots = true;  // scripts/plot/plot_sim.py on the run folder at the end
 };
 
 // Parses argv (without argv[0]). Throws UsageError naming the flag, also for a churn scenario the

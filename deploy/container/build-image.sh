@@ -10,7 +10,7 @@
 #                (default: localhost/gossiptrain-base:bookworm)
 # --rebuild-base make the base again even if podman has it
 # --suite NAME   the Debian suite of the base (default: bookworm)
-# --plots        add python3, numpy and matplotlib (plot-packages.txt) and scripts/plot_run.py,
+# --plots        add python3, numpy and matplotlib (plot-packages.txt) and scripts/plot/plot_run.py,
 #                so that gossip-launch --report in the container draws its plots; the base is
 #                then localhost/gossiptrain-base-plots:bookworm (made the same way)
 #
@@ -91,7 +91,7 @@ strip --strip-unneeded "$CTX"/stage/bin/gossip-* 2>/dev/null || true
 # gossip-launch finds the plot script in ../share/gossiptrain/scripts beside its own folder.
 if ((PLOTS)); then
   mkdir -p "$CTX/stage/share/gossiptrain/scripts"
-  cp scripts/plot_run.py scripts/run_metrics.py "$CTX/stage/share/gossiptrain/scripts/"
+  cp scripts/plot/plot_run.py scripts/plot/run_metrics.py "$CTX/stage/share/gossiptrain/scripts/"
 fi
 old_id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 podman build "${PODMAN_RUN[@]}" --build-arg BASE="$BASE" -t "$IMAGE" -f "$CTX/Containerfile" "$CTX"

@@ -13,7 +13,7 @@
 namespace gossiptrain::kernels::cuda {
 
 // The function and line name the place, not __FILE__: that would put the source tree's path into
-// the installed CUDA module (scripts/install-check.sh looks for it).
+// the installed CUDA module (scripts/test/install-check.sh looks for it).
 [[noreturn]] inline void throw_cuda_error(const char* what, const char* call, const char* func,
                                           int line) {
   throw BackendError(std::string(func) + ", line " + std::to_string(line) + ": " + call + ": " +

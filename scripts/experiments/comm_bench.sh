@@ -5,12 +5,12 @@
 # peers at t = 0: tc tbf), and on dirichlet:0.1. Prints the table, the load average before each
 # run and the command of each.
 #
-# usage: scripts/comm_bench.sh OUT_DIR [SET...]
+# usage: scripts/experiments/comm_bench.sh OUT_DIR [SET...]
 #   SET: loopback (default), capped (10 Mbit/s, root), dirichlet, or all. Extra flags for every
 #   run in BENCH_FLAGS (e.g. BENCH_FLAGS="--epochs 2" for a quick try), a cap in CAP_MBIT (10).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(dirname "$here")"
+root="$(cd "$here/../.." && pwd)"
 launch="${LAUNCH:-$root/build/apps/gossip-launch}"
 out="${1:?usage: comm_bench.sh OUT_DIR [loopback|capped|dirichlet|all]...}"
 shift

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The table of scripts/niid-bench.sh: FedAvg and gossip per partition, from each run folder's
+"""The table of scripts/experiments/niid-bench.sh: FedAvg and gossip per partition, from each run folder's
 summary.json and metrics.jsonl files, and the accuracy curve (per round of E local epochs).
 
 usage: niid_table.py OUT_DIR [--epochs-per-round E] [--plot FILE.png]

@@ -3,7 +3,7 @@
 # event reader, the safetensors package and NumPy, made from Debian's python3 (the first python3
 # on PATH may be another one). Idempotent: an existing venv with the packages is kept.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 VENV=${1:-build/obs-venv}
 PY=/usr/bin/python3
 if [[ -x "$VENV/bin/python" ]] &&

@@ -3,7 +3,7 @@
 # gossip vs local for iid, dirichlet:0.1 and shards:2, and one central peer. Prints the Markdown
 # table at the end. Takes about 4 minutes on 2 cores. BUILD and OUT choose the folders.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 OUT=${OUT:-runs/table}
 L="$BUILD/apps/gossip-launch"

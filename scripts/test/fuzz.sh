@@ -2,7 +2,7 @@
 # Runs the libFuzzer targets for a bounded time, all at once, each from its corpus in
 # tests/fuzz/corpus/<target>/. Build them first: cmake --preset fuzz && cmake --build --preset fuzz
 #
-#   scripts/fuzz.sh [--time SECONDS] [--build DIR] [--merge] [TARGET...]
+#   scripts/test/fuzz.sh [--time SECONDS] [--build DIR] [--merge] [TARGET...]
 #
 # --time SECONDS  how long each target runs (default 60; scripts/test.sh runs 60)
 # --build DIR     the fuzz build tree (default build-fuzz)
@@ -15,7 +15,7 @@
 # DIR/findings/<target>/, its report is printed, and the script exits 1. Each target's whole log is
 # DIR/fuzz-<target>.log.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 TIME=60
 BUILD=build-fuzz
 MERGE=0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NIID-Bench's setting (scripts/niid-bench.sh) on a lent GPU machine, inside one time budget: the
+# NIID-Bench's setting (scripts/experiments/niid-bench.sh) on a lent GPU machine, inside one time budget: the
 # four partitions, FedAvg and gossip, all eight runs at once on GPU 0 (80 training processes and
 # 4 servers time-sharing it), each stopped with SIGINT when the budget is spent, so each reaches
 # as many rounds / epochs as fit (the table and curves say how many).
@@ -8,9 +8,9 @@
 #   scripts/fetch-device-deps.sh .deps && tar -cJf .devcarry/deps.tar.xz .deps
 #   GT_STAGES=build CUDA_ARCHS=90 GT_DEVICE_BUILD_DIR=build-device \
 #     GT_BUILD_TARGETS="gossip-peer gossip-launch test_kernels" scripts/device-check.sh .deps
-#   scripts/niid-device.sh --pack   (copies the three programs and the CUDA module into .devcarry)
+#   scripts/experiments/niid-device.sh --pack   (copies the three programs and the CUDA module into .devcarry)
 #   cp /usr/share/datasets/fashion-mnist/* .devcarry/data/
-# There: scripts/niid-device.sh   (carry .devcarry; .git/info/exclude ignores it)
+# There: scripts/experiments/niid-device.sh   (carry .devcarry; .git/info/exclude ignores it)
 # The programs' RPATH points into /work/main/.deps (where they were linked): where the checkout
 # lies elsewhere, /work/main is made a link to it. If they do not run there (a missing library, a
 # [cuda] test failing), they are built there instead (scripts/device-check.sh, a fresh folder).
@@ -21,7 +21,7 @@
 # Leaves OUT/table.md, OUT/fedavg.tar.xz (FedAvg's run folders: logs, metrics, summaries; and this
 # script's logs), OUT/gossip-PART.tar.xz (each gossip run).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 2
+cd "$(dirname "$0")/../.." || exit 2
 CARRY=.devcarry
 t0=$SECONDS
 log() { echo "niid-device: $(date -u +%T) +$((SECONDS - t0)) s: $*"; }
@@ -130,7 +130,7 @@ if [[ ${JOB:-niid} == churn ]]; then
     UPTIME="${UPTIME:-30}" DOWNTIME="${DOWNTIME:-10}" \
     EXTRA="--batch 64 --lr 0.01 --momentum 0.9 --schedule constant --partition iid" \
     ONLY="fedavg-clientchurn fedavg-servercrash gossip-clientchurn" \
-    bash scripts/fedavg-churn.sh 2>&1 | tee "$OUT/table.md"
+    bash scripts/experiments/fedavg-churn.sh 2>&1 | tee "$OUT/table.md"
 else
   # Two phases, each all partitions at once: FedAvg (40 clients and 4 servers: under MPS's client
 # limit), then gossip for as many epochs per peer as FedAvg's clients trained in each partition
@@ -142,7 +142,7 @@ fed_s=$(( $(left) * ${FEDAVG_SHARE:-55} / 100 ))
 ((fed_s < 60)) && { log "only $(left) s left of BUDGET_S=$BUDGET_S"; kill "$sampler"; exit 1; }
 log "phase 1: FedAvg, every partition at once, each stopped after $fed_s s"
 env "${common[@]}" RUN_SECONDS="$fed_s" ROUNDS="${ROUNDS:-50}" MODES=fedavg PARTS="$PARTS" \
-  bash scripts/niid-bench.sh
+  bash scripts/experiments/niid-bench.sh
 port=30000
 pids=()
 for part in $PARTS; do
@@ -152,12 +152,12 @@ for part in $PARTS; do
   gossip_s=$(( $(left) - 30 ))
   log "phase 2: gossip on $part, $r x ${E:-10} epochs per peer (FedAvg's rounds), stopped after $gossip_s s"
   env "${common[@]}" RUN_SECONDS="$gossip_s" ROUNDS="$r" MODES=gossip PARTS="$part" \
-    BASE_PORT=$port bash scripts/niid-bench.sh &
+    BASE_PORT=$port bash scripts/experiments/niid-bench.sh &
   pids+=($!)
   port=$((port + 1000))
 done
 wait "${pids[@]}"
-$PY scripts/niid_table.py "$runs" --epochs-per-round "${E:-10}" | tee "$OUT/table.md"
+$PY scripts/experiments/niid_table.py "$runs" --epochs-per-round "${E:-10}" | tee "$OUT/table.md"
 fi
 kill "$sampler" 2>/dev/null
 stop_mps

@@ -5,7 +5,7 @@
   obs_check.py tensors FILE            the safetensors package: {"metadata", "tensors": {name: {shape, data}}}
   obs_check.py forward FILE DATA_DIR   a NumPy forward pass of FILE's model (PyTorch layout, NCHW)
                                        over the IDX test set in DATA_DIR: {"acc", "rows"}
-Prints one JSON object on stdout. Run with the venv of scripts/obs-venv.sh.
+Prints one JSON object on stdout. Run with the venv of scripts/test/obs-venv.sh.
 """
 import gzip
 import json

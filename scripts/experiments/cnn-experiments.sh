@@ -8,7 +8,7 @@
 # Slow on 2 cores: the CNN costs about 20 times the MLP's step (gossip-bench train), so its
 # one-peer run alone is tens of minutes there; a quiet machine with more cores, or the GPU, helps.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 OUT=${OUT:-runs/cnn}
 BACKEND=${BACKEND:-cpu}

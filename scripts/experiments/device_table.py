@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summarizes the JSON lines of scripts/device-check.sh's table stage (gossip-bench train and
-scripts/bench_torch_mlp.py results) into one JSON object: per model and batch, our ms/step in each
+scripts/experiments/bench_torch_mlp.py results) into one JSON object: per model and batch, our ms/step in each
 precision and data mode, PyTorch's in each mode, step / GEMM floor, and the speedups."""
 import json
 import sys

@@ -1,4 +1,5 @@
-"""Reading a gossip-launch run folder's per-peer metrics, shared by the scripts beside this one.
+"""Reading a gossip-launch run folder's per-peer metrics, shared by the plot scripts beside this one
+(installed with them) and by the analysis, experiment and container scripts of scripts/.
 
 A peer's metrics.jsonl may end with a line cut by a kill: such lines are skipped.
 """

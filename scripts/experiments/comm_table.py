@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """usage: comm_table.py OUT_DIR
 
-The table of scripts/comm_bench.sh from OUT_DIR/*/summary.json: mean / min final accuracy, time
+The table of scripts/experiments/comm_bench.sh from OUT_DIR/*/summary.json: mean / min final accuracy, time
 to the target (every peer), MB sent to the target summed over the peers (each peer's bytes until
 its first evaluation at or above the target), and MB sent in all.
 """

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What each peer's exchanges did while a gossip-launch --netns partition held.
 
-    scripts/partition_exchanges.py RUN_DIR [--all]
+    scripts/analysis/partition_exchanges.py RUN_DIR [--all]
 
 For a run whose scenario has one partition and its heal (events.jsonl), prints every exchange
 (from each peer's metrics.jsonl, on the run's clock: each process by its start in summary.json)
@@ -13,7 +13,7 @@ per side the successful exchanges within the side that began 0.5 s or more after
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plot"))
 from run_metrics import on_run_clock, peer_ids, peer_metrics, read_jsonl, summary_lives  # noqa: E402
 
 

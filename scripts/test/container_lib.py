@@ -1,4 +1,4 @@
-"""Podman helpers shared by the container churn run (scripts/container_churn.py) and its test
+"""Podman helpers shared by the container churn run (scripts/experiments/container_churn.py) and its test
 (tests/container_swarm.py): podman calls, a swarm's volumes, and the kill/notice/rejoin milestones
 read from the peers' metric files (run_metrics.read_jsonl, which skips a line torn by a kill)."""
 import os

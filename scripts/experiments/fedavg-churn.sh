@@ -12,7 +12,7 @@
 # on ports of its own from BASE_PORT, default 20000), RUN_SECONDS (none; each run is stopped with
 # SIGINT after this many seconds).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 OUT=${OUT:-runs/fedavg-churn}
 PEERS=${PEERS:-10}

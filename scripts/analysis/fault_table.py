@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """One row per run for the README's "One bad peer" table.
 
-  scripts/fault_table.py [--bad I ...] RUN_DIR ...
+  scripts/analysis/fault_table.py [--bad I ...] RUN_DIR ...
 
 Honest = every peer not named by --bad (default: 7). Prints the honest peers' mean and min final
 accuracy, the bad peers' accuracy, exchanges ok/failed, the honest peers' successful exchanges
@@ -12,7 +12,8 @@ peer (--lr 8) runs the honest code and bans the others too, which is counted in 
 """
 import argparse, json, os, sys
 
-from run_metrics import peer_ids, peer_metrics
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plot"))
+from run_metrics import peer_ids, peer_metrics  # noqa: E402
 
 
 def row(run, bad):

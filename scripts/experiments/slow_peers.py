@@ -2,7 +2,7 @@
 """Slows some peers of a gossip-launch run to about half speed for real, as the keeping-pace test
 does: each is stopped (SIGSTOP) `stop_ms` of every `stop_ms + run_ms` (SIGCONT) until it exits.
 
-  scripts/slow_peers.py RUN_DIR 0,4 [--stop-ms 50 --run-ms 50]
+  scripts/experiments/slow_peers.py RUN_DIR 0,4 [--stop-ms 50 --run-ms 50]
 
 Run it beside `gossip-launch --out RUN_DIR ...`; it waits for RUN_DIR/config.json (the peers'
 pids) and ends when those peers have exited. A peer restarted by --churn is not followed."""

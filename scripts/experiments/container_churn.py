@@ -5,7 +5,7 @@ training and started again by us, the engine, as soon as another peer has notice
 final test accuracies, the detection and the resume, and copies the metric files into
 OUT/{base,churn}/peerN/metrics.jsonl.
 
-    scripts/container_churn.py [--out DIR] [--epochs E] [--image NAME] [--data DIR]
+    scripts/experiments/container_churn.py [--out DIR] [--epochs E] [--image NAME] [--data DIR]
 
 Needs root, podman, runc and the image (deploy/container/build-image.sh). Takes several minutes."""
 import argparse
@@ -16,10 +16,12 @@ import subprocess
 import sys
 import time
 
-from container_lib import averaged_since, noticed, podman, poll, trained_share, volume_dir
-from run_metrics import read_jsonl as lines
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [os.path.join(ROOT, "scripts", "test"), os.path.join(ROOT, "scripts", "plot")]
+from container_lib import (averaged_since, noticed, podman, poll, trained_share,  # noqa: E402
+                           volume_dir)
+from run_metrics import read_jsonl as lines  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SWARM = os.path.join(ROOT, "deploy", "container", "podman-swarm.sh")
 N, VICTIM = 4, 2
 

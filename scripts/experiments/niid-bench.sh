@@ -4,7 +4,7 @@
 # 10 parties, their CNN (two 5x5 convolutions of 6 and 16 channels, max-pool 2, dense 120 and 84;
 # ours pads the convolutions to "same" where theirs use none: see docs/fedavg.md), batch 64, SGD
 # lr 0.01 momentum 0.9 (constant), E local epochs per round, for IID, dirichlet:0.5, classes:2 and
-# classes:3. Gossip runs ROUNDS x E epochs per peer. Prints the table (scripts/niid_table.py).
+# classes:3. Gossip runs ROUNDS x E epochs per peer. Prints the table (scripts/experiments/niid_table.py).
 # Env: BUILD (build), OUT (runs/niid), ROUNDS (2), E (10), PARTS ("iid dirichlet:0.5 classes:2
 # classes:3"), MODES ("fedavg gossip"), SEED (1), TARGET (0.80), NICE (10), BACKEND (cpu; cuda
 # puts every peer of every run on GPU 0), DATA (the Fashion-MNIST folder; the peers' default),
@@ -15,7 +15,7 @@
 # Their 50 rounds x 10 epochs are 500 epochs over all of Fashion-MNIST per partition: days on a
 # shared 2-core machine; ROUNDS says how many we ran.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 OUT=${OUT:-runs/niid}
 ROUNDS=${ROUNDS:-2}
@@ -67,4 +67,4 @@ for part in $PARTS; do
   done
 done
 wait
-[[ ${TABLE:-1} == 1 ]] && /usr/bin/python3 scripts/niid_table.py "$OUT" --epochs-per-round "$E"
+[[ ${TABLE:-1} == 1 ]] && /usr/bin/python3 scripts/experiments/niid_table.py "$OUT" --epochs-per-round "$E"

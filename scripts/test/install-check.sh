@@ -2,12 +2,12 @@
 # The install test: `cmake --install BUILD --prefix P`, then P/bin/gossip-launch runs a 2-peer
 # synthetic run from a folder outside both trees and writes its plots. No path of the source or
 # build tree may be in an installed program.
-#   scripts/install-check.sh BUILD            the suite's form (ctest "install:..."): the build
-#                                             tree stays where it is (other tests use it)
-#   scripts/install-check.sh BUILD --move     also moves BUILD away while the installed programs
-#                                             run, and back after (scripts/test.sh, after ctest)
+#   scripts/test/install-check.sh BUILD         the suite's form (ctest "install:..."): the build
+#                                               tree stays where it is (other tests use it)
+#   scripts/test/install-check.sh BUILD --move  also moves BUILD away while the installed programs
+#                                               run, and back after (scripts/test.sh, after ctest)
 set -euo pipefail
-src=$(cd "$(dirname "$0")/.." && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: install-check.sh BUILD [--move]}" && pwd)
 move=${2:-}
 work=$(mktemp -d /tmp/gt-install-check.XXXXXX)

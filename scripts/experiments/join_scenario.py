@@ -6,11 +6,12 @@ machines: what is left of A's slowdown is then the protocol's, not the sharing o
 Prints, per phase, A's median epoch time and where A's time went (--max-lag waits, from A's
 `waits` lines where the build writes them), B's epoch, both accuracies, bans and refusals.
 
-  scripts/join_scenario.py --bin build/apps [--data synthetic] [--flags '--max-lag-share off'] [--pin]
+  scripts/experiments/join_scenario.py --bin build/apps [--data synthetic] [--flags '--max-lag-share off'] [--pin]
 """
 import argparse, os, shlex, signal, socket, statistics, subprocess, sys, tempfile, time
 
-from run_metrics import read_jsonl as lines
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plot"))
+from run_metrics import read_jsonl as lines  # noqa: E402
 
 
 def free_port():

@@ -3,7 +3,7 @@
 # 1,000 peers, exchange rounds (n/2 exchanges each) until the spread is 1e-6 of the initial one,
 # without churn and with 10% random churn (a peer is down a tenth of the time: mean uptime 90 s,
 # downtime 10 s, from 30 s on). Prints one line per run from its summary.json.
-#   scripts/schedule_sim.sh [BUILD_DIR] [OUT_DIR]
+#   scripts/experiments/schedule_sim.sh [BUILD_DIR] [OUT_DIR]
 set -euo pipefail
 build=${1:-build}
 out=${2:-runs/schedule-sim}

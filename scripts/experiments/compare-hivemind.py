@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gossiptrain.Peer against hivemind 1.1.12: the same PyTorch model, data and peers side by side.
 
-    scripts/compare-hivemind.py --gossip-python /work/torch-venv/bin/python \\
+    scripts/experiments/compare-hivemind.py --gossip-python /work/torch-venv/bin/python \\
         --hivemind-python /work/hivemind-venv/bin/python --peers 4 --target-acc 0.80
 
 Each system runs N worker processes on loopback (this file, `worker` mode, in the venv named for

@@ -13,7 +13,7 @@ Prints the consensus distance (mean squared distance to the mean) and the mean's
 4,000 steps. Both corrections keep the mean right (the sum is kept) and blow the consensus up at
 the step sizes training uses (lr 0.05 with momentum 0.9: 1,000 to 13,000 times the plain
 distance); both are stable only at small steps, where they cut the distance by a third (lr 0.05,
-no momentum: 0.81 to 0.53). Usage: scripts/drift_toy.py (about 5 s, numpy)."""
+no momentum: 0.81 to 0.53). Usage: scripts/experiments/drift_toy.py (about 5 s, numpy)."""
 import numpy as np
 
 N, D, STEPS = 10, 20, 4000

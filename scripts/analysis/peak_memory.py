@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Samples the memory of a gossip-launch run's peers until none is left, and prints the peaks.
 
-usage: scripts/peak_memory.py RUN_DIR [--every S] [--json OUT]
+usage: scripts/analysis/peak_memory.py RUN_DIR [--every S] [--json OUT]
 
 Every S seconds (default 1) it reads /proc/PID/smaps_rollup of every gossip-peer process whose
 command line names RUN_DIR: Rss (resident, shared pages counted in every process), Pss (shared

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How the peers of a gossip-launch run mixed with each other at the end of training.
 
-    scripts/side_mixing.py RUN_DIR [--from PROGRESS] [--training-only]
+    scripts/analysis/side_mixing.py RUN_DIR [--from PROGRESS] [--training-only]
 
 From each peer's metrics.jsonl, on the launcher's clock (summary.json's clock_offset_s): the time
 the swarm's mean progress (steps over steps_total, from the step lines) reached PROGRESS (default
@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plot"))
 from run_metrics import peer_ids, peer_metrics, read_jsonl  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Exchange rate among a run's peers, leaving some out (issue 10's slow-link figure).
 
-  scripts/exchange_rate.py RUN_DIR [--exclude I ...]
+  scripts/analysis/exchange_rate.py RUN_DIR [--exclude I ...]
 
 For every peer not excluded: its successful exchanges as initiator with a partner that is not
 excluded either, divided by its training time (the `seconds` of its `done` line); the figure is
@@ -10,9 +10,10 @@ successful exchanges (both roles) and the median duration of its exchanges with 
 the share of the others' training time they spent in exchanges with excluded peers (the `ms` of
 their exchange lines with them, ok or failed, over the sum of their training times).
 """
-import argparse, statistics, sys
+import argparse, os, statistics, sys
 
-from run_metrics import peer_ids, peer_metrics
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plot"))
+from run_metrics import peer_ids, peer_metrics  # noqa: E402
 
 
 def main():

@@ -4,11 +4,11 @@
 # as they are and once with peer 2 crashing itself at 30% of training (gossip-peer --churn) and
 # the sbatch loop restarting it from its checkpoint. Prints each run's final accuracy, the
 # crash's detection and resume from the report's churn section, and the difference.
-#   usage: scripts/slurm-churn.sh BUILD_DIR [EPOCHS]      (default 5 epochs)
+#   usage: scripts/experiments/slurm-churn.sh BUILD_DIR [EPOCHS]      (default 5 epochs)
 set -euo pipefail
 BUILD=$(realpath "${1:?usage: slurm-churn.sh BUILD_DIR [EPOCHS]}")
 EPOCHS=${2:-5}
-SRC=$(cd "$(dirname "$0")/.." && pwd)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=$(mktemp -d /tmp/gt-slurm-churn.XXXXXX)
 SCEN=$OUT/crash.json
 echo '{"events": [{"at_progress": 0.3, "event": "crash", "peers": [2]}]}' >"$SCEN"

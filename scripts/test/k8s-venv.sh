@@ -3,7 +3,7 @@
 # Kubernetes OpenAPI schemas it ships (offline), made from Debian's python3. Idempotent: an
 # existing venv with the package is kept.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 VENV=${1:-build/k8s-venv}
 PY=/usr/bin/python3
 if [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c 'import kubernetes_validate, yaml' 2>/dev/null; then

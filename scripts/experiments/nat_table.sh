@@ -6,8 +6,8 @@
 # then a table: exchanges per second, final test accuracy, exchanges by kind of pair.
 # Needs root, iproute2, nftables. Everything it creates is named gtnat<pid>* and removed on exit.
 #
-#   scripts/nat_table.sh [BUILD_DIR] [-- extra gossip-peer flags]
-#   GT_NAT_EPOCHS=6 GT_NAT_DATA=/usr/share/datasets/fashion-mnist scripts/nat_table.sh build
+#   scripts/experiments/nat_table.sh [BUILD_DIR] [-- extra gossip-peer flags]
+#   GT_NAT_EPOCHS=6 GT_NAT_DATA=/usr/share/datasets/fashion-mnist scripts/experiments/nat_table.sh build
 set -euo pipefail
 build=${1:-build}
 shift || true
