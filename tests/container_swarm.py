@@ -253,6 +253,10 @@ try:
             back = "alive" in states[next((k for k, s in enumerate(states) if s != "alive"), len(states)):]
             check(back, f"peer {i} saw the victim go after the kill and come back alive: {states}")
 finally:
+    if failures:  # what each peer saw, for the record, before the containers go
+        for i in range(N):
+            r = podman("logs", "--tail", "12", f"{TAG}-{i}", check_rc=False)
+            print(f"--- {TAG}-{i}:\n" + (r.stdout + r.stderr).strip()[-2500:])
     cleanup()
 
 print(f"{len(failures)} failed")
