@@ -34,7 +34,6 @@ gossip::NodeConfig node_config(const PeerConfig& cfg, std::uint64_t fingerprint)
   gossip::NodeConfig nc = cfg.node;
   nc.fingerprint = fingerprint;
   nc.averager.fingerprint = fingerprint;
-  nc.membership.seeds = cfg.seeds;
   nc.checkpoint_dir = cfg.train.checkpoint_dir;
   if (nc.averager.fault.mode != gossip::FaultMode::None)
     spdlog::warn("FAULTY PEER (--fault {}): sending corrupted vectors, mixing nothing in",

@@ -14,7 +14,7 @@
 namespace gossiptrain::apps {
 
 // The gossip node's configuration: the one the flags filled (PeerConfig::node), with what the
-// flags do not hold: the model's fingerprint, the seeds and the checkpoint folder (gossip-peer,
+// flags do not hold: the model's fingerprint and the checkpoint folder (gossip-peer,
 // the Python binding's peer and gossip-sim's train workload).
 gossip::NodeConfig node_config(const PeerConfig& cfg, std::uint64_t fingerprint);
 // The encrypted transport's settings from the flags (a gossip node's, and a FedAvg server's or

@@ -117,7 +117,7 @@ const OptionTable<PeerConfig>& peer_options() {
        }}.unset_means("the listen address").of_kind(ValueKind::Text)
           .for_programs(kGossipPeer | kPythonPeer),
       PeerOption{"seeds", "HOST:PORT,...", "peers to join through",
-       [](PeerConfig& c, const std::string& v) { c.seeds = parse_addr_list(v, "seeds"); }}.unset_means("none: train alone").of_kind(ValueKind::Text)
+       [](PeerConfig& c, const std::string& v) { c.node.membership.seeds = parse_addr_list(v, "seeds"); }}.unset_means("none: train alone").of_kind(ValueKind::Text)
           .for_programs(kGossipPeer | kPythonPeer),
       O::text("identity", "FILE", "Ed25519 identity key file, created (mode 0600) if missing",
               &PeerConfig::identity).for_programs(kGossipPeer | kPythonPeer),

@@ -63,7 +63,6 @@ struct PeerConfig {
   FedAvgOptions fedavg;
   std::string listen = "127.0.0.1:0";
   std::string advertise;  // address others dial; default: the listen address
-  std::vector<std::string> seeds;
   std::string identity = "gossip-peer.key";
   std::string network_key;
   std::string allowlist;
@@ -79,11 +78,12 @@ struct PeerConfig {
   std::string blas_core = "auto";  // --blas-core: auto | keep | an OpenBLAS core (apps/common_blas)
   kernels::Precision precision = kernels::Precision::Fp32;  // --precision
   // The gossip node's configuration, each gossip flag parsed into its field once and handed to
-  // gossip::Node as it is (node_config.hpp adds the model's fingerprint, the seeds and the
-  // checkpoint folder): --gossip-every, --wire to --slow-link-wire, --weighting, --mix to --ban,
-  // --partner-choice, --fault, --max-rate, --linger-settle (averager), --max-lag, --max-lag-share,
-  // --max-ahead and --outer-* (node). Robust mixing is clipped by default, no number needed from
-  // the user, and a far partner clipped rather than refused (refusing bans honest restarted peers).
+  // gossip::Node as it is (node_config.hpp adds the model's fingerprint and the checkpoint
+  // folder): --seeds (membership); --gossip-every, --wire to --slow-link-wire, --weighting, --mix
+  // to --ban, --partner-choice, --fault, --max-rate, --linger-settle (averager); --max-lag,
+  // --max-lag-share, --max-ahead and --outer-* (node). Robust mixing is clipped by default, no
+  // number needed from the user, and a far partner clipped rather than refused (refusing bans
+  // honest restarted peers).
   gossip::NodeConfig node = peer_node_defaults();
   std::string fault_spec;  // the --fault value as given, for the warning
   double linger_s = -1.0;    // serve exchanges after training; <0: kDefaultLingerS with gossip, else 0
@@ -119,7 +119,7 @@ struct PeerConfig {
   std::string churn;     // --churn FILE: this peer plays its own shard's events (apps/peer_churn)
   bool listen_given = false;
   // A peer gossips when it has seeds to join through, or listens so that others can join it.
-  bool gossip_enabled() const { return !seeds.empty() || listen_given; }
+  bool gossip_enabled() const { return !node.membership.seeds.empty() || listen_given; }
 };
 
 // Parses argv (without argv[0]). Throws UsageError. Sets *help when --help was given.
