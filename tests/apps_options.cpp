@@ -156,12 +156,12 @@ TEST_CASE("lr flag: one range, core::validate's (0, 10)", "[apps]") {
 // saying so with exit code 2; --max-lag-share is checked the same way.
 TEST_CASE("max-ahead and max-lag-share: a value out of range is a usage error", "[apps]") {
   bool help = false;
-  CHECK(parse_peer_args({"--max-lag-share", "0.5"}, &help).max_lag_share == 0.5);
-  CHECK(parse_peer_args({"--max-lag-share", "off"}, &help).max_lag_share == 0.0);
-  CHECK(parse_peer_args({}, &help).max_lag_share == 0.25);
+  CHECK(parse_peer_args({"--max-lag-share", "0.5"}, &help).node.max_lag_share == 0.5);
+  CHECK(parse_peer_args({"--max-lag-share", "off"}, &help).node.max_lag_share == 0.0);
+  CHECK(parse_peer_args({}, &help).node.max_lag_share == 0.25);
   for (const char* bad : {"0", "-1", "101", "fast"})
     CHECK_THAT(peer_error({"--max-lag-share", bad}), Contains("--max-lag-share"));
-  CHECK(parse_peer_args({"--max-ahead", "off"}, &help).max_ahead == 0.0);
+  CHECK(parse_peer_args({"--max-ahead", "off"}, &help).node.max_ahead == 0.0);
   for (const char* bad : {"2", "0", "1", "-0.5"})
     CHECK_THAT(peer_error({"--max-ahead", bad}), Contains("--max-ahead"));
 }
@@ -169,10 +169,10 @@ TEST_CASE("max-ahead and max-lag-share: a value out of range is a usage error", 
 TEST_CASE("slow-link-wire: off, a wire, the int8 default, and anything else is a usage error naming it",
           "[apps]") {
   bool help = false;
-  CHECK(parse_peer_args({}, &help).slow_link_wire == gossiptrain::kernels::Wire::Int8);
-  CHECK_FALSE(parse_peer_args({"--slow-link-wire", "off"}, &help).slow_link_wire.has_value());
-  CHECK(parse_peer_args({"--slow-link-wire", "int8"}, &help).slow_link_wire == gossiptrain::kernels::Wire::Int8);
-  CHECK(parse_peer_args({"--slow-link-wire", "fp16"}, &help).slow_link_wire == gossiptrain::kernels::Wire::Fp16);
+  CHECK(parse_peer_args({}, &help).node.averager.slow_link_wire == gossiptrain::kernels::Wire::Int8);
+  CHECK_FALSE(parse_peer_args({"--slow-link-wire", "off"}, &help).node.averager.slow_link_wire.has_value());
+  CHECK(parse_peer_args({"--slow-link-wire", "int8"}, &help).node.averager.slow_link_wire == gossiptrain::kernels::Wire::Int8);
+  CHECK(parse_peer_args({"--slow-link-wire", "fp16"}, &help).node.averager.slow_link_wire == gossiptrain::kernels::Wire::Fp16);
   for (const char* bad : {"int9", "", "fp32", "int2", "fast"})
     CHECK_THAT(peer_error({"--slow-link-wire", bad}), Contains("--slow-link-wire"));
   CHECK_THAT(peer_error({"--slow-link-wire"}), Contains("--slow-link-wire"));  // no value
@@ -181,9 +181,9 @@ TEST_CASE("slow-link-wire: off, a wire, the int8 default, and anything else is a
 TEST_CASE("linger-settle: a distance, 0 for off, 0.01 by default, and a negative one is refused",
           "[apps]") {
   bool help = false;
-  CHECK(parse_peer_args({}, &help).linger_settle == 0.01);
-  CHECK(parse_peer_args({"--linger-settle", "0"}, &help).linger_settle == 0.0);
-  CHECK(parse_peer_args({"--linger-settle", "0.2"}, &help).linger_settle == 0.2);
+  CHECK(parse_peer_args({}, &help).node.averager.settle_distance == 0.01);
+  CHECK(parse_peer_args({"--linger-settle", "0"}, &help).node.averager.settle_distance == 0.0);
+  CHECK(parse_peer_args({"--linger-settle", "0.2"}, &help).node.averager.settle_distance == 0.2);
   for (const char* bad : {"-1", "near"})
     CHECK_THAT(peer_error({"--linger-settle", bad}), Contains("--linger-settle"));
 }
@@ -434,7 +434,7 @@ TEST_CASE("config files: a key takes the JSON type of its flag: a string where a
   const PeerConfig c = parse_peer_args({"--config", path, "--listen", "127.0.0.1:0"}, &help);
   std::remove(path.c_str());
   CHECK(c.train.epochs == 3);
-  CHECK(c.max_lag == gossiptrain::gossip::MaxLag());
+  CHECK(c.node.max_lag == gossiptrain::gossip::MaxLag());
   CHECK(c.fedavg.server);
 }
 

@@ -407,7 +407,7 @@ TEST_CASE("gossip-sim train: a crashed peer resumes from its checkpoint, a joine
   // falls in the second epoch. Without --max-ahead: 2% of this run's 152 steps is 3 steps, less
   // than the peers' start times differ by (they see their cohort within 100 ms of each other),
   // and the waits for each other would put the crash in the first epoch.
-  c.peer.max_ahead = 0;
+  c.peer.node.max_ahead = 0;
   c.churn = core::load_churn_scenario("crash:1@3.6,restart:1@3.8,join:1@4", 4);
   const Run r = simulate(c);
   INFO(r.summary.dump());
@@ -534,11 +534,11 @@ TEST_CASE("gossip-sim: --help states the --mix default each workload really has"
   const auto train =
       parse_sim_options({"--peers", "4", "--workload", "train", "--data", "synthetic"});
   const auto consensus = parse_sim_options({"--peers", "4", "--sim-seconds", "1"});
-  REQUIRE(train.world.peer.robust.mix == gossip::MixMode::Clipped);
+  REQUIRE(train.world.peer.node.averager.robust.mix == gossip::MixMode::Clipped);
   REQUIRE(consensus.world.mix == gossip::MixMode::Plain);
   CHECK_THAT(mix_help, Catch::Contains("plain for --workload consensus"));
   CHECK_THAT(mix_help, Catch::Contains("clipped, gossip-peer's default, for --workload train"));
   // Given, it applies to training peers too.
   CHECK(parse_sim_options({"--peers", "4", "--workload", "train", "--mix", "plain"})
-            .world.peer.robust.mix == gossip::MixMode::Plain);
+            .world.peer.node.averager.robust.mix == gossip::MixMode::Plain);
 }

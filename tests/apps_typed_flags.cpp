@@ -23,18 +23,18 @@ PeerConfig parse(std::vector<std::string> args) {
 TEST_CASE("typed flags: --weighting and --partner-choice land in the averager's config as parsed",
           "[apps]") {
   const PeerConfig d = parse({});
-  CHECK_FALSE(d.weight_by_samples);
-  CHECK(d.partner_choice.weighted());
-  CHECK_FALSE(d.partner_choice.scheduled());
+  CHECK_FALSE(d.node.averager.weight_by_samples);
+  CHECK(d.node.averager.choice.weighted());
+  CHECK_FALSE(d.node.averager.choice.scheduled());
   const PeerConfig c = parse({"--weighting", "samples", "--partner-choice", "uniform"});
-  CHECK(c.weight_by_samples);
-  CHECK_FALSE(c.partner_choice.weighted());
-  const gossip::AveragerConfig ac = averager_config(c, 42);
+  CHECK(c.node.averager.weight_by_samples);
+  CHECK_FALSE(c.node.averager.choice.weighted());
+  const gossip::AveragerConfig ac = node_config(c, 42).averager;
   CHECK(ac.weight_by_samples);
   CHECK_FALSE(ac.choice.weighted());
   const PeerConfig h = parse({"--partner-choice", "hypercube"});
-  CHECK(h.partner_choice.scheduled());
-  CHECK(averager_config(h, 42).choice.mode == gossip::PartnerMode::Hypercube);
+  CHECK(h.node.averager.choice.scheduled());
+  CHECK(node_config(h, 42).averager.choice.mode == gossip::PartnerMode::Hypercube);
   CHECK_THROWS_AS(parse({"--weighting", "by-size"}), UsageError);
   CHECK_THROWS_AS(parse({"--partner-choice", "random"}), UsageError);
 }
@@ -43,12 +43,12 @@ TEST_CASE("typed flags: --fault is a FaultConfig from the flag table on, refused
           "[apps]") {
   ::setenv("GOSSIPTRAIN_ALLOW_FAULTS", "1", 1);
   const PeerConfig honest = parse({});
-  CHECK(honest.fault.mode == gossip::FaultMode::None);
+  CHECK(honest.node.averager.fault.mode == gossip::FaultMode::None);
   const PeerConfig c = parse({"--fault", "scale:5"});
-  CHECK(c.fault.mode == gossip::FaultMode::Scale);
-  CHECK(c.fault.scale == 5.0);
-  CHECK(averager_config(c, 42).fault.mode == gossip::FaultMode::Scale);
-  CHECK(parse({"--fault", "signflip"}).fault.mode == gossip::FaultMode::SignFlip);
+  CHECK(c.node.averager.fault.mode == gossip::FaultMode::Scale);
+  CHECK(c.node.averager.fault.scale == 5.0);
+  CHECK(node_config(c, 42).averager.fault.mode == gossip::FaultMode::Scale);
+  CHECK(parse({"--fault", "signflip"}).node.averager.fault.mode == gossip::FaultMode::SignFlip);
   CHECK_THROWS_AS(parse({"--fault", "scale:0"}), UsageError);
   CHECK_THROWS_AS(parse({"--fault", "sideways"}), UsageError);
   ::unsetenv("GOSSIPTRAIN_ALLOW_FAULTS");
@@ -59,13 +59,13 @@ TEST_CASE("typed flags: --wire, --precision and --partition are typed from the f
           "a bad value refused there naming the flag",
           "[apps]") {
   const PeerConfig d = parse({});
-  CHECK(d.wire == kernels::Wire::Fp32);
+  CHECK(d.node.averager.wire == kernels::Wire::Fp32);
   CHECK(d.precision == kernels::Precision::Fp32);
   CHECK(d.partition_spec.kind == core::PartitionSpec::Kind::Iid);
   const PeerConfig c =
       parse({"--wire", "int8", "--precision", "bf16", "--partition", "dirichlet:0.3"});
-  CHECK(c.wire == kernels::Wire::Int8);
-  CHECK(averager_config(c, 42).wire == kernels::Wire::Int8);
+  CHECK(c.node.averager.wire == kernels::Wire::Int8);
+  CHECK(node_config(c, 42).averager.wire == kernels::Wire::Int8);
   CHECK(c.precision == kernels::Precision::Bf16);
   CHECK(c.partition == "dirichlet:0.3");  // its text, for the metrics and the log
   CHECK(c.partition_spec.kind == core::PartitionSpec::Kind::Dirichlet);
@@ -73,7 +73,7 @@ TEST_CASE("typed flags: --wire, --precision and --partition are typed from the f
   // Every name the kernels give a wire is a value of --wire, and reads back as that wire.
   for (auto w : {kernels::Wire::Fp32, kernels::Wire::Fp16, kernels::Wire::Bf16,
                  kernels::Wire::Int8})
-    CHECK(parse({"--wire", std::string(kernels::wire_name(w))}).wire == w);
+    CHECK(parse({"--wire", std::string(kernels::wire_name(w))}).node.averager.wire == w);
   auto error_of = [](std::vector<std::string> args) -> std::string {
     try {
       parse(std::move(args));

@@ -253,12 +253,13 @@ class RateBench {
  private:
   void start_peers(const std::vector<float>& init) {
     PeerConfig pc;  // gossip-peer's defaults
-    pc.gossip_every = o_.gossip_every;
-    pc.max_lag = o_.max_lag < 0   ? gossip::MaxLag::steps(o_.gossip_every)
-                 : o_.max_lag == 0 ? gossip::MaxLag::off()
-                                   : gossip::MaxLag::steps(o_.max_lag);
-    pc.max_lag_share = o_.max_lag_share;
-    pc.robust.mix = o_.mix == "clipped" ? gossip::MixMode::Clipped : gossip::MixMode::Plain;
+    pc.node.averager.gossip_every = o_.gossip_every;
+    pc.node.max_lag = o_.max_lag < 0   ? gossip::MaxLag::steps(o_.gossip_every)
+                      : o_.max_lag == 0 ? gossip::MaxLag::off()
+                                        : gossip::MaxLag::steps(o_.max_lag);
+    pc.node.max_lag_share = o_.max_lag_share;
+    pc.node.averager.robust.mix =
+        o_.mix == "clipped" ? gossip::MixMode::Clipped : gossip::MixMode::Plain;
     std::string seed;
     for (int i = 0; i < o_.peers; ++i) {
       auto p = std::make_unique<Peer>();

@@ -382,7 +382,7 @@ void apply_cluster(PeerConfig& c, const std::set<std::string>& given, const EnvL
     if (c.cluster.advertise_interface.empty()) c.advertise = host_port(p.host, p.port);
     else apply_advertise_interface(c, p.port);
   }
-  if (unset("seeds")) c.seeds = p.seeds;
+  if (unset("seeds")) c.node.membership.seeds = p.seeds;
   // The whole swarm starts at once under an engine: wait for it, as gossip-launch's first peers do.
   if (unset("min-peers")) c.min_peers = p.num_shards;
   if (unset("metrics")) c.metrics = p.peer_dir + "/metrics.jsonl";

@@ -1,5 +1,4 @@
-// From gossip-peer's flags to the typed configurations of the transport, the averager and the
-// gossip node.
+// From gossip-peer's flags to the typed configurations of the transport and the gossip node.
 #include "apps/common/node_config.hpp"
 
 #include <filesystem>
@@ -31,38 +30,14 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
   return tc;
 }
 
-gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint) {
-  gossip::AveragerConfig ac;
-  ac.gossip_every = cfg.gossip_every;
-  ac.wire = cfg.wire;
-  ac.error_feedback = cfg.error_feedback;
-  ac.finish_wire = cfg.finish_wire;
-  ac.finish_from = cfg.finish_from;
-  ac.slow_link_wire = cfg.slow_link_wire;
-  ac.weight_by_samples = cfg.weight_by_samples;
-  ac.fingerprint = fingerprint;
-  ac.max_diff_norm = cfg.max_diff_norm;
-  ac.settle_distance = cfg.linger_settle;
-  ac.robust = cfg.robust;
-  ac.choice = cfg.partner_choice;
-  ac.fault = cfg.fault;
-  if (cfg.fault.mode != gossip::FaultMode::None)
+gossip::NodeConfig node_config(const PeerConfig& cfg, std::uint64_t fingerprint) {
+  gossip::NodeConfig nc = cfg.node;
+  nc.fingerprint = fingerprint;
+  nc.averager.fingerprint = fingerprint;
+  nc.checkpoint_dir = cfg.train.checkpoint_dir;
+  if (nc.averager.fault.mode != gossip::FaultMode::None)
     spdlog::warn("FAULTY PEER (--fault {}): sending corrupted vectors, mixing nothing in",
                  cfg.fault_spec);
-  ac.max_rate_bytes_per_s = cfg.max_rate_mb * 1e6;
-  return ac;
-}
-
-gossip::NodeConfig node_config(const PeerConfig& cfg, std::uint64_t fingerprint) {
-  gossip::NodeConfig nc;
-  nc.fingerprint = fingerprint;
-  nc.membership.seeds = cfg.seeds;
-  nc.averager = averager_config(cfg, fingerprint);
-  nc.max_lag = cfg.max_lag;
-  nc.max_lag_share = cfg.max_lag_share;
-  nc.max_ahead = cfg.max_ahead;
-  nc.outer = gossip::OuterConfig{cfg.outer_every, float(cfg.outer_lr), float(cfg.outer_momentum)};
-  nc.checkpoint_dir = cfg.train.checkpoint_dir;
   return nc;
 }
 

@@ -1,5 +1,5 @@
-// gossip-peer's flags (PeerConfig) as the typed configurations of what it builds: the gossip node,
-// its averager, and the encrypted TCP transport (a gossip node's, a FedAvg server's or client's).
+// gossip-peer's flags (PeerConfig) as the typed configurations of what it builds: the gossip node
+// and the encrypted TCP transport (a gossip node's, a FedAvg server's or client's).
 #pragma once
 
 #include <cstdint>
@@ -13,9 +13,9 @@
 
 namespace gossiptrain::apps {
 
-// The averager's configuration from a peer's flags (gossip-peer and gossip-sim's train workload).
-gossip::AveragerConfig averager_config(const PeerConfig& cfg, std::uint64_t fingerprint);
-// The gossip node's configuration from a peer's flags (its averager's included).
+// The gossip node's configuration: the one the flags filled (PeerConfig::node), with what the
+// flags do not hold: the model's fingerprint and the checkpoint folder (gossip-peer,
+// the Python binding's peer and gossip-sim's train workload).
 gossip::NodeConfig node_config(const PeerConfig& cfg, std::uint64_t fingerprint);
 // The encrypted transport's settings from the flags (a gossip node's, and a FedAvg server's or
 // client's).

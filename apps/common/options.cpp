@@ -31,15 +31,29 @@ template <class T>
 auto train(T core::TrainConfig::*field) {
   return field_of(&PeerConfig::train, field);
 }
+// A field of the gossip node's averager, of its robust mixing, of its outer step
+// (PeerConfig::node).
+template <class T>
+auto averager(T gossip::AveragerConfig::*field) {
+  return [field](PeerConfig& c) -> T& { return c.node.averager.*field; };
+}
 template <class T>
 auto robust(T gossip::RobustConfig::*field) {
-  return field_of(&PeerConfig::robust, field);
+  return [field](PeerConfig& c) -> T& { return c.node.averager.robust.*field; };
 }
+template <class T>
+auto outer(T gossip::OuterConfig::*field) {
+  return [field](PeerConfig& c) -> T& { return c.node.outer.*field; };
+}
+using A = gossip::AveragerConfig;
 using R = gossip::RobustConfig;
 
 // A number whose 0 is spelled "off".
-auto show_off(double PeerConfig::*field) {
-  return [field](PeerConfig& c) { return c.*field == 0.0 ? std::string("off") : show_value(c.*field); };
+auto show_off(double gossip::NodeConfig::*field) {
+  return [field](PeerConfig& c) {
+    const double x = c.node.*field;
+    return x == 0.0 ? std::string("off") : show_value(x);
+  };
 }
 
 // Any finite number: the range is core::validate's, checked once the whole config is read.
@@ -54,23 +68,24 @@ double to_number(const std::string& flag, const std::string& v) {
 // A WIRE|off flag that sets an optional wire: "off" clears it, a --wire value that allowed()
 // takes sets it; shown as the wire's name or "off".
 PeerOption wire_or_off(const std::string& name, std::string help,
-                       std::optional<kernels::Wire> PeerConfig::*field,
+                       std::optional<kernels::Wire> gossip::AveragerConfig::*field,
                        bool (*allowed)(kernels::Wire), const std::string& takes, ValueKind kind) {
   return PeerOption{name, "WIRE|off", std::move(help),
                     [=](PeerConfig& c, const std::string& v) {
                       if (v == "off") {
-                        (c.*field).reset();
+                        (c.node.averager.*field).reset();
                         return;
                       }
                       for (const auto& [n, w] : wire_values())
                         if (n == v && allowed(w)) {
-                          c.*field = w;
+                          c.node.averager.*field = w;
                           return;
                         }
                       throw bad_value(name, v, takes);
                     }}
       .shows([field](PeerConfig& c) {
-        return c.*field ? std::string(kernels::wire_name(*(c.*field))) : "off";
+        const auto& w = c.node.averager.*field;
+        return w ? std::string(kernels::wire_name(*w)) : "off";
       })
       .of_kind(kind);
 }
@@ -102,7 +117,7 @@ const OptionTable<PeerConfig>& peer_options() {
        }}.unset_means("the listen address").of_kind(ValueKind::Text)
           .for_programs(kGossipPeer | kPythonPeer),
       PeerOption{"seeds", "HOST:PORT,...", "peers to join through",
-       [](PeerConfig& c, const std::string& v) { c.seeds = parse_addr_list(v, "seeds"); }}.unset_means("none: train alone").of_kind(ValueKind::Text)
+       [](PeerConfig& c, const std::string& v) { c.node.membership.seeds = parse_addr_list(v, "seeds"); }}.unset_means("none: train alone").of_kind(ValueKind::Text)
           .for_programs(kGossipPeer | kPythonPeer),
       O::text("identity", "FILE", "Ed25519 identity key file, created (mode 0600) if missing",
               &PeerConfig::identity).for_programs(kGossipPeer | kPythonPeer),
@@ -179,7 +194,7 @@ const OptionTable<PeerConfig>& peer_options() {
                      "on an IID shard (docs/models.md, \"Skewed labels\")",
                      train(&core::TrainConfig::logit_adjust)).for_programs(kGossipPeer | kGossipSim),
       O::number("gossip-every", "STEPS", "start an averaging exchange every STEPS training steps",
-                &PeerConfig::gossip_every, 1, 1000000)
+                averager(&A::gossip_every), 1, 1000000)
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"max-lag", "STEPS|auto|off",
        "after STEPS training steps without an exchange that averaged, stop training and serve "
@@ -188,10 +203,11 @@ const OptionTable<PeerConfig>& peer_options() {
        "most 64 x STEPS, a warning says so) until an exchange averages again; auto: "
        "--gossip-every on a GPU, 4 x --gossip-every on the CPU; off: never wait",
        [](PeerConfig& c, const std::string& v) {
-         c.max_lag = v == "off"    ? gossip::MaxLag::off()
-                     : v == "auto" ? gossip::MaxLag()
-                                   : gossip::MaxLag::steps(int(to_int("max-lag", v, 1, 1000000)));
-       }}.shows([](PeerConfig& c) { return to_string(c.max_lag); })
+         c.node.max_lag =
+             v == "off"    ? gossip::MaxLag::off()
+             : v == "auto" ? gossip::MaxLag()
+                           : gossip::MaxLag::steps(int(to_int("max-lag", v, 1, 1000000)));
+       }}.shows([](PeerConfig& c) { return to_string(c.node.max_lag); })
           .of_kind(ValueKind::NumberOrWord).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"max-lag-share", "F|off",
        "--max-lag's time budget: training waits for exchanges at most F seconds per second it "
@@ -199,10 +215,10 @@ const OptionTable<PeerConfig>& peer_options() {
        "come further apart and the bound costs at most 1/(1+F) of throughput (off: wait every "
        "--max-lag steps, whatever the exchanges cost)",
        [](PeerConfig& c, const std::string& v) {
-         c.max_lag_share = v == "off" ? 0.0 : to_number("max-lag-share", v);
-         if (!(c.max_lag_share > 0.0 && c.max_lag_share <= 100.0) && v != "off")
+         c.node.max_lag_share = v == "off" ? 0.0 : to_number("max-lag-share", v);
+         if (!(c.node.max_lag_share > 0.0 && c.node.max_lag_share <= 100.0) && v != "off")
            throw bad_value("max-lag-share", v, "a number in (0, 100] or off");
-       }}.shows(show_off(&PeerConfig::max_lag_share)).of_kind(ValueKind::NumberOrWord)
+       }}.shows(show_off(&gossip::NodeConfig::max_lag_share)).of_kind(ValueKind::NumberOrWord)
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"max-ahead", "F|off",
        "keep pace: a peer more than F of its run ahead of the slowest partner it heard from in "
@@ -211,28 +227,28 @@ const OptionTable<PeerConfig>& peer_options() {
        "waited for, unless two or more are and none is nearer: then it waits for the front of "
        "them (off: never wait)",
        [](PeerConfig& c, const std::string& v) {
-         c.max_ahead = v == "off" ? 0.0 : to_number("max-ahead", v);
-         if (!(c.max_ahead > 0.0 && c.max_ahead < 1.0) && v != "off")
+         c.node.max_ahead = v == "off" ? 0.0 : to_number("max-ahead", v);
+         if (!(c.node.max_ahead > 0.0 && c.node.max_ahead < 1.0) && v != "off")
            throw bad_value("max-ahead", v, "a number in (0, 1) or off");
-       }}.shows(show_off(&PeerConfig::max_ahead)).of_kind(ValueKind::NumberOrWord)
+       }}.shows(show_off(&gossip::NodeConfig::max_ahead)).of_kind(ValueKind::NumberOrWord)
           .for_programs(kGossipPeer | kGossipSim),
       O::named<kernels::Wire>("wire", wire_values(), "encoding of parameters on the wire (docs/communication.md)",
-                              &PeerConfig::wire)
+                              averager(&A::wire))
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"error-feedback", "on|off",
        "with a lossy --wire (fp16, bf16, int8, int4, int2, int4-rel): send the encoding of x + e and keep in e what it "
        "rounded off, for the next exchange (docs/communication.md)",
        [](PeerConfig& c, const std::string& v) {
          if (v != "on" && v != "off") throw bad_value("error-feedback", v, "on or off");
-         c.error_feedback = v == "on";
-       }}.shows([](PeerConfig& c) { return show_value(c.error_feedback); })
+         c.node.averager.error_feedback = v == "on";
+       }}.shows([](PeerConfig& c) { return show_value(c.node.averager.error_feedback); })
           .of_kind(ValueKind::Text).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       wire_or_off("finish-wire",
                   "from --finish-from of training on, exchange in this wire instead of --wire "
                   "(both partners switch; a peer switches too when a partner is on it): a coarse "
                   "wire early, a finer one where the final accuracy is made "
                   "(docs/communication.md)",
-                  &PeerConfig::finish_wire, [](kernels::Wire) { return true; },
+                  &A::finish_wire, [](kernels::Wire) { return true; },
                   "off or a --wire value", ValueKind::NumberOrWord)
           .for_programs(kGossipPeer | kGossipSim),
       wire_or_off("slow-link-wire",
@@ -240,24 +256,24 @@ const OptionTable<PeerConfig>& peer_options() {
                   "feedback, with each partner whose link is measured slow (under 4 MB/s both "
                   "ways in an fp32 exchange; the partner takes the wire the request names), fp32 "
                   "with the others (docs/communication.md; off: fp32 with every partner)",
-                  &PeerConfig::slow_link_wire,
+                  &A::slow_link_wire,
                   [](kernels::Wire w) { return w != kernels::Wire::Fp32 && w != kernels::Wire::Int2; },
                   "off or a --wire value other than fp32 and int2", ValueKind::Text)
           .for_programs(kGossipPeer | kGossipSim),
       O::number("finish-from", "P",
                 "the fraction of training after which --finish-wire takes over",
-                &PeerConfig::finish_from, 0.01, 1).for_programs(kGossipPeer | kGossipSim),
+                averager(&A::finish_from), 0.01, 1).for_programs(kGossipPeer | kGossipSim),
       O::number("outer-every", "H",
                 "outer optimizer (DiLoCo/NoLoCo style, docs/communication.md): every H steps, one "
                 "Nesterov step on the pseudo-gradient since the last one, averaging included "
                 "(0: off)",
-                &PeerConfig::outer_every, 0, 1000000)
+                outer(&gossip::OuterConfig::every), 0, 1000000)
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("outer-lr", "LR", "the outer step's learning rate (1 with momentum 0: the outer "
-                "step changes nothing)", &PeerConfig::outer_lr, 0.01, 10)
+                "step changes nothing)", outer(&gossip::OuterConfig::lr), 0.01, 10)
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("outer-momentum", "MU", "the outer step's Nesterov momentum",
-                &PeerConfig::outer_momentum, 0, 0.99)
+                outer(&gossip::OuterConfig::momentum), 0, 0.99)
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"comm-preset", "low|default",
        "low: the best-measured low-communication settings (docs/communication.md), --wire "
@@ -268,21 +284,22 @@ const OptionTable<PeerConfig>& peer_options() {
        [](PeerConfig& c, const std::string& v) {
          if (v != "low" && v != "default") throw bad_value("comm-preset", v, "low or default");
          const bool low = v == "low";
-         c.wire = low ? kernels::Wire::Int4Rel : kernels::Wire::Fp32;
-         c.error_feedback = low;
-         c.gossip_every = low ? 10 : 4;
-         c.finish_wire.reset();
-         c.finish_from = 0.9;
-         c.max_lag = low ? gossip::MaxLag::steps(10) : gossip::MaxLag();
-         c.max_lag_share = low ? 0.0 : 0.25;
-         c.outer_every = 0;
+         gossip::AveragerConfig& a = c.node.averager;
+         a.wire = low ? kernels::Wire::Int4Rel : kernels::Wire::Fp32;
+         a.error_feedback = low;
+         a.gossip_every = low ? 10 : 4;
+         a.finish_wire.reset();
+         a.finish_from = 0.9;
+         c.node.max_lag = low ? gossip::MaxLag::steps(10) : gossip::MaxLag();
+         c.node.max_lag_share = low ? 0.0 : 0.25;
+         c.node.outer.every = 0;
        }}.unset_means("none: each flag's own default").of_kind(ValueKind::Text)
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::named<bool>("weighting", {{"uniform", false}, {"samples", true}},
                      "mix weight: 1/2 (uniform), or by the two shards' sample counts",
-                     &PeerConfig::weight_by_samples).for_programs(kGossipPeer | kGossipSim),
+                     averager(&A::weight_by_samples)).for_programs(kGossipPeer | kGossipSim),
       O::number("max-diff-norm", "X", "refuse a partner whose ||r - s|| exceeds X (0: no bound)",
-                &PeerConfig::max_diff_norm, 0, 1e30)
+                averager(&A::max_diff_norm), 0, 1e30)
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::named<gossip::MixMode>(
           "mix", {{"plain", gossip::MixMode::Plain}, {"clipped", gossip::MixMode::Clipped}},
@@ -347,7 +364,7 @@ const OptionTable<PeerConfig>& peer_options() {
           "per round from the sorted member list, so that a quiet swarm of n holds the exact "
           "average after floor(log2 n) + 2 rounds (log2 n for a power of two; a partner that "
           "does not take part within 2 s, or 4 exchange times when longer: a weighted draw)",
-          [](PeerConfig& c) -> gossip::PartnerMode& { return c.partner_choice.mode; })
+          [](PeerConfig& c) -> gossip::PartnerMode& { return c.node.averager.choice.mode; })
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number(
           "refuse-mult", "K",
@@ -375,7 +392,7 @@ const OptionTable<PeerConfig>& peer_options() {
                "--fault: refused: simulating a faulty peer needs the environment "
                "variable GOSSIPTRAIN_ALLOW_FAULTS=1");
          try {
-           c.fault = gossip::parse_fault(v);
+           c.node.averager.fault = gossip::parse_fault(v);
          } catch (const std::invalid_argument& e) {
            throw UsageError(std::string("--") + e.what());
          }
@@ -405,7 +422,12 @@ const OptionTable<PeerConfig>& peer_options() {
       PeerOption{"max-rate", "MB_PER_S",
        "send an exchange's snapshot at most this fast, spreading its CPU over more training steps "
        "(0: no cap; else at least 20, the rate partners' deadlines assume)",
-       [](PeerConfig& c, const std::string& v) { c.max_rate_mb = to_max_rate_mb("max-rate", v); }}.shows(show_field<PeerConfig>(&PeerConfig::max_rate_mb)).of_kind(ValueKind::Number)
+       [](PeerConfig& c, const std::string& v) {
+         c.node.averager.max_rate_bytes_per_s = to_max_rate_mb("max-rate", v) * 1e6;
+       }}.shows([](PeerConfig& c) {
+           return show_value(c.node.averager.max_rate_bytes_per_s / 1e6);
+         })
+          .of_kind(ValueKind::Number)
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number(
           "train-nice", "N",
@@ -431,7 +453,7 @@ const OptionTable<PeerConfig>& peer_options() {
                 "while lingering, start exchanges until every partner met since this peer last "
                 "moved is within D (||r - s||) of it, then only one every 2 s; a heal that comes "
                 "after training is crossed so (0: a lingering peer only serves)",
-                &PeerConfig::linger_settle, 0, 1e30).for_programs(kGossipPeer | kGossipSim),
+                averager(&A::settle_distance), 0, 1e30).for_programs(kGossipPeer | kGossipSim),
       O::seconds("stall-timeout",
                  "the training thread counts as hung after this long with no step, evaluation "
                  "batch or wait (or 50 times its slowest gap, if longer): it says so at error "
@@ -652,11 +674,11 @@ PeerConfig parse_peer_args(const std::vector<std::string>& args, bool* help) {
   if (!c.from_checkpoint.empty() && c.export_path.empty())
     throw UsageError("--from-checkpoint needs --export FILE.safetensors");
   check_fedavg_options(c);
-  if (c.wire == kernels::Wire::Int2 && c.error_feedback)  // the averager's own check, as a usage error
-    throw UsageError("--wire int2 with --error-feedback on diverges (docs/communication.md): use "
-                     "--wire int4, or int2 without error feedback");
-  if (c.finish_wire == kernels::Wire::Int2 && c.error_feedback)
-    throw UsageError("--finish-wire int2 with --error-feedback on diverges (docs/communication.md)");
+  try {  // the gossip settings' rules, the averager's own (gossip::check_config)
+    gossip::check_config(c.node.averager);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   if (c.linger_s < 0) c.linger_s = c.gossip_enabled() ? kDefaultLingerS : 0.0;
   return c;
 }

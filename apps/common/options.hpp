@@ -11,10 +11,7 @@
 #include "apps/common/option_table.hpp"
 #include "core/partition.hpp"
 #include "core/trainer.hpp"
-#include "gossip/exchange/fault.hpp"
-#include "gossip/exchange/partner_choice.hpp"
-#include "gossip/exchange/robust_bound.hpp"
-#include "gossip/node/lag_bound.hpp"
+#include "gossip/node/node.hpp"
 #include "kernels/backend.hpp"
 
 namespace gossiptrain::apps {
@@ -29,6 +26,18 @@ inline gossip::RobustConfig peer_robust_defaults() {
   r.mix = gossip::MixMode::Clipped;
   r.suspect_clip = true;
   return r;
+}
+
+// gossip::NodeConfig as gossip-peer defaults it, where its flags' defaults differ from the
+// gossip layer's: an exchange every 4 steps, robust mixing, int8 with slow links, lingering
+// until the partners are within 0.01.
+inline gossip::NodeConfig peer_node_defaults() {
+  gossip::NodeConfig n;
+  n.averager.gossip_every = 4;
+  n.averager.robust = peer_robust_defaults();
+  n.averager.slow_link_wire = kernels::Wire::Int8;
+  n.averager.settle_distance = 0.01;
+  return n;
 }
 
 // FedAvg's flags (apps/fedavg/fedavg.hpp): a server, or a client of one, instead of gossip.
@@ -54,7 +63,6 @@ struct PeerConfig {
   FedAvgOptions fedavg;
   std::string listen = "127.0.0.1:0";
   std::string advertise;  // address others dial; default: the listen address
-  std::vector<std::string> seeds;
   std::string identity = "gossip-peer.key";
   std::string network_key;
   std::string allowlist;
@@ -69,30 +77,15 @@ struct PeerConfig {
   int compute_threads = 0;         // BLAS threads; 0: auto
   std::string blas_core = "auto";  // --blas-core: auto | keep | an OpenBLAS core (apps/common_blas)
   kernels::Precision precision = kernels::Precision::Fp32;  // --precision
-  int gossip_every = 4;
-  gossip::MaxLag max_lag;  // steps without a completed exchange before training waits: auto|off|N
-  double max_lag_share = 0.25;  // --max-lag's time budget: wait s per training s; 0: none
-  double max_ahead = 0.02;  // --max-ahead: fraction of the run; 0: off
-  kernels::Wire wire = kernels::Wire::Fp32;  // --wire
-  bool error_feedback = false;  // --error-feedback (gossip::AveragerConfig::error_feedback)
-  std::optional<kernels::Wire> finish_wire;  // --finish-wire (AveragerConfig::finish_wire)
-  double finish_from = 0.9;                  // --finish-from
-  // --slow-link-wire (AveragerConfig::slow_link_wire)
-  std::optional<kernels::Wire> slow_link_wire = kernels::Wire::Int8;
-  int outer_every = 0;          // --outer-every H (gossip::OuterConfig); 0: no outer optimizer
-  double outer_lr = 1.0;
-  double outer_momentum = 0.0;
-  bool weight_by_samples = false;  // --weighting samples; uniform (w = 1/2) else
-  double max_diff_norm = 0.0;         // 0: no bound on ||r - s||
-  // Robust mixing, --mix to --ban: clipped by default, no number needed from the user, and a far
-  // partner clipped rather than refused (refusing bans honest restarted peers).
-  gossip::RobustConfig robust = peer_robust_defaults();
-  gossip::PartnerChoiceConfig partner_choice;  // --partner-choice weighted (default) | uniform | hypercube
-  // --fault: a faulty peer for experiments (GOSSIPTRAIN_ALLOW_FAULTS=1); FaultMode::None: honest.
-  gossip::FaultConfig fault;
+  // The gossip node's configuration, each gossip flag parsed into its field once and handed to
+  // gossip::Node as it is (node_config.hpp adds the model's fingerprint and the checkpoint
+  // folder): --seeds (membership); --gossip-every, --wire to --slow-link-wire, --weighting, --mix
+  // to --ban, --partner-choice, --fault, --max-rate, --linger-settle (averager); --max-lag,
+  // --max-lag-share, --max-ahead and --outer-* (node). Robust mixing is clipped by default, no
+  // number needed from the user, and a far partner clipped rather than refused (refusing bans
+  // honest restarted peers).
+  gossip::NodeConfig node = peer_node_defaults();
   std::string fault_spec;  // the --fault value as given, for the warning
-  double max_rate_mb = 0.0;  // cap on the MB/s an exchange sends; 0: none
-  double linger_settle = 0.01;  // --linger-settle (AveragerConfig::settle_distance; 0: off)
   double linger_s = -1.0;    // serve exchanges after training; <0: kDefaultLingerS with gossip, else 0
   // The training thread's watchdog: no step, evaluation batch or wait for this long (or 50 times
   // the slowest gap seen) is a stall; 0: off. And a stop request must end the process in stop_grace_s.
@@ -126,7 +119,7 @@ struct PeerConfig {
   std::string churn;     // --churn FILE: this peer plays its own shard's events (apps/peer_churn)
   bool listen_given = false;
   // A peer gossips when it has seeds to join through, or listens so that others can join it.
-  bool gossip_enabled() const { return !seeds.empty() || listen_given; }
+  bool gossip_enabled() const { return !node.membership.seeds.empty() || listen_given; }
 };
 
 // Parses argv (without argv[0]). Throws UsageError. Sets *help when --help was given.

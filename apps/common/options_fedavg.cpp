@@ -73,7 +73,7 @@ void add_fedavg_options(std::vector<Option<PeerConfig>>& options) {
 void check_fedavg_options(const PeerConfig& c) {
   if (c.fedavg.server && !c.fedavg.server_addr.empty())
     throw UsageError("--fedavg-server and --fedavg-server-addr exclude each other");
-  if (c.fedavg.enabled() && !c.seeds.empty())
+  if (c.fedavg.enabled() && !c.node.membership.seeds.empty())
     throw UsageError("--seeds is for gossip; a FedAvg peer talks only to its server");
   if (c.fedavg.server && !c.listen_given)
     throw UsageError("--fedavg-server needs --listen HOST:PORT for its clients to dial");

@@ -1,6 +1,6 @@
-// A FedAvg client: dials the server over the encrypted channel, says which shard it trains and
-// how many samples it holds, then for each task trains the global model it got on its shard and
-// sends the result back. A lost server is redialled for --fedavg-wait.
+// A FedAvg client: dials the server over the transport it is given, says which shard it trains
+// and how many samples it holds, then for each task trains the global model it got on its shard
+// and sends the result back. A lost server is redialled for --fedavg-wait.
 #include <unistd.h>
 #include <chrono>
 #include <condition_variable>
@@ -8,6 +8,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 #include <tuple>
 
@@ -15,12 +16,9 @@
 
 #include "apps/fedavg/fedavg.hpp"
 #include "apps/fedavg/wire.hpp"
-#include "apps/common/node_config.hpp"
 #include "core/trainer.hpp"
-#include "net/identity.hpp"
-#include "net/tcp_transport.hpp"
 
-namespace gossiptrain::apps {
+namespace gossiptrain::apps::fedavg {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -85,13 +83,11 @@ long env_round(const char* name) {
   return v ? std::atol(v) : -1;
 }
 
-}  // namespace
-
 // Trains one round's task from its global model (FedProx's term when it asks for one) and sends
 // the update; false when a stop request ended the training.
 bool train_task(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
                 core::Metrics& metrics, const std::atomic<bool>& stop, const fedavg::Task& t,
-                net::TcpTransport& transport, const net::ConnectionPtr& conn, double& train_s) {
+                net::Scheduler& sched, const net::ConnectionPtr& conn, double& train_s) {
   const fedavg::Task* task = &t;
   const auto t0 = Clock::now();
   core::TrainConfig tc = cfg.train;
@@ -115,7 +111,7 @@ bool train_task(const PeerConfig& cfg, kernels::Backend& be, const core::ShardDa
   fedavg::Update u{task->round, data.shard.size(), trainer.state().params};
   const std::uint64_t fnv = fedavg::params_fnv(u.params);
   auto p = std::make_shared<const net::Bytes>(fedavg::encode(u));
-  transport.post([conn, p] { conn->send(std::uint8_t(MsgType::Update), p); });
+  sched.post([conn, p] { conn->send(std::uint8_t(MsgType::Update), p); });
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   train_s += s;
   metrics.emit("update", {{"round", task->round},
@@ -129,8 +125,6 @@ bool train_task(const PeerConfig& cfg, kernels::Backend& be, const core::ShardDa
                res.steps, s, p->size());
   return true;
 }
-
-namespace {
 
 // The model's size and fingerprint, from a trainer that is never run.
 std::pair<std::uint64_t, std::size_t> model_shape(const PeerConfig& cfg, kernels::Backend& be,
@@ -146,52 +140,46 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+}  // namespace
+
 // One client's life: dial the server, say hello, train each task it sends, redial a lost server.
-class FedAvgClient {
- public:
-  FedAvgClient(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
-               core::Metrics& metrics, const std::atomic<bool>& stop)
+struct Client::Impl {
+  Impl(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
+       core::Metrics& metrics, const std::atomic<bool>& stop)
       : cfg_(cfg), o_(cfg.fedavg), be_(be), data_(data), metrics_(metrics), stop_(stop) {
-    std::uint64_t fingerprint = 0;
-    std::tie(fingerprint, n_params_) = model_shape(cfg, be, data, metrics);
-    auto identity =
-        std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
-    metrics.set_peer(identity->peer_id());
-    net::TcpTransportConfig tcfg = transport_config(cfg, identity, fingerprint, {});
-    tcfg.limits.max_message_bytes = fedavg::max_message_bytes(n_params_);
-    transport_.emplace(std::move(tcfg));
-    transport_->set_handler(&st_);
-    transport_->start();
+    std::tie(fingerprint_, n_params_) = model_shape(cfg, be, data, metrics);
   }
 
-  // The exit code: 0 when the server said it is done, 1 when it stayed away past --fedavg-wait,
-  // 130 when stopped.
+  void attach(net::Transport& transport) {
+    if (transport_) throw std::logic_error("fedavg: the client is attached to a transport already");
+    transport_ = &transport;
+    transport.set_handler(&st_);
+  }
+
   int run() {
+    if (!transport_) throw std::logic_error("fedavg: the client runs on no transport");
     while (!stop_.load()) {
       if (seconds_since(last_contact_) > o_.client_wait_s) {
         spdlog::error("fedavg: no server at {} for {:.0f} s ({} dials): giving up (--fedavg-wait)",
                       o_.server_addr, o_.client_wait_s, failed_dials_);
-        transport_->stop();
         return 1;
       }
       dial();
-      if (const auto code = serve_connection()) {
-        transport_->stop();
-        return *code;
-      }
+      if (const auto code = serve_connection()) return *code;
     }
-    transport_->stop();
     return 130;
   }
 
- private:
   // What an event means for the connection being served.
   enum class Next { Stay, Redial, Stop };
 
+  // On the transport's thread, as every call of a Transport.
   void dial() {
-    transport_->connect(o_.server_addr, [this](net::ConnectionPtr c, const std::string& err) {
-      if (c) st_.push({Event::Connected, 0, {}, "", c});
-      else st_.push({Event::ConnectFailed, 0, {}, err, nullptr});
+    transport_->scheduler().post([this] {
+      transport_->connect(o_.server_addr, [this](net::ConnectionPtr c, const std::string& err) {
+        if (c) st_.push({Event::Connected, 0, {}, "", c});
+        else st_.push({Event::ConnectFailed, 0, {}, err, nullptr});
+      });
     });
   }
 
@@ -251,7 +239,8 @@ class FedAvgClient {
     failed_dials_ = 0;
     fedavg::Hello h{std::uint32_t(cfg_.shard), data_.shard.size()};
     auto p = std::make_shared<const net::Bytes>(fedavg::encode(h));
-    transport_->post([conn = conn_, p] { conn->send(std::uint8_t(MsgType::Hello), p); });
+    transport_->scheduler().post(
+        [conn = conn_, p] { conn->send(std::uint8_t(MsgType::Hello), p); });
     spdlog::info("fedavg: joined server {} (shard {}, {} samples)", o_.server_addr, cfg_.shard,
                  data_.shard.size());
   }
@@ -267,7 +256,10 @@ class FedAvgClient {
     return Next::Redial;
   }
 
+  // The run is over: this client leaves (the server waits for its clients to go).
   int on_done() {
+    transport_->scheduler().post(
+        [conn = conn_] { conn->close(net::CloseReason::Shutdown, "fedavg: the run is done"); });
     spdlog::info("fedavg: the server is done after {} rounds trained here ({:.1f} s)",
                  rounds_trained_, train_s_);
     metrics_.emit("done", {{"steps", rounds_trained_},
@@ -286,12 +278,13 @@ class FedAvgClient {
     if (e.type == std::uint8_t(MsgType::Task)) task = fedavg::decode_task(e.payload, n_params_, &why);
     if (!task) {
       spdlog::warn("fedavg: closing the server connection: {}", why);
-      transport_->post(
+      transport_->scheduler().post(
           [conn = conn_, why] { conn->close(net::CloseReason::Failed, "fedavg: " + why); });
       return Next::Stay;
     }
     if (test_fault(task->round)) return Next::Stop;
-    if (!train_task(cfg_, be_, data_, metrics_, stop_, *task, *transport_, conn_, train_s_))
+    if (!train_task(cfg_, be_, data_, metrics_, stop_, *task, transport_->scheduler(), conn_,
+                    train_s_))
       return Next::Stop;
     ++rounds_trained_;
     return Next::Stay;
@@ -320,9 +313,10 @@ class FedAvgClient {
   const core::ShardData& data_;
   core::Metrics& metrics_;
   const std::atomic<bool>& stop_;
+  std::uint64_t fingerprint_ = 0;
   std::size_t n_params_ = 0;
   ClientState st_;
-  std::optional<net::TcpTransport> transport_;
+  net::Transport* transport_ = nullptr;  // attach()
   net::ConnectionPtr conn_;
   const long crash_round_ = env_round("GT_TEST_FEDAVG_CRASH_ROUND");
   const long stall_round_ = env_round("GT_TEST_FEDAVG_STALL_ROUND");
@@ -334,12 +328,13 @@ class FedAvgClient {
   std::optional<Clock::time_point> lost_at_;  // when the server was lost, until it is back
 };
 
-}  // namespace
+Client::Client(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
+               core::Metrics& metrics, const std::atomic<bool>& stop)
+    : impl_(std::make_unique<Impl>(cfg, be, data, metrics, stop)) {}
+Client::~Client() = default;
+std::uint64_t Client::fingerprint() const { return impl_->fingerprint_; }
+std::size_t Client::num_params() const { return impl_->n_params_; }
+void Client::attach(net::Transport& transport) { impl_->attach(transport); }
+int Client::run() { return impl_->run(); }
 
-int run_fedavg_client(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
-                      core::Metrics& metrics, const std::atomic<bool>& stop) {
-  FedAvgClient client(cfg, be, data, metrics, stop);
-  return client.run();
-}
-
-}  // namespace gossiptrain::apps
+}  // namespace gossiptrain::apps::fedavg

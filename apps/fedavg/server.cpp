@@ -1,6 +1,6 @@
-// The FedAvg server: clients connect over the encrypted channel; each round it samples some, sends
-// the global model, waits for their models until the round's deadline and averages those that
-// came back whole, weighted by sample counts. The global model and the round are checkpointed.
+// The FedAvg server: clients connect over the transport it is given; each round it samples some,
+// sends the global model, waits for their models until the round's deadline and averages those
+// that came back whole, weighted by sample counts. The global model and the round are checkpointed.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -18,14 +19,11 @@
 #include "apps/fedavg/fedavg.hpp"
 #include "apps/fedavg/math.hpp"
 #include "apps/fedavg/wire.hpp"
-#include "apps/common/node_config.hpp"
 #include "base/rng.hpp"
 #include "core/checkpoint.hpp"
 #include "core/trainer.hpp"
-#include "net/identity.hpp"
-#include "net/tcp_transport.hpp"
 
-namespace gossiptrain::apps {
+namespace gossiptrain::apps::fedavg {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -36,7 +34,8 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-struct Client {
+// A connected client.
+struct Member {
   net::ConnectionPtr conn;
   bool hello = false;
   fedavg::Hello info;
@@ -45,7 +44,9 @@ struct Client {
 // The transport's events (io thread) and the round loop (main thread) meet here, under mu_.
 class ServerState final : public net::TransportHandler {
  public:
-  ServerState(std::size_t n_params, net::Scheduler& sched) : n_params_(n_params), sched_(sched) {}
+  explicit ServerState(std::size_t n_params) : n_params_(n_params) {}
+  // The transport's clock and timers: set before it starts.
+  void set_scheduler(net::Scheduler& sched) { sched_ = &sched; }
 
   void on_connection(const net::ConnectionPtr& c, bool inbound) override {
     if (!inbound) {
@@ -57,7 +58,7 @@ class ServerState final : public net::TransportHandler {
       clients_[c.get()].conn = c;
     }
     std::weak_ptr<net::Connection> w = c;
-    sched_.schedule(kHelloDeadline, [this, w] {
+    sched_->schedule(kHelloDeadline, [this, w] {
       auto conn = w.lock();
       if (!conn) return;
       bool late = false;
@@ -138,7 +139,7 @@ class ServerState final : public net::TransportHandler {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<net::Connection*, Client> clients_;
+  std::map<net::Connection*, Member> clients_;
   std::uint64_t round_ = ~0ull;  // the open round
   std::set<net::Connection*> asked_, dropped_;
   std::map<net::Connection*, fedavg::Update> answered_;
@@ -155,20 +156,20 @@ class ServerState final : public net::TransportHandler {
     c->close(net::CloseReason::Failed, "fedavg: " + why);
   }
   std::size_t n_params_;
-  net::Scheduler& sched_;
+  net::Scheduler* sched_ = nullptr;
 };
 
 // The clients asked in a round: a seeded draw from the ready ones, ordered by shard then id so
 // the draw depends only on (seed, round) and who is there.
-std::vector<Client> sample_clients(ServerState& st, const FedAvgOptions& o, std::uint64_t seed,
+std::vector<Member> sample_clients(ServerState& st, const FedAvgOptions& o, std::uint64_t seed,
                                    std::uint64_t round) {
-  std::vector<Client> ready;
+  std::vector<Member> ready;
   {
     std::lock_guard lk(st.mu_);
     for (const auto& [p, c] : st.clients_)
       if (c.hello) ready.push_back(c);
   }
-  std::sort(ready.begin(), ready.end(), [](const Client& a, const Client& b) {
+  std::sort(ready.begin(), ready.end(), [](const Member& a, const Member& b) {
     return std::pair(a.info.shard, a.conn->peer_id()) < std::pair(b.info.shard, b.conn->peer_id());
   });
   std::size_t m = o.clients_fraction
@@ -230,8 +231,8 @@ Global load_global(const PeerConfig& cfg, const core::Checkpoint& tmpl, std::uin
 
 // Opens round g.round for the chosen clients and sends each the task (the global model); a client
 // whose send queue refuses it is dropped at once. The task's bytes.
-std::shared_ptr<const net::Bytes> ask_clients(ServerState& st, net::TcpTransport& transport,
-                                              const std::vector<Client>& chosen, const Global& g,
+std::shared_ptr<const net::Bytes> ask_clients(ServerState& st, net::Scheduler& sched,
+                                              const std::vector<Member>& chosen, const Global& g,
                                               const FedAvgOptions& o) {
   fedavg::Task task;
   task.round = g.round;
@@ -249,7 +250,7 @@ std::shared_ptr<const net::Bytes> ask_clients(ServerState& st, net::TcpTransport
     st.bytes_in_ = 0;
     for (const auto& c : chosen) st.asked_.insert(c.conn.get());
   }
-  transport.post([&st, chosen, payload] {
+  sched.post([&st, chosen, payload] {
     for (const auto& c : chosen) {
       if (c.conn->send(std::uint8_t(MsgType::Task), payload)) continue;
       std::lock_guard lk(st.mu_);
@@ -258,17 +259,6 @@ std::shared_ptr<const net::Bytes> ask_clients(ServerState& st, net::TcpTransport
     }
   });
   return payload;
-}
-
-// The server's transport: its identity, and messages large enough for a whole model of n values.
-net::TcpTransportConfig server_transport(const PeerConfig& cfg, std::uint64_t fingerprint,
-                                         std::size_t n, core::Metrics& metrics) {
-  auto identity =
-      std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
-  metrics.set_peer(identity->peer_id());
-  net::TcpTransportConfig tcfg = transport_config(cfg, identity, fingerprint, {});
-  tcfg.limits.max_message_bytes = fedavg::max_message_bytes(n);
-  return tcfg;
 }
 
 // The server's `done` line and its last log line.
@@ -319,8 +309,8 @@ void report_round(core::Metrics& metrics, const Global& g, const FedAvgOptions& 
 
 // Tells every client the run is over, and gives them a moment to leave: stopping the transport
 // drops what its send queues still hold.
-void say_done(ServerState& st, net::TcpTransport& transport, const std::atomic<bool>& stop) {
-  transport.post([&st] {
+void say_done(ServerState& st, net::Scheduler& sched, const std::atomic<bool>& stop) {
+  sched.post([&st] {
     static const auto empty = std::make_shared<const net::Bytes>();
     std::lock_guard lk(st.mu_);
     for (const auto& [p, c] : st.clients_) c.conn->send(std::uint8_t(MsgType::Done), empty);
@@ -346,11 +336,12 @@ Clock::time_point after_s(double seconds) {
   return Clock::now() + std::chrono::milliseconds(std::int64_t(seconds * 1000));
 }
 
-// The server's run: the global model, its evaluator, the transport and the rounds.
-class FedAvgServer {
- public:
-  FedAvgServer(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
-               core::Metrics& metrics, const std::atomic<bool>& stop)
+}  // namespace
+
+// The server's run: the global model, its evaluator, the transport's events and the rounds.
+struct Server::Impl {
+  Impl(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
+       core::Metrics& metrics, const std::atomic<bool>& stop)
       : cfg_(cfg),
         o_(cfg.fedavg),
         data_(data),
@@ -360,20 +351,18 @@ class FedAvgServer {
         fingerprint_(evaluator_.model().fingerprint()),
         tmpl_(evaluator_.state()),
         g_(load_global(cfg, tmpl_, fingerprint_, metrics)),
-        transport_(server_transport(cfg, fingerprint_, tmpl_.params.size(), metrics)),
-        st_(tmpl_.params.size(), transport_.scheduler()) {
-    transport_.set_handler(&st_);
-    transport_.start();
-    announce();
-  }
-  // The transport reports its closes to st_ while it stops: stopped here, before st_ (declared
-  // after it) is destroyed, also when an exception leaves run(). Stopping twice is a no-op.
-  ~FedAvgServer() { transport_.stop(); }
-  FedAvgServer(const FedAvgServer&) = delete;
-  FedAvgServer& operator=(const FedAvgServer&) = delete;
+        st_(tmpl_.params.size()) {}
 
-  // The exit code: 0 when every round is done, 130 when stopped, 1 when no client came.
+  void attach(net::Transport& transport) {
+    if (transport_) throw std::logic_error("fedavg: the server is attached to a transport already");
+    transport_ = &transport;
+    st_.set_scheduler(transport.scheduler());
+    transport.set_handler(&st_);
+  }
+
   int run() {
+    if (!transport_) throw std::logic_error("fedavg: the server runs on no transport");
+    announce();
     const auto t_start = Clock::now();
     wait_first_clients();
     bool stopped = false;
@@ -388,7 +377,6 @@ class FedAvgServer {
         if (stop_.load()) continue;
         spdlog::error("fedavg: no client for {:.0f} s at round {}: giving up",
                       o_.min_clients_timeout_s, g_.round);
-        transport_.stop();
         return 1;
       }
       if (!play_round()) {
@@ -397,12 +385,10 @@ class FedAvgServer {
       }
     }
     if (!stopped) finish_rounds();
-    transport_.stop();
     report_server_done(metrics_, g_, last_, best_, since(t_start), stopped);
     return stopped ? 130 : 0;
   }
 
- private:
   static core::TrainConfig evaluator_config(const PeerConfig& cfg) {
     core::TrainConfig tc = cfg.train;
     tc.checkpoint_dir.clear();  // the server writes its own checkpoint
@@ -413,11 +399,12 @@ class FedAvgServer {
     spdlog::info(
         "fedavg server on {}: {} rounds, clients per round {}{}, {} local {}, mu {}, "
         "server momentum {}",
-        transport_.advertised_addr(), o_.rounds, o_.clients_per_round,
+        transport_->advertised_addr(), o_.rounds, o_.clients_per_round,
         o_.clients_fraction ? " (fraction)" : "",
         o_.local_steps > 0 ? o_.local_steps : o_.local_epochs,
         o_.local_steps > 0 ? "steps" : "epochs", o_.fedprox_mu, o_.server_momentum);
-    metrics_.emit("fedavg_server", {{"addr", transport_.advertised_addr()}, {"rounds", o_.rounds}});
+    metrics_.emit("fedavg_server",
+                  {{"addr", transport_->advertised_addr()}, {"rounds", o_.rounds}});
   }
 
   // The first round waits for --min-clients (then goes on with those there are).
@@ -434,8 +421,8 @@ class FedAvgServer {
   // when a stop interrupted it (nothing applied).
   bool play_round() {
     const auto t_round = Clock::now();
-    std::vector<Client> chosen = sample_clients(st_, o_, cfg_.train.seed, g_.round);
-    const auto payload = ask_clients(st_, transport_, chosen, g_, o_);
+    std::vector<Member> chosen = sample_clients(st_, o_, cfg_.train.seed, g_.round);
+    const auto payload = ask_clients(st_, transport_->scheduler(), chosen, g_, o_);
     const auto deadline =
         t_round + std::chrono::milliseconds(std::int64_t(o_.round_timeout_s * 1000));
     st_.wait(deadline, stop_,
@@ -473,7 +460,7 @@ class FedAvgServer {
   // Every round done: the clients are told; a server resumed with every round done reports the
   // model it holds.
   void finish_rounds() {
-    say_done(st_, transport_, stop_);
+    say_done(st_, transport_->scheduler(), stop_);
     if (last_) return;
     evaluate_global();
     metrics_.emit("eval", {{"epoch", g_.round},
@@ -492,18 +479,20 @@ class FedAvgServer {
   const std::uint64_t fingerprint_;
   const core::Checkpoint tmpl_;
   Global g_;
-  net::TcpTransport transport_;
   ServerState st_;
+  net::Transport* transport_ = nullptr;  // attach()
   std::optional<core::EvalResult> last_;
   std::optional<double> best_;
 };
 
-}  // namespace
+Server::Server(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
+               core::Metrics& metrics, const std::atomic<bool>& stop)
+    : impl_(std::make_unique<Impl>(cfg, be, data, metrics, stop)) {}
+Server::~Server() = default;
+std::uint64_t Server::fingerprint() const { return impl_->fingerprint_; }
+std::size_t Server::num_params() const { return impl_->tmpl_.params.size(); }
+void Server::attach(net::Transport& transport) { impl_->attach(transport); }
+int Server::run() { return impl_->run(); }
+const std::vector<float>& Server::global_model() const { return impl_->g_.params; }
 
-int run_fedavg_server(const PeerConfig& cfg, kernels::Backend& be, const core::ShardData& data,
-                      core::Metrics& metrics, const std::atomic<bool>& stop) {
-  FedAvgServer server(cfg, be, data, metrics, stop);
-  return server.run();
-}
-
-}  // namespace gossiptrain::apps
+}  // namespace gossiptrain::apps::fedavg

@@ -22,9 +22,11 @@
 
 #include "apps/common/blas.hpp"
 #include "apps/common/export.hpp"
-#include "apps/fedavg/fedavg.hpp"
-#include "apps/common/peer_node.hpp"
+#include "apps/common/node_config.hpp"
 #include "apps/common/observe.hpp"
+#include "apps/common/peer_node.hpp"
+#include "apps/fedavg/fedavg.hpp"
+#include "apps/fedavg/wire.hpp"
 #include "apps/common/peer_churn.hpp"
 #include "apps/common/options.hpp"
 #include "apps/peer/tuned_threads.hpp"
@@ -306,7 +308,7 @@ std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::
   // A peer of a cohort that starts together (--min-peers > 1) starts with the others from its
   // own first step when they all start fresh; when some carry the run on from their checkpoints
   // (the run resumed at another size: this peer is a new ordinal), it catches up from one.
-  if (!resumed && cfg.catch_up == "auto" && !cfg.seeds.empty() && !g_stop.load()) {
+  if (!resumed && cfg.catch_up == "auto" && !cfg.node.membership.seeds.empty() && !g_stop.load()) {
     catch_up(trainer, *node, cfg, metrics, cfg.min_peers > 1);
     if (trainer.step() > 0) node->gossip().set_carries_run(true);
   }
@@ -452,6 +454,24 @@ std::unique_ptr<StallAtStep> wire_hooks(core::Trainer& trainer, apps::PeerNode* 
   return stall_fault;
 }
 
+// A FedAvg server or client (apps/fedavg: the protocol on any transport) over the encrypted TCP
+// transport of the flags, sized for one whole model a message; the exit code.
+template <class Role>
+int run_fedavg(const apps::PeerConfig& cfg, Resources& r, core::Metrics& metrics) {
+  Role role(cfg, *r.backend, r.data, metrics, g_stop);
+  auto identity =
+      std::make_shared<const net::Identity>(net::Identity::load_or_create(cfg.identity));
+  metrics.set_peer(identity->peer_id());
+  net::TcpTransportConfig tcfg = apps::transport_config(cfg, identity, role.fingerprint(), {});
+  tcfg.limits.max_message_bytes = apps::fedavg::max_message_bytes(role.num_params());
+  net::TcpTransport transport(std::move(tcfg));  // declared after role: stopped before it goes
+  role.attach(transport);
+  transport.start();
+  const int code = role.run();
+  transport.stop();
+  return code;
+}
+
 // Trains (and gossips); the process exit code.
 int train(const apps::PeerConfig& cfg, Resources& r) {
   core::Metrics metrics(cfg.metrics, "local");
@@ -489,8 +509,8 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
   if (cfg.fedavg.enabled()) {  // a FedAvg server or client instead of a gossip peer
     health.phase = apps::PeerHealth::Phase::Training;
     try {
-      return cfg.fedavg.server ? apps::run_fedavg_server(cfg, *r.backend, r.data, metrics, g_stop)
-                               : apps::run_fedavg_client(cfg, *r.backend, r.data, metrics, g_stop);
+      return cfg.fedavg.server ? run_fedavg<apps::fedavg::Server>(cfg, r, metrics)
+                               : run_fedavg<apps::fedavg::Client>(cfg, r, metrics);
     } catch (const core::CheckpointRunError& e) {
       return config_error(e.what());  // names the ways out itself
     } catch (const core::CheckpointError& e) {

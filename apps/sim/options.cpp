@@ -220,7 +220,8 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
         throw UsageError("training flags (" + arg + ") need --workload train");
     if (!a.peer_args.empty()) {
       bool help = false;
-      o.world.peer.partner_choice = parse_peer_args(a.peer_args, &help).partner_choice;
+      o.world.peer.node.averager.choice =
+          parse_peer_args(a.peer_args, &help).node.averager.choice;
     }
   }
   if (o.world.train()) {
@@ -246,7 +247,7 @@ SimOptions parse_sim_options(const std::vector<std::string>& args) {
       // --mix is gossip-sim's flag; for training peers it overrides gossip-peer's default only
       // when given.
       for (const auto& arg : args)
-        if (arg == "--mix" || arg.rfind("--mix=", 0) == 0) o.world.peer.robust.mix = o.world.mix;
+        if (arg == "--mix" || arg.rfind("--mix=", 0) == 0) o.world.peer.node.averager.robust.mix = o.world.mix;
       // Every sim peer gossips: gossip-peer's --linger default for a peer with seeds (10 s).
       if (!given("--linger")) o.world.peer.linger_s = kDefaultLingerS;
       core::validate(o.world.peer.train);

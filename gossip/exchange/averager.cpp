@@ -71,6 +71,8 @@ bool direct_mode(const AveragerConfig& c, const kernels::Backend& be) {
          !c.finish_wire;
 }
 
+}  // namespace
+
 void check_config(const AveragerConfig& c) {
   if (c.gossip_every < 1) throw std::invalid_argument("averager: gossip_every must be >= 1");
   if (c.max_tries < 1) throw std::invalid_argument("averager: max_tries must be >= 1");
@@ -81,16 +83,21 @@ void check_config(const AveragerConfig& c) {
   if (!(c.settle_distance >= 0)) throw std::invalid_argument("averager: settle_distance < 0");
   // Three levels a value: the residual is as large as the values it rides on and grows with them
   // (docs/communication.md, "Low-bit wires").
-  if (c.error_feedback && (c.wire == kernels::Wire::Int2 || c.finish_wire == kernels::Wire::Int2))
-    throw std::invalid_argument("averager: int2 with error feedback diverges");
+  if (c.error_feedback && c.wire == kernels::Wire::Int2)
+    throw std::invalid_argument(
+        "averager: wire int2 with error feedback diverges (docs/communication.md): use int4, or "
+        "int2 without error feedback");
+  if (c.error_feedback && c.finish_wire == kernels::Wire::Int2)
+    throw std::invalid_argument(
+        "averager: finish wire int2 with error feedback diverges (docs/communication.md)");
   if (c.slow_link_wire == kernels::Wire::Int2)
-    throw std::invalid_argument("averager: int2 with error feedback diverges");
+    throw std::invalid_argument(
+        "averager: slow link wire int2 (always with error feedback) diverges");
   if (c.slow_link_wire && !(c.link.slow_bytes_per_s > 0 && c.link.alpha > 0 && c.link.alpha <= 1))
     throw std::invalid_argument("averager: bad slow link settings");
   if (c.finish_wire && !(c.finish_from > 0 && c.finish_from <= 1))
     throw std::invalid_argument("averager: finish_from must be in (0, 1]");
 }
-}  // namespace
 
 Averager::Averager(AveragerConfig cfg, net::Transport& transport, Dispatcher& dispatcher,
                    const PeerDirectory& peers, kernels::Backend& backend)

@@ -93,6 +93,10 @@ struct AveragerConfig {
   std::uint64_t seed = 0;         // peer choice and exchange ids; 0 = from random_device
 };
 
+// The one check of an AveragerConfig's settings (std::invalid_argument saying which rule fails):
+// the Averager's constructor runs it, and gossip-peer's flag parser before anything starts.
+void check_config(const AveragerConfig& c);
+
 struct AveragerStats {
   std::uint64_t ok = 0;
   // Of ok, those that averaged: clip at least kAveragingClip (exchange_protocol.hpp); and the sum
