@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "base/bytes.hpp"
-#include "net/limits.hpp"
+#include "net/secure/limits.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::net {

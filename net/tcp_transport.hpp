@@ -26,10 +26,10 @@
 #include <asio/steady_timer.hpp>
 
 #include "net/address.hpp"
-#include "net/channel.hpp"
+#include "net/secure/channel.hpp"
 #include "net/dial_back_messages.hpp"
-#include "net/identity.hpp"
-#include "net/limits.hpp"
+#include "net/secure/identity.hpp"
+#include "net/secure/limits.hpp"
 #include "net/repeat_limiter.hpp"
 #include "net/transport.hpp"
 

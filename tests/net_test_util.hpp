@@ -16,9 +16,9 @@
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
-#include "net/crypto.hpp"
-#include "net/frame.hpp"
-#include "net/handshake.hpp"
+#include "net/secure/crypto.hpp"
+#include "net/secure/frame.hpp"
+#include "net/secure/handshake.hpp"
 #include "net/tcp_transport.hpp"
 
 namespace gossiptrain::net::test {

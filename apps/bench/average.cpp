@@ -34,7 +34,7 @@
 #include "gossip/dispatcher.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "net/buffer_pool.hpp"
-#include "net/identity.hpp"
+#include "net/secure/identity.hpp"
 #include "net/tcp_transport.hpp"
 
 namespace gossiptrain::apps {

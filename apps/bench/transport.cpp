@@ -27,8 +27,8 @@
 #include "apps/common/options.hpp"
 #include "base/bytes.hpp"
 #include "net/buffer_pool.hpp"
-#include "net/crypto.hpp"
-#include "net/frame.hpp"
+#include "net/secure/crypto.hpp"
+#include "net/secure/frame.hpp"
 #include "net/tcp_transport.hpp"
 
 namespace gossiptrain::apps {

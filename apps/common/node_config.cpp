@@ -6,7 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "net/identity.hpp"
+#include "net/secure/identity.hpp"
 
 namespace gossiptrain::apps {
 

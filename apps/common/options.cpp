@@ -17,7 +17,7 @@
 #include "kernels/backend.hpp"
 #include "apps/common/kernel_flags.hpp"
 #include "net/address.hpp"
-#include "net/crypto_pool.hpp"
+#include "net/secure/crypto_pool.hpp"
 
 namespace gossiptrain::apps {
 

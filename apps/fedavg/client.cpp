@@ -17,7 +17,7 @@
 #include "apps/fedavg/wire.hpp"
 #include "apps/common/node_config.hpp"
 #include "core/trainer.hpp"
-#include "net/identity.hpp"
+#include "net/secure/identity.hpp"
 #include "net/tcp_transport.hpp"
 
 namespace gossiptrain::apps {

@@ -22,7 +22,7 @@
 #include "base/rng.hpp"
 #include "core/checkpoint.hpp"
 #include "core/trainer.hpp"
-#include "net/identity.hpp"
+#include "net/secure/identity.hpp"
 #include "net/tcp_transport.hpp"
 
 namespace gossiptrain::apps {

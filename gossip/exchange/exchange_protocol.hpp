@@ -1,5 +1,5 @@
 // The averaging exchange's protocol state machine (docs/exchange.md, "One exchange, file by
-// file"), pure in the way net/handshake.hpp is: messages, dial results, deadlines and the training
+// file"), pure in the way net/secure/handshake.hpp is: messages, dial results, deadlines and the training
 // thread's verdicts in; actions out through ExchangePort (arm a deadline, dial, hand a chunk to the
 // training thread, commit a mix, report). No threads, no sockets, no timers of its own: the
 // connections are net::Connection interfaces, and tests drive it with fakes of both.

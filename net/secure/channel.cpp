@@ -1,5 +1,5 @@
 // The Asio session of one encrypted connection (see channel.hpp for the shape and error policy).
-#include "net/channel.hpp"
+#include "net/secure/channel.hpp"
 #include "base/bytes.hpp"
 
 #include <algorithm>

@@ -24,8 +24,8 @@
 #include <asio/steady_timer.hpp>
 
 #include "net/buffer_pool.hpp"
-#include "net/frame.hpp"
-#include "net/handshake.hpp"
+#include "net/secure/frame.hpp"
+#include "net/secure/handshake.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::net {
