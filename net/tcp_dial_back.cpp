@@ -12,7 +12,7 @@
 #include <spdlog/spdlog.h>
 #include <sodium.h>
 
-#include "net/tcp_transport.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::net {
 namespace {

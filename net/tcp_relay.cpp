@@ -25,8 +25,8 @@
 #include <random>
 
 #include "net/close_reason.hpp"
-#include "net/dial.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/tcp/dial.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::net {
 namespace {

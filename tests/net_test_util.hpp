@@ -19,7 +19,7 @@
 #include "net/secure/crypto.hpp"
 #include "net/secure/frame.hpp"
 #include "net/secure/handshake.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::net::test {
 

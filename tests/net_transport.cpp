@@ -1,5 +1,5 @@
 // The behaviour every Transport shares, as one suite run over both implementations: the seeded
-// in-memory network (net/memory_transport.hpp) and TCP over loopback (net/tcp_transport.hpp).
+// in-memory network (net/memory_transport.hpp) and TCP over loopback (net/tcp/tcp_transport.hpp).
 // What only one of them does (simulated latency, loss and partitions; sockets, handshakes and
 // limits) is tested in net_memory_transport.cpp and net_tcp_transport.cpp.
 #include <catch2/catch.hpp>

@@ -30,7 +30,7 @@
 #include "net/secure/crypto.hpp"
 #include "net/secure/frame.hpp"
 #include "net/secure/identity.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::apps {
 namespace {

@@ -29,7 +29,7 @@
 #include "net/buffer_pool.hpp"
 #include "net/secure/crypto.hpp"
 #include "net/secure/frame.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::apps {
 namespace {

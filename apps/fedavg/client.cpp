@@ -18,7 +18,7 @@
 #include "apps/common/node_config.hpp"
 #include "core/trainer.hpp"
 #include "net/secure/identity.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::apps {
 namespace {

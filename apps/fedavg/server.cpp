@@ -23,7 +23,7 @@
 #include "core/checkpoint.hpp"
 #include "core/trainer.hpp"
 #include "net/secure/identity.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::apps {
 namespace {

@@ -1,5 +1,5 @@
 // TcpTransport: accept loop, dialing, limits, channel bookkeeping and the Asio-timer Scheduler.
-#include "net/tcp_transport.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 #include <spdlog/spdlog.h>
 #include <asio/co_spawn.hpp>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/thread.hpp"
-#include "net/dial.hpp"
+#include "net/tcp/dial.hpp"
 
 namespace gossiptrain::net {
 namespace {

@@ -25,7 +25,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
 
-#include "net/address.hpp"
+#include "net/tcp/address.hpp"
 #include "net/secure/channel.hpp"
 #include "net/dial_back_messages.hpp"
 #include "net/secure/identity.hpp"
