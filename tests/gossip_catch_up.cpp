@@ -17,7 +17,7 @@
 #include "gossip/catch_up/catch_up.hpp"
 #include "gossip/dispatcher.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 #include "tests/gossip_averager_harness.hpp"
 
 using namespace gossiptrain;

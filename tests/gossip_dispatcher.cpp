@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "gossip/dispatcher.hpp"
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 using namespace gossiptrain;
 using namespace std::chrono_literals;

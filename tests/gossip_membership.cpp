@@ -11,7 +11,7 @@
 #include "gossip/dispatcher.hpp"
 #include "gossip/membership/membership.hpp"
 #include "gossip/membership/messages.hpp"
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 using namespace gossiptrain;
 using gossip::MemberState;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "net/close_reason.hpp"
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 using namespace gossiptrain::net;
 

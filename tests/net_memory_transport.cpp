@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 using namespace gossiptrain::net;
 using namespace std::chrono_literals;

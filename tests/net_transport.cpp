@@ -1,5 +1,5 @@
 // The behaviour every Transport shares, as one suite run over both implementations: the seeded
-// in-memory network (net/memory_transport.hpp) and TCP over loopback (net/tcp/tcp_transport.hpp).
+// in-memory network (net/memory/memory_transport.hpp) and TCP over loopback (net/tcp/tcp_transport.hpp).
 // What only one of them does (simulated latency, loss and partitions; sockets, handshakes and
 // limits) is tested in net_memory_transport.cpp and net_tcp_transport.cpp.
 #include <catch2/catch.hpp>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 #include "tests/net_test_util.hpp"
 
 using namespace gossiptrain::net;

@@ -1,6 +1,6 @@
 // The seeded in-memory network: one event queue on a virtual clock drives every node's timers,
 // connects and message deliveries, so a whole simulated cluster is deterministic for a seed.
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 #include <algorithm>
 #include <cmath>
