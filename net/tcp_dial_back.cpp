@@ -52,7 +52,7 @@ void TcpTransport::dial_back_connect(const std::string& addr, ConnectCallback do
   if (!stopping_ && known_undialable(addr)) {
     if (auto via = channel_advertising(addr)) return reverse_connect(via, std::move(done));
   }
-  dial_direct(addr, [this, addr, done = std::move(done)](ConnectionPtr c, const std::string& err) {
+  dial_direct(addr, [this, addr, done = std::move(done)](ConnectionPtr c, const CloseCause& err) {
     if (c || stopping_) {
       if (done) done(std::move(c), err);
       return;
@@ -96,13 +96,17 @@ void TcpTransport::reverse_connect(const std::shared_ptr<Channel>& via, ConnectC
     return why;
   };
   if (pending_reverse_.size() >= kMaxPendingReverse) {
-    if (done) done(nullptr, fail("reverse connection: too many in flight"));
+    if (done)
+      done(nullptr,
+           CloseCause{CloseReason::Unspecified, fail("reverse connection: too many in flight")});
     return;
   }
   const std::uint64_t nonce = random_nonce();
   if (!via->send(static_cast<std::uint8_t>(DialBackType::Request),
                  shared(encode(DialBackRequest{DialBackPurpose::Reverse, nonce})))) {
-    if (done) done(nullptr, fail("reverse connection: request not sent (connection busy)"));
+    if (done)
+      done(nullptr, CloseCause{CloseReason::Unspecified,
+                               fail("reverse connection: request not sent (connection busy)")});
     return;
   }
   auto& p = pending_reverse_[nonce];
@@ -125,7 +129,7 @@ void TcpTransport::finish_reverse(std::uint64_t nonce, ConnectionPtr c, const st
     ++(c ? stats_.reverse_connections : stats_.reverse_failures);
   }
   if (!c) spdlog::debug("net: reverse connection from {} failed: {}", short_peer(p.peer), err);
-  if (p.done) p.done(std::move(c), err);
+  if (p.done) p.done(std::move(c), CloseCause{CloseReason::Unspecified, err});
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -233,10 +237,10 @@ void TcpTransport::serve_dial_back(const std::shared_ptr<Channel>& ch, DialBackP
     ++stats_.dial_backs_served;
   }
   std::weak_ptr<Channel> wch = ch;
-  dial_direct(addr, [this, wch, peer, purpose, nonce](ConnectionPtr c, const std::string& err) {
+  dial_direct(addr, [this, wch, peer, purpose, nonce](ConnectionPtr c, const CloseCause& err) {
     if (--serving_[peer] <= 0) serving_.erase(peer);
     --serving_total_;
-    std::string why = err;
+    std::string why = err.text();
     if (c && c->peer_id() != peer) {
       why = "reached another peer at that address";
       c->close(CloseReason::UnexpectedPeer, "dial-back reached another peer");

@@ -57,8 +57,8 @@ SharedBytes shared(Bytes b) { return std::make_shared<const Bytes>(std::move(b))
 
 // A relayed channel that ended like this points at its relay (or the path through it), not at a
 // normal close by either endpoint.
-bool relay_suspect(const std::string& reason) {
-  switch (close_reason_of(reason)) {
+bool relay_suspect(const CloseCause& cause) {
+  switch (cause.reason) {
     case CloseReason::ProtocolViolation:
     case CloseReason::Truncated:
     case CloseReason::Timeout:  // idle, or a handshake that never completed through it
@@ -94,7 +94,7 @@ void TcpTransport::close_splices() {
 // ------------------------------------------------------------------------------------------------
 // The asker
 
-void TcpTransport::relay_connect(const std::string& addr, std::string error, ConnectCallback done) {
+void TcpTransport::relay_connect(const std::string& addr, CloseCause error, ConnectCallback done) {
   const auto now = Clock::now();
   std::vector<std::weak_ptr<Channel>> cands;
   for (const auto& ch : channels_) {
@@ -119,7 +119,7 @@ void TcpTransport::relay_connect(const std::string& addr, std::string error, Con
   p.addr = addr;
   p.done = std::move(done);
   p.candidates = std::move(cands);
-  p.last_error = std::move(error);
+  p.last_error = error.text();
   relay_try_next(nonce);
 }
 
@@ -152,7 +152,7 @@ void TcpTransport::relay_try_next(std::uint64_t nonce) {
     std::lock_guard lk(stats_mu_);
     ++stats_.relay_failures;
   }
-  if (done) done(nullptr, err);
+  if (done) done(nullptr, CloseCause{CloseReason::Unspecified, err});
 }
 
 void TcpTransport::relay_answer(std::uint64_t nonce, bool ok, const std::string& reason) {
@@ -180,7 +180,9 @@ asio::awaitable<void> TcpTransport::open_relayed(std::string relay_addr, std::st
       ++stats_.relay_failures;
     }
     spdlog::debug("net: relayed connection via {} failed: {}", short_peer(relay_peer), why);
-    if (done) done(nullptr, "relayed connection via " + short_peer(relay_peer) + ": " + why);
+    if (done)
+      done(nullptr, CloseCause{CloseReason::Unspecified,
+                               "relayed connection via " + short_peer(relay_peer) + ": " + why});
   };
   std::string host;
   std::uint16_t port = 0;
@@ -205,10 +207,10 @@ asio::awaitable<void> TcpTransport::open_relayed(std::string relay_addr, std::st
   }
   if (side == 0 && done) pending_connects_[ch.get()] = std::move(done);
   ch->start(deadline);
-  if (side == 1 && done) done(ch, "");  // the target: connected to the relay (handshake follows)
+  if (side == 1 && done) done(ch, {});  // the target: connected to the relay (handshake follows)
 }
 
-void TcpTransport::relayed_closed(const std::shared_ptr<Channel>& ch, const std::string& reason) {
+void TcpTransport::relayed_closed(const std::shared_ptr<Channel>& ch, const CloseCause& reason) {
   auto it = relay_of_.find(ch.get());
   if (it == relay_of_.end() || !relay_suspect(reason)) return;
   bad_relays_[it->second] = Clock::now() + kBadRelayFor;
@@ -235,7 +237,7 @@ void TcpTransport::serve_relay_dial(const std::shared_ptr<Channel>& ch, std::uin
   // Counted in flight (with the dial-backs) until the raw connection to the relay is made.
   asio::co_spawn(*io_,
                  open_relayed(ch->remote_listen_addr(), relay, nonce, 1,
-                              [this, relay](ConnectionPtr, const std::string&) {
+                              [this, relay](ConnectionPtr, const CloseCause&) {
                                 if (--serving_[relay] <= 0) serving_.erase(relay);
                                 --serving_total_;
                               }),

@@ -80,7 +80,7 @@ struct Scripted final : net::TransportHandler {
       cancels.push_back(decode_catch_up_code(b).code);
     }
   }
-  void on_closed(const net::ConnectionPtr&, const std::string&) override { ++closed; }
+  void on_closed(const net::ConnectionPtr&, const net::CloseCause&) override { ++closed; }
 };
 
 struct Node : avgtest::SimNode {

@@ -105,7 +105,7 @@ TEST_CASE("a peer that cannot be dialled is reached over a reverse connection it
   // Without a connection from the peer there is nobody to ask: the dial just fails.
   on_io(*p.a, [&] { ab.conn.reset(); });
   on_io(*p.b, [&] {
-    for (auto& c : p.rb.conns) c->close("test");
+    for (auto& c : p.rb.conns) c->close(CloseReason::Shutdown, "test");
   });
   REQUIRE(wait_for([&] { return p.a->channel_count() == 0; }));
   CHECK(!dial(*p.a, p.b_adv).conn);
@@ -153,7 +153,7 @@ TEST_CASE("dial-back requests are bounded: one check per requester per 10 s, onl
     ab.conn->send(std::uint8_t(DialBackType::Request), std::make_shared<const Bytes>(Bytes{1, 2}));
   });
   REQUIRE(wait_for([&] { return p.ra.n_closed() == 1; }));
-  CHECK(close_reason_of(p.ra.last_closed()) == CloseReason::Malformed);
+  CHECK(p.ra.last_cause().reason == CloseReason::Malformed);
   CHECK(p.ra.last_closed().find("dial-back request") != std::string::npos);
   // A hello that answers no request of a's is refused too.
   auto ab2 = dial(*p.b, p.a->advertised_addr());

@@ -118,9 +118,9 @@ TEST_CASE("a hostile relay that corrupts relayed bytes: the endpoints' authentic
   on_io(*a.t, [&] { ab.conn->send(0x44, std::make_shared<const Bytes>(big)); });
   // b's channel finds a frame that does not authenticate and closes; a sees the stream cut.
   REQUIRE(wait_for([&] { return b.rec.n_closed() >= 1 && a.rec.n_closed() >= 1; }));
-  CHECK(close_reason_of(b.rec.last_closed()) == CloseReason::FrameError);
+  CHECK(b.rec.last_cause().reason == CloseReason::FrameError);
   CHECK(b.rec.last_closed().find("authentication failed") != std::string::npos);
-  CHECK(close_reason_of(a.rec.last_closed()) == CloseReason::Truncated);
+  CHECK(a.rec.last_cause().reason == CloseReason::Truncated);
   CHECK(messages_of_type(b.rec, 0x44) == 0);  // nothing partial delivered
 
   next_connections_avoid(bad, a, b, big);  // the next connections avoid the hostile one
@@ -153,12 +153,9 @@ TEST_CASE("a hostile relay that silently drops relayed bytes: both endpoints clo
                        << "; b: " << b.rec.last_closed());
   CHECK(took >= idle - 500ms);   // nothing closed it before the deadline
   CHECK(took <= idle + 4000ms);  // and the deadline did (slack for a loaded machine)
-  const auto ra = a.rec.last_closed(), rb = b.rec.last_closed();
-  CHECK((close_reason_of(ra) == CloseReason::Timeout ||
-         close_reason_of(rb) == CloseReason::Timeout));
-  for (const auto& r : {ra, rb})
-    CHECK((close_reason_of(r) == CloseReason::Timeout ||
-           close_reason_of(r) == CloseReason::Truncated));
+  const auto ra = a.rec.last_cause().reason, rb = b.rec.last_cause().reason;
+  CHECK((ra == CloseReason::Timeout || rb == CloseReason::Timeout));
+  for (const auto r : {ra, rb}) CHECK((r == CloseReason::Timeout || r == CloseReason::Truncated));
   CHECK(!on_io(*a.t, [&] { return ab.conn->is_open(); }));
   CHECK(messages_of_type(b.rec, 0x44) == 0);  // nothing partial delivered
 

@@ -217,8 +217,8 @@ class ExchangeProtocol {
   // One exchange message (types 0x40-0x5F); a malformed one is a protocol violation.
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload);
   void on_dialled(std::uint64_t seq, const std::string& peer, net::ConnectionPtr c,
-                  const std::string& err);
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason);
+                  const net::CloseCause& err);
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason);
   void on_timer(ExchangePort::Timer t, std::uint64_t seq);
   // The training thread's progress: the snapshot of seq exists (chunks still being cut), more of
   // its chunks are cut, its verdict on the partner's vector, the committed mix applied.

@@ -114,7 +114,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
 
   void on_connection(const net::ConnectionPtr& c, bool inbound) override;
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) override;
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) override;
 
  private:
   using Row = MemberTable::Row;

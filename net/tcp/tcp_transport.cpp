@@ -146,7 +146,7 @@ void TcpTransport::stop() {
     for (auto& [id, t] : timers_) t->cancel();
     timers_.clear();
     std::vector<std::shared_ptr<Channel>> all(channels_.begin(), channels_.end());
-    for (auto& ch : all) ch->shutdown("shutdown");
+    for (auto& ch : all) ch->shutdown({CloseReason::Shutdown});
     close_splices();
     asio::co_spawn(
         *io_,
@@ -161,7 +161,7 @@ void TcpTransport::stop() {
           // Whatever is left is cut; then run() returns once the aborted operations have finished,
           // so no coroutine (holding a channel) stays queued in the io_context.
           std::vector<std::shared_ptr<Channel>> left(channels_.begin(), channels_.end());
-          for (auto& ch : left) ch->terminate("shutdown");
+          for (auto& ch : left) ch->terminate({CloseReason::Shutdown});
           pending_connects_.clear();
           pending_reverse_.clear();
           pending_relay_.clear();
@@ -259,7 +259,7 @@ asio::awaitable<void> TcpTransport::dial(std::string addr, ConnectCallback done)
       std::lock_guard lk(stats_mu_);
       ++stats_.handshake_failures;
     }
-    if (done) done(nullptr, reason);
+    if (done) done(nullptr, CloseCause{CloseReason::Unspecified, reason});
   };
   if (stopping_) co_return refuse("transport stopped");
   if (channels_.size() >= config_.limits.max_connections)
@@ -294,7 +294,7 @@ void TcpTransport::channel_established(const std::shared_ptr<Channel>& ch) {
   if (it != pending_connects_.end()) {
     auto cb = std::move(it->second);
     pending_connects_.erase(it);
-    if (cb) cb(ch, "");
+    if (cb) cb(ch, {});
   }
 }
 
@@ -308,19 +308,19 @@ void TcpTransport::channel_message(const std::shared_ptr<Channel>& ch, std::uint
 }
 
 void TcpTransport::channel_report_closed(const std::shared_ptr<Channel>& ch,
-                                         const std::string& reason) {
+                                         const CloseCause& reason) {
   {
     std::lock_guard lk(stats_mu_);
     ++stats_.closed;
-    ++stats_.closed_by_reason[static_cast<std::size_t>(close_reason_of(reason))];
+    ++stats_.closed_by_reason[static_cast<std::size_t>(reason.reason)];
   }
   spdlog::info("net: connection {} {} closed [{}]: {}", ch->peer_id(), ch->remote_addr(),
-               close_reason_name(close_reason_of(reason)), reason);
+               close_reason_name(reason.reason), reason);
   if (ch->relayed()) relayed_closed(ch, reason);
   if (handler_) handler_->on_closed(ch, reason);
 }
 
-std::string TcpTransport::shared_identity_reason(const std::shared_ptr<Channel>& ch) {
+CloseCause TcpTransport::shared_identity_reason(const std::shared_ptr<Channel>& ch) {
   // The clone's own listen address (its hello is signed): an inbound one's source port says
   // nothing.
   const std::string addr =
@@ -340,10 +340,10 @@ std::string TcpTransport::shared_identity_reason(const std::shared_ptr<Channel>&
   } else {
     spdlog::debug("net: {}", text);
   }
-  return close_text(CloseReason::SharedIdentity, text);
+  return CloseCause{CloseReason::SharedIdentity, text};
 }
 
-void TcpTransport::channel_gone(const std::shared_ptr<Channel>& ch, const std::string& why) {
+void TcpTransport::channel_gone(const std::shared_ptr<Channel>& ch, const CloseCause& why) {
   if (channels_.erase(ch)) --channel_count_;
   if (ch->relayed() && !ch->established()) relayed_closed(ch, why);
   relay_of_.erase(ch.get());
@@ -353,12 +353,12 @@ void TcpTransport::channel_gone(const std::shared_ptr<Channel>& ch, const std::s
     ++stats_.handshake_failures;
   }
   // Another process with our key: an error with the fix, once per address, instead of the warning.
-  const bool clone = close_reason_of(why) == CloseReason::SharedIdentity;
-  const std::string reason = clone ? shared_identity_reason(ch) : why;
+  const bool clone = why.reason == CloseReason::SharedIdentity;
+  const CloseCause reason = clone ? shared_identity_reason(ch) : why;
   if (!clone)
     spdlog::warn("net: handshake with {}{} failed: {}", ch->remote_addr(),
                  ch->peer_id().empty() ? "" : " (" + ch->peer_id() + ")", reason);
-  if (config_.on_handshake_failed) config_.on_handshake_failed(ch->remote_addr(), reason);
+  if (config_.on_handshake_failed) config_.on_handshake_failed(ch->remote_addr(), reason.text());
   auto it = pending_connects_.find(ch.get());
   if (it != pending_connects_.end()) {
     auto cb = std::move(it->second);

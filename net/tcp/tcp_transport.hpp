@@ -71,7 +71,8 @@ struct TcpTransportConfig {
   // Tests only: sees (and may alter) every chunk of bytes this peer relays, as a hostile relay;
   // returns how many of its first bytes to forward (n: all, 0: the chunk is dropped).
   std::function<std::size_t(std::uint8_t* data, std::size_t n)> relay_tamper;
-  // Optional observer of failed handshakes and refused sockets (metrics, tests); io thread.
+  // Optional observer of failed handshakes and refused sockets (metrics, tests), with the reason's
+  // text as logged; io thread.
   std::function<void(const std::string& remote_addr, const std::string& reason)>
       on_handshake_failed;
   // Called once per address (the first kMaxSharedIdentityAddrs) of a live peer that proved it
@@ -90,7 +91,7 @@ struct TcpTransportStats {
   // Handshakes refused because the remote holds our identity key (among handshake_failures).
   std::uint64_t shared_identity = 0;
   std::uint64_t closed = 0;        // established connections closed
-  CloseCounts closed_by_reason{};  // the same, by close_reason_of(reason)
+  CloseCounts closed_by_reason{};  // the same, by CloseReason
   // Dial-backs (tcp_dial_back.cpp): connections we obtained by asking a peer that cannot be
   // dialled to dial us (reverse connections), and dial-backs we made for others.
   std::uint64_t reverse_connections = 0;
@@ -161,12 +162,11 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   void channel_established(const std::shared_ptr<Channel>& ch) override;
   void channel_message(const std::shared_ptr<Channel>& ch, std::uint8_t type,
                        Bytes&& payload) override;
-  void channel_report_closed(const std::shared_ptr<Channel>& ch,
-                             const std::string& reason) override;
-  void channel_gone(const std::shared_ptr<Channel>& ch, const std::string& reason) override;
+  void channel_report_closed(const std::shared_ptr<Channel>& ch, const CloseCause& reason) override;
+  void channel_gone(const std::shared_ptr<Channel>& ch, const CloseCause& reason) override;
   // A handshake refused as shared_identity: counts it, logs the fix (once per address) and
   // returns the close reason's text with the remote's address and our identity file.
-  std::string shared_identity_reason(const std::shared_ptr<Channel>& ch);
+  CloseCause shared_identity_reason(const std::shared_ptr<Channel>& ch);
   ChannelHost& channel_host() { return *this; }
   bool on_io_thread() const { return std::this_thread::get_id() == io_thread_id_.load(); }
   std::size_t handshaking() const;
@@ -201,7 +201,7 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
     std::string last_error;
   };
   struct Splice;
-  void relay_connect(const std::string& addr, std::string error, ConnectCallback done);
+  void relay_connect(const std::string& addr, CloseCause error, ConnectCallback done);
   void relay_try_next(std::uint64_t nonce);
   void relay_answer(std::uint64_t nonce, bool ok, const std::string& reason);
   void serve_relay_ask(const std::shared_ptr<Channel>& ch, const RelayAsk& m);
@@ -213,7 +213,7 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   void splice_arrived(std::uint64_t nonce, std::uint8_t side,
                       std::shared_ptr<asio::ip::tcp::socket> sock);
   asio::awaitable<void> pipe(std::shared_ptr<Splice> sp, int from);
-  void relayed_closed(const std::shared_ptr<Channel>& ch, const std::string& reason);
+  void relayed_closed(const std::shared_ptr<Channel>& ch, const CloseCause& reason);
   void close_splices();
   std::map<std::uint64_t, PendingRelay> pending_relay_;
   std::map<std::uint64_t, std::shared_ptr<Splice>> splices_;
