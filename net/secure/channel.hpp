@@ -83,7 +83,7 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
   bool is_open() const override { return established_ && !closing_ && !closed_; }
 
   bool inbound() const { return inbound_; }
-  // Through a relay (tcp_relay.cpp): the bytes pass a third peer, which sees only ciphertext.
+  // Through a relay (net/nat/relay.cpp): the bytes pass a third peer, which sees only ciphertext.
   bool relayed() const { return relayed_; }
   void set_relayed() { relayed_ = true; }
   bool established() const { return established_; }

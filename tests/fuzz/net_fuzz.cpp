@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "net/dial_back_messages.hpp"
+#include "net/nat/dial_back_messages.hpp"
 #include "net/secure/frame.hpp"
 #include "net/secure/handshake.hpp"
 
