@@ -1,6 +1,7 @@
 // The Transport interface that gossip/ speaks to, and the Scheduler (clock + timers) it runs on.
-// Two implementations of each: TCP over the encrypted channel (tcp_transport.hpp, Asio timers) and
-// an in-memory seeded network with a fake clock (memory_transport.hpp) for tests and simulation.
+// Two implementations of each: TCP over the encrypted channel (tcp/tcp_transport.hpp, Asio timers)
+// and an in-memory seeded network with a fake clock (memory/memory_transport.hpp) for tests and
+// simulation.
 #pragma once
 
 #include <chrono>

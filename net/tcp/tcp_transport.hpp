@@ -1,4 +1,4 @@
-// The TCP Transport + Scheduler: encrypted channels (channel.hpp) on one asio::io_context that runs
+// The TCP Transport + Scheduler: encrypted channels (net/secure/channel.hpp) on one asio::io_context that runs
 // on the transport's own thread, the protocol thread.
 //
 // Threading: start() spawns the io thread; every TransportHandler callback, connect callback and
@@ -56,7 +56,7 @@ struct TcpTransportConfig {
   // Cores the io thread (and any thread it starts) runs on; empty: wherever the scheduler puts it
   // (core::CpuPlan::net, computed by the app).
   std::vector<int> thread_cpus;
-  // Crypto threads (crypto_pool.hpp): workers that seal and open the frames of messages of at
+  // Crypto threads (net/secure/crypto_pool.hpp): workers that seal and open the frames of messages of at
   // least crypto_min_message_bytes; 0 or 1: none, the io thread does all of it. They run at the
   // io thread's priority (thread_nice).
   unsigned crypto_threads = default_crypto_threads();
