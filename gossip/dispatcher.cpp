@@ -24,7 +24,7 @@ void Dispatcher::on_connection(const net::ConnectionPtr& c, bool inbound) {
   for (auto* h : handlers_) h->on_connection(c, inbound);
 }
 
-void Dispatcher::on_closed(const net::ConnectionPtr& c, const std::string& reason) {
+void Dispatcher::on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) {
   for (auto* h : handlers_) h->on_closed(c, reason);
   if (close_observer_) close_observer_(c, reason);
 }

@@ -28,13 +28,14 @@ class Dispatcher : public net::TransportHandler {
   void add(std::uint8_t first_type, std::uint8_t last_type, net::TransportHandler* h);
   // Told of every closed connection, after the protocols (the peer's metrics count them by
   // typed reason). Set before the transport starts delivering events.
-  using CloseObserver = std::function<void(const net::ConnectionPtr& c, const std::string& reason)>;
+  using CloseObserver =
+      std::function<void(const net::ConnectionPtr& c, const net::CloseCause& cause)>;
   void set_close_observer(CloseObserver f) { close_observer_ = std::move(f); }
 
   // Forwarded to every registered handler (each once, in registration order): every protocol sees
   // every connection, and decides itself whether it cares.
   void on_connection(const net::ConnectionPtr& c, bool inbound) override;
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) override;
   // Routed by type; a type nobody registered closes the connection with "unknown message type".
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) override;
 

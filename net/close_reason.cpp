@@ -28,9 +28,4 @@ std::string close_text(CloseReason r, std::string_view detail) {
   return s;
 }
 
-CloseReason close_reason_of(std::string_view text) {
-  return base::enum_from_name(text.substr(0, text.find(": ")), CloseReason::Unspecified, kNames)
-      .value_or(CloseReason::Unspecified);
-}
-
 }  // namespace gossiptrain::net

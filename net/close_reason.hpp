@@ -1,13 +1,15 @@
-// Why a connection closed, as a typed reason (after i2pd's NTCP2 termination reasons). Its stable
-// name leads every close reason's text: "malformed: bad member addr", "timeout: idle for 30 s".
-// Logs, TransportHandler::on_closed, the Close frame and the transport's counters carry it, so
-// close_reason_of() recovers the type from any of them.
+// Why a connection closed, as a typed reason (after i2pd's NTCP2 termination reasons), carried
+// typed inside the process (CloseCause: TransportHandler::on_closed, the connect callback, the
+// channel, the transport's counters). Its stable name leads the text written to logs and sent in
+// the Close frame: "malformed: bad member addr", "timeout: idle for 30 s".
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include <spdlog/fmt/fmt.h>
 
 namespace gossiptrain::net {
 
@@ -38,10 +40,31 @@ inline constexpr std::size_t kCloseReasonCount = 19;
 std::string_view close_reason_name(CloseReason r);
 // "NAME: detail", or "NAME" without a detail.
 std::string close_text(CloseReason r, std::string_view detail = {});
-// The reason whose name leads text (before ": " or the whole text); Unspecified for none.
-CloseReason close_reason_of(std::string_view text);
+
+// A close reason with its detail, as the process hands it around. text() ("NAME: detail", or the
+// detail alone for Unspecified, which free text such as a failed dial's error is) only where it is
+// logged, written or sent.
+struct CloseCause {
+  CloseReason reason = CloseReason::Unspecified;
+  std::string detail;
+
+  std::string text() const {
+    if (reason == CloseReason::Unspecified && !detail.empty()) return detail;
+    return close_text(reason, detail);
+  }
+  bool operator==(const CloseCause&) const = default;
+};
 
 // Closed connections by reason (TcpTransport's statistics).
 using CloseCounts = std::array<std::uint64_t, kCloseReasonCount>;
 
 }  // namespace gossiptrain::net
+
+// Log lines print a cause as its text().
+template <>
+struct fmt::formatter<gossiptrain::net::CloseCause> : fmt::formatter<std::string_view> {
+  template <class Ctx>
+  auto format(const gossiptrain::net::CloseCause& c, Ctx& ctx) const {
+    return fmt::formatter<std::string_view>::format(c.text(), ctx);
+  }
+};

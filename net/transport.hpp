@@ -1,6 +1,7 @@
 // The Transport interface that gossip/ speaks to, and the Scheduler (clock + timers) it runs on.
-// Two implementations of each: TCP over the encrypted channel (tcp_transport.hpp, Asio timers) and
-// an in-memory seeded network with a fake clock (memory_transport.hpp) for tests and simulation.
+// Two implementations of each: TCP over the encrypted channel (tcp/tcp_transport.hpp, Asio timers)
+// and an in-memory seeded network with a fake clock (memory/memory_transport.hpp) for tests and
+// simulation.
 #pragma once
 
 #include <chrono>
@@ -34,12 +35,11 @@ class Connection {
   // Queues one message (type byte + payload). Returns false, without queueing, when the connection
   // is closed or its bounded send queue is full (back-pressure: try later or give up).
   virtual bool send(std::uint8_t type, SharedBytes payload) = 0;
-  // Closes the connection; the handler's on_closed is called once with this reason's text
-  // (close_text: the reason's name, then the detail).
-  void close(CloseReason reason, std::string_view detail = {}) { close(close_text(reason, detail)); }
-  // The same with a text of one's own; its reason is close_reason_of(text) (Unspecified unless it
-  // starts with a reason's name).
-  virtual void close(const std::string& reason) = 0;
+  // Closes the connection; the handler's on_closed is called once with this cause.
+  virtual void close(CloseCause cause) = 0;
+  void close(CloseReason reason, std::string_view detail = {}) {
+    close(CloseCause{reason, std::string(detail)});
+  }
   virtual bool is_open() const = 0;
 };
 using ConnectionPtr = std::shared_ptr<Connection>;
@@ -53,7 +53,7 @@ class TransportHandler {
   virtual void on_connection(const ConnectionPtr& c, bool inbound) = 0;
   virtual void on_message(const ConnectionPtr& c, std::uint8_t type, Bytes&& payload) = 0;
   // Called exactly once per connection that was reported to on_connection.
-  virtual void on_closed(const ConnectionPtr& c, const std::string& reason) = 0;
+  virtual void on_closed(const ConnectionPtr& c, const CloseCause& cause) = 0;
 };
 
 // Clock and timers of the protocol thread. Callbacks never run re-entrantly inside schedule().
@@ -70,7 +70,9 @@ class Scheduler {
 
 class Transport {
  public:
-  using ConnectCallback = std::function<void(ConnectionPtr, const std::string& error)>;
+  // The error of a failed connect: a typed reason where the channel closed (handshake_failed,
+  // shared_identity, ...), else free text (Unspecified).
+  using ConnectCallback = std::function<void(ConnectionPtr, const CloseCause& error)>;
   virtual ~Transport() = default;
   virtual void set_handler(TransportHandler* h) = 0;  // before start; not owned, outlives stop()
   virtual Scheduler& scheduler() = 0;
@@ -80,8 +82,8 @@ class Transport {
   virtual const std::string& listen_addr() const = 0;
   // The address others should dial ("host:port"): what membership announces. Never a wildcard.
   virtual const std::string& advertised_addr() const = 0;
-  // Dials addr ("host:port") and completes the handshake; calls done(conn, "") on success or
-  // done(nullptr, reason) on failure, on the protocol thread, within the connect deadline.
+  // Dials addr ("host:port") and completes the handshake; calls done(conn, {}) on success or
+  // done(nullptr, error) on failure, on the protocol thread, within the connect deadline.
   virtual void connect(const std::string& addr, ConnectCallback done) = 0;
   // Where this transport's large received messages come from (any thread): a consumer done with
   // one may give it back with buffers().recycle(), so the next one reuses its mapped pages.

@@ -17,7 +17,7 @@
 #include "apps/fedavg/wire.hpp"
 #include "core/metrics.hpp"
 #include "kernels/backend.hpp"
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 #include "tests/core_test_util.hpp"
 
 using namespace gossiptrain;
@@ -54,7 +54,7 @@ class Recorder final : public net::Transport, public net::TransportHandler {
     }
     handler_->on_message(c, type, std::move(payload));
   }
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override {
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) override {
     handler_->on_closed(c, reason);
   }
 

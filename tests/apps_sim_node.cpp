@@ -20,7 +20,7 @@
 #include "core/metrics.hpp"
 #include "gossip/node/node.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 #include "tests/sim_pump.hpp"
 
 using namespace gossiptrain;

@@ -6,7 +6,7 @@
    is the one the sources have: for each layer, the set of other layers its files include
    (`#include "LAYER/..."`), tests left out, must equal the table's;
 3. the CMake targets of those layers link (PUBLIC or PRIVATE) the layers they include;
-4. every source path a page names in backticks (`gossip/exchange/averager.cpp`, `net/frame.{hpp,cpp}`)
+4. every source path a page names in backticks (`gossip/exchange/averager.cpp`, `net/secure/frame.{hpp,cpp}`)
    exists (docs/results/ left out: a result names the code as it was when it was measured).
 Exit 0 when all hold; 1 with one line per mismatch."""
 import os

@@ -36,7 +36,7 @@ class RawPeer final : public net::TransportHandler {
     t_.set_handler(this);
   }
   void dial(const std::string& addr) {
-    t_.connect(addr, [this](net::ConnectionPtr c, const std::string&) { conn = c; });
+    t_.connect(addr, [this](net::ConnectionPtr c, const net::CloseCause&) { conn = c; });
   }
   void send(ExchangeType type, net::SharedBytes b) {
     REQUIRE(conn);
@@ -55,9 +55,9 @@ class RawPeer final : public net::TransportHandler {
   void on_message(const net::ConnectionPtr&, std::uint8_t type, net::Bytes&& b) override {
     msgs.emplace_back(type, std::move(b));
   }
-  void on_closed(const net::ConnectionPtr&, const std::string& reason) override {
+  void on_closed(const net::ConnectionPtr&, const net::CloseCause& reason) override {
     closed = true;
-    closed_reason = reason;
+    closed_reason = reason.text();
   }
 
   net::ConnectionPtr conn;
@@ -690,7 +690,8 @@ class RefusingConnection final : public net::Connection {
     }
     return inner_->send(type, std::move(payload));
   }
-  void close(const std::string& reason) override { inner_->close(reason); }
+  using net::Connection::close;
+  void close(net::CloseCause cause) override { inner_->close(std::move(cause)); }
   bool is_open() const override { return inner_->is_open(); }
   std::uint64_t refused = 0;
 
@@ -709,7 +710,7 @@ class RefusingTransport final : public net::Transport, public net::TransportHand
   const std::string& advertised_addr() const override { return inner_.advertised_addr(); }
   net::BufferPool& buffers() override { return inner_.buffers(); }
   void connect(const std::string& addr, ConnectCallback done) override {
-    inner_.connect(addr, [this, done](net::ConnectionPtr c, const std::string& err) {
+    inner_.connect(addr, [this, done](net::ConnectionPtr c, const net::CloseCause& err) {
       done(c ? wrap(c) : nullptr, err);
     });
   }
@@ -719,7 +720,7 @@ class RefusingTransport final : public net::Transport, public net::TransportHand
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& b) override {
     handler_->on_message(wrap(c), type, std::move(b));
   }
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override {
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) override {
     handler_->on_closed(wrap(c), reason);
   }
   std::uint64_t refused() const {

@@ -14,7 +14,7 @@
 #include "gossip/exchange/averager.hpp"
 #include "gossip/dispatcher.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 namespace gossiptrain::gossip::avgtest {
 

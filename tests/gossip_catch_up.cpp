@@ -17,7 +17,7 @@
 #include "gossip/catch_up/catch_up.hpp"
 #include "gossip/dispatcher.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 #include "tests/gossip_averager_harness.hpp"
 
 using namespace gossiptrain;
@@ -80,7 +80,7 @@ struct Scripted final : net::TransportHandler {
       cancels.push_back(decode_catch_up_code(b).code);
     }
   }
-  void on_closed(const net::ConnectionPtr&, const std::string&) override { ++closed; }
+  void on_closed(const net::ConnectionPtr&, const net::CloseCause&) override { ++closed; }
 };
 
 struct Node : avgtest::SimNode {

@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "gossip/dispatcher.hpp"
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 using namespace gossiptrain;
 using namespace std::chrono_literals;
@@ -13,7 +13,9 @@ struct Count : net::TransportHandler {
   void on_message(const net::ConnectionPtr&, std::uint8_t type, net::Bytes&&) override {
     types.push_back(type);
   }
-  void on_closed(const net::ConnectionPtr&, const std::string& r) override { closed.push_back(r); }
+  void on_closed(const net::ConnectionPtr&, const net::CloseCause& r) override {
+    closed.push_back(r.text());
+  }
   int connections = 0;
   std::vector<std::uint8_t> types;
   std::vector<std::string> closed;
@@ -35,7 +37,7 @@ TEST_CASE("dispatcher: routes by type range and fans out connection events", "[g
   a.set_handler(&client);
 
   net::ConnectionPtr c;
-  a.connect("b:1", [&](net::ConnectionPtr conn, const std::string&) { c = conn; });
+  a.connect("b:1", [&](net::ConnectionPtr conn, const net::CloseCause&) { c = conn; });
   sim.run_until_idle();
   REQUIRE(c);
   CHECK(membership.connections == 1);

@@ -31,9 +31,10 @@ class FakeConnection final : public net::Connection {
     sent.emplace_back(type, *payload);
     return true;
   }
-  void close(const std::string& reason) override {
+  using net::Connection::close;
+  void close(net::CloseCause cause) override {
     open_ = false;
-    closed_reason = reason;
+    closed_reason = cause.text();
   }
   bool is_open() const override { return open_; }
 
@@ -93,7 +94,7 @@ class FakePort final : public ExchangePort {
       if (it->second == c) return void(pool_.erase(it));
   }
   void close_pooled(const std::string& peer, const std::string& reason) override {
-    if (auto c = pooled(peer)) c->close(reason);
+    if (auto c = pooled(peer)) c->close(net::CloseReason::NotNeeded, reason);
     pool_.erase(peer);
   }
   void idle_close_pooled(const std::string&) override {}
@@ -182,7 +183,7 @@ struct Fixture {
     REQUIRE(port.dials.size() == 1);
     CHECK(port.dials[0].second == "peer-b");
     CHECK(port.armed.at(ExchangePort::Timer::Deadline).first == 1);
-    p.on_dialled(1, "peer-b", conn, "");
+    p.on_dialled(1, "peer-b", conn, {});
     REQUIRE(conn->of(Type::Request).size() == 1);
     return decode_request(conn->of(Type::Request)[0]).exchange_id;
   }
@@ -356,8 +357,8 @@ TEST_CASE("exchange protocol: a request held behind a transfer is answered when 
   }
   SECTION("dropped when its connection closes; answered when the exchange fails") {
     request_from_c(77);
-    other->close("gone");
-    f.p.on_closed(other, "gone");
+    other->close(net::CloseReason::Shutdown, "gone");
+    f.p.on_closed(other, {net::CloseReason::Shutdown, "gone"});
     CHECK(f.port.armed.count(ExchangePort::Timer::Hold) == 0);
     auto third = std::make_shared<FakeConnection>("peer-d");
     RequestMsg m{79, kFp, kN, kernels::Wire::Fp32, false, 10};
@@ -525,7 +526,7 @@ TEST_CASE("exchange protocol: deadlines", "[gossip][protocol]") {
     REQUIRE(f.port.events.size() == 1);
     CHECK(f.port.events[0].reason() == "timeout:connect");
     // A late connection is kept for later exchanges.
-    f.p.on_dialled(1, "peer-b", f.conn, "");
+    f.p.on_dialled(1, "peer-b", f.conn, {});
     CHECK(f.port.pool_.count("peer-b"));
   }
   SECTION("a stalled transfer: timeout:transfer and Abort(timeout)") {
@@ -621,7 +622,7 @@ TEST_CASE("exchange protocol: deadlines fitted to the answers and a silent partn
   REQUIRE(f.port.dials.size() == 1);
   const std::string x = f.port.dials[0].second, y = x == "peer-b" ? "peer-c" : "peer-b";
   CHECK(f.port.armed.at(Timer::Deadline).second == cfg.answer_timeout);
-  f.p.on_dialled(1, x, conns[x], "");
+  f.p.on_dialled(1, x, conns[x], {});
   REQUIRE(conns[x]->of(Type::Request).size() == 1);
   CHECK(f.port.armed.at(Timer::Deadline).second == cfg.answer_timeout);
   f.port.t += Millis(20);
@@ -645,7 +646,7 @@ TEST_CASE("exchange protocol: deadlines fitted to the answers and a silent partn
     f.p.on_message(conns[x], static_cast<std::uint8_t>(Type::Busy),
                    net::Bytes(*encode_id(decode_request(conns[x]->of(Type::Request).back()).exchange_id)));
     REQUIRE(f.port.dials.back().second == y);  // nobody else left to ask
-    f.p.on_dialled(seq, y, nullptr, "connect failed");
+    f.p.on_dialled(seq, y, nullptr, {net::CloseReason::Unspecified, "connect failed"});
     REQUIRE(!f.p.in_flight());
   }
 }

@@ -11,7 +11,7 @@
 #include "gossip/dispatcher.hpp"
 #include "gossip/membership/membership.hpp"
 #include "gossip/membership/messages.hpp"
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 using namespace gossiptrain;
 using gossip::MemberState;
@@ -54,8 +54,8 @@ struct FakePeer : net::TransportHandler {
       for (auto& u : gossip::decode_gossip(p).updates) heard.push_back(std::move(u));
     }
   }
-  void on_closed(const net::ConnectionPtr&, const std::string& reason) override {
-    closed.push_back(reason);
+  void on_closed(const net::ConnectionPtr&, const net::CloseCause& reason) override {
+    closed.push_back(reason.text());
     closed_at.push_back(net.now());
   }
   static net::SharedBytes share(net::Bytes b) { return std::make_shared<const net::Bytes>(std::move(b)); }
@@ -67,7 +67,7 @@ struct FakePeer : net::TransportHandler {
   }
   // Dials `to` once and keeps the connection for later sends.
   void connect(const std::string& to) {
-    t.connect(to, [this](net::ConnectionPtr c, const std::string&) { conn = c; });
+    t.connect(to, [this](net::ConnectionPtr c, const net::CloseCause&) { conn = c; });
     net.run_for(50ms);
     REQUIRE(conn);
   }
@@ -831,7 +831,8 @@ struct RefusedTransport : AdvertisingTransport {
     inner.scheduler().schedule(Millis(5), [done = std::move(done), e = error] { done(nullptr, e); });
   }
   std::set<std::string> refusing;
-  std::string error = "handshake: connection closed by remote during handshake";
+  net::CloseCause error{net::CloseReason::Unspecified,
+                        "handshake: connection closed by remote during handshake"};
   int dials = 0;
 };
 }  // namespace
@@ -867,7 +868,7 @@ TEST_CASE("membership: a joiner refused by every seed in the handshake gives up 
     const std::string fix =
         "another peer at " + addr_of(1) + " uses this peer's identity key (gossip-peer.key); give "
         "each peer its own --identity (or run each peer in its own folder)";
-    t.error = net::close_text(net::CloseReason::SharedIdentity, fix);
+    t.error = net::CloseCause{net::CloseReason::SharedIdentity, fix};
     gossip::Membership m(t, c);
     t.set_handler(&m);
     std::vector<std::string> why;

@@ -1,4 +1,4 @@
-// Crypto threads (net/crypto_pool.hpp): the frames of a large message sealed and opened on several
+// Crypto threads (net/secure/crypto_pool.hpp): the frames of a large message sealed and opened on several
 // threads give the same wire as one thread, arrive whole and in order, and fail as a whole when
 // any frame is tampered with, dropped, replayed or reordered.
 #include <catch2/catch.hpp>

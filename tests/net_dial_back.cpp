@@ -1,10 +1,10 @@
-// Dial-backs (net/tcp_dial_back.cpp, docs/nat.md): reverse connections to a peer that cannot be
+// Dial-backs (net/nat/dial_back.cpp, docs/nat.md): reverse connections to a peer that cannot be
 // dialled, the reachability self-check, their bounds, and malformed dial-back messages. "Cannot be
 // dialled" is a peer that advertises an address where nothing listens (what a LAN address behind a
 // NAT is to everybody outside), while it really listens elsewhere.
 #include <catch2/catch.hpp>
 
-#include "net/dial_back_messages.hpp"
+#include "net/nat/dial_back_messages.hpp"
 #include "tests/net_test_util.hpp"
 
 using namespace gossiptrain::net;
@@ -18,11 +18,11 @@ struct Pair {
   std::string b_adv = dead_addr();
   explicit Pair(bool check = false) {
     auto ca = make_config();
-    ca.reachability_check = check;
+    ca.nat.reachability_check = check;
     a = std::make_unique<TcpTransport>(ca);
     auto cb = make_config();
     cb.advertise = b_adv;
-    cb.reachability_check = check;
+    cb.nat.reachability_check = check;
     b = std::make_unique<TcpTransport>(cb);
     a->set_handler(&ra);
     b->set_handler(&rb);
@@ -91,12 +91,12 @@ TEST_CASE("a peer that cannot be dialled is reached over a reverse connection it
   // It carries messages both ways.
   on_io(*p.a, [&] { ba.conn->send(0x40, std::make_shared<const Bytes>(Bytes{1, 2, 3})); });
   REQUIRE(wait_for([&] { return p.rb.n_msgs() == 1; }));
-  CHECK(p.a->stats().reverse_connections == 1);
-  CHECK(p.b->stats().dial_backs_served == 1);
+  CHECK(p.a->stats().nat.reverse_connections == 1);
+  CHECK(p.b->stats().nat.dial_backs_served == 1);
   // The address is now known not to be dialable: the next connect asks at once.
   auto again = dial(*p.a, p.b_adv);
   REQUIRE(again.conn);
-  CHECK(p.a->stats().reverse_connections == 2);
+  CHECK(p.a->stats().nat.reverse_connections == 2);
   // Dial-backs never reach the handler (the control messages are the transport's own).
   {
     std::lock_guard lk(p.ra.mu);
@@ -105,7 +105,7 @@ TEST_CASE("a peer that cannot be dialled is reached over a reverse connection it
   // Without a connection from the peer there is nobody to ask: the dial just fails.
   on_io(*p.a, [&] { ab.conn.reset(); });
   on_io(*p.b, [&] {
-    for (auto& c : p.rb.conns) c->close("test");
+    for (auto& c : p.rb.conns) c->close(CloseReason::Shutdown, "test");
   });
   REQUIRE(wait_for([&] { return p.a->channel_count() == 0; }));
   CHECK(!dial(*p.a, p.b_adv).conn);
@@ -144,8 +144,8 @@ TEST_CASE("dial-back requests are bounded: one check per requester per 10 s, onl
       ab.conn->send(std::uint8_t(DialBackType::Request),
                     std::make_shared<const Bytes>(encode(DialBackRequest{DialBackPurpose::Check, n})));
   });
-  REQUIRE(wait_for([&] { return p.a->stats().dial_backs_refused == 1; }));
-  CHECK(p.a->stats().dial_backs_served == 1);
+  REQUIRE(wait_for([&] { return p.a->stats().nat.dial_backs_refused == 1; }));
+  CHECK(p.a->stats().nat.dial_backs_served == 1);
   // a dialled b's advertised (dead) address and nothing else: it failed, b never got a connection.
   CHECK(p.rb.n_conns() == 1);
   // A malformed request: a closes the connection, naming what was wrong.
@@ -153,7 +153,7 @@ TEST_CASE("dial-back requests are bounded: one check per requester per 10 s, onl
     ab.conn->send(std::uint8_t(DialBackType::Request), std::make_shared<const Bytes>(Bytes{1, 2}));
   });
   REQUIRE(wait_for([&] { return p.ra.n_closed() == 1; }));
-  CHECK(close_reason_of(p.ra.last_closed()) == CloseReason::Malformed);
+  CHECK(p.ra.last_cause().reason == CloseReason::Malformed);
   CHECK(p.ra.last_closed().find("dial-back request") != std::string::npos);
   // A hello that answers no request of a's is refused too.
   auto ab2 = dial(*p.b, p.a->advertised_addr());

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "net/buffer_pool.hpp"
-#include "net/frame.hpp"
+#include "net/secure/frame.hpp"
 #include "tests/net_test_util.hpp"
 
 using namespace gossiptrain::net;

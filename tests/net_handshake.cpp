@@ -5,7 +5,7 @@
 #include <optional>
 #include <random>
 
-#include "net/handshake.hpp"
+#include "net/secure/handshake.hpp"
 
 using namespace gossiptrain::net;
 using Role = Handshake::Role;

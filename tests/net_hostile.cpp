@@ -116,7 +116,9 @@ TEST_CASE("hostile: garbage at each handshake step of the initiator", "[net][fau
     auto p = std::make_shared<std::promise<DialResult>>();
     auto f = p->get_future();
     auto t0 = Clock::now();
-    client.connect(addr, [p](ConnectionPtr c, const std::string& e) { p->set_value({c, e}); });
+    client.connect(addr, [p](ConnectionPtr c, const CloseCause& e) {
+      p->set_value({c, c ? "" : e.text()});
+    });
     asio::ip::tcp::socket sock(io);
     acc.accept(sock);
     Bytes m1(Handshake::kM1Bytes);
@@ -193,7 +195,7 @@ TEST_CASE("hostile: a flipped bit in any frame closes the connection and deliver
     CHECK(m.second == Bytes(100, 0x33));
   }
   CHECK(s.events.msgs.size() == 16);  // frames 1..4 flipped: the small message came first
-  for (auto& r : s.events.closed) CHECK(close_reason_of(r) == CloseReason::FrameError);
+  for (auto& c : s.events.causes) CHECK(c.reason == CloseReason::FrameError);
 }
 
 TEST_CASE("hostile: a replayed frame closes the connection", "[net][fault]") {

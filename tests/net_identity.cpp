@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "net/identity.hpp"
+#include "net/secure/identity.hpp"
 #include "tests/test_util.hpp"
 
 using namespace gossiptrain::net;

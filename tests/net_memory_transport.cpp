@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 using namespace gossiptrain::net;
 using namespace std::chrono_literals;
@@ -30,8 +30,8 @@ struct Recorder : TransportHandler {
   void on_message(const ConnectionPtr& c, std::uint8_t type, Bytes&& payload) override {
     msgs.push_back({t.now(), type, std::move(payload), c->peer_id()});
   }
-  void on_closed(const ConnectionPtr&, const std::string& reason) override {
-    closed.push_back(reason);
+  void on_closed(const ConnectionPtr&, const CloseCause& reason) override {
+    closed.push_back(reason.text());
     closed_at.push_back(t.now());
   }
   SimTransport& t;
@@ -48,10 +48,10 @@ ConnectionPtr dial(SimNetwork& net, SimTransport& from, const std::string& to,
                    std::string* error = nullptr) {
   ConnectionPtr out;
   bool done = false;
-  from.connect(to, [&](ConnectionPtr c, const std::string& err) {
+  from.connect(to, [&](ConnectionPtr c, const CloseCause& err) {
     out = c;
     done = true;
-    if (error) *error = err;
+    if (error && !c) *error = err.text();
   });
   while (!done && net.step()) {
   }
@@ -149,7 +149,7 @@ TEST_CASE("memory transport: a close is reported at once here and one latency la
   ConnectionPtr c = n.connect_ab();
   REQUIRE(c->send(1, bytes({9})));  // data sent before the close still arrives, before the FIN
   const Millis closed_at = n.net.now();
-  c->close("bye");
+  c->close(CloseReason::Shutdown, "bye");
   n.net.run_until_idle();
   REQUIRE(n.ra.closed.size() == 1);
   CHECK(n.ra.closed_at[0] == closed_at);

@@ -1,4 +1,4 @@
-// Relays (net/tcp_relay.cpp, docs/nat.md): two peers that cannot dial each other (each advertises
+// Relays (net/nat/relay.cpp, docs/nat.md): two peers that cannot dial each other (each advertises
 // an address where nothing listens, as a LAN address behind a NAT is to the other site) talk
 // through a reachable third one, end to end encrypted; a hostile relay that corrupts the bytes is
 // detected by the endpoints' channel authentication, the connection closes with the reason,
@@ -9,7 +9,7 @@
 
 #include <atomic>
 
-#include "net/dial_back_messages.hpp"
+#include "net/nat/dial_back_messages.hpp"
 #include "tests/net_test_util.hpp"
 
 using namespace gossiptrain::net;
@@ -31,7 +31,7 @@ struct Node {
   explicit Node(bool hidden, std::function<std::size_t(std::uint8_t*, std::size_t)> tamper = {}) {
     auto c = make_config(7, relay_limits());
     if (hidden) c.advertise = adv = dead_addr();
-    c.relay_tamper = std::move(tamper);
+    c.nat.relay_tamper = std::move(tamper);
     t = std::make_unique<TcpTransport>(c);
     t->set_handler(&rec);
     t->start();
@@ -69,8 +69,8 @@ void next_connections_avoid(Node& bad, Node& a, Node& b, const Bytes& msg) {
     on_io(*a.t, [&] { again.conn->send(0x44, std::make_shared<const Bytes>(msg)); });
     REQUIRE(wait_for([&] { return messages_of_type(b.rec, 0x44) == before + i; }));
   }
-  CHECK(good.t->stats().relays_served == 3);
-  CHECK(bad.t->stats().relays_served == 1);
+  CHECK(good.t->stats().nat.relays_served == 3);
+  CHECK(bad.t->stats().nat.relays_served == 1);
 }
 
 }  // namespace
@@ -82,8 +82,8 @@ TEST_CASE("two peers that cannot dial each other connect through a relay that se
   INFO(ab.error);
   REQUIRE(ab.conn);
   CHECK(ab.conn->peer_id() == b.t->local_id());  // authenticated end to end: b's own key
-  CHECK(a.t->stats().relayed_connections == 1);
-  CHECK(r.t->stats().relays_served == 1);
+  CHECK(a.t->stats().nat.relayed_connections == 1);
+  CHECK(r.t->stats().nat.relays_served == 1);
   // A message of 200 kB both ways.
   const Bytes big(200000, 0x5a);
   on_io(*a.t, [&] { ab.conn->send(0x44, std::make_shared<const Bytes>(big)); });
@@ -93,7 +93,7 @@ TEST_CASE("two peers that cannot dial each other connect through a relay that se
     CHECK(b.rec.msgs.back().second == big);
   }
   // The relay counts a piece once its write to b completes, which may be after b has read it.
-  CHECK(wait_for([&] { return r.t->stats().relayed_bytes > big.size(); }));
+  CHECK(wait_for([&] { return r.t->stats().nat.relayed_bytes > big.size(); }));
   CHECK(r.rec.n_msgs() == 0);  // the relay's own protocols never saw a message of theirs
   // The relay's loss closes the relayed connection at both ends.
   r.t->stop();
@@ -118,9 +118,9 @@ TEST_CASE("a hostile relay that corrupts relayed bytes: the endpoints' authentic
   on_io(*a.t, [&] { ab.conn->send(0x44, std::make_shared<const Bytes>(big)); });
   // b's channel finds a frame that does not authenticate and closes; a sees the stream cut.
   REQUIRE(wait_for([&] { return b.rec.n_closed() >= 1 && a.rec.n_closed() >= 1; }));
-  CHECK(close_reason_of(b.rec.last_closed()) == CloseReason::FrameError);
+  CHECK(b.rec.last_cause().reason == CloseReason::FrameError);
   CHECK(b.rec.last_closed().find("authentication failed") != std::string::npos);
-  CHECK(close_reason_of(a.rec.last_closed()) == CloseReason::Truncated);
+  CHECK(a.rec.last_cause().reason == CloseReason::Truncated);
   CHECK(messages_of_type(b.rec, 0x44) == 0);  // nothing partial delivered
 
   next_connections_avoid(bad, a, b, big);  // the next connections avoid the hostile one
@@ -153,12 +153,9 @@ TEST_CASE("a hostile relay that silently drops relayed bytes: both endpoints clo
                        << "; b: " << b.rec.last_closed());
   CHECK(took >= idle - 500ms);   // nothing closed it before the deadline
   CHECK(took <= idle + 4000ms);  // and the deadline did (slack for a loaded machine)
-  const auto ra = a.rec.last_closed(), rb = b.rec.last_closed();
-  CHECK((close_reason_of(ra) == CloseReason::Timeout ||
-         close_reason_of(rb) == CloseReason::Timeout));
-  for (const auto& r : {ra, rb})
-    CHECK((close_reason_of(r) == CloseReason::Timeout ||
-           close_reason_of(r) == CloseReason::Truncated));
+  const auto ra = a.rec.last_cause().reason, rb = b.rec.last_cause().reason;
+  CHECK((ra == CloseReason::Timeout || rb == CloseReason::Timeout));
+  for (const auto r : {ra, rb}) CHECK((r == CloseReason::Timeout || r == CloseReason::Truncated));
   CHECK(!on_io(*a.t, [&] { return ab.conn->is_open(); }));
   CHECK(messages_of_type(b.rec, 0x44) == 0);  // nothing partial delivered
 
@@ -177,11 +174,11 @@ TEST_CASE("when the relay in use dies, both endpoints see the relayed connection
   auto ab = dial(*a.t, b.adv);
   INFO(ab.error);
   REQUIRE(ab.conn);
-  const bool first = r1.t->stats().relays_served == 1;
+  const bool first = r1.t->stats().nat.relays_served == 1;
   Node& used = first ? r1 : r2;
   Node& other = first ? r2 : r1;
-  REQUIRE(used.t->stats().relays_served == 1);
-  REQUIRE(other.t->stats().relays_served == 0);
+  REQUIRE(used.t->stats().nat.relays_served == 1);
+  REQUIRE(other.t->stats().nat.relays_served == 0);
   const Bytes msg(50000, 0x21);
   on_io(*a.t, [&] { ab.conn->send(0x44, std::make_shared<const Bytes>(msg)); });
   REQUIRE(wait_for([&] { return messages_of_type(b.rec, 0x44) == 1; }));
@@ -204,7 +201,7 @@ TEST_CASE("when the relay in use dies, both endpoints see the relayed connection
   INFO(again.error);
   REQUIRE(again.conn);
   CHECK(again.conn->peer_id() == b.t->local_id());
-  CHECK(other.t->stats().relays_served == 1);
+  CHECK(other.t->stats().nat.relays_served == 1);
   on_io(*a.t, [&] { again.conn->send(0x44, std::make_shared<const Bytes>(msg)); });
   REQUIRE(wait_for([&] { return messages_of_type(b.rec, 0x44) == 2; }));
   REQUIRE(wait_for([&] {
@@ -214,7 +211,7 @@ TEST_CASE("when the relay in use dies, both endpoints see the relayed connection
   auto ba2 = b_end();
   on_io(*b.t, [&] { ba2->send(0x45, std::make_shared<const Bytes>(msg)); });
   REQUIRE(wait_for([&] { return messages_of_type(a.rec, 0x45) == 1; }));
-  CHECK(a.t->stats().relayed_connections == 2);
+  CHECK(a.t->stats().nat.relayed_connections == 2);
 }
 
 TEST_CASE("relay requests are validated and bounded", "[net][nat][fault]") {
@@ -243,7 +240,7 @@ TEST_CASE("relay requests are validated and bounded", "[net][nat][fault]") {
   // connect then fails with the reason, in bounded time.
   Node a(true), b(true);
   auto c = make_config(7, relay_limits());
-  c.relay_max_bytes_per_s = 0;
+  c.nat.relay_max_bytes_per_s = 0;
   // The handler first: it must outlive the transport, whose stop() (in its destructor) reports
   // the closes of its connections to it.
   Recorder ro;

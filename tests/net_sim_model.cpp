@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 using namespace gossiptrain::net;
 using namespace std::chrono_literals;
@@ -20,7 +20,7 @@ struct Arrivals : TransportHandler {
   explicit Arrivals(SimTransport& t) : t(t) { t.set_handler(this); }
   void on_connection(const ConnectionPtr&, bool) override {}
   void on_message(const ConnectionPtr&, std::uint8_t, Bytes&&) override { at.push_back(t.now()); }
-  void on_closed(const ConnectionPtr&, const std::string&) override {}
+  void on_closed(const ConnectionPtr&, const CloseCause&) override {}
   SimTransport& t;
   std::vector<Millis> at;
 };
@@ -38,7 +38,7 @@ struct Net {
   // The one-way time of a message from a to b on a fresh connection, sent at once.
   Millis one_way(std::size_t a, std::size_t b, std::size_t bytes = 1) {
     ConnectionPtr c;
-    nodes[a]->connect(addr(b), [&](ConnectionPtr x, const std::string&) { c = x; });
+    nodes[a]->connect(addr(b), [&](ConnectionPtr x, const CloseCause&) { c = x; });
     net.run_until_idle();
     REQUIRE(c);
     const Millis sent = net.now();
@@ -86,8 +86,8 @@ TEST_CASE("sim network: a node's uplink sends its messages one after another at 
   Net n(o, 3);
   CHECK(n.one_way(0, 1, 124999) == 130ms);  // 125,000 bytes with the type byte, then 5 ms
   ConnectionPtr c01, c02;
-  n.nodes[0]->connect(addr(1), [&](ConnectionPtr x, const std::string&) { c01 = x; });
-  n.nodes[0]->connect(addr(2), [&](ConnectionPtr x, const std::string&) { c02 = x; });
+  n.nodes[0]->connect(addr(1), [&](ConnectionPtr x, const CloseCause&) { c01 = x; });
+  n.nodes[0]->connect(addr(2), [&](ConnectionPtr x, const CloseCause&) { c02 = x; });
   n.net.run_until_idle();
   const Millis t0 = n.net.now();
   for (int i = 0; i < 4; ++i) REQUIRE(c01->send(1, std::make_shared<Bytes>(124999)));

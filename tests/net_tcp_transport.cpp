@@ -150,7 +150,7 @@ TEST_CASE("tcp: a closed channel is released on both sides", "[net]") {
   auto r = p.dial_server();
   REQUIRE(r.conn);
   REQUIRE(wait_for([&] { return p.server_events.n_conns() == 1; }));
-  on_io(*p.client, [&] { r.conn->close("bye"); });
+  on_io(*p.client, [&] { r.conn->close(CloseReason::Shutdown, "bye"); });
   REQUIRE(wait_for([&] { return p.server->channel_count() == 0 && p.client->channel_count() == 0; }));
 }
 

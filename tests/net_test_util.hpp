@@ -16,10 +16,10 @@
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
-#include "net/crypto.hpp"
-#include "net/frame.hpp"
-#include "net/handshake.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/secure/crypto.hpp"
+#include "net/secure/frame.hpp"
+#include "net/secure/handshake.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::net::test {
 
@@ -64,7 +64,8 @@ struct Recorder : TransportHandler {
   std::mutex mu;
   std::vector<ConnectionPtr> conns;
   std::vector<std::pair<std::uint8_t, Bytes>> msgs;
-  std::vector<std::string> closed;
+  std::vector<std::string> closed;  // as logged: cause.text()
+  std::vector<CloseCause> causes;
   bool echo = false;
   void on_connection(const ConnectionPtr& c, bool) override {
     std::lock_guard lk(mu);
@@ -81,14 +82,19 @@ struct Recorder : TransportHandler {
     std::lock_guard lk(mu);
     msgs.emplace_back(type, std::move(payload));
   }
-  void on_closed(const ConnectionPtr&, const std::string& reason) override {
+  void on_closed(const ConnectionPtr&, const CloseCause& reason) override {
     std::lock_guard lk(mu);
-    closed.push_back(reason);
+    closed.push_back(reason.text());
+    causes.push_back(reason);
   }
   std::size_t n_conns() { std::lock_guard lk(mu); return conns.size(); }
   std::size_t n_msgs() { std::lock_guard lk(mu); return msgs.size(); }
   std::size_t n_closed() { std::lock_guard lk(mu); return closed.size(); }
   std::string last_closed() { std::lock_guard lk(mu); return closed.empty() ? "" : closed.back(); }
+  CloseCause last_cause() {
+    std::lock_guard lk(mu);
+    return causes.empty() ? CloseCause{} : causes.back();
+  }
 };
 
 // Collects the reasons given to on_handshake_failed.
@@ -133,7 +139,9 @@ struct DialResult {
 inline DialResult dial(TcpTransport& t, const std::string& addr) {
   auto p = std::make_shared<std::promise<DialResult>>();
   auto f = p->get_future();
-  t.connect(addr, [p](ConnectionPtr c, const std::string& e) { p->set_value({c, e}); });
+  t.connect(addr, [p](ConnectionPtr c, const CloseCause& e) {
+    p->set_value({c, c ? "" : e.text()});
+  });
   if (f.wait_for(10s) != std::future_status::ready) return {nullptr, "test: no connect callback"};
   return f.get();
 }

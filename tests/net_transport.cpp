@@ -1,5 +1,5 @@
 // The behaviour every Transport shares, as one suite run over both implementations: the seeded
-// in-memory network (net/memory_transport.hpp) and TCP over loopback (net/tcp_transport.hpp).
+// in-memory network (net/memory/memory_transport.hpp) and TCP over loopback (net/tcp/tcp_transport.hpp).
 // What only one of them does (simulated latency, loss and partitions; sockets, handshakes and
 // limits) is tested in net_memory_transport.cpp and net_tcp_transport.cpp.
 #include <catch2/catch.hpp>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 #include "tests/net_test_util.hpp"
 
 using namespace gossiptrain::net;
@@ -42,8 +42,8 @@ struct MemoryFixture : Events {
   DialResult dial(const std::string& addr) {
     DialResult r{nullptr, "test: no connect callback"};
     bool done = false;
-    client.connect(addr, [&](ConnectionPtr c, const std::string& e) {
-      r = {std::move(c), e};
+    client.connect(addr, [&](ConnectionPtr c, const CloseCause& e) {
+      r = {c, c ? "" : e.text()};
       done = true;
     });
     wait_for([&] { return done; });
@@ -149,18 +149,18 @@ TEMPLATE_TEST_CASE("transport: close reports on_closed once on both ends after t
   REQUIRE(f.wait_for([&] { return f.server_events.n_conns() == 1; }));
   f.on_io([&] {
     CHECK(r.conn->send(1, shared({1, 2, 3})));
-    r.conn->close("bye");
+    r.conn->close(CloseReason::Shutdown, "bye");
     CHECK_FALSE(r.conn->is_open());
     CHECK_FALSE(r.conn->send(1, shared({4})));
-    r.conn->close("twice");  // no second on_closed
+    r.conn->close(CloseReason::Shutdown, "twice");  // no second on_closed
   });
   REQUIRE(f.wait_for(
       [&] { return f.server_events.n_closed() == 1 && f.client_events.n_closed() == 1; }));
   std::lock_guard lk(f.server_events.mu);
   std::lock_guard lk2(f.client_events.mu);
-  CHECK(f.client_events.closed == std::vector<std::string>{"bye"});
+  CHECK(f.client_events.closed == std::vector<std::string>{"shutdown: bye"});
   CHECK(f.server_events.closed ==
-        std::vector<std::string>{TestType::kRemoteClose + std::string("bye")});
+        std::vector<std::string>{TestType::kRemoteClose + std::string("shutdown: bye")});
   // Queued before the close: flushed.
   REQUIRE(f.server_events.msgs.size() == 1);
   CHECK(f.server_events.msgs[0].second == Bytes{1, 2, 3});

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 namespace gt_test {
 

@@ -34,8 +34,8 @@
 #include "gossip/dispatcher.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "net/buffer_pool.hpp"
-#include "net/identity.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/secure/identity.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::apps {
 namespace {

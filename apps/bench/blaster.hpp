@@ -33,7 +33,7 @@ class Blaster final : public net::TransportHandler {
     }
   }
   void dial(const std::string& addr) {
-    t_.connect(addr, [this](net::ConnectionPtr c, const std::string& err) {
+    t_.connect(addr, [this](net::ConnectionPtr c, const net::CloseCause& err) {
       if (!c) {
         spdlog::error("bench average: reference dial failed: {}", err);
         return;
@@ -70,7 +70,7 @@ class Blaster final : public net::TransportHandler {
       c->close(net::CloseReason::UnknownType, "bench");
     }
   }
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override {
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) override {
     if (c == conn_) spdlog::warn("bench average: reference connection closed: {}", reason);
   }
   std::string progress() const {

@@ -27,10 +27,10 @@
 #include "core/model.hpp"
 #include "gossip/node/node.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "net/crypto.hpp"
-#include "net/frame.hpp"
-#include "net/identity.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/secure/crypto.hpp"
+#include "net/secure/frame.hpp"
+#include "net/secure/identity.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::apps {
 namespace {

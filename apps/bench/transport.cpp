@@ -27,9 +27,9 @@
 #include "apps/common/options.hpp"
 #include "base/bytes.hpp"
 #include "net/buffer_pool.hpp"
-#include "net/crypto.hpp"
-#include "net/frame.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/secure/crypto.hpp"
+#include "net/secure/frame.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::apps {
 namespace {
@@ -253,7 +253,7 @@ class Sink : public net::TransportHandler {
     pending = nullptr;
     buffers->recycle(std::move(payload));  // the next run reuses its pages, as an exchange does
   }
-  void on_closed(const net::ConnectionPtr&, const std::string&) override {}
+  void on_closed(const net::ConnectionPtr&, const net::CloseCause&) override {}
 };
 
 net::TcpTransportConfig transport_config(const TransportBenchOptions& o, std::size_t size) {
@@ -273,7 +273,9 @@ net::TcpTransportConfig transport_config(const TransportBenchOptions& o, std::si
 net::ConnectionPtr dial(net::TcpTransport& t, const std::string& addr) {
   std::promise<std::pair<net::ConnectionPtr, std::string>> p;
   auto f = p.get_future();
-  t.connect(addr, [&p](net::ConnectionPtr c, const std::string& e) { p.set_value({c, e}); });
+  t.connect(addr, [&p](net::ConnectionPtr c, const net::CloseCause& e) {
+    p.set_value({c, e.text()});
+  });
   auto [c, e] = f.get();
   if (!c) throw std::runtime_error("connect failed: " + e);
   return c;

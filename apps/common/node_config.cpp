@@ -5,7 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "net/identity.hpp"
+#include "net/secure/identity.hpp"
 
 namespace gossiptrain::apps {
 
@@ -15,7 +15,7 @@ net::TcpTransportConfig transport_config(const PeerConfig& cfg,
   net::TcpTransportConfig tc;
   tc.listen = cfg.listen;
   tc.advertise = cfg.advertise;
-  tc.reachability_check = true;  // docs/nat.md
+  tc.nat.reachability_check = true;  // docs/nat.md
   tc.identity = std::move(identity);
   std::error_code ec;  // the absolute path, as two peers started in one folder share it
   const auto abs = std::filesystem::absolute(cfg.identity, ec);

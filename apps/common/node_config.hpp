@@ -9,7 +9,7 @@
 #include "apps/common/options.hpp"
 #include "gossip/exchange/averager.hpp"
 #include "gossip/node/node.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::apps {
 

@@ -3,7 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "net/address.hpp"
+#include "net/tcp/address.hpp"
 #include "net/close_reason.hpp"
 
 namespace gossiptrain::apps {

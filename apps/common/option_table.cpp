@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "apps/common/option_table.hpp"
-#include "net/address.hpp"
+#include "net/tcp/address.hpp"
 
 namespace gossiptrain::apps {
 

@@ -16,8 +16,8 @@
 #include "gossip/exchange/averager.hpp"
 #include "kernels/backend.hpp"
 #include "apps/common/kernel_flags.hpp"
-#include "net/address.hpp"
-#include "net/crypto_pool.hpp"
+#include "net/tcp/address.hpp"
+#include "net/secure/crypto_pool.hpp"
 
 namespace gossiptrain::apps {
 

@@ -6,7 +6,7 @@
 #include "apps/common/node_config.hpp"
 #include "core/model.hpp"
 #include "net/buffer_pool.hpp"
-#include "net/identity.hpp"
+#include "net/secure/identity.hpp"
 
 namespace gossiptrain::apps {
 

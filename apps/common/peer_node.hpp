@@ -15,7 +15,7 @@
 #include "core/step_hook.hpp"
 #include "gossip/node/node.hpp"
 #include "kernels/backend.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 namespace gossiptrain::apps {
 

@@ -44,8 +44,8 @@ class ClientState final : public net::TransportHandler {
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) override {
     push({Event::Message, type, std::move(payload), "", c});
   }
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override {
-    push({Event::Closed, 0, {}, reason, c});
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) override {
+    push({Event::Closed, 0, {}, reason.text(), c});  // for the log line and server_lost
   }
   void push(Event e) {
     e.at = std::chrono::steady_clock::now();
@@ -176,9 +176,9 @@ struct Client::Impl {
   // On the transport's thread, as every call of a Transport.
   void dial() {
     transport_->scheduler().post([this] {
-      transport_->connect(o_.server_addr, [this](net::ConnectionPtr c, const std::string& err) {
+      transport_->connect(o_.server_addr, [this](net::ConnectionPtr c, const net::CloseCause& err) {
         if (c) st_.push({Event::Connected, 0, {}, "", c});
-        else st_.push({Event::ConnectFailed, 0, {}, err, nullptr});
+        else st_.push({Event::ConnectFailed, 0, {}, err.text(), nullptr});
       });
     });
   }

@@ -113,7 +113,7 @@ class ServerState final : public net::TransportHandler {
     refuse(c, "unexpected message type " + std::to_string(type));
   }
 
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override {
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) override {
     std::lock_guard lk(mu_);
     if (asked_.count(c.get()) && !answered_.count(c.get()) && dropped_.insert(c.get()).second)
       spdlog::warn("fedavg: client {} left mid-round {} ({}): dropped from the round",

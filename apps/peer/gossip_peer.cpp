@@ -40,7 +40,7 @@
 #include "core/watchdog.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "net/identity.hpp"
+#include "net/secure/identity.hpp"
 
 using namespace gossiptrain;
 

@@ -1,6 +1,6 @@
 // gossip-sim's world: N peers in one process, each running gossip-peer's gossip::Node (membership,
 // averaging, catch-up, --max-lag and --max-ahead: gossip/node) over the seeded in-memory network
-// (net/memory_transport) on its virtual clock. One thread drives everything (NodeThreads::Shared);
+// (net/memory/memory_transport) on its virtual clock. One thread drives everything (NodeThreads::Shared);
 // the node's step hook is called at each peer's exchange ticks or training steps, and whenever
 // the averager asks for a step boundary (Averager::set_boundary_request). See docs/sim.md, "gossip-sim".
 #pragma once
@@ -23,7 +23,7 @@
 #include "gossip/exchange/averager.hpp"
 #include "gossip/membership/membership.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 namespace gossiptrain::apps::sim {
 

@@ -240,7 +240,7 @@ void CatchUpServer::violation(const net::ConnectionPtr& c, const std::string& wh
   c->close(net::CloseReason::ProtocolViolation, "catch-up: " + what);
 }
 
-void CatchUpServer::on_closed(const net::ConnectionPtr& c, const std::string& reason) {
+void CatchUpServer::on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) {
   if (!cur_ || cur_->conn != c) return;
   spdlog::debug("catch-up: connection to {} closed: {}", short_id(cur_->peer), reason);
   finish(false, "closed");

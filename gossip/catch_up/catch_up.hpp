@@ -73,7 +73,7 @@ class CatchUpServer final : public core::StepHook, public net::TransportHandler 
 
   void on_connection(const net::ConnectionPtr&, bool) override {}
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) override;
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) override;
 
   std::uint64_t served_ok() const { return served_ok_.load(); }
   // Whether our state carries a run on (resumed from a checkpoint, or caught up from a peer)
@@ -209,7 +209,7 @@ class CatchUpClient final : public net::TransportHandler {
 
   void on_connection(const net::ConnectionPtr&, bool) override {}
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) override;
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) override;
 
  private:
   enum class Phase { Connecting, Requested, Accepted, Receiving };

@@ -125,23 +125,23 @@ void CatchUpClient::try_next() {
   arm_timer(cfg_.answer_timeout, CatchUpFailure::TimeoutConnect);
   std::weak_ptr<bool> alive = alive_;
   const std::uint64_t seq = at_->seq;
-  transport_.connect(p.addr, [this, alive, seq, id = p.id](net::ConnectionPtr c,
-                                                           const std::string& err) {
-    if (!alive.lock()) return;
-    if (!at_ || at_->seq != seq || at_->phase != Phase::Connecting) {
-      if (c) c->close(net::CloseReason::NotNeeded, "catch-up connection");
-      return;
-    }
-    if (!c) {
-      spdlog::info("catch-up: cannot reach {}: {}", short_id(id), err);
-      return attempt_failed({CatchUpFailure::Connect}, std::nullopt);
-    }
-    if (c->peer_id() != id) {
-      c->close(net::CloseReason::UnexpectedPeer, "catch-up");
-      return attempt_failed({CatchUpFailure::Connect}, std::nullopt);
-    }
-    ask(c);
-  });
+  transport_.connect(
+      p.addr, [this, alive, seq, id = p.id](net::ConnectionPtr c, const net::CloseCause& err) {
+        if (!alive.lock()) return;
+        if (!at_ || at_->seq != seq || at_->phase != Phase::Connecting) {
+          if (c) c->close(net::CloseReason::NotNeeded, "catch-up connection");
+          return;
+        }
+        if (!c) {
+          spdlog::info("catch-up: cannot reach {}: {}", short_id(id), err);
+          return attempt_failed({CatchUpFailure::Connect}, std::nullopt);
+        }
+        if (c->peer_id() != id) {
+          c->close(net::CloseReason::UnexpectedPeer, "catch-up");
+          return attempt_failed({CatchUpFailure::Connect}, std::nullopt);
+        }
+        ask(c);
+      });
 }
 
 void CatchUpClient::ask(const net::ConnectionPtr& c) {
@@ -351,7 +351,7 @@ void CatchUpClient::on_abort(const net::ConnectionPtr& c, const net::Bytes& b) {
   attempt_failed({CatchUpFailure::PeerAbort, m->code}, std::nullopt);
 }
 
-void CatchUpClient::on_closed(const net::ConnectionPtr& c, const std::string& reason) {
+void CatchUpClient::on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) {
   if (!at_ || at_->conn != c) return;
   spdlog::debug("catch-up: connection to {} closed: {}", short_id(at_->peer), reason);
   attempt_failed({CatchUpFailure::Closed}, std::nullopt);

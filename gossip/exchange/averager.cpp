@@ -463,10 +463,10 @@ void Averager::arm(Timer t, std::uint64_t seq, net::Millis d) {
 
 void Averager::dial(std::uint64_t seq, const PeerRef& p) {
   std::weak_ptr<bool> alive = alive_;
-  transport_.connect(p.addr,
-                     [this, alive, seq, id = p.id](net::ConnectionPtr c, const std::string& err) {
-                       if (alive.lock()) protocol_.on_dialled(seq, id, std::move(c), err);
-                     });
+  transport_.connect(
+      p.addr, [this, alive, seq, id = p.id](net::ConnectionPtr c, const net::CloseCause& err) {
+        if (alive.lock()) protocol_.on_dialled(seq, id, std::move(c), err);
+      });
 }
 
 std::optional<std::uint64_t> Averager::claim(ChunkSetPtr& own, kernels::Wire w) {
@@ -612,7 +612,7 @@ void Averager::on_message(const net::ConnectionPtr& c, std::uint8_t type, net::B
   protocol_.on_message(c, type, std::move(payload));
 }
 
-void Averager::on_closed(const net::ConnectionPtr& c, const std::string& reason) {
+void Averager::on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) {
   protocol_.on_closed(c, reason);
 }
 

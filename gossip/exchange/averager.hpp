@@ -153,7 +153,7 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   // TransportHandler (protocol thread), exchange message types only.
   void on_connection(const net::ConnectionPtr& c, bool inbound) override;
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) override;
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) override;
 
   AveragerStats stats() const;
   // Membership declared peer dead or gone (any thread): an exchange with it in flight fails now.

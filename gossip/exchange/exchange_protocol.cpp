@@ -242,7 +242,7 @@ void ExchangeProtocol::try_next_peer() {
 }
 
 void ExchangeProtocol::on_dialled(std::uint64_t seq, const std::string& peer, net::ConnectionPtr c,
-                                  const std::string& err) {
+                                  const net::CloseCause& err) {
   if (!ex_ || ex_->seq != seq || ex_->phase != Phase::Connecting || ex_->partner != peer) {
     // We yielded or gave up meanwhile: keep a good connection for later exchanges.
     if (c && c->is_open() && c->peer_id() == peer && !port_.has_pooled(peer)) {

@@ -1,5 +1,5 @@
 // The averaging exchange's protocol state machine (docs/exchange.md, "One exchange, file by
-// file"), pure in the way net/handshake.hpp is: messages, dial results, deadlines and the training
+// file"), pure in the way net/secure/handshake.hpp is: messages, dial results, deadlines and the training
 // thread's verdicts in; actions out through ExchangePort (arm a deadline, dial, hand a chunk to the
 // training thread, commit a mix, report). No threads, no sockets, no timers of its own: the
 // connections are net::Connection interfaces, and tests drive it with fakes of both.
@@ -217,8 +217,8 @@ class ExchangeProtocol {
   // One exchange message (types 0x40-0x5F); a malformed one is a protocol violation.
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload);
   void on_dialled(std::uint64_t seq, const std::string& peer, net::ConnectionPtr c,
-                  const std::string& err);
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason);
+                  const net::CloseCause& err);
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason);
   void on_timer(ExchangePort::Timer t, std::uint64_t seq);
   // The training thread's progress: the snapshot of seq exists (chunks still being cut), more of
   // its chunks are cut, its verdict on the partner's vector, the committed mix applied.

@@ -381,7 +381,7 @@ void ExchangeProtocol::on_message(const net::ConnectionPtr& c, std::uint8_t type
   }
 }
 
-void ExchangeProtocol::on_closed(const net::ConnectionPtr& c, const std::string& reason) {
+void ExchangeProtocol::on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) {
   port_.forget_pooled(c);
   if (held_ && held_->conn == c) drop_held(false);
   if (!ex_ || ex_->conn != c) return;

@@ -237,19 +237,19 @@ void Membership::send_sync_to_addr(const std::string& addr, bool join) {
   const std::uint32_t seq = next_seq_++;
   std::weak_ptr<bool> w = token_;
   transport_.connect(
-      addr, [this, w, addr, seq, join](net::ConnectionPtr c, const std::string& err) {
+      addr, [this, w, addr, seq, join](net::ConnectionPtr c, const net::CloseCause& err) {
         if (w.expired()) {
           if (c) c->close(net::CloseReason::Shutdown, "membership stopped");
           return;
         }
         if (!c && join && !joined_ && !join_given_up_ &&
-            net::close_reason_of(err) == net::CloseReason::SharedIdentity) {
+            err.reason == net::CloseReason::SharedIdentity) {
           // A live peer with our key would be a second member of our id, and every update
           // about either would be refuted by the other: the joiner stops, the peer already in
           // the swarm goes on (docs/peer.md, "One identity per peer").
           join_in_progress_ = false;
           join_given_up_ = true;
-          const std::string why = err.substr(err.find(": ") + 2);
+          const std::string& why = err.detail;
           spdlog::error("membership {}: giving up joining: {}", self_id_, why);
           if (join_refused_handler_) join_refused_handler_(why);
           return;
@@ -257,10 +257,11 @@ void Membership::send_sync_to_addr(const std::string& addr, bool join) {
         if (!c) {
           spdlog::debug("membership {}: seed {} unreachable: {}", self_id_, addr, err);
           // Connected, then closed by the seed before the handshake completed (not a timeout).
-          if (join && seq >= join_seq_lo_ && err.find("during handshake") != std::string::npos &&
-              err.find("timeout") == std::string::npos) {
+          const std::string text = err.text();
+          if (join && seq >= join_seq_lo_ && text.find("during handshake") != std::string::npos &&
+              text.find("timeout") == std::string::npos) {
             ++join_refused_;
-            join_refused_error_ = err;
+            join_refused_error_ = text;
           }
           return;
         }

@@ -16,7 +16,7 @@
 #include "gossip/membership/member_table.hpp"
 #include "gossip/membership/messages.hpp"
 #include "gossip/membership/peer_directory.hpp"
-#include "net/address.hpp"
+#include "net/tcp/address.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::gossip {
@@ -114,7 +114,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
 
   void on_connection(const net::ConnectionPtr& c, bool inbound) override;
   void on_message(const net::ConnectionPtr& c, std::uint8_t type, net::Bytes&& payload) override;
-  void on_closed(const net::ConnectionPtr& c, const std::string& reason) override;
+  void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) override;
 
  private:
   using Row = MemberTable::Row;

@@ -24,7 +24,7 @@ void Membership::on_connection(const net::ConnectionPtr&, bool) {
   // other protocols' connections sharing the transport are never used or closed by us.
 }
 
-void Membership::on_closed(const net::ConnectionPtr& c, const std::string& reason) {
+void Membership::on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) {
   owned_.erase(c.get());
   auto it = links_.find(c->peer_id());
   if (it != links_.end() && it->second.conn == c) {
@@ -195,7 +195,7 @@ void Membership::send_to(const std::string& id, const std::string& addr, Members
   std::weak_ptr<bool> w = token_;
   // Over a reliable transport an undeliverable ping is simply a missed ack: the probe timers run
   // on regardless of how the dial ends.
-  transport_.connect(addr, [this, w, id](net::ConnectionPtr c, const std::string& err) {
+  transport_.connect(addr, [this, w, id](net::ConnectionPtr c, const net::CloseCause& err) {
     if (w.expired()) {
       if (c) c->close(net::CloseReason::Shutdown, "membership stopped");
       return;

@@ -25,10 +25,10 @@ Node::Node(net::Transport& transport, const NodeConfig& cfg, kernels::Backend& b
       metrics_(metrics) {
   // One metric line per closed connection, with its typed reason (never the free text): the
   // Prometheus registry counts them as gossiptrain_connections_closed_total{reason}.
-  dispatcher_.set_close_observer([this](const net::ConnectionPtr& c, const std::string& reason) {
-    metrics_.emit("connection_closed",
-                  {{"partner", c->peer_id()},
-                   {"reason", std::string(net::close_reason_name(net::close_reason_of(reason)))}});
+  dispatcher_.set_close_observer([this](const net::ConnectionPtr& c, const net::CloseCause& cause) {
+    metrics_.emit(
+        "connection_closed",
+        {{"partner", c->peer_id()}, {"reason", std::string(net::close_reason_name(cause.reason))}});
   });
   transport_.set_handler(&dispatcher_);
   // The membership reads the transport's bound address, so the protocols are built once the

@@ -31,7 +31,7 @@
 #include "core/model.hpp"
 #include "kernels/backend.hpp"
 #include "net/buffer_pool.hpp"
-#include "net/identity.hpp"
+#include "net/secure/identity.hpp"
 
 namespace nb = nanobind;
 using namespace gossiptrain;

@@ -7,9 +7,9 @@
 #include <random>
 #include <vector>
 
-#include "net/dial_back_messages.hpp"
-#include "net/frame.hpp"
-#include "net/handshake.hpp"
+#include "net/nat/dial_back_messages.hpp"
+#include "net/secure/frame.hpp"
+#include "net/secure/handshake.hpp"
 
 using namespace gossiptrain::net;
 

@@ -1,6 +1,6 @@
 // libsodium behind the crypto facade (crypto.hpp). The only file of the project that includes
 // <sodium.h>.
-#include "net/crypto.hpp"
+#include "net/secure/crypto.hpp"
 #include "base/bytes.hpp"
 
 #include <sodium.h>

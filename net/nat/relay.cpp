@@ -1,4 +1,4 @@
-// TcpTransport's relays (docs/nat.md): two peers that cannot dial each other (behind different
+// NatTraversal's relays (docs/nat.md): two peers that cannot dial each other (behind different
 // NATs) talk through a third, reachable one. The relay only splices two raw TCP connections; the
 // two endpoints run an ordinary channel through it (handshake, then AEAD frames), so the relay
 // sees ciphertext only and can drop, delay or corrupt bytes but never read, forge or replay a
@@ -11,8 +11,8 @@
 //   <- Result{n, ok}                                                   channel as responder
 //   dials R: preamble(n, 0)         splices the two sockets
 //   channel as initiator  <======== ciphertext, rate-bounded =========>
-#include <spdlog/spdlog.h>
 #include <sodium.h>
+#include <spdlog/spdlog.h>
 #include <asio/co_spawn.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/read.hpp>
@@ -25,8 +25,9 @@
 #include <random>
 
 #include "net/close_reason.hpp"
-#include "net/dial.hpp"
-#include "net/tcp_transport.hpp"
+#include "net/nat/nat_traversal.hpp"
+#include "net/tcp/address.hpp"
+#include "net/tcp/dial.hpp"
 
 namespace gossiptrain::net {
 namespace {
@@ -57,23 +58,21 @@ SharedBytes shared(Bytes b) { return std::make_shared<const Bytes>(std::move(b))
 
 // A relayed channel that ended like this points at its relay (or the path through it), not at a
 // normal close by either endpoint.
-bool relay_suspect(const std::string& reason) {
-  switch (close_reason_of(reason)) {
+bool relay_suspect(const CloseCause& cause) {
+  switch (cause.reason) {
     case CloseReason::ProtocolViolation:
     case CloseReason::Truncated:
     case CloseReason::Timeout:  // idle, or a handshake that never completed through it
     case CloseReason::HandshakeFailed:
     case CloseReason::IoError:
-    case CloseReason::FrameError:
-      return true;
-    default:
-      return false;
+    case CloseReason::FrameError: return true;
+    default: return false;
   }
 }
 
 }  // namespace
 
-struct TcpTransport::Splice {
+struct NatTraversal::Splice {
   std::string asker, target;  // peer ids
   std::shared_ptr<asio::ip::tcp::socket> side[2];
   TimerId timer = 0;
@@ -86,7 +85,7 @@ struct TcpTransport::Splice {
   }
 };
 
-void TcpTransport::close_splices() {
+void NatTraversal::close_splices() {
   for (auto& [n, sp] : splices_) sp->close();
   splices_.clear();
 }
@@ -94,10 +93,10 @@ void TcpTransport::close_splices() {
 // ------------------------------------------------------------------------------------------------
 // The asker
 
-void TcpTransport::relay_connect(const std::string& addr, std::string error, ConnectCallback done) {
+void NatTraversal::relay_connect(const std::string& addr, CloseCause error, ConnectCallback done) {
   const auto now = Clock::now();
   std::vector<std::weak_ptr<Channel>> cands;
-  for (const auto& ch : channels_) {
+  for (const auto& ch : host_.nat_channels()) {
     if (!ch->is_open() || ch->relayed() || ch->remote_listen_addr() == addr) continue;
     // A relay must be dialable: we dialled it ourselves (so we can dial it again).
     if (ch->inbound()) continue;
@@ -108,7 +107,7 @@ void TcpTransport::relay_connect(const std::string& addr, std::string error, Con
       continue;
     cands.push_back(ch);
   }
-  if (cands.empty() || pending_relay_.size() >= kMaxPendingRelay || stopping_) {
+  if (cands.empty() || pending_relay_.size() >= kMaxPendingRelay || host_.nat_stopping()) {
     if (done) done(nullptr, error);
     return;
   }
@@ -119,15 +118,15 @@ void TcpTransport::relay_connect(const std::string& addr, std::string error, Con
   p.addr = addr;
   p.done = std::move(done);
   p.candidates = std::move(cands);
-  p.last_error = std::move(error);
+  p.last_error = error.text();
   relay_try_next(nonce);
 }
 
-void TcpTransport::relay_try_next(std::uint64_t nonce) {
+void NatTraversal::relay_try_next(std::uint64_t nonce) {
   auto it = pending_relay_.find(nonce);
   if (it == pending_relay_.end()) return;
   auto& p = it->second;
-  cancel(p.timer);
+  sched().cancel(p.timer);
   while (!p.candidates.empty()) {
     auto relay = p.candidates.back().lock();
     p.candidates.pop_back();
@@ -137,7 +136,7 @@ void TcpTransport::relay_try_next(std::uint64_t nonce) {
       continue;
     p.relay_peer = relay->peer_id();
     p.relay_addr = relay->remote_listen_addr();
-    p.timer = schedule(config_.limits.handshake_timeout, [this, nonce] {
+    p.timer = sched().schedule(limits_.handshake_timeout, [this, nonce] {
       auto it = pending_relay_.find(nonce);
       if (it == pending_relay_.end()) return;
       it->second.last_error = "relay " + short_peer(it->second.relay_peer) + " did not answer";
@@ -152,10 +151,10 @@ void TcpTransport::relay_try_next(std::uint64_t nonce) {
     std::lock_guard lk(stats_mu_);
     ++stats_.relay_failures;
   }
-  if (done) done(nullptr, err);
+  if (done) done(nullptr, CloseCause{CloseReason::Unspecified, err});
 }
 
-void TcpTransport::relay_answer(std::uint64_t nonce, bool ok, const std::string& reason) {
+void NatTraversal::relay_answer(std::uint64_t nonce, bool ok, const std::string& reason) {
   auto it = pending_relay_.find(nonce);
   if (it == pending_relay_.end()) return;
   if (!ok) {
@@ -164,14 +163,14 @@ void TcpTransport::relay_answer(std::uint64_t nonce, bool ok, const std::string&
   }
   auto p = std::move(it->second);
   pending_relay_.erase(it);
-  cancel(p.timer);
-  asio::co_spawn(*io_, open_relayed(p.relay_addr, p.relay_peer, nonce, 0, std::move(p.done)),
+  sched().cancel(p.timer);
+  asio::co_spawn(io_, open_relayed(p.relay_addr, p.relay_peer, nonce, 0, std::move(p.done)),
                  rethrow);
 }
 
 // Both endpoints: a raw connection to the relay, the preamble, then an ordinary channel over it
 // (side 0 initiates the handshake, side 1 responds).
-asio::awaitable<void> TcpTransport::open_relayed(std::string relay_addr, std::string relay_peer,
+asio::awaitable<void> NatTraversal::open_relayed(std::string relay_addr, std::string relay_peer,
                                                  std::uint64_t nonce, std::uint8_t side,
                                                  ConnectCallback done) {
   auto fail = [&](const std::string& why) {
@@ -180,50 +179,50 @@ asio::awaitable<void> TcpTransport::open_relayed(std::string relay_addr, std::st
       ++stats_.relay_failures;
     }
     spdlog::debug("net: relayed connection via {} failed: {}", short_peer(relay_peer), why);
-    if (done) done(nullptr, "relayed connection via " + short_peer(relay_peer) + ": " + why);
+    if (done)
+      done(nullptr, CloseCause{CloseReason::Unspecified,
+                               "relayed connection via " + short_peer(relay_peer) + ": " + why});
   };
   std::string host;
   std::uint16_t port = 0;
-  if (stopping_) co_return fail("transport stopped");
-  if (channels_.size() >= config_.limits.max_connections)
+  if (host_.nat_stopping()) co_return fail("transport stopped");
+  if (host_.nat_channels().size() >= limits_.max_connections)
     co_return fail("connection limit reached");
   if (!split_host_port(relay_addr, host, port)) co_return fail("bad relay address");
-  const auto deadline = Clock::now() + config_.limits.handshake_timeout;
+  const auto deadline = Clock::now() + limits_.handshake_timeout;
   // The preamble is written under the same deadline.
-  auto dialed = co_await connect_within(*io_, host, port, deadline, relay_preamble(nonce, side));
+  auto dialed = co_await connect_within(io_, host, port, deadline, relay_preamble(nonce, side));
   if (!dialed.sock) co_return fail(dialed.error);
-  if (stopping_) co_return fail("transport stopped");
+  if (host_.nat_stopping()) co_return fail("transport stopped");
   auto& sock = dialed.sock;
-  auto ch = std::make_shared<Channel>(io_, std::move(*sock), side == 1, options_, channel_host());
-  ch->set_relayed();
-  channels_.insert(ch);
-  ++channel_count_;
+  // The asker's done waits for the handshake; the target's is told at once.
+  auto ch = host_.nat_open_channel(std::move(*sock), side == 1, true, deadline,
+                                   side == 0 ? std::move(done) : ConnectCallback{});
   relay_of_[ch.get()] = relay_peer;
   if (side == 0) {
     std::lock_guard lk(stats_mu_);
     ++stats_.relayed_connections;
   }
-  if (side == 0 && done) pending_connects_[ch.get()] = std::move(done);
-  ch->start(deadline);
-  if (side == 1 && done) done(ch, "");  // the target: connected to the relay (handshake follows)
+  if (side == 1 && done) done(ch, {});  // the target: connected to the relay (handshake follows)
 }
 
-void TcpTransport::relayed_closed(const std::shared_ptr<Channel>& ch, const std::string& reason) {
+void NatTraversal::relayed_closed(const std::shared_ptr<Channel>& ch, const CloseCause& reason) {
   auto it = relay_of_.find(ch.get());
   if (it == relay_of_.end() || !relay_suspect(reason)) return;
   bad_relays_[it->second] = Clock::now() + kBadRelayFor;
   if (bad_relays_.size() > 1024) bad_relays_.clear();
-  spdlog::warn("net: relayed connection with {} through relay {} failed ({}); that relay is "
-               "avoided for {} s",
-               ch->peer_id().empty() ? "?" : short_peer(ch->peer_id()), short_peer(it->second),
-               reason, kBadRelayFor.count());
+  spdlog::warn(
+      "net: relayed connection with {} through relay {} failed ({}); that relay is "
+      "avoided for {} s",
+      ch->peer_id().empty() ? "?" : short_peer(ch->peer_id()), short_peer(it->second), reason,
+      kBadRelayFor.count());
   relay_of_.erase(it);
 }
 
 // ------------------------------------------------------------------------------------------------
 // The target
 
-void TcpTransport::serve_relay_dial(const std::shared_ptr<Channel>& ch, std::uint64_t nonce) {
+void NatTraversal::serve_relay_dial(const std::shared_ptr<Channel>& ch, std::uint64_t nonce) {
   const std::string relay = ch->peer_id();
   if (serving_[relay] >= 4 || serving_total_ >= 16) {
     if (serving_[relay] == 0) serving_.erase(relay);
@@ -233,9 +232,9 @@ void TcpTransport::serve_relay_dial(const std::shared_ptr<Channel>& ch, std::uin
   ++serving_[relay];
   ++serving_total_;
   // Counted in flight (with the dial-backs) until the raw connection to the relay is made.
-  asio::co_spawn(*io_,
+  asio::co_spawn(io_,
                  open_relayed(ch->remote_listen_addr(), relay, nonce, 1,
-                              [this, relay](ConnectionPtr, const std::string&) {
+                              [this, relay](ConnectionPtr, const CloseCause&) {
                                 if (--serving_[relay] <= 0) serving_.erase(relay);
                                 --serving_total_;
                               }),
@@ -245,20 +244,20 @@ void TcpTransport::serve_relay_dial(const std::shared_ptr<Channel>& ch, std::uin
 // ------------------------------------------------------------------------------------------------
 // The relay
 
-void TcpTransport::serve_relay_ask(const std::shared_ptr<Channel>& ch, const RelayAsk& m) {
+void NatTraversal::serve_relay_ask(const std::shared_ptr<Channel>& ch, const RelayAsk& m) {
   auto refuse = [&](const std::string& why) {
     spdlog::debug("net: relay for {} to {} refused: {}", short_peer(ch->peer_id()), m.target, why);
     ch->send(static_cast<std::uint8_t>(DialBackType::Result),
              shared(encode(DialBackResult{m.nonce, false, why})));
   };
   if (config_.relay_max_bytes_per_s <= 0) return refuse("relaying is off");
-  if (stopping_ || listen_addr_.empty()) return refuse("not relaying");
+  if (host_.nat_stopping() || listen_addr().empty()) return refuse("not relaying");
   if (reachability() == Reachability::Unreachable) return refuse("cannot be dialled itself");
   if (splices_.size() >= kMaxSplices || splices_.count(m.nonce))
     return refuse("busy: too many relayed connections");
   // The target must be connected to us: only over that connection can we ask it to come.
   std::shared_ptr<Channel> to;
-  for (const auto& c : channels_)
+  for (const auto& c : host_.nat_channels())
     if (c->is_open() && !c->relayed() && c->remote_listen_addr() == m.target &&
         c->peer_id() != ch->peer_id())
       to = c;
@@ -270,7 +269,7 @@ void TcpTransport::serve_relay_ask(const std::shared_ptr<Channel>& ch, const Rel
   sp->asker = ch->peer_id();
   sp->target = to->peer_id();
   const std::uint64_t nonce = m.nonce;
-  sp->timer = schedule(config_.limits.handshake_timeout * 2, [this, nonce] {
+  sp->timer = sched().schedule(limits_.handshake_timeout * 2, [this, nonce] {
     auto it = splices_.find(nonce);
     if (it == splices_.end() || it->second->started) return;
     spdlog::debug("net: relay {}: both sides did not come in time", nonce);
@@ -286,29 +285,29 @@ void TcpTransport::serve_relay_ask(const std::shared_ptr<Channel>& ch, const Rel
            shared(encode(DialBackResult{nonce, true, ""})));
 }
 
+void NatTraversal::accept(asio::ip::tcp::socket sock) {
+  asio::co_spawn(io_, sniff(std::make_shared<asio::ip::tcp::socket>(std::move(sock))), rethrow);
+}
+
 // Every accepted socket: a relay preamble (magic "GTR1") or a channel's first handshake message.
 // Anything else (silence, EOF, an error) goes to the channel too, which reports it as before.
-asio::awaitable<void> TcpTransport::sniff(std::shared_ptr<asio::ip::tcp::socket> sock) {
+asio::awaitable<void> NatTraversal::sniff(std::shared_ptr<asio::ip::tcp::socket> sock) {
   // Counted as a channel (channel_count(), the limits) until it becomes one or is closed.
-  ++sniffing_;
-  ++channel_count_;
+  host_.nat_hold_socket(true);
   struct Done {
-    TcpTransport& t;
-    ~Done() {
-      --t.sniffing_;
-      // (stop() zeroes the count; a frame destroyed after it must not wrap it around.)
-      if (auto c = t.channel_count_.load(); c > 0) t.channel_count_ = c - 1;
-    }
-  } done_guard{*this};
-  const auto deadline = Clock::now() + config_.limits.handshake_timeout;
+    NatHost& host;
+    ~Done() { host.nat_hold_socket(false); }
+  } done_guard{host_};
+  const auto deadline = Clock::now() + limits_.handshake_timeout;
   // The deadline's handler may run after this frame is gone (expired in the same instant as the
-  // last read, beyond cancel()), and by then the socket may be a splice's: it holds the state it
-  // shares by shared_ptr and acts only while the sniff is still guarded (cf. connect_within).
+  // last read, beyond sched().cancel()), and by then the socket may be a splice's: it holds the
+  // state it shares by shared_ptr and acts only while the sniff is still guarded (cf.
+  // connect_within).
   struct Guard {
     bool on = true, timed_out = false;
   };
   auto guard = std::make_shared<Guard>();
-  asio::steady_timer timer(*io_);
+  asio::steady_timer timer(io_);
   timer.expires_at(deadline);
   timer.async_wait([sock, guard](std::error_code ec) {
     if (ec || !guard->on) return;
@@ -325,7 +324,7 @@ asio::awaitable<void> TcpTransport::sniff(std::shared_ptr<asio::ip::tcp::socket>
   bool relay = false;
   for (;;) {
     auto [wec] = co_await sock->async_wait(asio::socket_base::wait_read, kUseTuple);
-    if (stopping_) co_return;
+    if (host_.nat_stopping()) co_return;
     if (wec || timed_out) break;
     std::error_code ec;
     const std::size_t n =
@@ -336,20 +335,20 @@ asio::awaitable<void> TcpTransport::sniff(std::shared_ptr<asio::ip::tcp::socket>
       relay = true;
       break;
     }
-    asio::steady_timer wait(*io_);  // a prefix of the magic: the rest is on its way
+    asio::steady_timer wait(io_);  // a prefix of the magic: the rest is on its way
     wait.expires_after(std::chrono::milliseconds(2));
     co_await wait.async_wait(kUseTuple);
   }
   if (!relay) {
     unguard();
-    if (stopping_) co_return;
-    start_inbound(std::move(*sock), deadline);
+    if (host_.nat_stopping()) co_return;
+    host_.nat_open_channel(std::move(*sock), true, false, deadline, {});
     co_return;
   }
   auto [rec, rn] = co_await asio::async_read(*sock, asio::buffer(pre), kUseTuple);
   unguard();
   std::error_code ec;
-  if (rec || timed_out || stopping_) {
+  if (rec || timed_out || host_.nat_stopping()) {
     sock->close(ec);
     co_return;
   }
@@ -363,7 +362,7 @@ asio::awaitable<void> TcpTransport::sniff(std::shared_ptr<asio::ip::tcp::socket>
   splice_arrived(nonce, side, sock);
 }
 
-void TcpTransport::splice_arrived(std::uint64_t nonce, std::uint8_t side,
+void NatTraversal::splice_arrived(std::uint64_t nonce, std::uint8_t side,
                                   std::shared_ptr<asio::ip::tcp::socket> sock) {
   auto it = splices_.find(nonce);
   std::error_code ec;
@@ -376,20 +375,20 @@ void TcpTransport::splice_arrived(std::uint64_t nonce, std::uint8_t side,
   sp->side[side] = std::move(sock);
   if (!sp->side[0] || !sp->side[1]) return;
   sp->started = true;
-  cancel(sp->timer);
+  sched().cancel(sp->timer);
   spdlog::debug("net: relaying between {} and {}", short_peer(sp->asker), short_peer(sp->target));
-  for (int from = 0; from < 2; ++from) asio::co_spawn(*io_, pipe(sp, from), rethrow);
+  for (int from = 0; from < 2; ++from) asio::co_spawn(io_, pipe(sp, from), rethrow);
 }
 
-asio::awaitable<void> TcpTransport::pipe(std::shared_ptr<Splice> sp, int from) {
+asio::awaitable<void> NatTraversal::pipe(std::shared_ptr<Splice> sp, int from) {
   ++sp->pipes;
   std::vector<std::uint8_t> buf(kPipeChunk);
-  asio::steady_timer pace(*io_);
+  asio::steady_timer pace(io_);
   auto& in = *sp->side[from];
   auto& out = *sp->side[1 - from];
   for (;;) {
     auto [rec, n] = co_await in.async_read_some(asio::buffer(buf), kUseTuple);
-    if (rec || n == 0 || stopping_) break;
+    if (rec || n == 0 || host_.nat_stopping()) break;
     if (config_.relay_tamper) {
       n = std::min(n, config_.relay_tamper(buf.data(), n));
       if (n == 0) continue;  // dropped: the endpoints' idle deadline ends the connection

@@ -1,5 +1,5 @@
 // Encoders and validating decoders of the dial-back messages (dial_back_messages.hpp).
-#include "net/dial_back_messages.hpp"
+#include "net/nat/dial_back_messages.hpp"
 
 #include <cstring>
 

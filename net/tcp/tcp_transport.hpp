@@ -1,4 +1,4 @@
-// The TCP Transport + Scheduler: encrypted channels (channel.hpp) on one asio::io_context that runs
+// The TCP Transport + Scheduler: encrypted channels (net/secure/channel.hpp) on one asio::io_context that runs
 // on the transport's own thread, the protocol thread.
 //
 // Threading: start() spawns the io thread; every TransportHandler callback, connect callback and
@@ -25,12 +25,12 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
 
-#include "net/address.hpp"
-#include "net/channel.hpp"
-#include "net/dial_back_messages.hpp"
-#include "net/identity.hpp"
-#include "net/limits.hpp"
+#include "net/nat/nat_traversal.hpp"
 #include "net/repeat_limiter.hpp"
+#include "net/secure/channel.hpp"
+#include "net/secure/identity.hpp"
+#include "net/secure/limits.hpp"
+#include "net/tcp/address.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::net {
@@ -56,22 +56,15 @@ struct TcpTransportConfig {
   // Cores the io thread (and any thread it starts) runs on; empty: wherever the scheduler puts it
   // (core::CpuPlan::net, computed by the app).
   std::vector<int> thread_cpus;
-  // Crypto threads (crypto_pool.hpp): workers that seal and open the frames of messages of at
+  // Crypto threads (net/secure/crypto_pool.hpp): workers that seal and open the frames of messages of at
   // least crypto_min_message_bytes; 0 or 1: none, the io thread does all of it. They run at the
   // io thread's priority (thread_nice).
   unsigned crypto_threads = default_crypto_threads();
   std::size_t crypto_min_message_bytes = kParallelMinMessageBytes;
-  // Reachability self-check (docs/nat.md): on our first outbound connection, ask that peer to
-  // dial us back at our advertised address, and say in one info line whether it could (with the
-  // fix when not). Off by default so that transport tests count only their own connections.
-  bool reachability_check = false;
-  // Relaying for peers that cannot be dialled (tcp_relay.cpp): the most bytes per second this
-  // peer forwards for others, all relayed connections together; 0: it relays nothing.
-  double relay_max_bytes_per_s = 25e6;
-  // Tests only: sees (and may alter) every chunk of bytes this peer relays, as a hostile relay;
-  // returns how many of its first bytes to forward (n: all, 0: the chunk is dropped).
-  std::function<std::size_t(std::uint8_t* data, std::size_t n)> relay_tamper;
-  // Optional observer of failed handshakes and refused sockets (metrics, tests); io thread.
+  // Peers behind NAT (net/nat/nat_traversal.hpp): the reachability self-check and relaying.
+  NatConfig nat;
+  // Optional observer of failed handshakes and refused sockets (metrics, tests), with the reason's
+  // text as logged; io thread.
   std::function<void(const std::string& remote_addr, const std::string& reason)>
       on_handshake_failed;
   // Called once per address (the first kMaxSharedIdentityAddrs) of a live peer that proved it
@@ -90,24 +83,11 @@ struct TcpTransportStats {
   // Handshakes refused because the remote holds our identity key (among handshake_failures).
   std::uint64_t shared_identity = 0;
   std::uint64_t closed = 0;        // established connections closed
-  CloseCounts closed_by_reason{};  // the same, by close_reason_of(reason)
-  // Dial-backs (tcp_dial_back.cpp): connections we obtained by asking a peer that cannot be
-  // dialled to dial us (reverse connections), and dial-backs we made for others.
-  std::uint64_t reverse_connections = 0;
-  std::uint64_t reverse_failures = 0;
-  std::uint64_t dial_backs_served = 0;
-  std::uint64_t dial_backs_refused = 0;  // over the rate bounds
-  // Relays: connections we opened through a relay, and what we relayed for others.
-  std::uint64_t relayed_connections = 0;
-  std::uint64_t relay_failures = 0;
-  std::uint64_t relays_served = 0;
-  std::uint64_t relayed_bytes = 0;
+  CloseCounts closed_by_reason{};  // the same, by CloseReason
+  NatStats nat;                    // dial-backs and relays
 };
 
-// What the reachability self-check found (docs/nat.md).
-enum class Reachability { Unknown, Reachable, Unreachable };
-
-class TcpTransport : public Transport, public Scheduler, private ChannelHost {
+class TcpTransport : public Transport, public Scheduler, private ChannelHost, private NatHost {
  public:
   // Validates the configuration (ConfigError on bad values).
   explicit TcpTransport(TcpTransportConfig config);
@@ -138,10 +118,10 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
 
   TcpTransportStats stats() const;
   // What the reachability self-check found so far; any thread.
-  Reachability reachability() const { return static_cast<Reachability>(reachability_.load()); }
+  Reachability reachability() const { return nat_->reachability(); }
   // Whether connect(addr) goes straight to a reverse connection (the peer said it cannot be
   // dialled, or a direct dial failed lately). Io thread only (tests: through post()).
-  bool known_undialable(const std::string& addr);
+  bool known_undialable(const std::string& addr) { return nat_->known_undialable(addr); }
   // Open channels (handshaking + established); any thread.
   std::size_t channel_count() const { return channel_count_.load(); }
   const TcpTransportConfig& config() const { return config_; }
@@ -161,75 +141,39 @@ class TcpTransport : public Transport, public Scheduler, private ChannelHost {
   void channel_established(const std::shared_ptr<Channel>& ch) override;
   void channel_message(const std::shared_ptr<Channel>& ch, std::uint8_t type,
                        Bytes&& payload) override;
-  void channel_report_closed(const std::shared_ptr<Channel>& ch,
-                             const std::string& reason) override;
-  void channel_gone(const std::shared_ptr<Channel>& ch, const std::string& reason) override;
+  void channel_report_closed(const std::shared_ptr<Channel>& ch, const CloseCause& reason) override;
+  void channel_gone(const std::shared_ptr<Channel>& ch, const CloseCause& reason) override;
   // A handshake refused as shared_identity: counts it, logs the fix (once per address) and
   // returns the close reason's text with the remote's address and our identity file.
-  std::string shared_identity_reason(const std::shared_ptr<Channel>& ch);
+  CloseCause shared_identity_reason(const std::shared_ptr<Channel>& ch);
   ChannelHost& channel_host() { return *this; }
   bool on_io_thread() const { return std::this_thread::get_id() == io_thread_id_.load(); }
   std::size_t handshaking() const;
   void dial_direct(const std::string& addr, ConnectCallback done);
+  // A channel over sock, counted and started (handshake due by deadline); done, if any, gets the
+  // connect result.
+  std::shared_ptr<Channel> open_channel(asio::ip::tcp::socket sock, bool inbound, bool relayed,
+                                        std::chrono::steady_clock::time_point deadline,
+                                        ConnectCallback done);
 
-  // Dial-backs and the reachability self-check (tcp_dial_back.cpp). Io thread.
-  struct PendingReverse {
-    std::string peer;
-    ConnectCallback done;
-    TimerId timer = 0;
-  };
-  bool dial_back_message(const std::shared_ptr<Channel>& ch, std::uint8_t type,
-                         const Bytes& payload);
-  void dial_back_established(const std::shared_ptr<Channel>& ch);
-  void dial_back_connect(const std::string& addr, ConnectCallback done);
-  std::shared_ptr<Channel> channel_advertising(const std::string& addr) const;
-  void reverse_connect(const std::shared_ptr<Channel>& via, ConnectCallback done);
-  void finish_reverse(std::uint64_t nonce, ConnectionPtr c, const std::string& err);
-  void serve_dial_back(const std::shared_ptr<Channel>& ch, DialBackPurpose purpose,
-                       std::uint64_t nonce);
-  void start_self_check(const std::shared_ptr<Channel>& ch);
-  void self_check_result(const std::string& checker, bool ok, const std::string& reason);
-  void send_reachability(const std::shared_ptr<Channel>& ch);
+  // NatHost.
+  Transport& nat_transport() override { return *this; }
+  Scheduler& nat_scheduler() override { return *this; }
+  bool nat_stopping() const override { return stopping_; }
+  const std::set<std::shared_ptr<Channel>>& nat_channels() const override { return channels_; }
+  void nat_dial_direct(const std::string& addr, ConnectCallback done) override {
+    dial_direct(addr, std::move(done));
+  }
+  std::shared_ptr<Channel> nat_open_channel(asio::ip::tcp::socket sock, bool inbound, bool relayed,
+                                            std::chrono::steady_clock::time_point deadline,
+                                            ConnectCallback done) override {
+    return open_channel(std::move(sock), inbound, relayed, deadline, std::move(done));
+  }
+  void nat_hold_socket(bool held) override;
 
-  // Relays (tcp_relay.cpp). Io thread.
-  struct PendingRelay {
-    std::string addr;
-    ConnectCallback done;
-    std::vector<std::weak_ptr<Channel>> candidates;  // relays still to try, last first
-    std::string relay_peer, relay_addr;
-    TimerId timer = 0;
-    std::string last_error;
-  };
-  struct Splice;
-  void relay_connect(const std::string& addr, std::string error, ConnectCallback done);
-  void relay_try_next(std::uint64_t nonce);
-  void relay_answer(std::uint64_t nonce, bool ok, const std::string& reason);
-  void serve_relay_ask(const std::shared_ptr<Channel>& ch, const RelayAsk& m);
-  void serve_relay_dial(const std::shared_ptr<Channel>& ch, std::uint64_t nonce);
-  asio::awaitable<void> open_relayed(std::string relay_addr, std::string relay_peer,
-                                     std::uint64_t nonce, std::uint8_t side, ConnectCallback done);
-  asio::awaitable<void> sniff(std::shared_ptr<asio::ip::tcp::socket> sock);
-  void start_inbound(asio::ip::tcp::socket sock, std::chrono::steady_clock::time_point deadline);
-  void splice_arrived(std::uint64_t nonce, std::uint8_t side,
-                      std::shared_ptr<asio::ip::tcp::socket> sock);
-  asio::awaitable<void> pipe(std::shared_ptr<Splice> sp, int from);
-  void relayed_closed(const std::shared_ptr<Channel>& ch, const std::string& reason);
-  void close_splices();
-  std::map<std::uint64_t, PendingRelay> pending_relay_;
-  std::map<std::uint64_t, std::shared_ptr<Splice>> splices_;
-  std::map<Channel*, std::string> relay_of_;  // our relayed channels -> their relay's peer id
-  std::map<std::string, std::chrono::steady_clock::time_point> bad_relays_;
-  std::size_t sniffing_ = 0;
-  std::chrono::steady_clock::time_point relay_next_free_{};
-  std::map<std::uint64_t, PendingReverse> pending_reverse_;
-  std::map<std::string, std::chrono::steady_clock::time_point> undialable_;  // addr -> until
-  std::map<std::string, int> serving_;  // requester -> dial-backs in flight for it
-  int serving_total_ = 0;
-  std::map<std::string, std::chrono::steady_clock::time_point> last_check_served_;
-  std::uint64_t check_nonce_ = 0;  // the self-check in flight, 0: none
-  int check_attempts_ = 0;
-  bool check_done_ = false;
-  std::atomic<int> reachability_{0};
+  // Peers behind NAT. Built in the constructor (it holds config_'s parts); destroyed after io_.
+  std::unique_ptr<NatTraversal> nat_;
+  std::size_t sniffing_ = 0;  // accepted sockets nat_ holds (nat_hold_socket)
 
   TcpTransportConfig config_;
   std::shared_ptr<ChannelOptions> options_;

@@ -1,5 +1,5 @@
 // TcpTransport: accept loop, dialing, limits, channel bookkeeping and the Asio-timer Scheduler.
-#include "net/tcp_transport.hpp"
+#include "net/tcp/tcp_transport.hpp"
 
 #include <spdlog/spdlog.h>
 #include <asio/co_spawn.hpp>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/thread.hpp"
-#include "net/dial.hpp"
+#include "net/tcp/dial.hpp"
 
 namespace gossiptrain::net {
 namespace {
@@ -69,6 +69,8 @@ TcpTransport::TcpTransport(TcpTransportConfig config)
   crypto::random_bytes(std::span(reinterpret_cast<std::uint8_t*>(&options_->handshake.instance),
                                  sizeof options_->handshake.instance));
   options_->parallel_min_message_bytes = config_.crypto_min_message_bytes;
+  nat_ = std::make_unique<NatTraversal>(static_cast<NatHost&>(*this), *io_, config_.nat,
+                                        config_.limits);
 }
 
 TcpTransport::~TcpTransport() { stop(); }
@@ -134,7 +136,8 @@ void TcpTransport::stop() {
   if (!started_ || stopped_) return;
   if (on_io_thread()) throw std::logic_error("TcpTransport::stop called on the io thread");
   stopped_ = true;
-  if (const auto st = stats(); st.relayed_bytes || st.relayed_connections || st.reverse_connections)
+  if (const auto st = nat_->stats();
+      st.relayed_bytes || st.relayed_connections || st.reverse_connections)
     spdlog::info("net: peers behind NAT: {} reverse connections, {} of ours through relays ({} "
                  "failed); relayed {} connections, {:.1f} MB, for others",
                  st.reverse_connections, st.relayed_connections, st.relay_failures,
@@ -146,8 +149,8 @@ void TcpTransport::stop() {
     for (auto& [id, t] : timers_) t->cancel();
     timers_.clear();
     std::vector<std::shared_ptr<Channel>> all(channels_.begin(), channels_.end());
-    for (auto& ch : all) ch->shutdown("shutdown");
-    close_splices();
+    for (auto& ch : all) ch->shutdown({CloseReason::Shutdown});
+    nat_->stop(false);
     asio::co_spawn(
         *io_,
         [this]() -> asio::awaitable<void> {
@@ -161,11 +164,9 @@ void TcpTransport::stop() {
           // Whatever is left is cut; then run() returns once the aborted operations have finished,
           // so no coroutine (holding a channel) stays queued in the io_context.
           std::vector<std::shared_ptr<Channel>> left(channels_.begin(), channels_.end());
-          for (auto& ch : left) ch->terminate("shutdown");
+          for (auto& ch : left) ch->terminate({CloseReason::Shutdown});
           pending_connects_.clear();
-          pending_reverse_.clear();
-          pending_relay_.clear();
-          close_splices();
+          nat_->stop(true);
           work_.reset();
         },
         rethrow);
@@ -178,7 +179,7 @@ void TcpTransport::stop() {
   handler_ = nullptr;
   channels_.clear();
   pending_connects_.clear();
-  pending_reverse_.clear();
+  nat_->stop(true);
   channel_count_ = 0;
 }
 
@@ -217,23 +218,39 @@ asio::awaitable<void> TcpTransport::accept_loop() {
       sock.close(e2);
       continue;
     }
-    // A relay's raw connection or a channel: the first bytes tell (tcp_relay.cpp).
-    asio::co_spawn(*io_, sniff(std::make_shared<asio::ip::tcp::socket>(std::move(sock))), rethrow);
+    // A relay's raw connection or a channel: the first bytes tell (net/nat/relay.cpp).
+    nat_->accept(std::move(sock));
   }
 }
 
-void TcpTransport::start_inbound(asio::ip::tcp::socket sock,
-                                 std::chrono::steady_clock::time_point deadline) {
-  auto ch = std::make_shared<Channel>(io_, std::move(sock), true, options_, channel_host());
+std::shared_ptr<Channel> TcpTransport::open_channel(asio::ip::tcp::socket sock, bool inbound,
+                                                    bool relayed,
+                                                    std::chrono::steady_clock::time_point deadline,
+                                                    ConnectCallback done) {
+  auto ch = std::make_shared<Channel>(io_, std::move(sock), inbound, options_, channel_host());
+  if (relayed) ch->set_relayed();
   channels_.insert(ch);
   ++channel_count_;
+  if (done) pending_connects_[ch.get()] = std::move(done);
   ch->start(deadline);
+  return ch;
+}
+
+void TcpTransport::nat_hold_socket(bool held) {
+  if (held) {
+    ++sniffing_;
+    ++channel_count_;
+    return;
+  }
+  --sniffing_;
+  // (stop() zeroes the count; a socket released after it must not wrap it around.)
+  if (auto c = channel_count_.load(); c > 0) channel_count_ = c - 1;
 }
 
 void TcpTransport::connect(const std::string& addr, ConnectCallback done) {
-  // A peer that cannot be dialled is asked to dial us instead (tcp_dial_back.cpp).
+  // A peer that cannot be dialled is asked to dial us instead, or reached through a relay.
   asio::post(*io_, [this, addr, done = std::move(done)]() mutable {
-    dial_back_connect(addr, std::move(done));
+    nat_->connect(addr, std::move(done));
   });
 }
 
@@ -259,7 +276,7 @@ asio::awaitable<void> TcpTransport::dial(std::string addr, ConnectCallback done)
       std::lock_guard lk(stats_mu_);
       ++stats_.handshake_failures;
     }
-    if (done) done(nullptr, reason);
+    if (done) done(nullptr, CloseCause{CloseReason::Unspecified, reason});
   };
   if (stopping_) co_return refuse("transport stopped");
   if (channels_.size() >= config_.limits.max_connections)
@@ -273,12 +290,7 @@ asio::awaitable<void> TcpTransport::dial(std::string addr, ConnectCallback done)
   auto dialed = co_await connect_within(*io_, host, port, deadline);
   if (!dialed.sock) co_return refuse(dialed.error);
   if (stopping_) co_return refuse("transport stopped");
-  auto& sock = dialed.sock;
-  auto ch = std::make_shared<Channel>(io_, std::move(*sock), false, options_, channel_host());
-  channels_.insert(ch);
-  ++channel_count_;
-  pending_connects_[ch.get()] = std::move(done);
-  ch->start(deadline);
+  open_channel(std::move(*dialed.sock), false, false, deadline, std::move(done));
 }
 
 void TcpTransport::channel_established(const std::shared_ptr<Channel>& ch) {
@@ -289,38 +301,38 @@ void TcpTransport::channel_established(const std::shared_ptr<Channel>& ch) {
   spdlog::info("net: connected {} {} ({}, {})", ch->peer_id(), ch->remote_addr(),
                ch->inbound() ? "inbound" : "outbound", crypto::aead_name(ch->aead()));
   if (handler_) handler_->on_connection(ch, ch->inbound());
-  dial_back_established(ch);
+  nat_->on_established(ch);
   auto it = pending_connects_.find(ch.get());
   if (it != pending_connects_.end()) {
     auto cb = std::move(it->second);
     pending_connects_.erase(it);
-    if (cb) cb(ch, "");
+    if (cb) cb(ch, {});
   }
 }
 
 void TcpTransport::channel_message(const std::shared_ptr<Channel>& ch, std::uint8_t type,
                                    Bytes&& payload) {
   if (type >= kDialBackTypeFirst && type <= kDialBackTypeLast) {
-    dial_back_message(ch, type, payload);
+    nat_->on_message(ch, type, payload);
     return;
   }
   if (handler_) handler_->on_message(ch, type, std::move(payload));
 }
 
 void TcpTransport::channel_report_closed(const std::shared_ptr<Channel>& ch,
-                                         const std::string& reason) {
+                                         const CloseCause& reason) {
   {
     std::lock_guard lk(stats_mu_);
     ++stats_.closed;
-    ++stats_.closed_by_reason[static_cast<std::size_t>(close_reason_of(reason))];
+    ++stats_.closed_by_reason[static_cast<std::size_t>(reason.reason)];
   }
   spdlog::info("net: connection {} {} closed [{}]: {}", ch->peer_id(), ch->remote_addr(),
-               close_reason_name(close_reason_of(reason)), reason);
-  if (ch->relayed()) relayed_closed(ch, reason);
+               close_reason_name(reason.reason), reason);
+  nat_->on_closed(ch, reason);
   if (handler_) handler_->on_closed(ch, reason);
 }
 
-std::string TcpTransport::shared_identity_reason(const std::shared_ptr<Channel>& ch) {
+CloseCause TcpTransport::shared_identity_reason(const std::shared_ptr<Channel>& ch) {
   // The clone's own listen address (its hello is signed): an inbound one's source port says
   // nothing.
   const std::string addr =
@@ -340,25 +352,24 @@ std::string TcpTransport::shared_identity_reason(const std::shared_ptr<Channel>&
   } else {
     spdlog::debug("net: {}", text);
   }
-  return close_text(CloseReason::SharedIdentity, text);
+  return CloseCause{CloseReason::SharedIdentity, text};
 }
 
-void TcpTransport::channel_gone(const std::shared_ptr<Channel>& ch, const std::string& why) {
+void TcpTransport::channel_gone(const std::shared_ptr<Channel>& ch, const CloseCause& why) {
   if (channels_.erase(ch)) --channel_count_;
-  if (ch->relayed() && !ch->established()) relayed_closed(ch, why);
-  relay_of_.erase(ch.get());
+  nat_->on_gone(ch, why);
   if (ch->established()) return;
   {
     std::lock_guard lk(stats_mu_);
     ++stats_.handshake_failures;
   }
   // Another process with our key: an error with the fix, once per address, instead of the warning.
-  const bool clone = close_reason_of(why) == CloseReason::SharedIdentity;
-  const std::string reason = clone ? shared_identity_reason(ch) : why;
+  const bool clone = why.reason == CloseReason::SharedIdentity;
+  const CloseCause reason = clone ? shared_identity_reason(ch) : why;
   if (!clone)
     spdlog::warn("net: handshake with {}{} failed: {}", ch->remote_addr(),
                  ch->peer_id().empty() ? "" : " (" + ch->peer_id() + ")", reason);
-  if (config_.on_handshake_failed) config_.on_handshake_failed(ch->remote_addr(), reason);
+  if (config_.on_handshake_failed) config_.on_handshake_failed(ch->remote_addr(), reason.text());
   auto it = pending_connects_.find(ch.get());
   if (it != pending_connects_.end()) {
     auto cb = std::move(it->second);
@@ -368,8 +379,13 @@ void TcpTransport::channel_gone(const std::shared_ptr<Channel>& ch, const std::s
 }
 
 TcpTransportStats TcpTransport::stats() const {
-  std::lock_guard lk(stats_mu_);
-  return stats_;
+  TcpTransportStats s;
+  {
+    std::lock_guard lk(stats_mu_);
+    s = stats_;
+  }
+  s.nat = nat_->stats();
+  return s;
 }
 
 Millis TcpTransport::now() const {

@@ -1,5 +1,5 @@
 // Identity key file, network key file and allowlist loading (see identity.hpp).
-#include "net/identity.hpp"
+#include "net/secure/identity.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
 // One TCP dial under a deadline (resolve, connect, and optionally a first write), for the
-// transport's direct dials and its relayed connections (tcp_transport.cpp, tcp_relay.cpp).
+// transport's direct dials and its relayed connections (tcp_transport.cpp, net/nat/relay.cpp).
 #pragma once
 
 #include <chrono>

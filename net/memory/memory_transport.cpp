@@ -1,6 +1,6 @@
 // The seeded in-memory network: one event queue on a virtual clock drives every node's timers,
 // connects and message deliveries, so a whole simulated cluster is deterministic for a seed.
-#include "net/memory_transport.hpp"
+#include "net/memory/memory_transport.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -91,7 +91,7 @@ bool SimConnection::send(std::uint8_t type, SharedBytes payload) {
   return true;
 }
 
-void SimConnection::close(const std::string& reason) {
+void SimConnection::close(CloseCause reason) {
   if (!open_) return;
   open_ = false;
   // Our own on_closed runs as the next event, never inside close(), so handlers may close from
@@ -114,7 +114,8 @@ void SimConnection::close(const std::string& reason) {
         auto to = weak.lock();
         if (!to || !to->open_) return;
         to->open_ = false;
-        net->report_closed(to, close_text(CloseReason::RemoteClosed, reason));
+        // As over TCP: the remote sees our reason's text as the detail of its remote_closed.
+        net->report_closed(to, CloseCause{CloseReason::RemoteClosed, reason.text()});
       },
       false);
 }
@@ -308,7 +309,10 @@ void SimNetwork::do_connect(std::size_t from, const std::string& addr,
           ++stats_.connects_failed;
           enqueue(
               started + opts_.connect_timeout, from, src_gen,
-              [done = std::move(done)]() { done(nullptr, "connect timeout"); }, false);
+              [done = std::move(done)]() {
+                done(nullptr, CloseCause{CloseReason::Unspecified, "connect timeout"});
+              },
+              false);
           return;
         }
         SimTransport& src = *nodes_[from];
@@ -329,12 +333,13 @@ void SimNetwork::do_connect(std::size_t from, const std::string& addr,
             complete_at, from, src_gen,
             [this, a, from, done = std::move(done)]() {
               if (!a->open_) {
-                done(nullptr, "connection closed during handshake");
+                done(nullptr,
+                     CloseCause{CloseReason::Unspecified, "connection closed during handshake"});
                 return;
               }
               a->reported_ = true;
               if (TransportHandler* h = nodes_[from]->handler_) h->on_connection(a, false);
-              done(a, "");
+              done(a, {});
             },
             false);
         b->reported_ = true;
@@ -351,7 +356,7 @@ void SimNetwork::prune(SimTransport& n) {
   n.prune_at_ = std::max<std::size_t>(16, 2 * v.size());
 }
 
-void SimNetwork::report_closed(const std::shared_ptr<SimConnection>& c, const std::string& reason) {
+void SimNetwork::report_closed(const std::shared_ptr<SimConnection>& c, const CloseCause& reason) {
   if (!c->reported_ || c->closed_reported_) return;
   c->closed_reported_ = true;
   SimTransport& n = *nodes_[c->owner_];
@@ -387,7 +392,7 @@ void SimNetwork::kill(const std::string& addr, bool reset) {
           auto to = weak.lock();
           if (!to || !to->open_) return;
           to->open_ = false;
-          report_closed(to, close_text(CloseReason::IoError, "connection reset"));
+          report_closed(to, CloseCause{CloseReason::IoError, "connection reset"});
         },
         false);
   }

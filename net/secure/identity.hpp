@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "net/crypto.hpp"
+#include "net/secure/crypto.hpp"
 
 namespace gossiptrain::net {
 

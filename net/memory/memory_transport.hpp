@@ -116,8 +116,8 @@ class SimConnection final : public Connection, public std::enable_shared_from_th
   const std::string& peer_id() const override { return peer_id_; }
   const std::string& remote_addr() const override { return remote_addr_; }
   bool send(std::uint8_t type, SharedBytes payload) override;
-  using Connection::close;  // the typed close(CloseReason, detail)
-  void close(const std::string& reason) override;
+  using Connection::close;  // close(CloseReason, detail)
+  void close(CloseCause cause) override;
   bool is_open() const override { return open_; }
 
  private:
@@ -252,7 +252,7 @@ class SimNetwork {
   // Releases node n's closed connection ends, once their number has doubled since the last time
   // (amortized O(1) per connect: a node of a large swarm holds hundreds).
   static void prune(SimTransport& n);
-  void report_closed(const std::shared_ptr<SimConnection>& c, const std::string& reason);
+  void report_closed(const std::shared_ptr<SimConnection>& c, const CloseCause& reason);
   std::string ephemeral_addr(const std::string& addr);
 
   SimOptions opts_;

@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "base/bytes.hpp"
-#include "net/limits.hpp"
+#include "net/secure/limits.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::net {
@@ -36,7 +36,8 @@ enum class DialBackType : std::uint8_t {
 inline constexpr std::uint8_t kDialBackTypeFirst = 0xF0;
 inline constexpr std::uint8_t kDialBackTypeLast = 0xF5;
 // The first bytes on a raw TCP connection to a relay: magic, nonce, side (0: the asker, 1: the
-// target). A handshake starts with another magic ("GTH2", Handshake::kMagic), so the two are told apart.
+// target). A handshake starts with another magic ("GTH2", Handshake::kMagic), so the two are told
+// apart.
 inline constexpr std::uint8_t kRelayMagic[4] = {'G', 'T', 'R', '1'};
 inline constexpr std::size_t kRelayPreambleBytes = 4 + 8 + 1;
 inline constexpr std::uint8_t kDialBackVersion = 1;

@@ -25,9 +25,9 @@
 #include <string>
 
 #include "net/close_reason.hpp"
-#include "net/crypto.hpp"
-#include "net/identity.hpp"
-#include "net/limits.hpp"
+#include "net/secure/crypto.hpp"
+#include "net/secure/identity.hpp"
+#include "net/secure/limits.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::net {

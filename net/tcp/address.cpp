@@ -1,4 +1,4 @@
-#include "net/address.hpp"
+#include "net/tcp/address.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -1,5 +1,5 @@
 // The crypto worker pool (see crypto_pool.hpp).
-#include "net/crypto_pool.hpp"
+#include "net/secure/crypto_pool.hpp"
 
 #include <algorithm>
 #include <stdexcept>

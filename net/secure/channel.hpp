@@ -24,8 +24,8 @@
 #include <asio/steady_timer.hpp>
 
 #include "net/buffer_pool.hpp"
-#include "net/frame.hpp"
-#include "net/handshake.hpp"
+#include "net/secure/frame.hpp"
+#include "net/secure/handshake.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::net {
@@ -41,9 +41,9 @@ class ChannelHost {
                                Bytes&& payload) = 0;
   // The reason for on_closed, exactly once per established channel.
   virtual void channel_report_closed(const std::shared_ptr<Channel>& ch,
-                                     const std::string& reason) = 0;
+                                     const CloseCause& cause) = 0;
   // The socket is closed and the channel is finished (established or not).
-  virtual void channel_gone(const std::shared_ptr<Channel>& ch, const std::string& reason) = 0;
+  virtual void channel_gone(const std::shared_ptr<Channel>& ch, const CloseCause& cause) = 0;
 };
 
 struct ChannelOptions {
@@ -70,20 +70,20 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
   // Runs the handshake (which must finish before `deadline`), then the session. Io thread only.
   void start(Clock::time_point handshake_deadline);
   // Closes at once, without flushing the send queue (a close frame is still attempted).
-  void shutdown(const std::string& reason);
+  void shutdown(CloseCause cause);
   // Closes the socket now (no close frame); on_closed is reported if it was not yet.
-  void terminate(const std::string& reason) { fail(reason); }
+  void terminate(CloseCause cause) { fail(std::move(cause)); }
 
   // Connection.
   const std::string& peer_id() const override { return peer_id_; }
   const std::string& remote_addr() const override { return remote_addr_; }
   bool send(std::uint8_t type, SharedBytes payload) override;
-  using Connection::close;  // the typed close(CloseReason, detail)
-  void close(const std::string& reason) override;
+  using Connection::close;  // close(CloseReason, detail)
+  void close(CloseCause cause) override;
   bool is_open() const override { return established_ && !closing_ && !closed_; }
 
   bool inbound() const { return inbound_; }
-  // Through a relay (tcp_relay.cpp): the bytes pass a third peer, which sees only ciphertext.
+  // Through a relay (net/nat/relay.cpp): the bytes pass a third peer, which sees only ciphertext.
   bool relayed() const { return relayed_; }
   void set_relayed() { relayed_ = true; }
   bool established() const { return established_; }
@@ -106,9 +106,9 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
   asio::awaitable<bool> send_frame(FrameType type, const std::uint8_t* plain, std::size_t len);
   asio::awaitable<bool> send_message(const Outgoing& m);
   asio::awaitable<bool> send_data_parallel(const Bytes& p);
-  void begin_close(const std::string& reason, bool flush);
-  void fail(const std::string& reason);
-  void set_deadline(Clock::time_point t, std::string reason);
+  void begin_close(CloseCause reason, bool flush);
+  void fail(CloseCause reason);
+  void set_deadline(Clock::time_point t, CloseCause reason);
 
   std::shared_ptr<asio::io_context> io_;  // first: destroyed after the socket and timers
   asio::ip::tcp::socket socket_;
@@ -119,7 +119,7 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
   asio::steady_timer watchdog_timer_;
   asio::steady_timer writer_signal_;
   Clock::time_point deadline_;
-  std::string deadline_reason_;
+  CloseCause deadline_reason_;
 
   std::string peer_id_;
   std::string remote_addr_;
@@ -141,7 +141,7 @@ class Channel : public Connection, public std::enable_shared_from_this<Channel> 
   bool flush_ = false;     // on closing: send what is queued first
   bool closed_ = false;    // socket closed, coroutines ending
   bool reported_ = false;  // on_closed delivered (or posted)
-  std::string close_reason_;
+  CloseCause close_reason_;
 };
 
 }  // namespace gossiptrain::net

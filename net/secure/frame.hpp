@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "net/buffer_pool.hpp"
-#include "net/crypto.hpp"
-#include "net/crypto_pool.hpp"
-#include "net/limits.hpp"
+#include "net/secure/crypto.hpp"
+#include "net/secure/crypto_pool.hpp"
+#include "net/secure/limits.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::net {

@@ -1,5 +1,5 @@
 // The Asio session of one encrypted connection (see channel.hpp for the shape and error policy).
-#include "net/channel.hpp"
+#include "net/secure/channel.hpp"
 #include "base/bytes.hpp"
 
 #include <algorithm>
@@ -59,13 +59,13 @@ Channel::~Channel() = default;
 
 void Channel::start(Clock::time_point handshake_deadline) {
   deadline_ = handshake_deadline;
-  deadline_reason_ = close_text(CloseReason::Timeout, "handshake");
+  deadline_reason_ = CloseCause{CloseReason::Timeout, "handshake"};
   auto self = shared_from_this();
   asio::co_spawn(socket_.get_executor(), watchdog(), rethrow);
   asio::co_spawn(socket_.get_executor(), run(), rethrow);
 }
 
-void Channel::set_deadline(Clock::time_point t, std::string reason) {
+void Channel::set_deadline(Clock::time_point t, CloseCause reason) {
   bool earlier = t < deadline_;
   deadline_ = t;
   deadline_reason_ = std::move(reason);
@@ -87,7 +87,8 @@ asio::awaitable<void> Channel::watchdog() {
 asio::awaitable<bool> Channel::write_all(const std::uint8_t* data, std::size_t n) {
   auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(data, n), kUseTuple);
   if (ec) {
-    fail(close_text(CloseReason::IoError, io_reason(ec, established_ ? "while writing" : "during handshake")));
+    fail(CloseCause{CloseReason::IoError,
+                    io_reason(ec, established_ ? "while writing" : "during handshake")});
     co_return false;
   }
   last_tx_ = Clock::now();
@@ -109,7 +110,7 @@ asio::awaitable<void> Channel::run() {
     if (closed_) co_return;
     if (ec) {
       peer_id_ = hs.remote_peer_id();
-      fail(close_text(CloseReason::HandshakeFailed, io_reason(ec, "during handshake")));
+      fail(CloseCause{CloseReason::HandshakeFailed, io_reason(ec, "during handshake")});
       co_return;
     }
     Bytes out = hs.on_message(buf);
@@ -118,7 +119,7 @@ asio::awaitable<void> Channel::run() {
   peer_id_ = hs.remote_peer_id();
   if (hs.failed()) {
     remote_listen_addr_ = hs.remote_listen_addr();
-    fail(close_text(hs.close_reason(), hs.error()));
+    fail(CloseCause{hs.close_reason(), hs.error()});
     co_return;
   }
   HandshakeResult r = hs.take_result();
@@ -130,7 +131,7 @@ asio::awaitable<void> Channel::run() {
     receiver_->set_crypto_pool(opts_->crypto_pool, opts_->parallel_min_message_bytes);
   established_ = true;
   last_tx_ = Clock::now();
-  set_deadline(Clock::now() + opts_->limits.idle_timeout, close_text(CloseReason::Timeout, "idle"));
+  set_deadline(Clock::now() + opts_->limits.idle_timeout, CloseCause{CloseReason::Timeout, "idle"});
   watchdog_timer_.cancel();  // the idle deadline may be later than the handshake one: re-arm
   spdlog::debug("net: {} {} established ({}, {})", peer_id_, remote_addr_,
                 inbound_ ? "inbound" : "outbound", crypto::aead_name(aead_));
@@ -147,18 +148,19 @@ asio::awaitable<void> Channel::reader() {
     auto [ec, n] = co_await asio::async_read(socket_, asio::buffer(header), kUseTuple);
     if (closed_) co_return;
     if (ec) {
-      if (ec != asio::error::eof) fail(close_text(CloseReason::IoError, io_reason(ec, "while reading")));
+      if (ec != asio::error::eof)
+        fail(CloseCause{CloseReason::IoError, io_reason(ec, "while reading")});
       else if (closing_) fail(close_reason_);  // the remote finished after our close frame
       else
-        fail(close_text(CloseReason::Truncated, receiver_->mid_message()
+        fail(CloseCause{CloseReason::Truncated, receiver_->mid_message()
                                                     ? "EOF inside a message"
-                                                    : "EOF without a close frame"));
+                                                    : "EOF without a close frame"});
       co_return;
     }
     std::size_t body_bytes = 0;
     std::string err;
     if (!receiver_->on_header(header, body_bytes, err)) {
-      fail(close_text(CloseReason::FrameError, err));
+      fail(CloseCause{CloseReason::FrameError, err});
       co_return;
     }
     // The receiver's buffer (<= max_frame_bytes + tag): its own, or a slot of the crypto threads.
@@ -167,12 +169,14 @@ asio::awaitable<void> Channel::reader() {
     if (closed_) co_return;
     if (ec2) {
       fail(ec2 == asio::error::eof
-               ? close_text(CloseReason::Truncated, "EOF inside a frame")
-               : close_text(CloseReason::IoError, io_reason(ec2, "while reading")));
+               ? CloseCause{CloseReason::Truncated, "EOF inside a frame"}
+               : CloseCause{CloseReason::IoError, io_reason(ec2, "while reading")});
       co_return;
     }
     auto ev = receiver_->on_body(body, body_bytes);
-    if (!closing_) set_deadline(Clock::now() + opts_->limits.idle_timeout, close_text(CloseReason::Timeout, "idle"));
+    if (!closing_)
+      set_deadline(Clock::now() + opts_->limits.idle_timeout,
+                   CloseCause{CloseReason::Timeout, "idle"});
     switch (ev) {
       case FrameReceiver::Event::Nothing: break;
       case FrameReceiver::Event::Message:
@@ -180,9 +184,11 @@ asio::awaitable<void> Channel::reader() {
           host_.channel_message(self, receiver_->message_type(), receiver_->take_message());
         break;
       case FrameReceiver::Event::Close:
-        fail(closing_ ? close_reason_ : close_text(CloseReason::RemoteClosed, receiver_->text()));
+        fail(closing_ ? close_reason_ : CloseCause{CloseReason::RemoteClosed, receiver_->text()});
         co_return;
-      case FrameReceiver::Event::Error: fail(close_text(CloseReason::FrameError, receiver_->text())); co_return;
+      case FrameReceiver::Event::Error:
+        fail(CloseCause{CloseReason::FrameError, receiver_->text()});
+        co_return;
     }
     if (closed_) co_return;
   }
@@ -265,7 +271,8 @@ asio::awaitable<void> Channel::writer() {
     if (closing_ && (!flush_ || queue_.empty())) {
       queue_.clear();
       queued_bytes_ = 0;
-      std::string r = close_reason_.substr(0, kMaxCloseReasonBytes);
+      // The wire carries the text (the remote logs it as its remote_closed detail).
+      std::string r = close_reason_.text().substr(0, kMaxCloseReasonBytes);
       if (!co_await send_frame(FrameType::Close, reinterpret_cast<const std::uint8_t*>(r.data()),
                                r.size()))
         co_return;
@@ -308,11 +315,11 @@ bool Channel::send(std::uint8_t type, SharedBytes payload) {
   return true;
 }
 
-void Channel::close(const std::string& reason) { begin_close(reason, true); }
+void Channel::close(CloseCause cause) { begin_close(std::move(cause), true); }
 
-void Channel::shutdown(const std::string& reason) { begin_close(reason, false); }
+void Channel::shutdown(CloseCause cause) { begin_close(std::move(cause), false); }
 
-void Channel::begin_close(const std::string& reason, bool flush) {
+void Channel::begin_close(CloseCause reason, bool flush) {
   if (closing_ || closed_) return;
   if (!established_) {
     fail(reason);
@@ -329,11 +336,11 @@ void Channel::begin_close(const std::string& reason, bool flush) {
                [self, reason] { self->host_.channel_report_closed(self, reason); });
   }
   set_deadline(std::min(deadline_, Clock::now() + opts_->limits.close_linger),
-               close_text(CloseReason::Timeout, "close linger"));
+               CloseCause{CloseReason::Timeout, "close linger"});
   writer_signal_.cancel();
 }
 
-void Channel::fail(const std::string& reason) {
+void Channel::fail(CloseCause reason) {
   if (closed_) return;
   closed_ = true;
   auto self = shared_from_this();

@@ -1,7 +1,7 @@
 // Validation of the channel limits (limits.hpp).
-#include "net/limits.hpp"
+#include "net/secure/limits.hpp"
 
-#include "net/identity.hpp"
+#include "net/secure/identity.hpp"
 
 namespace gossiptrain::net {
 

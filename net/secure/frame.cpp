@@ -1,5 +1,5 @@
 // Frame sealing, checking, decryption and message reassembly (see frame.hpp for the format).
-#include "net/frame.hpp"
+#include "net/secure/frame.hpp"
 #include "base/bytes.hpp"
 
 #if defined(__linux__)

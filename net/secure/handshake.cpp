@@ -1,5 +1,5 @@
 // The handshake state machine (see handshake.hpp for the message layout and the transcript).
-#include "net/handshake.hpp"
+#include "net/secure/handshake.hpp"
 #include "base/bytes.hpp"
 
 #include <cstring>
