@@ -1,4 +1,4 @@
-// connect_within (net/tcp/dial.hpp), the one dial under a deadline of direct and relayed connections:
+// connect_within (net/socket/dial.hpp), the one dial under a deadline of direct and relayed connections:
 // a dial to an address that does not answer ends with a timeout within its deadline and cuts the
 // connect, and a deadline that expires in the same instant as the connect completes does nothing
 // to the dial once it has returned.
@@ -13,7 +13,7 @@
 #include <cerrno>
 #include <optional>
 
-#include "net/tcp/dial.hpp"
+#include "net/socket/dial.hpp"
 #include "tests/net_test_util.hpp"
 
 using namespace gossiptrain::net;

@@ -15,7 +15,7 @@
 #include "apps/common/options.hpp"
 #include "apps/common/option_table.hpp"
 #include "core/trainer.hpp"
-#include "net/tcp/address.hpp"
+#include "net/socket/address.hpp"
 
 namespace gossiptrain::apps {
 

@@ -3,7 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "net/tcp/address.hpp"
+#include "net/socket/address.hpp"
 #include "net/close_reason.hpp"
 
 namespace gossiptrain::apps {

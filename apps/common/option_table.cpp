@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "apps/common/option_table.hpp"
-#include "net/tcp/address.hpp"
+#include "net/socket/address.hpp"
 
 namespace gossiptrain::apps {
 

@@ -16,7 +16,7 @@
 #include "gossip/exchange/averager.hpp"
 #include "kernels/backend.hpp"
 #include "apps/common/kernel_flags.hpp"
-#include "net/tcp/address.hpp"
+#include "net/socket/address.hpp"
 #include "net/secure/crypto_pool.hpp"
 
 namespace gossiptrain::apps {

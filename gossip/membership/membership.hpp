@@ -16,7 +16,7 @@
 #include "gossip/membership/member_table.hpp"
 #include "gossip/membership/messages.hpp"
 #include "gossip/membership/peer_directory.hpp"
-#include "net/tcp/address.hpp"
+#include "net/socket/address.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::gossip {

@@ -26,8 +26,8 @@
 
 #include "net/close_reason.hpp"
 #include "net/nat/nat_traversal.hpp"
-#include "net/tcp/address.hpp"
-#include "net/tcp/dial.hpp"
+#include "net/socket/address.hpp"
+#include "net/socket/dial.hpp"
 
 namespace gossiptrain::net {
 namespace {

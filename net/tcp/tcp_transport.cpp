@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/thread.hpp"
-#include "net/tcp/dial.hpp"
+#include "net/socket/dial.hpp"
 
 namespace gossiptrain::net {
 namespace {

@@ -30,7 +30,7 @@
 #include "net/secure/channel.hpp"
 #include "net/secure/identity.hpp"
 #include "net/secure/limits.hpp"
-#include "net/tcp/address.hpp"
+#include "net/socket/address.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::net {

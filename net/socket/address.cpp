@@ -1,4 +1,4 @@
-#include "net/tcp/address.hpp"
+#include "net/socket/address.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

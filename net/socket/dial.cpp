@@ -1,5 +1,5 @@
 // connect_within (dial.hpp): resolve, connect and a first write under one deadline.
-#include "net/tcp/dial.hpp"
+#include "net/socket/dial.hpp"
 
 #include <netdb.h>
 #include <sys/socket.h>
