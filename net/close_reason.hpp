@@ -47,6 +47,9 @@ std::string close_text(CloseReason r, std::string_view detail = {});
 struct CloseCause {
   CloseReason reason = CloseReason::Unspecified;
   std::string detail;
+  // The connection ended before its handshake completed (a read or write error or the remote
+  // closing it then; a timeout has reason Timeout): a seed that takes no one, say, refuses so.
+  bool in_handshake = false;
 
   std::string text() const {
     if (reason == CloseReason::Unspecified && !detail.empty()) return detail;

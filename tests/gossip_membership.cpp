@@ -831,8 +831,8 @@ struct RefusedTransport : AdvertisingTransport {
     inner.scheduler().schedule(Millis(5), [done = std::move(done), e = error] { done(nullptr, e); });
   }
   std::set<std::string> refusing;
-  net::CloseCause error{net::CloseReason::Unspecified,
-                        "handshake: connection closed by remote during handshake"};
+  net::CloseCause error{net::CloseReason::HandshakeFailed,
+                        "connection closed by remote during handshake", true};
   int dials = 0;
 };
 }  // namespace

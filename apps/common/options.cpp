@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/common/blas.hpp"
+#include "base/enum_names.hpp"
 #include "core/partition.hpp"
 #include "gossip/exchange/averager.hpp"
 #include "kernels/backend.hpp"
@@ -20,6 +21,23 @@
 #include "net/secure/crypto_pool.hpp"
 
 namespace gossiptrain::apps {
+
+namespace {
+constexpr std::string_view kCatchUpNames[] = {"auto", "off"};
+}  // namespace
+
+std::string_view to_string(CatchUpMode m) {
+  return base::enum_name(m, CatchUpMode::Auto, kCatchUpNames);
+}
+
+void from_string(std::string_view text, CatchUpMode& out) {
+  if (auto m = base::enum_from_name(text, CatchUpMode::Auto, kCatchUpNames)) {
+    out = *m;
+    return;
+  }
+  throw std::invalid_argument("unknown catch-up mode '" + std::string(text) +
+                              "' (expected auto or off)");
+}
 
 namespace {
 
@@ -462,7 +480,7 @@ const OptionTable<PeerConfig>& peer_options() {
       O::seconds("stop-grace",
                  "after SIGINT or SIGTERM the peer exits within this many seconds whatever state "
                  "its training thread is in, without a final checkpoint if it had to force it "
-                 "(a second signal exits at once)",
+                 "(a second SIGINT exits at once; a repeated SIGTERM does not)",
                  &PeerConfig::stop_grace_s, 1),
       O::choice(
           "catch-up", {"auto", "off"},

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "apps/common/cluster.hpp"
@@ -15,6 +16,12 @@
 #include "kernels/backend.hpp"
 
 namespace gossiptrain::apps {
+
+// --catch-up: a peer with no checkpoint that finds live members fetches one's state before its
+// first step (Auto), or starts from its own initial weights (Off).
+enum class CatchUpMode { Auto, Off };
+std::string_view to_string(CatchUpMode m);
+void from_string(std::string_view text, CatchUpMode& out);  // throws std::invalid_argument
 
 inline constexpr int kDefaultNetNice = 0;
 // --linger when the peer gossips (it has seeds or listens); 0 when it trains alone.
@@ -91,9 +98,7 @@ struct PeerConfig {
   // the slowest gap seen) is a stall; 0: off. And a stop request must end the process in stop_grace_s.
   double stall_timeout_s = 120.0;
   double stop_grace_s = 10.0;
-  // A peer with no checkpoint that finds live members fetches one's state before its first step
-  // (auto), or starts from its own initial weights (off).
-  std::string catch_up = "auto";
+  CatchUpMode catch_up = CatchUpMode::Auto;  // --catch-up
   double catch_up_timeout_s = 60.0;    // then it gives up and starts from its own weights
   int min_peers = 1;                   // live members (itself included) to wait for before step 1
   double min_peers_timeout_s = 120.0;  // then it starts anyway, with a warning

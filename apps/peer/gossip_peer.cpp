@@ -308,7 +308,7 @@ std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::
   // A peer of a cohort that starts together (--min-peers > 1) starts with the others from its
   // own first step when they all start fresh; when some carry the run on from their checkpoints
   // (the run resumed at another size: this peer is a new ordinal), it catches up from one.
-  if (!resumed && cfg.catch_up == "auto" && !cfg.node.membership.seeds.empty() && !g_stop.load()) {
+  if (!resumed && cfg.catch_up == apps::CatchUpMode::Auto && !cfg.node.membership.seeds.empty() && !g_stop.load()) {
     catch_up(trainer, *node, cfg, metrics, cfg.min_peers > 1);
     if (trainer.step() > 0) node->gossip().set_carries_run(true);
   }

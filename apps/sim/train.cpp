@@ -116,7 +116,7 @@ void World::start_training(Peer& p, bool joiner) {
     resumed = true;
   }
   const bool restarted = p.life > 1;
-  p.catching_up = joiner || (restarted && !resumed && cfg_.peer.catch_up == "auto");
+  p.catching_up = joiner || (restarted && !resumed && cfg_.peer.catch_up == CatchUpMode::Auto);
   p.trainer->call_hook(/*done=*/true);  // the averager learns the vector's size
   p.node->start();
   const std::uint64_t life = p.life;

@@ -257,11 +257,10 @@ void Membership::send_sync_to_addr(const std::string& addr, bool join) {
         if (!c) {
           spdlog::debug("membership {}: seed {} unreachable: {}", self_id_, addr, err);
           // Connected, then closed by the seed before the handshake completed (not a timeout).
-          const std::string text = err.text();
-          if (join && seq >= join_seq_lo_ && text.find("during handshake") != std::string::npos &&
-              text.find("timeout") == std::string::npos) {
+          if (join && seq >= join_seq_lo_ && err.in_handshake &&
+              err.reason != net::CloseReason::Timeout) {
             ++join_refused_;
-            join_refused_error_ = text;
+            join_refused_error_ = err.text();
           }
           return;
         }

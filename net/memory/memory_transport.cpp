@@ -334,7 +334,8 @@ void SimNetwork::do_connect(std::size_t from, const std::string& addr,
             [this, a, from, done = std::move(done)]() {
               if (!a->open_) {
                 done(nullptr,
-                     CloseCause{CloseReason::Unspecified, "connection closed during handshake"});
+                     CloseCause{CloseReason::Unspecified, "connection closed during handshake",
+                                true});
                 return;
               }
               a->reported_ = true;

@@ -88,7 +88,8 @@ asio::awaitable<bool> Channel::write_all(const std::uint8_t* data, std::size_t n
   auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(data, n), kUseTuple);
   if (ec) {
     fail(CloseCause{CloseReason::IoError,
-                    io_reason(ec, established_ ? "while writing" : "during handshake")});
+                    io_reason(ec, established_ ? "while writing" : "during handshake"),
+                    !established_});
     co_return false;
   }
   last_tx_ = Clock::now();
@@ -110,7 +111,7 @@ asio::awaitable<void> Channel::run() {
     if (closed_) co_return;
     if (ec) {
       peer_id_ = hs.remote_peer_id();
-      fail(CloseCause{CloseReason::HandshakeFailed, io_reason(ec, "during handshake")});
+      fail(CloseCause{CloseReason::HandshakeFailed, io_reason(ec, "during handshake"), true});
       co_return;
     }
     Bytes out = hs.on_message(buf);

@@ -178,7 +178,7 @@ class BufferPeer final : public core::StateSource {
     interruptible(stop_, [&] {
       node_->gossip().wait_for_members(cfg_.min_peers, cfg_.min_peers_timeout_s, stop_);
     });
-    if (resumed_ || cfg_.catch_up != "auto" || cfg_.node.membership.seeds.empty())
+    if (resumed_ || cfg_.catch_up != apps::CatchUpMode::Auto || cfg_.node.membership.seeds.empty())
       return nb::none();
     const bool cohort = cfg_.min_peers > 1;
     std::optional<gossip::CatchUpResult> r;
