@@ -15,7 +15,6 @@ import json
 import os
 import re
 import secrets
-import shlex
 import shutil
 import subprocess
 import sys
@@ -89,19 +88,15 @@ def build_image():
 def page(prefix, n, options=(), flags=()):
     """The page's command that starts with prefix, for this test's name and n containers (the
     page's up for 6 serves the last size, 3, too; its stop and rm name the 4 of the first)."""
-    cmd = doc_commands.with_name(doc_commands.get(PAGE, prefix), TAG,
-                                 [shlex.quote(o) for o in options], [shlex.quote(f) for f in flags])
-    cmd = re.sub(r"--replicas \d+", f"--replicas {n}", cmd)
-    names = " ".join(f"{TAG}-{i}" for i in range(4))
-    cmd = cmd.replace(names, " ".join(f"{TAG}-{i}" for i in range(n)))
-    print(f"docs/containers.md: {cmd}", flush=True)
-    return cmd
+    first4 = " ".join(f"{TAG}-{i}" for i in range(4))
+    to_n = " ".join(f"{TAG}-{i}" for i in range(n))
+    return doc_commands.for_test(
+        PAGE, prefix, TAG, options, flags,
+        lambda cmd: re.sub(r"--replicas \d+", f"--replicas {n}", cmd).replace(first4, to_n))
 
 
 def sh(cmd, timeout):
-    """A page's command line through bash, from the repository root (its paths are relative)."""
-    return subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return doc_commands.run_line(cmd, ROOT, timeout)
 
 
 def up(n, key):

@@ -11,7 +11,6 @@ network and volume is named gt-pods-<pid>-... and removed. Exit 77: skipped, wit
 import functools
 import os
 import secrets
-import shlex
 import shutil
 import subprocess
 import sys
@@ -88,16 +87,11 @@ PAGE_DOWN = "deploy/container/podman-swarm.sh down --name gt --replicas 4"
 
 def page(prefix, options=(), flags=()):
     """The page's command that starts with prefix, as this test runs it."""
-    cmd = doc_commands.with_name(doc_commands.get(PAGE, prefix), TAG,
-                                 [shlex.quote(o) for o in options], [shlex.quote(f) for f in flags])
-    print(f"docs/containers.md: {cmd}", flush=True)
-    return cmd
+    return doc_commands.for_test(PAGE, prefix, TAG, options, flags)
 
 
 def sh(cmd, timeout):
-    """A page's command line through bash, from the repository root (its paths are relative)."""
-    return subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return doc_commands.run_line(cmd, ROOT, timeout)
 # The manifest's training flags, then this test's size (the last of a repeated flag wins).
 args = list(spec["args"]) + ["--model", MODEL, "--epochs", str(EPOCHS),
                              "--checkpoint-every", "1", "--linger", "10", "--min-peers", str(N)]

@@ -17,6 +17,8 @@ entry that no command matches: a command added to a page must name its test.
   doc_commands.py check SOURCE_DIR       the coverage check above"""
 import os
 import re
+import shlex
+import subprocess
 import sys
 
 # (page, beginning of a command, who runs it and how)
@@ -123,6 +125,25 @@ def with_name(cmd, tag, options=(), flags=()):
         head, sep, tail = cmd.partition(' -- ')
         cmd = ' '.join([head, *options]) + (sep + tail if sep else '')
     return ' '.join([cmd, *flags])
+
+
+def for_test(path, prefix, tag, options=(), flags=(), adapt=None):
+    """with_name() of the page's command that starts with prefix, options and flags quoted for
+    bash, then adapt(cmd) where given; printed, so the test's log shows what it ran."""
+    cmd = with_name(get(path, prefix), tag, [shlex.quote(o) for o in options],
+                    [shlex.quote(f) for f in flags])
+    if adapt:
+        cmd = adapt(cmd)
+    page = os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path))
+    print(f"{page}: {cmd}", flush=True)
+    return cmd
+
+
+def run_line(cmd, cwd, timeout):
+    """A page's command line through bash from cwd (its paths are relative to the repository
+    root), its output captured."""
+    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def entry_for(page, cmd):

@@ -36,6 +36,11 @@ cancel_and_wait() {
   done
   squeue -h -j "$1" 2>/dev/null | grep -q . && fail "job $1 still in the queue 60 s after scancel"
 }
+# show_job OUT RUN_DIR: the job's output and the end of each task's log.
+show_job() {
+  echo "--- $1"; tail -30 "$1"
+  for f in "$2"/peer*.log; do echo "--- $f"; tail -4 "$f"; done
+}
 [[ $(id -u) == 0 ]] || skip "needs root (munged, slurmd)"
 for b in munged slurmctld slurmd sbatch sinfo; do
   command -v $b >/dev/null || skip "$b is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)"
@@ -164,8 +169,7 @@ if [[ ${GT_SLURM_SCANCEL:-0} == 1 ]]; then
   ((back)) || { tail -20 "$TMP/job.out" "$RUN"/peer1.log; fail "peer 1 was not restarted and checkpointing within 60 s"; }
   echo "every peer trained and checkpointed, peer 1 restarted: scancel $jid"
   cancel_and_wait "$jid"
-  echo "--- job output"; tail -30 "$TMP/job.out"
-  for f in "$RUN"/peer*.log; do echo "--- $f"; tail -3 "$f"; done
+  show_job "$TMP/job.out" "$RUN"
   grep -q "gossip.sbatch: SIGTERM" "$TMP/job.out" || fail "the job script did not trap SIGTERM"
   grep -q "FAILED: peer" "$TMP/job.out" || fail "the report did not name the stopped peers"
   "$PY" - "$RUN" <<'PYCANCEL' || fail "the cancelled run's checks"
@@ -240,8 +244,7 @@ PYWAIT
   timeout 600 sbatch --wait --ntasks "$TO" --overcommit --output="$TMP/job2.out" \
     "$SRC/deploy/slurm/gossip.sbatch" "${RFLAGS[@]}"
   rc=$?
-  echo "--- second job output"; tail -30 "$TMP/job2.out"
-  for f in "$RUN"/peer*.log; do echo "--- $f"; tail -4 "$f"; done
+  show_job "$TMP/job2.out" "$RUN"
   ((rc == 0)) || fail "the resubmitted job's exit code $rc (its report)"
   grep -q "gossip.sbatch: run resize-check in $RUN, $TO task(s)" "$TMP/job2.out" || fail "the second job did not say its run and size"
   for ((i = 0; i < (TO < 4 ? TO : 4); i++)); do
@@ -326,11 +329,6 @@ print("RESULT " + json.dumps({"final_test_acc_mean": s["final_test_acc_mean"],
                               "seconds": s["seconds"], "churn": s.get("churn")}))
 PYCHECK
 }
-# show_job OUT RUN_DIR: the job's output and the end of each task's log.
-show_job() {
-  echo "--- $1"; tail -30 "$1"
-  for f in "$2"/peer*.log; do echo "--- $f"; tail -4 "$f"; done
-}
 
 if (($# > 0)); then
   # scripts/experiments/slurm-churn.sh: one 4-task job of the given flags.
@@ -405,8 +403,9 @@ done
 squeue -h -j "$tl_jid" 2>/dev/null | grep -q . && { cancel_and_wait "$tl_jid"; fail "the time-limit job was still in the queue $((SECONDS - tl_t0)) s after its submission"; }
 show_job "$TMP/job-tl.out" "$TMP/run-tl"
 echo "time-limit job left the queue $((SECONDS - tl_t0)) s after its submission"
-grep -E "JobId=$tl_jid .*(time limit|TimeLimit)|[Tt]ime limit.*JobId=$tl_jid" "$TMP/ctld.log" | tail -2
-grep -qiE "time limit.*JobId=$tl_jid|JobId=$tl_jid.*time limit" "$TMP/ctld.log" || fail "slurmctld's log does not say job $tl_jid reached its time limit"
+tl_log=$(grep -iE "time limit.*JobId=$tl_jid\b|JobId=$tl_jid\b.*time limit" "$TMP/ctld.log") ||
+  fail "slurmctld's log does not say job $tl_jid reached its time limit"
+tail -2 <<<"$tl_log"
 grep -q "gossip.sbatch: SIGTERM" "$TMP/job-tl.out" || fail "the time-limit job's script did not trap SIGTERM"
 # Two jobs on one node at once, on different ports from their job ids.
 "$PY" - "$TMP/run-tl" "$RUN" "$TMP/run-churn" <<'PYTWO' || fail "the jobs on one node at once"

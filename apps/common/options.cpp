@@ -24,11 +24,8 @@ namespace gossiptrain::apps {
 
 namespace {
 constexpr std::string_view kCatchUpNames[] = {"auto", "off"};
+static_assert(std::size(kCatchUpNames) == base::enum_count(CatchUpMode::Auto, CatchUpMode::Off));
 }  // namespace
-
-std::string_view to_string(CatchUpMode m) {
-  return base::enum_name(m, CatchUpMode::Auto, kCatchUpNames);
-}
 
 void from_string(std::string_view text, CatchUpMode& out) {
   if (auto m = base::enum_from_name(text, CatchUpMode::Auto, kCatchUpNames)) {

@@ -20,7 +20,6 @@ namespace gossiptrain::apps {
 // --catch-up: a peer with no checkpoint that finds live members fetches one's state before its
 // first step (Auto), or starts from its own initial weights (Off).
 enum class CatchUpMode { Auto, Off };
-std::string_view to_string(CatchUpMode m);
 void from_string(std::string_view text, CatchUpMode& out);  // throws std::invalid_argument
 
 inline constexpr int kDefaultNetNice = 0;

@@ -9,9 +9,9 @@
 // exchange) sends Request{Reverse, nonce} on that connection; the peer dials us and sends
 // Hello{nonce} first on the new connection, which connect() then hands to its caller as if it had
 // dialled it. The gossip layers see an ordinary connection of their own.
-#include <sodium.h>
 #include <spdlog/spdlog.h>
 
+#include "net/nat/nat_detail.hpp"
 #include "net/nat/nat_traversal.hpp"
 
 namespace gossiptrain::net {
@@ -33,15 +33,9 @@ constexpr std::chrono::seconds kCheckServeEvery{10};  // one check per requester
 constexpr std::size_t kMaxCheckServed = 1024;
 constexpr int kMaxCheckAttempts = 3;
 
-std::uint64_t random_nonce() {
-  std::uint64_t n = 0;
-  while (n == 0) randombytes_buf(&n, sizeof n);
-  return n;
-}
-
-std::string short_peer(const std::string& id) { return id.substr(0, 8); }
-
-SharedBytes shared(Bytes b) { return std::make_shared<const Bytes>(std::move(b)); }
+using nat_detail::random_nonce;
+using nat_detail::shared;
+using nat_detail::short_peer;
 
 }  // namespace
 

@@ -11,7 +11,6 @@
 //   <- Result{n, ok}                                                   channel as responder
 //   dials R: preamble(n, 0)         splices the two sockets
 //   channel as initiator  <======== ciphertext, rate-bounded =========>
-#include <sodium.h>
 #include <spdlog/spdlog.h>
 #include <asio/co_spawn.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -25,6 +24,7 @@
 #include <random>
 
 #include "net/close_reason.hpp"
+#include "net/nat/nat_detail.hpp"
 #include "net/nat/nat_traversal.hpp"
 #include "net/socket/address.hpp"
 #include "net/socket/dial.hpp"
@@ -46,15 +46,9 @@ void rethrow(std::exception_ptr e) {
   if (e) std::rethrow_exception(e);
 }
 
-std::uint64_t random_nonce() {
-  std::uint64_t n = 0;
-  while (n == 0) randombytes_buf(&n, sizeof n);
-  return n;
-}
-
-std::string short_peer(const std::string& id) { return id.substr(0, 8); }
-
-SharedBytes shared(Bytes b) { return std::make_shared<const Bytes>(std::move(b)); }
+using nat_detail::random_nonce;
+using nat_detail::shared;
+using nat_detail::short_peer;
 
 // A relayed channel that ended like this points at its relay (or the path through it), not at a
 // normal close by either endpoint.
