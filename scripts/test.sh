@@ -3,7 +3,7 @@
 # present), runs every test with CTest ([cuda] tests skip with a message when there is no GPU), then
 # builds the layers that parse what the network sends (net/ and gossip/) with AddressSanitizer + UBSan
 # (CMake preset "asan") and runs their tests, the loop pool's tests and the parser fuzz smoke test
-# there, then builds the libFuzzer targets with clang (preset "fuzz") and runs each 30 s from its
+# there, then builds the libFuzzer targets with clang (preset "fuzz") and runs each 60 s from its
 # corpus (scripts/test/fuzz.sh). GT_SKIP_ASAN=1 skips those two sanitizer stages. After the main suite, the install test runs once more with the build
 # tree moved away (scripts/test/install-check.sh).
 #   scripts/test.sh --quick   the unit tests only (CTest label "unit", not "slow"), no install
@@ -88,13 +88,13 @@ if [[ "${GT_SKIP_ASAN:-0}" != 1 ]]; then
 else
   skipped "AddressSanitizer + UBSan" "GT_SKIP_ASAN=1"
 fi
-# The libFuzzer targets (clang, preset "fuzz": only they and what they link are built), 30 s each,
+# The libFuzzer targets (clang, preset "fuzz": only they and what they link are built), 60 s each,
 # both at once, from their corpus in tests/fuzz/corpus/ (scripts/test/fuzz.sh). GT_SKIP_ASAN=1 skips it.
 fuzz_stage() {
-  cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$JOBS" && bash scripts/test/fuzz.sh --time 30
+  cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$JOBS" && bash scripts/test/fuzz.sh --time 60
 }
 if [[ "${GT_SKIP_ASAN:-0}" != 1 ]]; then
-  stage "fuzzers, 30 s each (build-fuzz)" fuzz_stage
+  stage "fuzzers, 60 s each (build-fuzz)" fuzz_stage
 else
   skipped "fuzzers" "GT_SKIP_ASAN=1"
 fi
