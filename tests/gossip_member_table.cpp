@@ -205,3 +205,34 @@ TEST_CASE("transmit queue: failure-detector news goes before any join news", "[g
   f.t.queue(*f.t.find("joiner3"), MemberState::Suspect, 1, kNoName);
   CHECK(f.t.take(1, 5)[0].id == "joiner3");
 }
+
+TEST_CASE("member table: a partition is suspected from two or more dead members, a third of those known",
+          "[gossip]") {
+  auto members = [](int alive, int dead, int left) {
+    std::vector<MemberInfo> m;
+    for (int i = 0; i < alive; ++i) m.push_back({"a" + std::to_string(i), "", 1, MemberState::Alive});
+    for (int i = 0; i < dead; ++i) m.push_back({"d" + std::to_string(i), "", 1, MemberState::Dead});
+    for (int i = 0; i < left; ++i) m.push_back({"l" + std::to_string(i), "", 1, MemberState::Left});
+    return m;
+  };
+  // A 4|4 split seen from one side (ourselves among the four alive).
+  DeadCount c = count_dead(members(4, 4, 0));
+  CHECK(c.dead == 4);
+  CHECK(c.known == 8);
+  CHECK(c.partition_suspected());
+  CHECK(count_dead(members(2, 2, 0)).partition_suspected());  // 2|2
+  // One crash is not a partition, however small the swarm.
+  CHECK_FALSE(count_dead(members(2, 1, 0)).partition_suspected());
+  // Two crashed of eight: under a third.
+  CHECK_FALSE(count_dead(members(6, 2, 0)).partition_suspected());
+  // Peers that finished and left do not count, neither as dead nor as known.
+  c = count_dead(members(1, 0, 7));
+  CHECK(c.dead == 0);
+  CHECK(c.known == 1);
+  CHECK_FALSE(c.partition_suspected());
+  CHECK(count_dead(members(2, 2, 4)).partition_suspected());
+  // Suspects are alive until declared dead.
+  auto m = members(4, 0, 0);
+  m[1].state = m[2].state = MemberState::Suspect;
+  CHECK_FALSE(count_dead(m).partition_suspected());
+}

@@ -464,6 +464,12 @@ const OptionTable<PeerConfig>& peer_options() {
             return c.linger_s >= 0 ? show_value(c.linger_s)
                                    : show_value(kDefaultLingerS) + " with --seeds or --listen, else 0";
           }).for_programs(kGossipPeer | kGossipSim),
+      O::seconds("linger-heal",
+                 "after --linger, while two or more members are dead without having left and they "
+                 "are a third or more of those known (a partition, not peers that finished), linger "
+                 "up to this long more for them to come back, then --linger once more so both "
+                 "sides settle (0: off)",
+                 &PeerConfig::linger_heal_s, 0).for_programs(kGossipPeer),
       O::number("linger-settle", "D",
                 "while lingering, start exchanges until every partner met since this peer last "
                 "moved is within D (||r - s||) of it, then only one every 2 s; a heal that comes "
@@ -712,7 +718,7 @@ const std::vector<HelpGroup>& peer_help_groups() {
        {"gossip-every", "comm-preset", "wire", "error-feedback", "finish-wire", "finish-from",
         "slow-link-wire", "max-lag", "max-lag-share", "max-ahead", "outer-every", "outer-lr", "outer-momentum",
         "weighting", "partner-choice", "catch-up", "catch-up-timeout", "min-peers",
-        "min-peers-timeout", "linger", "linger-settle", "max-rate"}},
+        "min-peers-timeout", "linger", "linger-heal", "linger-settle", "max-rate"}},
       {"Robust mixing",
        {"mix", "clip-mult", "clip-window", "clip-warmup", "clip-warmup-frac", "suspect-mult",
         "suspect-floor", "suspect-action", "suspect-decay", "suspect-min-clip", "refuse-mult",

@@ -320,12 +320,44 @@ std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::
   return node;
 }
 
+// --linger-heal: a partition that heals after training (every peer of a side finished while the
+// other side was unreachable) is crossed only if both sides are still there at the heal. So while
+// the dead members are many enough to be a partition, keep serving for up to linger_heal_s, and
+// once they are back, for --linger once more (the settle exchanges merge the sides).
+void linger_through_partition(const apps::PeerConfig& cfg, core::Trainer& trainer,
+                              apps::PeerNode& node) {
+  if (cfg.linger_heal_s <= 0 || cfg.linger_s <= 0 || g_stop.load()) return;
+  gossip::DeadCount d = node.gossip().dead_count();
+  if (!d.partition_suspected()) return;
+  spdlog::info("linger: {} of {} members dead without leaving (a partition?): lingering up to {} s "
+               "more for them to come back (--linger-heal)",
+               d.dead, d.known, cfg.linger_heal_s);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto waited = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  while (!g_stop.load() && d.partition_suspected() && waited() < cfg.linger_heal_s) {
+    trainer.linger(g_stop, 0.5);
+    d = node.gossip().dead_count();
+  }
+  if (g_stop.load()) return;
+  if (d.partition_suspected()) {
+    spdlog::warn("linger: {} of {} members still dead after {:.1f} s more: leaving without them",
+                 d.dead, d.known, waited());
+    return;
+  }
+  spdlog::info("linger: members back after {:.1f} s ({} dead of {} now): lingering {} s more so "
+               "both sides settle", waited(), d.dead, d.known, cfg.linger_s);
+  trainer.linger(g_stop, cfg.linger_s);
+}
+
 // After training: serve exchanges for --linger, then evaluate and save once more, since the
 // exchanges served changed the parameters.
 // A stopped peer skips both (the run saved its checkpoint on the way out): a stop must be quick.
 void finish_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node,
                    const core::Dataset& test, core::TrainResult& res, core::Metrics& metrics) {
   trainer.linger(g_stop, cfg.linger_s);
+  linger_through_partition(cfg, trainer, node);
   if (!res.stopped && !g_stop.load()) {
     const core::EvalResult ev = trainer.evaluate(test);
     trainer.note_test_acc(ev.acc);

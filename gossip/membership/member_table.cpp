@@ -286,4 +286,14 @@ std::uint64_t MemberTable::self_incarnation() const {
   return rows_[0].incarnation;
 }
 
+DeadCount count_dead(const std::vector<MemberInfo>& members) {
+  DeadCount c;
+  for (const auto& m : members) {
+    if (m.state == MemberState::Left) continue;
+    ++c.known;
+    if (m.state == MemberState::Dead) ++c.dead;
+  }
+  return c;
+}
+
 }  // namespace gossiptrain::gossip

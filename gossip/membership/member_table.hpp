@@ -65,6 +65,17 @@ struct MemberInfo {
 
 inline bool is_live(MemberState s) { return s == MemberState::Alive || s == MemberState::Suspect; }
 
+// How many of `members` (ourselves included, as Membership::members() lists them) are dead
+// without having left, and how many are known and not left: what a lingering peer reads to tell a
+// partition (a third or more of the swarm gone silent at once) from peers that finished and left.
+struct DeadCount {
+  std::size_t dead = 0;
+  std::size_t known = 0;
+  // Two or more members dead and at least a third of those known: one crash is not a partition.
+  bool partition_suspected() const { return dead >= 2 && 3 * dead >= known; }
+};
+DeadCount count_dead(const std::vector<MemberInfo>& members);
+
 // Written on the membership's protocol thread only, under a lock; the protocol thread reads
 // without it, other threads through the locked readers at the end.
 class MemberTable {
