@@ -19,13 +19,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/short_id.hpp"
 #include "gossip/dispatcher.hpp"
 #include "net/buffer_pool.hpp"
 
 namespace gossiptrain::gossip {
 
 namespace {
-std::string short_id(const std::string& id) { return id.substr(0, 8); }
+using base::short_id;
 // While a snapshot is being cut into chunks, the sender is woken every this many chunks.
 constexpr std::size_t kChunksPerWakeup = 8;
 

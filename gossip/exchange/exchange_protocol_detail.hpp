@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/short_id.hpp"
 #include "gossip/exchange/exchange_protocol.hpp"
 
 namespace gossiptrain::gossip::exchange_detail {
@@ -20,6 +21,6 @@ constexpr auto kChunk = static_cast<std::uint8_t>(ExchangeType::Chunk);
 constexpr auto kValid = static_cast<std::uint8_t>(ExchangeType::Valid);
 constexpr auto kAbort = static_cast<std::uint8_t>(ExchangeType::Abort);
 
-inline std::string short_id(const std::string& id) { return id.substr(0, 8); }
+using base::short_id;
 
 }  // namespace gossiptrain::gossip::exchange_detail
