@@ -169,10 +169,13 @@ TEST_CASE("max-ahead and max-lag-share: a value out of range is a usage error", 
 TEST_CASE("slow-link-wire: off, a wire, the int8 default, and anything else is a usage error naming it",
           "[apps]") {
   bool help = false;
-  CHECK(parse_peer_args({}, &help).node.averager.slow_link_wire == gossiptrain::kernels::Wire::Int8);
+  CHECK(parse_peer_args({}, &help).node.averager.slow_link_wire ==
+        gossiptrain::gossip::WireFormat::Int8);
   CHECK_FALSE(parse_peer_args({"--slow-link-wire", "off"}, &help).node.averager.slow_link_wire.has_value());
-  CHECK(parse_peer_args({"--slow-link-wire", "int8"}, &help).node.averager.slow_link_wire == gossiptrain::kernels::Wire::Int8);
-  CHECK(parse_peer_args({"--slow-link-wire", "fp16"}, &help).node.averager.slow_link_wire == gossiptrain::kernels::Wire::Fp16);
+  CHECK(parse_peer_args({"--slow-link-wire", "int8"}, &help).node.averager.slow_link_wire ==
+        gossiptrain::gossip::WireFormat::Int8);
+  CHECK(parse_peer_args({"--slow-link-wire", "fp16"}, &help).node.averager.slow_link_wire ==
+        gossiptrain::gossip::WireFormat::Fp16);
   for (const char* bad : {"int9", "", "fp32", "int2", "fast"})
     CHECK_THAT(peer_error({"--slow-link-wire", bad}), Contains("--slow-link-wire"));
   CHECK_THAT(peer_error({"--slow-link-wire"}), Contains("--slow-link-wire"));  // no value

@@ -10,7 +10,6 @@
 
 namespace gossiptrain::gossip::exchange_detail {
 
-using kernels::encoded_size;
 using net::Millis;
 using Timer = ExchangePort::Timer;
 constexpr auto kReq = static_cast<std::uint8_t>(ExchangeType::Request);
