@@ -81,28 +81,13 @@ double to_number(const std::string& flag, const std::string& v) {
   return x;
 }
 
-// A WIRE|off flag that sets an optional wire: "off" clears it, a --wire value that allowed()
-// takes sets it; shown as the wire's name or "off".
+// A flag that sets an optional wire: "off" clears it, a --wire value that allowed() takes sets
+// it; read as --wire is (wire_flags.hpp), shown as the wire's name or "off".
 PeerOption wire_or_off(const std::string& name, std::string help,
                        std::optional<gossip::WireFormat> gossip::AveragerConfig::*field,
-                       bool (*allowed)(gossip::WireFormat), const std::string& takes, ValueKind kind) {
-  return PeerOption{name, "WIRE|off", std::move(help),
-                    [=](PeerConfig& c, const std::string& v) {
-                      if (v == "off") {
-                        (c.node.averager.*field).reset();
-                        return;
-                      }
-                      for (const auto& [n, w] : wire_values())
-                        if (n == v && allowed(w)) {
-                          c.node.averager.*field = w;
-                          return;
-                        }
-                      throw bad_value(name, v, takes);
-                    }}
-      .shows([field](PeerConfig& c) {
-        const auto& w = c.node.averager.*field;
-        return w ? std::string(gossip::wire_name(*w)) : "off";
-      })
+                       bool (*allowed)(gossip::WireFormat), ValueKind kind) {
+  return O::named<std::optional<gossip::WireFormat>>(name, wire_or_off_values(allowed),
+                                                     std::move(help), averager(field))
       .of_kind(kind);
 }
 
@@ -265,7 +250,7 @@ const OptionTable<PeerConfig>& peer_options() {
                   "wire early, a finer one where the final accuracy is made "
                   "(docs/communication.md)",
                   &A::finish_wire, [](gossip::WireFormat) { return true; },
-                  "off or a --wire value", ValueKind::NumberOrWord)
+                  ValueKind::NumberOrWord)
           .for_programs(kGossipPeer | kGossipSim),
       wire_or_off("slow-link-wire",
                   "with --wire fp32 and no --finish-wire: exchange in this wire, with error "
@@ -273,8 +258,10 @@ const OptionTable<PeerConfig>& peer_options() {
                   "ways in an fp32 exchange; the partner takes the wire the request names), fp32 "
                   "with the others (docs/communication.md; off: fp32 with every partner)",
                   &A::slow_link_wire,
-                  [](gossip::WireFormat w) { return w != gossip::WireFormat::Fp32 && w != gossip::WireFormat::Int2; },
-                  "off or a --wire value other than fp32 and int2", ValueKind::Text)
+                  [](gossip::WireFormat w) {
+                    return w != gossip::WireFormat::Fp32 && w != gossip::WireFormat::Int2;
+                  },
+                  ValueKind::Text)
           .for_programs(kGossipPeer | kGossipSim),
       O::number("finish-from", "P",
                 "the fraction of training after which --finish-wire takes over",
