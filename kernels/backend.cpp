@@ -24,9 +24,8 @@ namespace gossiptrain::kernels {
 namespace {
 constexpr std::string_view kPrecisionNames[] = {"fp32", "tf32", "bf16"};
 static_assert(std::size(kPrecisionNames) == base::enum_count(Precision::Fp32, Precision::Bf16));
-constexpr std::string_view kWireNames[] = {"fp32", "fp16", "bf16", "int8",
-                                           "int4", "int2", "int4-rel"};
-static_assert(std::size(kWireNames) == base::enum_count(Wire::Fp32, Wire::Int4Rel));
+constexpr std::string_view kWireNames[] = {"fp32", "fp16", "bf16", "int8", "int4", "int2"};
+static_assert(std::size(kWireNames) == base::enum_count(Wire::Fp32, Wire::Int2));
 constexpr std::string_view kBackendNames[] = {"auto", "cpu", "cuda"};
 static_assert(std::size(kBackendNames) == base::enum_count(BackendKind::Auto, BackendKind::Cuda));
 }  // namespace
@@ -54,12 +53,6 @@ std::string_view precision_name(Precision p) {
   return base::enum_name(p, Precision::Fp32, kPrecisionNames);
 }
 
-Wire parse_wire(std::string_view s) {
-  if (auto w = base::enum_from_name(s, Wire::Fp32, kWireNames)) return *w;
-  throw std::invalid_argument("unknown wire encoding '" + std::string(s) +
-                              "' (expected fp32, fp16, bf16, int8, int4, int2 or int4-rel)");
-}
-
 std::string_view wire_name(Wire w) { return base::enum_name(w, Wire::Fp32, kWireNames); }
 
 std::size_t encoded_size(Wire w, std::size_t n) {
@@ -73,8 +66,6 @@ std::size_t encoded_size(Wire w, std::size_t n) {
       const std::size_t per_byte = wire_values_per_byte(w);
       return (n + kInt8BlockSize - 1) / kInt8BlockSize * sizeof(float) + (n + per_byte - 1) / per_byte;
     }
-    case Wire::Int4Rel:
-      return (n + kInt8BlockSize - 1) / kInt8BlockSize * 2 * sizeof(float) + (n + 1) / 2;
   }
   throw std::invalid_argument("encoded_size: unknown wire encoding");
 }

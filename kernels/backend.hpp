@@ -19,21 +19,21 @@ struct BackendError : std::runtime_error {
 
 enum class Act { None, Relu };
 
-// Wire encodings for parameter vectors (docs/exchange.md, "Wire encodings").
-// Int4Rel: int4 relative to the receiver's own parameters, encoded by the averager on the host
-// (gossip/exchange/relative_wire.hpp), never by a backend.
-enum class Wire { Fp32, Fp16, Bf16, Int8, Int4, Int2, Int4Rel };
+// The backends' encodings of parameter vectors (docs/exchange.md, "Wire encodings"). What goes
+// between peers is a gossip::WireFormat (gossip/exchange/wire_format.hpp): these, and int4-rel,
+// which the averager encodes on the host.
+enum class Wire { Fp32, Fp16, Bf16, Int8, Int4, Int2 };
 // Floats per block of the blockwise wires (int8, int4, int2); each block has one fp32 scale.
 constexpr std::size_t kInt8BlockSize = 256;
 // The blockwise wires: their fp32 block scales come first, then the packed values.
 constexpr bool is_blockwise(Wire w) {
-  return w == Wire::Int8 || w == Wire::Int4 || w == Wire::Int2 || w == Wire::Int4Rel;
+  return w == Wire::Int8 || w == Wire::Int4 || w == Wire::Int2;
 }
 // The largest code of a blockwise wire: values are round(x / scale) in [-q, q], scale = max|x| / q.
 constexpr int wire_qmax(Wire w) { return w == Wire::Int8 ? 127 : w == Wire::Int4 ? 7 : 1; }
 // Values per byte of a blockwise wire: 1 (int8), 2 (int4), 4 (int2).
 constexpr std::size_t wire_values_per_byte(Wire w) {
-  return (w == Wire::Int4 || w == Wire::Int4Rel) ? 2 : w == Wire::Int2 ? 4 : 1;
+  return w == Wire::Int4 ? 2 : w == Wire::Int2 ? 4 : 1;
 }
 
 // Arithmetic of the matrix products (gemm). Parameters, gradients and optimizer state stay fp32
@@ -44,12 +44,10 @@ enum class Precision { Fp32, Tf32, Bf16 };
 Precision parse_precision(std::string_view s);
 std::string_view precision_name(Precision p);
 
-// Parses "fp32|fp16|bf16|int8|int4|int2|int4-rel"; throws std::invalid_argument otherwise.
-Wire parse_wire(std::string_view s);
+// "fp32", "fp16", "bf16", "int8", "int4", "int2" (the --wire spellings).
 std::string_view wire_name(Wire w);
 // Bytes needed to encode n floats. Int8 layout: ceil(n/256) fp32 scales, then n int8 values;
-// int4 and int2: the same scales, then ceil(n/2) or ceil(n/4) bytes of packed codes; int4-rel:
-// the scales, as many 32-bit hashes, then ceil(n/2) bytes.
+// int4 and int2: the same scales, then ceil(n/2) or ceil(n/4) bytes of packed codes.
 std::size_t encoded_size(Wire w, std::size_t n);
 // Bytes of one value of an element-wise encoding: 4 (fp32), 2 (fp16, bf16); the blockwise ones
 // (scales first, see is_blockwise): 1.

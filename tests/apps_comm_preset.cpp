@@ -6,7 +6,7 @@
 #include "apps/common/options.hpp"
 
 using namespace gossiptrain::apps;
-namespace kernels = gossiptrain::kernels;
+namespace gossip = gossiptrain::gossip;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -32,14 +32,14 @@ TEST_CASE(
     "steps and training held to the link",
     "[apps]") {
   const PeerConfig d = parse({});
-  CHECK(d.node.averager.wire == kernels::Wire::Fp32);
+  CHECK(d.node.averager.wire == gossip::WireFormat::Fp32);
   CHECK_FALSE(d.node.averager.error_feedback);
   CHECK(d.node.averager.gossip_every == 4);
   CHECK(d.node.outer.every == 0);
   CHECK(d.node.max_lag == gossiptrain::gossip::MaxLag());
   CHECK(d.node.max_lag_share == 0.25);
   const PeerConfig low = parse({"--comm-preset", "low"});
-  CHECK(low.node.averager.wire == kernels::Wire::Int4Rel);
+  CHECK(low.node.averager.wire == gossip::WireFormat::Int4Rel);
   CHECK(low.node.averager
             .error_feedback);  // measured: on dirichlet:0.1 it matters (docs/communication.md)
   CHECK(low.node.averager.gossip_every == 10);
@@ -55,7 +55,7 @@ TEST_CASE(
   CHECK_FALSE(
       parse({"--comm-preset", "low", "--error-feedback", "off"}).node.averager.error_feedback);
   const PeerConfig back = parse({"--comm-preset", "low", "--comm-preset", "default"});
-  CHECK(back.node.averager.wire == kernels::Wire::Fp32);
+  CHECK(back.node.averager.wire == gossip::WireFormat::Fp32);
   CHECK_FALSE(back.node.averager.error_feedback);
   CHECK(back.node.averager.gossip_every == 4);
   CHECK_FALSE(back.node.averager.finish_wire);
@@ -63,9 +63,9 @@ TEST_CASE(
   CHECK(back.node.max_lag_share == 0.25);
   CHECK(parse({"--comm-preset", "low", "--max-lag-share", "0.5"}).node.max_lag_share == 0.5);
   CHECK(parse({"--comm-preset", "low", "--finish-wire", "fp32"}).node.averager.finish_wire ==
-        kernels::Wire::Fp32);
+        gossip::WireFormat::Fp32);
   CHECK(parse({"--finish-wire", "int8", "--finish-from", "0.75"}).node.averager.finish_wire ==
-        kernels::Wire::Int8);
+        gossip::WireFormat::Int8);
   CHECK(parse({"--finish-wire", "int8", "--finish-from", "0.75"}).node.averager.finish_from ==
         0.75);
   CHECK_THAT(error_of({"--finish-wire", "int3"}), Contains("--finish-wire") && Contains("int3"));
@@ -77,7 +77,7 @@ TEST_CASE(
   CHECK_THAT(error_of({"--comm-preset", "lowest"}), Contains("--comm-preset"));
   CHECK_THAT(error_of({"--error-feedback", "yes"}), Contains("--error-feedback"));
   // --wire is read into its typed value by the flag table; a bad one is refused there.
-  CHECK(parse({"--wire", "bf16"}).node.averager.wire == kernels::Wire::Bf16);
+  CHECK(parse({"--wire", "bf16"}).node.averager.wire == gossip::WireFormat::Bf16);
   CHECK_THAT(error_of({"--wire", "int3"}), Contains("--wire") && Contains("int3"));
   // int2's residual grows with the values (docs/communication.md): refused, in either order.
   // The message is gossip::check_config's, the one check of the averager's settings.
@@ -85,7 +85,7 @@ TEST_CASE(
              Contains("averager: wire int2 with error feedback"));
   CHECK_THAT(error_of({"--error-feedback", "on", "--wire", "int2"}),
              Contains("averager: wire int2 with error feedback"));
-  CHECK(parse({"--wire", "int2"}).node.averager.wire == kernels::Wire::Int2);
+  CHECK(parse({"--wire", "int2"}).node.averager.wire == gossip::WireFormat::Int2);
   CHECK(parse({"--wire", "int4", "--error-feedback", "on"}).node.averager.error_feedback);
   const PeerConfig outer =
       parse({"--outer-every", "32", "--outer-lr", "0.7", "--outer-momentum", "0.9"});

@@ -169,13 +169,36 @@ TEST_CASE("max-ahead and max-lag-share: a value out of range is a usage error", 
 TEST_CASE("slow-link-wire: off, a wire, the int8 default, and anything else is a usage error naming it",
           "[apps]") {
   bool help = false;
-  CHECK(parse_peer_args({}, &help).node.averager.slow_link_wire == gossiptrain::kernels::Wire::Int8);
+  CHECK(parse_peer_args({}, &help).node.averager.slow_link_wire ==
+        gossiptrain::gossip::WireFormat::Int8);
   CHECK_FALSE(parse_peer_args({"--slow-link-wire", "off"}, &help).node.averager.slow_link_wire.has_value());
-  CHECK(parse_peer_args({"--slow-link-wire", "int8"}, &help).node.averager.slow_link_wire == gossiptrain::kernels::Wire::Int8);
-  CHECK(parse_peer_args({"--slow-link-wire", "fp16"}, &help).node.averager.slow_link_wire == gossiptrain::kernels::Wire::Fp16);
+  CHECK(parse_peer_args({"--slow-link-wire", "int8"}, &help).node.averager.slow_link_wire ==
+        gossiptrain::gossip::WireFormat::Int8);
+  CHECK(parse_peer_args({"--slow-link-wire", "fp16"}, &help).node.averager.slow_link_wire ==
+        gossiptrain::gossip::WireFormat::Fp16);
   for (const char* bad : {"int9", "", "fp32", "int2", "fast"})
     CHECK_THAT(peer_error({"--slow-link-wire", bad}), Contains("--slow-link-wire"));
   CHECK_THAT(peer_error({"--slow-link-wire"}), Contains("--slow-link-wire"));  // no value
+}
+
+// The three wire flags read their values through one parse from one name table
+// (apps/common/wire_flags.hpp): a bad value is refused in one style, listing what the flag takes.
+TEST_CASE("wire flags: a bad value's message lists the values the flag takes, as --wire's does",
+          "[apps]") {
+  CHECK(peer_error({"--wire", "int3"}) ==
+        "--wire: bad value 'int3' (one of fp32|fp16|bf16|int8|int4|int2|int4-rel)");
+  CHECK(peer_error({"--finish-wire", "int3"}) ==
+        "--finish-wire: bad value 'int3' (one of off|fp32|fp16|bf16|int8|int4|int2|int4-rel)");
+  CHECK(peer_error({"--slow-link-wire", "fp32"}) ==
+        "--slow-link-wire: bad value 'fp32' (one of off|fp16|bf16|int8|int4|int4-rel)");
+  CHECK(peer_error({"--slow-link-wire", "int2"}) ==
+        "--slow-link-wire: bad value 'int2' (one of off|fp16|bf16|int8|int4|int4-rel)");
+  CHECK(peer_options().find("slow-link-wire")->arg == "off|fp16|bf16|int8|int4|int4-rel");
+  // Shown as before: the wire's name, or "off".
+  PeerConfig d;
+  CHECK(peer_options().find("slow-link-wire")->default_text(d) == "int8");
+  d.node.averager.slow_link_wire.reset();
+  CHECK(peer_options().find("slow-link-wire")->default_text(d) == "off");
 }
 
 TEST_CASE("linger-settle: a distance, 0 for off, 0.01 by default, and a negative one is refused",

@@ -121,7 +121,7 @@ TEST_CASE("one peer runtime: gossip-sim takes gossip-peer's flags from its table
   CHECK(a.max_lag == gossip::MaxLag::steps(10));
   CHECK(a.max_ahead == Approx(0.1));
   CHECK(a.outer.every == 8);
-  CHECK(a.averager.wire == kernels::Wire::Int4Rel);
+  CHECK(a.averager.wire == gossip::WireFormat::Int4Rel);
   CHECK(a.averager.error_feedback);
   CHECK(a.averager.gossip_every == 10);
   CHECK(a.max_lag_share == 0.0);

@@ -59,21 +59,21 @@ TEST_CASE("typed flags: --wire, --precision and --partition are typed from the f
           "a bad value refused there naming the flag",
           "[apps]") {
   const PeerConfig d = parse({});
-  CHECK(d.node.averager.wire == kernels::Wire::Fp32);
+  CHECK(d.node.averager.wire == gossip::WireFormat::Fp32);
   CHECK(d.precision == kernels::Precision::Fp32);
   CHECK(d.partition_spec.kind == core::PartitionSpec::Kind::Iid);
   const PeerConfig c =
       parse({"--wire", "int8", "--precision", "bf16", "--partition", "dirichlet:0.3"});
-  CHECK(c.node.averager.wire == kernels::Wire::Int8);
-  CHECK(node_config(c, 42).averager.wire == kernels::Wire::Int8);
+  CHECK(c.node.averager.wire == gossip::WireFormat::Int8);
+  CHECK(node_config(c, 42).averager.wire == gossip::WireFormat::Int8);
   CHECK(c.precision == kernels::Precision::Bf16);
   CHECK(c.partition == "dirichlet:0.3");  // its text, for the metrics and the log
   CHECK(c.partition_spec.kind == core::PartitionSpec::Kind::Dirichlet);
   CHECK(c.partition_spec.alpha == Approx(0.3));
   // Every name the kernels give a wire is a value of --wire, and reads back as that wire.
-  for (auto w : {kernels::Wire::Fp32, kernels::Wire::Fp16, kernels::Wire::Bf16,
-                 kernels::Wire::Int8})
-    CHECK(parse({"--wire", std::string(kernels::wire_name(w))}).node.averager.wire == w);
+  for (auto w : {gossip::WireFormat::Fp32, gossip::WireFormat::Fp16, gossip::WireFormat::Bf16,
+                 gossip::WireFormat::Int8})
+    CHECK(parse({"--wire", std::string(gossip::wire_name(w))}).node.averager.wire == w);
   auto error_of = [](std::vector<std::string> args) -> std::string {
     try {
       parse(std::move(args));
@@ -113,7 +113,7 @@ TEST_CASE("typed flags: the gossip node's config carries the lag, pace, outer an
   CHECK(c.outer.every == 20);
   CHECK(c.outer.lr == Approx(0.7f));
   CHECK(c.outer.momentum == Approx(0.9f));
-  CHECK(c.averager.wire == kernels::Wire::Int8);
+  CHECK(c.averager.wire == gossip::WireFormat::Int8);
   CHECK(c.averager.error_feedback);
   CHECK(c.checkpoint_dir == "/tmp/ckpt-node-test");
   CHECK(node_config(parse({"--max-lag", "off"}), 9).max_lag == gossip::MaxLag::off());

@@ -84,7 +84,7 @@ float max_abs(const std::vector<float>& v) {
 
 TEST_CASE("exchange messages round-trip and malformed ones are rejected", "[gossip]") {
   using base::DecodeError;
-  RequestMsg r{0x1122334455667788ull, 42, 1000, kernels::Wire::Int8, true, 600, 0.375};
+  RequestMsg r{0x1122334455667788ull, 42, 1000, WireFormat::Int8, true, 600, 0.375};
   auto b = encode_request(r);
   REQUIRE(b->size() == kRequestBytes);
   CHECK((*b)[0] == kExchangeWireVersion);
@@ -92,7 +92,7 @@ TEST_CASE("exchange messages round-trip and malformed ones are rejected", "[goss
   CHECK(p.exchange_id == r.exchange_id);
   CHECK(p.fingerprint == 42);
   CHECK(p.n_params == 1000);
-  CHECK(p.wire == kernels::Wire::Int8);
+  CHECK(p.wire == WireFormat::Int8);
   CHECK(p.weighted);
   CHECK(p.samples == 600);
   CHECK(p.progress == 0.375);
@@ -213,9 +213,9 @@ TEST_CASE("fp16 and bf16 mixed straight from the chunks match the copy path bit 
           "[gossip]") {
   // 40000 values: with 1 MiB chunks one span of 3 decoded blocks; with 1000-byte chunks many spans.
   AveragerConfig cfg = base_config();
-  cfg.wire = GENERATE(kernels::Wire::Fp16, kernels::Wire::Bf16);
+  cfg.wire = GENERATE(WireFormat::Fp16, WireFormat::Bf16);
   cfg.chunk_bytes = GENERATE(std::size_t(1000), AveragerConfig{}.chunk_bytes);
-  INFO("wire " << kernels::wire_name(cfg.wire) << ", chunk bytes " << cfg.chunk_bytes);
+  INFO("wire " << wire_name(cfg.wire) << ", chunk bytes " << cfg.chunk_bytes);
   std::vector<std::vector<float>> result[2];
   for (int direct = 0; direct < 2; ++direct) {
     cfg.direct = direct == 1;
@@ -440,7 +440,7 @@ TEST_CASE("bad payloads and bad requests are refused and change nothing", "[goss
   const std::uint64_t id = 77;
   auto request = [&](std::uint64_t fingerprint, std::uint64_t n) {
     f.send(ExchangeType::Request,
-           encode_request({id, fingerprint, n, kernels::Wire::Fp32, false, 10}));
+           encode_request({id, fingerprint, n, WireFormat::Fp32, false, 10}));
   };
   auto accepted = [&] {
     request(cfg.fingerprint, kN);
@@ -624,22 +624,22 @@ TEST_CASE("lossy wire encodings also reach consensus", "[gossip]") {
   // The sum is conserved all the same (to float rounding): each side subtracts exactly what it
   // sent, decoded, so what one side gains the other loses.
   struct Case {
-    kernels::Wire wire;
+    WireFormat wire;
     double max_ratio;      // msd_end / msd_0
     double max_sum_drift;  // per coordinate, over 8 peers with |x| ~ 1
   };
-  const Case k = GENERATE(Case{kernels::Wire::Fp32, 1e-12, 1e-4}, Case{kernels::Wire::Fp16, 1e-7, 1e-4},
-                          Case{kernels::Wire::Bf16, 1e-5, 1e-4}, Case{kernels::Wire::Int8, 1e-4, 1e-4},
-                          Case{kernels::Wire::Int4, 2e-2, 1e-4}, Case{kernels::Wire::Int2, 0.5, 1e-4});
+  const Case k = GENERATE(Case{WireFormat::Fp32, 1e-12, 1e-4}, Case{WireFormat::Fp16, 1e-7, 1e-4},
+                          Case{WireFormat::Bf16, 1e-5, 1e-4}, Case{WireFormat::Int8, 1e-4, 1e-4},
+                          Case{WireFormat::Int4, 2e-2, 1e-4}, Case{WireFormat::Int2, 0.5, 1e-4});
   AveragerConfig cfg = base_config();
   cfg.wire = k.wire;
   cfg.direct = GENERATE(true, false);  // int8 always takes the copy path
-  INFO("wire " << kernels::wire_name(k.wire) << ", direct " << cfg.direct);
+  INFO("wire " << wire_name(k.wire) << ", direct " << cfg.direct);
   Cluster c(8, 1000, cfg, 50);
   const Spread r = settle(c, Millis(3000));
   std::printf("wire %s%s: %zu exchanges, msd ratio %.3e, worst sum drift %.3e\n",
-              std::string(kernels::wire_name(k.wire)).c_str(), cfg.direct ? "" : " (copy path)",
-              r.exchanges, r.ratio, r.drift);
+              std::string(wire_name(k.wire)).c_str(), cfg.direct ? "" : " (copy path)", r.exchanges,
+              r.ratio, r.drift);
   CHECK(r.exchanges >= 50);
   CHECK(r.ratio < k.max_ratio);
   CHECK(r.drift < k.max_sum_drift);
@@ -651,7 +651,7 @@ TEST_CASE("int4-rel: its rounding shrinks with the spread, the sum is kept", "[g
   // (invalid:range on one side, peer-abort:range on the other) until the steps have widened to
   // the N(0, 1) spread; none of them moves the sum.
   AveragerConfig cfg = base_config();
-  cfg.wire = kernels::Wire::Int4Rel;
+  cfg.wire = WireFormat::Int4Rel;
   cfg.error_feedback = GENERATE(false, true);
   INFO("error feedback " << cfg.error_feedback);
   Cluster c(8, 1000, cfg, 50);
@@ -790,7 +790,8 @@ TEST_CASE("a hand-driven partner completes an exchange, and its vector is checke
   auto idle = [] {};  // a's training loop is stuck in a long step: no boundaries
   REQUIRE(c.run_until([&] { return f.conn != nullptr; }, Millis(100), idle));
   const std::uint64_t id = 99;
-  f.send(ExchangeType::Request, encode_request({id, cfg.fingerprint, kN, kernels::Wire::Fp32, false, 0}));
+  f.send(ExchangeType::Request,
+         encode_request({id, cfg.fingerprint, kN, WireFormat::Fp32, false, 0}));
   REQUIRE(c.run_until([&] { return f.got(ExchangeType::Accept); }, Millis(100), idle));
   std::vector<float> r(xa);
   for (auto& v : r) v += 1.0f;

@@ -38,7 +38,7 @@ TEST_CASE("pairwise averaging of 32 peers converges at the randomized-gossip rat
   for (int trial = 0; trial < kTrials; ++trial) {
     AveragerConfig cfg;
     cfg.gossip_every = 1;
-    cfg.wire = kernels::Wire::Fp32;
+    cfg.wire = WireFormat::Fp32;
     Cluster c(kPeers, kDim, cfg, 100 + trial);
     std::mt19937_64 pick(trial + 1);
     const auto v0 = c.all_values();

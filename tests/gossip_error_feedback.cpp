@@ -21,7 +21,7 @@ struct EfBuffers {
   kernels::CpuBackend be;
   std::unique_ptr<SnapshotBuffers> buf;
   std::size_t n;
-  EfBuffers(kernels::Wire wire, std::size_t n_, bool ef) : n(n_) {
+  EfBuffers(WireFormat wire, std::size_t n_, bool ef) : n(n_) {
     // Small chunks: a snapshot spans several messages.
     buf = SnapshotBuffers::make(false, wire, 1024, be, [](net::Bytes&&) {}, ef);
     buf->allocate(n);
@@ -32,12 +32,12 @@ struct EfBuffers {
     std::vector<std::uint8_t> enc;
     for (const auto& c : own->chunks)
       enc.insert(enc.end(), c->begin() + kChunkHeaderBytes, c->end());
-    REQUIRE(enc.size() == kernels::encoded_size(buf_wire, n));
+    REQUIRE(enc.size() == encoded_size(buf_wire, n));
     std::vector<float> sent(n);
-    be.decode(buf_wire, enc.data(), n, sent.data());
+    be.decode(*backend_wire(buf_wire), enc.data(), n, sent.data());
     return sent;
   }
-  kernels::Wire buf_wire = kernels::Wire::Int8;
+  WireFormat buf_wire = WireFormat::Int8;
 };
 
 std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
@@ -52,9 +52,9 @@ std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scale = 1.0
 
 TEST_CASE("error feedback loses nothing: what was sent plus the residual is what would have been sent",
           "[gossip]") {
-  const kernels::Wire wire = GENERATE(kernels::Wire::Int8, kernels::Wire::Int4, kernels::Wire::Int2,
-                                      kernels::Wire::Bf16, kernels::Wire::Fp16);
-  INFO("wire " << kernels::wire_name(wire));
+  const WireFormat wire = GENERATE(WireFormat::Int8, WireFormat::Int4, WireFormat::Int2,
+                                   WireFormat::Bf16, WireFormat::Fp16);
+  INFO("wire " << wire_name(wire));
   const std::size_t n = 3001;  // not a multiple of the block, nor of an int4 or int2 byte
   EfBuffers b(wire, n, true);
   b.buf_wire = wire;
@@ -74,14 +74,15 @@ TEST_CASE("error feedback loses nothing: what was sent plus the residual is what
       x_sum[i] += x[i];
     }
     CHECK(exact == n);
-    if (kernels::is_blockwise(wire)) {
+    if (is_blockwise(wire)) {
       // The residual is a rounding error: at most half a step of its block of x + e (the step:
       // the block's max |x + e| / 127, 7 or 1), so it stays bounded however long it runs.
       for (std::size_t lo = 0; lo < n; lo += kernels::kInt8BlockSize) {
         const std::size_t hi = std::min(n, lo + kernels::kInt8BlockSize);
         float mx = 0.0f;
         for (std::size_t i = lo; i < hi; ++i) mx = std::max(mx, std::fabs(x[i] + e[i]));
-        const float half_step = mx / float(kernels::wire_qmax(wire)) * 0.5f * (1.0f + 1e-5f);
+        const float half_step =
+            mx / float(kernels::wire_qmax(*backend_wire(wire))) * 0.5f * (1.0f + 1e-5f);
         for (std::size_t i = lo; i < hi; ++i) REQUIRE(std::fabs(e_new[i]) <= half_step);
       }
     } else {  // The residual is a rounding error, not a second copy of x.
@@ -108,7 +109,7 @@ TEST_CASE("with error feedback a vector sent again and again averages to itself 
   auto x = gaussian(n, 7, 0.01f);
   for (std::size_t i = 0; i < n; i += kernels::kInt8BlockSize) x[i] = 1.0f;
   auto mean_error = [&](bool ef) {
-    EfBuffers b(kernels::Wire::Int8, n, ef);
+    EfBuffers b(WireFormat::Int8, n, ef);
     std::vector<double> sum(n, 0.0);
     const int T = 64;
     for (int t = 0; t < T; ++t) {
@@ -148,9 +149,10 @@ ClosedSwarm run_closed_swarm(const AveragerConfig& cfg, std::uint64_t seed) {
   std::size_t ok = 0;
   for (auto& p : c.peers) ok += p->avg->stats().ok;
   const ClosedSwarm r{ok / 2, Cluster::msd(v) / msd0, drift};
-  std::printf("%s, error feedback %s, 4 peers: %zu exchanges, msd ratio %.3e, worst sum drift %.3e\n",
-              std::string(kernels::wire_name(cfg.wire)).c_str(), cfg.error_feedback ? "on" : "off",
-              r.exchanges, r.msd_ratio, r.drift);
+  std::printf(
+      "%s, error feedback %s, 4 peers: %zu exchanges, msd ratio %.3e, worst sum drift %.3e\n",
+      std::string(wire_name(cfg.wire)).c_str(), cfg.error_feedback ? "on" : "off", r.exchanges,
+      r.msd_ratio, r.drift);
   return r;
 }
 
@@ -159,7 +161,7 @@ ClosedSwarm run_closed_swarm(const AveragerConfig& cfg, std::uint64_t seed) {
 TEST_CASE("a closed 4-peer swarm with error feedback on the int8 wire conserves the sum over peers",
           "[gossip]") {
   AveragerConfig cfg = base_config();
-  cfg.wire = kernels::Wire::Int8;
+  cfg.wire = WireFormat::Int8;
   cfg.error_feedback = true;
   const ClosedSwarm r = run_closed_swarm(cfg, 61);
   CHECK(r.exchanges >= 30);
@@ -172,25 +174,25 @@ TEST_CASE("a closed 4-peer swarm on the int4 wire with error feedback, or int2 w
           "sum over peers",
           "[gossip]") {
   AveragerConfig cfg = base_config();
-  cfg.wire = GENERATE(kernels::Wire::Int4, kernels::Wire::Int2);
-  INFO(kernels::wire_name(cfg.wire));
-  cfg.error_feedback = cfg.wire == kernels::Wire::Int4;
+  cfg.wire = GENERATE(WireFormat::Int4, WireFormat::Int2);
+  INFO(wire_name(cfg.wire));
+  cfg.error_feedback = cfg.wire == WireFormat::Int4;
   const ClosedSwarm r = run_closed_swarm(cfg, 67);
   CHECK(r.exchanges >= 30);
   // Each side adds w (r - s) with s exactly what it sent: what one gains the other loses.
   CHECK(r.drift < 1e-5);
   // The peers come together down to the noise of their rounding (int4 with error feedback: the
   // residuals they hold; measured 7.2e-3 with int4, 0.18 with int2).
-  CHECK(r.msd_ratio < (cfg.wire == kernels::Wire::Int4 ? 0.05 : 0.5));
+  CHECK(r.msd_ratio < (cfg.wire == WireFormat::Int4 ? 0.05 : 0.5));
 }
 
 TEST_CASE("int2 with error feedback is refused: its residual grows with the values it rides on",
           "[gossip]") {
   AveragerConfig cfg = base_config();
-  cfg.wire = kernels::Wire::Int2;
+  cfg.wire = WireFormat::Int2;
   cfg.error_feedback = true;
   REQUIRE_THROWS_WITH(Cluster(2, 100, cfg, 5), Catch::Contains("int2 with error feedback"));
-  cfg.wire = kernels::Wire::Int4;
+  cfg.wire = WireFormat::Int4;
   REQUIRE_NOTHROW(Cluster(2, 100, cfg, 5));
 }
 
@@ -198,9 +200,9 @@ TEST_CASE("a swarm moves to the finish wire together: one peer reaches --finish-
           "follow it, exchanges go on and the sum over peers is kept",
           "[gossip]") {
   AveragerConfig cfg = base_config();
-  cfg.wire = kernels::Wire::Int4;
+  cfg.wire = WireFormat::Int4;
   cfg.error_feedback = true;
-  cfg.finish_wire = kernels::Wire::Fp32;
+  cfg.finish_wire = WireFormat::Fp32;
   cfg.finish_from = 0.5;
   Cluster c(4, 1000, cfg, 71);
   // Peer 0 is half done after 40 of its steps; the others think their runs far longer, so only
@@ -214,8 +216,8 @@ TEST_CASE("a swarm moves to the finish wire together: one peer reaches --finish-
   for (std::size_t j = 0; j < s.size(); ++j) drift = std::max(drift, std::abs(s[j] - sum0[j]));
   CHECK(drift < 1e-4);
   // bytes_sent counts the chunk headers too: an int4 vector is under half of the fp32 one.
-  const std::size_t fp32_bytes = kernels::encoded_size(kernels::Wire::Fp32, 1000);
-  REQUIRE(kernels::encoded_size(kernels::Wire::Int4, 1000) < fp32_bytes / 4);
+  const std::size_t fp32_bytes = encoded_size(WireFormat::Fp32, 1000);
+  REQUIRE(encoded_size(WireFormat::Int4, 1000) < fp32_bytes / 4);
   for (std::size_t i = 0; i < c.size(); ++i) {
     INFO("peer " << i);
     CHECK(c[i].avg->on_finish_wire());

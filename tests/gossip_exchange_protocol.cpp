@@ -109,16 +109,16 @@ class FakePort final : public ExchangePort {
   }
   std::map<std::string, std::vector<std::uint64_t>> payloads;
   double max_rate() const override { return 0; }
-  std::optional<std::uint64_t> claim(ChunkSetPtr& own, kernels::Wire) override {
+  std::optional<std::uint64_t> claim(ChunkSetPtr& own, WireFormat) override {
     if (claim_seq) own = standing;
     return claim_seq;
   }
-  void want_snapshot(std::uint64_t seq, kernels::Wire w) override { wanted.emplace_back(seq, w); }
-  std::vector<std::pair<std::uint64_t, kernels::Wire>> wanted;
+  void want_snapshot(std::uint64_t seq, WireFormat w) override { wanted.emplace_back(seq, w); }
+  std::vector<std::pair<std::uint64_t, WireFormat>> wanted;
   void release(std::uint64_t seq, bool no_peer) override { releases.emplace_back(seq, no_peer); }
   void commit(std::uint64_t seq, const Commit& c) override { commits.emplace_back(seq, c); }
   void deliver(std::uint64_t, net::Bytes&& chunk, bool, bool, const std::string&,
-               kernels::Wire) override {
+               WireFormat) override {
     delivered.push_back(std::move(chunk));
   }
   void request_boundary() override { ++boundaries; }
@@ -189,7 +189,7 @@ struct Fixture {
   }
   // A request from peer-b that we answer as responder.
   RequestMsg request(std::uint64_t id = 55, std::uint64_t fp = kFp) {
-    RequestMsg m{id, fp, kN, kernels::Wire::Fp32, false, 10};
+    RequestMsg m{id, fp, kN, WireFormat::Fp32, false, 10};
     msg(Type::Request, encode_request(m));
     return m;
   }
@@ -222,8 +222,8 @@ TEST_CASE("exchange protocol: initiator happy path, request to commit and event"
   // The sample of its whole payload, once, before the vote (a replay test for robust mixing).
   const net::Bytes& got = f.port.delivered[0];
   REQUIRE(f.port.payloads["peer-b"].size() == 1);
-  CHECK(f.port.payloads["peer-b"][0] ==
-        payload_sample(got.data() + kChunkHeaderBytes, 0, kN * 4) + std::uint64_t(kernels::Wire::Fp32));
+  CHECK(f.port.payloads["peer-b"][0] == payload_sample(got.data() + kChunkHeaderBytes, 0, kN * 4) +
+                                            std::uint64_t(WireFormat::Fp32));
   REQUIRE(f.conn->of(Type::Valid).size() == 1);  // every value checked: our vote
   CHECK(f.port.commits.empty());                 // theirs is still missing
   f.msg(Type::Valid, encode_id(id));
@@ -281,7 +281,7 @@ TEST_CASE("exchange protocol: responder happy path with a standing snapshot",
   Fixture f(cfg);
   f.port.claim_seq = 7;
   f.port.standing = snapshot(2.0f);
-  RequestMsg m{55, kFp, kN, kernels::Wire::Fp32, true, 10};
+  RequestMsg m{55, kFp, kN, WireFormat::Fp32, true, 10};
   f.msg(Type::Request, encode_request(m));
   REQUIRE(f.conn->of(Type::Accept).size() == 1);
   const AcceptMsg acc = decode_accept(f.conn->of(Type::Accept)[0]);
@@ -308,7 +308,7 @@ TEST_CASE("exchange protocol: a request held behind a transfer is answered when 
   Fixture f;
   auto other = std::make_shared<FakeConnection>("peer-c");
   auto request_from_c = [&](std::uint64_t id) {
-    RequestMsg m{id, kFp, kN, kernels::Wire::Fp32, false, 10};
+    RequestMsg m{id, kFp, kN, WireFormat::Fp32, false, 10};
     f.p.on_message(other, static_cast<std::uint8_t>(Type::Request), net::Bytes(*encode_request(m)));
   };
   // A first exchange as responder: its transfer time is what a hold is sized against.
@@ -361,7 +361,7 @@ TEST_CASE("exchange protocol: a request held behind a transfer is answered when 
     f.p.on_closed(other, {net::CloseReason::Shutdown, "gone"});
     CHECK(f.port.armed.count(ExchangePort::Timer::Hold) == 0);
     auto third = std::make_shared<FakeConnection>("peer-d");
-    RequestMsg m{79, kFp, kN, kernels::Wire::Fp32, false, 10};
+    RequestMsg m{79, kFp, kN, WireFormat::Fp32, false, 10};
     f.p.on_message(third, static_cast<std::uint8_t>(Type::Request), net::Bytes(*encode_request(m)));
     CHECK(third->sent.empty());  // held in its place
     f.port.claim_seq = 9;
@@ -383,7 +383,7 @@ TEST_CASE("exchange protocol: a request held behind a transfer is answered when 
     g.request(56);
     g.port.claim_seq.reset();
     auto c2 = std::make_shared<FakeConnection>("peer-c");
-    RequestMsg m{77, kFp, kN, kernels::Wire::Fp32, false, 10};
+    RequestMsg m{77, kFp, kN, WireFormat::Fp32, false, 10};
     g.p.on_message(c2, static_cast<std::uint8_t>(Type::Request), net::Bytes(*encode_request(m)));
     CHECK(c2->of(Type::Busy).size() == 1);
   }
@@ -438,7 +438,7 @@ TEST_CASE("exchange protocol: malformed and out-of-order messages", "[gossip][pr
     CHECK(f.conn->closed_reason.find("malformed request") != std::string::npos);
   }
   SECTION("another wire version is malformed") {
-    net::Bytes b = *encode_request({55, kFp, kN, kernels::Wire::Fp32, false, 10});
+    net::Bytes b = *encode_request({55, kFp, kN, WireFormat::Fp32, false, 10});
     b[0] = kExchangeWireVersion + 1;
     f.msg(Type::Request, b);
     CHECK_FALSE(f.conn->is_open());
@@ -485,12 +485,12 @@ TEST_CASE("exchange protocol: malformed and out-of-order messages", "[gossip][pr
 TEST_CASE("exchange protocol: an int4 vector of any other size than the wire's is invalid:length",
           "[gossip][protocol]") {
   ExchangeConfig cfg = config();
-  cfg.wire = kernels::Wire::Int4;
+  cfg.wire = WireFormat::Int4;
   Fixture f(cfg);
-  const std::size_t expected = kernels::encoded_size(kernels::Wire::Int4, kN);  // 4 + 2 bytes
+  const std::size_t expected = encoded_size(WireFormat::Int4, kN);  // 4 + 2 bytes
   REQUIRE(expected == 6);
   const std::uint64_t id = f.asked();
-  CHECK(decode_request(f.conn->of(Type::Request)[0]).wire == kernels::Wire::Int4);
+  CHECK(decode_request(f.conn->of(Type::Request)[0]).wire == WireFormat::Int4);
   f.msg(Type::Accept, encode_accept({id, 300}));
   std::vector<std::uint8_t> v(expected + 1, 0);  // a zero scale, zero codes: finite
   SECTION("one byte too many at once") {

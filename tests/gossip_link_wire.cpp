@@ -26,7 +26,7 @@ constexpr double kSlowBytesPerS = 250e3;
 AveragerConfig adaptive_config() {
   AveragerConfig cfg = base_config();
   cfg.gossip_every = 4;
-  cfg.slow_link_wire = kernels::Wire::Int4Rel;
+  cfg.slow_link_wire = WireFormat::Int4Rel;
   return cfg;
 }
 
@@ -53,35 +53,35 @@ TEST_CASE("link wire: a partner is slow once an exchange in the configured wire 
           "[gossip]") {
   using Ms = LinkWire::Millis;
   LinkWireConfig cfg;
-  cfg.slow_wire = kernels::Wire::Int4Rel;
-  LinkWire lw(cfg, kernels::Wire::Fp32);
-  CHECK(lw.wire_for("a", Ms(0)) == kernels::Wire::Fp32);  // not measured: the configured wire
+  cfg.slow_wire = WireFormat::Int4Rel;
+  LinkWire lw(cfg, WireFormat::Fp32);
+  CHECK(lw.wire_for("a", Ms(0)) == WireFormat::Fp32);  // not measured: the configured wire
   // 2.2 MB both ways in 0.2 s (11 MB/s): fast. In 1 s (2.2 MB/s): slow.
-  CHECK_FALSE(lw.record("a", kernels::Wire::Fp32, 2'200'000, 200, Ms(100)));
-  CHECK(lw.wire_for("a", Ms(100)) == kernels::Wire::Fp32);
-  CHECK(lw.record("b", kernels::Wire::Fp32, 2'200'000, 1000, Ms(100)));
-  CHECK(lw.wire_for("b", Ms(200)) == kernels::Wire::Int4Rel);
-  CHECK(lw.takes(kernels::Wire::Int4Rel));
-  CHECK_FALSE(lw.takes(kernels::Wire::Int8));
+  CHECK_FALSE(lw.record("a", WireFormat::Fp32, 2'200'000, 200, Ms(100)));
+  CHECK(lw.wire_for("a", Ms(100)) == WireFormat::Fp32);
+  CHECK(lw.record("b", WireFormat::Fp32, 2'200'000, 1000, Ms(100)));
+  CHECK(lw.wire_for("b", Ms(200)) == WireFormat::Int4Rel);
+  CHECK(lw.takes(WireFormat::Int4Rel));
+  CHECK_FALSE(lw.takes(WireFormat::Int8));
   // The compressed exchanges do not measure the link (too small, another wire); a quick failure
   // (few bytes) neither.
-  CHECK_FALSE(lw.record("a", kernels::Wire::Int4Rel, 290'000, 1000, Ms(300)));
-  CHECK_FALSE(lw.record("a", kernels::Wire::Fp32, 1000, 1000, Ms(300)));
-  CHECK(lw.wire_for("a", Ms(300)) == kernels::Wire::Fp32);
+  CHECK_FALSE(lw.record("a", WireFormat::Int4Rel, 290'000, 1000, Ms(300)));
+  CHECK_FALSE(lw.record("a", WireFormat::Fp32, 1000, 1000, Ms(300)));
+  CHECK(lw.wire_for("a", Ms(300)) == WireFormat::Fp32);
   // Measured again after the recheck time: one exchange in the configured wire, which decides.
-  CHECK(lw.wire_for("b", Ms(100) + cfg.recheck) == kernels::Wire::Fp32);
-  CHECK_FALSE(lw.record("b", kernels::Wire::Fp32, 2'200'000, 50, Ms(100) + cfg.recheck));
+  CHECK(lw.wire_for("b", Ms(100) + cfg.recheck) == WireFormat::Fp32);
+  CHECK_FALSE(lw.record("b", WireFormat::Fp32, 2'200'000, 50, Ms(100) + cfg.recheck));
   CHECK(lw.rate("b") > cfg.slow_bytes_per_s);  // the average of 2.2 and 44 MB/s
-  CHECK(lw.wire_for("b", Ms(200) + cfg.recheck) == kernels::Wire::Fp32);
+  CHECK(lw.wire_for("b", Ms(200) + cfg.recheck) == WireFormat::Fp32);
   // A partner that refuses the slow wire gets the configured one.
-  CHECK(lw.record("c", kernels::Wire::Fp32, 2'200'000, 2000, Ms(100)));
+  CHECK(lw.record("c", WireFormat::Fp32, 2'200'000, 2000, Ms(100)));
   lw.refused("c");
-  CHECK(lw.wire_for("c", Ms(200)) == kernels::Wire::Fp32);
+  CHECK(lw.wire_for("c", Ms(200)) == WireFormat::Fp32);
   // Off: always the configured wire.
-  LinkWire off(LinkWireConfig{}, kernels::Wire::Fp32);
-  CHECK_FALSE(off.record("b", kernels::Wire::Fp32, 2'200'000, 1000, Ms(100)));
-  CHECK(off.wire_for("b", Ms(200)) == kernels::Wire::Fp32);
-  CHECK_FALSE(off.takes(kernels::Wire::Int4Rel));
+  LinkWire off(LinkWireConfig{}, WireFormat::Fp32);
+  CHECK_FALSE(off.record("b", WireFormat::Fp32, 2'200'000, 1000, Ms(100)));
+  CHECK(off.wire_for("b", Ms(200)) == WireFormat::Fp32);
+  CHECK_FALSE(off.takes(WireFormat::Int4Rel));
 }
 
 TEST_CASE("a slow link gets the compressed wire, that pair only, both sides agree, the sum is kept",
@@ -90,27 +90,29 @@ TEST_CASE("a slow link gets the compressed wire, that pair only, both sides agre
   // exchange with it and go to int4-rel with it; it measures every partner slow (its own link)
   // and asks them in int4-rel, which they take. Among peers 0-4, fp32 only.
   AveragerConfig cfg = adaptive_config();
-  const kernels::Wire slow_wire = GENERATE(kernels::Wire::Int8, kernels::Wire::Int4Rel);
-  INFO("slow link wire " << kernels::wire_name(slow_wire));
+  const WireFormat slow_wire = GENERATE(WireFormat::Int8, WireFormat::Int4Rel);
+  INFO("slow link wire " << wire_name(slow_wire));
   cfg.slow_link_wire = slow_wire;
   Cluster c(6, kD, cfg, 21);
   c.net.set_link(c[5].addr, kSlowBytesPerS, std::nullopt);
   const Run r = train(c, Millis(20000));
   const std::string slow = c[5].id;
   // (role-independent) exchange id -> the wire each side reported
-  std::map<std::uint64_t, std::vector<kernels::Wire>> sides;
+  std::map<std::uint64_t, std::vector<WireFormat>> sides;
   std::size_t fast_fp32 = 0, fast_other = 0, slow_rel_ok = 0, slow_fp32_ok = 0;
   for (auto& p : c.peers)
     for (const auto& e : p->events) {
       if (e.ok) sides[e.exchange_id].push_back(e.wire);
       const bool with_slow = p->id == slow || e.partner == slow;
-      if (!with_slow) (e.wire == kernels::Wire::Fp32 ? fast_fp32 : fast_other) += 1;
+      if (!with_slow) (e.wire == WireFormat::Fp32 ? fast_fp32 : fast_other) += 1;
       else if (e.ok && e.wire == slow_wire) ++slow_rel_ok;
-      else if (e.ok && e.wire == kernels::Wire::Fp32) ++slow_fp32_ok;
+      else if (e.ok && e.wire == WireFormat::Fp32) ++slow_fp32_ok;
     }
-  std::printf("slow link, %s: %zu fp32 among the fast peers (%zu other), with the slow peer %zu "
-              "%s ok and %zu fp32 ok; msd ratio %.3e, worst sum drift %.3e\n",
-              std::string(kernels::wire_name(slow_wire)).c_str(), fast_fp32, fast_other, slow_rel_ok, std::string(kernels::wire_name(slow_wire)).c_str(), slow_fp32_ok, r.msd_ratio, r.drift);
+  std::printf(
+      "slow link, %s: %zu fp32 among the fast peers (%zu other), with the slow peer %zu "
+      "%s ok and %zu fp32 ok; msd ratio %.3e, worst sum drift %.3e\n",
+      std::string(wire_name(slow_wire)).c_str(), fast_fp32, fast_other, slow_rel_ok,
+      std::string(wire_name(slow_wire)).c_str(), slow_fp32_ok, r.msd_ratio, r.drift);
   CHECK(fast_other == 0);  // fast pairs stay on fp32
   CHECK(fast_fp32 >= 100);
   // Each side of a pair that measured it: int4-rel with the slow peer from then on.
@@ -141,7 +143,7 @@ TEST_CASE("a fast swarm stays on fp32: the same exchanges and bytes as without a
     std::vector<Row> out;
     for (auto& p : c.peers)
       for (const auto& e : p->events) {
-        CHECK(e.wire == kernels::Wire::Fp32);
+        CHECK(e.wire == WireFormat::Fp32);
         out.emplace_back(p->id, e.partner, e.ok, e.bytes_sent, e.bytes_received);
       }
     for (auto& p : c.peers)
@@ -166,7 +168,7 @@ TEST_CASE("a partner that does not adapt refuses the slow wire: fp32 with it fro
   for (int i = 0; i < 3; ++i)
     for (const auto& e : c[i].events) {
       if (e.partner != c[3].id || !e.ok) continue;
-      CHECK(e.wire == kernels::Wire::Fp32);
+      CHECK(e.wire == WireFormat::Fp32);
       ++ok_with_it;
     }
   // Each partner proposed int4-rel after its first fp32 exchange measured the link, was refused,
@@ -187,7 +189,7 @@ TEST_CASE("the slow link wire's residual survives a checkpoint, as the main wire
           "[gossip]") {
   gt_test::TempDir dir("gt-slow-residual");
   AveragerConfig cfg = adaptive_config();
-  cfg.slow_link_wire = kernels::Wire::Int8;
+  cfg.slow_link_wire = WireFormat::Int8;
   Cluster c(3, kD, cfg, 31);
   c.net.set_link(c[2].addr, kSlowBytesPerS, std::nullopt);
   c.train_then_settle(Millis(12000), 10, 3);

@@ -98,7 +98,7 @@ TEST_CASE("the outer step matches a reference Nesterov step on the local pseudo-
 TEST_CASE("a checkpoint restores the outer state and the error feedback residual", "[gossip]") {
   gt_test::TempDir dir("gt-comm-state");
   AveragerConfig cfg = base_config();
-  cfg.wire = kernels::Wire::Int8;
+  cfg.wire = WireFormat::Int8;
   cfg.error_feedback = true;
   const std::size_t d = 700;
   Cluster c(2, d, cfg, 71);

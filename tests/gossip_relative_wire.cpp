@@ -10,10 +10,11 @@
 
 #include "gossip/exchange/relative_wire.hpp"
 #include "gossip/exchange/wire_check.hpp"
-#include "kernels/backend.hpp"
+#include "gossip/exchange/wire_format.hpp"
 
 using gossiptrain::gossip::RelativeWire;
-namespace kernels = gossiptrain::kernels;
+using gossiptrain::gossip::WireChecker;
+using gossiptrain::gossip::WireFormat;
 
 namespace {
 
@@ -55,7 +56,8 @@ struct Pair {
 TEST_CASE("int4-rel: its size, and decodes bit for bit what the sender kept", "[gossip]") {
   for (std::size_t n : {1u, 255u, 256u, 257u, 5001u}) {
     INFO("n " << n);
-    CHECK(RelativeWire::encoded_size(n) == kernels::encoded_size(kernels::Wire::Int4Rel, n));
+    CHECK(RelativeWire::encoded_size(n) ==
+          gossiptrain::gossip::encoded_size(WireFormat::Int4Rel, n));
     CHECK(RelativeWire::encoded_size(n) == (n + 255) / 256 * 8 + (n + 1) / 2);
     Pair p(n, 1e-3f);
     std::vector<float> s, r(n);
@@ -127,14 +129,14 @@ TEST_CASE("int4-rel: hostile vectors never decode to a wrong or non-finite value
     std::memcpy(b.data(), &f, 4);
     return b;
   };
-  gossiptrain::gossip::WireChecker ok(kernels::Wire::Int4Rel, n);
+  WireChecker ok(WireFormat::Int4Rel, n);
   CHECK(ok.feed(good.data(), good.size()));
   for (float f : {std::nanf(""), INFINITY, -INFINITY, FLT_MAX / 200.0f, 1e-30f}) {
     INFO("step " << f);
     const auto b = with_step(f);
     CHECK_FALSE(p.rx.decode(b.data(), p.side.data(), r.data()));
     // The protocol thread's check already stops the non-finite ones as the chunks arrive.
-    gossiptrain::gossip::WireChecker c(kernels::Wire::Int4Rel, n);
+    WireChecker c(WireFormat::Int4Rel, n);
     CHECK(c.feed(b.data(), b.size()) == std::isfinite(f));
   }
   auto b = good;  // one code changed: the hash no longer matches

@@ -100,7 +100,7 @@ TEST_CASE("partner schedule: the round travels in REQUEST and ACCEPT, bounded", 
 namespace {
 AveragerConfig hypercube_config() {
   AveragerConfig cfg = base_config();
-  cfg.wire = kernels::Wire::Fp32;
+  cfg.wire = WireFormat::Fp32;
   cfg.choice.mode = PartnerMode::Hypercube;
   return cfg;
 }

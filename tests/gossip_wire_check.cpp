@@ -13,14 +13,14 @@
 
 using namespace gossiptrain;
 using gossip::WireChecker;
-using kernels::Wire;
+using Wire = gossip::WireFormat;
 
 namespace {
 
 std::vector<std::uint8_t> encode(Wire w, const std::vector<float>& x) {
   kernels::CpuBackend be;
-  std::vector<std::uint8_t> out(kernels::encoded_size(w, x.size()));
-  be.encode(w, x.data(), x.size(), out.data());
+  std::vector<std::uint8_t> out(gossip::encoded_size(w, x.size()));
+  be.encode(*gossip::backend_wire(w), x.data(), x.size(), out.data());
   return out;
 }
 
@@ -50,7 +50,7 @@ TEST_CASE("wire check: every encoding of a finite vector passes, however it is s
   const std::size_t n = 5001;  // not a multiple of the block, nor of an int4 or int2 byte
   const auto x = random_vector(n, 1);
   for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8, Wire::Int4, Wire::Int2}) {
-    INFO(kernels::wire_name(w));
+    INFO(gossip::wire_name(w));
     const auto b = encode(w, x);
     for (std::uint64_t seed = 0; seed < 20; ++seed) {
       WireChecker c(w, n);
@@ -71,7 +71,7 @@ TEST_CASE("wire check: a NaN or an infinity anywhere is caught, even split acros
   for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16}) {
     for (float bad : bad_values) {
       for (std::size_t at : {std::size_t(0), std::size_t(1), std::size_t(1234), n - 1}) {
-        INFO(kernels::wire_name(w) << " value " << bad << " at " << at);
+        INFO(gossip::wire_name(w) << " value " << bad << " at " << at);
         auto x = random_vector(n, 2);
         x[at] = bad;
         const auto b = encode(w, x);
@@ -91,7 +91,7 @@ TEST_CASE("wire check: a NaN or an infinity anywhere is caught, even split acros
     auto x = random_vector(n, 3);
     x[17] = 1e6f;
     WireChecker c(Wire::Fp16, n);
-    CHECK_FALSE(c.feed(encode(Wire::Fp16, x).data(), kernels::encoded_size(Wire::Fp16, n)));
+    CHECK_FALSE(c.feed(encode(Wire::Fp16, x).data(), gossip::encoded_size(Wire::Fp16, n)));
   }
 }
 
@@ -99,7 +99,7 @@ TEST_CASE("wire check: int8, int4 and int2 block scales must be finite and small
           "finitely",
           "[gossip]") {
   const Wire w = GENERATE(Wire::Int8, Wire::Int4, Wire::Int2);
-  INFO(kernels::wire_name(w));
+  INFO(gossip::wire_name(w));
   const std::size_t n = 1000;  // 4 blocks of 256: 16 bytes of scales, then the codes
   const auto good = encode(w, random_vector(n, 4));
   auto with_scale = [&](std::size_t block, float s) {
@@ -125,6 +125,6 @@ TEST_CASE("wire check: int8, int4 and int2 block scales must be finite and small
   WireChecker big_ok(w, n);
   CHECK(big_ok.feed(b.data(), b.size()));
   std::vector<float> y(n);
-  kernels::CpuBackend().decode(w, b.data(), n, y.data());
+  kernels::CpuBackend().decode(*gossip::backend_wire(w), b.data(), n, y.data());
   for (float v : y) REQUIRE(std::isfinite(v));
 }

@@ -282,12 +282,15 @@ TEST_CASE("cpu mix, all_finite and sq_diff_norm", "[kernels]") {
   }
 }
 
-TEST_CASE("wire names, parsing and encoded sizes", "[kernels]") {
-  for (Wire w : {Wire::Fp32, Wire::Fp16, Wire::Bf16, Wire::Int8, Wire::Int4, Wire::Int2})
-    REQUIRE(parse_wire(wire_name(w)) == w);
-  REQUIRE_THROWS_AS(parse_wire("int3"), std::invalid_argument);
-  REQUIRE_THROWS_AS(parse_wire("fp8"), std::invalid_argument);
-  REQUIRE_THROWS_AS(parse_wire(""), std::invalid_argument);
+// Reading the names back, int4-rel's with them: tests/gossip_wire_format.cpp.
+TEST_CASE("wire names and encoded sizes", "[kernels]") {
+  REQUIRE(wire_name(Wire::Fp32) == "fp32");
+  REQUIRE(wire_name(Wire::Fp16) == "fp16");
+  REQUIRE(wire_name(Wire::Bf16) == "bf16");
+  REQUIRE(wire_name(Wire::Int8) == "int8");
+  REQUIRE(wire_name(Wire::Int4) == "int4");
+  REQUIRE(wire_name(Wire::Int2) == "int2");
+  REQUIRE(wire_name(static_cast<Wire>(6)) == "unknown");
   REQUIRE(encoded_size(Wire::Fp32, 10) == 40);
   REQUIRE(encoded_size(Wire::Fp16, 10) == 20);
   REQUIRE(encoded_size(Wire::Bf16, 10) == 20);

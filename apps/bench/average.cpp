@@ -24,14 +24,14 @@
 #include "apps/bench/bench.hpp"
 #include "apps/bench/blaster.hpp"
 #include "apps/common/blas.hpp"
-#include "apps/common/kernel_flags.hpp"
 #include "apps/common/options.hpp"
+#include "apps/common/wire_flags.hpp"
 #include "base/rng.hpp"
 #include "base/thread.hpp"
 #include "core/cpu_plan.hpp"
 #include "core/model.hpp"
-#include "gossip/exchange/averager.hpp"
 #include "gossip/dispatcher.hpp"
+#include "gossip/exchange/averager.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "net/buffer_pool.hpp"
 #include "net/secure/identity.hpp"
@@ -133,7 +133,7 @@ int hidden_for(std::size_t n) {
 
 struct AverageBenchOptions {
   std::size_t params = 25'000'000;
-  kernels::Wire wire = kernels::Wire::Fp32;
+  gossip::WireFormat wire = gossip::WireFormat::Fp32;
   int reps = 7, train_steps = 20, train_rounds = 5, batch = 64, net_nice = kDefaultNetNice;
   double train_max_rate_mb = 0;
   bool json = false, train = true, direct = true;
@@ -149,8 +149,8 @@ const OptionTable<AverageBenchOptions>& average_options() {
       {
           O::number("params", "N", "about N parameters (default 25M = 100 MB fp32)", &T::params,
                     1000, 2'000'000'000),
-          O::named<kernels::Wire>("wire", wire_values(), "encoding on the wire (default fp32)",
-                                  &T::wire),
+          O::named<gossip::WireFormat>("wire", wire_values(), "encoding on the wire (default fp32)",
+                                       &T::wire),
           O::number("reps", "R", "exchanges and channel transfers timed (default 7)", &T::reps, 1,
                     1000),
           O::number("train-steps", "S", "training steps per round (default 20)", &T::train_steps, 1,
@@ -221,7 +221,7 @@ bool wait_for(Pred&& pred, double limit_ms) {
 // The two peers, A measured and B its partner, their model, and the figures.
 class AverageBench {
  public:
-  AverageBench(const AverageBenchOptions& o, kernels::Wire wire, core::CpuPlan plan,
+  AverageBench(const AverageBenchOptions& o, gossip::WireFormat wire, core::CpuPlan plan,
                std::vector<int> all_cpus)
       : o_(o),
         wire_(wire),
@@ -299,7 +299,7 @@ class AverageBench {
 
   void start_nodes() {
     const gossip::AveragerConfig cfg = averager_config();
-    payload_ = kernels::encoded_size(wire_, n_);
+    payload_ = gossip::encoded_size(wire_, n_);
     for (std::size_t off = 0; off < payload_; off += cfg.chunk_bytes)
       sizes_.push_back(gossip::kChunkHeaderBytes + std::min(cfg.chunk_bytes, payload_ - off));
     for (Node* node : {&a_, &b_}) {
@@ -345,7 +345,7 @@ class AverageBench {
             {"model", spec_},
             {"cpus", std::thread::hardware_concurrency()},
             {"loadavg_1m_before", loadavg()},
-            {"wire", std::string(kernels::wire_name(wire_))},
+            {"wire", std::string(gossip::wire_name(wire_))},
             {"direct", o_.direct},
             {"mix", o_.mix},
             {"net_nice", o_.net_nice},
@@ -517,7 +517,7 @@ class AverageBench {
   }
 
   const AverageBenchOptions& o_;
-  const kernels::Wire wire_;
+  const gossip::WireFormat wire_;
   const core::CpuPlan plan_;
   const std::vector<int> all_cpus_;
   const int blas_default_;
@@ -538,7 +538,7 @@ int run(const Args& args) {
   if (auto rc = parse_bench_args("average", average_options(), args, o, kAbout)) return *rc;
   // Its training runs on the CPU backend: on the kernels a peer would run (may run this again).
   settle_blas_core("auto");
-  const kernels::Wire wire = o.wire;
+  const gossip::WireFormat wire = o.wire;
   if (!std::getenv("GT_BENCH_TRACE")) spdlog::set_level(spdlog::level::warn);
   else spdlog::set_level(spdlog::level::trace);
   core::CpuPlan plan;

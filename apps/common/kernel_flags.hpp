@@ -1,5 +1,5 @@
 // The kernels' enums as flag values (Options::named): each spelled as the kernels name it, so a
-// flag table reads --wire and --precision into the typed value once.
+// flag table reads --precision into the typed value once (the wires: wire_flags.hpp).
 #pragma once
 
 #include <string>
@@ -9,15 +9,6 @@
 #include "kernels/backend.hpp"
 
 namespace gossiptrain::apps {
-
-inline std::vector<std::pair<std::string, kernels::Wire>> wire_values() {
-  std::vector<std::pair<std::string, kernels::Wire>> v;
-  for (auto w : {kernels::Wire::Fp32, kernels::Wire::Fp16, kernels::Wire::Bf16,
-                 kernels::Wire::Int8, kernels::Wire::Int4, kernels::Wire::Int2,
-                 kernels::Wire::Int4Rel})
-    v.emplace_back(std::string(kernels::wire_name(w)), w);
-  return v;
-}
 
 inline std::vector<std::pair<std::string, kernels::Precision>> precision_values() {
   std::vector<std::pair<std::string, kernels::Precision>> v;

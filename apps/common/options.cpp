@@ -17,6 +17,7 @@
 #include "gossip/exchange/averager.hpp"
 #include "kernels/backend.hpp"
 #include "apps/common/kernel_flags.hpp"
+#include "apps/common/wire_flags.hpp"
 #include "net/socket/address.hpp"
 #include "net/secure/crypto_pool.hpp"
 
@@ -80,28 +81,13 @@ double to_number(const std::string& flag, const std::string& v) {
   return x;
 }
 
-// A WIRE|off flag that sets an optional wire: "off" clears it, a --wire value that allowed()
-// takes sets it; shown as the wire's name or "off".
+// A flag that sets an optional wire: "off" clears it, a --wire value that allowed() takes sets
+// it; read as --wire is (wire_flags.hpp), shown as the wire's name or "off".
 PeerOption wire_or_off(const std::string& name, std::string help,
-                       std::optional<kernels::Wire> gossip::AveragerConfig::*field,
-                       bool (*allowed)(kernels::Wire), const std::string& takes, ValueKind kind) {
-  return PeerOption{name, "WIRE|off", std::move(help),
-                    [=](PeerConfig& c, const std::string& v) {
-                      if (v == "off") {
-                        (c.node.averager.*field).reset();
-                        return;
-                      }
-                      for (const auto& [n, w] : wire_values())
-                        if (n == v && allowed(w)) {
-                          c.node.averager.*field = w;
-                          return;
-                        }
-                      throw bad_value(name, v, takes);
-                    }}
-      .shows([field](PeerConfig& c) {
-        const auto& w = c.node.averager.*field;
-        return w ? std::string(kernels::wire_name(*w)) : "off";
-      })
+                       std::optional<gossip::WireFormat> gossip::AveragerConfig::*field,
+                       bool (*allowed)(gossip::WireFormat), ValueKind kind) {
+  return O::named<std::optional<gossip::WireFormat>>(name, wire_or_off_values(allowed),
+                                                     std::move(help), averager(field))
       .of_kind(kind);
 }
 
@@ -247,7 +233,7 @@ const OptionTable<PeerConfig>& peer_options() {
            throw bad_value("max-ahead", v, "a number in (0, 1) or off");
        }}.shows(show_off(&gossip::NodeConfig::max_ahead)).of_kind(ValueKind::NumberOrWord)
           .for_programs(kGossipPeer | kGossipSim),
-      O::named<kernels::Wire>("wire", wire_values(), "encoding of parameters on the wire (docs/communication.md)",
+      O::named<gossip::WireFormat>("wire", wire_values(), "encoding of parameters on the wire (docs/communication.md)",
                               averager(&A::wire))
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"error-feedback", "on|off",
@@ -263,8 +249,8 @@ const OptionTable<PeerConfig>& peer_options() {
                   "(both partners switch; a peer switches too when a partner is on it): a coarse "
                   "wire early, a finer one where the final accuracy is made "
                   "(docs/communication.md)",
-                  &A::finish_wire, [](kernels::Wire) { return true; },
-                  "off or a --wire value", ValueKind::NumberOrWord)
+                  &A::finish_wire, [](gossip::WireFormat) { return true; },
+                  ValueKind::NumberOrWord)
           .for_programs(kGossipPeer | kGossipSim),
       wire_or_off("slow-link-wire",
                   "with --wire fp32 and no --finish-wire: exchange in this wire, with error "
@@ -272,8 +258,10 @@ const OptionTable<PeerConfig>& peer_options() {
                   "ways in an fp32 exchange; the partner takes the wire the request names), fp32 "
                   "with the others (docs/communication.md; off: fp32 with every partner)",
                   &A::slow_link_wire,
-                  [](kernels::Wire w) { return w != kernels::Wire::Fp32 && w != kernels::Wire::Int2; },
-                  "off or a --wire value other than fp32 and int2", ValueKind::Text)
+                  [](gossip::WireFormat w) {
+                    return w != gossip::WireFormat::Fp32 && w != gossip::WireFormat::Int2;
+                  },
+                  ValueKind::Text)
           .for_programs(kGossipPeer | kGossipSim),
       O::number("finish-from", "P",
                 "the fraction of training after which --finish-wire takes over",
@@ -300,7 +288,7 @@ const OptionTable<PeerConfig>& peer_options() {
          if (v != "low" && v != "default") throw bad_value("comm-preset", v, "low or default");
          const bool low = v == "low";
          gossip::AveragerConfig& a = c.node.averager;
-         a.wire = low ? kernels::Wire::Int4Rel : kernels::Wire::Fp32;
+         a.wire = low ? gossip::WireFormat::Int4Rel : gossip::WireFormat::Fp32;
          a.error_feedback = low;
          a.gossip_every = low ? 10 : 4;
          a.finish_wire.reset();

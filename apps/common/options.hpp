@@ -41,7 +41,7 @@ inline gossip::NodeConfig peer_node_defaults() {
   gossip::NodeConfig n;
   n.averager.gossip_every = 4;
   n.averager.robust = peer_robust_defaults();
-  n.averager.slow_link_wire = kernels::Wire::Int8;
+  n.averager.slow_link_wire = gossip::WireFormat::Int8;
   n.averager.settle_distance = 0.01;
   return n;
 }

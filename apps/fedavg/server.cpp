@@ -20,6 +20,7 @@
 #include "apps/fedavg/math.hpp"
 #include "apps/fedavg/wire.hpp"
 #include "base/rng.hpp"
+#include "base/short_id.hpp"
 #include "core/checkpoint.hpp"
 #include "core/trainer.hpp"
 
@@ -89,7 +90,7 @@ class ServerState final : public net::TransportHandler {
         }
       }
       if (!ok) return refuse(c, why);
-      spdlog::info("fedavg: client {} joined (shard {}, {} samples)", c->peer_id().substr(0, 8),
+      spdlog::info("fedavg: client {} joined (shard {}, {} samples)", base::short_id(c->peer_id()),
                    h->shard, h->samples);
       return;
     }
@@ -102,7 +103,7 @@ class ServerState final : public net::TransportHandler {
           dropped_.count(c.get())) {
         // A stalled client answering after its round's deadline: nothing to apply.
         spdlog::info("fedavg: ignoring an update for round {} from {} (round {} open)", u->round,
-                     c->peer_id().substr(0, 8), round_);
+                     base::short_id(c->peer_id()), round_);
         return;
       }
       bytes_in_ += bytes;
@@ -117,7 +118,7 @@ class ServerState final : public net::TransportHandler {
     std::lock_guard lk(mu_);
     if (asked_.count(c.get()) && !answered_.count(c.get()) && dropped_.insert(c.get()).second)
       spdlog::warn("fedavg: client {} left mid-round {} ({}): dropped from the round",
-                   c->peer_id().substr(0, 8), round_, reason);
+                   base::short_id(c->peer_id()), round_, reason);
     clients_.erase(c.get());
     cv_.notify_all();
   }
@@ -152,7 +153,7 @@ class ServerState final : public net::TransportHandler {
 
  private:
   void refuse(const net::ConnectionPtr& c, const std::string& why) {
-    spdlog::warn("fedavg: closing {}: {}", c->peer_id().substr(0, 8), why);
+    spdlog::warn("fedavg: closing {}: {}", base::short_id(c->peer_id()), why);
     c->close(net::CloseReason::Failed, "fedavg: " + why);
   }
   std::size_t n_params_;

@@ -41,6 +41,7 @@
 #include "apps/launch/report.hpp"
 #include "apps/launch/summary.hpp"
 #include "apps/launch/view.hpp"
+#include "gossip/exchange/wire_format.hpp"
 
 namespace gossiptrain::apps::launcher {
 
@@ -262,7 +263,7 @@ void Launch::write_config() {
       {"batch", plans_[0].config.train.batch},
       {"lr", plans_[0].config.train.lr},
       {"gossip_every", plans_[0].config.node.averager.gossip_every},
-      {"wire", std::string(kernels::wire_name(plans_[0].config.node.averager.wire))},
+      {"wire", std::string(gossip::wire_name(plans_[0].config.node.averager.wire))},
       {"network_key", o_.network_key.empty() ? network_key_ : o_.network_key},
       {"base_port", o_.base_port},
       {"target_acc", o_.target_acc},

@@ -30,6 +30,7 @@
 #include "apps/common/peer_churn.hpp"
 #include "apps/common/options.hpp"
 #include "apps/peer/tuned_threads.hpp"
+#include "base/short_id.hpp"
 #include "base/thread.hpp"
 #include "core/checkpoint.hpp"
 #include "core/cpu_plan.hpp"
@@ -162,13 +163,13 @@ void catch_up(core::Trainer& trainer, apps::PeerNode& node, const apps::PeerConf
   if (r->ok) {
     if (counters)
       spdlog::info("caught up with {}: epoch {}, step {} ({} bytes in {:.0f} ms)",
-                   r->from.substr(0, 8), r->state.epoch, r->state.step, r->bytes, r->ms);
+                   base::short_id(r->from), r->state.epoch, r->state.step, r->bytes, r->ms);
     else
       spdlog::info(
           "caught up with {}: took its weights and optimizer state; its counters (epoch {}, "
           "step {}) do not fit this run, which keeps its own schedule from step 0 ({} bytes in "
           "{:.0f} ms)",
-          r->from.substr(0, 8), r->state.epoch, r->state.step, r->bytes, r->ms);
+          base::short_id(r->from), r->state.epoch, r->state.step, r->bytes, r->ms);
     metrics.emit("catch_up", {{"ok", true},
                               {"from", r->from},
                               {"step", r->state.step},

@@ -8,6 +8,7 @@
 
 #include "apps/sim/peer.hpp"
 #include "core/partition.hpp"
+#include "gossip/exchange/wire_format.hpp"
 #include "kernels/backend.hpp"
 
 namespace gossiptrain::apps::sim {
@@ -251,7 +252,7 @@ json World::train_summary() const {
           {"max_lag", max_lag_field(cfg_.peer.node.max_lag)},
           {"max_ahead", cfg_.peer.node.max_ahead},
           {"outer_every", cfg_.peer.node.outer.every},
-          {"wire", std::string(kernels::wire_name(cfg_.peer.node.averager.wire))},
+          {"wire", std::string(gossip::wire_name(cfg_.peer.node.averager.wire))},
           {"lag_waits", lag_waits},
           {"lag_wait_s", lag_wait_s},
           {"pace_waits", pace_waits},

@@ -9,12 +9,13 @@
 #include <spdlog/spdlog.h>
 
 #include "base/bytes.hpp"
+#include "base/short_id.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::gossip::catch_up_detail {
 
 using net::Millis;
-inline std::string short_id(const std::string& id) { return id.substr(0, 8); }
+using base::short_id;
 
 // Decodes b with decode; a malformed message (base::DecodeError) is logged and gives nullopt, and
 // the caller closes the connection as a protocol violation.

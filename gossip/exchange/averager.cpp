@@ -19,19 +19,20 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/short_id.hpp"
 #include "gossip/dispatcher.hpp"
 #include "net/buffer_pool.hpp"
 
 namespace gossiptrain::gossip {
 
 namespace {
-std::string short_id(const std::string& id) { return id.substr(0, 8); }
+using base::short_id;
 // While a snapshot is being cut into chunks, the sender is woken every this many chunks.
 constexpr std::size_t kChunksPerWakeup = 8;
 
 // The slow link's wire, where it applies: the configured wire is fp32 and does not change.
-std::optional<kernels::Wire> slow_link_wire(const AveragerConfig& c) {
-  if (c.wire != kernels::Wire::Fp32 || c.finish_wire) return std::nullopt;
+std::optional<WireFormat> slow_link_wire(const AveragerConfig& c) {
+  if (c.wire != WireFormat::Fp32 || c.finish_wire) return std::nullopt;
   return c.slow_link_wire;
 }
 
@@ -47,13 +48,12 @@ ExchangeConfig exchange_config(const AveragerConfig& c) {
   e.choice = c.choice;
   e.robust = c.robust;
   // int4-rel's vector is decoded against our snapshot at a step boundary: the vote waits for it.
-  const bool relative =
-      c.wire == kernels::Wire::Int4Rel || c.finish_wire == kernels::Wire::Int4Rel;
+  const bool relative = c.wire == WireFormat::Int4Rel || c.finish_wire == WireFormat::Int4Rel;
   e.needs_norm = c.max_diff_norm > 0 || c.robust.mix == MixMode::Clipped || relative;
   // Our fp32 chunk messages hold exactly the floats we sent, on either path and any backend: the
   // protocol thread measures ||r - s|| as the chunks arrive, and the vote waits for no step
   // boundary (on a GPU one per exchange saved, with steps well under a millisecond).
-  e.fast_norm = c.wire == kernels::Wire::Fp32;
+  e.fast_norm = c.wire == WireFormat::Fp32;
   e.answer_timeout = c.answer_timeout;
   e.transfer_timeout_floor = c.transfer_timeout_floor;
   e.min_rate_bytes_per_s = c.min_rate_bytes_per_s;
@@ -67,7 +67,7 @@ ExchangeConfig exchange_config(const AveragerConfig& c) {
 // Direct mode: values element-wise on the wire (not the blockwise int8, int4, int2, whose block
 // scales come first).
 bool direct_mode(const AveragerConfig& c, const kernels::Backend& be) {
-  return c.direct && be.host_memory() && !kernels::is_blockwise(c.wire) && !c.error_feedback &&
+  return c.direct && be.host_memory() && !is_blockwise(c.wire) && !c.error_feedback &&
          !c.finish_wire;
 }
 
@@ -83,14 +83,14 @@ void check_config(const AveragerConfig& c) {
   if (!(c.settle_distance >= 0)) throw std::invalid_argument("averager: settle_distance < 0");
   // Three levels a value: the residual is as large as the values it rides on and grows with them
   // (docs/communication.md, "Low-bit wires").
-  if (c.error_feedback && c.wire == kernels::Wire::Int2)
+  if (c.error_feedback && c.wire == WireFormat::Int2)
     throw std::invalid_argument(
         "averager: wire int2 with error feedback diverges (docs/communication.md): use int4, or "
         "int2 without error feedback");
-  if (c.error_feedback && c.finish_wire == kernels::Wire::Int2)
+  if (c.error_feedback && c.finish_wire == WireFormat::Int2)
     throw std::invalid_argument(
         "averager: finish wire int2 with error feedback diverges (docs/communication.md)");
-  if (c.slow_link_wire == kernels::Wire::Int2)
+  if (c.slow_link_wire == WireFormat::Int2)
     throw std::invalid_argument(
         "averager: slow link wire int2 (always with error feedback) diverges");
   if (c.slow_link_wire && !(c.link.slow_bytes_per_s > 0 && c.link.alpha > 0 && c.link.alpha <= 1))
@@ -164,13 +164,13 @@ void Averager::post(Fn fn) {
   });
 }
 
-std::unique_ptr<SnapshotBuffers> Averager::make_buffers(bool direct, kernels::Wire wire) {
+std::unique_ptr<SnapshotBuffers> Averager::make_buffers(bool direct, WireFormat wire) {
   return SnapshotBuffers::make(
       direct, wire, cfg_.chunk_bytes, be_, [this](net::Bytes&& b) { recycle(std::move(b)); },
       cfg_.error_feedback);
 }
 
-SnapshotBuffers& Averager::buffers(kernels::Wire w) {
+SnapshotBuffers& Averager::buffers(WireFormat w) {
   if (slow_buffers_ && w != cfg_.wire) return *slow_buffers_;
   return *buffers_;
 }
@@ -214,7 +214,7 @@ void Averager::set_residual(std::vector<float> e) {
 // starts after the first few chunks instead of after the whole copy (seq 0: a standing snapshot,
 // published by the caller once whole). The parameters cannot change meanwhile: this is the
 // training thread. What we send: our parameters, or a faulty peer's corruption of them.
-ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq, kernels::Wire wire) {
+ChunkSetPtr Averager::snapshot(core::StepContext& ctx, std::uint64_t seq, WireFormat wire) {
   const float* x = fault_.active() ? fault_.source(ctx.params, ctx.n_params) : ctx.params;
   std::size_t total = 0;
   auto begun = [&](const ChunkSetPtr& own) {
@@ -367,7 +367,7 @@ void Averager::maybe_switch_wire(core::StepContext& ctx) {
   if (!e.empty()) buffers_->set_residual(e);
   on_finish_wire_ = true;
   spdlog::info("averager: exchanges move to the {} wire at step {} ({})",
-               kernels::wire_name(*cfg_.finish_wire), ctx.step,
+               wire_name(*cfg_.finish_wire), ctx.step,
                seen ? "a partner is on it" : "--finish-from reached");
   post([this, w = *cfg_.finish_wire] {
     protocol_.set_wire(w);
@@ -469,7 +469,7 @@ void Averager::dial(std::uint64_t seq, const PeerRef& p) {
       });
 }
 
-std::optional<std::uint64_t> Averager::claim(ChunkSetPtr& own, kernels::Wire w) {
+std::optional<std::uint64_t> Averager::claim(ChunkSetPtr& own, WireFormat w) {
   std::lock_guard<std::mutex> lk(mu_);
   if (active_) return std::nullopt;
   active_ = true;
@@ -484,7 +484,7 @@ std::optional<std::uint64_t> Averager::claim(ChunkSetPtr& own, kernels::Wire w) 
   return ++seq_;
 }
 
-void Averager::want_snapshot(std::uint64_t seq, kernels::Wire w) {
+void Averager::want_snapshot(std::uint64_t seq, WireFormat w) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (seq_ != seq) return;
@@ -519,7 +519,7 @@ void Averager::commit(std::uint64_t seq, const Commit& c) {
 }
 
 void Averager::deliver(std::uint64_t seq, net::Bytes&& chunk, bool complete, bool norm_vote,
-                       const std::string& partner, kernels::Wire wire) {
+                       const std::string& partner, WireFormat wire) {
   std::lock_guard<std::mutex> lk(mu_);
   if (seq_ != seq) return;
   incoming_.push_back(std::move(chunk));

@@ -17,15 +17,16 @@
 
 #include "base/rng.hpp"
 #include "core/step_hook.hpp"
+#include "gossip/deadline.hpp"
 #include "gossip/exchange/ban_list.hpp"
 #include "gossip/exchange/chunk_set.hpp"
-#include "gossip/deadline.hpp"
 #include "gossip/exchange/exchange_conns.hpp"
 #include "gossip/exchange/exchange_protocol.hpp"
 #include "gossip/exchange/fault.hpp"
 #include "gossip/exchange/link_wire.hpp"
 #include "gossip/exchange/robust_bound.hpp"
 #include "gossip/exchange/snapshot_buffers.hpp"
+#include "gossip/exchange/wire_format.hpp"
 #include "kernels/backend.hpp"
 #include "net/transport.hpp"
 
@@ -37,7 +38,7 @@ struct AveragerConfig {
   RobustConfig robust;
   FaultConfig fault;
   int gossip_every = 1;  // steps between the exchanges this peer starts (>= 1)
-  kernels::Wire wire = kernels::Wire::Fp32;
+  WireFormat wire = WireFormat::Fp32;
   // Error feedback on a lossy wire (fp16, bf16, int8): each snapshot sends the encoding of x + e
   // and keeps in e what the encoding rounded off (docs/communication.md). Takes the copy path.
   bool error_feedback = false;
@@ -47,13 +48,13 @@ struct AveragerConfig {
   // partners of an exchange use the same one; around the switch a peer answers the other wire
   // BUSY (it switches itself) or with a quiet wire refusal. Takes the copy path. The error
   // feedback residual carries over.
-  std::optional<kernels::Wire> finish_wire;
+  std::optional<WireFormat> finish_wire;
   double finish_from = 0.9;
   // With the partners whose link is measured slow, exchanges go in this compressed wire, with
   // error feedback, instead of `wire` (link_wire.hpp, docs/communication.md); the responder takes
   // the wire the request names. Only where `wire` is fp32 and there is no finish wire; nullopt:
   // off. Its threshold and the rest: link.
-  std::optional<kernels::Wire> slow_link_wire;
+  std::optional<WireFormat> slow_link_wire;
   LinkWireConfig link;
   bool weight_by_samples = false;   // w = n_other / (n_self + n_other) instead of 1/2
   std::uint64_t fingerprint = 0;    // model fingerprint; peers with another one are refused
@@ -198,9 +199,9 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
     std::optional<PendingMix> mix;
     std::uint64_t seq = 0;
     bool snapshot = false, initiate = false, refresh = false;
-    kernels::Wire snapshot_wire = kernels::Wire::Fp32;  // of the snapshot to take
+    WireFormat snapshot_wire = WireFormat::Fp32;  // of the snapshot to take
     ChunkList in;
-    kernels::Wire in_wire = kernels::Wire::Fp32;  // of the partner's chunks
+    WireFormat in_wire = WireFormat::Fp32;  // of the partner's chunks
     bool norm_vote = false;  // the partner's vector is complete: measure ||r - s|| for the vote
     std::string partner;     // whose vector that is
     net::Millis at{0};       // and when its last chunk came in
@@ -214,12 +215,12 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   // Moves to the finish wire when it is time and nothing is in flight (AveragerConfig).
   void maybe_switch_wire(core::StepContext& ctx);
   // The snapshot buffers for a wire (the first one, then the finish wire's).
-  std::unique_ptr<SnapshotBuffers> make_buffers(bool direct, kernels::Wire wire);
+  std::unique_ptr<SnapshotBuffers> make_buffers(bool direct, WireFormat wire);
   void refresh_standing(core::StepContext& ctx);
   void vote_norm(core::StepContext& ctx, const StepWork& w);
-  ChunkSetPtr snapshot(core::StepContext& ctx, std::uint64_t seq, kernels::Wire wire);
+  ChunkSetPtr snapshot(core::StepContext& ctx, std::uint64_t seq, WireFormat wire);
   // The buffers of an exchange in wire w: the configured wire's, or the slow link's.
-  SnapshotBuffers& buffers(kernels::Wire w);
+  SnapshotBuffers& buffers(WireFormat w);
   // The bounds applied to a measured ||r - s|| of partner's vector at `at`.
   Verdict judge_at(const std::string& partner, double norm, const std::function<double()>& own_norm,
                    net::Millis at);
@@ -262,12 +263,12 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
     bound_.heard_payload(partner, hash);
   }
   double max_rate() const override { return max_rate_.load(); }
-  std::optional<std::uint64_t> claim(ChunkSetPtr& own, kernels::Wire w) override;
-  void want_snapshot(std::uint64_t seq, kernels::Wire w) override;
+  std::optional<std::uint64_t> claim(ChunkSetPtr& own, WireFormat w) override;
+  void want_snapshot(std::uint64_t seq, WireFormat w) override;
   void release(std::uint64_t seq, bool no_peer) override;
   void commit(std::uint64_t seq, const Commit& c) override;
   void deliver(std::uint64_t seq, net::Bytes&& chunk, bool complete, bool norm_vote,
-               const std::string& partner, kernels::Wire wire) override;
+               const std::string& partner, WireFormat wire) override;
   Verdict judge(const std::string& partner, double norm,
                 const std::function<double()>& own_norm) override {
     return judge_at(partner, norm, own_norm, sched_.now());
@@ -306,10 +307,10 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   bool active_ = false;  // an exchange is in flight (claimed by either thread)
   std::uint64_t seq_ = 0;
   bool want_snapshot_ = false;  // the responder needs a snapshot for seq_
-  kernels::Wire want_wire_ = kernels::Wire::Fp32;  // in this wire
+  WireFormat want_wire_ = WireFormat::Fp32;  // in this wire
   ChunkSetPtr standing_;  // a whole snapshot (the last one taken) for the next request, if idle
   ChunkList incoming_;    // the partner's chunks for seq_ not yet taken by training
-  kernels::Wire incoming_wire_ = kernels::Wire::Fp32;  // their wire
+  WireFormat incoming_wire_ = WireFormat::Fp32;  // their wire
   bool incoming_complete_ = false;     // the last of them is in incoming_
   std::optional<PendingMix> pending_;  // apply x += w (r - s) at the next step boundary
   bool incoming_norm_ = false;         // the training thread must measure ||r - s|| for seq_'s vote

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/backend.hpp"
+#include "gossip/exchange/wire_format.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::gossip {
@@ -17,7 +17,7 @@ namespace gossiptrain::gossip {
 struct ChunkSet {
   std::vector<std::shared_ptr<net::Bytes>> chunks;
   std::size_t payload_bytes = 0;
-  kernels::Wire wire = kernels::Wire::Fp32;  // the encoding of the payload
+  WireFormat wire = WireFormat::Fp32;  // the encoding of the payload
   std::atomic<std::size_t> ready{0};  // chunks[0, ready) hold their data (set by training thread)
   std::size_t ready_count() const { return ready.load(std::memory_order_acquire); }
 };

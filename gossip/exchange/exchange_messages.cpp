@@ -123,8 +123,8 @@ RequestMsg decode_request(const net::Bytes& b) {
   m.fingerprint = r.u64();
   m.n_params = r.u64();
   const std::uint8_t wire = r.u8();
-  if (wire > static_cast<std::uint8_t>(kernels::Wire::Int4Rel)) throw DecodeError("unknown wire");
-  m.wire = static_cast<kernels::Wire>(wire);
+  if (wire > static_cast<std::uint8_t>(WireFormat::Int4Rel)) throw DecodeError("unknown wire");
+  m.wire = static_cast<WireFormat>(wire);
   const std::uint8_t weighted = r.u8();
   if (weighted > 1) throw DecodeError("weighted is not a bool");
   m.weighted = weighted == 1;

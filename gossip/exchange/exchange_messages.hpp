@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "base/bytes.hpp"
-#include "kernels/backend.hpp"
+#include "gossip/exchange/wire_format.hpp"
 #include "net/transport.hpp"
 
 namespace gossiptrain::gossip {
@@ -46,7 +46,7 @@ struct RequestMsg {
   std::uint64_t exchange_id = 0;
   std::uint64_t fingerprint = 0;
   std::uint64_t n_params = 0;
-  kernels::Wire wire = kernels::Wire::Fp32;
+  WireFormat wire = WireFormat::Fp32;
   bool weighted = false;     // the initiator mixes with sample-count weights
   std::int64_t samples = 0;  // the initiator's shard size (for weighting)
   double progress = -1;      // fraction of its training done, in [0, 1]; -1: not known

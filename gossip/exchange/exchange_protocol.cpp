@@ -364,7 +364,7 @@ void ExchangeProtocol::on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8
   } else if (type == kRef && reason.code == ExchangeCode::Wire && ex_->wire != cfg_.wire) {
     // It does not take the slow link's wire: the configured one with it from now on.
     spdlog::info("averager: peer {} does not take the {} wire: {} with it", short_id(ex_->partner),
-                 kernels::wire_name(ex_->wire), kernels::wire_name(cfg_.wire));
+                 wire_name(ex_->wire), wire_name(cfg_.wire));
     link_.refused(ex_->partner);
   } else if (type == kRef) {
     spdlog::warn("averager: peer {} refused to average: {}", short_id(ex_->partner),
@@ -385,12 +385,12 @@ void ExchangeProtocol::answered(const Exchange& e) {
 
 // A request in the other of our two wires (the first and the finish one): the two peers are on
 // either side of the switch to the finish wire.
-bool ExchangeProtocol::in_transition(kernels::Wire theirs) const {
+bool ExchangeProtocol::in_transition(WireFormat theirs) const {
   return cfg_.finish_wire && theirs != cfg_.wire &&
          (theirs == *cfg_.finish_wire || theirs == first_wire_);
 }
 
-void ExchangeProtocol::set_wire(kernels::Wire w) {
+void ExchangeProtocol::set_wire(WireFormat w) {
   GT_ASSERT(!ex_);
   cfg_.wire = w;
   link_.set_wire(w);
@@ -554,7 +554,7 @@ void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m
 // The initiator's snapshot is taken in the configured wire as it asks (and a responder's standing
 // one is); a partner on a slow link needs one in its wire, taken at the next step boundary. Only
 // a snapshot in the exchange's wire is ever sent.
-void ExchangeProtocol::use_wire(Exchange& e, kernels::Wire w) {
+void ExchangeProtocol::use_wire(Exchange& e, WireFormat w) {
   const bool had = e.wire == w;
   e.wire = w;
   const ChunkSetPtr& own = e.out.own();

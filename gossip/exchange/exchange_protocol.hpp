@@ -30,9 +30,10 @@
 #include "gossip/exchange/link_wire.hpp"
 #include "gossip/exchange/partner_choice.hpp"
 #include "gossip/exchange/partner_schedule.hpp"
-#include "gossip/membership/peer_directory.hpp"
 #include "gossip/exchange/send_pump.hpp"
 #include "gossip/exchange/wire_check.hpp"
+#include "gossip/exchange/wire_format.hpp"
+#include "gossip/membership/peer_directory.hpp"
 
 namespace gossiptrain::gossip {
 
@@ -83,7 +84,7 @@ struct ExchangeEvent {
   double effective_w() const { return double(w) * clip; }
   double partner_progress = -1;    // its fraction of training done, as it said (-1: not known)
   std::int64_t partner_step = -1;  // its optimizer steps, as it said (-1: not known)
-  kernels::Wire wire = kernels::Wire::Fp32;  // the wire it ran in (link_wire.hpp)
+  WireFormat wire = WireFormat::Fp32;  // the wire it ran in (link_wire.hpp)
   // --partner-choice hypercube: the schedule round this exchange served (-1: a plain exchange).
   std::int64_t round = -1;
   ExchangeTimes times;  // where its time went (gossip-bench rate)
@@ -97,10 +98,10 @@ struct Verdict {
 
 struct ExchangeConfig {
   std::uint64_t fingerprint = 0;
-  kernels::Wire wire = kernels::Wire::Fp32;
+  WireFormat wire = WireFormat::Fp32;
   // The wire of the end of training (AveragerConfig::finish_wire): a request in it, or a refusal
   // of ours for the wire, tells the port that partners have moved on (finish_wire_seen).
-  std::optional<kernels::Wire> finish_wire;
+  std::optional<WireFormat> finish_wire;
   // A compressed wire with the partners whose link is measured slow (link_wire.hpp); never with
   // a finish wire.
   LinkWireConfig link;
@@ -167,10 +168,10 @@ class ExchangePort {
   virtual double max_rate() const = 0;
   // Claims the exchange for a request in wire w: its seq, with our snapshot when one stands ready
   // in w (else one is taken at the next step boundary); nullopt when busy.
-  virtual std::optional<std::uint64_t> claim(ChunkSetPtr& own, kernels::Wire w) = 0;
+  virtual std::optional<std::uint64_t> claim(ChunkSetPtr& own, WireFormat w) = 0;
   // Exchange seq runs in wire w after all (its partner's link): a snapshot in w is taken at the
   // next step boundary (snapshot_ready), one in another wire is not used.
-  virtual void want_snapshot(std::uint64_t seq, kernels::Wire w) = 0;
+  virtual void want_snapshot(std::uint64_t seq, WireFormat w) = 0;
   // The exchange seq ended unapplied (no_peer: it never started), or was committed: the mix
   // w c (r - s) waits for the next step boundary.
   virtual void release(std::uint64_t seq, bool no_peer) = 0;
@@ -178,13 +179,13 @@ class ExchangePort {
     float w = 0.5f;    // the clipping factor included
     double norm = -1;     // agreed ||r - s|| (-1: not measured)
     std::string partner;  // whose vector it is (B keeps one figure per partner)
-    kernels::Wire wire = kernels::Wire::Fp32;  // the exchange's
+    WireFormat wire = WireFormat::Fp32;  // the exchange's
   };
   virtual void commit(std::uint64_t seq, const Commit& c) = 0;
   // Hands one of the partner's chunks to the training thread; norm_vote: it is the last one and
   // the training thread must measure ||r - s|| for our vote (then validated() comes back).
   virtual void deliver(std::uint64_t seq, net::Bytes&& chunk, bool complete, bool norm_vote,
-                       const std::string& partner, kernels::Wire wire) = 0;
+                       const std::string& partner, WireFormat wire) = 0;
   virtual void request_boundary() = 0;
   // The norm bounds on a measured ||r - s|| (own_norm gives ||s|| when needed).
   virtual Verdict judge(const std::string& partner, double norm,
@@ -233,7 +234,7 @@ class ExchangeProtocol {
   // The training thread failed during exchange seq (a backend error).
   void backend_failed(std::uint64_t seq);
   // From now on exchanges run in wire w (the finish wire; no exchange is in flight).
-  void set_wire(kernels::Wire w);
+  void set_wire(WireFormat w);
 
   bool banned(const std::string& peer) const { return bans_.banned(peer, port_.now()); }
   bool in_flight() const { return ex_.has_value(); }
@@ -256,7 +257,7 @@ class ExchangeProtocol {
     net::Millis asked{0};      // the current partner was asked (responder: its request came in)
     net::Millis requested{0};  // our REQUEST to it was sent (the answer time starts)
     net::Millis transfer{0};   // the transfer began (ACCEPT sent or received)
-    kernels::Wire wire = kernels::Wire::Fp32;  // this exchange's (link_wire.hpp)
+    WireFormat wire = WireFormat::Fp32;  // this exchange's (link_wire.hpp)
     bool needs_norm = false;   // the vote waits for ||r - s|| (or int4-rel's decoding)
     SendPump out;              // control messages and our snapshot's chunks
     std::size_t received = 0;  // payload bytes of the partner's vector received
@@ -310,7 +311,7 @@ class ExchangeProtocol {
   void serve_held();
   void drop_held(bool busy);
   std::optional<ExchangeCode> incompatible(const RequestMsg& m) const;
-  bool in_transition(kernels::Wire theirs) const;
+  bool in_transition(WireFormat theirs) const;
   void refuse(const net::ConnectionPtr& c, const RequestMsg& m, ExchangeCode code);
   void send_busy(const net::ConnectionPtr& c, std::uint64_t exchange_id);
   bool should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const;
@@ -337,7 +338,7 @@ class ExchangeProtocol {
   bool is_current(const net::ConnectionPtr& c, std::uint64_t id) const;
   void arm_deadline(net::Millis d, ExchangeFailure what);
   // The exchange in flight runs in wire w: our snapshot must be in it.
-  void use_wire(Exchange& e, kernels::Wire w);
+  void use_wire(Exchange& e, WireFormat w);
   // The transfer of e (bytes both ways so far) measures its partner's link.
   void measure_link(const Exchange& e);
   float weight(std::int64_t n_self, std::int64_t n_other) const;
@@ -352,7 +353,7 @@ class ExchangeProtocol {
   void take_round(Exchange& e, const RequestMsg& m, std::optional<double> sw);
 
   ExchangeConfig cfg_;
-  const kernels::Wire first_wire_;  // cfg_.wire until set_wire
+  const WireFormat first_wire_;  // cfg_.wire until set_wire
   ExchangePort& port_;
   const PeerDirectory& peers_;
   std::string local_id_;

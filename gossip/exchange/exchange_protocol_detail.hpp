@@ -5,11 +5,11 @@
 #include <cstdint>
 #include <string>
 
+#include "base/short_id.hpp"
 #include "gossip/exchange/exchange_protocol.hpp"
 
 namespace gossiptrain::gossip::exchange_detail {
 
-using kernels::encoded_size;
 using net::Millis;
 using Timer = ExchangePort::Timer;
 constexpr auto kReq = static_cast<std::uint8_t>(ExchangeType::Request);
@@ -20,6 +20,6 @@ constexpr auto kChunk = static_cast<std::uint8_t>(ExchangeType::Chunk);
 constexpr auto kValid = static_cast<std::uint8_t>(ExchangeType::Valid);
 constexpr auto kAbort = static_cast<std::uint8_t>(ExchangeType::Abort);
 
-inline std::string short_id(const std::string& id) { return id.substr(0, 8); }
+using base::short_id;
 
 }  // namespace gossiptrain::gossip::exchange_detail

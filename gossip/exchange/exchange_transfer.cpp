@@ -42,9 +42,8 @@ void ExchangeProtocol::begin_transfer() {
   e.check.emplace(e.wire, port_.n_params());
   // int4-rel decodes against our snapshot, at a step boundary (the slow link's wire, when it is
   // not the configured one).
-  e.needs_norm = cfg_.needs_norm || e.wire == kernels::Wire::Int4Rel;
-  e.fast_norm = e.needs_norm && cfg_.fast_norm && e.wire == cfg_.wire &&
-                e.wire == kernels::Wire::Fp32;
+  e.needs_norm = cfg_.needs_norm || e.wire == WireFormat::Int4Rel;
+  e.fast_norm = e.needs_norm && cfg_.fast_norm && e.wire == cfg_.wire && e.wire == WireFormat::Fp32;
   e.transfer = port_.now();
   ex_->sq = 0;
   const double both_ways =
@@ -92,7 +91,7 @@ std::optional<FailureReason> ExchangeProtocol::check_chunk(Exchange& e, const Ch
                  short_id(e.partner), v.offset, v.size, expected);
     return FailureReason{ExchangeFailure::InvalidLength};
   }
-  if (!kernels::is_blockwise(e.wire) && v.size % kernels::wire_value_bytes(e.wire) != 0) {
+  if (!is_blockwise(e.wire) && v.size % wire_value_bytes(e.wire) != 0) {
     spdlog::warn("averager: chunk from {} at offset {} holds a partial value ({} bytes)",
                  short_id(e.partner), v.offset, v.size);
     return FailureReason{ExchangeFailure::InvalidLength};
@@ -229,10 +228,11 @@ void ExchangeProtocol::measure_link(const Exchange& e) {
   const std::uint64_t bytes = e.out.bytes_sent() + e.bytes_received;
   const double ms = double((port_.now() - e.transfer).count());
   if (link_.record(e.partner, e.wire, bytes, ms, port_.now()))
-    spdlog::info("averager: the link to {} is slow ({:.2f} MB/s both ways, under {:.2f}): "
-                 "exchanges with it go in {}",
-                 short_id(e.partner), link_.rate(e.partner) / 1e6,
-                 cfg_.link.slow_bytes_per_s / 1e6, kernels::wire_name(*cfg_.link.slow_wire));
+    spdlog::info(
+        "averager: the link to {} is slow ({:.2f} MB/s both ways, under {:.2f}): "
+        "exchanges with it go in {}",
+        short_id(e.partner), link_.rate(e.partner) / 1e6, cfg_.link.slow_bytes_per_s / 1e6,
+        wire_name(*cfg_.link.slow_wire));
 }
 
 void ExchangeProtocol::applied(std::uint64_t seq) {

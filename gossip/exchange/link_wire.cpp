@@ -3,7 +3,7 @@
 
 namespace gossiptrain::gossip {
 
-kernels::Wire LinkWire::wire_for(const std::string& partner, Millis now) const {
+WireFormat LinkWire::wire_for(const std::string& partner, Millis now) const {
   if (!enabled()) return wire_;
   const auto it = links_.find(partner);
   if (it == links_.end() || !it->second.slow || it->second.refused) return wire_;
@@ -12,7 +12,7 @@ kernels::Wire LinkWire::wire_for(const std::string& partner, Millis now) const {
   return *cfg_.slow_wire;
 }
 
-bool LinkWire::record(const std::string& partner, kernels::Wire w, std::uint64_t bytes, double ms,
+bool LinkWire::record(const std::string& partner, WireFormat w, std::uint64_t bytes, double ms,
                       Millis now) {
   if (!enabled() || w != wire_ || bytes < cfg_.min_bytes || !(ms > 0)) return false;
   if (!links_.count(partner) && links_.size() >= kMaxLinks) links_.clear();

@@ -11,13 +11,13 @@
 #include <string>
 #include <unordered_map>
 
-#include "kernels/backend.hpp"
+#include "gossip/exchange/wire_format.hpp"
 
 namespace gossiptrain::gossip {
 
 struct LinkWireConfig {
   // The wire of a slow link; nullopt: every exchange in the configured wire (no adaptation).
-  std::optional<kernels::Wire> slow_wire;
+  std::optional<WireFormat> slow_wire;
   // A link is slow when an exchange in the configured wire moves fewer bytes a second (both ways
   // together, from its transfer's start to its commit) than this. A 10 Mbit/s link carries at most
   // 2.5 MB/s both ways (its fp32 exchanges measured 1.6-2.2 MB/s); in the same 9-peer run on a
@@ -36,21 +36,20 @@ struct LinkWireConfig {
 class LinkWire {
  public:
   using Millis = std::chrono::milliseconds;
-  LinkWire(LinkWireConfig cfg, kernels::Wire wire) : cfg_(cfg), wire_(wire) {}
+  LinkWire(LinkWireConfig cfg, WireFormat wire) : cfg_(cfg), wire_(wire) {}
 
   bool enabled() const { return cfg_.slow_wire.has_value(); }
   // The configured wire changed (the finish wire; never with a slow wire).
-  void set_wire(kernels::Wire w) { wire_ = w; }
-  kernels::Wire wire() const { return wire_; }
+  void set_wire(WireFormat w) { wire_ = w; }
+  WireFormat wire() const { return wire_; }
   // The wire of our next exchange with partner.
-  kernels::Wire wire_for(const std::string& partner, Millis now) const;
+  WireFormat wire_for(const std::string& partner, Millis now) const;
   // Whether we take a request in wire w (the configured one, or the slow one when enabled).
-  bool takes(kernels::Wire w) const { return w == wire_ || (enabled() && w == *cfg_.slow_wire); }
+  bool takes(WireFormat w) const { return w == wire_ || (enabled() && w == *cfg_.slow_wire); }
   // An exchange with partner in wire w moved bytes (both ways) in ms, from its transfer's start
   // (committed, or a transfer that timed out). Only the configured wire's measure the link.
   // True when this made the partner slow.
-  bool record(const std::string& partner, kernels::Wire w, std::uint64_t bytes, double ms,
-              Millis now);
+  bool record(const std::string& partner, WireFormat w, std::uint64_t bytes, double ms, Millis now);
   // partner refused our slow wire (it does not adapt): the configured wire with it from now on.
   void refused(const std::string& partner) { links_[partner].refused = true; }
   // The measured rate (bytes/s) of partner's link, or -1.
@@ -66,7 +65,7 @@ class LinkWire {
   };
   static constexpr std::size_t kMaxLinks = 4096;  // a bound on the state kept per partner
   LinkWireConfig cfg_;
-  kernels::Wire wire_;
+  WireFormat wire_;
   std::unordered_map<std::string, Link> links_;
 };
 

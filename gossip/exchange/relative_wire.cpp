@@ -39,7 +39,7 @@ unsigned get_code(const std::uint8_t* codes, std::size_t i) {
 }  // namespace
 
 std::size_t RelativeWire::encoded_size(std::size_t n) {
-  return kernels::encoded_size(kernels::Wire::Int4Rel, n);
+  return blocks(n) * 2 * sizeof(float) + (n + 1) / 2;  // steps, hashes, then two codes a byte
 }
 
 void RelativeWire::resize(std::size_t n) {

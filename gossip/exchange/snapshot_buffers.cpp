@@ -6,14 +6,12 @@
 #include <optional>
 #include <stdexcept>
 
+#include "base/assert.hpp"
 #include "gossip/exchange/exchange_messages.hpp"
 #include "gossip/exchange/relative_wire.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 
 namespace gossiptrain::gossip {
-
-using kernels::encoded_size;
-using kernels::Wire;
 
 ChunkSetPtr SnapshotBuffers::take_pool(std::size_t bytes) {
   // Reuse the last snapshot's messages when the protocol thread and the transport let go of them
@@ -52,6 +50,12 @@ ChunkSetPtr SnapshotBuffers::snapshot(const float* x, std::size_t n,
   }
   encode_end(x, n);
   return own;
+}
+
+kernels::Wire SnapshotBuffers::backend_encoding() const {
+  const auto k = backend_wire(wire_);
+  GT_ASSERT(k.has_value());  // int4-rel is CopyBuffers::rel_'s, never the backend's
+  return *k;
 }
 
 void SnapshotBuffers::switch_to(std::uint64_t seq) {
@@ -97,7 +101,7 @@ class DirectBuffers final : public SnapshotBuffers {
   using SnapshotBuffers::SnapshotBuffers;
   void allocate(std::size_t n) override {
     n_ = n;
-    if (wire_ != Wire::Fp32) scratch_.resize(2 * kScratchValues);
+    if (wire_ != WireFormat::Fp32) scratch_.resize(2 * kScratchValues);
   }
   void receive(ChunkList& chunks) override {
     for (auto& c : chunks) {
@@ -120,9 +124,10 @@ class DirectBuffers final : public SnapshotBuffers {
  protected:
   void encode_begin(const float*, std::size_t) override {}
   void fill_chunk(std::uint8_t* dst, const float* x, std::size_t off, std::size_t len) override {
-    if (wire_ == Wire::Fp32) be_.download(dst, reinterpret_cast<const std::uint8_t*>(x) + off, len);
+    if (wire_ == WireFormat::Fp32)
+      be_.download(dst, reinterpret_cast<const std::uint8_t*>(x) + off, len);
     else  // element-wise 2-byte values, each chunk holding whole ones
-      be_.encode(wire_, x + off / 2, len / 2, dst);
+      be_.encode(backend_encoding(), x + off / 2, len / 2, dst);
   }
   void encode_end(const float*, std::size_t) override {}
   void reset_received() override { release(); }
@@ -137,7 +142,7 @@ class DirectBuffers final : public SnapshotBuffers {
 
 template <typename Fn>
 void DirectBuffers::for_each_span(Fn fn) {
-  const std::size_t vb = kernels::wire_value_bytes(wire_);
+  const std::size_t vb = wire_value_bytes(wire_);
   auto values = [vb](const net::Bytes& c) {
     return std::pair{c.data() + kChunkHeaderBytes, (c.size() - kChunkHeaderBytes) / vb};
   };
@@ -161,7 +166,7 @@ void DirectBuffers::for_each_span(Fn fn) {
 void DirectBuffers::for_each_float_span(const FloatSpanFn& fn) {
   for_each_span(
       [&](std::size_t first, const std::uint8_t* r, const std::uint8_t* s, std::size_t n) {
-        if (wire_ == Wire::Fp32) {
+        if (wire_ == WireFormat::Fp32) {
           fn(first, reinterpret_cast<const float*>(r), reinterpret_cast<const float*>(s), n);
           return;
         }
@@ -169,8 +174,8 @@ void DirectBuffers::for_each_float_span(const FloatSpanFn& fn) {
         float* sf = scratch_.data() + kScratchValues;
         for (std::size_t k = 0; k < n; k += kScratchValues) {
           const std::size_t m = std::min(kScratchValues, n - k);
-          be_.decode(wire_, r + 2 * k, m, rf);
-          be_.decode(wire_, s + 2 * k, m, sf);
+          be_.decode(backend_encoding(), r + 2 * k, m, rf);
+          be_.decode(backend_encoding(), s + 2 * k, m, sf);
           fn(first + k, rf, sf, m);
         }
       });
@@ -183,11 +188,11 @@ void DirectBuffers::for_each_float_span(const FloatSpanFn& fn) {
 // decoding needing our snapshot.
 class CopyBuffers final : public SnapshotBuffers {
  public:
-  CopyBuffers(Wire wire, std::size_t chunk_bytes, kernels::Backend& be, RecycleFn recycle,
+  CopyBuffers(WireFormat wire, std::size_t chunk_bytes, kernels::Backend& be, RecycleFn recycle,
               bool error_feedback)
       : SnapshotBuffers(wire, chunk_bytes, be, std::move(recycle)),
-        ef_(error_feedback && wire != Wire::Fp32) {
-    if (wire == Wire::Int4Rel) rel_.emplace();
+        ef_(error_feedback && wire != WireFormat::Fp32) {
+    if (wire == WireFormat::Int4Rel) rel_.emplace();
   }
   void allocate(std::size_t n) override {
     n_ = n;
@@ -204,7 +209,7 @@ class CopyBuffers final : public SnapshotBuffers {
       rel_->resize(n);
       for (auto* v : {&hy_, &hs_, &hr_}) v->resize(n);
       for (auto* v : {&henc_, &hrx_}) v->resize(encoded_size(wire_, n));
-    } else if (wire_ != Wire::Fp32) {
+    } else if (wire_ != WireFormat::Fp32) {
       enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(wire_, n));
       rx_enc_ = kernels::DeviceBuffer<std::uint8_t>(be_, encoded_size(wire_, n));
     }
@@ -218,8 +223,8 @@ class CopyBuffers final : public SnapshotBuffers {
     if (rel_) {
       if (!rel_->decode(hrx_.data(), hs_.data(), hr_.data())) return false;
       be_.upload(r_.data(), hr_.data(), n_ * sizeof(float));
-    } else if (kernels::is_blockwise(wire_)) {
-      be_.decode(wire_, rx_enc_.data(), n_, r_.data());
+    } else if (is_blockwise(wire_)) {
+      be_.decode(backend_encoding(), rx_enc_.data(), n_, r_.data());
     }
     rx_decoded_ = n_;
     return true;
@@ -247,7 +252,7 @@ class CopyBuffers final : public SnapshotBuffers {
  protected:
   void encode_begin(const float* x, std::size_t n) override {
     src_ = reinterpret_cast<const std::uint8_t*>(x);
-    if (wire_ == Wire::Fp32) return;
+    if (wire_ == WireFormat::Fp32) return;
     if (ef_) {  // y = x + e: what would have been sent, with what the last snapshots rounded off
       be_.copy(y_.data(), x, n * sizeof(float));
       be_.mix(y_.data(), e_.data(), zero_.data(), n, 1.0f);
@@ -258,7 +263,7 @@ class CopyBuffers final : public SnapshotBuffers {
       rel_->encode(hy_.data(), henc_.data(), hs_.data());
       return;
     }
-    be_.encode(wire_, x, n, enc_.data());
+    be_.encode(backend_encoding(), x, n, enc_.data());
     src_ = enc_.data();
   }
   void fill_chunk(std::uint8_t* dst, const float*, std::size_t off, std::size_t len) override {
@@ -266,9 +271,9 @@ class CopyBuffers final : public SnapshotBuffers {
     else be_.download(dst, src_ + off, len);
   }
   void encode_end(const float* x, std::size_t n) override {
-    if (wire_ == Wire::Fp32) be_.copy(s_.data(), x, n * sizeof(float));
+    if (wire_ == WireFormat::Fp32) be_.copy(s_.data(), x, n * sizeof(float));
     else if (rel_) be_.upload(s_.data(), hs_.data(), n * sizeof(float));
-    else be_.decode(wire_, enc_.data(), n, s_.data());
+    else be_.decode(backend_encoding(), enc_.data(), n, s_.data());
     if (ef_) {  // e = y - s: exact where s is y rounded to nearest (within a factor 2 of y)
       be_.copy(e_.data(), y_.data(), n * sizeof(float));
       be_.mix(e_.data(), zero_.data(), s_.data(), n, 1.0f);
@@ -296,7 +301,7 @@ class CopyBuffers final : public SnapshotBuffers {
 // whole at the end.
 void CopyBuffers::receive(ChunkList& chunks) {
   std::uint8_t* dst =
-      wire_ == Wire::Fp32 ? reinterpret_cast<std::uint8_t*>(r_.data()) : rx_enc_.data();
+      wire_ == WireFormat::Fp32 ? reinterpret_cast<std::uint8_t*>(r_.data()) : rx_enc_.data();
   for (auto& c : chunks) {
     const std::size_t len = c.size() - kChunkHeaderBytes;
     const std::size_t at = rx_bytes_;
@@ -306,10 +311,10 @@ void CopyBuffers::receive(ChunkList& chunks) {
     recycle_(std::move(c));
   }
   chunks.clear();
-  if (wire_ == Wire::Fp16 || wire_ == Wire::Bf16) {
+  if (wire_ == WireFormat::Fp16 || wire_ == WireFormat::Bf16) {
     const std::size_t ready = rx_bytes_ / 2;
     if (ready > rx_decoded_)
-      be_.decode(wire_, rx_enc_.data() + rx_decoded_ * 2, ready - rx_decoded_,
+      be_.decode(backend_encoding(), rx_enc_.data() + rx_decoded_ * 2, ready - rx_decoded_,
                  r_.data() + rx_decoded_);
     rx_decoded_ = ready;
   }
@@ -317,7 +322,7 @@ void CopyBuffers::receive(ChunkList& chunks) {
 
 }  // namespace
 
-std::unique_ptr<SnapshotBuffers> SnapshotBuffers::make(bool direct, Wire wire,
+std::unique_ptr<SnapshotBuffers> SnapshotBuffers::make(bool direct, WireFormat wire,
                                                        std::size_t chunk_bytes,
                                                        kernels::Backend& be, RecycleFn recycle,
                                                        bool error_feedback) {

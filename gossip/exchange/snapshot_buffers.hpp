@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gossip/exchange/chunk_set.hpp"
+#include "gossip/exchange/wire_format.hpp"
 #include "kernels/backend.hpp"
 
 namespace gossiptrain::gossip {
@@ -32,12 +33,11 @@ class SnapshotBuffers {
   // element-wise. chunk_bytes: payload bytes per chunk (a multiple of 4).
   // error_feedback (copy path only): each snapshot sends the encoding of x + e and keeps
   // e = (x + e) - sent, the part the wire rounded off, for the next one (docs/communication.md).
-  static std::unique_ptr<SnapshotBuffers> make(bool direct, kernels::Wire wire,
+  static std::unique_ptr<SnapshotBuffers> make(bool direct, WireFormat wire,
                                                std::size_t chunk_bytes, kernels::Backend& be,
                                                RecycleFn recycle, bool error_feedback = false);
   // Public for the subclasses' inherited constructors (the class itself is abstract).
-  SnapshotBuffers(kernels::Wire wire, std::size_t chunk_bytes, kernels::Backend& be,
-                  RecycleFn recycle)
+  SnapshotBuffers(WireFormat wire, std::size_t chunk_bytes, kernels::Backend& be, RecycleFn recycle)
       : wire_(wire), chunk_bytes_(chunk_bytes), be_(be), recycle_(std::move(recycle)) {}
   virtual ~SnapshotBuffers() = default;
 
@@ -84,9 +84,11 @@ class SnapshotBuffers {
   virtual void reset_received() = 0;
   // Counts bytes handed over; refuses more than the vector holds.
   void count_received(std::size_t len);
+  // The backend's encoding of wire_ (every format but int4-rel, which is encoded on the host).
+  kernels::Wire backend_encoding() const;
 
   static constexpr std::size_t kScratchValues = 16384;  // per decoded block: 64 KiB, in cache
-  kernels::Wire wire_;
+  WireFormat wire_;
   std::size_t chunk_bytes_;
   kernels::Backend& be_;
   RecycleFn recycle_;

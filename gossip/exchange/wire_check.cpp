@@ -4,6 +4,8 @@
 #include <cfloat>
 #include <cstring>
 
+#include "kernels/backend.hpp"
+
 namespace gossiptrain::gossip {
 
 namespace {
@@ -27,22 +29,22 @@ bool no_all_ones_exponent(const std::uint8_t* p, std::size_t n, Word exp) {
 }
 }  // namespace
 
-WireChecker::WireChecker(kernels::Wire wire, std::size_t n_params) : wire_(wire) {
+WireChecker::WireChecker(WireFormat wire, std::size_t n_params) : wire_(wire) {
   switch (wire) {
-    case kernels::Wire::Fp32:
+    case WireFormat::Fp32:
       value_bytes_ = 4;
       checked_bytes_ = n_params * 4;
       break;
-    case kernels::Wire::Fp16:
-    case kernels::Wire::Bf16:
+    case WireFormat::Fp16:
+    case WireFormat::Bf16:
       value_bytes_ = 2;
       checked_bytes_ = n_params * 2;
       break;
-    case kernels::Wire::Int8:  // the fp32 block scales come first
-    case kernels::Wire::Int4:
-    case kernels::Wire::Int2:
-    case kernels::Wire::Int4Rel:  // its block steps (then hashes, unchecked: a wrong one fails
-                                  // the decode, gossip/exchange/relative_wire.hpp)
+    case WireFormat::Int8:  // the fp32 block scales come first
+    case WireFormat::Int4:
+    case WireFormat::Int2:
+    case WireFormat::Int4Rel:  // its block steps (then hashes, unchecked: a wrong one fails
+                               // the decode, gossip/exchange/relative_wire.hpp)
       value_bytes_ = 4;
       checked_bytes_ = (n_params + kernels::kInt8BlockSize - 1) / kernels::kInt8BlockSize * 4;
       break;
@@ -56,8 +58,8 @@ bool WireChecker::check_value(const std::uint8_t* p) const { return check_run(p,
 bool WireChecker::check_run(const std::uint8_t* p, std::size_t values) const {
   if (value_bytes_ == 2)
     return no_all_ones_exponent<std::uint16_t>(p, values,
-                                               wire_ == kernels::Wire::Fp16 ? kF16Exp : kBf16Exp);
-  if (kernels::is_blockwise(wire_)) {
+                                               wire_ == WireFormat::Fp16 ? kF16Exp : kBf16Exp);
+  if (is_blockwise(wire_)) {
     for (std::size_t i = 0; i < values; ++i) {
       float s;
       std::memcpy(&s, p + 4 * i, 4);

@@ -7,14 +7,14 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/backend.hpp"
+#include "gossip/exchange/wire_format.hpp"
 
 namespace gossiptrain::gossip {
 
 class WireChecker {
  public:
-  // An encoded vector of n_params values (kernels::encoded_size(wire, n_params) bytes).
-  WireChecker(kernels::Wire wire, std::size_t n_params);
+  // An encoded vector of n_params values (encoded_size(wire, n_params) bytes).
+  WireChecker(WireFormat wire, std::size_t n_params);
 
   // Checks the next len bytes of the vector, which may split values anywhere. Returns false once
   // any complete value so far decodes to a NaN or an infinity (and from then on).
@@ -29,7 +29,7 @@ class WireChecker {
   bool check_value(const std::uint8_t* p) const;
   bool check_run(const std::uint8_t* p, std::size_t values) const;
 
-  kernels::Wire wire_;
+  WireFormat wire_;
   std::size_t checked_bytes_;  // the prefix of the vector holding values to check
   std::size_t value_bytes_;    // bytes per checked value (4 or 2)
   std::size_t fed_ = 0;

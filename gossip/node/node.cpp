@@ -135,7 +135,7 @@ void Node::on_exchange(const ExchangeEvent& e) {
                              {"bytes_sent", e.bytes_sent},
                              {"bytes_received", e.bytes_received},
                              {"ms", e.ms},
-                             {"wire", kernels::wire_name(e.wire)},
+                             {"wire", wire_name(e.wire)},
                              {"w", e.w},
                              {"diff_norm", e.diff_norm >= 0 ? nlohmann::json(e.diff_norm)
                                                             : nlohmann::json(nullptr)},

@@ -518,9 +518,8 @@ void CpuBackend::encode(Wire w, const float* x, std::size_t n, void* out) {
     }
     case Wire::Int4: return encode_lowbit<4>(x, n, static_cast<unsigned char*>(out));
     case Wire::Int2: return encode_lowbit<2>(x, n, static_cast<unsigned char*>(out));
-    case Wire::Int4Rel: break;  // the averager's, against the partner (relative_wire.hpp)
   }
-  throw BackendError("cpu encode: not a backend wire encoding");
+  throw BackendError("cpu encode: unknown wire encoding");
 }
 
 void CpuBackend::decode(Wire w, const void* in, std::size_t n, float* x) {
@@ -552,9 +551,8 @@ void CpuBackend::decode(Wire w, const void* in, std::size_t n, float* x) {
     }
     case Wire::Int4: return decode_lowbit<4>(static_cast<const unsigned char*>(in), n, x);
     case Wire::Int2: return decode_lowbit<2>(static_cast<const unsigned char*>(in), n, x);
-    case Wire::Int4Rel: break;
   }
-  throw BackendError("cpu decode: not a backend wire encoding");
+  throw BackendError("cpu decode: unknown wire encoding");
 }
 
 }  // namespace gossiptrain::kernels

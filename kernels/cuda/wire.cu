@@ -135,9 +135,8 @@ void encode(Wire w, const float* x, std::size_t n, void* out, cudaStream_t strea
     }
     case Wire::Int4: return encode_lowbit<4>(x, n, out, stream);
     case Wire::Int2: return encode_lowbit<2>(x, n, out, stream);
-    case Wire::Int4Rel: break;  // the averager's, on the host (relative_wire.hpp)
   }
-  throw BackendError("cuda encode: not a backend wire encoding");
+  throw BackendError("cuda encode: unknown wire encoding");
 }
 
 void decode(Wire w, const void* in, std::size_t n, float* x, cudaStream_t stream) {
@@ -166,9 +165,8 @@ void decode(Wire w, const void* in, std::size_t n, float* x, cudaStream_t stream
     }
     case Wire::Int4: return decode_lowbit<4>(in, n, x, stream);
     case Wire::Int2: return decode_lowbit<2>(in, n, x, stream);
-    case Wire::Int4Rel: break;
   }
-  throw BackendError("cuda decode: not a backend wire encoding");
+  throw BackendError("cuda decode: unknown wire encoding");
 }
 
 }  // namespace gossiptrain::kernels::cuda

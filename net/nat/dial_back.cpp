@@ -11,6 +11,7 @@
 // dialled it. The gossip layers see an ordinary connection of their own.
 #include <spdlog/spdlog.h>
 
+#include "base/short_id.hpp"
 #include "net/nat/nat_detail.hpp"
 #include "net/nat/nat_traversal.hpp"
 
@@ -35,7 +36,7 @@ constexpr int kMaxCheckAttempts = 3;
 
 using nat_detail::random_nonce;
 using nat_detail::shared;
-using nat_detail::short_peer;
+using base::short_id;
 
 }  // namespace
 
@@ -58,7 +59,7 @@ void NatTraversal::connect(const std::string& addr, ConnectCallback done) {
         if (undialable_.size() >= kMaxUndialable) undialable_.clear();
         undialable_[addr] = Clock::now() + kUndialableFor;
         spdlog::info("net: {} cannot be dialled at {} ({}); asking it to dial us instead",
-                     short_peer(via->peer_id()), addr, err);
+                     short_id(via->peer_id()), addr, err);
         reverse_connect(via, done);
       });
 }
@@ -123,7 +124,7 @@ void NatTraversal::finish_reverse(std::uint64_t nonce, ConnectionPtr c, const st
     std::lock_guard lk(stats_mu_);
     ++(c ? stats_.reverse_connections : stats_.reverse_failures);
   }
-  if (!c) spdlog::debug("net: reverse connection from {} failed: {}", short_peer(p.peer), err);
+  if (!c) spdlog::debug("net: reverse connection from {} failed: {}", short_id(p.peer), err);
   if (p.done) p.done(std::move(c), CloseCause{CloseReason::Unspecified, err});
 }
 
@@ -158,7 +159,7 @@ void NatTraversal::on_message(const std::shared_ptr<Channel>& ch, std::uint8_t t
         auto it = pending_reverse_.find(m.nonce);
         if (!ch->inbound() || it == pending_reverse_.end() || it->second.peer != ch->peer_id()) {
           spdlog::debug("net: dial-back hello from {} answers no request of ours",
-                        short_peer(ch->peer_id()));
+                        short_id(ch->peer_id()));
           ch->close(CloseReason::NotNeeded, "reverse connection not expected (late or unknown)");
           return;
         }
@@ -187,12 +188,12 @@ void NatTraversal::on_message(const std::shared_ptr<Channel>& ch, std::uint8_t t
     }
   } catch (const base::DecodeError& e) {
     spdlog::warn("net: malformed {} from {}: {}", dial_back_type_name(type),
-                 short_peer(ch->peer_id()), e.what());
+                 short_id(ch->peer_id()), e.what());
     ch->close(CloseReason::Malformed, dial_back_type_name(type));
     return;
   }
   spdlog::warn("net: unknown transport message type {} from {}", int(type),
-               short_peer(ch->peer_id()));
+               short_id(ch->peer_id()));
   ch->close(CloseReason::UnknownType, "type " + std::to_string(type));
 }
 
@@ -206,7 +207,7 @@ void NatTraversal::serve_dial_back(const std::shared_ptr<Channel>& ch, DialBackP
       std::lock_guard lk(stats_mu_);
       ++stats_.dial_backs_refused;
     }
-    spdlog::debug("net: dial-back for {} refused: {}", short_peer(peer), why);
+    spdlog::debug("net: dial-back for {} refused: {}", short_id(peer), why);
     ch->send(static_cast<std::uint8_t>(DialBackType::Result),
              shared(encode(DialBackResult{nonce, false, why})));
   };
@@ -293,14 +294,14 @@ void NatTraversal::self_check_result(const std::string& checker, bool ok,
     spdlog::info(
         "net: reachability self-check: peers can dial us at {} (peer {} dialled us "
         "back); nothing to do",
-        advertised_addr(), short_peer(checker));
+        advertised_addr(), short_id(checker));
   } else {
     spdlog::info(
         "net: reachability self-check: peers cannot dial us at {} (peer {}'s dial-back "
         "failed: {}). Nothing to do: peers reach us over the connections we open, or through "
         "a relay (docs/nat.md). To be dialled directly instead, forward a public port to "
         "{} and run with --advertise PUBLIC_IP:PORT",
-        advertised_addr(), short_peer(checker), reason, listen_addr());
+        advertised_addr(), short_id(checker), reason, listen_addr());
   }
   for (const auto& c : host_.nat_channels())
     if (c->is_open()) send_reachability(c);

@@ -1,5 +1,5 @@
-// What the two halves of NatTraversal share (dial_back.cpp, relay.cpp): request nonces, short
-// peer ids for the log, and payloads as shared bytes.
+// What the two halves of NatTraversal share (dial_back.cpp, relay.cpp): request nonces and
+// payloads as shared bytes.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +18,6 @@ inline std::uint64_t random_nonce() {
   while (n == 0) randombytes_buf(&n, sizeof n);
   return n;
 }
-
-inline std::string short_peer(const std::string& id) { return id.substr(0, 8); }
 
 inline SharedBytes shared(Bytes b) { return std::make_shared<const Bytes>(std::move(b)); }
 

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <random>
 
+#include "base/short_id.hpp"
 #include "net/close_reason.hpp"
 #include "net/nat/nat_detail.hpp"
 #include "net/nat/nat_traversal.hpp"
@@ -48,7 +49,7 @@ void rethrow(std::exception_ptr e) {
 
 using nat_detail::random_nonce;
 using nat_detail::shared;
-using nat_detail::short_peer;
+using base::short_id;
 
 // A relayed channel that ended like this points at its relay (or the path through it), not at a
 // normal close by either endpoint.
@@ -133,7 +134,7 @@ void NatTraversal::relay_try_next(std::uint64_t nonce) {
     p.timer = sched().schedule(limits_.handshake_timeout, [this, nonce] {
       auto it = pending_relay_.find(nonce);
       if (it == pending_relay_.end()) return;
-      it->second.last_error = "relay " + short_peer(it->second.relay_peer) + " did not answer";
+      it->second.last_error = "relay " + short_id(it->second.relay_peer) + " did not answer";
       relay_try_next(nonce);
     });
     return;
@@ -152,7 +153,7 @@ void NatTraversal::relay_answer(std::uint64_t nonce, bool ok, const std::string&
   auto it = pending_relay_.find(nonce);
   if (it == pending_relay_.end()) return;
   if (!ok) {
-    it->second.last_error = "relay " + short_peer(it->second.relay_peer) + ": " + reason;
+    it->second.last_error = "relay " + short_id(it->second.relay_peer) + ": " + reason;
     return relay_try_next(nonce);
   }
   auto p = std::move(it->second);
@@ -172,10 +173,10 @@ asio::awaitable<void> NatTraversal::open_relayed(std::string relay_addr, std::st
       std::lock_guard lk(stats_mu_);
       ++stats_.relay_failures;
     }
-    spdlog::debug("net: relayed connection via {} failed: {}", short_peer(relay_peer), why);
+    spdlog::debug("net: relayed connection via {} failed: {}", short_id(relay_peer), why);
     if (done)
       done(nullptr, CloseCause{CloseReason::Unspecified,
-                               "relayed connection via " + short_peer(relay_peer) + ": " + why});
+                               "relayed connection via " + short_id(relay_peer) + ": " + why});
   };
   std::string host;
   std::uint16_t port = 0;
@@ -208,7 +209,7 @@ void NatTraversal::relayed_closed(const std::shared_ptr<Channel>& ch, const Clos
   spdlog::warn(
       "net: relayed connection with {} through relay {} failed ({}); that relay is "
       "avoided for {} s",
-      ch->peer_id().empty() ? "?" : short_peer(ch->peer_id()), short_peer(it->second), reason,
+      ch->peer_id().empty() ? "?" : short_id(ch->peer_id()), short_id(it->second), reason,
       kBadRelayFor.count());
   relay_of_.erase(it);
 }
@@ -220,7 +221,7 @@ void NatTraversal::serve_relay_dial(const std::shared_ptr<Channel>& ch, std::uin
   const std::string relay = ch->peer_id();
   if (serving_[relay] >= 4 || serving_total_ >= 16) {
     if (serving_[relay] == 0) serving_.erase(relay);
-    spdlog::debug("net: relay dial from {} refused: too many in flight", short_peer(relay));
+    spdlog::debug("net: relay dial from {} refused: too many in flight", short_id(relay));
     return;
   }
   ++serving_[relay];
@@ -240,7 +241,7 @@ void NatTraversal::serve_relay_dial(const std::shared_ptr<Channel>& ch, std::uin
 
 void NatTraversal::serve_relay_ask(const std::shared_ptr<Channel>& ch, const RelayAsk& m) {
   auto refuse = [&](const std::string& why) {
-    spdlog::debug("net: relay for {} to {} refused: {}", short_peer(ch->peer_id()), m.target, why);
+    spdlog::debug("net: relay for {} to {} refused: {}", short_id(ch->peer_id()), m.target, why);
     ch->send(static_cast<std::uint8_t>(DialBackType::Result),
              shared(encode(DialBackResult{m.nonce, false, why})));
   };
@@ -370,7 +371,7 @@ void NatTraversal::splice_arrived(std::uint64_t nonce, std::uint8_t side,
   if (!sp->side[0] || !sp->side[1]) return;
   sp->started = true;
   sched().cancel(sp->timer);
-  spdlog::debug("net: relaying between {} and {}", short_peer(sp->asker), short_peer(sp->target));
+  spdlog::debug("net: relaying between {} and {}", short_id(sp->asker), short_id(sp->target));
   for (int from = 0; from < 2; ++from) asio::co_spawn(io_, pipe(sp, from), rethrow);
 }
 

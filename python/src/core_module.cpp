@@ -26,6 +26,7 @@
 #include "apps/common/options.hpp"
 #include "apps/common/peer_node.hpp"
 #include "base/rng.hpp"
+#include "base/short_id.hpp"
 #include "core/checkpoint.hpp"
 #include "core/metrics.hpp"
 #include "core/model.hpp"
@@ -206,7 +207,7 @@ class BufferPeer final : public core::StateSource {
         step_ = r->state.step;
         samples_ = r->state.samples;
       }
-      spdlog::info("caught up with {}: step {} ({} bytes in {:.0f} ms)", r->from.substr(0, 8),
+      spdlog::info("caught up with {}: step {} ({} bytes in {:.0f} ms)", base::short_id(r->from),
                    r->state.step, r->bytes, r->ms);
       metrics_->emit("catch_up", {{"ok", true},
                                   {"from", r->from},
