@@ -58,6 +58,14 @@ std::string peer_id(const std::string& metrics) {
   return "";
 }
 
+// Why gossip-launch --netns cannot run here, or null where it can.
+const char* netns_missing() {
+  if (::geteuid() != 0) return "--netns needs root";
+  if (std::system("command -v ip >/dev/null 2>&1 && command -v nft >/dev/null 2>&1") != 0)
+    return "--netns needs `ip` (iproute2) and `nft` (nftables)";
+  return nullptr;
+}
+
 // The `ip netns list` names, one per line (what follows the name cut off).
 std::vector<std::string> netns_names() {
   std::vector<std::string> out;
@@ -211,12 +219,8 @@ TEST_CASE("churn: gossip-launch crashes, restarts and joins peers over loopback"
 }
 
 TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "[system][churn][netns][slow]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: --netns needs root");
-    return;
-  }
-  if (std::system("command -v ip >/dev/null 2>&1 && command -v nft >/dev/null 2>&1") != 0) {
-    WARN("skipped: --netns needs `ip` (iproute2) and `nft` (nftables)");
+  if (const char* why = netns_missing()) {
+    WARN("skipped: " << why);
     return;
   }
   gt_test::TempDir tmp("gt-churn-netns");
@@ -368,12 +372,8 @@ TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "
 // training). --linger-heal keeps a peer that sees a third of the swarm dead without leaving.
 TEST_CASE("churn: a partition that heals after training is crossed by the lingering sides",
           "[system][churn][netns][slow]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: --netns needs root");
-    return;
-  }
-  if (std::system("command -v ip >/dev/null 2>&1 && command -v nft >/dev/null 2>&1") != 0) {
-    WARN("skipped: --netns needs `ip` (iproute2) and `nft` (nftables)");
+  if (const char* why = netns_missing()) {
+    WARN("skipped: " << why);
     return;
   }
   gt_test::TempDir tmp("gt-churn-heal-late");
