@@ -98,15 +98,22 @@ void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
 
 const ScheduleView& ExchangeProtocol::view() {
   const Millis now = port_.now();
-  const std::size_t count = peers_.live_count();
-  if (!view_ || count != view_count_ || now - view_at_ >= Millis(5000)) {
-    view_peers_ = peers_.live_peers();
-    std::vector<std::string> ids;
-    ids.reserve(view_peers_.size());
-    for (const auto& p : view_peers_) ids.push_back(p.id);
-    view_ = make_view(std::move(ids), local_id_);
+  const std::uint64_t version = peers_.members_version();
+  const std::size_t count = version ? 0 : peers_.live_count();
+  if (!view_ || version != view_version_ ||
+      (!version && (count != view_count_ || now - view_at_ >= Millis(5000)))) {
+    const std::uint64_t before = view_ ? view_->hash : 0;
+    view_ = make_view(peers_.member_ids(), local_id_);
+    view_version_ = version;
     view_count_ = count;
     view_at_ = now;
+    // Another member list, another schedule: its pass starts at round 0. Every peer does the
+    // same when its list changes, so once the lists agree every count starts the pass together
+    // (the counts of the old list, carried on, were out of step for a whole pass).
+    if (view_->hash != before) {
+      round_ = 0;
+      round_since_ = Millis(-1);
+    }
   }
   return *view_;
 }
@@ -127,8 +134,11 @@ void ExchangeProtocol::plan(Exchange& e) {
   for (int skips = 0; skips <= len; ++skips) {
     const ScheduleStep st = schedule_step(v.n(), v.rank, static_cast<int>(round_ % len));
     const std::string* partner = st.partner >= 0 ? &v.ids[std::size_t(st.partner)] : nullptr;
-    // No partner this round, or one we would not ask: the round is skipped at once.
-    if (!partner || banned(*partner) || choice_.backed_off(*partner, now)) {
+    // No partner this round, or one not live (dead or left: the list keeps it) or that we would
+    // not ask: the round is skipped at once.
+    std::optional<PeerRef> ref;
+    if (partner) ref = peers_.live_peer(*partner);
+    if (!ref || banned(*partner) || choice_.backed_off(*partner, now)) {
       next_round(round_);
       continue;
     }
@@ -140,11 +150,8 @@ void ExchangeProtocol::plan(Exchange& e) {
       next_round(round_);
       return;  // this exchange: a drawn partner
     }
-    auto it = std::find_if(view_peers_.begin(), view_peers_.end(),
-                           [&](const PeerRef& p) { return p.id == *partner; });
-    if (it == view_peers_.end()) return;
     e.round = round_;
-    e.sched = *it;
+    e.sched = std::move(*ref);
     e.view = v.hash;
     e.sched_w = st.w;
     return;
@@ -152,12 +159,13 @@ void ExchangeProtocol::plan(Exchange& e) {
 }
 
 std::optional<double> ExchangeProtocol::scheduled(const RequestMsg& m, const std::string& from,
-                                                  bool& ahead) {
-  ahead = false;
+                                                  bool& ahead, bool& same_view) {
+  ahead = same_view = false;
   if (!cfg_.choice.scheduled() || m.round < 0) return std::nullopt;
   const ScheduleView& v = view();
   const int len = schedule_length(v.n());
   if (len == 0 || v.rank < 0 || v.hash != m.view) return std::nullopt;
+  same_view = true;
   // A requester a whole schedule or more ahead (we restarted, or were cut off): catch up with it.
   if (m.round >= round_ + len) next_round(m.round - 1);
   if (m.round > round_) {
@@ -172,11 +180,14 @@ std::optional<double> ExchangeProtocol::scheduled(const RequestMsg& m, const std
 
 // The responder's side of an exchange: the schedule's weight when both agree it is the scheduled
 // one, else the plain weight; the ACCEPT tells the initiator which.
-void ExchangeProtocol::take_round(Exchange& e, const RequestMsg& m, std::optional<double> sw) {
+void ExchangeProtocol::take_round(Exchange& e, const RequestMsg& m, std::optional<double> sw,
+                                  bool same_view) {
   e.round = sw ? m.round : -1;
+  e.view = m.view;
   e.w = sw ? static_cast<float>(*sw) : weight(e.n_self, e.n_other);
   AcceptMsg a{m.exchange_id, e.n_self, port_.own_progress(), port_.own_step()};
-  if (cfg_.choice.scheduled()) {
+  // Our count means something to the requester only in the same member list (it catches up).
+  if (cfg_.choice.scheduled() && same_view) {
     a.round = round_;
     a.scheduled = sw.has_value();
   }
@@ -438,10 +449,10 @@ void ExchangeProtocol::answer_request(const net::ConnectionPtr& c, const Request
   }
   if (!bad && banned(c->peer_id())) return refuse(c, m, ExchangeCode::Banned);
   if (bad) return refuse(c, m, *bad);
-  bool ahead = false;
-  const std::optional<double> sw = scheduled(m, c->peer_id(), ahead);
+  bool ahead = false, same_view = false;
+  const std::optional<double> sw = scheduled(m, c->peer_id(), ahead, same_view);
   if (ahead) return send_busy(c, m.exchange_id);
-  if (ex_ && should_yield(c, m)) return yield_to(c, m, sw);
+  if (ex_ && should_yield(c, m)) return yield_to(c, m, sw, same_view);
   ChunkSetPtr own;
   // Before our first step boundary we have no parameters to offer: as good as busy.
   std::optional<std::uint64_t> seq;
@@ -453,7 +464,7 @@ void ExchangeProtocol::answer_request(const net::ConnectionPtr& c, const Request
     return;
   }
   if (!seq) return send_busy(c, m.exchange_id);
-  respond(c, m, *seq, std::move(own), sw);
+  respond(c, m, *seq, std::move(own), sw, same_view);
 }
 
 // Held only behind an exchange in its transfer: that one ends without waiting for any other
@@ -486,7 +497,7 @@ void ExchangeProtocol::send_busy(const net::ConnectionPtr& c, std::uint64_t exch
 }
 
 void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m, std::uint64_t seq,
-                               ChunkSetPtr own, std::optional<double> sw) {
+                               ChunkSetPtr own, std::optional<double> sw, bool same_view) {
   if (!own) port_.request_boundary();  // the snapshot waits for a step boundary
   GT_ASSERT(!ex_);
   Exchange e;
@@ -507,7 +518,7 @@ void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m,
   e.wire = m.wire;
   e.out.set_own(std::move(own));
   ex_ = std::move(e);
-  take_round(*ex_, m, sw);
+  take_round(*ex_, m, sw, same_view);
   begin_transfer();
 }
 
@@ -522,7 +533,7 @@ bool ExchangeProtocol::should_yield(const net::ConnectionPtr& c, const RequestMs
 }
 
 void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m,
-                                std::optional<double> sw) {
+                                std::optional<double> sw, bool same_view) {
   Exchange& e = *ex_;
   port_.cancel(Timer::Deadline);
   // The partner answers our withdrawn request with BUSY (it applies the same rule): ignore it.
@@ -547,7 +558,7 @@ void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m
   e.excluded.clear();
   e.last_reason.reset();
   e.out.clear_control();
-  take_round(e, m, sw);
+  take_round(e, m, sw, same_view);
   begin_transfer();
 }
 
