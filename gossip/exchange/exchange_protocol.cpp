@@ -113,15 +113,29 @@ const ScheduleView& ExchangeProtocol::view() {
     if (view_->hash != before) {
       round_ = 0;
       round_since_ = Millis(-1);
+      round_restarts_ = 0;
     }
   }
   return *view_;
+}
+
+// The scheduled partner of e answered but did not serve the round (busy or behind on the
+// schedule, or its member list is not ours yet): it is there and coming, so the round's wait
+// starts again, at most kMaxWaitRestarts times (the bound: a partner stuck for good ends in a
+// drawn one). A partner behind by k rounds needs about k of its exchange times: with the wait
+// running from our first ask, the peers that took the last list early skipped their rounds
+// with the late ones, and the pass was broken (docs/results/sim.md, "Partner schedule").
+void ExchangeProtocol::restart_wait(const Exchange& e) {
+  if (e.round != round_ || round_restarts_ >= kMaxWaitRestarts) return;
+  ++round_restarts_;
+  round_since_ = port_.now();
 }
 
 void ExchangeProtocol::next_round(std::int64_t r) {
   if (r + 1 > round_) {
     round_ = r + 1;
     round_since_ = Millis(-1);  // the wait starts when the round is first asked for
+    round_restarts_ = 0;
   }
 }
 
@@ -131,6 +145,7 @@ void ExchangeProtocol::plan(Exchange& e) {
   const int len = schedule_length(v.n());
   if (len == 0 || v.rank < 0) return;
   const Millis now = port_.now();
+  int skipped = 0;  // rounds skipped at once just now: our partner has them to serve still
   for (int skips = 0; skips <= len; ++skips) {
     const ScheduleStep st = schedule_step(v.n(), v.rank, static_cast<int>(round_ % len));
     const std::string* partner = st.partner >= 0 ? &v.ids[std::size_t(st.partner)] : nullptr;
@@ -139,11 +154,21 @@ void ExchangeProtocol::plan(Exchange& e) {
     std::optional<PeerRef> ref;
     if (partner) ref = peers_.live_peer(*partner);
     if (!ref || banned(*partner) || choice_.backed_off(*partner, now)) {
+      if (partner)
+        spdlog::debug("averager: schedule round {} skipped at once: {} is {}", round_,
+                      short_id(*partner), !ref ? "not live" : banned(*partner) ? "banned" : "backed off");
       next_round(round_);
+      ++skipped;
       continue;
     }
-    if (round_since_ < Millis(0)) round_since_ = now;
-    const double wait = std::max(cfg_.choice.schedule_wait_ms, 4 * start_gap_ms_);
+    if (round_since_ < Millis(0)) {
+      round_since_ = now;
+      round_waits_ = 1 + skipped;
+    }
+    // One wait for each round the partner may still have to serve before this one: an extra rank
+    // of n = p + q skips the log2(p) core rounds at once and waits for its partner to run them.
+    const double wait =
+        round_waits_ * std::max(cfg_.choice.schedule_wait_ms, 4 * start_gap_ms_);
     if (now - round_since_ > Millis(static_cast<Millis::rep>(std::llround(wait)))) {
       spdlog::debug("averager: schedule round {} skipped: {} did not take part in time", round_,
                     short_id(*partner));
@@ -166,13 +191,19 @@ std::optional<double> ExchangeProtocol::scheduled(const RequestMsg& m, const std
   const int len = schedule_length(v.n());
   if (len == 0 || v.rank < 0 || v.hash != m.view) return std::nullopt;
   same_view = true;
-  // A requester a whole schedule or more ahead (we restarted, or were cut off): catch up with it.
-  if (m.round >= round_ + len) next_round(m.round - 1);
+  // A requester ahead of us is answered BUSY, however far ahead: one part of the swarm may run
+  // a pass or more ahead of another (a pair's round waits only for the two blocks it joins),
+  // and a jump would break the pass for every partner of the rounds jumped over. A peer that
+  // restarted catches up at its own next exchange, from its partner's ACCEPT.
   if (m.round > round_) {
     ahead = true;  // we still have rounds to serve first: it asks again soon
     return std::nullopt;
   }
-  if (m.round < round_) return std::nullopt;  // it is behind: plain, and it catches up from our ACCEPT
+  if (m.round < round_) {  // it is behind: plain, and it catches up from our ACCEPT
+    spdlog::debug("averager: schedule: {} asked for round {}, we are at {}", short_id(from), m.round,
+                  round_);
+    return std::nullopt;
+  }
   const ScheduleStep st = schedule_step(v.n(), v.rank, static_cast<int>(round_ % len));
   if (st.partner < 0 || v.ids[std::size_t(st.partner)] != from) return std::nullopt;
   return st.w;
@@ -320,7 +351,10 @@ void ExchangeProtocol::try_failed(FailureReason reason, bool close_conn) {
   e.conn = nullptr;
   // The scheduled partner did not take part (busy, behind, gone): it is asked again at our next
   // exchange, until the round's wait runs out (plan).
-  if (e.round >= 0 && e.partner == e.sched.id) return fail(reason, {});
+  if (e.round >= 0 && e.partner == e.sched.id) {
+    if (reason.kind == ExchangeFailure::Busy) restart_wait(e);
+    return fail(reason, {});
+  }
   try_next_peer();
 }
 
@@ -340,9 +374,22 @@ void ExchangeProtocol::on_accept(const net::ConnectionPtr& c, const net::Bytes& 
     e.w = static_cast<float>(e.sched_w);
   } else {
     // Not the scheduled exchange: plain. A partner ahead of us on the schedule: we catch up.
+    // Our scheduled partner with another member list (no count in its answer): the lists are
+    // still converging, which is no sign that it will not take part: the round's wait restarts.
+    if (e.round >= 0 && e.partner == e.sched.id && m.round < 0) restart_wait(e);
     e.round = -1;
     e.w = weight(e.n_self, e.n_other);
-    if (cfg_.choice.scheduled() && m.round > round_) next_round(m.round - 1);
+    // A partner ahead of us skipped this round: it is lost, we go on to our next one. Jumping
+    // to its count would skip our rounds with other partners too, and each of them would then
+    // find us ahead and skip in turn (one late skip spread over the whole pass). A partner a
+    // whole schedule or more ahead: we restarted, or took the list late: we catch up with it.
+    if (cfg_.choice.scheduled() && m.round > round_) {
+      const int len = schedule_length(view().n());
+      const std::int64_t to = m.round >= round_ + len ? m.round - 1 : round_;
+      spdlog::debug("averager: schedule: partner at round {}, we move on from {} to {}", m.round,
+                    round_, to + 1);
+      next_round(to);
+    }
   }
   e.phase = Phase::Transferring;
   spdlog::trace("averager: #{} accepted by {}", e.seq, short_id(e.partner));

@@ -351,6 +351,7 @@ class ExchangeProtocol {
   std::optional<double> scheduled(const RequestMsg& m, const std::string& from, bool& ahead,
                                   bool& same_view);
   void next_round(std::int64_t r);
+  void restart_wait(const Exchange& e);
   void take_round(Exchange& e, const RequestMsg& m, std::optional<double> sw, bool same_view);
 
   ExchangeConfig cfg_;
@@ -381,6 +382,10 @@ class ExchangeProtocol {
   net::Millis view_at_{0};
   std::int64_t round_ = 0;      // schedule rounds served or skipped in view_'s member list
   net::Millis round_since_{-1};  // when round_ was first asked for (-1: not yet)
+  int round_waits_ = 1;  // round_'s wait, in waits: 1 + the rounds skipped at once before it
+  // Times round_'s wait started again because its partner answered without serving it.
+  static constexpr int kMaxWaitRestarts = 16;
+  int round_restarts_ = 0;
   // The time between the starts of our exchanges (a moving average, ms; -1: none yet): the wait
   // for a round's partner is at least 4 of them (a partner behind needs a few exchange times).
   double start_gap_ms_ = -1;
