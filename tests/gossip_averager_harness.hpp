@@ -32,7 +32,14 @@ inline AveragerConfig base_config() {
 class StaticDirectory final : public PeerDirectory {
  public:
   std::vector<PeerRef> peers;
+  // Members known but not live (dead, left): in the schedule's list, never asked.
+  std::vector<std::string> gone;
   std::vector<PeerRef> live_peers() const override { return peers; }
+  std::vector<std::string> member_ids() const override {
+    std::vector<std::string> ids = gone;
+    for (const auto& p : peers) ids.push_back(p.id);
+    return ids;
+  }
 };
 
 // One node's network side: its address and id, its transport on the simulated network, the

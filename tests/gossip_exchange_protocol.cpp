@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gossip/exchange/exchange_protocol.hpp"
+#include "gossip/exchange/partner_schedule.hpp"
 
 using namespace gossiptrain;
 using namespace gossiptrain::gossip;
@@ -648,5 +649,43 @@ TEST_CASE("exchange protocol: deadlines fitted to the answers and a silent partn
     REQUIRE(f.port.dials.back().second == y);  // nobody else left to ask
     f.p.on_dialled(seq, y, nullptr, {net::CloseReason::Unspecified, "connect failed"});
     REQUIRE(!f.p.in_flight());
+  }
+}
+
+TEST_CASE("exchange protocol: the partner schedule answers a requester ahead BUSY, and a partner "
+          "ahead costs one round, not a jump to its count",
+          "[gossip][protocol]") {
+  ExchangeConfig cfg = config();
+  cfg.choice.mode = PartnerMode::Hypercube;
+  SECTION("a requester any number of rounds ahead: BUSY, our count stays") {
+    Fixture f(cfg);  // the list {peer-a, peer-b}: one round, the two paired
+    f.port.claim_seq = 7;
+    f.port.standing = snapshot(1.0f);
+    RequestMsg m{55, kFp, kN, kernels::Wire::Fp32, false, 10};
+    m.round = 5;
+    m.view = make_view({"peer-b"}, "peer-a").hash;
+    f.msg(Type::Request, encode_request(m));
+    CHECK(f.conn->of(Type::Busy).size() == 1);  // before: it jumped to round 5 and served it
+    CHECK(f.conn->of(Type::Accept).empty());
+  }
+  SECTION("a partner two rounds ahead: our next round is the one after, not its") {
+    Fixture f(cfg);
+    // 8 members: peer-a is rank 0, its partners peer-b, peer-c, peer-e in rounds 0, 1, 2.
+    for (char c = 'c'; c <= 'h'; ++c)
+      f.dir.peers.push_back({std::string("peer-") + c, std::string("10.0.0.") + c + ":7000"});
+    const std::uint64_t id = f.asked();  // peer-b, round 0
+    CHECK(decode_request(f.conn->of(Type::Request)[0]).round == 0);
+    f.p.snapshot_ready(1, snapshot(1.0f));
+    AcceptMsg a{id, 300, 0.625, 9000};
+    a.round = 2;  // it skipped its round with us
+    f.msg(Type::Accept, encode_accept(a));
+    f.msg(Type::Chunk, partner_chunk(id));
+    f.msg(Type::Valid, encode_id(id));
+    REQUIRE(f.port.commits.size() == 1);
+    CHECK(f.port.commits[0].second.w == 0.5f);  // plain
+    f.p.applied(1);
+    f.p.start(2, 100);
+    REQUIRE(f.port.dials.size() == 2);
+    CHECK(f.port.dials[1].second == "peer-c");  // round 1; a jump to 2 would ask peer-e
   }
 }

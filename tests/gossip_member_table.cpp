@@ -93,6 +93,32 @@ TEST_CASE("member table: the live list follows every change, never ourselves", "
   CHECK(f.t.self().id == f.t.self_id());
 }
 
+TEST_CASE("member table: the schedule's member list keeps dead members, and its version moves "
+          "only when a member is added or removed",
+          "[gossip]") {
+  Fixture f;
+  const auto v0 = f.t.ids_version();
+  f.add("a", "10.0.0.2:1");
+  f.add("b", "10.0.0.3:1", MemberState::Dead);
+  const auto v1 = f.t.ids_version();
+  CHECK(v1 != v0);
+  auto ids = f.t.ids();
+  std::sort(ids.begin(), ids.end());
+  CHECK(ids == std::vector<std::string>{"a", "b"});  // the dead one too, never ourselves
+  CHECK(f.t.live_ref("a").value().addr == "10.0.0.2:1");
+  CHECK(!f.t.live_ref("b"));   // dead: its rounds are skipped
+  CHECK(!f.t.live_ref("me"));  // ourselves
+  CHECK(!f.t.live_ref("zz"));
+  // A crash and a restart change states, not the list: the schedule is not reshuffled.
+  f.set("a", MemberState::Dead);
+  f.set("b", MemberState::Alive);
+  CHECK(f.t.ids_version() == v1);
+  CHECK(f.t.live_ref("b"));
+  f.t.remove(*f.names->ids.find("a"));  // reaped
+  CHECK(f.t.ids_version() != v1);
+  CHECK(f.t.ids() == std::vector<std::string>{"b"});
+}
+
 TEST_CASE("member table: live_sample draws distinct live members, all of few", "[gossip]") {
   Fixture f;
   for (int i = 0; i < 200; ++i)

@@ -235,3 +235,121 @@ TEST_CASE("partner schedule: a dead scheduled partner is skipped, the run goes o
   // waits); the 9 left end on one vector (often they already are, from the 20 s before).
   REQUIRE(c.run_until([&] { return Cluster::msd(live_values()) < 1e-10; }, Millis(60000), train));
 }
+
+TEST_CASE("partner schedule: a new member list restarts the count, so the first pass once the "
+          "lists agree is exact",
+          "[gossip]") {
+  constexpr int n = 8;
+  constexpr std::size_t kDim = 64;
+  Cluster c(n, kDim, hypercube_config(), 91);
+  // For 10 virtual seconds each peer misses another from its list: no two lists agree, the
+  // exchanges are plain, and each peer skips its rounds as their waits run out, so the counts
+  // drift apart.
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    auto& d = c[i].dir.peers;
+    const std::string missing = c[(i + 1) % c.size()].id;
+    d.erase(std::remove_if(d.begin(), d.end(), [&](const PeerRef& r) { return r.id == missing; }),
+            d.end());
+  }
+  std::vector<bool> stop(c.size(), false);
+  auto train = [&] {
+    const std::int64_t now = c.net.now().count();
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      if (!stop[i] && (now + std::int64_t(i) * 3) % 7 == 0) c[i].step_hook(c.be);
+      else c[i].hook(c.be, true);
+    }
+  };
+  c.run_until([] { return false; }, Millis(10000), train);
+  REQUIRE(c.run_until([&] { return c.none_in_exchange(); }, Millis(5000)));
+  for (std::size_t i = 0; i < c.size(); ++i) CHECK(!c[i].events.empty());
+  // The lists agree from now on: every peer starts the pass at round 0, and after it (each peer
+  // stops starting exchanges once it has served its rounds) all hold the exact average.
+  // (New vectors: the plain exchanges have averaged the old ones by now.)
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> N(0.0f, 1.0f);
+  for (auto& p : c.peers) {
+    p->dir.peers.clear();
+    for (auto& q : c.peers)
+      if (p != q) p->dir.peers.push_back({q->id, q->addr});
+    p->events.clear();
+    std::vector<float> x(kDim);
+    for (auto& f : x) f = N(rng);
+    c.be.upload(p->x.data(), x.data(), x.size() * sizeof(float));
+  }
+  const auto v0 = c.all_values();
+  const auto sum0 = Cluster::coordinate_sums(v0);
+  auto served = [&](std::size_t i) {
+    int k = 0;
+    for (auto& e : c[i].events) k += e.ok && e.round >= 0 && e.round < schedule_length(n);
+    return k;
+  };
+  auto pass_done = [&] {
+    bool all = true;
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      stop[i] = served(i) >= scheduled_per_cycle(n, rank_of(c, i));
+      all = all && stop[i];
+    }
+    return all;
+  };
+  REQUIRE(c.run_until(pass_done, Millis(60000), train));
+  REQUIRE(c.run_until([&] { return c.none_in_exchange(); }, Millis(5000)));
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    INFO("peer " << i);
+    std::int64_t expect = 0;
+    for (auto& e : c[i].events)
+      if (e.ok) {
+        CHECK(e.round == expect);  // its rounds in order from 0, nothing plain in between
+        ++expect;
+      }
+  }
+  const auto v = c.all_values();
+  const auto s = Cluster::coordinate_sums(v);
+  for (std::size_t j = 0; j < kDim; ++j) CHECK(std::abs(s[j] - sum0[j]) < 1e-4 * n);
+  CHECK(Cluster::msd(v) < 1e-12 * Cluster::msd(v0));
+}
+
+TEST_CASE("partner schedule: a member known but not live keeps its place in the list, its rounds "
+          "skipped at once, with no plain exchange in between",
+          "[gossip]") {
+  constexpr int n = 7;  // with the dead member: 8 in the list, the hypercube of 3 rounds
+  constexpr std::size_t kDim = 64;
+  Cluster c(n, kDim, hypercube_config(), 23);
+  for (auto& p : c.peers) p->dir.gone = {"peer-dead"};
+  const auto v0 = c.all_values();
+  const auto sum0 = Cluster::coordinate_sums(v0);
+  auto train = [&] {
+    const std::int64_t now = c.net.now().count();
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      if ((now + std::int64_t(i) * 3) % 7 == 0) c[i].step_hook(c.be);
+      else c[i].hook(c.be, true);
+    }
+  };
+  // 3 virtual seconds: far below the round's wait (2 s) times the passes a stuck partner would
+  // cost, so a peer that asked the dead member (or waited for it) would show plain exchanges.
+  c.run_until([] { return false; }, Millis(3000), train);
+  REQUIRE(c.run_until([&] { return c.none_in_exchange(); }, Millis(5000)));
+  std::vector<std::string> ids;
+  for (auto& p : c.peers) ids.push_back(p->id);
+  ids.push_back("peer-dead");
+  const ScheduleView all = make_view(ids, c[0].id);
+  REQUIRE(all.n() == 8);
+  const int dead_rank = all.rank_of("peer-dead");
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    INFO("peer " << i);
+    const int rank = all.rank_of(c[i].id);
+    int ok = 0;
+    for (auto& e : c[i].events) {
+      if (!e.ok) continue;
+      ++ok;
+      REQUIRE(e.round >= 0);  // all scheduled: the dead member's rounds were skipped, not waited on
+      const ScheduleStep st = schedule_step(8, rank, int(e.round % 3));
+      CHECK(st.partner != dead_rank);
+      CHECK(e.partner == all.ids[std::size_t(st.partner)]);
+    }
+    CHECK(ok >= 3);
+  }
+  const auto v = c.all_values();
+  const auto s = Cluster::coordinate_sums(v);
+  for (std::size_t j = 0; j < kDim; ++j) CHECK(std::abs(s[j] - sum0[j]) < 1e-4 * n);
+  CHECK(Cluster::msd(v) < 0.1 * Cluster::msd(v0));
+}

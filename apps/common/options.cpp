@@ -366,7 +366,8 @@ const OptionTable<PeerConfig>& peer_options() {
           "over 3 times the median is asked much less often; hypercube: one scheduled partner "
           "per round from the sorted member list, so that a quiet swarm of n holds the exact "
           "average after floor(log2 n) + 2 rounds (log2 n for a power of two; a partner that "
-          "does not take part within 2 s, or 4 exchange times when longer: a weighted draw)",
+          "does not take part within 2 s, or 4 exchange times when longer, per round it has to "
+          "serve first, the wait restarted while it answers, at most 16 times: a weighted draw)",
           [](PeerConfig& c) -> gossip::PartnerMode& { return c.node.averager.choice.mode; })
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number(

@@ -458,6 +458,7 @@ void World::on_exchange(int i, const gossip::ExchangeEvent& e) {
           {"role", std::string(gossip::role_name(e.role))},
           {"ok", e.ok},
           {"reason", e.reason()},
+          {"round", e.round},
           {"ms", e.ms}});
   // Round boundaries (n/2 exchanges = n ok sides) for the rate check, before churn changes n.
   if (e.ok && rounds_sampled_ < cfg_.rate_rounds && ok_sides_ >= next_round_sides_) {

@@ -98,23 +98,44 @@ void ExchangeProtocol::start(std::uint64_t seq, std::int64_t samples) {
 
 const ScheduleView& ExchangeProtocol::view() {
   const Millis now = port_.now();
-  const std::size_t count = peers_.live_count();
-  if (!view_ || count != view_count_ || now - view_at_ >= Millis(5000)) {
-    view_peers_ = peers_.live_peers();
-    std::vector<std::string> ids;
-    ids.reserve(view_peers_.size());
-    for (const auto& p : view_peers_) ids.push_back(p.id);
-    view_ = make_view(std::move(ids), local_id_);
+  const std::uint64_t version = peers_.members_version();
+  const std::size_t count = version ? 0 : peers_.live_count();
+  if (!view_ || version != view_version_ ||
+      (!version && (count != view_count_ || now - view_at_ >= Millis(5000)))) {
+    const std::uint64_t before = view_ ? view_->hash : 0;
+    view_ = make_view(peers_.member_ids(), local_id_);
+    view_version_ = version;
     view_count_ = count;
     view_at_ = now;
+    // Another member list, another schedule: its pass starts at round 0. Every peer does the
+    // same when its list changes, so once the lists agree every count starts the pass together
+    // (the counts of the old list, carried on, were out of step for a whole pass).
+    if (view_->hash != before) {
+      round_ = 0;
+      round_since_ = Millis(-1);
+      round_restarts_ = 0;
+    }
   }
   return *view_;
+}
+
+// The scheduled partner of e answered but did not serve the round (busy or behind on the
+// schedule, or its member list is not ours yet): it is there and coming, so the round's wait
+// starts again, at most kMaxWaitRestarts times (the bound: a partner stuck for good ends in a
+// drawn one). A partner behind by k rounds needs about k of its exchange times: with the wait
+// running from our first ask, the peers that took the last list early skipped their rounds
+// with the late ones, and the pass was broken (docs/results/sim.md, "Partner schedule").
+void ExchangeProtocol::restart_wait(const Exchange& e) {
+  if (e.round != round_ || round_restarts_ >= kMaxWaitRestarts) return;
+  ++round_restarts_;
+  round_since_ = port_.now();
 }
 
 void ExchangeProtocol::next_round(std::int64_t r) {
   if (r + 1 > round_) {
     round_ = r + 1;
     round_since_ = Millis(-1);  // the wait starts when the round is first asked for
+    round_restarts_ = 0;
   }
 }
 
@@ -124,27 +145,38 @@ void ExchangeProtocol::plan(Exchange& e) {
   const int len = schedule_length(v.n());
   if (len == 0 || v.rank < 0) return;
   const Millis now = port_.now();
+  int skipped = 0;  // rounds skipped at once just now: our partner has them to serve still
   for (int skips = 0; skips <= len; ++skips) {
     const ScheduleStep st = schedule_step(v.n(), v.rank, static_cast<int>(round_ % len));
     const std::string* partner = st.partner >= 0 ? &v.ids[std::size_t(st.partner)] : nullptr;
-    // No partner this round, or one we would not ask: the round is skipped at once.
-    if (!partner || banned(*partner) || choice_.backed_off(*partner, now)) {
+    // No partner this round, or one not live (dead or left: the list keeps it) or that we would
+    // not ask: the round is skipped at once.
+    std::optional<PeerRef> ref;
+    if (partner) ref = peers_.live_peer(*partner);
+    if (!ref || banned(*partner) || choice_.backed_off(*partner, now)) {
+      if (partner)
+        spdlog::debug("averager: schedule round {} skipped at once: {} is {}", round_,
+                      short_id(*partner), !ref ? "not live" : banned(*partner) ? "banned" : "backed off");
       next_round(round_);
+      ++skipped;
       continue;
     }
-    if (round_since_ < Millis(0)) round_since_ = now;
-    const double wait = std::max(cfg_.choice.schedule_wait_ms, 4 * start_gap_ms_);
+    if (round_since_ < Millis(0)) {
+      round_since_ = now;
+      round_waits_ = 1 + skipped;
+    }
+    // One wait for each round the partner may still have to serve before this one: an extra rank
+    // of n = p + q skips the log2(p) core rounds at once and waits for its partner to run them.
+    const double wait =
+        round_waits_ * std::max(cfg_.choice.schedule_wait_ms, 4 * start_gap_ms_);
     if (now - round_since_ > Millis(static_cast<Millis::rep>(std::llround(wait)))) {
       spdlog::debug("averager: schedule round {} skipped: {} did not take part in time", round_,
                     short_id(*partner));
       next_round(round_);
       return;  // this exchange: a drawn partner
     }
-    auto it = std::find_if(view_peers_.begin(), view_peers_.end(),
-                           [&](const PeerRef& p) { return p.id == *partner; });
-    if (it == view_peers_.end()) return;
     e.round = round_;
-    e.sched = *it;
+    e.sched = std::move(*ref);
     e.view = v.hash;
     e.sched_w = st.w;
     return;
@@ -152,19 +184,26 @@ void ExchangeProtocol::plan(Exchange& e) {
 }
 
 std::optional<double> ExchangeProtocol::scheduled(const RequestMsg& m, const std::string& from,
-                                                  bool& ahead) {
-  ahead = false;
+                                                  bool& ahead, bool& same_view) {
+  ahead = same_view = false;
   if (!cfg_.choice.scheduled() || m.round < 0) return std::nullopt;
   const ScheduleView& v = view();
   const int len = schedule_length(v.n());
   if (len == 0 || v.rank < 0 || v.hash != m.view) return std::nullopt;
-  // A requester a whole schedule or more ahead (we restarted, or were cut off): catch up with it.
-  if (m.round >= round_ + len) next_round(m.round - 1);
+  same_view = true;
+  // A requester ahead of us is answered BUSY, however far ahead: one part of the swarm may run
+  // a pass or more ahead of another (a pair's round waits only for the two blocks it joins),
+  // and a jump would break the pass for every partner of the rounds jumped over. A peer that
+  // restarted catches up at its own next exchange, from its partner's ACCEPT.
   if (m.round > round_) {
     ahead = true;  // we still have rounds to serve first: it asks again soon
     return std::nullopt;
   }
-  if (m.round < round_) return std::nullopt;  // it is behind: plain, and it catches up from our ACCEPT
+  if (m.round < round_) {  // it is behind: plain, and it catches up from our ACCEPT
+    spdlog::debug("averager: schedule: {} asked for round {}, we are at {}", short_id(from), m.round,
+                  round_);
+    return std::nullopt;
+  }
   const ScheduleStep st = schedule_step(v.n(), v.rank, static_cast<int>(round_ % len));
   if (st.partner < 0 || v.ids[std::size_t(st.partner)] != from) return std::nullopt;
   return st.w;
@@ -172,11 +211,14 @@ std::optional<double> ExchangeProtocol::scheduled(const RequestMsg& m, const std
 
 // The responder's side of an exchange: the schedule's weight when both agree it is the scheduled
 // one, else the plain weight; the ACCEPT tells the initiator which.
-void ExchangeProtocol::take_round(Exchange& e, const RequestMsg& m, std::optional<double> sw) {
+void ExchangeProtocol::take_round(Exchange& e, const RequestMsg& m, std::optional<double> sw,
+                                  bool same_view) {
   e.round = sw ? m.round : -1;
+  e.view = m.view;
   e.w = sw ? static_cast<float>(*sw) : weight(e.n_self, e.n_other);
   AcceptMsg a{m.exchange_id, e.n_self, port_.own_progress(), port_.own_step()};
-  if (cfg_.choice.scheduled()) {
+  // Our count means something to the requester only in the same member list (it catches up).
+  if (cfg_.choice.scheduled() && same_view) {
     a.round = round_;
     a.scheduled = sw.has_value();
   }
@@ -309,7 +351,10 @@ void ExchangeProtocol::try_failed(FailureReason reason, bool close_conn) {
   e.conn = nullptr;
   // The scheduled partner did not take part (busy, behind, gone): it is asked again at our next
   // exchange, until the round's wait runs out (plan).
-  if (e.round >= 0 && e.partner == e.sched.id) return fail(reason, {});
+  if (e.round >= 0 && e.partner == e.sched.id) {
+    if (reason.kind == ExchangeFailure::Busy) restart_wait(e);
+    return fail(reason, {});
+  }
   try_next_peer();
 }
 
@@ -329,9 +374,22 @@ void ExchangeProtocol::on_accept(const net::ConnectionPtr& c, const net::Bytes& 
     e.w = static_cast<float>(e.sched_w);
   } else {
     // Not the scheduled exchange: plain. A partner ahead of us on the schedule: we catch up.
+    // Our scheduled partner with another member list (no count in its answer): the lists are
+    // still converging, which is no sign that it will not take part: the round's wait restarts.
+    if (e.round >= 0 && e.partner == e.sched.id && m.round < 0) restart_wait(e);
     e.round = -1;
     e.w = weight(e.n_self, e.n_other);
-    if (cfg_.choice.scheduled() && m.round > round_) next_round(m.round - 1);
+    // A partner ahead of us skipped this round: it is lost, we go on to our next one. Jumping
+    // to its count would skip our rounds with other partners too, and each of them would then
+    // find us ahead and skip in turn (one late skip spread over the whole pass). A partner a
+    // whole schedule or more ahead: we restarted, or took the list late: we catch up with it.
+    if (cfg_.choice.scheduled() && m.round > round_) {
+      const int len = schedule_length(view().n());
+      const std::int64_t to = m.round >= round_ + len ? m.round - 1 : round_;
+      spdlog::debug("averager: schedule: partner at round {}, we move on from {} to {}", m.round,
+                    round_, to + 1);
+      next_round(to);
+    }
   }
   e.phase = Phase::Transferring;
   spdlog::trace("averager: #{} accepted by {}", e.seq, short_id(e.partner));
@@ -438,10 +496,10 @@ void ExchangeProtocol::answer_request(const net::ConnectionPtr& c, const Request
   }
   if (!bad && banned(c->peer_id())) return refuse(c, m, ExchangeCode::Banned);
   if (bad) return refuse(c, m, *bad);
-  bool ahead = false;
-  const std::optional<double> sw = scheduled(m, c->peer_id(), ahead);
+  bool ahead = false, same_view = false;
+  const std::optional<double> sw = scheduled(m, c->peer_id(), ahead, same_view);
   if (ahead) return send_busy(c, m.exchange_id);
-  if (ex_ && should_yield(c, m)) return yield_to(c, m, sw);
+  if (ex_ && should_yield(c, m)) return yield_to(c, m, sw, same_view);
   ChunkSetPtr own;
   // Before our first step boundary we have no parameters to offer: as good as busy.
   std::optional<std::uint64_t> seq;
@@ -453,7 +511,7 @@ void ExchangeProtocol::answer_request(const net::ConnectionPtr& c, const Request
     return;
   }
   if (!seq) return send_busy(c, m.exchange_id);
-  respond(c, m, *seq, std::move(own), sw);
+  respond(c, m, *seq, std::move(own), sw, same_view);
 }
 
 // Held only behind an exchange in its transfer: that one ends without waiting for any other
@@ -486,7 +544,7 @@ void ExchangeProtocol::send_busy(const net::ConnectionPtr& c, std::uint64_t exch
 }
 
 void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m, std::uint64_t seq,
-                               ChunkSetPtr own, std::optional<double> sw) {
+                               ChunkSetPtr own, std::optional<double> sw, bool same_view) {
   if (!own) port_.request_boundary();  // the snapshot waits for a step boundary
   GT_ASSERT(!ex_);
   Exchange e;
@@ -507,7 +565,7 @@ void ExchangeProtocol::respond(const net::ConnectionPtr& c, const RequestMsg& m,
   e.wire = m.wire;
   e.out.set_own(std::move(own));
   ex_ = std::move(e);
-  take_round(*ex_, m, sw);
+  take_round(*ex_, m, sw, same_view);
   begin_transfer();
 }
 
@@ -522,7 +580,7 @@ bool ExchangeProtocol::should_yield(const net::ConnectionPtr& c, const RequestMs
 }
 
 void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m,
-                                std::optional<double> sw) {
+                                std::optional<double> sw, bool same_view) {
   Exchange& e = *ex_;
   port_.cancel(Timer::Deadline);
   // The partner answers our withdrawn request with BUSY (it applies the same rule): ignore it.
@@ -547,7 +605,7 @@ void ExchangeProtocol::yield_to(const net::ConnectionPtr& c, const RequestMsg& m
   e.excluded.clear();
   e.last_reason.reset();
   e.out.clear_control();
-  take_round(e, m, sw);
+  take_round(e, m, sw, same_view);
   begin_transfer();
 }
 

@@ -315,9 +315,10 @@ class ExchangeProtocol {
   void refuse(const net::ConnectionPtr& c, const RequestMsg& m, ExchangeCode code);
   void send_busy(const net::ConnectionPtr& c, std::uint64_t exchange_id);
   bool should_yield(const net::ConnectionPtr& c, const RequestMsg& m) const;
-  void yield_to(const net::ConnectionPtr& c, const RequestMsg& m, std::optional<double> sw);
+  void yield_to(const net::ConnectionPtr& c, const RequestMsg& m, std::optional<double> sw,
+                bool same_view);
   void respond(const net::ConnectionPtr& c, const RequestMsg& m, std::uint64_t seq,
-               ChunkSetPtr own, std::optional<double> sw);
+               ChunkSetPtr own, std::optional<double> sw, bool same_view);
   // Both.
   void begin_transfer();
   void queue_control(std::uint8_t type, net::SharedBytes msg);
@@ -348,9 +349,11 @@ class ExchangeProtocol {
   // whether m's sender is ahead of us (then we answer BUSY). next_round: round r was served or
   // skipped.
   void plan(Exchange& e);
-  std::optional<double> scheduled(const RequestMsg& m, const std::string& from, bool& ahead);
+  std::optional<double> scheduled(const RequestMsg& m, const std::string& from, bool& ahead,
+                                  bool& same_view);
   void next_round(std::int64_t r);
-  void take_round(Exchange& e, const RequestMsg& m, std::optional<double> sw);
+  void restart_wait(const Exchange& e);
+  void take_round(Exchange& e, const RequestMsg& m, std::optional<double> sw, bool same_view);
 
   ExchangeConfig cfg_;
   const WireFormat first_wire_;  // cfg_.wire until set_wire
@@ -369,16 +372,21 @@ class ExchangeProtocol {
   LinkWire link_;         // the wire of each partner
   AnswerDeadline deadlines_;  // the dial and answer deadlines, fitted to the answers measured
   BanList bans_;
-  // The schedule's member list (with the members' addresses), re-derived when the live count
-  // changes and at least every 5 s: copying and sorting thousands of members at every exchange
-  // is what made the sim slow before (docs/results/sim.md).
+  // The schedule's member list (every member known, PeerDirectory::member_ids), re-derived only
+  // when the directory's members_version changes (a directory that keeps none: when the live
+  // count changes and at least every 5 s): copying and sorting thousands of members at every
+  // exchange is what made the sim slow before (docs/results/sim.md). A new list resets round_.
   const ScheduleView& view();
   std::optional<ScheduleView> view_;
-  std::vector<PeerRef> view_peers_;
+  std::uint64_t view_version_ = 0;
   std::size_t view_count_ = 0;
   net::Millis view_at_{0};
-  std::int64_t round_ = 0;      // schedule rounds served or skipped
+  std::int64_t round_ = 0;      // schedule rounds served or skipped in view_'s member list
   net::Millis round_since_{-1};  // when round_ was first asked for (-1: not yet)
+  int round_waits_ = 1;  // round_'s wait, in waits: 1 + the rounds skipped at once before it
+  // Times round_'s wait started again because its partner answered without serving it.
+  static constexpr int kMaxWaitRestarts = 16;
+  int round_restarts_ = 0;
   // The time between the starts of our exchanges (a moving average, ms; -1: none yet): the wait
   // for a round's partner is at least 4 of them (a partner behind needs a few exchange times).
   double start_gap_ms_ = -1;

@@ -212,7 +212,9 @@ void ExchangeProtocol::maybe_commit() {
   transfer_ms_ = transfer_ms_ < 0 ? ms : 0.8 * transfer_ms_ + 0.2 * ms;
   agree_clip(e);
   measure_link(e);
-  if (e.round >= 0) next_round(e.round);  // the schedule's round served, on both sides
+  // The schedule's round served, on both sides (unless our member list changed meanwhile: the
+  // count restarted in the new one).
+  if (e.round >= 0 && view().hash == e.view) next_round(e.round);
   port_.commit(e.seq, {static_cast<float>(e.w * e.clip), e.diff_norm, e.partner, e.wire});
   spdlog::trace("averager: #{} committed", e.seq);
   committed_ = std::move(ex_);

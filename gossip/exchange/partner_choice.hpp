@@ -31,7 +31,8 @@ struct PartnerChoiceConfig {
   // hypercube: how long a peer waits at least (4 times the mean time between its exchanges when
   // that is longer) for its round's partner (asking it at each of its exchange
   // times; it is busy, or behind on the schedule) before it skips the round and averages with a
-  // drawn partner instead.
+  // drawn partner instead; one such wait per round the partner has to serve first, restarted
+  // while the partner answers (at most 16 times: exchange_protocol.cpp, restart_wait).
   double schedule_wait_ms = 2000;
   // A partner's cost is an exponential moving average of its exchange durations (ms), the newest
   // weighted alpha. Its weight is 1 up to slack times the median cost of the candidates, then

@@ -117,6 +117,7 @@ const MemberTable::Row& MemberTable::add(NameId id, NameId addr, std::uint64_t i
   r.state_change = now;
   rows_.push_back(r);
   relist(rows_.back());
+  ++ids_version_;
   return rows_.back();
 }
 
@@ -128,6 +129,7 @@ void MemberTable::remove(NameId id) {
   if (row.queue_key) --queued_;
   row.state = MemberState::Dead;  // off the live list
   relist(row);
+  ++ids_version_;
   const std::uint32_t slot = slot_of_[id];
   slot_of_[id] = kNotLive;
   if (slot + 1 != rows_.size()) {
@@ -270,6 +272,28 @@ std::vector<MemberInfo> MemberTable::all() const {
   std::sort(out.begin(), out.end(),
             [](const MemberInfo& a, const MemberInfo& b) { return a.id < b.id; });
   return out;
+}
+
+std::vector<std::string> MemberTable::ids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  out.reserve(rows_.size());
+  for (std::size_t slot = 1; slot < rows_.size(); ++slot) out.push_back(id_str(rows_[slot].id));
+  return out;
+}
+
+std::uint64_t MemberTable::ids_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ids_version_;
+}
+
+std::optional<PeerRef> MemberTable::live_ref(const std::string& id) const {
+  const auto n = names_->ids.find(id);
+  if (!n) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  const Row* r = find(*n);
+  if (!r || r == &rows_[0] || !is_live(r->state)) return std::nullopt;
+  return ref_of(*r);
 }
 
 std::optional<MemberInfo> MemberTable::info(const std::string& id) const {

@@ -145,6 +145,9 @@ class MemberTable {
   std::size_t live_count() const;           // of those
   std::vector<PeerRef> live_sample(std::size_t k, base::ProtocolRng& rng) const;
   std::vector<MemberInfo> all() const;  // by id, ourselves included
+  std::vector<std::string> ids() const;  // every member's id but ours, in no order
+  std::uint64_t ids_version() const;     // counts the adds and removes
+  std::optional<PeerRef> live_ref(const std::string& id) const;  // when live, not ourselves
   std::optional<MemberInfo> info(const std::string& id) const;
   std::uint64_t self_incarnation() const;
   // A row as other code sees a member (the names resolved).
@@ -172,6 +175,7 @@ class MemberTable {
   std::vector<Queued> heap_;  // a min-heap by key; entries whose key no row holds are stale
   std::size_t queued_ = 0;    // rows with a queue_key
   std::uint64_t order_ = 0;
+  std::uint64_t ids_version_ = 1;  // mu_
 };
 
 }  // namespace gossiptrain::gossip

@@ -104,6 +104,9 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   std::vector<PeerRef> live_peers() const override;               // thread-safe
   std::size_t live_count() const override;                        // thread-safe
   std::vector<PeerRef> live_sample(std::size_t k, base::ProtocolRng& rng) const override;
+  std::vector<std::string> member_ids() const override;                  // thread-safe
+  std::uint64_t members_version() const override;                        // thread-safe
+  std::optional<PeerRef> live_peer(const std::string& id) const override;  // thread-safe
   std::vector<MemberInfo> members() const;                        // thread-safe; includes ourselves
   std::optional<MemberInfo> member(const std::string& id) const;  // thread-safe
   std::uint64_t incarnation() const;                              // thread-safe

@@ -346,6 +346,14 @@ std::vector<PeerRef> Membership::live_sample(std::size_t k, base::ProtocolRng& r
   return table_->live_sample(k, rng);
 }
 
+std::vector<std::string> Membership::member_ids() const { return table_->ids(); }
+
+std::uint64_t Membership::members_version() const { return table_->ids_version(); }
+
+std::optional<PeerRef> Membership::live_peer(const std::string& id) const {
+  return table_->live_ref(id);
+}
+
 std::vector<MemberInfo> Membership::members() const { return table_->all(); }
 
 std::optional<MemberInfo> Membership::member(const std::string& id) const {

@@ -1,7 +1,10 @@
-// What the averaging exchange needs from membership: the current live peers to choose from.
+// What the averaging exchange needs from membership: the current live peers to choose from, and
+// for the partner schedule every member known.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +27,16 @@ class PeerDirectory {
   // min(k, live_count()) distinct ones, uniformly at random. A directory of thousands answers in
   // O(k) (Membership does), where live_peers() copies them all.
   virtual std::vector<PeerRef> live_sample(std::size_t k, base::ProtocolRng& rng) const;
+
+  // The partner schedule's member list (--partner-choice hypercube): every member known, in any
+  // state (dead and left ones too, until forgotten), not ourselves, in no order. A crash or a
+  // restart does not change it, so churn does not reshuffle the schedule. Default: the live ones.
+  virtual std::vector<std::string> member_ids() const;
+  // Changes whenever member_ids() may have changed; 0: not tracked (the caller derives again
+  // when the live count changes, and every few seconds).
+  virtual std::uint64_t members_version() const { return 0; }
+  // The member `id` when it is live, with its address (its rounds are skipped otherwise).
+  virtual std::optional<PeerRef> live_peer(const std::string& id) const;
 };
 
 }  // namespace gossiptrain::gossip
