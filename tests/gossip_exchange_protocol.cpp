@@ -661,7 +661,7 @@ TEST_CASE("exchange protocol: the partner schedule answers a requester ahead BUS
     Fixture f(cfg);  // the list {peer-a, peer-b}: one round, the two paired
     f.port.claim_seq = 7;
     f.port.standing = snapshot(1.0f);
-    RequestMsg m{55, kFp, kN, kernels::Wire::Fp32, false, 10};
+    RequestMsg m{55, kFp, kN, WireFormat::Fp32, false, 10};
     m.round = 5;
     m.view = make_view({"peer-b"}, "peer-a").hash;
     f.msg(Type::Request, encode_request(m));
