@@ -689,3 +689,40 @@ TEST_CASE("exchange protocol: the partner schedule answers a requester ahead BUS
     CHECK(f.port.dials[1].second == "peer-c");  // round 1; a jump to 2 would ask peer-e
   }
 }
+
+TEST_CASE("exchange protocol: a scheduled partner that answers BUSY restarts the round's wait, at "
+          "most kMaxWaitRestarts times, then the round is skipped",
+          "[gossip][protocol]") {
+  ExchangeConfig cfg = config();
+  cfg.choice.mode = PartnerMode::Hypercube;
+  cfg.choice.schedule_wait_ms = 5000;  // over 4 x the 1 s between our starts, so it is the wait
+  Fixture f(cfg);                      // the list {peer-a, peer-b}: one round, the two paired
+  f.port.t = Millis(0);
+  // One exchange a second, each answered BUSY by peer-b 100 ms later: the round (0) of the
+  // request that each start sends, or -1 once the round was skipped for a drawn partner.
+  std::vector<std::int64_t> rounds;
+  std::size_t requests = 0;
+  for (std::uint64_t seq = 1; seq <= 30; ++seq) {
+    f.port.t = Millis(std::int64_t(seq - 1) * 1000);
+    const std::size_t dials = f.port.dials.size();
+    f.p.start(seq, 100);
+    if (f.port.dials.size() > dials) f.p.on_dialled(seq, "peer-b", f.conn, {});
+    const auto reqs = f.conn->of(Type::Request);
+    REQUIRE(reqs.size() == requests + 1);
+    requests = reqs.size();
+    const RequestMsg m = decode_request(reqs.back());
+    rounds.push_back(m.round);
+    if (m.round < 0) break;
+    f.port.t += Millis(100);
+    f.msg(Type::Busy, encode_id(m.exchange_id));
+  }
+  // Without restarts the round would be skipped at the first start past 5 s (the 7th). Each
+  // BUSY restarts the wait (16 of them: the last at 15.1 s), so round 0 is asked until 20.1 s and
+  // the start at 21 s goes to a drawn partner.
+  std::string asked;
+  for (auto r : rounds) asked += std::to_string(r) + " ";
+  INFO("rounds asked: " << asked);
+  REQUIRE(rounds.size() == 22);
+  for (std::size_t i = 0; i + 1 < rounds.size(); ++i) CHECK(rounds[i] == 0);
+  CHECK(rounds.back() == -1);
+}
