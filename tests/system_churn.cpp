@@ -427,7 +427,7 @@ TEST_CASE("churn: each process of a crashed and restarted peer is on the run's o
   const char* epochs = std::getenv("GT_CHURN_EPOCHS");
   const std::vector<std::string> args = {
       "--peers", "3", "--data", "synthetic", "--model", "mlp:784-32-10", "--lr", "0.01",
-      "--epochs", epochs ? epochs : "400", "--backend", "cpu", "--no-plots", "--out", run,
+      "--epochs", epochs ? epochs : "800", "--backend", "cpu", "--no-plots", "--out", run,
       "--churn", "crash:1@30%,restart:1@50%", "--target-acc", "0.3", "--linger", "0",
       "--min-peers-timeout", "8"};
   std::string out;
@@ -446,6 +446,10 @@ TEST_CASE("churn: each process of a crashed and restarted peer is on the run's o
   for (const auto& e : ev)
     if (is(e, "eval") && e["peer"] == 1 && e["t"].get<double>() < t_crash)
       seen.push_back(e["t"].get<double>());
+  // 800 epochs: with 400 a quiet machine ran the whole run in 6.7 s (2026-11-29, a clean-clone
+  // rehearsal) and peer 1, started last, was crashed at 2.9 s before the launcher had read any of
+  // its evaluations.
+  INFO("crash at " << t_crash << " s, restart at " << t_restart << " s");
   REQUIRE_FALSE(seen.empty());
 
   const json s = read_json_file(run + "/summary.json");

@@ -550,7 +550,9 @@ TEST_CASE("a joiner with a shorter run than the swarm's ends with its model, ban
     f.insert(f.end(), more.begin(), more.end());
     return f;
   };
-  Swarm s("gt-swarm-join-" + catch_up, 2, with({"--epochs", "1000"}));
+  // A trains until it is stopped with SIGTERM (the check of its exit code 130 below): with 1000
+  // epochs a quiet machine let it finish first (exit 0, the final rehearsal of 2026-11-29).
+  Swarm s("gt-swarm-join-" + catch_up, 2, with({"--epochs", "5000"}));
   // Swarm runs one BLAS thread per peer; users do not, and neither does this test.
   ::unsetenv("OPENBLAS_NUM_THREADS");
   // A core each, as on the two machines of the scenario: on one machine's shared cores, B's
