@@ -41,6 +41,13 @@ stage() {
   return $rc
 }
 skipped() { results+=("skipped $1 ($2)"); }
+# failed_tests DIR: names the tests that ctest in DIR last failed under the stage's line, so that
+# the summary at the end (all that a CI log's tail may show) says which ones.
+failed_tests() {
+  local log=$1/Testing/Temporary/LastTestsFailed.log line
+  [[ -s $log ]] || return 0
+  while IFS= read -r line; do results+=("          failed: ${line#*:}"); done <"$log"
+}
 report() {
   echo
   echo "test.sh: stages"
@@ -71,7 +78,7 @@ asan_stage() {
 }
 
 if stage "build ($BUILD)" build_main; then
-  stage "main suite (ctest)" main_suite "$@"
+  stage "main suite (ctest)" main_suite "$@" || failed_tests "$BUILD"
   if ((quick)); then
     echo "test.sh: --quick: unit tests only; the full run is scripts/test.sh without --quick"
     report
@@ -84,7 +91,7 @@ else
 fi
 
 if [[ "${GT_SKIP_ASAN:-0}" != 1 ]]; then
-  stage "AddressSanitizer + UBSan (build-asan)" asan_stage
+  stage "AddressSanitizer + UBSan (build-asan)" asan_stage || failed_tests build-asan
 else
   skipped "AddressSanitizer + UBSan" "GT_SKIP_ASAN=1"
 fi
