@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -111,13 +112,21 @@ struct FailureLog {
   std::string last() { std::lock_guard lk(mu); return reasons.empty() ? "" : reasons.back(); }
 };
 
-// A loopback address where nothing listens (a port bound, then closed): what a LAN address behind a
-// NAT is to everybody outside.
+// A loopback address where nothing listens: what a LAN address behind a NAT is to everybody
+// outside. The port stays bound (without listen(): a dial is refused) until the test process ends:
+// a port bound and closed again was taken by another test process's listener in a clean-clone
+// rehearsal (two relay tests at once under ctest -j2), and the "dead" address reached that
+// process's peer, whose handshake succeeded (the tests share the network key).
 inline std::string dead_addr() {
-  asio::io_context io;
-  asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-  const auto port = a.local_endpoint().port();
-  a.close();
+  static std::mutex mu;
+  static asio::io_context io;
+  static std::vector<std::unique_ptr<asio::ip::tcp::socket>> held;
+  std::lock_guard lk(mu);
+  auto s = std::make_unique<asio::ip::tcp::socket>(io);
+  s->open(asio::ip::tcp::v4());
+  s->bind(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  const auto port = s->local_endpoint().port();
+  held.push_back(std::move(s));
   return "127.0.0.1:" + std::to_string(port);
 }
 
