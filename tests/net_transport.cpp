@@ -93,12 +93,8 @@ struct TcpFixture : Events {
   auto on_io(F fn) {
     return test::on_io(client, fn);
   }
-  // A loopback port we bound and closed again.
-  static std::string unreachable() {
-    asio::io_context io;
-    asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    return "127.0.0.1:" + std::to_string(a.local_endpoint().port());
-  }
+  // A loopback port held bound without listening (net_test_util.hpp).
+  static std::string unreachable() { return dead_addr(); }
 
   TcpTransport server{make_config()};
   TcpTransport client{make_config()};

@@ -146,20 +146,6 @@ inline bool port_open(int port) {
   return ok;
 }
 
-// A free TCP port on 127.0.0.1 (bound to 0 and released; good enough for tests).
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw std::runtime_error("free_port: cannot bind");
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // n consecutive ports on 127.0.0.1 that bind now, below Linux's ephemeral range (32768 and up,
 // where other tests' connections take theirs): the first of them. A base derived from one free
 // port, unchecked, collided now and then (a peer's metrics port taken: Prometheus saw nothing).
@@ -182,6 +168,11 @@ inline int free_port_block(int n) {
   }
   throw std::runtime_error("free_port_block: no block of free ports");
 }
+
+// A free TCP port on 127.0.0.1, below the ephemeral range as free_port_block's: a port bound to 0
+// and released is one the kernel hands out again to the next listener on port 0 or outbound
+// connection of any test process running beside us.
+inline int free_port() { return free_port_block(1); }
 
 // Mean over peers of ||x_i - avg||, from the parameters in their final checkpoints (one folder
 // per peer): the consensus distance, computed independently of the launcher.
