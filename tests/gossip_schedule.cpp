@@ -353,3 +353,52 @@ TEST_CASE("partner schedule: a member known but not live keeps its place in the 
   for (std::size_t j = 0; j < kDim; ++j) CHECK(std::abs(s[j] - sum0[j]) < 1e-4 * n);
   CHECK(Cluster::msd(v) < 0.1 * Cluster::msd(v0));
 }
+
+TEST_CASE("partner schedule: after a member dies, an exchange a busy scheduled partner turns down "
+          "goes to a drawn partner for a while, and the live ones still agree",
+          "[gossip]") {
+  constexpr int n = 8;
+  constexpr std::size_t kDim = 64;
+  Cluster c(n, kDim, hypercube_config(), 31);
+  auto train = [&] {
+    const std::int64_t now = c.net.now().count();
+    for (std::size_t i = 0; i + 1 < c.size(); ++i) {
+      if ((now + std::int64_t(i) * 3) % 7 == 0) c[i].step_hook(c.be);
+      else c[i].hook(c.be, true);
+    }
+  };
+  // A quiet start: every member live, no plain exchange (the quiet swarm's test above).
+  c.run_until([] { return false; }, Millis(3000), train);
+  REQUIRE(c.run_until([&] { return c.none_in_exchange(); }, Millis(5000)));
+  // The last peer dies: each directory lists it as gone (membership declared it dead).
+  const std::size_t dead = n - 1;
+  c.net.kill(c[dead].addr);
+  c[dead].paused = true;
+  for (auto& p : c.peers) {
+    auto& d = p->dir.peers;
+    d.erase(std::remove_if(d.begin(), d.end(), [&](const PeerRef& r) { return r.id == c[dead].id; }),
+            d.end());
+    p->dir.gone = {c[dead].id};
+    p->events.clear();
+  }
+  // Within the churn window (5 round waits, 10 s) busy answers send exchanges to drawn partners.
+  c.run_until([] { return false; }, Millis(6000), train);
+  int plain = 0, scheduled = 0;
+  for (std::size_t i = 0; i < dead; ++i)
+    for (auto& e : c[i].events) {
+      plain += e.ok && e.round < 0;
+      scheduled += e.ok && e.round >= 0;
+    }
+  INFO("ok exchanges within 6 s of the death: " << scheduled << " scheduled, " << plain << " plain");
+  CHECK(plain > 0);
+  CHECK(scheduled > 0);
+  // Then quiet again: the 7 live ones end on one vector.
+  std::vector<std::size_t> live;
+  for (std::size_t i = 0; i < dead; ++i) live.push_back(i);
+  auto live_values = [&] {
+    std::vector<std::vector<float>> v;
+    for (std::size_t i : live) v.push_back(c[i].values(c.be));
+    return v;
+  };
+  REQUIRE(c.run_until([&] { return Cluster::msd(live_values()) < 1e-10; }, Millis(60000), train));
+}

@@ -387,6 +387,14 @@ class ExchangeProtocol {
   // Times round_'s wait started again because its partner answered without serving it.
   static constexpr int kMaxWaitRestarts = 16;
   int round_restarts_ = 0;
+  // Churn: whether the number of listed members not live (dead or left) changed within the last
+  // kChurnWaits round waits. Then a busy scheduled partner sends the exchange to a drawn one.
+  // Members joining do not count (the list grows with the live count): a quiet swarm's passes
+  // stay exact, and so do they with a member long dead.
+  bool churning();
+  static constexpr double kChurnWaits = 5;
+  std::optional<std::size_t> gone_;
+  net::Millis churn_at_{-1};
   // The time between the starts of our exchanges (a moving average, ms; -1: none yet): the wait
   // for a round's partner is at least 4 of them (a partner behind needs a few exchange times).
   double start_gap_ms_ = -1;
