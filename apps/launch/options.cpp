@@ -147,7 +147,7 @@ const OptionTable<LaunchOptions>& launch_options() {
        }}.unset_means("runs/<mode>-<partition>-<N>p-<UTC timestamp>").of_kind(ValueKind::Text),
       O::number("base-port", "P",
                 "peers listen on P, P+1, ...", &LaunchOptions::base_port, 1024, 65535)
-          .shows(show_zero_as(&LaunchOptions::base_port, "free ports picked by the OS")),
+          .shows(show_zero_as(&LaunchOptions::base_port, "free ports under the ephemeral range")),
       O::number("target-acc", "X", "accuracy for the time-to-target figures",
                 &LaunchOptions::target_acc, 0, 1),
       O::number("stop-timeout", "S",

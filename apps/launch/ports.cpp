@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -18,41 +19,95 @@
 
 namespace gossiptrain::apps {
 
-// Ports for gossip mode: the user's base port (each one checked free), or ports the OS hands out
-// for port 0, all held open together so they differ, then released for the peers.
+namespace {
+// A socket bound to 127.0.0.1:port (0: one the OS picks), SO_REUSEADDR as the peers' acceptors use
+// it (a port in TIME_WAIT is free, a listener is not); -1 with errno set when it does not bind.
+int bind_port(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(std::uint16_t(port));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
+int port_of(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+// The first port of the kernel's ephemeral range (net.ipv4.ip_local_port_range; 32768 if unread).
+int ephemeral_low() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  return in >> lo >> hi && lo > 0 ? lo : 32768;
+}
+
+struct Held {
+  std::vector<int> fds;
+  ~Held() {
+    for (int fd : fds) ::close(fd);
+  }
+};
+}  // namespace
+
+// Ports for gossip mode: the user's base port (each one checked free), or without one n ports
+// below the kernel's ephemeral range, at a random place in [10000, range start), all bound
+// together so they differ, then released for the peers. Below that range the kernel hands no port
+// out by itself: a port it gave for port 0 and we released was the next one it gave another
+// process's outbound connection or listener, and a peer then could not bind its own. Where the
+// range leaves no room below it, the ports the OS hands out for port 0.
 std::vector<int> pick_ports(int n, int base_port) {
   std::vector<int> ports;
-  std::vector<int> fds;
-  auto cleanup = [&] {
-    for (int fd : fds) ::close(fd);
-  };
-  for (int i = 0; i < n; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      cleanup();
-      throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-    }
-    fds.push_back(fd);
-    // SO_REUSEADDR as the peers' acceptors use it: a port in TIME_WAIT is free, a listener is not.
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(std::uint16_t(base_port ? base_port + i : 0));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      int err = errno;
-      cleanup();
-      if (base_port)
+  if (base_port) {
+    Held held;
+    for (int i = 0; i < n; ++i) {
+      const int fd = bind_port(base_port + i);
+      if (fd < 0)
         throw UsageError("port " + std::to_string(base_port + i) + " on 127.0.0.1 is in use (" +
-                         std::strerror(err) + "): pick another --base-port or leave it out");
-      throw std::runtime_error(std::string("bind: ") + std::strerror(err));
+                         std::strerror(errno) + "): pick another --base-port or leave it out");
+      held.fds.push_back(fd);
+      ports.push_back(base_port + i);
     }
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ports.push_back(ntohs(a.sin_port));
+    return ports;
   }
-  cleanup();
+  const int top = ephemeral_low();
+  if (top - 10000 >= 4 * n) {
+    std::random_device rd;
+    std::mt19937 rng(rd());
+    std::uniform_int_distribution<int> pick(10000, top - n);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      Held held;
+      const int base = pick(rng);
+      for (int i = 0; i < n; ++i) {
+        const int fd = bind_port(base + i);
+        if (fd < 0) break;
+        held.fds.push_back(fd);
+      }
+      if (static_cast<int>(held.fds.size()) == n) {
+        for (int i = 0; i < n; ++i) ports.push_back(base + i);
+        return ports;
+      }
+    }
+  }
+  Held held;
+  for (int i = 0; i < n; ++i) {
+    const int fd = bind_port(0);
+    if (fd < 0) throw std::runtime_error(std::string("bind: ") + std::strerror(errno));
+    held.fds.push_back(fd);
+    ports.push_back(port_of(fd));
+  }
   return ports;
 }
 
