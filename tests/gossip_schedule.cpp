@@ -402,3 +402,40 @@ TEST_CASE("partner schedule: after a member dies, an exchange a busy scheduled p
   };
   REQUIRE(c.run_until([&] { return Cluster::msd(live_values()) < 1e-10; }, Millis(60000), train));
 }
+
+TEST_CASE("partner schedule: without exact passes (training) a scheduled partner that turns the "
+          "exchange down sends it to a drawn partner at once",
+          "[gossip]") {
+  constexpr int n = 8;
+  constexpr std::size_t kDim = 64;
+  for (bool exact : {true, false}) {
+    AveragerConfig cfg = hypercube_config();
+    cfg.choice.exact_passes = exact;
+    Cluster c(n, kDim, cfg, 41);
+    auto train = [&] {
+      const std::int64_t now = c.net.now().count();
+      for (std::size_t i = 0; i < c.size(); ++i) {
+        if ((now + std::int64_t(i) * 3) % 7 == 0) c[i].step_hook(c.be);
+        else c[i].hook(c.be, true);
+      }
+    };
+    c.run_until([] { return false; }, Millis(4000), train);
+    REQUIRE(c.run_until([&] { return c.none_in_exchange(); }, Millis(5000)));
+    int plain = 0, scheduled = 0, busy = 0;
+    for (std::size_t i = 0; i < c.size(); ++i)
+      for (auto& e : c[i].events) {
+        plain += e.ok && e.round < 0;
+        scheduled += e.ok && e.round >= 0;
+        busy += !e.ok && e.failure.kind == ExchangeFailure::Busy;
+      }
+    INFO("exact passes " << exact << ": " << scheduled << " scheduled, " << plain << " plain, "
+                         << busy << " turned down busy");
+    CHECK(scheduled > 0);
+    if (exact) {
+      CHECK(plain == 0);  // it waits for the partner
+      CHECK(busy > 0);
+    } else {
+      CHECK(plain > 0);
+    }
+  }
+}

@@ -367,7 +367,8 @@ const OptionTable<PeerConfig>& peer_options() {
           "per round from the sorted member list, so that a quiet swarm of n holds the exact "
           "average after floor(log2 n) + 2 rounds (log2 n for a power of two; a partner that "
           "does not take part within 2 s, or 4 exchange times when longer, per round it has to "
-          "serve first, the wait restarted while it answers, at most 16 times: a weighted draw)",
+          "serve first, the wait restarted while it answers, at most 16 times: a weighted draw; "
+          "in training, where the vectors move between rounds, a weighted draw at once)",
           [](PeerConfig& c) -> gossip::PartnerMode& { return c.node.averager.choice.mode; })
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number(

@@ -36,13 +36,14 @@ inline gossip::RobustConfig peer_robust_defaults() {
 
 // gossip::NodeConfig as gossip-peer defaults it, where its flags' defaults differ from the
 // gossip layer's: an exchange every 4 steps, robust mixing, int8 with slow links, lingering
-// until the partners are within 0.01.
+// until the partners are within 0.01, a schedule that does not wait for exact passes.
 inline gossip::NodeConfig peer_node_defaults() {
   gossip::NodeConfig n;
   n.averager.gossip_every = 4;
   n.averager.robust = peer_robust_defaults();
   n.averager.slow_link_wire = gossip::WireFormat::Int8;
   n.averager.settle_distance = 0.01;
+  n.averager.choice.exact_passes = false;  // training: a pass is never exact (partner_choice.hpp)
   return n;
 }
 

@@ -248,6 +248,7 @@ void World::build_protocols(Peer& p) {
     nc.averager.gossip_every = 1;
     nc.averager.robust.mix = cfg_.mix;
     nc.averager.choice = cfg_.peer.node.averager.choice;  // --partner-choice: gossip-peer's code
+    nc.averager.choice.exact_passes = true;  // fixed vectors: a pass can be exact
     nc.max_lag = gossip::MaxLag::off();
     nc.max_ahead = 0;
   }
