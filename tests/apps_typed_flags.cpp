@@ -35,6 +35,9 @@ TEST_CASE("typed flags: --weighting and --partner-choice land in the averager's 
   const PeerConfig h = parse({"--partner-choice", "hypercube"});
   CHECK(h.node.averager.choice.scheduled());
   CHECK(node_config(h, 42).averager.choice.mode == gossip::PartnerMode::Hypercube);
+  // A training peer does not wait for exact passes (its vectors move between rounds).
+  CHECK_FALSE(node_config(h, 42).averager.choice.exact_passes);
+  CHECK(gossip::PartnerChoiceConfig{}.exact_passes);
   CHECK_THROWS_AS(parse({"--weighting", "by-size"}), UsageError);
   CHECK_THROWS_AS(parse({"--partner-choice", "random"}), UsageError);
 }
