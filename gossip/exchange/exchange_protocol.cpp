@@ -370,9 +370,8 @@ void ExchangeProtocol::try_failed(FailureReason reason, bool close_conn) {
     // In training (exact_passes false: the vectors move between rounds) and under churn (a
     // member died or came back lately) the passes are not exact anyway, and an exchange our
     // scheduled partner turned down (busy, or no answer) is one lost: it goes to a drawn partner
-    // instead
-    // (docs/results/sim.md, "Partner schedule": 128 peers with crashes reached 1e-6 in 34.6
-    // rounds instead of never, as peers stalled behind partners that waited on a dead one).
+    // instead (docs/results/sim.md, "Partner schedule": 128 peers with crashes reached 1e-6 in
+    // 34.6 rounds instead of never, as peers stalled behind partners that waited on a dead one).
     if (cfg_.choice.exact_passes && !churning()) return fail(reason, {});
     e.excluded.insert(e.partner);
   }
