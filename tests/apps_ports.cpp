@@ -2,12 +2,8 @@
 // kernel's ephemeral range that bind now; with one, those ports or a UsageError naming the taken one.
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <fstream>
 
 #include "apps/common/options.hpp"
 #include "apps/launch/ports.hpp"
@@ -15,29 +11,18 @@
 using namespace gossiptrain::apps;
 
 namespace {
-int ephemeral_low() {
-  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
-  int lo = 0, hi = 0;
-  return in >> lo >> hi ? lo : 32768;
-}
-
+// Whether port binds now (then released again).
 bool binds(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(std::uint16_t(port));
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  const int fd = bind_port(port);
+  if (fd < 0) return false;
   ::close(fd);
-  return ok;
+  return true;
 }
 }  // namespace
 
 TEST_CASE("gossip-launch's free ports are consecutive, free, and below the ephemeral range",
           "[apps]") {
-  const int low = ephemeral_low();
+  const int low = ephemeral_port_low();
   if (low < 10000 + 4 * 8) {
     WARN("skipped: the ephemeral range starts at " << low << ", no room below it");
     return;
@@ -57,12 +42,8 @@ TEST_CASE("gossip-launch's free ports are consecutive, free, and below the ephem
 
 TEST_CASE("gossip-launch's --base-port names a port that is taken", "[apps]") {
   const std::vector<int> p = pick_ports(1, 0);
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(std::uint16_t(p[0] + 1));
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const int fd = bind_port(p[0] + 1);
+  REQUIRE(fd >= 0);
   REQUIRE(::listen(fd, 1) == 0);
   try {
     pick_ports(3, p[0]);

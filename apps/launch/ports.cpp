@@ -19,9 +19,6 @@
 
 namespace gossiptrain::apps {
 
-namespace {
-// A socket bound to 127.0.0.1:port (0: one the OS picks), SO_REUSEADDR as the peers' acceptors use
-// it (a port in TIME_WAIT is free, a listener is not); -1 with errno set when it does not bind.
 int bind_port(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
@@ -40,18 +37,12 @@ int bind_port(int port) {
   return fd;
 }
 
+namespace {
 int port_of(int fd) {
   sockaddr_in a{};
   socklen_t len = sizeof a;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   return ntohs(a.sin_port);
-}
-
-// The first port of the kernel's ephemeral range (net.ipv4.ip_local_port_range; 32768 if unread).
-int ephemeral_low() {
-  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
-  int lo = 0, hi = 0;
-  return in >> lo >> hi && lo > 0 ? lo : 32768;
 }
 
 struct Held {
@@ -61,6 +52,12 @@ struct Held {
   }
 };
 }  // namespace
+
+int ephemeral_port_low() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  return in >> lo >> hi && lo > 0 ? lo : 32768;
+}
 
 // Ports for gossip mode: the user's base port (each one checked free), or without one n ports
 // below the kernel's ephemeral range, at a random place in [10000, range start), all bound
@@ -82,7 +79,7 @@ std::vector<int> pick_ports(int n, int base_port) {
     }
     return ports;
   }
-  const int top = ephemeral_low();
+  const int top = ephemeral_port_low();
   if (top - 10000 >= 4 * n) {
     std::random_device rd;
     std::mt19937 rng(rd());

@@ -12,6 +12,13 @@ namespace gossiptrain::apps {
 // no other process's port-0 socket can take them before the peers bind), all held open together.
 std::vector<int> pick_ports(int n, int base_port);
 
+// A socket bound to 127.0.0.1:port (0: one the OS picks), SO_REUSEADDR as the peers' acceptors use
+// it (a port in TIME_WAIT is free, a listener is not); -1 with errno set when it does not bind.
+int bind_port(int port);
+
+// The first port of the kernel's ephemeral range (net.ipv4.ip_local_port_range; 32768 if unread).
+int ephemeral_port_low();
+
 // Whether process pid's network namespace has a socket listening on port (its /proc net table).
 bool port_listening(pid_t pid, int port);
 
