@@ -360,18 +360,18 @@ TEST_CASE("partner schedule: after a member dies, an exchange a busy scheduled p
   constexpr int n = 8;
   constexpr std::size_t kDim = 64;
   Cluster c(n, kDim, hypercube_config(), 31);
-  auto train = [&] {
+  // A quiet start: every member live, no plain exchange (the quiet swarm's test above).
+  c.train_then_settle(Millis(3000), 7, 3);
+  REQUIRE(c.none_in_exchange());
+  // The last peer dies: each directory lists it as gone (membership declared it dead).
+  const std::size_t dead = n - 1;
+  auto train = [&] {  // as train_then_settle's, without the dead peer
     const std::int64_t now = c.net.now().count();
-    for (std::size_t i = 0; i + 1 < c.size(); ++i) {
+    for (std::size_t i = 0; i < dead; ++i) {
       if ((now + std::int64_t(i) * 3) % 7 == 0) c[i].step_hook(c.be);
       else c[i].hook(c.be, true);
     }
   };
-  // A quiet start: every member live, no plain exchange (the quiet swarm's test above).
-  c.run_until([] { return false; }, Millis(3000), train);
-  REQUIRE(c.run_until([&] { return c.none_in_exchange(); }, Millis(5000)));
-  // The last peer dies: each directory lists it as gone (membership declared it dead).
-  const std::size_t dead = n - 1;
   c.net.kill(c[dead].addr);
   c[dead].paused = true;
   for (auto& p : c.peers) {
@@ -412,15 +412,8 @@ TEST_CASE("partner schedule: without exact passes (training) a scheduled partner
     AveragerConfig cfg = hypercube_config();
     cfg.choice.exact_passes = exact;
     Cluster c(n, kDim, cfg, 41);
-    auto train = [&] {
-      const std::int64_t now = c.net.now().count();
-      for (std::size_t i = 0; i < c.size(); ++i) {
-        if ((now + std::int64_t(i) * 3) % 7 == 0) c[i].step_hook(c.be);
-        else c[i].hook(c.be, true);
-      }
-    };
-    c.run_until([] { return false; }, Millis(4000), train);
-    REQUIRE(c.run_until([&] { return c.none_in_exchange(); }, Millis(5000)));
+    c.train_then_settle(Millis(4000), 7, 3);
+    REQUIRE(c.none_in_exchange());
     int plain = 0, scheduled = 0, busy = 0;
     for (std::size_t i = 0; i < c.size(); ++i)
       for (auto& e : c[i].events) {
