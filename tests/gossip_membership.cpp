@@ -625,12 +625,15 @@ TEST_CASE("membership: join retries with exponential backoff until a seed appear
   cl.members.emplace_back();
   cl.events.emplace_back();
   const int joiner = cl.add(true, {addr_of(0)});
-  // Attempts at 0, then each join_timeout + backoff later, the backoff doubling up to its cap.
+  // Attempts at 0, then each backoff after the attempt's dial failed (its connect timeout, not
+  // the answer's deadline, join_timeout: nothing can answer once every dial has failed), the
+  // backoff doubling up to its cap.
+  REQUIRE(o.connect_timeout < cl.cfg.join_timeout);
   std::vector<Millis> attempts{Millis(0)};
   Millis backoff(0);
   while (attempts.back() < 120s) {
     backoff = backoff.count() == 0 ? cl.cfg.join_backoff_initial : std::min(2 * backoff, cl.cfg.join_backoff_max);
-    attempts.push_back(attempts.back() + cl.cfg.join_timeout + backoff);
+    attempts.push_back(attempts.back() + o.connect_timeout + backoff);
   }
   const Millis check_at = 100s;
   cl.net.run_until(check_at);
@@ -852,7 +855,8 @@ TEST_CASE("membership: a joiner refused by every seed in the handshake gives up 
     std::vector<std::string> why;
     m.set_join_refused_handler([&](const std::string& w) { why.push_back(w); });
     m.start();
-    // Attempts at 0, then join_timeout + 1 s, + 2 s backoff: the third ends one join_timeout on.
+    // Attempts at 0, then 1 s and 2 s of backoff after each attempt's dials were refused (at once
+    // here; at most join_timeout): the third ends within this.
     net.run_for(3 * c.join_timeout + c.join_backoff_initial * 3 + 100ms);
     REQUIRE(why.size() == 1);
     CHECK_THAT(why[0], Catch::Contains("--network-key"));

@@ -169,23 +169,36 @@ void Membership::join_attempt() {
   join_in_progress_ = true;
   join_answered_ = false;
   join_seq_lo_ = next_seq_;
-  join_tried_ = 0;
   join_refused_ = 0;
-  int tried = 0;
-  for (const auto& seed : cfg_.seeds) {
-    if (seed == self_addr_) continue;
-    send_sync_to_addr(seed, true);
-    ++tried;
-  }
-  join_tried_ = tried;
-  if (tried == 0) {
+  join_failed_ = 0;
+  // Counted before the dials: a dial that fails at once must not find the attempt still empty.
+  join_tried_ = static_cast<int>(
+      std::count_if(cfg_.seeds.begin(), cfg_.seeds.end(),
+                    [this](const std::string& s) { return s != self_addr_; }));
+  if (join_tried_ == 0) {
     join_in_progress_ = false;
     return;
   }
-  later(cfg_.join_timeout, [this] { join_check(); });
+  const std::uint64_t attempt = ++join_attempt_no_;
+  join_waiting_ = true;
+  for (const auto& seed : cfg_.seeds)
+    if (seed != self_addr_) send_sync_to_addr(seed, true);
+  later(cfg_.join_timeout, [this, attempt] {
+    if (attempt == join_attempt_no_ && join_waiting_) join_check();
+  });
+}
+
+// A dial of the current join attempt failed. Once every seed's has, nothing can answer it: the
+// retry is scheduled now instead of after the answer's deadline (join_timeout, 3 s). Peers that a
+// launcher starts together dial a seed that is not listening yet; each second spent waiting for
+// its answer was a second of training alone, which put a late joiner beyond its partners' norms.
+void Membership::join_dial_failed() {
+  if (!join_waiting_ || join_answered_ || ++join_failed_ < join_tried_) return;
+  join_check();
 }
 
 void Membership::join_check() {
+  join_waiting_ = false;  // this attempt is judged once, by its deadline or its last failed dial
   if (join_given_up_) return;  // a seed was a clone of this peer (send_sync_to_addr)
   if (join_answered_) {
     join_in_progress_ = false;
@@ -262,6 +275,7 @@ void Membership::send_sync_to_addr(const std::string& addr, bool join) {
             ++join_refused_;
             join_refused_error_ = err.text();
           }
+          if (join && seq >= join_seq_lo_) join_dial_failed();
           return;
         }
         if (c->peer_id() == self_id_) {

@@ -161,6 +161,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   void housekeeping_tick();
   void join_attempt();
   void join_check();
+  void join_dial_failed();
   void indirect_probe(std::uint32_t seq);
 
   // State machine (memberlist state.go).
@@ -247,6 +248,9 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   Millis join_backoff_{0};
   int join_tried_ = 0;              // seeds dialled by the current join attempt ...
   int join_refused_ = 0;            // ... and those that closed the connection in the handshake
+  int join_failed_ = 0;             // ... and those whose dial failed, refused or not
+  std::uint64_t join_attempt_no_ = 0;  // a stale attempt's answer deadline does nothing
+  bool join_waiting_ = false;          // the current attempt is not judged yet (join_check)
   int join_refused_attempts_ = 0;   // attempts in a row refused by every seed
   bool join_given_up_ = false;      // ... join_refused_limit times: no more tries
   std::string join_refused_error_;  // the last such refusal, as the transport said it
