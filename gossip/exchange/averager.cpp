@@ -192,6 +192,15 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
   if (n_params_.load() != 0)
     throw std::logic_error("averager: the parameter count changed between steps");
   n_params_.store(ctx.n_params);
+  // Where our norm starts, for the warm-up's refusals (RobustBound::set_initial_norm): read once,
+  // at the first step boundary of a run that starts from its beginning.
+  if (cfg_.robust.mix == MixMode::Clipped && ctx.step < cfg_.robust.gap_min_steps) {
+    std::vector<float> host(ctx.n_params);
+    be_.download(host.data(), ctx.params, host.size() * sizeof(float));
+    double sq = 0;
+    for (float v : host) sq += double(v) * double(v);
+    bound_.set_initial_norm(std::sqrt(sq));
+  }
   buffers_->allocate(ctx.n_params);
   if (slow_buffers_) slow_buffers_->allocate(ctx.n_params);
   if (!pending_residual_.empty()) buffers_->set_residual(std::exchange(pending_residual_, {}));
@@ -254,7 +263,10 @@ Verdict Averager::judge_at(const std::string& partner, double norm,
         j.streak, j.tau,
         j.floored ? " (the floor)" : "");
   if (!j.why.empty() && !fault_.active()) {
-    if (!v.refused) v.refused = ExchangeFailure::Anomalous;
+    if (!v.refused) {
+      v.refused = ExchangeFailure::Anomalous;
+      v.bans = j.bans;
+    }
     spdlog::info(
         "averager: ||r - s|| = {:.4g} from {} is anomalous ({}): tau {:.4g}, ratio {:.3g}, "
         "partner's typical ratio {:.3g}",

@@ -94,6 +94,7 @@ struct ExchangeEvent {
 struct Verdict {
   std::optional<ExchangeFailure> refused;  // InvalidNorm or Anomalous; none when accepted
   double norm = 0, tau = 0;                // 0 when not measured
+  bool bans = true;  // the refusal counts towards banning the partner (RobustBound::Judgement)
 };
 
 struct ExchangeConfig {
@@ -287,6 +288,7 @@ class ExchangeProtocol {
     double sched_w = 0.5;
     std::set<std::string> excluded;  // asked this round: busy, refused or unreachable
     std::optional<FailureReason> last_reason;
+    bool refusal_bans = true;  // our refusal of its vector counts towards a ban (Verdict::bans)
     double t0_us = 0;     // port_.clock_us() at started
     ExchangeTimes times;  // from t0_us
   };

@@ -147,6 +147,7 @@ void ExchangeProtocol::validated(std::uint64_t seq, const Verdict& v) {
     const ExchangeCode code = *v.refused == ExchangeFailure::Anomalous      ? ExchangeCode::Anomalous
                               : *v.refused == ExchangeFailure::InvalidRange ? ExchangeCode::Range
                                                                             : ExchangeCode::Invalid;
+    ex_->refusal_bans = v.bans;
     return fail({*v.refused}, code);
   }
   ex_->local_valid = true;
@@ -285,6 +286,7 @@ void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> no
   retry_armed_ = false;
   const std::string partner = e.partner;
   const std::uint64_t seq = e.seq;
+  const bool bans = e.refusal_bans;
   port_.release(seq, false);
   // The transfer stalled (a partition, a host gone): the next exchanges ask others first. Or the
   // link is too slow for this wire: what it moved meanwhile measures it.
@@ -295,8 +297,8 @@ void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> no
   }
   report(e, reason);
   ex_.reset();
-  // We refused the partner's vector: counts towards banning it.
-  if (is_vector_refusal(reason.kind)) note_refusal(partner, why);
+  // We refused the partner's vector: counts towards banning it (Verdict::bans).
+  if (is_vector_refusal(reason.kind) && bans) note_refusal(partner, why);
   serve_held();
 }
 

@@ -187,7 +187,10 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
       else if (odd_one_out_locked() && norm <= cfg_.refuse_mult * get_own()) {
         j.odd = true;
         suspect(j, p, j.tau, norm, false, get_own, true);
-      } else j.why = "warm-up";
+      } else {
+        j.why = "warm-up";
+        j.bans = !norm_says_nothing_locked(get_own());
+      }
       return j;
     }
     warm_near_ = true;
@@ -261,6 +264,16 @@ bool RobustBound::odd_one_out_locked() const {
   int far = 0;
   for (const auto& [id, q] : partners_) far += q.warm_far ? 1 : 0;
   return far >= 2;
+}
+
+bool RobustBound::norm_says_nothing_locked(double own) const {
+  return own_step_ >= 0 && own_step_ < cfg_.gap_min_steps && initial_norm_ >= 0 &&
+         2 * initial_norm_ < own;
+}
+
+void RobustBound::set_initial_norm(double norm) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (initial_norm_ < 0 && std::isfinite(norm)) initial_norm_ = norm;
 }
 
 bool RobustBound::progress_gap(const Partner& p) const {

@@ -111,6 +111,9 @@ class RobustBound {
     bool floored = false;  // with suspect: tau is the honest-drift floor, not B * decay^k
     bool odd = false;      // with suspect: in the warm-up every partner was far; we may be the odd one
     bool replay = false;   // with suspect: its vector is the same as its last ones (replay_repeats)
+    // A refusal counts towards a ban (ban_after), except the warm-up's while our norm says
+    // nothing yet (norm_says_nothing_locked).
+    bool bans = true;
   };
   // ||r - s|| = norm measured against our snapshot, from partner, at now. own_norm() gives our
   // snapshot's ||s|| (a pass over it): asked for only in the warm-up or when a rule needs it.
@@ -122,6 +125,9 @@ class RobustBound {
   // Progress, in optimizer steps: ours (training thread, every step boundary) and a partner's as
   // it told us (protocol thread, before its vector is judged).
   void set_own_step(std::int64_t step);
+  // Our parameters' norm before our first steps (the first call counts): the warm-up's bound is
+  // our own norm, which says something of a partner only once it is mostly the shared start.
+  void set_initial_norm(double norm);
   // A sample of the partner's payload bytes (payload_sample with its wire), before its vector
   // is judged.
   void heard_payload(const std::string& partner, std::uint64_t hash);
@@ -143,6 +149,11 @@ class RobustBound {
     int repeats = 0;            // payloads in a row equal to the one before
   };
   bool odd_one_out_locked() const;
+  // In our first gap_min_steps steps our norm has more than doubled since the start: it is mostly
+  // our own first moves (weights that start at or near zero, a NumPy script's sub-millisecond
+  // steps at a large rate), and honest peers on other shards are beyond it from their first steps.
+  // The warm-up still refuses them, but a refusal that says so little bans nobody.
+  bool norm_says_nothing_locked(double own) const;
   bool progress_gap(const Partner& p) const;
   bool replaying(const std::string& id) const;
   // Clips partner p as suspect, from base (B, or the warm-up tau) decaying with its streak.
@@ -176,6 +187,7 @@ class RobustBound {
   std::deque<std::pair<std::string, double>> hist_;  // (partner, ||r - s||): the last 2 clip_window applied
   std::uint64_t accepted_ = 0;
   std::int64_t own_step_ = -1;
+  double initial_norm_ = -1;  // set_initial_norm; -1: not known
   bool warm_near_ = false;  // a partner within our own norm in the warm-up
   std::unordered_map<std::string, Partner> partners_;  // bounded: see forget_stale
 };
