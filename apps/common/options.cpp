@@ -377,7 +377,9 @@ const OptionTable<PeerConfig>& peer_options() {
           "reason anomalous",
           robust(&R::refuse_mult), 1, 1e6).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("ban-after", "N",
-                "ban a partner whose vector was refused N times within --ban-window (0: never)",
+                "ban a partner whose vector was refused N times within --ban-window (0: never; "
+                "not counted: the warm-up's refusals in our first 64 steps while our norm is over "
+                "twice its start, docs/robustness.md)",
                 robust(&R::ban_after), 0, 1000)
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::seconds("ban-window", "window for --ban-after", robust(&R::ban_window), 0)
