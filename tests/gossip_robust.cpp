@@ -32,6 +32,13 @@ double norm(const std::vector<float>& v) {
   return std::sqrt(s);
 }
 
+// The exchanges in which peer p refused its partner's vector as anomalous.
+int anomalous_refusals(const SimPeer& p) {
+  int n = 0;
+  for (const auto& e : p.events) n += e.reason() == "anomalous" ? 1 : 0;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("clipped mixing: both sides apply the same factor, the pair's sum is kept", "[gossip]") {
@@ -139,11 +146,7 @@ TEST_CASE("a partner far outside the bound is refused, banned, then let back in"
     c[0].step_hook(c.be);
     c[1].hook(c.be, true);  // b serves, never asks
   };
-  auto refusals = [&] {
-    int n = 0;
-    for (auto& e : c[0].events) n += e.reason() == "anomalous" ? 1 : 0;
-    return n;
-  };
+  auto refusals = [&] { return anomalous_refusals(c[0]); };
 
   REQUIRE(c.run_until([&] { return !bans.empty(); }, Millis(10000), tick));
   CHECK(refusals() == 3);
@@ -218,11 +221,7 @@ TEST_CASE("the warm-up's refusals in a peer's first steps ban nobody", "[gossip]
     c[0].step_hook(c.be);
     c[1].hook(c.be, true);
   };
-  auto refusals = [&] {
-    int n = 0;
-    for (auto& e : c[0].events) n += e.reason() == "anomalous" ? 1 : 0;
-    return n;
-  };
+  auto refusals = [&] { return anomalous_refusals(c[0]); };
   REQUIRE(c.run_until([&] { return c[0].step + 1 >= cfg.robust.gap_min_steps; }, Millis(10000),
                       tick));
   INFO("refusals in the first steps: " << refusals());

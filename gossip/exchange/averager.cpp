@@ -192,16 +192,11 @@ void Averager::ensure_buffers(core::StepContext& ctx) {
   if (n_params_.load() != 0)
     throw std::logic_error("averager: the parameter count changed between steps");
   n_params_.store(ctx.n_params);
+  buffers_->allocate(ctx.n_params);
   // Where our norm starts, for the warm-up's refusals (RobustBound::set_initial_norm): read once,
   // at the first step boundary of a run that starts from its beginning.
-  if (cfg_.robust.mix == MixMode::Clipped && ctx.step < cfg_.robust.gap_min_steps) {
-    std::vector<float> host(ctx.n_params);
-    be_.download(host.data(), ctx.params, host.size() * sizeof(float));
-    double sq = 0;
-    for (float v : host) sq += double(v) * double(v);
-    bound_.set_initial_norm(std::sqrt(sq));
-  }
-  buffers_->allocate(ctx.n_params);
+  if (cfg_.robust.mix == MixMode::Clipped && ctx.step < cfg_.robust.gap_min_steps)
+    bound_.set_initial_norm(std::sqrt(buffers_->sq_norm(ctx.params, ctx.n_params)));
   if (slow_buffers_) slow_buffers_->allocate(ctx.n_params);
   if (!pending_residual_.empty()) buffers_->set_residual(std::exchange(pending_residual_, {}));
   if (slow_buffers_ && !pending_slow_residual_.empty())

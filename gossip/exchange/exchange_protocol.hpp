@@ -288,7 +288,6 @@ class ExchangeProtocol {
     double sched_w = 0.5;
     std::set<std::string> excluded;  // asked this round: busy, refused or unreachable
     std::optional<FailureReason> last_reason;
-    bool refusal_bans = true;  // our refusal of its vector counts towards a ban (Verdict::bans)
     double t0_us = 0;     // port_.clock_us() at started
     ExchangeTimes times;  // from t0_us
   };
@@ -333,7 +332,8 @@ class ExchangeProtocol {
   void maybe_commit();
   void agree_clip(Exchange& e) const;
   // Ends the exchange in flight without applying anything; sends Abort(code) when notify.
-  void fail(FailureReason reason, std::optional<ExchangeCode> notify);
+  // bans: a refusal of the partner's vector counts towards banning it (Verdict::bans).
+  void fail(FailureReason reason, std::optional<ExchangeCode> notify, bool bans = true);
   void note_refusal(const std::string& partner, const std::string& reason);
   void report(Exchange& e, std::optional<FailureReason> failure);  // none: a success
   // A message that does not fit the protocol state: the connection is closed with a reason.

@@ -147,8 +147,7 @@ void ExchangeProtocol::validated(std::uint64_t seq, const Verdict& v) {
     const ExchangeCode code = *v.refused == ExchangeFailure::Anomalous      ? ExchangeCode::Anomalous
                               : *v.refused == ExchangeFailure::InvalidRange ? ExchangeCode::Range
                                                                             : ExchangeCode::Invalid;
-    ex_->refusal_bans = v.bans;
-    return fail({*v.refused}, code);
+    return fail({*v.refused}, code, v.bans);
   }
   ex_->local_valid = true;
   stamp(*ex_, &ExchangeTimes::voted);
@@ -272,7 +271,7 @@ void ExchangeProtocol::partner_lost(const std::string& peer) {
   try_failed({ExchangeFailure::PartnerLost}, true);
 }
 
-void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> notify) {
+void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> notify, bool bans) {
   if (!ex_) return;
   Exchange& e = *ex_;
   const std::string why = to_string(reason);
@@ -286,7 +285,6 @@ void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> no
   retry_armed_ = false;
   const std::string partner = e.partner;
   const std::uint64_t seq = e.seq;
-  const bool bans = e.refusal_bans;
   port_.release(seq, false);
   // The transfer stalled (a partition, a host gone): the next exchanges ask others first. Or the
   // link is too slow for this wire: what it moved meanwhile measures it.

@@ -80,12 +80,17 @@ double SnapshotBuffers::sq_diff() {
 }
 
 double SnapshotBuffers::own_sq_norm() {
+  double sq = 0.0;
+  for_each_float_span(
+      [&](std::size_t, const float*, const float* s, std::size_t n) { sq += sq_norm(s, n); });
+  return sq;
+}
+
+double SnapshotBuffers::sq_norm(const float* x, std::size_t n) {
   if (zeros_.size() != kScratchValues) zeros_ = kernels::DeviceBuffer<float>(be_, kScratchValues);
   double sq = 0.0;
-  for_each_float_span([&](std::size_t, const float*, const float* s, std::size_t n) {
-    for (std::size_t k = 0; k < n; k += kScratchValues)
-      sq += be_.sq_diff_norm(s + k, zeros_.data(), std::min(kScratchValues, n - k));
-  });
+  for (std::size_t k = 0; k < n; k += kScratchValues)
+    sq += be_.sq_diff_norm(x + k, zeros_.data(), std::min(kScratchValues, n - k));
   return sq;
 }
 

@@ -75,6 +75,8 @@ class SnapshotBuffers {
   // ||r - s||^2 and ||s||^2, through the backend.
   double sq_diff();
   double own_sq_norm();
+  // ||x||^2 of n values in the backend's memory (the parameters), through the backend.
+  double sq_norm(const float* x, std::size_t n);
 
  protected:
   // Hooks of snapshot(): before the chunks, one chunk's data at byte offset off, after them.
@@ -99,7 +101,7 @@ class SnapshotBuffers {
  private:
   ChunkSetPtr take_pool(std::size_t bytes);
   std::uint64_t rx_seq_ = 0;            // exchange whose vector is being received
-  kernels::DeviceBuffer<float> zeros_;  // kScratchValues zeros, for own_sq_norm
+  kernels::DeviceBuffer<float> zeros_;  // kScratchValues zeros, for sq_norm
 };
 
 // Protocol thread, fp32 (either path: our chunk messages hold exactly the floats we sent): adds ||r - s||^2 of the partner's chunk data r, bytes
