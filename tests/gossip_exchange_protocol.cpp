@@ -136,6 +136,8 @@ class FakePort final : public ExchangePort {
   void finished(const ExchangeEvent& ev) override { events.push_back(ev); }
   void ban_started(const BanEvent& b) override { bans.push_back(b); }
   void count(Counter c) override { ++counters[c]; }
+  void silent(const std::string& partner) override { silent_.push_back(partner); }
+  std::vector<std::string> silent_;
 };
 
 ExchangeConfig config() {
@@ -533,6 +535,7 @@ TEST_CASE("exchange protocol: deadlines", "[gossip][protocol]") {
   SECTION("a stalled transfer: timeout:transfer and Abort(timeout)") {
     const std::uint64_t id = f.asked();
     f.msg(Type::Accept, encode_accept({id, 300}));
+    f.port.t += ExchangeConfig{}.transfer_timeout_floor;  // (its silence reported on the way)
     f.p.on_timer(Timer::Deadline, 1);
     REQUIRE(f.port.events.size() == 1);
     CHECK(f.port.events[0].reason() == "timeout:transfer");
@@ -552,6 +555,97 @@ TEST_CASE("exchange protocol: deadlines", "[gossip][protocol]") {
     REQUIRE(f.conn->of(Type::Abort).size() == 1);
     CHECK_FALSE(f.conn->is_open());
     CHECK(f.port.commits.empty());
+  }
+  SECTION("a suspected partner silent mid-transfer: partner-silent after its bound, not at the deadline") {
+    const std::uint64_t id = f.asked();
+    f.msg(Type::Accept, encode_accept({id, 300}));  // the transfer starts at t = 1000
+    // The transfer's own deadline (its floor: 16 bytes add nothing) lies beyond the silence
+    // bound, which is armed first.
+    const Millis deadline = ExchangeConfig{}.transfer_timeout_floor;
+    CHECK(f.port.armed.at(Timer::Deadline).second == Millis(1000));
+    f.port.t += Millis(200);
+    f.p.partner_suspected("peer-c", true);  // another peer: nothing happens
+    CHECK(f.port.armed.at(Timer::Deadline).second == Millis(1000));
+    f.p.partner_suspected("peer-b", true);
+    // Silent for 200 ms of its 1 s bound: the deadline comes when the bound is reached.
+    CHECK(f.port.events.empty());
+    CHECK(f.port.armed.at(Timer::Deadline).second == Millis(800));
+    // Half its vector arrives 700 ms into the transfer: heard, and its longest gap (700 ms)
+    // makes the bound 4 x 700 ms.
+    f.port.t += Millis(500);
+    std::vector<float> half(kN / 2, 5.0f);
+    f.msg(Type::Chunk, encode_chunk(id, 0, reinterpret_cast<const std::uint8_t*>(half.data()),
+                                    half.size() * 4));
+    f.port.t += Millis(300);  // the early deadline fires: heard 300 ms ago, under 2.8 s
+    f.p.on_timer(Timer::Deadline, 1);
+    CHECK(f.port.events.empty());
+    CHECK(f.port.armed.at(Timer::Deadline).second == Millis(2500));
+    f.port.t += Millis(2500);
+    f.p.on_timer(Timer::Deadline, 1);
+    REQUIRE(f.port.events.size() == 1);
+    CHECK(f.port.events[0].reason() == "partner-silent");
+    CHECK_FALSE(f.port.events[0].ok);
+    REQUIRE(f.conn->of(Type::Abort).size() == 1);
+    CHECK(decode_code(f.conn->of(Type::Abort)[0]).code == ExchangeCode::Timeout);
+    CHECK_FALSE(f.conn->is_open());
+    CHECK(f.port.commits.empty());
+  }
+  SECTION("a suspicion already silent for its bound ends the transfer at once") {
+    const std::uint64_t id = f.asked();
+    f.msg(Type::Accept, encode_accept({id, 300}));
+    f.port.t += Millis(1500);
+    f.p.partner_suspected("peer-b", true);
+    REQUIRE(f.port.events.size() == 1);
+    CHECK(f.port.events[0].reason() == "partner-silent");
+  }
+  SECTION("a partner taken for alive again keeps its transfer until the deadline") {
+    const std::uint64_t id = f.asked();
+    f.msg(Type::Accept, encode_accept({id, 300}));
+    const Millis deadline = ExchangeConfig{}.transfer_timeout_floor;
+    f.port.t += Millis(400);
+    f.p.partner_suspected("peer-b", true);
+    CHECK(f.port.armed.at(Timer::Deadline).second == Millis(600));
+    f.port.t += Millis(100);
+    f.p.partner_suspected("peer-b", false);
+    // Its silence is reported to membership at the bound, then the deadline holds.
+    CHECK(f.port.armed.at(Timer::Deadline).second == Millis(500));
+    f.port.t += Millis(500);
+    f.p.on_timer(Timer::Deadline, 1);
+    CHECK(f.port.events.empty());
+    CHECK(f.port.silent_ == std::vector<std::string>{"peer-b"});
+    CHECK(f.port.armed.at(Timer::Deadline).second == deadline - Millis(1000));
+    f.port.t += deadline - Millis(1000);
+    f.p.on_timer(Timer::Deadline, 1);
+    REQUIRE(f.port.events.size() == 1);
+    CHECK(f.port.events[0].reason() == "timeout:transfer");
+  }
+  SECTION("an unsuspected silent partner is reported once; membership's suspicion then ends it") {
+    const std::uint64_t id = f.asked();
+    f.msg(Type::Accept, encode_accept({id, 300}));
+    const Millis deadline = ExchangeConfig{}.transfer_timeout_floor;
+    CHECK(f.port.armed.at(Timer::Deadline).second == Millis(1000));  // the silence bound first
+    f.port.t += Millis(1000);
+    f.p.on_timer(Timer::Deadline, 1);
+    CHECK(f.port.events.empty());
+    CHECK(f.port.silent_ == std::vector<std::string>{"peer-b"});
+    CHECK(f.port.armed.at(Timer::Deadline).second == deadline - Millis(1000));
+    f.port.t += Millis(700);  // membership's probe failed: suspect
+    f.p.partner_suspected("peer-b", true);
+    REQUIRE(f.port.events.size() == 1);
+    CHECK(f.port.events[0].reason() == "partner-silent");
+    CHECK(f.port.silent_.size() == 1);
+  }
+  SECTION("a transfer whose messages keep coming is not reported past the floor") {
+    const std::uint64_t id = f.asked();
+    f.msg(Type::Accept, encode_accept({id, 300}));
+    const float v = 5.0f;
+    for (std::size_t i = 0; i + 1 < kN; ++i) {  // one value at a time, 900 ms apart: 2.7 s
+      f.port.t += Millis(900);
+      f.p.on_timer(Timer::Deadline, 1);  // armed at the bound, never reached
+      f.msg(Type::Chunk, encode_chunk(id, i * 4, reinterpret_cast<const std::uint8_t*>(&v), 4));
+    }
+    CHECK(f.port.events.empty());
+    CHECK(f.port.silent_.empty());
   }
   SECTION("back-pressure: a retry is armed and resumes the send") {
     const std::uint64_t id = f.asked();
@@ -597,6 +691,7 @@ TEST_CASE("exchange failure tokens are the metrics' strings", "[gossip][protocol
   CHECK(to_string(ExchangeFailure::TimeoutAnswer) == "timeout:answer");
   CHECK(to_string(ExchangeFailure::TimeoutTransfer) == "timeout:transfer");
   CHECK(to_string(ExchangeFailure::PartnerLost) == "partner-lost");
+  CHECK(to_string(ExchangeFailure::PartnerSilent) == "partner-silent");
   CHECK(to_string({ExchangeFailure::Refused, ExchangeCode::Fingerprint}) == "refused:fingerprint");
   CHECK(to_string({ExchangeFailure::Refused, ExchangeCode::Banned}) == "refused:banned");
   CHECK(to_string(ExchangeFailure::InvalidNonFinite) == "invalid:non-finite");

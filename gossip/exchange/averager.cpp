@@ -56,6 +56,7 @@ ExchangeConfig exchange_config(const AveragerConfig& c) {
   e.fast_norm = c.wire == WireFormat::Fp32;
   e.answer_timeout = c.answer_timeout;
   e.transfer_timeout_floor = c.transfer_timeout_floor;
+  e.silence_floor = c.silence_floor;
   e.min_rate_bytes_per_s = c.min_rate_bytes_per_s;
   e.chunk_bytes = c.chunk_bytes;
   e.send_retry = c.send_retry;
@@ -136,6 +137,10 @@ Averager::~Averager() { alive_.reset(); }
 
 void Averager::partner_lost(const std::string& peer) {
   post([this, peer] { protocol_.partner_lost(peer); });
+}
+
+void Averager::partner_suspected(const std::string& peer, bool suspected) {
+  post([this, peer, suspected] { protocol_.partner_suspected(peer, suspected); });
 }
 
 void Averager::set_max_rate(double bytes_per_s) {

@@ -79,6 +79,7 @@ struct AveragerConfig {
   bool direct = true;
   net::Millis answer_timeout{5000};           // REQUEST -> ACCEPT/BUSY/REFUSE
   net::Millis transfer_timeout_floor{10000};  // ACCEPT -> commit, plus the size-scaled part
+  net::Millis silence_floor{1000};  // a suspected, silent partner's transfer ends (exchange_protocol.hpp)
   double min_rate_bytes_per_s = 20e6;  // transfer deadline = floor + bytes both ways / this rate
   // Cap on the snapshot bytes this peer sends per second in an exchange (0: none), so that an
   // exchange spreads its CPU over more training steps. At least min_rate_bytes_per_s: partners
@@ -138,6 +139,11 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   void set_event_callback(EventFn fn) { on_event_ = std::move(fn); }
   // Called on the protocol thread when a partner is banned. Set before traffic starts.
   void set_ban_callback(std::function<void(const BanEvent&)> fn) { on_ban_ = std::move(fn); }
+  // Called on the protocol thread with a partner silent in a transfer (ExchangePort::silent):
+  // the node has membership probe it now. Set before traffic starts.
+  void set_silent_callback(std::function<void(const std::string&)> fn) {
+    on_silent_ = std::move(fn);
+  }
   // Whether a peer is banned now (protocol thread).
   bool banned(const std::string& peer) const { return protocol_.banned(peer); }
   // Called on the protocol thread whenever work waits for the training thread's next step
@@ -159,6 +165,8 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   AveragerStats stats() const;
   // Membership declared peer dead or gone (any thread): an exchange with it in flight fails now.
   void partner_lost(const std::string& peer);
+  // Membership suspects peer, or no longer does (any thread): a silent transfer with it ends.
+  void partner_suspected(const std::string& peer, bool suspected);
   // Changes max_rate_bytes_per_s (any thread; the next chunk sent obeys it). Throws
   // std::invalid_argument for a rate under min_rate_bytes_per_s other than 0.
   void set_max_rate(double bytes_per_s);
@@ -283,6 +291,9 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   void finished(const ExchangeEvent& ev) override;
   bool avoid(const std::string& partner) const override;
   void ban_started(const BanEvent& b) override;
+  void silent(const std::string& partner) override {
+    if (on_silent_) on_silent_(partner);
+  }
   void count(Counter c) override;
 
   AveragerConfig cfg_;
@@ -293,6 +304,7 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   bool direct_ = false;
   EventFn on_event_;
   std::function<void(const BanEvent&)> on_ban_;
+  std::function<void(const std::string&)> on_silent_;
   std::function<void()> on_boundary_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // guards posted callbacks
 

@@ -21,6 +21,7 @@ std::string_view failure_name(ExchangeFailure f) {
     case ExchangeFailure::PeerAbort: return "peer-abort";
     case ExchangeFailure::Backend: return "backend";
     case ExchangeFailure::PartnerLost: return "partner-lost";
+    case ExchangeFailure::PartnerSilent: return "partner-silent";
   }
   return "unknown";
 }
@@ -40,7 +41,7 @@ bool is_timeout(ExchangeFailure f) {
 bool is_unanswered(ExchangeFailure f) {
   return f == ExchangeFailure::Connect || f == ExchangeFailure::TimeoutConnect ||
          f == ExchangeFailure::TimeoutAnswer || f == ExchangeFailure::Closed ||
-         f == ExchangeFailure::PartnerLost;
+         f == ExchangeFailure::PartnerLost || f == ExchangeFailure::PartnerSilent;
 }
 
 bool is_vector_refusal(ExchangeFailure f) {

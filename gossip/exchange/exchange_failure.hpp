@@ -25,6 +25,8 @@ enum class ExchangeFailure {
   PeerAbort,         // "peer-abort:<code>"
   Backend,           // "backend"
   PartnerLost,       // "partner-lost": membership declared the partner dead or gone mid-exchange
+  PartnerSilent,     // "partner-silent": suspected by membership and nothing heard from it in
+                     // the transfer for its silence bound (ExchangeProtocol::partner_suspected)
 };
 
 // A failure with the code a Refuse or Abort carried (the others ignore it).

@@ -119,6 +119,12 @@ struct ExchangeConfig {
   net::Millis answer_timeout{5000};
   net::Millis answer_timeout_floor{1000};
   net::Millis transfer_timeout_floor{10000};
+  // A partner from which nothing has come in a transfer for this long (or 4 times the longest gap
+  // between its messages so far in the exchange, plus the whole transfer's time at its link's
+  // measured rate, if longer) is reported to membership, which probes it at once; if membership
+  // suspects it, the transfer ends (partner-silent) instead of holding us until membership
+  // declares it dead. 0: only at the deadline or on a death.
+  net::Millis silence_floor{1000};
   double min_rate_bytes_per_s = 20e6;
   std::size_t chunk_bytes = (1u << 20) - kChunkHeaderBytes;
   net::Millis send_retry{1};
@@ -143,6 +149,9 @@ class ExchangePort {
   virtual double clock_us() const;
   // A live peer not to ask now (a lingering peer does not ask partners known to be training).
   virtual bool avoid(const std::string&) const { return false; }
+  // Nothing has come from partner in a transfer for its silence bound: membership may probe it
+  // now rather than in its turn (a suspicion then ends the transfer). Once per exchange.
+  virtual void silent(const std::string&) {}
   // Calls on_timer(seq, t) after d unless cancelled or armed again (one of each kind at a time).
   virtual void arm(Timer t, std::uint64_t seq, net::Millis d) = 0;
   virtual void cancel(Timer t) = 0;
@@ -232,6 +241,11 @@ class ExchangeProtocol {
   // its deadline (a partition held a transfer for its whole 10 s floor while the peer trained
   // without averaging and drifted from its side; docs/robustness.md).
   void partner_lost(const std::string& peer);
+  // Membership suspects peer (suspected), or takes it for alive again: a transfer with it that
+  // has been silent for its silence bound (ExchangeConfig::silence_floor) ends now, or when it
+  // has been; a partner heard from meanwhile keeps its transfer (a slow link, probes delayed
+  // behind it).
+  void partner_suspected(const std::string& peer, bool suspected);
   // The training thread failed during exchange seq (a backend error).
   void backend_failed(std::uint64_t seq);
   // From now on exchanges run in wire w (the finish wire; no exchange is in flight).
@@ -279,6 +293,13 @@ class ExchangeProtocol {
     std::int64_t partner_step = -1;
     float w = 0.5f;
     std::uint64_t bytes_received = 0;
+    // Silence in the transfer: when we last heard from the partner on the exchange connection
+    // (the transfer's start before that), the longest gap between two of its messages, whether
+    // membership suspects it, and the transfer deadline's time (the silence check re-arms the
+    // deadline timer earlier and must not lose it).
+    net::Millis heard{0}, longest_gap{0}, deadline_at{0};
+    bool suspected = false;
+    bool told_silent = false;  // port_.silent(partner) called
     int tries = 0;
     // The schedule (--partner-choice hypercube): the round this exchange serves (-1: plain, at
     // weight w), the partner it is scheduled with, the member list's hash, the step's weight.
@@ -340,6 +361,12 @@ class ExchangeProtocol {
   void violation(const net::ConnectionPtr& c, const std::string& what);
   bool is_current(const net::ConnectionPtr& c, std::uint64_t id) const;
   void arm_deadline(net::Millis d, ExchangeFailure what);
+  // The silence a suspected partner's transfer may keep before it ends (silence_floor).
+  net::Millis silence_bound(const Exchange& e) const;
+  // The transfer's silence: a suspected partner silent for its bound ends it (true); an
+  // unsuspected one is reported to the port (membership probes it now). Else the deadline timer
+  // is armed for the next such moment, or for the transfer's own deadline if sooner.
+  bool check_silence();
   // The exchange in flight runs in wire w: our snapshot must be in it.
   void use_wire(Exchange& e, WireFormat w);
   // The transfer of e (bytes both ways so far) measures its partner's link.

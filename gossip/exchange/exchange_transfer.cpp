@@ -21,7 +21,47 @@ using namespace exchange_detail;
 
 void ExchangeProtocol::arm_deadline(Millis d, ExchangeFailure what) {
   deadline_reason_ = what;
+  ex_->deadline_at = port_.now() + d;
   port_.arm(Timer::Deadline, ex_->seq, d);
+}
+
+Millis ExchangeProtocol::silence_bound(const Exchange& e) const {
+  Millis bound = std::max(cfg_.silence_floor, 4 * e.longest_gap);
+  // A link measured slow before: the whole transfer at its rate may pass without a whole
+  // message from the partner (its chunks queued behind ours), so that much more.
+  const double rate = link_.rate(e.partner);
+  if (rate > 0) {
+    const double bytes = 2.0 * static_cast<double>(encoded_size(e.wire, port_.n_params()));
+    bound += Millis(static_cast<std::int64_t>(1000.0 * bytes / rate));
+  }
+  return bound;
+}
+
+bool ExchangeProtocol::check_silence() {
+  Exchange& e = *ex_;
+  const Millis now = port_.now();
+  const Millis silent_for = now - e.heard;
+  const Millis bound = silence_bound(e);
+  if (silent_for >= bound && e.suspected) {
+    spdlog::info(
+        "averager: exchange with {} given up: suspected by membership and silent for {} ms "
+        "(bound {} ms)",
+        short_id(e.partner), silent_for.count(), bound.count());
+    fail({ExchangeFailure::PartnerSilent}, ExchangeCode::Timeout);
+    return true;
+  }
+  if (silent_for >= bound && !e.told_silent) {
+    e.told_silent = true;
+    spdlog::debug("averager: nothing from {} for {} ms in a transfer: asking membership to probe it",
+                  short_id(e.partner), silent_for.count());
+    port_.silent(e.partner);
+    if (!ex_ || ex_->seq != e.seq) return true;  // the port's answer ended it
+  }
+  // Next: the bound (suspected, or not yet reported), else the transfer's own deadline.
+  Millis at = e.deadline_at;
+  if (e.suspected || !e.told_silent) at = std::min(at, e.heard + bound);
+  port_.arm(Timer::Deadline, e.seq, std::max(Millis(1), at - now));
+  return false;
 }
 
 void ExchangeProtocol::on_timer(Timer t, std::uint64_t seq) {
@@ -32,8 +72,14 @@ void ExchangeProtocol::on_timer(Timer t, std::uint64_t seq) {
     return pump_send();
   }
   if (ex_->phase == Phase::Connecting || ex_->phase == Phase::Requested)
-    try_failed({deadline_reason_}, true);
-  else fail({deadline_reason_}, ExchangeCode::Timeout);
+    return try_failed({deadline_reason_}, true);
+  // Armed early for the partner's silence (check_silence): the transfer's own deadline has not
+  // come yet.
+  if (cfg_.silence_floor > Millis(0) && port_.now() < ex_->deadline_at) {
+    check_silence();
+    return;
+  }
+  fail({deadline_reason_}, ExchangeCode::Timeout);
 }
 
 void ExchangeProtocol::begin_transfer() {
@@ -45,12 +91,14 @@ void ExchangeProtocol::begin_transfer() {
   e.needs_norm = cfg_.needs_norm || e.wire == WireFormat::Int4Rel;
   e.fast_norm = e.needs_norm && cfg_.fast_norm && e.wire == cfg_.wire && e.wire == WireFormat::Fp32;
   e.transfer = port_.now();
+  e.heard = e.transfer;
   ex_->sq = 0;
   const double both_ways =
       2.0 * static_cast<double>(bytes + (bytes / cfg_.chunk_bytes + 1) * kChunkHeaderBytes);
   const auto scaled =
       Millis(static_cast<std::int64_t>(1000.0 * both_ways / cfg_.min_rate_bytes_per_s));
   arm_deadline(cfg_.transfer_timeout_floor + scaled, ExchangeFailure::TimeoutTransfer);
+  if (cfg_.silence_floor > Millis(0) && check_silence()) return;
   ex_->out.start_transfer(port_.now());
   pump_send();
 }
@@ -271,6 +319,13 @@ void ExchangeProtocol::partner_lost(const std::string& peer) {
   try_failed({ExchangeFailure::PartnerLost}, true);
 }
 
+void ExchangeProtocol::partner_suspected(const std::string& peer, bool suspected) {
+  if (!ex_ || ex_->partner != peer) return;
+  if (ex_->suspected == suspected) return;  // (membership tells of other changes too)
+  ex_->suspected = suspected;
+  if (cfg_.silence_floor > Millis(0) && ex_->phase == Phase::Transferring) check_silence();
+}
+
 void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> notify, bool bans) {
   if (!ex_) return;
   Exchange& e = *ex_;
@@ -289,7 +344,8 @@ void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> no
   // The transfer stalled (a partition, a host gone): the next exchanges ask others first. Or the
   // link is too slow for this wire: what it moved meanwhile measures it.
   if (reason.kind == ExchangeFailure::TimeoutTransfer ||
-      reason.kind == ExchangeFailure::PartnerLost) {
+      reason.kind == ExchangeFailure::PartnerLost ||
+      reason.kind == ExchangeFailure::PartnerSilent) {
     choice_.unreachable(partner, port_.now());
     measure_link(e);
   }
@@ -365,6 +421,11 @@ void ExchangeProtocol::violation(const net::ConnectionPtr& c, const std::string&
 
 void ExchangeProtocol::on_message(const net::ConnectionPtr& c, std::uint8_t type,
                                   net::Bytes&& payload) {
+  if (ex_ && ex_->conn == c && ex_->phase == Phase::Transferring) {
+    const Millis now = port_.now();
+    ex_->longest_gap = std::max(ex_->longest_gap, now - ex_->heard);
+    ex_->heard = now;
+  }
   try {
     switch (type) {
       case kReq: return on_request(c, payload);

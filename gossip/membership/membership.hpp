@@ -100,6 +100,9 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   // members who joined just after it would otherwise learn of them only at the next periodic
   // sync (--push-pull-interval, 30 s).
   void sync_now();
+  // Probe member id at the next probe period instead of in its turn (protocol thread): an
+  // exchange's transfer with it has gone silent. A failed probe makes it suspect as usual.
+  void probe_soon(const std::string& id);
 
   std::vector<PeerRef> live_peers() const override;               // thread-safe
   std::size_t live_count() const override;                        // thread-safe

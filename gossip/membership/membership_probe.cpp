@@ -62,6 +62,16 @@ void Membership::probe_tick() {
   later(cfg_.probe_timeout, [this, seq] { indirect_probe(seq); });
 }
 
+void Membership::probe_soon(const std::string& id) {
+  const Row* m = table_->find(id);
+  if (!m || m->id == self_name_ || !is_live(m->state)) return;
+  if (probe_.active && probe_.target == m->id) return;  // being probed now
+  // Next in the round-robin; its own turn later in the round stays (a second probe then).
+  probe_index_ = std::min(probe_index_, probe_order_.size());
+  if (probe_index_ < probe_order_.size() && probe_order_[probe_index_] == m->id) return;
+  probe_order_.insert(probe_order_.begin() + static_cast<std::ptrdiff_t>(probe_index_), m->id);
+}
+
 void Membership::indirect_probe(std::uint32_t seq) {
   if (!probe_.active || probe_.seq != seq || probe_.acked) return;
   const std::string& target_id = table_->id_str(probe_.target);

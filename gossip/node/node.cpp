@@ -91,10 +91,13 @@ void Node::build_protocols(const NodeConfig& cfg, kernels::Backend& backend) {
                              {"addr", m.addr},
                              {"state", to_string(m.state)},
                              {"incarnation", m.incarnation}});
-    // Dead or left, not merely suspect: a suspicion can come from probes delayed behind a
-    // saturated slow link, whose long transfer an abort would waste.
+    // Dead or left: an exchange with it ends now. A suspicion alone can come from probes
+    // delayed behind a saturated slow link, whose long transfer an abort would waste: it ends
+    // only a transfer from which nothing has come for a while (partner-silent).
     if ((m.state == MemberState::Dead || m.state == MemberState::Left) && averager_)
       averager_->partner_lost(m.id);
+    else if (averager_)
+      averager_->partner_suspected(m.id, m.state == MemberState::Suspect);
     if (member_observer_) member_observer_(m);
   });
   dispatcher_.add(kMembershipTypeFirst, kMembershipTypeLast, membership_.get());
@@ -102,6 +105,7 @@ void Node::build_protocols(const NodeConfig& cfg, kernels::Backend& backend) {
   averager_ =
       std::make_unique<Averager>(cfg.averager, transport_, dispatcher_, *membership_, backend);
   averager_->set_event_callback([this](const ExchangeEvent& e) { on_exchange(e); });
+  averager_->set_silent_callback([this](const std::string& id) { membership_->probe_soon(id); });
   averager_->set_ban_callback([this](const BanEvent& b) {
     const double for_s = b.duration.count() / 1000.0;
     metrics_.emit("ban", {{"partner", b.partner},
