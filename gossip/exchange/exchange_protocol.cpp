@@ -243,12 +243,14 @@ void ExchangeProtocol::take_round(Exchange& e, const RequestMsg& m, std::optiona
 // 2 * kMaxCandidates, a uniform sample of at most kMaxCandidates of them (a partial shuffle), so
 // starting an exchange costs O(1) rather than O(n) checks. The weighted pick among a random
 // sample spreads exchanges as the pick among all does. skip_backed_off: leave out the partners
-// the partner choice backs off (unreachable lately).
+// the partner choice backs off (unreachable lately) and those membership suspects (at a split,
+// the other side's peers are suspected within a probe period or two, while dialling each of them
+// in turn cost a connect or answer deadline apiece and left a side's peers training apart).
 std::vector<PeerRef> ExchangeProtocol::candidates(const Exchange& e, bool skip_backed_off) {
   const Millis now = port_.now();
   auto ok = [&](const PeerRef& p) {
     return p.id != local_id_ && !e.excluded.count(p.id) && !banned(p.id) && !port_.avoid(p.id) &&
-           !(skip_backed_off && choice_.backed_off(p.id, now));
+           !(skip_backed_off && (choice_.backed_off(p.id, now) || peers_.suspected(p.id)));
   };
   std::vector<PeerRef> cands;
   if (peers_.live_count() > 2 * kMaxCandidates) {

@@ -110,6 +110,7 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   std::vector<std::string> member_ids() const override;                  // thread-safe
   std::uint64_t members_version() const override;                        // thread-safe
   std::optional<PeerRef> live_peer(const std::string& id) const override;  // thread-safe
+  bool suspected(const std::string& id) const override;                   // protocol thread
   std::vector<MemberInfo> members() const;                        // thread-safe; includes ourselves
   std::optional<MemberInfo> member(const std::string& id) const;  // thread-safe
   std::uint64_t incarnation() const;                              // thread-safe

@@ -354,6 +354,11 @@ std::optional<PeerRef> Membership::live_peer(const std::string& id) const {
   return table_->live_ref(id);
 }
 
+bool Membership::suspected(const std::string& id) const {
+  const Row* m = table_->find(id);
+  return m && m->state == MemberState::Suspect;
+}
+
 std::vector<MemberInfo> Membership::members() const { return table_->all(); }
 
 std::optional<MemberInfo> Membership::member(const std::string& id) const {

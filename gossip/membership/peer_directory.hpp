@@ -37,6 +37,9 @@ class PeerDirectory {
   virtual std::uint64_t members_version() const { return 0; }
   // The member `id` when it is live, with its address (its rounds are skipped otherwise).
   virtual std::optional<PeerRef> live_peer(const std::string& id) const;
+  // Whether membership suspects the live member `id` (protocol thread). Such a partner is asked
+  // only when no other is left, as one backed off (across a partition it is most likely gone).
+  virtual bool suspected(const std::string&) const { return false; }
 };
 
 }  // namespace gossiptrain::gossip
