@@ -134,3 +134,18 @@ TEST_CASE("pace: a partner slower than us is extrapolated at its own rate", "[go
   f.heard("quick", 0.01, 3.0);
   CHECK(f.ahead(0.11, 4.0) == Approx(0.11 - 0.02));
 }
+
+TEST_CASE("pace: a partner membership cannot reach is not waited for until it speaks again",
+          "[gossip]") {
+  PaceKeeper k(PaceConfig{});
+  set_rate(k);
+  k.heard("cut-off", 0.05, 1.0);  // the other side of a partition
+  k.heard("near", 0.10, 1.0);
+  CHECK(k.should_wait(0.11, 1.0));
+  k.unreachable("cut-off");  // suspected: its stale word holds nobody
+  k.unreachable("never-heard");
+  CHECK_FALSE(k.should_wait(0.11, 1.0));
+  CHECK(k.ahead(0.11, 1.0) == Approx(0.01));
+  k.heard("cut-off", 0.06, 2.0);  // back (a heal): it counts again
+  CHECK(k.should_wait(0.11, 2.0));
+}

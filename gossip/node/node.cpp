@@ -98,6 +98,8 @@ void Node::build_protocols(const NodeConfig& cfg, kernels::Backend& backend) {
       averager_->partner_lost(m.id);
     else if (averager_)
       averager_->partner_suspected(m.id, m.state == MemberState::Suspect);
+    // --max-ahead waits for no member we cannot reach now.
+    if (m.state != MemberState::Alive && pace_) pace_->unreachable(m.id);
     if (member_observer_) member_observer_(m);
   });
   dispatcher_.add(kMembershipTypeFirst, kMembershipTypeLast, membership_.get());

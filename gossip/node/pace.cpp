@@ -17,6 +17,12 @@ void PaceKeeper::Rate::add(double progress, double now_s) {
   restart(progress, now_s);
 }
 
+void PaceKeeper::unreachable(const std::string& partner) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const auto it = partners_.find(partner);
+  if (it != partners_.end()) it->second.spent = true;
+}
+
 void PaceKeeper::heard(const std::string& partner, double progress, double now_s) {
   if (progress < 0) return;
   std::lock_guard<std::mutex> lk(mu_);

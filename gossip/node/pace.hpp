@@ -29,6 +29,9 @@ class PaceKeeper {
 
   // A partner said it had done `progress` of its run (-1: not known, ignored) at now_s.
   void heard(const std::string& partner, double progress, double now_s);
+  // Membership suspects partner, or declared it dead or gone: its last word causes no wait until
+  // it speaks again (a partition's other side, extrapolated at its rate, held a peer 1.8 s).
+  void unreachable(const std::string& partner);
   // Our own progress at a step boundary while training: the rate partners are extrapolated at.
   void trained(double progress, double now_s);
   // After a wait: the next rate sample starts here, so waiting never counts as slow training, and
