@@ -321,15 +321,37 @@ std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::
   return node;
 }
 
+// --linger: serve exchanges for linger_s after training. Returns whether a partition was
+// suspected at some point meanwhile (see linger_through_partition).
+bool linger_watching(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node) {
+  bool saw_partition = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  double left = cfg.linger_s;
+  while (!g_stop.load() && left > 0) {
+    saw_partition = saw_partition || node.gossip().dead_count().partition_suspected();
+    trainer.linger(g_stop, std::min(0.5, left));
+    left = cfg.linger_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return saw_partition;
+}
+
 // --linger-heal: a partition that heals after training (every peer of a side finished while the
 // other side was unreachable) is crossed only if both sides are still there at the heal. So while
 // the dead members are many enough to be a partition, keep serving for up to linger_heal_s, and
-// once they are back, for --linger once more (the settle exchanges merge the sides).
+// once they are back, for --linger once more (the settle exchanges merge the sides). A partition
+// seen during the linger that healed just before it ended counts as back too: a side that left
+// then, 0.3 s after the heal, ended a run at consensus 2 (docs/robustness.md).
 void linger_through_partition(const apps::PeerConfig& cfg, core::Trainer& trainer,
-                              apps::PeerNode& node) {
+                              apps::PeerNode& node, bool saw_partition) {
   if (cfg.linger_heal_s <= 0 || cfg.linger_s <= 0 || g_stop.load()) return;
   gossip::DeadCount d = node.gossip().dead_count();
-  if (!d.partition_suspected()) return;
+  if (!d.partition_suspected()) {
+    if (!saw_partition) return;
+    spdlog::info("linger: members back ({} dead of {} now) during the linger: lingering {} s more "
+                 "so both sides settle", d.dead, d.known, cfg.linger_s);
+    trainer.linger(g_stop, cfg.linger_s);
+    return;
+  }
   spdlog::info("linger: {} of {} members dead without leaving (a partition?): lingering up to {} s "
                "more for them to come back (--linger-heal)",
                d.dead, d.known, cfg.linger_heal_s);
@@ -357,8 +379,8 @@ void linger_through_partition(const apps::PeerConfig& cfg, core::Trainer& traine
 // A stopped peer skips both (the run saved its checkpoint on the way out): a stop must be quick.
 void finish_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node,
                    const core::Dataset& test, core::TrainResult& res, core::Metrics& metrics) {
-  trainer.linger(g_stop, cfg.linger_s);
-  linger_through_partition(cfg, trainer, node);
+  const bool saw_partition = linger_watching(cfg, trainer, node);
+  linger_through_partition(cfg, trainer, node, saw_partition);
   if (!res.stopped && !g_stop.load()) {
     const core::EvalResult ev = trainer.evaluate(test);
     trainer.note_test_acc(ev.acc);
