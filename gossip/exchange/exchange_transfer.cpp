@@ -54,8 +54,9 @@ bool ExchangeProtocol::check_silence() {
     e.told_silent = true;
     spdlog::debug("averager: nothing from {} for {} ms in a transfer: asking membership to probe it",
                   short_id(e.partner), silent_for.count());
+    const std::uint64_t seq = e.seq;
     port_.silent(e.partner);
-    if (!ex_ || ex_->seq != e.seq) return true;  // the port's answer ended it
+    if (!ex_ || ex_->seq != seq) return true;  // the port's answer ended it (e is gone then)
   }
   // Next: the bound (suspected, or not yet reported), else the transfer's own deadline.
   Millis at = e.deadline_at;
