@@ -584,6 +584,7 @@ TEST_CASE("exchange protocol: deadlines", "[gossip][protocol]") {
     f.p.on_timer(Timer::Deadline, 1);
     REQUIRE(f.port.events.size() == 1);
     CHECK(f.port.events[0].reason() == "partner-silent");
+    CHECK(Millis(200 + 500 + 300 + 2500) < deadline);  // before the transfer's own deadline
     CHECK_FALSE(f.port.events[0].ok);
     REQUIRE(f.conn->of(Type::Abort).size() == 1);
     CHECK(decode_code(f.conn->of(Type::Abort)[0]).code == ExchangeCode::Timeout);

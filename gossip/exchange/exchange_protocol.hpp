@@ -361,7 +361,8 @@ class ExchangeProtocol {
   void violation(const net::ConnectionPtr& c, const std::string& what);
   bool is_current(const net::ConnectionPtr& c, std::uint64_t id) const;
   void arm_deadline(net::Millis d, ExchangeFailure what);
-  // The silence a suspected partner's transfer may keep before it ends (silence_floor).
+  // How long a partner may be silent in a transfer before it is reported to membership, or, once
+  // suspected, before the transfer ends (silence_floor, or more: ExchangeConfig).
   net::Millis silence_bound(const Exchange& e) const;
   // The transfer's silence: a suspected partner silent for its bound ends it (true); an
   // unsuspected one is reported to the port (membership probes it now). Else the deadline timer
