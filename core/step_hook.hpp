@@ -31,6 +31,10 @@ struct StepContext {
   // benchmarks that drive a bare parameter vector).
   StateSource* state = nullptr;
   std::int64_t total_steps = 0;  // steps of the whole run; 0: not known
+  // Set by the hook: Trainer::run returns after this step (TrainResult::handed_back), so that
+  // its caller can act on the whole state, as a peer far behind the swarm does when it fetches a
+  // partner's (gossip::Node::catch_up_wanted), and then calls run() again. Ignored when lingering.
+  bool hand_back = false;
 };
 
 // The fraction of its training a peer has done, steps over total_steps in [0, 1] (1 once done),

@@ -250,6 +250,7 @@ void Trainer::call_hook(bool done) {
                   this,
                   total_steps_};
   hook_->between_steps(ctx);
+  if (ctx.hand_back && !done) hand_back_ = true;
   beat(done ? TrainPhase::Linger : TrainPhase::Step);
 }
 
@@ -563,8 +564,10 @@ TrainResult Trainer::run(const std::atomic<bool>& stop) {
   if (epoch_ >= cfg_.epochs && !stop.load()) evaluate_and_report(res, std::nullopt, std::nullopt);
   const auto t_start = Clock::now();
   last_ckpt_ = Clock::now();
-  while (!stop.load() && train_step(res)) {
+  while (!stop.load() && !hand_back_ && train_step(res)) {
   }
+  res.handed_back = hand_back_ && !stop.load() && epoch_ < cfg_.epochs;
+  hand_back_ = false;
   if (stop.load()) {
     res.stopped = true;
     save_checkpoint_now();

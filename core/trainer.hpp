@@ -105,6 +105,9 @@ struct TrainResult {
   std::optional<double> final_test_loss;
   double seconds = 0.0;
   bool stopped = false;  // interrupted by the stop flag
+  // The step hook asked for it (StepContext::hand_back): run() returned after that step, with
+  // training not done; call run() again to go on.
+  bool handed_back = false;
 };
 
 struct EvalResult {
@@ -148,11 +151,13 @@ class Trainer final : public StateSource {
   // Steps taken in this run so far (a resumed or caught-up state's included). Training thread, or
   // before run().
   std::int64_t step() const { return step_; }
+  std::int64_t total_steps() const { return total_steps_; }  // of the whole run
   // Optimizer state vectors of n_params values each (sgd: velocity; adam: m, v; qgm: the
   // momentum and the parameters before the last step's update).
   std::size_t optimizer_state_count() const { return cfg_.optimizer == Optimizer::Sgd ? 1 : 2; }
   // Trains until cfg.epochs are done or stop becomes true; checkpoints at epoch ends and on stop.
-  // Resumed with nothing left to train, it evaluates the model it loaded.
+  // Resumed with nothing left to train, it evaluates the model it loaded. Returns early, with
+  // handed_back set, after a step whose hook asked for it (StepContext::hand_back).
   TrainResult run(const std::atomic<bool>& stop);
   // One step of run(), for a caller that drives the clock itself (gossip-sim): the next optimizer
   // step and the hook after it, then, after an epoch's last step, that epoch's evaluation and
@@ -218,6 +223,7 @@ class Trainer final : public StateSource {
   Metrics& metrics_;
   StepHook* hook_;
   Heartbeat* heartbeat_ = nullptr;
+  bool hand_back_ = false;  // the hook asked run() to return (StepContext::hand_back)
   void beat(TrainPhase p) {
     if (heartbeat_) heartbeat_->beat(p, step_);
   }

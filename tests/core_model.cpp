@@ -494,3 +494,70 @@ TEST_CASE("a training logit offset changes the training loss and its gradient, n
   m.set_train_logit_offset({});
   CHECK(m.forward_backward(x.data(), y.data(), B) != Approx(loss));
 }
+
+namespace {
+// Asks run() to hand back after one given step (StepContext::hand_back), and counts the calls.
+struct HandBackAt : core::StepHook {
+  std::int64_t at = -1;
+  std::vector<std::int64_t> steps;
+  void between_steps(core::StepContext& ctx) override {
+    steps.push_back(ctx.step);
+    if (ctx.step == at) ctx.hand_back = true;
+  }
+};
+}  // namespace
+
+TEST_CASE_METHOD(TinyRun,
+                 "a hook that hands back ends run() after that step; run() again goes on, or from a "
+                 "state restored mid-epoch",
+                 "[core][catchup]") {
+  cfg.batch = 16;  // 13 steps per epoch
+  cfg.epochs = 3;
+  cfg.seed = 5;
+  std::atomic<bool> never{false};
+  core::Trainer whole(*be, cfg, d, d, metrics, nullptr);
+  const auto r_whole = whole.run(never);
+  const auto want = params_of(whole, *be);
+
+  HandBackAt hook;
+  hook.at = 5;  // in the first epoch
+  core::Trainer t(*be, cfg, d, d, metrics, &hook);
+  const auto r1 = t.run(never);
+  CHECK(r1.handed_back);
+  CHECK_FALSE(r1.stopped);
+  CHECK(r1.steps == 5);
+  CHECK(t.step() == 5);
+
+  SECTION("run() again trains on as if nothing happened") {
+    const auto r2 = t.run(never);
+    CHECK_FALSE(r2.handed_back);
+    CHECK(r2.steps == 39);
+    CHECK(params_of(t, *be) == want);
+    CHECK(r2.final_test_acc == r_whole.final_test_acc);
+    REQUIRE(hook.steps.size() == 39);  // each step's hook once
+  }
+  SECTION("a state restored mid-run (a peer left behind catching up) continues as that one would") {
+    std::atomic<bool> stop{false};
+    TakeStateAt take;
+    take.at = 17;  // in the middle of the second epoch
+    take.stop = &stop;
+    core::Trainer ahead(*be, cfg, d, d, metrics, &take);
+    ahead.run(stop);
+    const core::Checkpoint st = core::decode_checkpoint(take.bytes.data(), take.bytes.size());
+    REQUIRE(t.restore(st, "test state", /*own=*/false));
+    CHECK(t.step() == 17);
+    const auto r2 = t.run(never);
+    CHECK_FALSE(r2.handed_back);
+    CHECK(r2.steps == 39);
+    CHECK(r2.epochs_done == 3);
+    CHECK(params_of(t, *be) == want);
+  }
+  SECTION("restored at the end of the run, run() again only evaluates") {
+    core::Checkpoint st = whole.state();
+    REQUIRE(t.restore(st, "test state", /*own=*/false));
+    const auto r2 = t.run(never);
+    CHECK(r2.steps == 39);
+    CHECK(r2.final_test_acc == r_whole.final_test_acc);
+    CHECK(hook.steps.size() == 5);  // no step taken
+  }
+}

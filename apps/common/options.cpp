@@ -484,6 +484,19 @@ const OptionTable<PeerConfig>& peer_options() {
           "(--min-peers above 1) only from a member that resumed its checkpoint (a run resized "
           "with the same --run-id), none when all start fresh (gossip-sim's cohorts do not catch up)",
           &PeerConfig::catch_up).for_programs(kGossipPeer | kGossipSim | kPythonPeer),
+      PeerOption{"catch-up-behind", "F|off",
+       "a peer that finds itself F of its run or more behind partners that clip its exchanges "
+       "away (its process was paused while the swarm trained on: averaging cannot bring it back) "
+       "fetches one's state as a joiner does, and trains on from there; it needs two such "
+       "partners and more than half of those it exchanged with in the last 10 s, and tries at "
+       "most once in 30 s (off: it trains on alone)",
+       [](PeerConfig& c, const std::string& v) {
+         c.node.behind.behind = v == "off" ? 0.0 : to_number("catch-up-behind", v);
+         if (!(c.node.behind.behind > 0.0 && c.node.behind.behind <= 1.0) && v != "off")
+           throw bad_value("catch-up-behind", v, "a number in (0, 1] or off");
+       }}.shows([](PeerConfig& c) {
+           return c.node.behind.behind > 0 ? show_value(c.node.behind.behind) : std::string("off");
+         }).of_kind(ValueKind::NumberOrWord).for_programs(kGossipPeer),
       O::seconds("catch-up-timeout",
                  "give up catching up after this and start from our own weights",
                  &PeerConfig::catch_up_timeout_s, 1).for_programs(kGossipPeer | kPythonPeer),
@@ -709,7 +722,7 @@ const std::vector<HelpGroup>& peer_help_groups() {
       {"Gossip",
        {"gossip-every", "comm-preset", "wire", "error-feedback", "finish-wire", "finish-from",
         "slow-link-wire", "max-lag", "max-lag-share", "max-ahead", "outer-every", "outer-lr", "outer-momentum",
-        "weighting", "partner-choice", "catch-up", "catch-up-timeout", "min-peers",
+        "weighting", "partner-choice", "catch-up", "catch-up-behind", "catch-up-timeout", "min-peers",
         "min-peers-timeout", "linger", "linger-heal", "linger-settle", "max-rate"}},
       {"Robust mixing",
        {"mix", "clip-mult", "clip-window", "clip-warmup", "clip-warmup-frac", "suspect-mult",

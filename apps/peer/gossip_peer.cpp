@@ -134,14 +134,22 @@ int config_error(const std::string& msg) {
 // A peer of a cohort (cohort: --min-peers above 1) asks only members whose state carries the run
 // on (resumed from their checkpoints: a run resized with the same --run-id); when every member it
 // asks started from its own initial weights as well (a first start), it starts with them.
+// Fetches a live member's state and continues from it. Before the first step (a joiner; in a
+// cohort only from a member that carries the run on), or mid-run (partners far ahead clip this
+// peer away, --catch-up-behind: those in `ahead` are asked first, and the best accuracy this peer
+// evaluated is kept). On failure the peer trains on from what it has.
 void catch_up(core::Trainer& trainer, apps::PeerNode& node, const apps::PeerConfig& cfg,
-              core::Metrics& metrics, bool cohort) {
+              core::Metrics& metrics, bool cohort, bool mid_run = false,
+              std::vector<std::string> ahead = {}) {
   gossip::CatchUpClientConfig cc;
   cc.resumed_only = cohort;
   cc.fingerprint = trainer.model().fingerprint();
   cc.n_params = trainer.model().num_params();
   cc.n_opt_state = trainer.optimizer_state_count();
   cc.deadline = std::chrono::milliseconds(std::int64_t(cfg.catch_up_timeout_s * 1000));
+  cc.prefer = std::move(ahead);
+  const auto best = trainer.best_test_acc();
+  const std::int64_t step_before = trainer.step();
   auto r = node.gossip().catch_up(cc, g_stop);
   if (!r) return;
   if (cohort && !r->ok && r->reason == "fresh") {
@@ -154,6 +162,7 @@ void catch_up(core::Trainer& trainer, apps::PeerNode& node, const apps::PeerConf
   if (r->ok) {
     try {
       counters = trainer.restore(r->state, "state from peer " + r->from, /*own=*/false);
+      if (mid_run && best) trainer.note_test_acc(*best);
     } catch (const core::CheckpointError& e) {
       spdlog::warn("catch-up: {}", e.what());
       r->ok = false;
@@ -162,14 +171,15 @@ void catch_up(core::Trainer& trainer, apps::PeerNode& node, const apps::PeerConf
   }
   if (r->ok) {
     if (counters)
-      spdlog::info("caught up with {}: epoch {}, step {} ({} bytes in {:.0f} ms)",
-                   base::short_id(r->from), r->state.epoch, r->state.step, r->bytes, r->ms);
+      spdlog::info("caught up with {}: epoch {}, step {} ({} bytes in {:.0f} ms){}",
+                   base::short_id(r->from), r->state.epoch, r->state.step, r->bytes, r->ms,
+                   mid_run ? fmt::format(", from step {}", step_before) : std::string());
     else
       spdlog::info(
           "caught up with {}: took its weights and optimizer state; its counters (epoch {}, "
-          "step {}) do not fit this run, which keeps its own schedule from step 0 ({} bytes in "
+          "step {}) do not fit this run, which keeps its own schedule from step {} ({} bytes in "
           "{:.0f} ms)",
-          base::short_id(r->from), r->state.epoch, r->state.step, r->bytes, r->ms);
+          base::short_id(r->from), r->state.epoch, r->state.step, trainer.step(), r->bytes, r->ms);
     metrics.emit("catch_up", {{"ok", true},
                               {"from", r->from},
                               {"step", r->state.step},
@@ -177,13 +187,40 @@ void catch_up(core::Trainer& trainer, apps::PeerNode& node, const apps::PeerConf
                               {"bytes", r->bytes},
                               {"ms", r->ms},
                               {"attempts", r->attempts},
-                              {"counters", counters}});
+                              {"counters", counters},
+                              {"mid_run", mid_run},
+                              {"step_before", step_before}});
   } else {
-    spdlog::warn("catch-up failed ({}) after {:.0f} ms: starting from our own initial weights",
-                 r->reason, r->ms);
-    metrics.emit("catch_up",
-                 {{"ok", false}, {"reason", r->reason}, {"ms", r->ms}, {"attempts", r->attempts}});
+    spdlog::warn("catch-up failed ({}) after {:.0f} ms: {}", r->reason, r->ms,
+                 mid_run ? "training on from our own state"
+                         : "starting from our own initial weights");
+    metrics.emit("catch_up", {{"ok", false},
+                              {"reason", r->reason},
+                              {"ms", r->ms},
+                              {"attempts", r->attempts},
+                              {"mid_run", mid_run}});
   }
+}
+
+// Trains to the end; a run that hands back (--catch-up-behind: partners far ahead clip this peer
+// away) fetches a partner's state and trains on from it. The result's seconds are the whole.
+core::TrainResult train(core::Trainer& trainer, apps::PeerNode* node, const apps::PeerConfig& cfg,
+                        core::Metrics& metrics) {
+  const auto t0 = std::chrono::steady_clock::now();
+  core::TrainResult res = trainer.run(g_stop);
+  while (res.handed_back && node && !g_stop.load()) {
+    auto ahead = node->gossip().catch_up_wanted();
+    spdlog::warn(
+        "left behind: at step {} ({:.0f}% of the run), {} partners well ahead did not average with "
+        "us in the last 10 s (robust mixing clips a model this far from theirs): fetching a "
+        "partner's state to catch up (--catch-up-behind {})",
+        trainer.step(), 100.0 * double(trainer.step()) / double(std::max<std::int64_t>(1, trainer.total_steps())),
+        ahead.size(), cfg.node.behind.behind);
+    catch_up(trainer, *node, cfg, metrics, /*cohort=*/false, /*mid_run=*/true, std::move(ahead));
+    res = trainer.run(g_stop);
+  }
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
 }
 
 // Test-only fault (GT_TEST_STALL_AT_STEP=N in the environment): from step N the training thread
@@ -321,18 +358,24 @@ std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::
   return node;
 }
 
-// --linger: serve exchanges for linger_s after training. Returns whether a partition was
-// suspected at some point meanwhile (see linger_through_partition).
-bool linger_watching(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node) {
-  bool saw_partition = false;
+// What a linger saw while it served (checked every 0.5 s).
+struct LingerSaw {
+  bool partition = false;  // a partition was suspected (see linger_through_partition)
+  bool ran_ahead = false;  // partners well behind clipped us away (see linger_while_apart)
+};
+
+// --linger: serve exchanges for linger_s after training.
+LingerSaw linger_watching(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node) {
+  LingerSaw saw;
   const auto t0 = std::chrono::steady_clock::now();
   double left = cfg.linger_s;
   while (!g_stop.load() && left > 0) {
-    saw_partition = saw_partition || node.gossip().dead_count().partition_suspected();
+    saw.partition = saw.partition || node.gossip().dead_count().partition_suspected();
+    saw.ran_ahead = saw.ran_ahead || node.gossip().ran_ahead();
     trainer.linger(g_stop, std::min(0.5, left));
     left = cfg.linger_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  return saw_partition;
+  return saw;
 }
 
 // --linger-heal: a partition that heals after training (every peer of a side finished while the
@@ -374,13 +417,60 @@ void linger_through_partition(const apps::PeerConfig& cfg, core::Trainer& traine
   trainer.linger(g_stop, cfg.linger_s);
 }
 
+// --catch-up-behind at the end: a peer that averaged a tenth as often as --gossip-every asks, that
+// most partners clipped away when its training ended, or, during its linger, partners well behind
+// it in their runs (a slow link kept it from averaging, and it trained on alone between its few
+// exchanges, maybe ahead of the swarm), would
+// leave with a model the swarm does not share. It lingers on while most partners clip it away, up
+// to --linger-heal, until finished partners are enough of those that do
+// (BehindWatch::finished_apart): then it takes one's state, the swarm's model, and lingers
+// --linger once more, so that the others meet it again. Peers that finish together do not do
+// this: at the end of a run the settle exchanges, not a state, bring them together.
+void linger_while_apart(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node,
+                        core::Metrics& metrics, bool was_apart) {
+  if (cfg.linger_heal_s <= 0 || cfg.linger_s <= 0 || g_stop.load()) return;
+  if (!(was_apart || node.gossip().ran_ahead()) || !node.gossip().apart()) return;
+  spdlog::info("linger: most partners clip this peer's model away (it averaged seldom, or was apart "
+               "from them when its training ended, or ran ahead of them): lingering up to {} s more "
+               "to take a finished partner's state (--linger-heal)",
+               cfg.linger_heal_s);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto waited = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  while (!g_stop.load() && waited() < cfg.linger_heal_s) {
+    auto done = node.gossip().finished_apart();
+    if (!done.empty()) {
+      spdlog::info("linger: {} finished partners clip this peer away after {:.1f} s: taking the "
+                   "state of one",
+                   done.size(), waited());
+      catch_up(trainer, node, cfg, metrics, /*cohort=*/false, /*mid_run=*/true, std::move(done));
+      trainer.linger(g_stop, cfg.linger_s);
+      return;
+    }
+    if (!node.gossip().apart()) {
+      spdlog::info("linger: partners no longer clip this peer away after {:.1f} s", waited());
+      return;
+    }
+    trainer.linger(g_stop, 0.5);
+  }
+  if (!g_stop.load())
+    spdlog::warn("linger: partners still clip this peer away after {:.1f} s more: leaving with "
+                 "its own model",
+                 waited());
+}
+
 // After training: serve exchanges for --linger, then evaluate and save once more, since the
 // exchanges served changed the parameters.
 // A stopped peer skips both (the run saved its checkpoint on the way out): a stop must be quick.
 void finish_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node,
                    const core::Dataset& test, core::TrainResult& res, core::Metrics& metrics) {
-  const bool saw_partition = linger_watching(cfg, trainer, node);
-  linger_through_partition(cfg, trainer, node, saw_partition);
+  // Apart from the swarm as training ends: most partners of the last 10 s clipped us away, or we
+  // averaged a tenth as often as the others (a slow link).
+  const bool apart_in_training = node.gossip().apart() || node.gossip().undermixed();
+  const LingerSaw saw = linger_watching(cfg, trainer, node);
+  linger_through_partition(cfg, trainer, node, saw.partition);
+  linger_while_apart(cfg, trainer, node, metrics, apart_in_training || saw.ran_ahead);
   if (!res.stopped && !g_stop.load()) {
     const core::EvalResult ev = trainer.evaluate(test);
     trainer.note_test_acc(ev.acc);
@@ -606,7 +696,7 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
   };
   if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
   health.phase = apps::PeerHealth::Phase::Training;
-  core::TrainResult res = trainer.run(g_stop);
+  core::TrainResult res = train(trainer, node.get(), cfg, metrics);
   if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
   if (res.stopped || g_stop.load()) health.phase = apps::PeerHealth::Phase::Stopping;
   else if (node) health.phase = apps::PeerHealth::Phase::Lingering;

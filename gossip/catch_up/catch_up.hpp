@@ -143,6 +143,9 @@ struct CatchUpClientConfig {
   bool resumed_only = false;
   int max_fresh = 4;
   std::uint64_t seed = 0;       // peer choice and fetch ids; 0 = from random_device
+  // Live members asked first, in this order (a peer left behind asks those it knows are ahead);
+  // then the others, at random.
+  std::vector<std::string> prefer;
 };
 
 // Why one fetch attempt failed; to_string gives its token in CatchUpResult::reason.

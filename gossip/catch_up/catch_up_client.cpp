@@ -91,8 +91,8 @@ void CatchUpClient::cancel() {
   finish(false, "cancelled");
 }
 
-// Picks a random live peer not asked yet (or busy last round); with none left, waits for busy ones
-// or gives up.
+// Picks a live peer not asked yet (or busy last round), the first of cfg_.prefer that is one, else
+// one at random; with none left, waits for busy ones or gives up.
 void CatchUpClient::try_next() {
   std::vector<PeerRef> cands;
   for (auto& p : peers_.live_peers()) {
@@ -116,7 +116,16 @@ void CatchUpClient::try_next() {
     finish(false, attempts_ == 0 ? "no-peer" : last_reason_);
     return;
   }
-  const PeerRef p = cands[rng_.below(cands.size())];
+  std::size_t pick = cands.size();
+  for (const auto& id : cfg_.prefer) {
+    const auto it = std::find_if(cands.begin(), cands.end(), [&](const PeerRef& c) { return c.id == id; });
+    if (it != cands.end()) {
+      pick = std::size_t(it - cands.begin());
+      break;
+    }
+  }
+  if (pick == cands.size()) pick = rng_.below(cands.size());
+  const PeerRef p = cands[pick];
   ++attempts_;
   Attempt a;
   a.seq = ++seq_;

@@ -44,6 +44,13 @@ Node::Node(net::Transport& transport, const NodeConfig& cfg, kernels::Backend& b
   lc.share = cfg.max_lag_share;
   lag_ = std::make_unique<LagBound>(lc);
   if (cfg.max_ahead > 0) pace_ = std::make_unique<PaceKeeper>(PaceConfig{cfg.max_ahead});
+  // Shared threads have no owner that fetches a state mid-run (gossip-sim steps the trainer).
+  gossip_every_ = std::max(1, cfg.averager.gossip_every);
+  if (cfg.behind.behind > 0 && threads_ == NodeThreads::Separate) {
+    BehindConfig bc = cfg.behind;
+    if (cfg.averager.settle_distance > 0) bc.min_distance = cfg.averager.settle_distance;
+    behind_ = std::make_unique<BehindWatch>(bc);
+  }
   on_protocol_thread([this, &cfg, &backend] { build_protocols(cfg, backend); });
   if (cfg.outer.every > 0 || cfg.averager.error_feedback) {
     std::unique_ptr<OuterStep> outer;
@@ -133,6 +140,8 @@ void Node::build_protocols(const NodeConfig& cfg, kernels::Backend& backend) {
 
 void Node::on_exchange(const ExchangeEvent& e) {
   if (pace_ && same_run_length(e)) pace_->heard(e.partner, e.partner_progress, now_s());
+  if (behind_ && e.ok && same_run_length(e))
+    behind_->exchanged(e.partner, e.partner_progress, e.clip, e.diff_norm, now_s());
   metrics_.emit("exchange", {{"partner", e.partner},
                              {"role", role_name(e.role)},
                              {"ok", e.ok},
@@ -175,6 +184,15 @@ void Node::between_steps(core::StepContext& ctx) {
 
 void Node::after_hooks(core::StepContext& ctx, Stage stage) {
   if (ctx.training_done) return;
+  if (stage == Stage::Lag && behind_) {
+    auto ahead = behind_->far_ahead(core::progress_of(ctx), now_s());
+    if (!ahead.empty()) {  // no wait: the owner catches up before the next step
+      behind_->tried(now_s());
+      catch_up_wanted_ = std::move(ahead);
+      ctx.hand_back = true;
+      return;
+    }
+  }
   if (stage == Stage::Lag && max_lag_ > 0 && bound_lag(ctx) && !wait_here(ctx)) return;
   if (stage != Stage::Waits && pace_ && keep_pace(ctx) && !wait_here(ctx)) return;
   if (ctx.epoch != waits_epoch_) say_waits(ctx.epoch);

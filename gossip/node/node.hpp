@@ -11,12 +11,15 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/metrics.hpp"
 #include "core/step_hook.hpp"
 #include "gossip/catch_up/catch_up.hpp"
 #include "gossip/dispatcher.hpp"
 #include "gossip/exchange/averager.hpp"
+#include "gossip/node/behind.hpp"
 #include "gossip/node/comm_state.hpp"
 #include "gossip/node/exchange_health.hpp"
 #include "gossip/node/lag_bound.hpp"
@@ -53,6 +56,9 @@ struct NodeConfig {
   MaxLag max_lag;
   double max_lag_share = 0.25;
   double max_ahead = 0.02;     // --max-ahead: fraction of the run; 0: off
+  // --catch-up-behind (behind.behind 0: off). Separate threads only: the owner fetches the state
+  // when run() hands back (catch_up_wanted).
+  BehindConfig behind;
   OuterConfig outer;           // --outer-every (every 0: off)
   std::string checkpoint_dir;  // where the outer optimizer's and error feedback's state is kept
 };
@@ -125,6 +131,30 @@ class Node final : private core::StepHook {
   // cfg.deadline. nullopt when there was nobody to fetch from (no live member after joining) or
   // stop was set; else the fetch's result (the state in it when ok). Before the first step.
   std::optional<CatchUpResult> catch_up(CatchUpClientConfig cfg, const std::atomic<bool>& stop);
+  // --catch-up-behind: partners far ahead clip this peer away (BehindWatch), so the hook set
+  // StepContext::hand_back. Returns them, furthest ahead first (CatchUpClientConfig::prefer), and
+  // clears them; empty when none asked. Training thread.
+  std::vector<std::string> catch_up_wanted() { return std::exchange(catch_up_wanted_, {}); }
+  // --catch-up-behind, for a finished peer: whether partners well behind it clip it away (it ran
+  // ahead of the swarm and should not leave with a model the swarm does not share), whether most
+  // partners heard in the last 10 s clip it away whatever their progress, and the finished partners
+  // that do, when they are enough to take one's state (then the watch keeps quiet for a while, as
+  // after a catch-up). False and empty when off. Any thread.
+  bool ran_ahead() const { return behind_ && behind_->ran_ahead(1.0, now_s()); }
+  // Whether this peer averaged less than a tenth as often as its --gossip-every asks over its run
+  // (a slow link: it trained alone between its few exchanges). False when off.
+  bool undermixed() const {
+    const std::int64_t steps = total_steps_.load();
+    return behind_ && steps > 0 &&
+           10.0 * double(averager_->stats().averaging) * double(gossip_every_) < double(steps);
+  }
+  bool apart() const { return behind_ && behind_->apart(now_s()); }
+  std::vector<std::string> finished_apart() {
+    if (!behind_) return {};
+    auto ids = behind_->finished_apart(now_s());
+    if (!ids.empty()) behind_->tried(now_s());
+    return ids;
+  }
 
  private:
   void build_protocols(const NodeConfig& cfg, kernels::Backend& backend);
@@ -197,7 +227,12 @@ class Node final : private core::StepHook {
   double hook_s_ = 0.0;   // seconds in the averager's and catch-up's step hooks
   // --max-ahead (null: off). Partners are heard on the protocol thread.
   std::unique_ptr<PaceKeeper> pace_;
+  // --catch-up-behind (null: off). Partners heard on the protocol thread; the training thread asks
+  // and keeps what it found for the owner.
+  std::unique_ptr<BehindWatch> behind_;
+  std::vector<std::string> catch_up_wanted_;
   std::atomic<std::int64_t> total_steps_{0};  // of our run, from the training thread
+  int gossip_every_ = 1;                       // cfg.averager.gossip_every
   std::uint64_t pace_waits_ = 0;
   double pace_wait_s_ = 0.0;
 };

@@ -66,6 +66,9 @@ apps::PeerConfig parse_python_args(const std::vector<std::string>& args, bool* m
   }
   bool help = false;
   apps::PeerConfig cfg = apps::parse_peer_args(args, &help);
+  // --catch-up-behind is gossip-peer's: the caller's loop trains, and nothing here fetches a
+  // state mid-run.
+  cfg.node.behind.behind = 0;
   return cfg;
 }
 
