@@ -508,7 +508,7 @@ struct HandBackAt : core::StepHook {
 }  // namespace
 
 TEST_CASE_METHOD(TinyRun,
-                 "a hook that hands back ends run() after that step; run() again goes on, or from a "
+                 "a hook that hands back ends run() after that step, and run() again goes on, or from a "
                  "state restored mid-epoch",
                  "[core][catchup]") {
   cfg.batch = 16;  // 13 steps per epoch

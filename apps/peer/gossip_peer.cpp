@@ -146,7 +146,12 @@ void catch_up(core::Trainer& trainer, apps::PeerNode& node, const apps::PeerConf
   cc.fingerprint = trainer.model().fingerprint();
   cc.n_params = trainer.model().num_params();
   cc.n_opt_state = trainer.optimizer_state_count();
-  cc.deadline = std::chrono::milliseconds(std::int64_t(cfg.catch_up_timeout_s * 1000));
+  // Mid-run the training thread beats no heartbeat while it fetches: stay well within
+  // --stall-timeout, or the watchdog would take the peer out of the swarm.
+  const double limit_s = mid_run && cfg.stall_timeout_s > 0
+                             ? std::min(cfg.catch_up_timeout_s, cfg.stall_timeout_s / 2)
+                             : cfg.catch_up_timeout_s;
+  cc.deadline = std::chrono::milliseconds(std::int64_t(limit_s * 1000));
   cc.prefer = std::move(ahead);
   const auto best = trainer.best_test_acc();
   const std::int64_t step_before = trainer.step();
