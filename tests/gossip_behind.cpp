@@ -113,3 +113,17 @@ TEST_CASE("behind: a finished peer apart from the swarm, and the finished partne
   // Nobody heard within the window: not apart (nothing says so).
   CHECK_FALSE(w.apart(30.0));
 }
+
+TEST_CASE("behind: a finished peer ahead of a swarm still training, clipped or not", "[gossip]") {
+  BehindWatch w(BehindConfig{});
+  w.exchanged("a", 0.5, 1.0, 1.0, 1.0);  // mixing with us at full weight
+  CHECK_FALSE(w.ahead_of_swarm(1.0, 1.0));  // one partner is not a swarm
+  w.exchanged("b", 0.6, 0.3, 1.0, 1.0);
+  CHECK(w.ahead_of_swarm(1.0, 1.0));
+  CHECK_FALSE(w.ahead_of_swarm(0.65, 1.0));  // within 10% of the run of b
+  w.exchanged("c", 0.95, 1.0, 1.0, 1.0);
+  w.exchanged("d", 1.0, 1.0, 1.0, 1.0);
+  CHECK_FALSE(w.ahead_of_swarm(1.0, 1.0));  // two of four: not most
+  CHECK_FALSE(w.ahead_of_swarm(-1.0, 1.0));
+  CHECK_FALSE(w.ahead_of_swarm(1.0, 20.0));  // all old news
+}

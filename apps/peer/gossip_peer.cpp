@@ -365,18 +365,39 @@ std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::
 
 // What a linger saw while it served (checked every 0.5 s).
 struct LingerSaw {
-  bool partition = false;  // a partition was suspected (see linger_through_partition)
-  bool ran_ahead = false;  // partners well behind clipped us away (see linger_while_apart)
+  bool partition = false;   // a partition was suspected (see linger_through_partition)
+  bool ran_ahead = false;   // partners well behind clipped us away (Node::ran_ahead)
+  bool took_state = false;  // apart from the swarm, we took a finished partner's state
 };
 
-// --linger: serve exchanges for linger_s after training.
-LingerSaw linger_watching(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node) {
+// --linger: serve exchanges for linger_s after training. --catch-up-behind at the end: a peer
+// apart from the swarm (was_apart: it averaged a tenth as often as --gossip-every asks, or most
+// partners clipped it away as its training ended; or, seen here, partners well behind it in their
+// runs clip it away: it ran ahead) would leave with a model the swarm does not share: a slow link
+// kept it from averaging, and it trained on alone between its few exchanges. As soon as finished
+// partners that clip it away are enough (BehindWatch::finished_apart), while they still linger
+// to meet it, it takes one's state, the swarm's model, and lingers a full --linger from then.
+// Peers that finish together and were not apart do not: the settle exchanges bring them together.
+LingerSaw linger_watching(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node,
+                          core::Metrics& metrics, bool was_apart) {
   LingerSaw saw;
-  const auto t0 = std::chrono::steady_clock::now();
+  auto t0 = std::chrono::steady_clock::now();
   double left = cfg.linger_s;
   while (!g_stop.load() && left > 0) {
     saw.partition = saw.partition || node.gossip().dead_count().partition_suspected();
     saw.ran_ahead = saw.ran_ahead || node.gossip().ran_ahead();
+    if (!saw.took_state && (was_apart || saw.ran_ahead)) {
+      auto done = node.gossip().finished_apart();
+      if (!done.empty()) {
+        spdlog::info("linger: {} finished partners clip this peer's model away (it averaged "
+                     "seldom, was apart from them when its training ended, or ran ahead of "
+                     "them): taking the state of one, then lingering {} s",
+                     done.size(), cfg.linger_s);
+        catch_up(trainer, node, cfg, metrics, /*cohort=*/false, /*mid_run=*/true, std::move(done));
+        saw.took_state = true;
+        t0 = std::chrono::steady_clock::now();
+      }
+    }
     trainer.linger(g_stop, std::min(0.5, left));
     left = cfg.linger_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -422,46 +443,50 @@ void linger_through_partition(const apps::PeerConfig& cfg, core::Trainer& traine
   trainer.linger(g_stop, cfg.linger_s);
 }
 
-// --catch-up-behind at the end: a peer that averaged a tenth as often as --gossip-every asks, that
-// most partners clipped away when its training ended, or, during its linger, partners well behind
-// it in their runs (a slow link kept it from averaging, and it trained on alone between its few
-// exchanges, maybe ahead of the swarm), would
-// leave with a model the swarm does not share. It lingers on while most partners clip it away, up
-// to --linger-heal, until finished partners are enough of those that do
-// (BehindWatch::finished_apart): then it takes one's state, the swarm's model, and lingers
-// --linger once more, so that the others meet it again. Peers that finish together do not do
-// this: at the end of a run the settle exchanges, not a state, bring them together.
+// --catch-up-behind, after the linger: a peer that finished long before the swarm (most partners
+// heard are 10% of the run or more behind: it ran ahead, on a slow link that left it no
+// exchanges to spend time on) would leave with a model the others never meet at the end, and one
+// apart from the swarm (as in linger_watching) has nobody finished to take a state from yet. It
+// lingers on, up to --linger-heal, while the swarm is that far behind or clips it away: once
+// finished partners that clip it away are enough, it takes one's state; once they are done and
+// mix with it, it lingers --linger once more so that the settle exchanges meet it.
 void linger_while_apart(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node,
                         core::Metrics& metrics, bool was_apart) {
   if (cfg.linger_heal_s <= 0 || cfg.linger_s <= 0 || g_stop.load()) return;
-  if (!(was_apart || node.gossip().ran_ahead()) || !node.gossip().apart()) return;
-  spdlog::info("linger: most partners clip this peer's model away (it averaged seldom, or was apart "
-               "from them when its training ended, or ran ahead of them): lingering up to {} s more "
-               "to take a finished partner's state (--linger-heal)",
+  auto& g = node.gossip();
+  const bool apart = (was_apart || g.ran_ahead()) && g.apart();
+  if (!apart && !g.ahead_of_swarm()) return;
+  spdlog::info("linger: {}: lingering up to {} s more for the swarm to finish (--linger-heal)",
+               apart ? "most partners clip this peer's model away (it averaged seldom, or was apart "
+                       "from them when its training ended, or ran ahead of them)"
+                     : "most partners are 10% of their runs or more behind this peer's end",
                cfg.linger_heal_s);
   const auto t0 = std::chrono::steady_clock::now();
   const auto waited = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   while (!g_stop.load() && waited() < cfg.linger_heal_s) {
-    auto done = node.gossip().finished_apart();
+    auto done = g.finished_apart();
     if (!done.empty()) {
       spdlog::info("linger: {} finished partners clip this peer away after {:.1f} s: taking the "
-                   "state of one",
-                   done.size(), waited());
+                   "state of one, then lingering {} s",
+                   done.size(), waited(), cfg.linger_s);
       catch_up(trainer, node, cfg, metrics, /*cohort=*/false, /*mid_run=*/true, std::move(done));
       trainer.linger(g_stop, cfg.linger_s);
       return;
     }
-    if (!node.gossip().apart()) {
-      spdlog::info("linger: partners no longer clip this peer away after {:.1f} s", waited());
+    if (!g.apart() && !g.ahead_of_swarm()) {
+      spdlog::info("linger: the swarm caught up after {:.1f} s: lingering {} s more so that the "
+                   "settle exchanges meet this peer",
+                   waited(), cfg.linger_s);
+      trainer.linger(g_stop, cfg.linger_s);
       return;
     }
     trainer.linger(g_stop, 0.5);
   }
   if (!g_stop.load())
-    spdlog::warn("linger: partners still clip this peer away after {:.1f} s more: leaving with "
-                 "its own model",
+    spdlog::warn("linger: the swarm still far after {:.1f} s more: leaving with this peer's own "
+                 "model",
                  waited());
 }
 
@@ -473,9 +498,10 @@ void finish_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::Pe
   // Apart from the swarm as training ends: most partners of the last 10 s clipped us away, or we
   // averaged a tenth as often as the others (a slow link).
   const bool apart_in_training = node.gossip().apart() || node.gossip().undermixed();
-  const LingerSaw saw = linger_watching(cfg, trainer, node);
+  const LingerSaw saw = linger_watching(cfg, trainer, node, metrics, apart_in_training);
   linger_through_partition(cfg, trainer, node, saw.partition);
-  linger_while_apart(cfg, trainer, node, metrics, apart_in_training || saw.ran_ahead);
+  if (!saw.took_state)
+    linger_while_apart(cfg, trainer, node, metrics, apart_in_training || saw.ran_ahead);
   if (!res.stopped && !g_stop.load()) {
     const core::EvalResult ev = trainer.evaluate(test);
     trainer.note_test_acc(ev.acc);

@@ -53,6 +53,18 @@ bool BehindWatch::apart(double now_s) const {
   return !clipping_in(0.0, 1.0, now_s).empty();
 }
 
+bool BehindWatch::ahead_of_swarm(double own, double now_s) const {
+  if (cfg_.behind <= 0 || own < 0) return false;
+  std::lock_guard<std::mutex> lk(mu_);
+  std::size_t recent = 0, behind = 0;
+  for (const auto& [id, h] : heard_) {
+    if (now_s - h.at_s > cfg_.window_s) continue;
+    ++recent;
+    if (h.progress <= own - cfg_.behind) ++behind;
+  }
+  return behind >= cfg_.min_partners && 2 * behind > recent;
+}
+
 std::vector<std::string> BehindWatch::finished_apart(double now_s) const {
   if (cfg_.behind <= 0) return {};
   std::lock_guard<std::mutex> lk(mu_);

@@ -54,6 +54,9 @@ class BehindWatch {
   bool ran_ahead(double own, double now_s) const;
   // Whether most partners heard recently clip us away, whatever their progress.
   bool apart(double now_s) const;
+  // Whether partners at least `behind` of the run behind our progress `own`, clipping us or not,
+  // are min_partners or more and most of those heard recently: we are done, the swarm is not.
+  bool ahead_of_swarm(double own, double now_s) const;
   // Finished, and apart: the finished partners that clip us away, when they are enough (as
   // far_ahead) to take one's state; empty otherwise.
   std::vector<std::string> finished_apart(double now_s) const;

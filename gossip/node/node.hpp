@@ -149,6 +149,8 @@ class Node final : private core::StepHook {
            10.0 * double(averager_->stats().averaging) * double(gossip_every_) < double(steps);
   }
   bool apart() const { return behind_ && behind_->apart(now_s()); }
+  // Finished, while most partners heard in the last 10 s are 10% of the run or more behind.
+  bool ahead_of_swarm() const { return behind_ && behind_->ahead_of_swarm(1.0, now_s()); }
   std::vector<std::string> finished_apart() {
     if (!behind_) return {};
     auto ids = behind_->finished_apart(now_s());
