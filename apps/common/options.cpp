@@ -460,7 +460,8 @@ const OptionTable<PeerConfig>& peer_options() {
                  "after --linger, while two or more members are dead without having left and they "
                  "are a third or more of those known (a partition, not peers that finished), linger "
                  "up to this long more for them to come back, then --linger once more so both "
-                 "sides settle (0: off)",
+                 "sides settle; as long, at most, for a swarm still training far behind this peer "
+                 "or for a finished partner to take the state of (--catch-up-behind) (0: off)",
                  &PeerConfig::linger_heal_s, 0).for_programs(kGossipPeer),
       O::number("linger-settle", "D",
                 "while lingering, start exchanges until every partner met since this peer last "
@@ -489,7 +490,10 @@ const OptionTable<PeerConfig>& peer_options() {
        "away (its process was paused while the swarm trained on: averaging cannot bring it back) "
        "fetches one's state as a joiner does, and trains on from there; it needs two such "
        "partners and more than half of those it exchanged with in the last 10 s, and tries at "
-       "most once in 30 s (off: it trains on alone)",
+       "most once in 30 s. At the end, a peer apart from the swarm (it averaged a tenth as often "
+       "as --gossip-every asks, on a slow link, or was clipped away) takes a finished partner's "
+       "state in its linger, and a peer done while the swarm is F of its run behind lingers for "
+       "it, up to --linger-heal (off: neither; it trains on and leaves with its own model)",
        [](PeerConfig& c, const std::string& v) {
          c.node.behind.behind = v == "off" ? 0.0 : to_number("catch-up-behind", v);
          if (!(c.node.behind.behind > 0.0 && c.node.behind.behind <= 1.0) && v != "off")
