@@ -134,10 +134,9 @@ int config_error(const std::string& msg) {
 // A peer of a cohort (cohort: --min-peers above 1) asks only members whose state carries the run
 // on (resumed from their checkpoints: a run resized with the same --run-id); when every member it
 // asks started from its own initial weights as well (a first start), it starts with them.
-// Fetches a live member's state and continues from it. Before the first step (a joiner; in a
-// cohort only from a member that carries the run on), or mid-run (partners far ahead clip this
-// peer away, --catch-up-behind: those in `ahead` are asked first, and the best accuracy this peer
-// evaluated is kept). On failure the peer trains on from what it has.
+// Mid-run (--catch-up-behind: partners far ahead clip this peer away, or it is apart from the
+// swarm at the end) the partners in `ahead` are asked first, the best accuracy this peer evaluated
+// is kept, and a failure leaves it training on from its own state.
 void catch_up(core::Trainer& trainer, apps::PeerNode& node, const apps::PeerConfig& cfg,
               core::Metrics& metrics, bool cohort, bool mid_run = false,
               std::vector<std::string> ahead = {}) {
@@ -215,12 +214,13 @@ core::TrainResult train(core::Trainer& trainer, apps::PeerNode* node, const apps
   core::TrainResult res = trainer.run(g_stop);
   while (res.handed_back && node && !g_stop.load()) {
     auto ahead = node->gossip().catch_up_wanted();
+    const double pct =
+        100.0 * double(trainer.step()) / double(std::max<std::int64_t>(1, trainer.total_steps()));
     spdlog::warn(
         "left behind: at step {} ({:.0f}% of the run), {} partners well ahead did not average with "
         "us in the last 10 s (robust mixing clips a model this far from theirs): fetching a "
         "partner's state to catch up (--catch-up-behind {})",
-        trainer.step(), 100.0 * double(trainer.step()) / double(std::max<std::int64_t>(1, trainer.total_steps())),
-        ahead.size(), cfg.node.behind.behind);
+        trainer.step(), pct, ahead.size(), cfg.node.behind.behind);
     catch_up(trainer, *node, cfg, metrics, /*cohort=*/false, /*mid_run=*/true, std::move(ahead));
     res = trainer.run(g_stop);
   }
