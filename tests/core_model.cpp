@@ -295,6 +295,19 @@ struct TakeStateAt : core::StepHook {
     stop->store(true);
   }
 };
+
+// The state of a fresh run of r.cfg at step `at`, taken as the catch-up server takes it and sent
+// as bytes (the run stops there).
+core::Checkpoint state_at(TinyRun& r, std::int64_t at) {
+  std::atomic<bool> stop{false};
+  TakeStateAt hook;
+  hook.at = at;
+  hook.stop = &stop;
+  core::Trainer server(*r.be, r.cfg, r.d, r.d, r.metrics, &hook);
+  server.run(stop);
+  REQUIRE_FALSE(hook.bytes.empty());
+  return core::decode_checkpoint(hook.bytes.data(), hook.bytes.size());
+}
 }  // namespace
 
 TEST_CASE_METHOD(
@@ -310,16 +323,8 @@ TEST_CASE_METHOD(
   whole.run(never);
   const auto want = params_of(whole, *be);
 
-  std::atomic<bool> stop{false};
-  TakeStateAt hook;
-  hook.at = 17;  // in the middle of the second epoch
-  hook.stop = &stop;
-  core::Trainer server(*be, cfg, d, d, metrics, &hook);
-  server.run(stop);
-  REQUIRE_FALSE(hook.bytes.empty());
-
+  const core::Checkpoint st = state_at(*this, 17);  // in the middle of the second epoch
   core::Trainer joiner(*be, cfg, d, d, metrics, nullptr);
-  const core::Checkpoint st = core::decode_checkpoint(hook.bytes.data(), hook.bytes.size());
   CHECK(st.step == 17);
   CHECK(st.epoch == 1);
   CHECK(st.opt_state.size() == joiner.optimizer_state_count());
@@ -537,13 +542,7 @@ TEST_CASE_METHOD(TinyRun,
     REQUIRE(hook.steps.size() == 39);  // each step's hook once
   }
   SECTION("a state restored mid-run (a peer left behind catching up) continues as that one would") {
-    std::atomic<bool> stop{false};
-    TakeStateAt take;
-    take.at = 17;  // in the middle of the second epoch
-    take.stop = &stop;
-    core::Trainer ahead(*be, cfg, d, d, metrics, &take);
-    ahead.run(stop);
-    const core::Checkpoint st = core::decode_checkpoint(take.bytes.data(), take.bytes.size());
+    const core::Checkpoint st = state_at(*this, 17);  // in the middle of the second epoch
     REQUIRE(t.restore(st, "test state", /*own=*/false));
     CHECK(t.step() == 17);
     const auto r2 = t.run(never);

@@ -363,6 +363,17 @@ std::unique_ptr<apps::PeerNode> start_gossip(const apps::PeerConfig& cfg, core::
   return node;
 }
 
+// --catch-up-behind at the end: `done`, the finished partners that clip this peer away, are
+// enough: it takes one's state, the swarm's model (`why` says what made it look).
+void take_finished_state(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node,
+                         core::Metrics& metrics, std::vector<std::string> done,
+                         const std::string& why) {
+  spdlog::info("linger: {} finished partners clip this peer's model away ({}): taking the state "
+               "of one, then lingering {} s",
+               done.size(), why, cfg.linger_s);
+  catch_up(trainer, node, cfg, metrics, /*cohort=*/false, /*mid_run=*/true, std::move(done));
+}
+
 // What a linger saw while it served (checked every 0.5 s).
 struct LingerSaw {
   bool partition = false;   // a partition was suspected (see linger_through_partition)
@@ -389,11 +400,9 @@ LingerSaw linger_watching(const apps::PeerConfig& cfg, core::Trainer& trainer, a
     if (!saw.took_state && (was_apart || saw.ran_ahead)) {
       auto done = node.gossip().finished_apart();
       if (!done.empty()) {
-        spdlog::info("linger: {} finished partners clip this peer's model away (it averaged "
-                     "seldom, was apart from them when its training ended, or ran ahead of "
-                     "them): taking the state of one, then lingering {} s",
-                     done.size(), cfg.linger_s);
-        catch_up(trainer, node, cfg, metrics, /*cohort=*/false, /*mid_run=*/true, std::move(done));
+        take_finished_state(cfg, trainer, node, metrics, std::move(done),
+                            "it averaged seldom, was apart from them when its training ended, or "
+                            "ran ahead of them");
         saw.took_state = true;
         t0 = std::chrono::steady_clock::now();
       }
@@ -468,10 +477,8 @@ void linger_while_apart(const apps::PeerConfig& cfg, core::Trainer& trainer, app
   while (!g_stop.load() && waited() < cfg.linger_heal_s) {
     auto done = g.finished_apart();
     if (!done.empty()) {
-      spdlog::info("linger: {} finished partners clip this peer away after {:.1f} s: taking the "
-                   "state of one, then lingering {} s",
-                   done.size(), waited(), cfg.linger_s);
-      catch_up(trainer, node, cfg, metrics, /*cohort=*/false, /*mid_run=*/true, std::move(done));
+      take_finished_state(cfg, trainer, node, metrics, std::move(done),
+                          fmt::format("after {:.1f} s more", waited()));
       trainer.linger(g_stop, cfg.linger_s);
       return;
     }

@@ -17,13 +17,15 @@ void BehindWatch::exchanged(const std::string& partner, double partner_progress,
   heard_[partner] = Heard{partner_progress, now_s, clip < cfg_.max_clip && distance > cfg_.min_distance};
 }
 
-std::vector<std::string> BehindWatch::clipping_in(double from, double to, double now_s) const {
+std::vector<std::string> BehindWatch::partners_in(double from, double to, bool clipped_only,
+                                                  double now_s) const {
   std::size_t recent = 0;
   std::vector<std::pair<double, std::string>> found;
   for (const auto& [id, h] : heard_) {
     if (now_s - h.at_s > cfg_.window_s) continue;
     ++recent;
-    if (h.clipped_away && h.progress >= from && h.progress <= to) found.emplace_back(h.progress, id);
+    if ((h.clipped_away || !clipped_only) && h.progress >= from && h.progress <= to)
+      found.emplace_back(h.progress, id);
   }
   if (found.size() < cfg_.min_partners || 2 * found.size() <= recent) return {};
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
@@ -38,38 +40,32 @@ std::vector<std::string> BehindWatch::far_ahead(double own, double now_s) const 
   if (cfg_.behind <= 0 || own < 0) return {};
   std::lock_guard<std::mutex> lk(mu_);
   if (now_s < quiet_until_s_) return {};
-  return clipping_in(own + cfg_.behind, 1.0, now_s);
+  return partners_in(own + cfg_.behind, 1.0, /*clipped_only=*/true, now_s);
 }
 
 bool BehindWatch::ran_ahead(double own, double now_s) const {
   if (cfg_.behind <= 0 || own < 0) return false;
   std::lock_guard<std::mutex> lk(mu_);
-  return !clipping_in(0.0, own - cfg_.behind, now_s).empty();
+  return !partners_in(0.0, own - cfg_.behind, /*clipped_only=*/true, now_s).empty();
 }
 
 bool BehindWatch::apart(double now_s) const {
   if (cfg_.behind <= 0) return false;
   std::lock_guard<std::mutex> lk(mu_);
-  return !clipping_in(0.0, 1.0, now_s).empty();
+  return !partners_in(0.0, 1.0, /*clipped_only=*/true, now_s).empty();
 }
 
 bool BehindWatch::ahead_of_swarm(double own, double now_s) const {
   if (cfg_.behind <= 0 || own < 0) return false;
   std::lock_guard<std::mutex> lk(mu_);
-  std::size_t recent = 0, behind = 0;
-  for (const auto& [id, h] : heard_) {
-    if (now_s - h.at_s > cfg_.window_s) continue;
-    ++recent;
-    if (h.progress <= own - cfg_.behind) ++behind;
-  }
-  return behind >= cfg_.min_partners && 2 * behind > recent;
+  return !partners_in(0.0, own - cfg_.behind, /*clipped_only=*/false, now_s).empty();
 }
 
 std::vector<std::string> BehindWatch::finished_apart(double now_s) const {
   if (cfg_.behind <= 0) return {};
   std::lock_guard<std::mutex> lk(mu_);
   if (now_s < quiet_until_s_) return {};
-  return clipping_in(1.0, 1.0, now_s);
+  return partners_in(1.0, 1.0, /*clipped_only=*/true, now_s);
 }
 
 void BehindWatch::tried(double now_s) {

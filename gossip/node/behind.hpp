@@ -69,10 +69,11 @@ class BehindWatch {
     double progress = 0, at_s = 0;
     bool clipped_away = false;
   };
-  // Of the partners heard within the window, those at progress in [from, to] that clipped us, in
-  // order of progress (furthest first), when at least min_partners and more than half of those
-  // heard.
-  std::vector<std::string> clipping_in(double from, double to, double now_s) const;
+  // Of the partners heard within the window, those at progress in [from, to] (and, with
+  // clipped_only, that clipped us away), in order of progress (furthest first), when at least
+  // min_partners and more than half of those heard; empty otherwise.
+  std::vector<std::string> partners_in(double from, double to, bool clipped_only,
+                                       double now_s) const;
   BehindConfig cfg_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Heard> heard_;

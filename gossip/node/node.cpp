@@ -44,7 +44,6 @@ Node::Node(net::Transport& transport, const NodeConfig& cfg, kernels::Backend& b
   lc.share = cfg.max_lag_share;
   lag_ = std::make_unique<LagBound>(lc);
   if (cfg.max_ahead > 0) pace_ = std::make_unique<PaceKeeper>(PaceConfig{cfg.max_ahead});
-  gossip_every_ = std::max(1, cfg.averager.gossip_every);
   // Shared threads have no owner that fetches a state mid-run (gossip-sim steps the trainer).
   if (cfg.behind.behind > 0 && threads_ == NodeThreads::Separate) {
     BehindConfig bc = cfg.behind;

@@ -4,6 +4,7 @@
 // owns the transport (apps/common/peer_node) builds, starts and stops it.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -135,27 +136,28 @@ class Node final : private core::StepHook {
   // StepContext::hand_back. Returns them, furthest ahead first (CatchUpClientConfig::prefer), and
   // clears them; empty when none asked. Training thread.
   std::vector<std::string> catch_up_wanted() { return std::exchange(catch_up_wanted_, {}); }
-  // --catch-up-behind, for a finished peer: whether partners well behind it clip it away (it ran
-  // ahead of the swarm and should not leave with a model the swarm does not share), whether most
-  // partners heard in the last 10 s clip it away whatever their progress, and the finished partners
-  // that do, when they are enough to take one's state (then the watch keeps quiet for a while, as
-  // after a catch-up). False and empty when off. Any thread.
+  // --catch-up-behind, for a finished peer (BehindWatch; false and empty when off; any thread):
+  // whether partners well behind it clip it away (it ran ahead of the swarm and should not leave
+  // with a model the swarm does not share); whether most partners heard in the last 10 s clip it
+  // away, whatever their progress; whether most of them are 10% of the run or more behind it; and
+  // the finished partners that clip it away, when they are enough to take one's state (then the
+  // watch keeps quiet for a while, as after a catch-up).
   bool ran_ahead() const { return behind_ && behind_->ran_ahead(1.0, now_s()); }
-  // Whether this peer averaged less than a tenth as often as its --gossip-every asks over its run
-  // (a slow link: it trained alone between its few exchanges). False when off.
-  bool undermixed() const {
-    const std::int64_t steps = total_steps_.load();
-    return behind_ && steps > 0 &&
-           10.0 * double(averager_->stats().averaging) * double(gossip_every_) < double(steps);
-  }
   bool apart() const { return behind_ && behind_->apart(now_s()); }
-  // Finished, while most partners heard in the last 10 s are 10% of the run or more behind.
   bool ahead_of_swarm() const { return behind_ && behind_->ahead_of_swarm(1.0, now_s()); }
   std::vector<std::string> finished_apart() {
     if (!behind_) return {};
     auto ids = behind_->finished_apart(now_s());
     if (!ids.empty()) behind_->tried(now_s());
     return ids;
+  }
+  // Whether this peer averaged less than a tenth as often as its --gossip-every asks over its run
+  // (a slow link: it trained alone between its few exchanges). False when off.
+  bool undermixed() const {
+    const std::int64_t steps = total_steps_.load();
+    const int every = std::max(1, averager_->config().gossip_every);
+    return behind_ && steps > 0 &&
+           10.0 * double(averager_->stats().averaging) * double(every) < double(steps);
   }
 
  private:
@@ -234,7 +236,6 @@ class Node final : private core::StepHook {
   std::unique_ptr<BehindWatch> behind_;
   std::vector<std::string> catch_up_wanted_;
   std::atomic<std::int64_t> total_steps_{0};  // of our run, from the training thread
-  int gossip_every_ = 1;                       // cfg.averager.gossip_every
   std::uint64_t pace_waits_ = 0;
   double pace_wait_s_ = 0.0;
 };
