@@ -257,8 +257,21 @@ TEST_CASE("member table: a partition is suspected from two or more dead members,
   CHECK(c.known == 1);
   CHECK_FALSE(c.partition_suspected());
   CHECK(count_dead(members(2, 2, 4)).partition_suspected());
-  // Suspects are alive until declared dead.
+  // Suspects are alive until declared dead, but they make a partition possible: the lingering
+  // peer waits for the suspicion to end either way.
   auto m = members(4, 0, 0);
   m[1].state = m[2].state = MemberState::Suspect;
+  c = count_dead(m);
+  CHECK(c.suspect == 2);
+  CHECK_FALSE(c.partition_suspected());
+  CHECK(c.partition_possible());
+  m[2].state = MemberState::Alive;
+  CHECK_FALSE(count_dead(m).partition_possible());  // one silent member is one crash at most
+  m[2].state = MemberState::Dead;
+  CHECK(count_dead(m).partition_possible());  // one dead and one suspected
   CHECK_FALSE(count_dead(m).partition_suspected());
+  // Six alive, two silent of eight: under a third.
+  auto e = members(6, 1, 0);
+  e[0].state = MemberState::Suspect;
+  CHECK_FALSE(count_dead(e).partition_possible());
 }

@@ -369,7 +369,8 @@ TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "
 // Defects issue, item 3: a partition that heals after every peer finished training was crossed
 // only if the sides were still there at the heal; with the default --linger (10 s) they had left
 // (consensus 0.18 in this run on 2026-11-29 with --linger-heal 0, the sides apart for half of
-// training). --linger-heal keeps a peer that sees a third of the swarm dead without leaving.
+// training). --linger-heal keeps a peer that sees a third of the swarm silent (dead or suspected)
+// without leaving.
 TEST_CASE("churn: a partition that heals after training is crossed by the lingering sides",
           "[system][churn][netns][slow]") {
   if (const char* why = netns_missing()) {
@@ -400,7 +401,7 @@ TEST_CASE("churn: a partition that heals after training is crossed by the linger
     for (std::string l; std::getline(f, l);) {
       if (l.find("linger: ") == std::string::npos) continue;
       lines += "peer " + std::to_string(i) + ": " + l + "\n";
-      if (l.find("dead without leaving") != std::string::npos) ++held;
+      if (l.find("silent without leaving") != std::string::npos) ++held;
       if (l.find("members back") != std::string::npos) ++back;
     }
   }

@@ -457,8 +457,9 @@ const OptionTable<PeerConfig>& peer_options() {
                                    : show_value(kDefaultLingerS) + " with --seeds or --listen, else 0";
           }).for_programs(kGossipPeer | kGossipSim),
       O::seconds("linger-heal",
-                 "after --linger, while two or more members are dead without having left and they "
-                 "are a third or more of those known (a partition, not peers that finished), linger "
+                 "after --linger, while two or more members are silent (dead, or suspected: not yet "
+                 "declared) without having left and they are a third or more of those known (a "
+                 "partition, not peers that finished), linger "
                  "up to this long more for them to come back, then --linger once more so both "
                  "sides settle; as long, at most, for a swarm still training far behind this peer "
                  "or for a finished partner to take the state of (--catch-up-behind) (0: off)",

@@ -94,8 +94,8 @@ struct PeerConfig {
   gossip::NodeConfig node = peer_node_defaults();
   std::string fault_spec;  // the --fault value as given, for the warning
   double linger_s = -1.0;    // serve exchanges after training; <0: kDefaultLingerS with gossip, else 0
-  // --linger-heal: after the linger, while a partition is suspected (gossip::DeadCount), linger on
-  // up to this long for the dead members to come back; then --linger once more. 0: off.
+  // --linger-heal: after the linger, while a partition is possible (gossip::DeadCount), linger on
+  // up to this long for the silent members to come back; then --linger once more. 0: off.
   double linger_heal_s = 30.0;
   // The training thread's watchdog: no step, evaluation batch or wait for this long (or 50 times
   // the slowest gap seen) is a stall; 0: off. And a stop request must end the process in stop_grace_s.

@@ -415,36 +415,38 @@ LingerSaw linger_watching(const apps::PeerConfig& cfg, core::Trainer& trainer, a
 
 // --linger-heal: a partition that heals after training (every peer of a side finished while the
 // other side was unreachable) is crossed only if both sides are still there at the heal. So while
-// the dead members are many enough to be a partition, keep serving for up to linger_heal_s, and
-// once they are back, for --linger once more (the settle exchanges merge the sides). A partition
-// seen during the linger that healed just before it ended counts as back too: a side that left
-// then, 0.3 s after the heal, ended a run at consensus 2 (docs/robustness.md).
+// the silent members (dead, or suspected: a split is declared only a suspicion timeout after it)
+// are many enough to be a partition, keep serving for up to linger_heal_s, and once they are back,
+// for --linger once more (the settle exchanges merge the sides). A partition seen during the
+// linger that healed just before it ended counts as back too: a side that left then, 0.3 s after
+// the heal, ended a run at consensus 2 (docs/robustness.md).
 void linger_through_partition(const apps::PeerConfig& cfg, core::Trainer& trainer,
                               apps::PeerNode& node, bool saw_partition) {
   if (cfg.linger_heal_s <= 0 || cfg.linger_s <= 0 || g_stop.load()) return;
   gossip::DeadCount d = node.gossip().dead_count();
-  if (!d.partition_suspected()) {
+  if (!d.partition_possible()) {
     if (!saw_partition) return;
     spdlog::info("linger: members back ({} dead of {} now) during the linger: lingering {} s more "
                  "so both sides settle", d.dead, d.known, cfg.linger_s);
     trainer.linger(g_stop, cfg.linger_s);
     return;
   }
-  spdlog::info("linger: {} of {} members dead without leaving (a partition?): lingering up to {} s "
-               "more for them to come back (--linger-heal)",
-               d.dead, d.known, cfg.linger_heal_s);
+  spdlog::info("linger: {} of {} members silent without leaving ({} dead, {} suspected: a "
+               "partition?): lingering up to {} s more for them to come back (--linger-heal)",
+               d.dead + d.suspect, d.known, d.dead, d.suspect, cfg.linger_heal_s);
   const auto t0 = std::chrono::steady_clock::now();
   const auto waited = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  while (!g_stop.load() && d.partition_suspected() && waited() < cfg.linger_heal_s) {
+  while (!g_stop.load() && d.partition_possible() && waited() < cfg.linger_heal_s) {
     trainer.linger(g_stop, 0.5);
     d = node.gossip().dead_count();
   }
   if (g_stop.load()) return;
-  if (d.partition_suspected()) {
-    spdlog::warn("linger: {} of {} members still dead after {:.1f} s more: leaving without them",
-                 d.dead, d.known, waited());
+  if (d.partition_possible()) {
+    spdlog::warn("linger: {} of {} members still silent after {:.1f} s more ({} dead, {} "
+                 "suspected): leaving without them",
+                 d.dead + d.suspect, d.known, waited(), d.dead, d.suspect);
     return;
   }
   spdlog::info("linger: members back after {:.1f} s ({} dead of {} now): lingering {} s more so "

@@ -316,6 +316,7 @@ DeadCount count_dead(const std::vector<MemberInfo>& members) {
     if (m.state == MemberState::Left) continue;
     ++c.known;
     if (m.state == MemberState::Dead) ++c.dead;
+    if (m.state == MemberState::Suspect) ++c.suspect;
   }
   return c;
 }

@@ -109,7 +109,7 @@ class Node final : private core::StepHook {
   core::StepHook& hook() { return *this; }
   // Live members known, this peer not counted. Any thread.
   std::size_t live_count() const { return membership_->live_count(); }
-  // Members dead without leaving, and those known (count_dead). Any thread.
+  // Members dead or suspected without leaving, and those known (count_dead). Any thread.
   DeadCount dead_count() const { return count_dead(membership_->members()); }
   AveragerStats stats() const { return averager_->stats(); }
   // --max-lag: how often, and for how long in all, training waited for an exchange to complete.
