@@ -112,6 +112,17 @@ TEST_CASE("behind: a finished peer apart from the swarm, and the finished partne
   CHECK(w.finished_apart(8.0).empty());
   // Nobody heard within the window: not apart (nothing says so).
   CHECK_FALSE(w.apart(30.0));
+  // A state taken at the end forgets what was heard, without the quiet of a catch-up mid-run:
+  // partners that clip the copy away again (it was taken while they settled) say so at once.
+  w.exchanged("a", 1.0, 1e-6, 1.0, 31.0);
+  w.exchanged("b", 1.0, 1e-6, 1.0, 31.0);
+  REQUIRE(w.finished_apart(31.0) == Ids{"a", "b"});
+  w.tried(31.0, 0.0);
+  CHECK(w.finished_apart(31.0).empty());  // forgotten
+  w.exchanged("a", 1.0, 1e-6, 0.2, 32.0);
+  CHECK(w.finished_apart(32.0).empty());  // one heard since
+  w.exchanged("b", 1.0, 1e-6, 0.2, 32.5);
+  CHECK(w.finished_apart(32.5) == Ids{"a", "b"});
 }
 
 TEST_CASE("behind: a finished peer ahead of a swarm still training, clipped or not", "[gossip]") {

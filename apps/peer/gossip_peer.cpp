@@ -372,14 +372,20 @@ void take_finished_state(const apps::PeerConfig& cfg, core::Trainer& trainer, ap
                "of one, then lingering {} s",
                done.size(), why, cfg.linger_s);
   catch_up(trainer, node, cfg, metrics, /*cohort=*/false, /*mid_run=*/true, std::move(done));
+  node.gossip().took_state();
 }
 
 // What a linger saw while it served (checked every 0.5 s).
 struct LingerSaw {
   bool partition = false;   // a partition was suspected (see linger_through_partition)
   bool ran_ahead = false;   // partners well behind clipped us away (Node::ran_ahead)
-  bool took_state = false;  // apart from the swarm, we took a finished partner's state
+  int takes = 0;            // apart from the swarm, we took a finished partner's state this often
 };
+
+// A state taken from a finished partner while the swarm still settles is an older copy: partners
+// that settled on meanwhile clip it away again (a run ended with two such peers 0.13 from the
+// others, docs/robustness.md). So a peer takes again while they do, this often at most.
+constexpr int kMaxTakes = 3;
 
 // --linger: serve exchanges for linger_s after training. --catch-up-behind at the end: a peer
 // apart from the swarm (was_apart: it averaged a tenth as often as --gossip-every asks, or most
@@ -387,23 +393,29 @@ struct LingerSaw {
 // runs clip it away: it ran ahead) would leave with a model the swarm does not share: a slow link
 // kept it from averaging, and it trained on alone between its few exchanges. As soon as finished
 // partners that clip it away are enough (BehindWatch::finished_apart), while they still linger
-// to meet it, it takes one's state, the swarm's model, and lingers a full --linger from then.
+// to meet it, it takes one's state, the swarm's model, and lingers a full --linger from then
+// (again while partners clip that copy away, up to kMaxTakes; `takes` already made).
 // Peers that finish together and were not apart do not: the settle exchanges bring them together.
 LingerSaw linger_watching(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node,
-                          core::Metrics& metrics, bool was_apart) {
+                          core::Metrics& metrics, bool was_apart, int takes = 0) {
   LingerSaw saw;
+  saw.takes = takes;
   auto t0 = std::chrono::steady_clock::now();
   double left = cfg.linger_s;
   while (!g_stop.load() && left > 0) {
     saw.partition = saw.partition || node.gossip().dead_count().partition_suspected();
     saw.ran_ahead = saw.ran_ahead || node.gossip().ran_ahead();
-    if (!saw.took_state && (was_apart || saw.ran_ahead)) {
+    if (saw.takes < kMaxTakes && (was_apart || saw.ran_ahead || saw.takes > 0)) {
       auto done = node.gossip().finished_apart();
       if (!done.empty()) {
         take_finished_state(cfg, trainer, node, metrics, std::move(done),
-                            "it averaged seldom, was apart from them when its training ended, or "
-                            "ran ahead of them");
-        saw.took_state = true;
+                            saw.takes == 0
+                                ? std::string("it averaged seldom, was apart from them when its "
+                                              "training ended, or ran ahead of them")
+                                : fmt::format("the state taken before was a copy from while they "
+                                              "settled: take {} of {} at most",
+                                              saw.takes + 1, kMaxTakes));
+        ++saw.takes;
         t0 = std::chrono::steady_clock::now();
       }
     }
@@ -481,7 +493,7 @@ void linger_while_apart(const apps::PeerConfig& cfg, core::Trainer& trainer, app
     if (!done.empty()) {
       take_finished_state(cfg, trainer, node, metrics, std::move(done),
                           fmt::format("after {:.1f} s more", waited()));
-      trainer.linger(g_stop, cfg.linger_s);
+      linger_watching(cfg, trainer, node, metrics, /*was_apart=*/true, /*takes=*/1);
       return;
     }
     if (!g.apart() && !g.ahead_of_swarm()) {
@@ -509,7 +521,7 @@ void finish_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::Pe
   const bool apart_in_training = node.gossip().apart() || node.gossip().undermixed();
   const LingerSaw saw = linger_watching(cfg, trainer, node, metrics, apart_in_training);
   linger_through_partition(cfg, trainer, node, saw.partition);
-  if (!saw.took_state)
+  if (saw.takes == 0)
     linger_while_apart(cfg, trainer, node, metrics, apart_in_training || saw.ran_ahead);
   if (!res.stopped && !g_stop.load()) {
     const core::EvalResult ev = trainer.evaluate(test);

@@ -68,10 +68,10 @@ std::vector<std::string> BehindWatch::finished_apart(double now_s) const {
   return partners_in(1.0, 1.0, /*clipped_only=*/true, now_s);
 }
 
-void BehindWatch::tried(double now_s) {
+void BehindWatch::tried(double now_s, double quiet_s) {
   std::lock_guard<std::mutex> lk(mu_);
   heard_.clear();
-  quiet_until_s_ = now_s + cfg_.after_try_s;
+  quiet_until_s_ = now_s + (quiet_s < 0 ? cfg_.after_try_s : quiet_s);
 }
 
 }  // namespace gossiptrain::gossip

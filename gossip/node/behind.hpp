@@ -61,8 +61,8 @@ class BehindWatch {
   // far_ahead) to take one's state; empty otherwise.
   std::vector<std::string> finished_apart(double now_s) const;
   // A catch-up was made (or tried) at now_s: what was heard is forgotten, and far_ahead and
-  // finished_apart say nothing until after_try_s have passed.
-  void tried(double now_s);
+  // finished_apart say nothing until quiet_s (negative: after_try_s) have passed.
+  void tried(double now_s, double quiet_s = -1.0);
 
  private:
   struct Heard {
