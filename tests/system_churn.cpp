@@ -424,7 +424,7 @@ TEST_CASE("churn: a partition that heals after training is crossed by the linger
 // from there.
 TEST_CASE("churn: a paused peer left far behind catches up from a partner mid-run",
           "[system][churn][slow]") {
-  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+  if (!gt_test::fashion_mnist_present()) {
     WARN("skipped: Fashion-MNIST is not installed (dataset-fashion-mnist)");
     return;
   }

@@ -18,12 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-bool fashion_mnist_present() {
-  std::error_code ec;
-  return std::filesystem::exists(
-      std::string(gossiptrain::core::kDefaultFashionMnistDir) + "/train-labels-idx1-ubyte.gz", ec);
-}
-
 // Runs gossip-launch with GOSSIPTRAIN_MEM_LIMIT_MB=400 set for this run only.
 int launch_in_400mb(const std::vector<std::string>& args, const std::string& log, std::string* out,
                     std::chrono::seconds timeout) {
@@ -68,7 +62,7 @@ TEST_CASE("gossip-launch refuses a run that cannot fit in memory, before any pee
 }
 
 TEST_CASE("a peer keeps its own shard of the training set in memory and nothing more", "[system]") {
-  if (!fashion_mnist_present()) {
+  if (!gt_test::fashion_mnist_present()) {
     WARN("skipped: Fashion-MNIST is not installed (dataset-fashion-mnist)");
     return;
   }

@@ -163,7 +163,7 @@ TEST_CASE("three hosts as a user runs them: the README's commands with default B
     WARN("skipped: " << lab.why());
     return;
   }
-  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+  if (!gt_test::fashion_mnist_present()) {
     WARN("skipped: Fashion-MNIST is not installed (scripts/setup.sh installs it)");
     return;
   }

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint.hpp"
+#include "core/dataset.hpp"
 #include "tests/test_util.hpp"
 
 extern char** environ;
@@ -34,6 +35,12 @@ namespace gt_test {
 // One of our programs (gossip-peer, gossip-launch, gossip-bench) in the build tree.
 inline std::string app_bin(const std::string& name) { return std::string(GT_BIN_DIR) + "/" + name; }
 inline std::string peer_bin() { return app_bin("gossip-peer"); }
+// Whether Debian's dataset-fashion-mnist is installed (tests that train on it skip without it).
+inline bool fashion_mnist_present() {
+  std::error_code ec;
+  return std::filesystem::exists(
+      std::string(gossiptrain::core::kDefaultFashionMnistDir) + "/train-labels-idx1-ubyte.gz", ec);
+}
 
 // A child process with stdout+stderr in a log file; killed (SIGKILL) if still running on scope exit.
 class Process {

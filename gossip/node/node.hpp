@@ -140,20 +140,17 @@ class Node final : private core::StepHook {
   // whether partners well behind it clip it away (it ran ahead of the swarm and should not leave
   // with a model the swarm does not share); whether most partners heard in the last 10 s clip it
   // away, whatever their progress; whether most of them are 10% of the run or more behind it; and
-  // the finished partners that clip it away, when they are enough to take one's state (then what
-  // was heard is forgotten: only exchanges after the take say whether the state taken still
+  // the finished partners that clip it away, when they are enough to take one's state (took_state
+  // then forgets what was heard: only exchanges after the take say whether the state taken still
   // leaves it apart, a copy made while the swarm settled).
   bool ran_ahead() const { return behind_ && behind_->ran_ahead(1.0, now_s()); }
   bool apart() const { return behind_ && behind_->apart(now_s()); }
   bool ahead_of_swarm() const { return behind_ && behind_->ahead_of_swarm(1.0, now_s()); }
-  std::vector<std::string> finished_apart() {
-    if (!behind_) return {};
-    auto ids = behind_->finished_apart(now_s());
-    if (!ids.empty()) behind_->tried(now_s(), /*quiet_s=*/0.0);
-    return ids;
+  std::vector<std::string> finished_apart() const {
+    return behind_ ? behind_->finished_apart(now_s()) : std::vector<std::string>{};
   }
-  // The state was taken (after finished_apart): what was heard during the fetch was about the
-  // model it replaced, and is forgotten.
+  // The state was taken (after finished_apart): what was heard before and during the fetch was
+  // about the model it replaced, and is forgotten.
   void took_state() {
     if (behind_) behind_->tried(now_s(), /*quiet_s=*/0.0);
   }
