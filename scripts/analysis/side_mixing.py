@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How the peers of a gossip-launch run mixed with each other at the end of training.
 
-    scripts/analysis/side_mixing.py RUN_DIR [--from PROGRESS] [--training-only]
+    scripts/analysis/side_mixing.py RUN_DIR [--from PROGRESS] [--training-only] [--list]
 
 From each peer's metrics.jsonl, on the launcher's clock (summary.json's clock_offset_s): the time
 the swarm's mean progress (steps over steps_total, from the step lines) reached PROGRESS (default
@@ -12,7 +12,9 @@ partition (events.jsonl; all peers are one side without one) whose smallest clip
 listed as "clipped". --training-only: only the exchanges while one of the pair still trained (up to
 the later of the two last steps), leaving out the linger, where peers at distance ~0 are clipped
 harmlessly. Then each peer's summed effective weight (w * clip) over those exchanges, and
-the consensus distance at the end (consensus.jsonl's final sample). Exit 0; 2 on a bad argument.
+the consensus distance at the end (consensus.jsonl's final sample). --list: every such exchange of
+a same-side pair under 0.5, with both peers' progress at it (from their step lines, which come
+every 50 steps) and how many had a progress gap of 0.04 or more. Exit 0; 2 on a bad argument.
 """
 import json
 import os
@@ -92,6 +94,30 @@ def main(argv):
             if training_only and offsets[i] + r["t"] > max(finish.get(i, 0), finish.get(j, 0)):
                 continue
             pairs.setdefault((i, j), []).append(r)
+    if "--list" in argv:
+        steps = {i: [(offsets[i] + r["t"], r["step"] / r["steps_total"]) for r in rows
+                     if r.get("event") == "step" and r.get("steps_total")]
+                 for i, rows in peers.items()}
+
+        def prog(i, t):
+            return max((p for ts, p in steps[i] if ts <= t), default=0.0)
+
+        gapped = level = 0
+        for (i, j), rs in sorted(pairs.items()):
+            if side.get(i, 0) != side.get(j, 0):
+                continue
+            for r in rs:
+                if r.get("clip", 1.0) >= 0.5:
+                    continue
+                t = offsets[i] + r["t"]
+                pi, pj = prog(i, t), prog(j, t)
+                if abs(pi - pj) >= 0.04:
+                    gapped += 1
+                else:
+                    level += 1
+                print(f"  {i}-{j} t {t:.2f} clip {r['clip']:.3g} ||r - s|| {r.get('diff_norm', float('nan')):.4g} "
+                      f"tau {r.get('tau', float('nan')):.4g} progress {pi:.3f}/{pj:.3f}")
+        print(f"same-side exchanges under 0.5: {gapped} with a progress gap >= 0.04, {level} level")
     clipped = []
     print("pair    side  ok  min_clip mean_clip mean_dist")
     for (i, j), rs in sorted(pairs.items()):
