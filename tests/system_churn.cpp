@@ -10,9 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -78,6 +81,35 @@ std::vector<std::string> netns_names() {
   }
   ::pclose(f);
   return out;
+}
+
+// Writes a churn scenario (its JSON text) to tmp/name; returns the path.
+std::string write_scenario(const gt_test::TempDir& tmp, const std::string& name,
+                           const std::string& text) {
+  const std::string path = tmp / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Peer i's log lines of run that contain any of the needles, each prefixed "peer i: ".
+std::string log_lines(const std::string& run, int i, std::initializer_list<const char*> needles) {
+  std::string out;
+  std::ifstream f(run + "/peer" + std::to_string(i) + "/log.txt");
+  for (std::string l; std::getline(f, l);)
+    for (const char* n : needles)
+      if (l.find(n) != std::string::npos) {
+        out += "peer " + std::to_string(i) + ": " + l + "\n";
+        break;
+      }
+  return out;
+}
+
+// How many lines of text contain needle.
+int count_lines(const std::string& text, const char* needle) {
+  int n = 0;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) n += l.find(needle) != std::string::npos ? 1 : 0;
+  return n;
 }
 
 // Runs gossip-launch with args to its end (the test fails past 240 s) and warns how long the
@@ -231,16 +263,16 @@ TEST_CASE("churn: gossip-launch --netns partitions four peers and heals them", "
   // 2026-11-27, and ended before the heal; 350 had taken 14 s before; about 100 s a 700 on busy
   // cores).
   const double at = 3.0, dur = 8.0;
-  {
-    std::ofstream f(tmp / "part.json");
-    f << R"({"events":[{"at":)" << at
-      << R"(,"event":"partition","groups":[[0,1],[2,3]],"for":)" << dur << "}]}";
-  }
+  const std::string scenario =
+      write_scenario(tmp, "part.json",
+                     R"({"events":[{"at":)" + std::to_string(at) +
+                         R"(,"event":"partition","groups":[[0,1],[2,3]],"for":)" +
+                         std::to_string(dur) + "}]}");
   const char* epochs = std::getenv("GT_CHURN_NETNS_EPOCHS");
   const std::vector<std::string> args = {
       "--peers", "4", "--data", "synthetic", "--model", "mlp:784-32-10",
       "--lr", "0.01", "--epochs", epochs ? epochs : "1400", "--backend", "cpu",
-      "--no-plots", "--out", run, "--netns", "--churn", tmp / "part.json", "--linger", "5"};
+      "--no-plots", "--out", run, "--netns", "--churn", scenario, "--linger", "5"};
   std::string out;
   const int rc = run_launch(args, tmp / "launch.log", &out, "netns partition");
   INFO("gossip-launch output:\n" << out);
@@ -381,31 +413,23 @@ TEST_CASE("churn: a partition that heals after training is crossed by the linger
   const std::string run = tmp / "run";
   // Split at half of training for 25 s: about 10 s of training on an idle 2-core machine, so the
   // second half ends about 5 s after the split and the default linger 10 s later, before the heal.
-  {
-    std::ofstream f(tmp / "part.json");
-    f << R"({"events":[{"at_progress":0.5,"event":"partition","groups":[[0,1],[2,3]],"for":25}]})";
-  }
+  const std::string scenario = write_scenario(
+      tmp, "part.json",
+      R"({"events":[{"at_progress":0.5,"event":"partition","groups":[[0,1],[2,3]],"for":25}]})");
   const std::vector<std::string> args = {
       "--peers", "4", "--data", "synthetic", "--model", "mlp:784-32-10", "--epochs", "700",
-      "--backend", "cpu", "--no-plots", "--out", run, "--netns", "--churn", tmp / "part.json"};
+      "--backend", "cpu", "--no-plots", "--out", run, "--netns", "--churn", scenario};
   std::string out;
   const int rc = run_launch(args, tmp / "launch.log", &out, "late heal");
   INFO("gossip-launch output:\n" << out);
   REQUIRE(rc == 0);
   const json s = read_json_file(run + "/summary.json");
   CHECK(s["failed_peers"] == json::array());
-  int held = 0, back = 0;
   std::string lines;
-  for (int i = 0; i < 4; ++i) {
-    std::ifstream f(run + "/peer" + std::to_string(i) + "/log.txt");
-    for (std::string l; std::getline(f, l);) {
-      if (l.find("linger: ") == std::string::npos) continue;
-      lines += "peer " + std::to_string(i) + ": " + l + "\n";
-      if (l.find("silent without leaving") != std::string::npos) ++held;
-      if (l.find("members back") != std::string::npos) ++back;
-    }
-  }
+  for (int i = 0; i < 4; ++i) lines += log_lines(run, i, {"linger: "});
   INFO("the peers' linger lines:\n" << lines);
+  const int held = count_lines(lines, "silent without leaving");
+  const int back = count_lines(lines, "members back");
   if (held == 0) {
     // The heal came before any peer's linger ended (a slow machine): the settle exchanges of the
     // linger cross it, which the partition test above covers; the consensus below still holds.
@@ -430,32 +454,23 @@ TEST_CASE("churn: a paused peer left far behind catches up from a partner mid-ru
   }
   gt_test::TempDir tmp("gt-churn-paused");
   const std::string run = tmp / "run";
-  {
-    std::ofstream f(tmp / "pause.json");
-    f << R"({"events":[{"at_progress":0.2,"event":"pause","peers":[3],"for":10}]})";
-  }
+  const std::string scenario = write_scenario(
+      tmp, "pause.json", R"({"events":[{"at_progress":0.2,"event":"pause","peers":[3],"for":10}]})");
   // Fashion-MNIST (robust mixing needs real distances: on the synthetic task the models agree
   // too soon for a clip to say anything); 6 epochs train in about 14 s on an idle 2-core machine.
   const std::vector<std::string> args = {
       "--peers", "4", "--model", "mlp:784-64-10", "--epochs", "6", "--seed", "1",
-      "--backend", "cpu", "--no-plots", "--out", run, "--churn", tmp / "pause.json"};
+      "--backend", "cpu", "--no-plots", "--out", run, "--churn", scenario};
   std::string out;
   const int rc = run_launch(args, tmp / "launch.log", &out, "paused peer");
   INFO("gossip-launch output:\n" << out);
   REQUIRE(rc == 0);
   const json s = read_json_file(run + "/summary.json");
   CHECK(s["failed_peers"] == json::array());
-  std::string lines;
-  bool left_behind = false, caught_up = false;
-  std::ifstream f(run + "/peer3/log.txt");
-  for (std::string l; std::getline(f, l);) {
-    if (l.find("left behind: ") != std::string::npos) left_behind = true;
-    if (l.find("caught up with ") != std::string::npos) caught_up = true;
-    if (l.find("left behind") != std::string::npos || l.find("caught up") != std::string::npos ||
-        l.find("linger: ") != std::string::npos)
-      lines += l + "\n";
-  }
+  const std::string lines = log_lines(run, 3, {"left behind", "caught up", "linger: "});
   INFO("peer 3's catch-up lines:\n" << lines);
+  const bool left_behind = count_lines(lines, "left behind: ") > 0;
+  const bool caught_up = count_lines(lines, "caught up with ") > 0;
   if (!left_behind) {
     // The others finished before peer 3 resumed (a slow machine): it took a finished partner's
     // state at the end instead, or the settle exchanges met it; the consensus below still holds.
