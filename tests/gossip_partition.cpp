@@ -106,57 +106,20 @@ TEST_CASE("an unreachable partner is backed off, longer each time, until it answ
   PartnerChoice pc;  // backoff 2 s, doubling up to 16 s
   const Millis t0(100000);
   CHECK_FALSE(pc.backed_off("a", t0));
-  pc.unreachable("a", t0, t0);
+  pc.unreachable("a", t0);
   CHECK(pc.backed_off("a", t0 + Millis(1999)));
   CHECK_FALSE(pc.backed_off("a", t0 + Millis(2000)));
-  pc.unreachable("a", t0, t0);
+  pc.unreachable("a", t0);
   CHECK(pc.backed_off("a", t0 + Millis(3999)));
   CHECK_FALSE(pc.backed_off("a", t0 + Millis(4000)));
-  for (int i = 0; i < 10; ++i) pc.unreachable("a", t0, t0);
+  for (int i = 0; i < 10; ++i) pc.unreachable("a", t0);
   CHECK(pc.backed_off("a", t0 + Millis(15999)));
   CHECK_FALSE(pc.backed_off("a", t0 + Millis(16000)));  // capped
   CHECK_FALSE(pc.backed_off("b", t0));
-  pc.answered("a", t0);
+  pc.answered("a");
   CHECK_FALSE(pc.backed_off("a", t0));
-  pc.unreachable("a", t0, t0);  // the doubling starts over
+  pc.unreachable("a", t0);  // the doubling starts over
   CHECK_FALSE(pc.backed_off("a", t0 + Millis(2000)));
-}
-
-TEST_CASE("after a partner kept us waiting in vain, the partners heard from meanwhile are asked "
-          "first, for a while",
-          "[gossip]") {
-  PartnerChoice pc;  // backoff_min 2 s
-  const Millis t0(100000);
-  auto refs = [](std::initializer_list<const char*> ids) {
-    std::vector<PeerRef> v;
-    for (const char* id : ids) v.push_back(PeerRef{id, {}});
-    return v;
-  };
-  auto ids = [](const std::vector<PeerRef>& v) {
-    std::vector<std::string> out;
-    for (const auto& p : v) out.push_back(p.id);
-    return out;
-  };
-  // Before the split every partner answered; then we ask "far" from t0 on and it stays silent,
-  // while side-mates "m1" and "m2" ask us (answered BUSY) and "other", across the split, does not.
-  pc.answered("other", t0 - Millis(300));
-  pc.answered("m1", t0 + Millis(500));
-  pc.answered("m2", t0 + Millis(1200));
-  auto cands = refs({"other", "m1", "m2", "unknown"});
-  pc.prefer_heard(cands, t0 + Millis(1400));  // nothing unanswered yet: all of them
-  CHECK(cands.size() == 4);
-  pc.unreachable("far", t0 + Millis(1400), t0);
-  pc.prefer_heard(cands, t0 + Millis(1400));
-  CHECK(ids(cands) == std::vector<std::string>{"m1", "m2"});
-  // Once backoff_min has passed, the draw is over all of them again.
-  auto later = refs({"other", "m1", "m2"});
-  pc.prefer_heard(later, t0 + Millis(3400));
-  CHECK(later.size() == 3);
-  // Nobody heard from since the silence began: the candidates are left as they are.
-  pc.unreachable("far", t0 + Millis(5000), t0 + Millis(4000));
-  auto none = refs({"other", "m1", "m2"});
-  pc.prefer_heard(none, t0 + Millis(5000));
-  CHECK(none.size() == 3);
 }
 
 namespace {

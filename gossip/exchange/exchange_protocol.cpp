@@ -271,7 +271,6 @@ void ExchangeProtocol::try_next_peer() {
   // Partners that did not answer lately are asked only when nobody else is left to ask.
   std::vector<PeerRef> cands = candidates(e, true);
   if (cands.empty()) cands = candidates(e, false);
-  choice_.prefer_heard(cands, port_.now());
   if (cands.empty()) {
     if (e.tries > 0) return fail(e.last_reason.value_or(FailureReason{}), {});
     // Nothing to ask (alone, or membership not there yet): not an exchange, no event.
@@ -359,7 +358,7 @@ void ExchangeProtocol::try_failed(FailureReason reason, bool close_conn) {
   if (is_timeout(reason.kind))
     choice_.record(e.partner, double((port_.now() - e.asked).count()), port_.now());
   // It did not answer at all: the next exchanges ask others first (partner_choice.hpp).
-  if (is_unanswered(reason.kind)) choice_.unreachable(e.partner, port_.now(), e.asked);
+  if (is_unanswered(reason.kind)) choice_.unreachable(e.partner, port_.now());
   if (close_conn && e.conn) {
     // A late answer on this connection must not be mistaken for a new exchange's.
     port_.forget_pooled(e.partner);
@@ -458,7 +457,7 @@ void ExchangeProtocol::on_busy_or_refuse(const net::ConnectionPtr& c, std::uint8
 // partner is reachable.
 void ExchangeProtocol::answered(const Exchange& e) {
   deadlines_.record(double((port_.now() - e.requested).count()));
-  choice_.answered(e.partner, port_.now());
+  choice_.answered(e.partner);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -503,7 +502,7 @@ void ExchangeProtocol::refuse(const net::ConnectionPtr& c, const RequestMsg& m, 
 
 void ExchangeProtocol::on_request(const net::ConnectionPtr& c, const net::Bytes& b) {
   const RequestMsg m = decode_request(b);
-  choice_.answered(c->peer_id(), port_.now());  // it reaches us: no reason to back off from it
+  choice_.answered(c->peer_id());  // it reaches us: no reason to back off from it
   answer_request(c, m, true);
 }
 

@@ -347,7 +347,7 @@ void ExchangeProtocol::fail(FailureReason reason, std::optional<ExchangeCode> no
   if (reason.kind == ExchangeFailure::TimeoutTransfer ||
       reason.kind == ExchangeFailure::PartnerLost ||
       reason.kind == ExchangeFailure::PartnerSilent) {
-    choice_.unreachable(partner, port_.now(), e.asked);
+    choice_.unreachable(partner, port_.now());
     measure_link(e);
   }
   report(e, reason);

@@ -33,31 +33,8 @@ void PartnerChoice::record(const std::string& partner, double ms, Millis now) {
   it->second.last = now;
 }
 
-void PartnerChoice::answered(const std::string& partner, Millis now) {
-  backoff_.erase(partner);
+void PartnerChoice::unreachable(const std::string& partner, Millis now) {
   if (partner.empty()) return;
-  if (heard_.size() >= kMaxPartners && !heard_.count(partner))
-    heard_.erase(std::min_element(heard_.begin(), heard_.end(),
-                                  [](auto& a, auto& b) { return a.second < b.second; }));
-  heard_[partner] = now;
-}
-
-void PartnerChoice::prefer_heard(std::vector<PeerRef>& cands, Millis now) const {
-  if (now >= quiet_until_) return;
-  auto heard_since = [&](const PeerRef& p) {
-    auto it = heard_.find(p.id);
-    return it != heard_.end() && it->second >= quiet_since_;
-  };
-  if (std::none_of(cands.begin(), cands.end(), heard_since)) return;
-  cands.erase(std::remove_if(cands.begin(), cands.end(),
-                             [&](const PeerRef& p) { return !heard_since(p); }),
-              cands.end());
-}
-
-void PartnerChoice::unreachable(const std::string& partner, Millis now, Millis since) {
-  if (partner.empty()) return;
-  quiet_since_ = std::min(since, now);
-  quiet_until_ = now + Millis(static_cast<std::int64_t>(cfg_.backoff_min_ms));
   auto it = backoff_.find(partner);
   if (it == backoff_.end()) {
     if (backoff_.size() >= kMaxPartners)

@@ -72,18 +72,10 @@ class PartnerChoice {
   // The recorded cost of partner in ms, or -1.
   double cost(const std::string& partner) const;
   // partner did not answer (its dial failed or timed out, a request or a transfer got no
-  // answer), asked from `since` on: backed off from now. answered: it reached us at now (answered
-  // our request, or sent one of its own): not backed off, and heard.
-  void unreachable(const std::string& partner, Millis now, Millis since);
-  void answered(const std::string& partner, Millis now);
+  // answer): backed off from now. answered: it answered (any message, any exchange): not.
+  void unreachable(const std::string& partner, Millis now);
+  void answered(const std::string& partner) { backoff_.erase(partner); }
   bool backed_off(const std::string& partner, Millis now) const;
-  // A partner that kept us waiting in vain may be across a split that membership has not seen
-  // yet, and so may the next one drawn: at a 4|4 split a peer asked two of the other side in
-  // turn and trained alone for 4.4 s while its side averaged without it, which then found it
-  // persistently far (docs/robustness.md, "A side-mate behind its side"). For backoff_min_ms
-  // after an unanswered partner, the partners that reached us while we waited on it are on our
-  // side of any split: leaves in cands only those, where there is one (else cands as they are).
-  void prefer_heard(std::vector<PeerRef>& cands, Millis now) const;
 
  private:
   struct Cost {
@@ -97,8 +89,6 @@ class PartnerChoice {
     Millis until{0};
   };
   std::unordered_map<std::string, Backoff> backoff_;  // at most kMaxPartners
-  std::unordered_map<std::string, Millis> heard_;     // when each reached us last; at most kMaxPartners
-  Millis quiet_since_{0}, quiet_until_{0};  // the last unanswered partner: asked from, preferring until
 };
 
 }  // namespace gossiptrain::gossip
