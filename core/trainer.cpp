@@ -230,16 +230,10 @@ double Trainer::read_loss_sum() {
   return sum;
 }
 
-double schedule_factor(Schedule s, double p) {
-  if (s == Schedule::Constant) return 1.0;
-  p = std::clamp(p, 0.0, 1.0);
-  return 0.5 * (1.0 + std::cos(std::numbers::pi * p));
-}
-
 float Trainer::lr_at(std::int64_t step) const {
   if (cfg_.schedule == Schedule::Constant) return cfg_.lr;
-  const double p = double(step) / double(std::max<std::int64_t>(1, total_steps_));
-  return float(cfg_.lr * schedule_factor(cfg_.schedule, p));
+  const double p = std::min(1.0, double(step) / double(std::max<std::int64_t>(1, total_steps_)));
+  return float(cfg_.lr * 0.5 * (1.0 + std::cos(std::numbers::pi * p)));
 }
 
 void Trainer::call_hook(bool done) {

@@ -28,9 +28,6 @@ std::string_view to_string(Schedule s);
 // Reads a flag spelling; std::invalid_argument naming the flag for any other text.
 void from_string(std::string_view text, Optimizer& out);
 void from_string(std::string_view text, Schedule& out);
-// The schedule's step size at progress p (steps done over the run's steps, clamped to [0, 1]),
-// relative to the base rate: 1 for constant, 0.5 (1 + cos(pi p)) for cosine.
-double schedule_factor(Schedule s, double p);
 
 struct TrainConfig {
   std::string model = "mlp:784-256-256-10";

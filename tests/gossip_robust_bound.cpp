@@ -527,63 +527,6 @@ TEST_CASE("robust bound: a joiner far behind in steps and the peer it joins acce
   }
 }
 
-TEST_CASE("robust bound: a partner behind us in a decaying schedule gets a bound grown with its "
-          "steps, at most lag_max, and no refusal lifted",
-          "[gossip]") {
-  auto cosine = [](double p) { return 0.5 * (1.0 + std::cos(3.141592653589793 * p)); };
-  RobustConfig rc = robust_defaults();
-  rc.step_size = cosine;
-  RobustBound b(rc);
-  Millis now{0};
-  warm(b, 32, 1.0, 4, now);  // B about 1, tau about 3
-  auto own = [] { return 100.0; };
-  const double plain_tau = b.judge("ahead", 0.5, own, now).tau;  // steps not told: no lag
-  REQUIRE(plain_tau > 2.0);
-  REQUIRE(plain_tau < 4.0);
-  b.set_own_step(800, 1000);  // 80% through
-  b.heard_step("behind", 700, now);
-  b.heard_step("ahead", 900, now);
-  SECTION("10% behind at 80%: the ratio of the cosine's step sizes") {
-    const auto j = b.judge("behind", 7.0, own, now);
-    CHECK(j.why.empty());
-    CHECK_FALSE(j.suspect);
-    CHECK(j.lag == Approx(cosine(0.7) / cosine(0.8)));
-    CHECK(j.tau == Approx(plain_tau * cosine(0.7) / cosine(0.8)).epsilon(0.05));
-    // The clip an exchange at this distance gets: over 0.5 with the lag, under it without.
-    CHECK(j.tau / 7.0 > 0.5);
-    CHECK(plain_tau / 7.0 < 0.5);
-  }
-  SECTION("a partner ahead of us, or our schedule constant: the plain bound") {
-    CHECK(b.judge("ahead", 6.0, own, now).lag == 1.0);
-    RobustConfig flat = robust_defaults();
-    flat.step_size = [](double) { return 1.0; };
-    RobustBound c(flat);
-    Millis t{0};
-    warm(c, 32, 1.0, 4, t);
-    c.set_own_step(800, 1000);
-    c.heard_step("behind", 700, t);
-    CHECK(c.judge("behind", 6.0, own, t).lag == 1.0);
-  }
-  SECTION("a claim of being far behind buys at most lag_max, and far is still refused") {
-    b.set_own_step(990, 1000);  // the step size near 0: the ratio would be 99
-    b.heard_step("behind", 910, now);
-    const auto j = b.judge("behind", 6.0, own, now);
-    CHECK(j.lag == Approx(rc.lag_max));
-    CHECK(j.tau <= rc.lag_max * plain_tau * 1.05);
-    // Beyond refuse_mult * tau and our own norm: refused as before (the plain tau decides).
-    CHECK(b.judge("behind", 200.0, own, now).why == "far");
-  }
-  SECTION("done training: a side-mate still training gets lag_max") {
-    b.set_own_step(1000, 1000);
-    b.heard_step("behind", 800, now);
-    CHECK(b.judge("behind", 6.0, own, now).lag == Approx(rc.lag_max));
-  }
-  SECTION("a progress gap (a joiner from scratch) keeps the plain bound") {
-    b.heard_step("behind", 300, now);  // under half our 800 steps
-    CHECK(b.judge("behind", 6.0, own, now).lag == 1.0);
-  }
-}
-
 TEST_CASE("robust bound: a suspect_decay not in 0 < d <= 1 is refused", "[gossip]") {
   RobustConfig rc = robust_defaults();
   for (double d : {0.0, -0.5, 1.5}) {

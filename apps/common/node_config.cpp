@@ -5,7 +5,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/trainer.hpp"
 #include "net/secure/identity.hpp"
 
 namespace gossiptrain::apps {
@@ -36,10 +35,6 @@ gossip::NodeConfig node_config(const PeerConfig& cfg, std::uint64_t fingerprint)
   nc.fingerprint = fingerprint;
   nc.averager.fingerprint = fingerprint;
   nc.checkpoint_dir = cfg.train.checkpoint_dir;
-  // Robust mixing allows for a partner's place in our learning rate schedule (schedule lag).
-  nc.averager.robust.step_size = [s = cfg.train.schedule](double p) {
-    return core::schedule_factor(s, p);
-  };
   if (nc.averager.fault.mode != gossip::FaultMode::None)
     spdlog::warn("FAULTY PEER (--fault {}): sending corrupted vectors, mixing nothing in",
                  cfg.fault_spec);

@@ -315,12 +315,6 @@ const OptionTable<PeerConfig>& peer_options() {
                 "median there; the refusal rules use the latest)",
                 robust(&R::clip_mult), 0.1, 1e6)
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
-      O::number("clip-lag-max", "X",
-                "clipped: a partner behind us in a decaying learning rate schedule (not a "
-                "progress gap) takes larger steps: tau grows by the ratio of its step size to "
-                "ours, at most X (1: off; the refusal rules keep the plain tau)",
-                robust(&R::lag_max), 1, 1e6)
-          .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       O::number("clip-window", "N",
                 "clipped: applied exchanges whose partners the median is taken over",
                 robust(&R::clip_window), 1, 100000)
@@ -736,7 +730,7 @@ const std::vector<HelpGroup>& peer_help_groups() {
         "weighting", "partner-choice", "catch-up", "catch-up-behind", "catch-up-timeout", "min-peers",
         "min-peers-timeout", "linger", "linger-heal", "linger-settle", "max-rate"}},
       {"Robust mixing",
-       {"mix", "clip-mult", "clip-lag-max", "clip-window", "clip-warmup", "clip-warmup-frac", "suspect-mult",
+       {"mix", "clip-mult", "clip-window", "clip-warmup", "clip-warmup-frac", "suspect-mult",
         "suspect-floor", "suspect-action", "suspect-decay", "suspect-min-clip", "refuse-mult",
         "max-diff-norm", "ban-after", "ban-window", "ban", "fault"}},
       {"Network", {"advertise", "advertise-interface", "identity", "network-key", "allowlist", "net-nice", "net-cores",

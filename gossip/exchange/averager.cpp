@@ -252,10 +252,6 @@ Verdict Averager::judge_at(const std::string& partner, double norm,
   if (cfg_.robust.mix != MixMode::Clipped) return v;
   const RobustBound::Judgement j = bound_.judge(partner, norm, own_norm, at);
   v.tau = j.tau;
-  if (j.lag > 1 && norm > j.tau / j.lag)
-    spdlog::debug("averager: ||r - s|| = {:.4g} from {}, behind us in the schedule: tau {:.4g} "
-                  "({:.3g}x for its larger steps)",
-                  norm, short_id(partner), j.tau, j.lag);
   if (j.suspect)
     spdlog::info(
         "averager: ||r - s|| = {:.4g} from {} is far {} ({} in a row): clipped to {:.4g}{}", norm,
@@ -438,7 +434,7 @@ void Averager::between_steps(core::StepContext& ctx) {
   own_samples_.store(ctx.shard_size);
   own_progress_.store(core::progress_of(ctx));
   own_step_.store(ctx.step);
-  bound_.set_own_step(ctx.step, ctx.total_steps);
+  bound_.set_own_step(ctx.step);
   StepWork w = take_work(ctx);
   if (widen_.exchange(false)) {  // our int4-rel vector did not decode at a partner
     buffers_->widen_all();

@@ -38,7 +38,6 @@ void validate(const RobustConfig& rc) {
   if (!(rc.recover_frac >= 0 && rc.recover_frac <= 1)) bad("recover_frac");
   if (rc.replay_repeats < 0) bad("replay_repeats");
   if (!(rc.gap_ratio >= 0 && rc.gap_ratio <= 1) || rc.gap_min_steps < 0) bad("gap parameters");
-  if (!(rc.lag_max >= 1) || !std::isfinite(rc.lag_max)) bad("lag_max");
   if (rc.ban_after < 0 || rc.ban_window.count() < 0 || rc.ban_base.count() < 0 ||
       rc.ban_max < rc.ban_base)
     bad("ban parameters");
@@ -226,9 +225,6 @@ RobustBound::Judgement RobustBound::judge(const std::string& partner, double nor
     }
   }
   p.suspect_streak = 0;
-  // An accepted partner behind us in the schedule: the larger steps explain the larger distance.
-  j.lag = schedule_lag(p);
-  j.tau *= j.lag;
   return j;
 }
 
@@ -286,17 +282,6 @@ bool RobustBound::progress_gap(const Partner& p) const {
   return hi - lo >= cfg_.gap_min_steps && double(lo) < cfg_.gap_ratio * double(hi);
 }
 
-double RobustBound::schedule_lag(const Partner& p) const {
-  if (!cfg_.step_size || own_total_ <= 0 || p.step < 0 || own_step_ < 0 || p.step >= own_step_ ||
-      progress_gap(p))
-    return 1.0;
-  const double theirs = cfg_.step_size(double(p.step) / double(own_total_));
-  const double ours = cfg_.step_size(double(own_step_) / double(own_total_));
-  if (!(theirs > ours)) return 1.0;  // also a non-finite step_size
-  if (!(ours > 0)) return cfg_.lag_max;
-  return std::clamp(theirs / ours, 1.0, cfg_.lag_max);
-}
-
 bool RobustBound::replaying(const std::string& id) const {
   if (cfg_.replay_repeats <= 0) return false;
   const auto it = partners_.find(id);
@@ -311,10 +296,9 @@ void RobustBound::heard_payload(const std::string& partner, std::uint64_t hash) 
   p.has_payload = true;
 }
 
-void RobustBound::set_own_step(std::int64_t step, std::int64_t total_steps) {
+void RobustBound::set_own_step(std::int64_t step) {
   std::lock_guard<std::mutex> lk(mu_);
   own_step_ = step;
-  own_total_ = total_steps;
 }
 
 void RobustBound::heard_step(const std::string& partner, std::int64_t step, Millis now) {

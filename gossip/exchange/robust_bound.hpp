@@ -79,18 +79,6 @@ struct RobustConfig {
   // from tau, floored) instead. A vector beyond that is judged as any other.
   double gap_ratio = 0.5;
   std::int64_t gap_min_steps = 64;
-  // Schedule lag: with a decaying learning rate a partner behind us in steps takes larger steps
-  // than ours, and its honest distance grows with them (a side-mate 6-19% behind late in a
-  // cosine run was clipped to 0.11-0.48 by peers that had settled or finished: docs/robustness.md,
-  // "A side-mate behind its side"). step_size(progress) is the schedule's step size relative to its base (null:
-  // off). A partner whose told step count is behind ours gets the tau we vote multiplied by
-  // step_size(its progress) / step_size(ours), at most lag_max (its progress: its steps over our
-  // run's; once we are done our step size is 0 and the factor is lag_max). A partner with a
-  // progress gap keeps the plain tau (a joiner from scratch: its distance is not noise). Only the clip: the refusal rules keep the plain
-  // tau, so a partner that merely claims to be behind gains at most lag_max times a pull that tau
-  // already bounds, and no refusal is lifted.
-  std::function<double(double)> step_size;
-  double lag_max = 16.0;
   int suspect_window = 5;
   int suspect_min = 3;
   std::chrono::milliseconds suspect_age{60000};
@@ -123,7 +111,6 @@ class RobustBound {
     bool floored = false;  // with suspect: tau is the honest-drift floor, not B * decay^k
     bool odd = false;      // with suspect: in the warm-up every partner was far; we may be the odd one
     bool replay = false;   // with suspect: its vector is the same as its last ones (replay_repeats)
-    double lag = 1;        // the schedule lag's factor on tau (>= 1; 1 when it does not apply)
     // A refusal counts towards a ban (ban_after), except the warm-up's while our norm says
     // nothing yet (norm_says_nothing_locked).
     bool bans = true;
@@ -137,8 +124,7 @@ class RobustBound {
   void accepted(const std::string& partner, double norm);
   // Progress, in optimizer steps: ours (training thread, every step boundary) and a partner's as
   // it told us (protocol thread, before its vector is judged).
-  // total_steps: our run's length (0: not known, no schedule lag).
-  void set_own_step(std::int64_t step, std::int64_t total_steps = 0);
+  void set_own_step(std::int64_t step);
   // Our parameters' norm before our first steps (the first call counts): the warm-up's bound is
   // our own norm, which says something of a partner only once it is mostly the shared start.
   void set_initial_norm(double norm);
@@ -169,8 +155,6 @@ class RobustBound {
   // The warm-up still refuses them, but a refusal that says so little bans nobody.
   bool norm_says_nothing_locked(double own) const;
   bool progress_gap(const Partner& p) const;
-  // step_size's ratio for a partner behind us (1: off, not behind, or a progress gap).
-  double schedule_lag(const Partner& p) const;
   bool replaying(const std::string& id) const;
   // Clips partner p as suspect, from base (B, or the warm-up tau) decaying with its streak.
   // floor_on: keep the clip at suspect_min_clip (a progress gap, or too few partners to compare).
@@ -203,7 +187,6 @@ class RobustBound {
   std::deque<std::pair<std::string, double>> hist_;  // (partner, ||r - s||): the last 2 clip_window applied
   std::uint64_t accepted_ = 0;
   std::int64_t own_step_ = -1;
-  std::int64_t own_total_ = 0;  // our run's steps (set_own_step); 0: not known
   double initial_norm_ = -1;  // set_initial_norm; -1: not known
   bool warm_near_ = false;  // a partner within our own norm in the warm-up
   std::unordered_map<std::string, Partner> partners_;  // bounded: see forget_stale
