@@ -24,15 +24,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from run_metrics import peer_ids, peer_metrics, read_jsonl  # noqa: E402
 
 
-def progress_time(peers, offsets, frac):
-    """Launcher time at which the mean over peers of step / steps_total first reached frac."""
-    points = []  # (t, peer, progress)
-    for i, rows in peers.items():
-        for r in rows:
-            if r.get("event") == "step" and r.get("steps_total"):
-                points.append((offsets[i] + r["t"], i, r["step"] / r["steps_total"]))
-    points.sort()
-    cur = {i: 0.0 for i in peers}
+def progress_points(peers, offsets):
+    """Each peer's (launcher time, step / steps_total) from its step lines, in its order."""
+    return {i: [(offsets[i] + r["t"], r["step"] / r["steps_total"]) for r in rows
+                if r.get("event") == "step" and r.get("steps_total")]
+            for i, rows in peers.items()}
+
+
+def progress_time(steps, frac):
+    """Launcher time at which the mean over peers of their progress (progress_points) first
+    reached frac."""
+    points = sorted((t, i, p) for i, pts in steps.items() for t, p in pts)
+    cur = {i: 0.0 for i in steps}
     for t, i, p in points:
         cur[i] = p
         if sum(cur.values()) / len(cur) >= frac:
@@ -66,7 +69,8 @@ def main(argv):
     part = [e for e in ev if e.get("event") == "churn" and e.get("kind") == "partition"]
     heal = [e for e in ev if e.get("event") == "churn" and e.get("kind") == "heal"]
     side = {p: k for k, g in enumerate(part[0]["groups"]) for p in g} if part else {}
-    t0 = progress_time(peers, offsets, frac)
+    steps = progress_points(peers, offsets)
+    t0 = progress_time(steps, frac)
     if t0 is None:
         print(f"{run}: the swarm never reached progress {frac}", file=sys.stderr)
         return 2
@@ -95,10 +99,6 @@ def main(argv):
                 continue
             pairs.setdefault((i, j), []).append(r)
     if "--list" in argv:
-        steps = {i: [(offsets[i] + r["t"], r["step"] / r["steps_total"]) for r in rows
-                     if r.get("event") == "step" and r.get("steps_total")]
-                 for i, rows in peers.items()}
-
         def prog(i, t):
             return max((p for ts, p in steps[i] if ts <= t), default=0.0)
 
