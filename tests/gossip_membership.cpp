@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <deque>
+#include <map>
 #include <spdlog/spdlog.h>
 #include <set>
 
@@ -213,6 +214,29 @@ TEST_CASE("membership messages: encode/decode round trip and rejection of bad in
   CHECK(sync.members == std::vector<Update>{s});
   auto req = gossip::decode_ping_req(gossip::encode(gossip::PingReqMsg{5, "p2", "h:2", {}}));
   CHECK(req.target_addr == "h:2");
+  CHECK(req.self.progress == -1.0);  // not known unless said
+
+  // The progress word: round trip in all three, refused out of range on both sides.
+  const gossip::ProgressWord word{0.375, 1234, 0.0625};
+  CHECK(gossip::decode_ping(gossip::encode(gossip::PingMsg{1, "p9", {a}, word})).self == word);
+  CHECK(gossip::decode_ack(gossip::encode(gossip::AckMsg{1, {a}, word})).self == word);
+  CHECK(gossip::decode_ping_req(gossip::encode(gossip::PingReqMsg{1, "p2", "h:2", {}, word})).self ==
+        word);
+  for (double bad : {1.5, -0.5, std::nan("")}) {
+    CHECK_THROWS_AS(gossip::encode(gossip::AckMsg{1, {}, {bad, 1}}), std::invalid_argument);
+    net::Bytes ack = gossip::encode(gossip::AckMsg{1, {}, word});
+    base::put_f64(ack.data() + 5, bad);  // version byte, seq, then the word
+    CHECK_THROWS_AS(gossip::decode_ack(ack), gossip::DecodeError);
+  }
+  net::Bytes negative_step = gossip::encode(gossip::AckMsg{1, {}, word});
+  base::put_u64(negative_step.data() + 13, ~std::uint64_t{0});
+  CHECK_THROWS_AS(gossip::decode_ack(negative_step), gossip::DecodeError);
+  for (double bad : {-0.5, 2e6, std::nan(""), HUGE_VAL}) {
+    CHECK_THROWS_AS(gossip::encode(gossip::AckMsg{1, {}, {0.5, 1, bad}}), std::invalid_argument);
+    net::Bytes ack = gossip::encode(gossip::AckMsg{1, {}, word});
+    base::put_f64(ack.data() + 21, bad);  // then the rate
+    CHECK_THROWS_AS(gossip::decode_ack(ack), gossip::DecodeError);
+  }
 
   net::Bytes good = gossip::encode(gossip::GossipMsg{{a}});
   net::Bytes truncated(good.begin(), good.end() - 1);
@@ -239,6 +263,40 @@ TEST_CASE("membership messages: encode/decode round trip and rejection of bad in
   CHECK_FALSE(gossip::valid_addr("10.0.0.1:0"));
   CHECK_FALSE(gossip::valid_addr("10.0.0.1:70000"));
   CHECK_FALSE(gossip::valid_addr(":7000"));
+}
+
+TEST_CASE("membership: every member hears every other's progress word, from the member itself",
+          "[gossip]") {
+  // --max-ahead hears partners' progress through these words: each must reach every member within
+  // a few probe periods, attributed to the member that said it (never to one a message names).
+  Cluster cl(net::SimOptions{.latency = 1ms});
+  constexpr int kN = 8;
+  std::vector<std::map<std::string, gossip::ProgressWord>> heard(kN);
+  cl.add_peers(kN);
+  for (int i = 0; i < kN; ++i) {
+    // Member 0 has no progress to say yet ("not known"): that is never handed on.
+    const gossip::ProgressWord own =
+        i == 0 ? gossip::ProgressWord{} : gossip::ProgressWord{0.1 * i, 100 * i, 0.01 * i};
+    cl[i].set_progress([own] { return own; },
+                       [&heard, i](const std::string& id, const gossip::ProgressWord& w) {
+                         heard[i][id] = w;
+                       });
+  }
+  REQUIRE(cl.converge());
+  // Each member probes one member per period and is probed by one on average: 2n periods give
+  // each pair a ping and its ack many times over.
+  cl.net.run_for(2 * kN * cl.cfg.probe_interval);
+  for (int i = 0; i < kN; ++i) {
+    CAPTURE(i);
+    CHECK(heard[i].count(id_of(0)) == 0);
+    for (int j = 1; j < kN; ++j) {
+      if (j == i) continue;
+      CAPTURE(j);
+      REQUIRE(heard[i].count(id_of(j)) == 1);
+      CHECK(heard[i][id_of(j)] == gossip::ProgressWord{0.1 * j, 100 * j, 0.01 * j});
+    }
+    CHECK(heard[i].count(id_of(i)) == 0);
+  }
 }
 
 TEST_CASE("membership: alive -> suspect -> dead after exactly the minimum suspicion timeout", "[gossip]") {

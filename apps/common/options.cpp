@@ -223,7 +223,7 @@ const OptionTable<PeerConfig>& peer_options() {
           .for_programs(kGossipPeer | kGossipSim | kPythonPeer),
       PeerOption{"max-ahead", "F|off",
        "keep pace: a peer more than F of its run ahead of the slowest partner it heard from in "
-       "the last 10 s (each exchange tells both sides the other's progress) stops training and "
+       "the last 10 s (exchanges and membership pings say each side's progress) stops training and "
        "serves exchanges until it is not, at most 2 s at a time; partners over 0.1 behind are not "
        "waited for, unless two or more are and none is nearer: then it waits for the front of "
        "them (off: never wait)",

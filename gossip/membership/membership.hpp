@@ -83,6 +83,14 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   Membership& operator=(const Membership&) = delete;
 
   void set_listener(MemberListener listener) { listener_ = std::move(listener); }
+  // The progress word (messages.hpp) we put in every ping, ping-req and ack, read when one is
+  // sent (protocol thread); and who hears the word a member put in one it sent us. Unset: we say
+  // "not known" and ignore what we hear.
+  void set_progress(std::function<ProgressWord()> own,
+                    std::function<void(const std::string&, const ProgressWord&)> heard) {
+    own_word_ = std::move(own);
+    heard_word_ = std::move(heard);
+  }
   // Called once, with what is most likely wrong, when the join gives up (join_refused_limit, or
   // at once when a seed proves it holds our identity key); the membership then stops trying to
   // join.
@@ -187,6 +195,11 @@ class Membership : public net::TransportHandler, public PeerDirectory {
 
   // Dissemination.
   std::vector<Update> take_broadcasts(std::size_t max);
+  // Our progress word for a message we send, and handing on the one a member sent us.
+  ProgressWord own_word() const { return own_word_ ? own_word_() : ProgressWord{}; }
+  void heard_word(const net::ConnectionPtr& c, const ProgressWord& w) const {
+    if (heard_word_ && w.progress >= 0) heard_word_(c->peer_id(), w);
+  }
   int retransmit_limit() const;
 
   // Messaging.
@@ -225,6 +238,8 @@ class Membership : public net::TransportHandler, public PeerDirectory {
   std::string self_addr_;
   base::ProtocolRng rng_;
   MemberListener listener_;
+  std::function<ProgressWord()> own_word_;
+  std::function<void(const std::string&, const ProgressWord&)> heard_word_;
   std::shared_ptr<bool> token_;  // weakly held by callbacks that may outlive us
 
   std::unique_ptr<MemberTable> table_;  // ourselves included; see member_table.hpp

@@ -83,13 +83,17 @@ void Membership::handle_ping(const net::ConnectionPtr& c, PingMsg m) {
     return;
   }
   apply_all(c, m.updates);
-  send_on(c, MembershipType::Ack, encode(AckMsg{m.seq, take_broadcasts(cfg_.max_piggyback)}));
+  heard_word(c, m.self);
+  send_on(c, MembershipType::Ack,
+          encode(AckMsg{m.seq, take_broadcasts(cfg_.max_piggyback), own_word()}));
 }
 
 void Membership::handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m) {
   apply_all(c, m.updates);
+  heard_word(c, m.self);
   if (m.target_id == self_id_) {
-    send_on(c, MembershipType::Ack, encode(AckMsg{m.seq, take_broadcasts(cfg_.max_piggyback)}));
+    send_on(c, MembershipType::Ack,
+            encode(AckMsg{m.seq, take_broadcasts(cfg_.max_piggyback), own_word()}));
     return;
   }
   if (!net::dialable_addr(m.target_addr)) {
@@ -104,7 +108,8 @@ void Membership::handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m) {
   expect_ack(
       seq, cfg_.probe_timeout,
       [this, c, their_seq, requester] {
-        net::Bytes ack = encode(AckMsg{their_seq, take_broadcasts(cfg_.max_piggyback)});
+        net::Bytes ack =
+            encode(AckMsg{their_seq, take_broadcasts(cfg_.max_piggyback), own_word()});
         if (c->is_open()) {
           send_on(c, MembershipType::Ack, std::move(ack));
         } else if (const Row* r = table_->find(requester)) {
@@ -113,11 +118,12 @@ void Membership::handle_ping_req(const net::ConnectionPtr& c, PingReqMsg m) {
       },
       [this, target] { drop_link(target); });
   send_to(m.target_id, m.target_addr, MembershipType::Ping,
-          encode(PingMsg{seq, m.target_id, take_broadcasts(cfg_.max_piggyback)}));
+          encode(PingMsg{seq, m.target_id, take_broadcasts(cfg_.max_piggyback), own_word()}));
 }
 
 void Membership::handle_ack(const net::ConnectionPtr& c, AckMsg m) {
   apply_all(c, m.updates);
+  heard_word(c, m.self);
   auto it = acks_.find(m.seq);
   if (it == acks_.end()) return;  // late, or answered already
   sched_.cancel(it->second.timer);

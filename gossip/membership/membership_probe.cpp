@@ -58,7 +58,7 @@ void Membership::probe_tick() {
     if (u.id != target_id || piggyback.empty()) piggyback.push_back(std::move(u));
   }
   send_to(target_id, table_->addr_str(t), MembershipType::Ping,
-          encode(PingMsg{seq, target_id, std::move(piggyback)}));
+          encode(PingMsg{seq, target_id, std::move(piggyback), own_word()}));
   later(cfg_.probe_timeout, [this, seq] { indirect_probe(seq); });
 }
 
@@ -83,7 +83,8 @@ void Membership::indirect_probe(std::uint32_t seq) {
                                       [](const Row& m) { return m.state == MemberState::Alive; });
   for (const Row& h : helpers) {
     send_to(table_->id_str(h), table_->addr_str(h), MembershipType::PingReq,
-            encode(PingReqMsg{seq, target_id, target_addr, take_broadcasts(cfg_.max_piggyback)}));
+            encode(PingReqMsg{seq, target_id, target_addr, take_broadcasts(cfg_.max_piggyback),
+                              own_word()}));
   }
 }
 

@@ -34,6 +34,14 @@ namespace {
 class Writer : public base::ByteWriter {
  public:
   explicit Writer(std::size_t reserve) : ByteWriter(reserve) { u8(kMembershipWireVersion); }
+  void word(const ProgressWord& p) {
+    if (!(p.progress == -1.0 || (p.progress >= 0.0 && p.progress <= 1.0)) || p.step < 0 ||
+        !(p.rate == -1.0 || (p.rate >= 0.0 && p.rate <= kMaxProgressRate)))
+      throw std::invalid_argument("membership encode: progress word out of range");
+    f64(p.progress);
+    u64(static_cast<std::uint64_t>(p.step));
+    f64(p.rate);
+  }
   void update(const Update& u) {
     str8(u.id, kMaxPeerIdBytes);
     str8(u.addr, kMaxMemberAddrBytes);
@@ -81,6 +89,18 @@ class Reader : public base::ByteReader {
     if (!valid_addr(addr)) throw DecodeError("bad target addr");
     return addr;
   }
+  ProgressWord word() {
+    ProgressWord p;
+    p.progress = f64();
+    if (!(p.progress == -1.0 || (p.progress >= 0.0 && p.progress <= 1.0)))
+      throw DecodeError("progress out of range");
+    p.step = static_cast<std::int64_t>(u64());
+    if (p.step < 0) throw DecodeError("negative step");
+    p.rate = f64();
+    if (!(p.rate == -1.0 || (p.rate >= 0.0 && p.rate <= kMaxProgressRate)))
+      throw DecodeError("progress rate out of range");
+    return p;
+  }
   bool flag(const char* what) {
     const std::uint8_t v = u8();
     if (v > 1) throw DecodeError(what);
@@ -103,23 +123,26 @@ class Reader : public base::ByteReader {
 }  // namespace
 
 net::Bytes encode(const PingMsg& m) {
-  Writer w(64 + m.updates.size() * 64);
+  Writer w(80 + m.updates.size() * 64);
   w.u32(m.seq);
   w.str8(m.target_id, kMaxPeerIdBytes);
+  w.word(m.self);
   return w.take_with(m.updates, kMaxUpdatesPerMessage);
 }
 
 net::Bytes encode(const AckMsg& m) {
-  Writer w(16 + m.updates.size() * 64);
+  Writer w(32 + m.updates.size() * 64);
   w.u32(m.seq);
+  w.word(m.self);
   return w.take_with(m.updates, kMaxUpdatesPerMessage);
 }
 
 net::Bytes encode(const PingReqMsg& m) {
-  Writer w(160 + m.updates.size() * 64);
+  Writer w(176 + m.updates.size() * 64);
   w.u32(m.seq);
   w.str8(m.target_id, kMaxPeerIdBytes);
   w.str8(m.target_addr, kMaxMemberAddrBytes);
+  w.word(m.self);
   return w.take_with(m.updates, kMaxUpdatesPerMessage);
 }
 
@@ -138,17 +161,32 @@ net::Bytes encode(const GossipMsg& m) {
 // The fields are read in order: a braced list evaluates its elements left to right.
 PingMsg decode_ping(const net::Bytes& b) {
   Reader r(b, kMaxSmallMessageBytes);
-  return PingMsg{r.u32(), r.target_id(), r.last_updates(kMaxUpdatesPerMessage)};
+  PingMsg m;
+  m.seq = r.u32();
+  m.target_id = r.target_id();
+  m.self = r.word();
+  m.updates = r.last_updates(kMaxUpdatesPerMessage);
+  return m;
 }
 
 AckMsg decode_ack(const net::Bytes& b) {
   Reader r(b, kMaxSmallMessageBytes);
-  return AckMsg{r.u32(), r.last_updates(kMaxUpdatesPerMessage)};
+  AckMsg m;
+  m.seq = r.u32();
+  m.self = r.word();
+  m.updates = r.last_updates(kMaxUpdatesPerMessage);
+  return m;
 }
 
 PingReqMsg decode_ping_req(const net::Bytes& b) {
   Reader r(b, kMaxSmallMessageBytes);
-  return PingReqMsg{r.u32(), r.target_id(), r.target_addr(), r.last_updates(kMaxUpdatesPerMessage)};
+  PingReqMsg m;
+  m.seq = r.u32();
+  m.target_id = r.target_id();
+  m.target_addr = r.target_addr();
+  m.self = r.word();
+  m.updates = r.last_updates(kMaxUpdatesPerMessage);
+  return m;
 }
 
 SyncMsg decode_sync(const net::Bytes& b) {

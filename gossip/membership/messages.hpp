@@ -12,8 +12,9 @@
 
 namespace gossiptrain::gossip {
 
-// Every membership message starts with this byte; a mismatch closes the connection.
-inline constexpr std::uint8_t kMembershipWireVersion = 1;
+// Every membership message starts with this byte; a mismatch closes the connection. Version 2
+// added the sender's progress word to ping, ping-req and ack.
+inline constexpr std::uint8_t kMembershipWireVersion = 2;
 
 // Message types, inside the membership range of the Dispatcher (0x10-0x2F).
 enum class MembershipType : std::uint8_t {
@@ -49,20 +50,40 @@ struct Update {
   bool operator==(const Update&) const = default;
 };
 
+// What the sender says of its own training in every ping, ping-req and ack: the fraction of its
+// run done and its optimizer steps, as an exchange's REQUEST and ACCEPT say them. So --max-ahead
+// hears every member's progress every few probe periods, not only its exchange partners' (a peer
+// on a slow link exchanged 13 times in a whole run and never learned that it ran ahead). It is
+// attributed to the connection's authenticated peer, never to a member the message names.
+struct ProgressWord {
+  double progress = -1;   // -1: not known (no training yet, or no trainer), else in [0, 1]
+  std::int64_t step = 0;  // >= 0
+  // Its progress per second while training, as it measures it (-1: not measured), at most
+  // kMaxProgressRate: how far a listener may move its word on as it ages.
+  double rate = -1;
+  bool operator==(const ProgressWord&) const = default;
+};
+
+inline constexpr double kMaxProgressRate = 1e6;
+
+// On the wire the progress word comes before the update list (which ends every message).
 struct PingMsg {
   std::uint32_t seq = 0;
   std::string target_id;  // a ping meant for someone else (address reuse) is ignored
   std::vector<Update> updates;
+  ProgressWord self;
 };
 struct AckMsg {
   std::uint32_t seq = 0;
   std::vector<Update> updates;
+  ProgressWord self;
 };
 struct PingReqMsg {
   std::uint32_t seq = 0;
   std::string target_id;
   std::string target_addr;
   std::vector<Update> updates;
+  ProgressWord self;
 };
 struct SyncMsg {  // MembershipType::Sync and SyncReply
   std::uint32_t seq = 0;

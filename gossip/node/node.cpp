@@ -114,6 +114,19 @@ void Node::build_protocols(const NodeConfig& cfg, kernels::Backend& backend) {
       std::make_unique<Averager>(cfg.averager, transport_, dispatcher_, *membership_, backend);
   averager_->set_event_callback([this](const ExchangeEvent& e) { on_exchange(e); });
   averager_->set_silent_callback([this](const std::string& id) { membership_->probe_soon(id); });
+  // Every ping, ping-req and ack says the sender's progress: --max-ahead hears each member every
+  // few probe periods, where exchanges alone left a peer on a slow link deaf to the swarm.
+  membership_->set_progress(
+      [this] {
+        const double p = own_progress_.load();
+        return ProgressWord{p >= 0 ? std::min(1.0, p) : -1.0,
+                            std::max<std::int64_t>(0, own_step_.load()),
+                            pace_ && pace_->rate() > 0 ? pace_->rate() : -1.0};
+      },
+      [this](const std::string& id, const ProgressWord& w) {
+        if (pace_ && same_run_length(w.progress, w.step))
+          pace_->heard(id, w.progress, now_s(), w.rate);
+      });
   averager_->set_ban_callback([this](const BanEvent& b) {
     const double for_s = b.duration.count() / 1000.0;
     metrics_.emit("ban", {{"partner", b.partner},
@@ -138,8 +151,9 @@ void Node::build_protocols(const NodeConfig& cfg, kernels::Backend& backend) {
 }
 
 void Node::on_exchange(const ExchangeEvent& e) {
-  if (pace_ && same_run_length(e)) pace_->heard(e.partner, e.partner_progress, now_s());
-  if (behind_ && e.ok && same_run_length(e))
+  if (pace_ && same_run_length(e.partner_progress, e.partner_step))
+    pace_->heard(e.partner, e.partner_progress, now_s());
+  if (behind_ && e.ok && same_run_length(e.partner_progress, e.partner_step))
     behind_->exchanged(e.partner, e.partner_progress, e.clip, e.diff_norm, now_s());
   metrics_.emit("exchange", {{"partner", e.partner},
                              {"role", role_name(e.role)},
@@ -172,6 +186,8 @@ void Node::between_steps(core::StepContext& ctx) {
     return;
   }
   total_steps_.store(ctx.total_steps);
+  own_progress_.store(core::progress_of(ctx));
+  own_step_.store(ctx.step);
   const auto t0 = std::chrono::steady_clock::now();  // work done, not a decision: the wall clock
   if (comm_) comm_->before_averager(ctx);
   averager_->between_steps(ctx);
@@ -246,7 +262,7 @@ void Node::end_hold() {
   const double waited_s = double((sched_.now() - h.start).count()) / 1000.0;
   if (h.kind == Stage::Pace) {
     pace_wait_s_ += waited_s;
-    pace_->resumed(h.own, now_s());
+    pace_->resumed(h.own, now_s(), now_s() - waited_s);
     return;
   }
   averager_->set_eager(false);
@@ -262,11 +278,11 @@ void Node::end_hold() {
 // Fractions of runs of different lengths do not compare (a joiner with --epochs 1 beside a run of
 // 1000 would wait for it for ever): --max-ahead keeps pace only with partners whose run, their
 // step over their fraction done, is within 10% of ours in steps.
-bool Node::same_run_length(const ExchangeEvent& e) const {
+bool Node::same_run_length(double partner_progress, std::int64_t partner_step) const {
   const std::int64_t own = total_steps_.load();
-  if (own <= 0 || e.partner_step < 0 || !(e.partner_progress > 0)) return true;  // cannot tell
-  if (e.partner_progress >= 1) return true;  // done: says nothing of its length
-  const double theirs = double(e.partner_step) / e.partner_progress;
+  if (own <= 0 || partner_step < 0 || !(partner_progress > 0)) return true;  // cannot tell
+  if (partner_progress >= 1) return true;  // done: says nothing of its length
+  const double theirs = double(partner_step) / partner_progress;
   return std::abs(theirs - double(own)) <= 0.1 * double(own);
 }
 

@@ -178,7 +178,9 @@ class Node final : private core::StepHook {
   // --max-ahead: while more than that ahead of the slowest recent partner, serves the protocol
   // between steps (no training), at most kPaceWait at a time. Returns whether a wait opened.
   bool keep_pace(core::StepContext& ctx);
-  bool same_run_length(const ExchangeEvent& e) const;  // protocol thread
+  // A partner's word (an exchange's, or membership's progress word) from a run as long as ours
+  // in steps, or one we cannot tell (protocol thread).
+  bool same_run_length(double partner_progress, std::int64_t partner_step) const;
   void say_waits(int epoch);                           // the `waits` metric line
   // A wait training is in (--max-lag or --max-ahead): when it began, its deadline, and what ends
   // it early.
@@ -239,6 +241,9 @@ class Node final : private core::StepHook {
   std::unique_ptr<BehindWatch> behind_;
   std::vector<std::string> catch_up_wanted_;
   std::atomic<std::int64_t> total_steps_{0};  // of our run, from the training thread
+  // Ours at the last step boundary, for membership's progress word (-1: no step yet).
+  std::atomic<double> own_progress_{-1.0};
+  std::atomic<std::int64_t> own_step_{0};
   std::uint64_t pace_waits_ = 0;
   double pace_wait_s_ = 0.0;
 };

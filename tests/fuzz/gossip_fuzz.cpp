@@ -138,8 +138,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 // Well-formed messages of every kind, the driver's starting pool.
 std::vector<std::vector<std::uint8_t>> gt_fuzz_seeds(std::mt19937_64& rng) {
   std::vector<Bytes> s;
-  s.push_back(with_mode(0, encode(PingMsg{7, "peer-3", updates(rng, 3)})));
-  s.push_back(with_mode(1, encode(AckMsg{7, updates(rng, 2)})));
+  s.push_back(with_mode(0, encode(PingMsg{7, "peer-3", updates(rng, 3), {0.5, 40}})));
+  s.push_back(with_mode(1, encode(AckMsg{7, updates(rng, 2), {1.0, 80}})));
   s.push_back(with_mode(2, encode(PingReqMsg{8, "peer-2", "10.0.0.3:7000", updates(rng, 1)})));
   s.push_back(with_mode(3, encode(SyncMsg{9, true, updates(rng, 6)})));
   s.push_back(with_mode(4, encode(GossipMsg{updates(rng, 4)})));
