@@ -208,8 +208,10 @@ void catch_up(core::Trainer& trainer, apps::PeerNode& node, const apps::PeerConf
 
 // Trains to the end; a run that hands back (--catch-up-behind: partners far ahead clip this peer
 // away) fetches a partner's state and trains on from it. The result's seconds are the whole.
+// *finished_takes counts the states so taken that were finished ones (the partner was done, and
+// so is this peer now): a copy from while the swarm settles, as the linger's takes are.
 core::TrainResult train(core::Trainer& trainer, apps::PeerNode* node, const apps::PeerConfig& cfg,
-                        core::Metrics& metrics) {
+                        core::Metrics& metrics, int* finished_takes) {
   const auto t0 = std::chrono::steady_clock::now();
   core::TrainResult res = trainer.run(g_stop);
   while (res.handed_back && node && !g_stop.load()) {
@@ -222,6 +224,13 @@ core::TrainResult train(core::Trainer& trainer, apps::PeerNode* node, const apps
         "partner's state to catch up (--catch-up-behind {})",
         trainer.step(), pct, ahead.size(), cfg.node.behind.behind);
     catch_up(trainer, *node, cfg, metrics, /*cohort=*/false, /*mid_run=*/true, std::move(ahead));
+    if (trainer.step() >= trainer.total_steps()) {
+      // A paused peer came back to finished partners and took one's state: like a take in the
+      // linger it may be a copy from before they settled, and only exchanges from now on say so
+      // (two runs ended with such a peer 0.19-0.22 from the others, docs/robustness.md).
+      node->gossip().took_state();
+      ++*finished_takes;
+    }
     res = trainer.run(g_stop);
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -514,12 +523,15 @@ void linger_while_apart(const apps::PeerConfig& cfg, core::Trainer& trainer, app
 // After training: serve exchanges for --linger, then evaluate and save once more, since the
 // exchanges served changed the parameters.
 // A stopped peer skips both (the run saved its checkpoint on the way out): a stop must be quick.
+// `takes`: finished states train() took (a paused peer's catch-up to finished partners), which
+// linger_watching may take again as it does its own.
 void finish_gossip(const apps::PeerConfig& cfg, core::Trainer& trainer, apps::PeerNode& node,
-                   const core::Dataset& test, core::TrainResult& res, core::Metrics& metrics) {
+                   const core::Dataset& test, core::TrainResult& res, core::Metrics& metrics,
+                   int takes) {
   // Apart from the swarm as training ends: most partners of the last 10 s clipped us away, or we
   // averaged a tenth as often as the others (a slow link).
   const bool apart_in_training = node.gossip().apart() || node.gossip().undermixed();
-  const LingerSaw saw = linger_watching(cfg, trainer, node, metrics, apart_in_training);
+  const LingerSaw saw = linger_watching(cfg, trainer, node, metrics, apart_in_training, takes);
   linger_through_partition(cfg, trainer, node, saw.partition);
   if (saw.takes == 0)
     linger_while_apart(cfg, trainer, node, metrics, apart_in_training || saw.ran_ahead);
@@ -748,11 +760,12 @@ int train(const apps::PeerConfig& cfg, Resources& r) {
   };
   if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
   health.phase = apps::PeerHealth::Phase::Training;
-  core::TrainResult res = train(trainer, node.get(), cfg, metrics);
+  int finished_takes = 0;
+  core::TrainResult res = train(trainer, node.get(), cfg, metrics, &finished_takes);
   if (auto why = refused()) return usage_error("could not join the swarm: " + *why);
   if (res.stopped || g_stop.load()) health.phase = apps::PeerHealth::Phase::Stopping;
   else if (node) health.phase = apps::PeerHealth::Phase::Lingering;
-  if (node) finish_gossip(cfg, trainer, *node, r.data.test, res, metrics);
+  if (node) finish_gossip(cfg, trainer, *node, r.data.test, res, metrics, finished_takes);
   health.phase = apps::PeerHealth::Phase::Stopping;
   report_done(res, metrics);
   if (!export_final(cfg, r, trainer, res, metrics)) return 1;
