@@ -217,7 +217,7 @@ TEST_CASE("membership messages: encode/decode round trip and rejection of bad in
   CHECK(req.self.progress == -1.0);  // not known unless said
 
   // The progress word: round trip in all three, refused out of range on both sides.
-  const gossip::ProgressWord word{0.375, 1234, 0.0625};
+  const gossip::ProgressWord word{0.375, 1234};
   CHECK(gossip::decode_ping(gossip::encode(gossip::PingMsg{1, "p9", {a}, word})).self == word);
   CHECK(gossip::decode_ack(gossip::encode(gossip::AckMsg{1, {a}, word})).self == word);
   CHECK(gossip::decode_ping_req(gossip::encode(gossip::PingReqMsg{1, "p2", "h:2", {}, word})).self ==
@@ -231,12 +231,6 @@ TEST_CASE("membership messages: encode/decode round trip and rejection of bad in
   net::Bytes negative_step = gossip::encode(gossip::AckMsg{1, {}, word});
   base::put_u64(negative_step.data() + 13, ~std::uint64_t{0});
   CHECK_THROWS_AS(gossip::decode_ack(negative_step), gossip::DecodeError);
-  for (double bad : {-0.5, 2e6, std::nan(""), HUGE_VAL}) {
-    CHECK_THROWS_AS(gossip::encode(gossip::AckMsg{1, {}, {0.5, 1, bad}}), std::invalid_argument);
-    net::Bytes ack = gossip::encode(gossip::AckMsg{1, {}, word});
-    base::put_f64(ack.data() + 21, bad);  // then the rate
-    CHECK_THROWS_AS(gossip::decode_ack(ack), gossip::DecodeError);
-  }
 
   net::Bytes good = gossip::encode(gossip::GossipMsg{{a}});
   net::Bytes truncated(good.begin(), good.end() - 1);
@@ -276,7 +270,7 @@ TEST_CASE("membership: every member hears every other's progress word, from the 
   for (int i = 0; i < kN; ++i) {
     // Member 0 has no progress to say yet ("not known"): that is never handed on.
     const gossip::ProgressWord own =
-        i == 0 ? gossip::ProgressWord{} : gossip::ProgressWord{0.1 * i, 100 * i, 0.01 * i};
+        i == 0 ? gossip::ProgressWord{} : gossip::ProgressWord{0.1 * i, 100 * i};
     cl[i].set_progress([own] { return own; },
                        [&heard, i](const std::string& id, const gossip::ProgressWord& w) {
                          heard[i][id] = w;
@@ -293,7 +287,7 @@ TEST_CASE("membership: every member hears every other's progress word, from the 
       if (j == i) continue;
       CAPTURE(j);
       REQUIRE(heard[i].count(id_of(j)) == 1);
-      CHECK(heard[i][id_of(j)] == gossip::ProgressWord{0.1 * j, 100 * j, 0.01 * j});
+      CHECK(heard[i][id_of(j)] == gossip::ProgressWord{0.1 * j, 100 * j});
     }
     CHECK(heard[i].count(id_of(i)) == 0);
   }

@@ -51,16 +51,12 @@ TEST_CASE("pace: a word causes one wait at most, the partner's next word counts 
   k.heard("slow", 0.0, 0.0);
   k.heard("slower", 0.01, 0.0);
   CHECK(k.should_wait(0.05, 0.5));
-  k.resumed(0.05, 2.5, 0.5);  // waited 2 s without hearing from them
+  k.resumed(0.05, 2.5);  // waited 2 s without hearing from them
   CHECK_FALSE(k.should_wait(0.05, 2.5));
   CHECK_FALSE(k.should_wait(0.06, 3.0));
   k.heard("slower", 0.02, 3.0);
   CHECK(k.should_wait(0.06, 3.0));
   CHECK(k.ahead(0.06, 3.0) == Approx(0.04));  // "slow" is spent, "slower" is fresh
-  // A word heard during a wait is news: it still counts once the wait is over.
-  k.heard("slow", 0.01, 4.0);
-  k.resumed(0.06, 5.0, 3.0);
-  CHECK(k.ahead(0.06, 5.0) == Approx(0.05));  // "slower" is spent, "slow" spoke at 4.0
 }
 
 TEST_CASE("pace: finished, far behind, unknown and forgotten partners are not waited for",
@@ -84,8 +80,8 @@ TEST_CASE("pace: finished, far behind, unknown and forgotten partners are not wa
 // A partition run (docs/robustness.md): one peer trained 35% faster than its side, got more than
 // ignore_behind ahead of all three side-mates, so none of them held it any more; it finished and
 // left before the heal. Two or more partners far behind and none near: we ran away.
-TEST_CASE("pace: ahead of two or more partners by more than ignore_behind, more than are near, a "
-          "peer waits for the front of them",
+TEST_CASE("pace: ahead of two or more partners by more than ignore_behind, none near, a peer waits "
+          "for the front of them",
           "[gossip]") {
   PaceKeeper k(PaceConfig{.max_ahead = 0.02, .ignore_behind = 0.10, .window_s = 10.0});
   set_rate(k);
@@ -95,15 +91,9 @@ TEST_CASE("pace: ahead of two or more partners by more than ignore_behind, more 
   k.heard("c", 0.33, 1.0);
   CHECK(k.should_wait(0.5, 1.0));
   CHECK(k.ahead(0.5, 1.0) == Approx(0.14));  // the front of them, b
-  // One near and three far: the near one and we ran away together (two peers of the slow-peer
-  // scenario finished 4 s before the rest and ended 0.41 from the mean): still the front.
-  k.heard("d", 0.45, 1.0);
-  CHECK(k.ahead(0.5, 1.0) == Approx(0.14));
-  // As many near as far: the far ones are stragglers again.
-  k.heard("e", 0.49, 1.0);
-  k.heard("f", 0.48, 1.0);
+  k.heard("d", 0.45, 1.0);                   // one near: the far ones are stragglers again
   CHECK(k.ahead(0.5, 1.0) == Approx(0.05));
-  k.heard("g", 1.0, 1.0);  // a finished partner changes nothing
+  k.heard("e", 1.0, 1.0);  // a finished partner changes nothing
   CHECK(k.ahead(0.5, 1.0) == Approx(0.05));
 }
 
@@ -111,7 +101,7 @@ TEST_CASE("pace: the rate ignores waiting and restarts from a restored step", "[
   PaceKeeper k(PaceConfig{});
   set_rate(k);
   // Waited 3 s at 0.11 (serving exchanges): resumed() restarts the sample, so the rate stays.
-  k.resumed(0.11, 4.0, 1.0);
+  k.resumed(0.11, 4.0);
   k.trained(0.12, 5.0);
   CHECK(k.rate() == Approx(0.01));
   // Samples closer than 0.2 s apart are merged into the next one.
@@ -143,27 +133,6 @@ TEST_CASE("pace: a partner slower than us is extrapolated at its own rate", "[go
   // A restarted partner (its progress went back) starts over without a rate.
   f.heard("quick", 0.01, 3.0);
   CHECK(f.ahead(0.11, 4.0) == Approx(0.11 - 0.02));
-}
-
-// A peer on a slow link trained alone, many times faster than its partners, and raced through its
-// run before it had two words of any partner to measure a rate from: at our own rate the first
-// partner it waited for caught up in 0.05 s. Membership's progress word says the partner's rate.
-TEST_CASE("pace: a partner's stated rate is used at once, in place of ours", "[gossip]") {
-  PaceKeeper k(PaceConfig{});
-  k.trained(0.0, 0.0);
-  k.trained(0.3, 1.0);  // ours: 0.3 a second
-  k.heard("a", 0.05, 1.0, 0.05);
-  k.heard("b", 0.04, 1.0, 0.05);
-  // Both far behind and none near: we wait for the front, a, which moves at 0.05 a second: at
-  // t = 3 it is at 0.15, still 0.15 behind us.
-  CHECK(k.ahead(0.3, 3.0) == Approx(0.15));
-  // Without the stated rate it would have been moved on at ours, already level with us.
-  PaceKeeper u(PaceConfig{});
-  u.trained(0.0, 0.0);
-  u.trained(0.3, 1.0);
-  u.heard("a", 0.05, 1.0);
-  u.heard("b", 0.04, 1.0);
-  CHECK(u.ahead(0.3, 3.0) == 0.0);
 }
 
 TEST_CASE("pace: a partner membership cannot reach is not waited for until it speaks again",

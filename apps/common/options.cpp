@@ -225,8 +225,8 @@ const OptionTable<PeerConfig>& peer_options() {
        "keep pace: a peer more than F of its run ahead of the slowest partner it heard from in "
        "the last 10 s (exchanges and membership pings say each side's progress) stops training and "
        "serves exchanges until it is not, at most 2 s at a time; partners over 0.1 behind are not "
-       "waited for, unless two or more are and more of them than are nearer: then it waits for "
-       "the front of them (off: never wait)",
+       "waited for, unless two or more are and none is nearer: then it waits for the front of "
+       "them (off: never wait)",
        [](PeerConfig& c, const std::string& v) {
          c.node.max_ahead = v == "off" ? 0.0 : to_number("max-ahead", v);
          if (!(c.node.max_ahead > 0.0 && c.node.max_ahead < 1.0) && v != "off")

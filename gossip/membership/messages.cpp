@@ -35,12 +35,10 @@ class Writer : public base::ByteWriter {
  public:
   explicit Writer(std::size_t reserve) : ByteWriter(reserve) { u8(kMembershipWireVersion); }
   void word(const ProgressWord& p) {
-    if (!(p.progress == -1.0 || (p.progress >= 0.0 && p.progress <= 1.0)) || p.step < 0 ||
-        !(p.rate == -1.0 || (p.rate >= 0.0 && p.rate <= kMaxProgressRate)))
+    if (!(p.progress == -1.0 || (p.progress >= 0.0 && p.progress <= 1.0)) || p.step < 0)
       throw std::invalid_argument("membership encode: progress word out of range");
     f64(p.progress);
     u64(static_cast<std::uint64_t>(p.step));
-    f64(p.rate);
   }
   void update(const Update& u) {
     str8(u.id, kMaxPeerIdBytes);
@@ -96,9 +94,6 @@ class Reader : public base::ByteReader {
       throw DecodeError("progress out of range");
     p.step = static_cast<std::int64_t>(u64());
     if (p.step < 0) throw DecodeError("negative step");
-    p.rate = f64();
-    if (!(p.rate == -1.0 || (p.rate >= 0.0 && p.rate <= kMaxProgressRate)))
-      throw DecodeError("progress rate out of range");
     return p;
   }
   bool flag(const char* what) {

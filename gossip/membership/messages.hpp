@@ -58,13 +58,8 @@ struct Update {
 struct ProgressWord {
   double progress = -1;   // -1: not known (no training yet, or no trainer), else in [0, 1]
   std::int64_t step = 0;  // >= 0
-  // Its progress per second while training, as it measures it (-1: not measured), at most
-  // kMaxProgressRate: how far a listener may move its word on as it ages.
-  double rate = -1;
   bool operator==(const ProgressWord&) const = default;
 };
-
-inline constexpr double kMaxProgressRate = 1e6;
 
 // On the wire the progress word comes before the update list (which ends every message).
 struct PingMsg {

@@ -120,12 +120,10 @@ void Node::build_protocols(const NodeConfig& cfg, kernels::Backend& backend) {
       [this] {
         const double p = own_progress_.load();
         return ProgressWord{p >= 0 ? std::min(1.0, p) : -1.0,
-                            std::max<std::int64_t>(0, own_step_.load()),
-                            pace_ && pace_->rate() > 0 ? pace_->rate() : -1.0};
+                            std::max<std::int64_t>(0, own_step_.load())};
       },
       [this](const std::string& id, const ProgressWord& w) {
-        if (pace_ && same_run_length(w.progress, w.step))
-          pace_->heard(id, w.progress, now_s(), w.rate);
+        if (pace_ && same_run_length(w.progress, w.step)) pace_->heard(id, w.progress, now_s());
       });
   averager_->set_ban_callback([this](const BanEvent& b) {
     const double for_s = b.duration.count() / 1000.0;
@@ -262,7 +260,7 @@ void Node::end_hold() {
   const double waited_s = double((sched_.now() - h.start).count()) / 1000.0;
   if (h.kind == Stage::Pace) {
     pace_wait_s_ += waited_s;
-    pace_->resumed(h.own, now_s(), now_s() - waited_s);
+    pace_->resumed(h.own, now_s());
     return;
   }
   averager_->set_eager(false);

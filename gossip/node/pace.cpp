@@ -23,7 +23,7 @@ void PaceKeeper::unreachable(const std::string& partner) {
   if (it != partners_.end()) it->second.spent = true;
 }
 
-void PaceKeeper::heard(const std::string& partner, double progress, double now_s, double rate) {
+void PaceKeeper::heard(const std::string& partner, double progress, double now_s) {
   if (progress < 0) return;
   std::lock_guard<std::mutex> lk(mu_);
   Heard& h = partners_[partner];
@@ -32,7 +32,6 @@ void PaceKeeper::heard(const std::string& partner, double progress, double now_s
   h.spent = false;
   if (progress < h.rate.from_progress) h.rate = Rate{};  // restarted: its old rate says nothing
   h.rate.add(progress, now_s);
-  if (rate >= 0) h.rate.rate = rate;  // its own measure beats ours of its words
   // Forget the silent ones, so the table stays the size of the recent partners.
   std::erase_if(partners_, [&](const auto& kv) { return now_s - kv.second.at_s > cfg_.window_s; });
 }
@@ -42,10 +41,10 @@ void PaceKeeper::trained(double progress, double now_s) {
   own_.add(progress, now_s);
 }
 
-void PaceKeeper::resumed(double progress, double now_s, double began_s) {
+void PaceKeeper::resumed(double progress, double now_s) {
   std::lock_guard<std::mutex> lk(mu_);
   own_.restart(progress, now_s);
-  for (auto& [id, h] : partners_) h.spent = h.spent || h.at_s < began_s;
+  for (auto& [id, h] : partners_) h.spent = true;
 }
 
 double PaceKeeper::ahead(double own, double now_s) const {
@@ -67,10 +66,9 @@ double PaceKeeper::ahead(double own, double now_s) const {
     }
   }
   // Far behind us, one partner is a straggler (restarted, catching up) not to be waited for. But
-  // when two or more are and more of them than near ones, we are one of those that ran away (a
-  // burst, a partition side of slower peers, two peers racing together): keep pace with the
-  // front of them.
-  if (far >= 2 && far > near) return own - front;
+  // when two or more are and none is near, we are the one that ran away (a burst, a partition
+  // side of slower peers): keep pace with the front of them.
+  if (near == 0 && far >= 2) return own - front;
   return most;
 }
 

@@ -29,24 +29,20 @@ class PaceKeeper {
  public:
   explicit PaceKeeper(PaceConfig cfg) : cfg_(cfg) {}
 
-  // A partner said it had done `progress` of its run (-1: not known, ignored) at now_s, and, in a
-  // membership progress word, its own rate of progress per second (-1: not said): that rate is
-  // taken for it at once, where measuring one needs two of its words 0.2 s apart.
-  void heard(const std::string& partner, double progress, double now_s, double rate = -1);
+  // A partner said it had done `progress` of its run (-1: not known, ignored) at now_s.
+  void heard(const std::string& partner, double progress, double now_s);
   // Membership suspects partner, or declared it dead or gone: its last word causes no wait until
   // it speaks again (a partition's other side, extrapolated at its rate, held a peer 1.8 s).
   void unreachable(const std::string& partner);
   // Our own progress at a step boundary while training: the rate partners are extrapolated at.
   void trained(double progress, double now_s);
-  // After a wait that began at began_s: the next rate sample starts here, so waiting never counts
-  // as slow training, and every partner's word heard before the wait is spent (one heard during
-  // it is news, and counts).
-  void resumed(double progress, double now_s, double began_s);
+  // After a wait: the next rate sample starts here, so waiting never counts as slow training, and
+  // every partner's word heard so far is spent.
+  void resumed(double progress, double now_s);
   // How far we are ahead of the slowest partner heard within the window, not spent by a wait, not
   // finished and at most ignore_behind behind: its last word, moved on since at its own rate
-  // (measured from its words, or as it stated it) or ours, whichever is lower. 0 when none is
-  // behind. Where two or more are further behind, and more than are that near, how far we are
-  // ahead of the front of those.
+  // (measured from its words) or ours, whichever is lower. 0 when none is behind. Where none is
+  // that near but two or more are further behind, how far we are ahead of the front of those.
   double ahead(double own, double now_s) const;
   bool should_wait(double own, double now_s) const { return ahead(own, now_s) > cfg_.max_ahead; }
   double rate() const;  // our progress per second while training (0 until measured)
