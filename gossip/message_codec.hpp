@@ -49,6 +49,15 @@ inline base::ByteReader reader(const net::Bytes& b, std::size_t bytes, std::uint
   return r;
 }
 
+// A fraction of training done (an exchange's REQUEST and ACCEPT, membership's progress word):
+// -1 (not known) or in [0, 1].
+inline bool valid_progress(double p) { return p == -1.0 || (p >= 0.0 && p <= 1.0); }
+inline double progress(base::ByteReader& r) {
+  const double p = r.f64();
+  if (!valid_progress(p)) throw base::DecodeError("progress out of range");
+  return p;
+}
+
 // A signed counter (a step, a sample count) sent as u64: negative is refused.
 inline std::int64_t counter(base::ByteReader& r, const char* what) {
   const auto v = static_cast<std::int64_t>(r.u64());

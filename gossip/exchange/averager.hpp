@@ -163,6 +163,10 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   void on_closed(const net::ConnectionPtr& c, const net::CloseCause& reason) override;
 
   AveragerStats stats() const;
+  // Our progress (core::progress_of, -1 before the first step) and step at the last step
+  // boundary, as our exchanges tell them (any thread; ExchangePort's, and membership's word).
+  double own_progress() const override { return own_progress_.load(); }
+  std::int64_t own_step() const override { return own_step_.load(); }
   // Membership declared peer dead or gone (any thread): an exchange with it in flight fails now.
   void partner_lost(const std::string& peer);
   // Membership suspects peer, or no longer does (any thread): a silent transfer with it ends.
@@ -262,8 +266,6 @@ class Averager final : public core::StepHook, public net::TransportHandler, priv
   void idle_close_pooled(const std::string& peer) override { conns_.schedule_idle_close(peer); }
   std::size_t n_params() const override { return n_params_.load(); }
   std::int64_t own_samples() const override { return own_samples_.load(); }
-  double own_progress() const override { return own_progress_.load(); }
-  std::int64_t own_step() const override { return own_step_.load(); }
   void heard_step(const std::string& partner, std::int64_t step) override {
     bound_.heard_step(partner, step, sched_.now());
   }

@@ -30,18 +30,12 @@ std::uint64_t payload_sample(const std::uint8_t* data, std::uint64_t offset, std
 using base::ByteReader;
 using base::DecodeError;
 using codec::counter;
+using codec::progress;
 
 namespace {
 
 ByteReader reader(const net::Bytes& b, std::size_t bytes, const char* what) {
   return codec::reader(b, bytes, kExchangeWireVersion, what);
-}
-
-// A fraction of training done: -1 (not known) or in [0, 1].
-double progress(ByteReader& r) {
-  const double p = r.f64();
-  if (!(p == -1.0 || (p >= 0.0 && p <= 1.0))) throw DecodeError("progress out of range");
-  return p;
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <charconv>
 
+#include "gossip/message_codec.hpp"
+
 namespace gossiptrain::gossip {
 
 const char* to_string(MemberState s) {
@@ -35,7 +37,7 @@ class Writer : public base::ByteWriter {
  public:
   explicit Writer(std::size_t reserve) : ByteWriter(reserve) { u8(kMembershipWireVersion); }
   void word(const ProgressWord& p) {
-    if (!(p.progress == -1.0 || (p.progress >= 0.0 && p.progress <= 1.0)) || p.step < 0)
+    if (!codec::valid_progress(p.progress) || p.step < 0)
       throw std::invalid_argument("membership encode: progress word out of range");
     f64(p.progress);
     u64(static_cast<std::uint64_t>(p.step));
@@ -89,11 +91,8 @@ class Reader : public base::ByteReader {
   }
   ProgressWord word() {
     ProgressWord p;
-    p.progress = f64();
-    if (!(p.progress == -1.0 || (p.progress >= 0.0 && p.progress <= 1.0)))
-      throw DecodeError("progress out of range");
-    p.step = static_cast<std::int64_t>(u64());
-    if (p.step < 0) throw DecodeError("negative step");
+    p.progress = codec::progress(*this);
+    p.step = codec::counter(*this, "step");
     return p;
   }
   bool flag(const char* what) {

@@ -118,9 +118,9 @@ void Node::build_protocols(const NodeConfig& cfg, kernels::Backend& backend) {
   // few probe periods, where exchanges alone left a peer on a slow link deaf to the swarm.
   membership_->set_progress(
       [this] {
-        const double p = own_progress_.load();
+        const double p = averager_->own_progress();
         return ProgressWord{p >= 0 ? std::min(1.0, p) : -1.0,
-                            std::max<std::int64_t>(0, own_step_.load())};
+                            std::max<std::int64_t>(0, averager_->own_step())};
       },
       [this](const std::string& id, const ProgressWord& w) {
         if (pace_ && same_run_length(w.progress, w.step)) pace_->heard(id, w.progress, now_s());
@@ -184,8 +184,6 @@ void Node::between_steps(core::StepContext& ctx) {
     return;
   }
   total_steps_.store(ctx.total_steps);
-  own_progress_.store(core::progress_of(ctx));
-  own_step_.store(ctx.step);
   const auto t0 = std::chrono::steady_clock::now();  // work done, not a decision: the wall clock
   if (comm_) comm_->before_averager(ctx);
   averager_->between_steps(ctx);

@@ -241,9 +241,6 @@ class Node final : private core::StepHook {
   std::unique_ptr<BehindWatch> behind_;
   std::vector<std::string> catch_up_wanted_;
   std::atomic<std::int64_t> total_steps_{0};  // of our run, from the training thread
-  // Ours at the last step boundary, for membership's progress word (-1: no step yet).
-  std::atomic<double> own_progress_{-1.0};
-  std::atomic<std::int64_t> own_step_{0};
   std::uint64_t pace_waits_ = 0;
   double pace_wait_s_ = 0.0;
 };
