@@ -1,6 +1,7 @@
 // The pieces that the exchange's and catch-up's fixed-layout messages share (exchange_messages,
 // catch_up_messages): a version byte, then fixed little-endian fields (base/bytes.hpp), and
-// a decoder that checks the exact size and the version before reading a field.
+// a decoder that checks the exact size and the version before reading a field. Membership's
+// messages (variable length) read their progress word with progress() and counter() too.
 #pragma once
 
 #include <cstdint>

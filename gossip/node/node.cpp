@@ -276,7 +276,11 @@ void Node::end_hold() {
 // step over their fraction done, is within 10% of ours in steps.
 bool Node::same_run_length(double partner_progress, std::int64_t partner_step) const {
   const std::int64_t own = total_steps_.load();
-  if (own <= 0 || partner_step < 0 || !(partner_progress > 0)) return true;  // cannot tell
+  // Before our first step our run's length is not known: a word heard then (membership's come
+  // from the join on) is not kept, or a joiner with a 1-epoch run took a long run's 0.3% for a
+  // partner just behind it and waited 2 s for it. Words keep coming once we train.
+  if (own <= 0) return false;
+  if (partner_step < 0 || !(partner_progress > 0)) return true;  // cannot tell
   if (partner_progress >= 1) return true;  // done: says nothing of its length
   const double theirs = double(partner_step) / partner_progress;
   return std::abs(theirs - double(own)) <= 0.1 * double(own);
